@@ -1,0 +1,75 @@
+"""Every error Faultline raises on purpose, in one tree.
+
+FaultlineError
+ ├── ConfigError              a setting or config file is wrong
+ ├── SubjectError             an episode id, agent or topic name is not a safe subject token
+ ├── ServerError              the embedded nats-server could not be found or started
+ ├── BusError                 a publish or subscribe on NATS failed
+ ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
+ ├── JournalError             the journal file cannot be opened or written
+ │    └── ChainError          the hash chain does not verify (names the first bad row)
+ ├── ModelError               a model backend gave up (after its retries)
+ ├── DomainError              a domain plugin cannot be loaded or is inconsistent
+ ├── NonDeterminismError      replayed code asked for something the journal does not hold
+ └── UsageError               a command line was wrong (printed as one line, exit 2)
+
+Callers catch what they can act on; the CLI turns any of them into one line.
+"""
+
+from __future__ import annotations
+
+
+class FaultlineError(Exception):
+    """Base of every error Faultline raises on purpose."""
+
+
+class ConfigError(FaultlineError):
+    """A setting or config file is wrong; the message names the key."""
+
+
+class SubjectError(FaultlineError):
+    """A name that must be a NATS subject token is not one."""
+
+
+class ServerError(FaultlineError):
+    """The embedded nats-server could not be found, started or reached."""
+
+
+class BusError(FaultlineError):
+    """A NATS or JetStream operation failed."""
+
+
+class DecodeError(FaultlineError):
+    """Bytes on a journaled subject are not a valid envelope."""
+
+
+class JournalError(FaultlineError):
+    """The journal file cannot be opened, read or written."""
+
+
+class ChainError(JournalError):
+    """The journal's hash chain is broken at `position`."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class ModelError(FaultlineError):
+    """A model backend failed after its retries; `retryable` says if a later try may work."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class DomainError(FaultlineError):
+    """A domain plugin cannot be loaded or is inconsistent."""
+
+
+class NonDeterminismError(FaultlineError):
+    """Code under replay asked for a call the journal does not hold at that point."""
+
+
+class UsageError(FaultlineError):
+    """A command line was wrong."""

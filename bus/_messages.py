@@ -1,0 +1,271 @@
+"""The typed messages Faultline carries: one tagged union of bodies inside an envelope.
+
+Schema evolution rules (a journal written today must decode next year):
+a new field always has a default; a field's type never changes; a body kind is
+never renamed or reused. Decoding ignores unknown fields, so an older reader can
+read a newer journal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, ClassVar, Literal, Union
+
+import msgspec
+
+from faultline._errors import DecodeError
+
+
+class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True):
+    """Base of every message body; the tag (`kind`) names the type on the wire.
+
+    `route` says which subject family the body travels on (DESIGN.md section 3):
+    "direct" bodies go to an agent or a topic, the rest have a subject of their own.
+    """
+
+    route: ClassVar[str] = "direct"
+
+
+# -- conversation ---------------------------------------------------------------------------
+
+
+class Start(Body, frozen=True, tag="start"):
+    """Kicks an agent off at the beginning of an episode."""
+
+    text: str = ""
+    data: dict[str, Any] = {}
+
+
+class UserTurn(Body, frozen=True, tag="user_turn"):
+    text: str
+    done: bool = False
+
+
+class AssistantTurn(Body, frozen=True, tag="assistant_turn"):
+    text: str
+    done: bool = False
+
+
+class ToolCall(Body, frozen=True, tag="tool_call"):
+    """A tool call; `arguments_error` is set when the model's arguments did not parse."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = {}
+    arguments_error: str = ""
+
+
+class ToolResult(Body, frozen=True, tag="tool_result"):
+    call_id: str
+    name: str
+    output: Any = None
+    error: str = ""
+
+
+class ContextRequest(Body, frozen=True, tag="context_request"):
+    """The tool agent asks the helpers in `helpers` for context before a decision."""
+
+    step: int
+    helpers: list[str] = []
+    transcript: list[dict[str, Any]] = []
+
+
+class ContextReply(Body, frozen=True, tag="context_reply"):
+    step: int
+    helper: str
+    text: str = ""
+    verdict: str = ""
+
+
+class Note(Body, frozen=True, tag="note"):
+    """A free-form payload for agents that need no dedicated type (tests, examples)."""
+
+    text: str = ""
+    data: dict[str, Any] = {}
+
+
+# -- recorded nondeterminism ------------------------------------------------------------------
+
+
+class Recording(Body, frozen=True, tag="recording"):
+    """One nondeterministic call of an agent: its request digest and what it returned."""
+
+    route: ClassVar[str] = "rec"
+
+    call: Literal["llm", "request", "now", "random"]
+    index: int
+    request_digest: str
+    request: Any = None
+    response: Any = None
+    error: str = ""
+
+
+# -- lifecycle events -------------------------------------------------------------------------
+
+
+class EpisodeStarted(Body, frozen=True, tag="episode_started"):
+    route: ClassVar[str] = "event:started"
+
+    domain: str = ""
+    task: str = ""
+    trial: int = 0
+    seed: int = 0
+    roster: list[str] = []
+    forked_from: str = ""
+    forked_at: int = 0
+    settings: dict[str, Any] = {}
+
+
+class EpisodeCompleted(Body, frozen=True, tag="episode_completed"):
+    route: ClassVar[str] = "event:completed"
+
+    outcome: Literal["success", "failure", "error", "timeout"]
+    reward: float = 0.0
+    cause: str = ""
+    turns: int = 0
+    tokens: int = 0
+    latency_s: float = 0.0
+    details: dict[str, Any] = {}
+
+
+class ErrorRaised(Body, frozen=True, tag="error_raised"):
+    """A handler raised; the episode is failed with this cause."""
+
+    route: ClassVar[str] = "event:error"
+
+    agent: str
+    input_id: str
+    error_type: str
+    message: str
+    traceback: str = ""
+
+
+class FaultApplied(Body, frozen=True, tag="fault_applied"):
+    route: ClassVar[str] = "event:fault"
+
+    rule_id: str
+    fault: str
+    original: dict[str, Any] = {}
+    results: list[dict[str, Any]] = []
+
+
+class DefenseFired(Body, frozen=True, tag="defense_fired"):
+    route: ClassVar[str] = "event:defense"
+
+    defense: str
+    agent: str
+    message_id: str
+    reason: str = ""
+
+
+# -- control plane and dead letters ------------------------------------------------------------
+
+
+class Control(Body, frozen=True, tag="control"):
+    """A control-plane command (fault rules, helper roster, drain) on `fl.ctl.<name>`."""
+
+    route: ClassVar[str] = "ctl"
+
+    name: str
+    data: dict[str, Any] = {}
+
+
+class DeadLetter(Body, frozen=True, tag="dead_letter"):
+    """Bytes that were not a valid envelope, kept with the reason they were refused."""
+
+    route: ClassVar[str] = "dlq"
+
+    reason: str
+    subject: str
+    data: bytes
+    stream_seq: int = 0
+
+
+MessageBody = Union[
+    Start,
+    UserTurn,
+    AssistantTurn,
+    ToolCall,
+    ToolResult,
+    ContextRequest,
+    ContextReply,
+    Note,
+    Recording,
+    EpisodeStarted,
+    EpisodeCompleted,
+    ErrorRaised,
+    FaultApplied,
+    DefenseFired,
+    Control,
+    DeadLetter,
+]
+
+
+class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+    """A message as it travels and as the journal stores it.
+
+    `id` is deterministic (see `derive_id`), `causation` is the id of the message
+    being handled when this one was emitted and `hops` its causation depth. `ts`
+    is the wall-clock time of publishing: recorded, never compared by replay.
+    """
+
+    id: str
+    episode: str
+    sender: str
+    body: MessageBody
+    recipient: str = ""
+    topic: str = ""
+    causation: str = ""
+    hops: int = 0
+    ts: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        return body_kind(self.body)
+
+
+def body_kind(body: Body) -> str:
+    return type(body).__struct_config__.tag  # type: ignore[return-value]
+
+
+_encoder = msgspec.msgpack.Encoder(order="deterministic")
+_envelope_decoder = msgspec.msgpack.Decoder(Envelope)
+_body_decoder = msgspec.msgpack.Decoder(MessageBody)
+
+
+def encode(value: Any) -> bytes:
+    """Deterministic msgpack: equal values always give equal bytes (dict keys sorted)."""
+    return _encoder.encode(value)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Decode wire bytes, raising DecodeError with msgspec's path-naming reason."""
+    try:
+        return _envelope_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def decode_body(data: bytes) -> MessageBody:
+    try:
+        return _body_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def digest(data: bytes) -> str:
+    """The digest used everywhere (bodies, requests, chain): 128-bit BLAKE2b, hex."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def body_digest(body: Body) -> str:
+    return digest(encode(body))
+
+
+def derive_id(parent: str, index: int, family: str = "o") -> str:
+    """A child id that depends only on its parent's id and its place among siblings.
+
+    Re-running a handler therefore reproduces the same ids, and JetStream's
+    message-id deduplication drops the second copy.
+    """
+    return hashlib.blake2b(f"{parent}/{family}{index}".encode(), digest_size=10).hexdigest()
