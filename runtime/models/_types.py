@@ -1,0 +1,72 @@
+"""What an agent asks a model and what it gets back, the same for every backend.
+
+These structs are recorded in the journal (`Recording.request` / `.response`),
+so they follow the schema-evolution rules of `faultline.bus`: new fields only,
+always with defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+
+class LlmToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call proposed by a model; `arguments_error` is set when its JSON did not parse."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = {}
+    arguments_error: str = ""
+    raw_arguments: str = ""
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[LlmToolCall] = []
+    tool_call_id: str = ""
+    name: str = ""
+
+
+class LlmRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One model call. `role` picks the backend and model from the configuration.
+
+    `metadata` carries what an offline simulator needs (domain, task, seed);
+    real backends ignore it. It is part of the request digest.
+    """
+
+    role: str
+    messages: list[ChatMessage]
+    tools: list[dict[str, Any]] = []
+    temperature: float | None = None
+    max_tokens: int | None = None
+    metadata: dict[str, Any] = {}
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class LlmResponse(msgspec.Struct, frozen=True, kw_only=True):
+    content: str = ""
+    tool_calls: list[LlmToolCall] = []
+    usage: Usage = Usage()
+    model: str = ""
+    finish_reason: str = ""
+    latency_s: float = 0.0
+    metadata: dict[str, Any] = {}
+
+
+class ModelBackend(Protocol):
+    """A source of model replies. Backends raise ModelError when they give up."""
+
+    async def complete(self, request: LlmRequest) -> LlmResponse: ...
+
+    async def aclose(self) -> None: ...
