@@ -9,6 +9,7 @@ FaultlineError
  ├── JournalError             the journal file cannot be opened or written
  │    └── ChainError          the hash chain does not verify (names the first bad row)
  ├── ModelError               a model backend gave up (after its retries)
+ ├── MemoryStoreError         the memory store cannot be opened, or its embedder does not fit it
  ├── DomainError              a domain plugin cannot be loaded or is inconsistent
  ├── NonDeterminismError      replayed code asked for something the journal does not hold
  └── UsageError               a command line was wrong (printed as one line, exit 2)
@@ -61,6 +62,10 @@ class ModelError(FaultlineError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class MemoryStoreError(FaultlineError):
+    """The memory store cannot be opened or written, or an embedder does not match it."""
 
 
 class DomainError(FaultlineError):
