@@ -1,0 +1,138 @@
+"""How many entries to retrieve: a fixed top-k, or MemToolAgent's dynamic n (Algorithm 1)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+import numpy as np
+from scipy.signal import find_peaks
+
+from faultline._errors import ConfigError
+from faultline.agents.memory._entry import ScoredEntry
+
+DEFAULT_TOP_K = 5
+DEFAULT_RADIUS = 10
+DEFAULT_PROMINENCE = 1e-5
+DEFAULT_CANDIDATES = 200
+
+# y is rounded to this many decimals before peak finding, so that float rounding
+# cannot split the flat top a clean step produces into two unequal samples.
+DERIVATIVE_DECIMALS = 12
+
+
+class TopK(msgspec.Struct, frozen=True, kw_only=True, tag="top_k"):
+    """Always the `k` most similar entries."""
+
+    k: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_TOP_K
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            raise ConfigError(f"TopK.k must be >= 0, got {self.k}")
+
+
+class Dynamic(msgspec.Struct, frozen=True, kw_only=True, tag="dynamic"):
+    """Dynamic n: cut the ranked list where similarity drops (see `choose_n`).
+
+    `peak` counts from 1: 1 takes the first drop (the paper's choice for
+    general tool use), 2 the second (its choice for preference tasks).
+    `fallback_k` is the top-k used when no such peak exists. Only the
+    `candidates` most similar entries form the curve (the paper ranks the whole
+    memory; past a few hundred entries the tail only adds noise and time).
+
+    y is defined from position R on, so a drop within the first R+1 entries
+    cannot be a peak: with the paper's R = 10, a peak gives n >= 12, and a
+    memory whose relevant entries are fewer gets the fallback. Use a smaller
+    radius for small memories.
+    """
+
+    radius: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_RADIUS
+    prominence: Annotated[float, msgspec.Meta(ge=0.0)] = DEFAULT_PROMINENCE
+    peak: Annotated[int, msgspec.Meta(ge=1)] = 1
+    fallback_k: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_TOP_K
+    candidates: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_CANDIDATES
+
+    def __post_init__(self) -> None:
+        for name, low in (("radius", 1), ("peak", 1), ("fallback_k", 0), ("candidates", 1)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"Dynamic.{name} must be >= {low}, got {getattr(self, name)}")
+        if self.prominence < 0:
+            raise ConfigError(f"Dynamic.prominence must be >= 0, got {self.prominence}")
+
+
+RetrievalMode = TopK | Dynamic
+
+CutReason = Literal["top_k", "peak", "no_peak", "too_few_candidates"]
+
+
+class Cut(msgspec.Struct, frozen=True, kw_only=True):
+    """How many ranked entries to keep and why.
+
+    `peaks` lists the positions (0-based, in the descending similarity list)
+    where the derivative estimate peaked, whichever was chosen.
+    """
+
+    n: int
+    reason: CutReason
+    peaks: list[int] = []
+
+
+class Retrieval(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to one retrieval, ready to send over the wire.
+
+    `entries` are the first `n` of the ranking, most similar first; `reason`
+    says whether n came from top-k, a peak, or a fallback to top-k, and
+    `candidates` how many similarities the decision looked at.
+    """
+
+    query: str
+    mode: RetrievalMode
+    entries: list[ScoredEntry]
+    n: int
+    reason: CutReason
+    peaks: list[int] = []
+    candidates: int = 0
+
+
+def derivative_estimate(x: np.ndarray, radius: int) -> np.ndarray:
+    """y(j) = -Σ_{τ=-R..R} τ·x(j+τ) / Σ_{τ=-R..R} τ², for j = R .. len(x)-R-1.
+
+    Element i of the result is y(R + i). On a descending curve y is the local
+    rate of decrease, a least-squares slope over 2R+1 points.
+    """
+    taus = np.arange(-radius, radius + 1, dtype=np.float64)
+    if len(x) < len(taus):
+        return np.zeros(0, dtype=np.float64)
+    return -np.correlate(np.asarray(x, dtype=np.float64), taus, mode="valid") / float(np.dot(taus, taus))
+
+
+def choose_n(similarities: np.ndarray, mode: RetrievalMode) -> Cut:
+    """Decide how many of the ranked entries to keep.
+
+    Dynamic n follows Algorithm 1 of MemToolAgent: sort similarities
+    descending (x), estimate the derivative y (see `derivative_estimate`),
+    find peaks of y with `scipy.signal.find_peaks(y, prominence=p)` and take n
+    at the chosen peak. Fewer than 2R+1 similarities, or fewer peaks than
+    `mode.peak`, fall back to top-`fallback_k`.
+
+    Index convention, as read from the paper: x is indexed from 0 (the loop
+    j = R .. |x|-R-1 keeps every x(j+τ) inside x only then) and y shares x's
+    index j (the paper writes y(j), and its Figure 4 draws x and y on one axis),
+    so a peak at offset p of the computed y lies at j = p + R. A peak is the
+    steepest point of a drop; on a clean step it lands on the last entry before
+    the drop (`find_peaks` reports a two-sample flat top at its left sample).
+    The paper takes n at the peak; we keep the entries up to and including
+    that position, n = j + 1, so a step after K similar entries gives n = K.
+    """
+    x = np.sort(np.asarray(similarities, dtype=np.float64))[::-1]
+    if isinstance(mode, TopK):
+        return Cut(n=min(mode.k, len(x)), reason="top_k")
+    fallback = min(mode.fallback_k, len(x))
+    if len(x) < 2 * mode.radius + 1:
+        return Cut(n=fallback, reason="too_few_candidates")
+    y = np.round(derivative_estimate(x, mode.radius), DERIVATIVE_DECIMALS)
+    offsets, _ = find_peaks(y, prominence=mode.prominence)
+    positions = [int(p) + mode.radius for p in offsets]
+    if len(positions) < mode.peak:
+        return Cut(n=fallback, reason="no_peak", peaks=positions)
+    return Cut(n=positions[mode.peak - 1] + 1, reason="peak", peaks=positions)
