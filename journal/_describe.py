@@ -1,0 +1,120 @@
+"""One-line, human-readable renderings of message bodies, for timelines and tails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from faultline.bus._messages import (
+    AssistantTurn,
+    Body,
+    ContextReply,
+    ContextRequest,
+    Control,
+    DeadLetter,
+    DefenseFired,
+    EpisodeCompleted,
+    EpisodeStarted,
+    ErrorRaised,
+    FaultApplied,
+    Note,
+    Recording,
+    Start,
+    ToolCall,
+    ToolResult,
+    UserTurn,
+)
+
+DESCRIBE_WIDTH = 160
+"""Default longest rendering, in characters; longer ones end in an ellipsis."""
+
+_json = msgspec.json.Encoder(order="deterministic")
+
+
+def _compact(value: Any) -> str:
+    """Values as compact JSON; strings bare, so text reads as text."""
+    if isinstance(value, str):
+        return value
+    return _json.encode(msgspec.to_builtins(value)).decode()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _clip(text: str, width: int) -> str:
+    text = _one_line(text)
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def _args(arguments: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={_json.encode(msgspec.to_builtins(value)).decode()}" for key, value in arguments.items())
+
+
+def _recording(body: Recording) -> str:
+    head = f"{body.call}#{body.index}"
+    if body.error:
+        return f"{head} error: {body.error}"
+    response = msgspec.to_builtins(body.response)
+    if body.call == "llm" and isinstance(response, dict):
+        usage = response.get("usage") or {}
+        parts = [
+            f"{response.get('model') or 'model'}",
+            f"{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tok",
+        ]
+        calls = response.get("tool_calls") or []
+        said = ", ".join(f"{call.get('name')}()" for call in calls if isinstance(call, dict))
+        said = said or repr(_one_line(str(response.get("content", ""))))
+        return f"{head} {' '.join(parts)} → {said}"
+    return f"{head} → {_compact(response)}"
+
+
+def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
+    """A one-line summary of a body, chosen by kind: text for turns, name(args) for tool calls..."""
+    match body:
+        case UserTurn() | AssistantTurn():
+            text = repr(_one_line(body.text))
+            line = f"{text} [done]" if body.done else text
+        case Start():
+            line = f"start {body.text!r}" + (f" {_compact(body.data)}" if body.data else "")
+        case ToolCall():
+            line = f"{body.name}({_args(body.arguments)})"
+            if body.arguments_error:
+                line += f" arguments error: {body.arguments_error}"
+        case ToolResult():
+            line = f"{body.name} error: {body.error}" if body.error else f"{body.name} → {_compact(body.output)}"
+        case ContextRequest():
+            line = f"step {body.step} asks {', '.join(body.helpers) or 'no helpers'}"
+        case ContextReply():
+            verdict = f" {body.verdict}" if body.verdict else ""
+            line = f"step {body.step} {body.helper}{verdict}: {body.text!r}"
+        case Note():
+            line = repr(body.text) + (f" {_compact(body.data)}" if body.data else "")
+        case Recording():
+            line = _recording(body)
+        case EpisodeStarted():
+            line = f"{body.domain or '-'}/{body.task or '-'} trial {body.trial} seed {body.seed}"
+            if body.roster:
+                line += f" roster {','.join(body.roster)}"
+            if body.forked_from:
+                line += f" forked from {body.forked_from}@{body.forked_at}"
+        case EpisodeCompleted():
+            line = f"{body.outcome} reward {body.reward:g} turns {body.turns}"
+            if body.cause:
+                line += f" cause {body.cause}"
+        case ErrorRaised():
+            line = f"{body.agent} raised {body.error_type}: {body.message}"
+        case FaultApplied():
+            line = f"{body.fault} (rule {body.rule_id}) → {len(body.results)} result(s)"
+        case DefenseFired():
+            line = f"{body.defense} at {body.agent} dropped {body.message_id}" + (
+                f": {body.reason}" if body.reason else ""
+            )
+        case Control():
+            line = f"{body.name} {_compact(body.data)}"
+        case DeadLetter():
+            line = f"{body.subject}: {body.reason} ({len(body.data)} bytes)"
+        case _:
+            line = _compact(body)
+    return _clip(line, width)

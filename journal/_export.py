@@ -1,0 +1,184 @@
+"""Export a journal to JSON lines, and rebuild a journal file from them.
+
+One JSON object per row: every column, the body decoded (bytes as base64), and the
+digests and chain value. Import re-encodes each body, recomputes the digests and the
+chain, and refuses the file at the first row that does not match what was exported.
+JSON cannot carry every msgpack value (bytes or non-string keys inside untyped
+fields); `raw=True` adds the encoded body so such journals still round-trip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+import msgspec
+
+from faultline._errors import ChainError, DecodeError, JournalError
+from faultline.bus._messages import Envelope, MessageBody, decode_body
+from faultline.journal._reader import JournalReader
+from faultline.journal._rows import Incoming, JournalRow, seal
+from faultline.journal._schema import JournalSettings
+from faultline.journal._writer import Journal
+
+
+class ExportedRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One line of an export."""
+
+    pos: int
+    stream: str
+    stream_seq: int
+    subject: str
+    id: str
+    episode: str
+    sender: str
+    recipient: str
+    topic: str
+    kind: str
+    causation: str
+    hops: int
+    ts: float
+    body: MessageBody
+    body_digest: str
+    digest: str
+    chain: str
+    body_raw: bytes | None = None
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(ExportedRow)
+
+
+def export_row(row: JournalRow, *, raw: bool = False) -> str:
+    """One row as a JSON object on one line (no newline)."""
+    try:
+        body = row.decoded_body()
+    except DecodeError as exc:
+        raise JournalError(f"row {row.pos}: body does not decode with this version ({exc})") from None
+    exported = ExportedRow(
+        pos=row.pos,
+        stream=row.stream,
+        stream_seq=row.stream_seq,
+        subject=row.subject,
+        id=row.id,
+        episode=row.episode,
+        sender=row.sender,
+        recipient=row.recipient,
+        topic=row.topic,
+        kind=row.kind,
+        causation=row.causation,
+        hops=row.hops,
+        ts=row.ts,
+        body=body,
+        body_digest=row.body_digest,
+        digest=row.digest,
+        chain=row.chain,
+        body_raw=row.body if raw else None,
+    )
+    return _encoder.encode(exported).decode()
+
+
+def export_jsonl(path: str | Path, out: TextIO, *, raw: bool = False, settings: JournalSettings | None = None) -> int:
+    """Write every row of the journal at `path` to `out` as JSON lines; return the row count."""
+    count = 0
+    with JournalReader(path, settings) as reader:
+        for row in reader.rows():
+            out.write(export_row(row, raw=raw))
+            out.write("\n")
+            count += 1
+    return count
+
+
+def import_jsonl(
+    lines: Iterable[str | bytes],
+    dest: str | Path,
+    *,
+    batch_rows: int = 5000,
+    settings: JournalSettings | None = None,
+) -> int:
+    """Build a new journal at `dest` from exported JSON lines; return the row count.
+
+    The file appears only when every row matched its exported digests and chain value;
+    on any mismatch nothing is left behind and ChainError names the row.
+    """
+    dest = Path(dest)
+    if dest.exists():
+        raise JournalError(f"{dest}: already exists; import only creates new journals")
+    partial = dest.with_name(dest.name + ".importing")
+    _remove(partial)
+    done = False
+    try:
+        with Journal.open(partial, settings) as journal:
+            for batch in _batches(lines, batch_rows):
+                _write_checked(journal, batch)
+            count = journal.last_pos
+        os.replace(partial, dest)
+        done = True
+        return count
+    finally:
+        if not done:
+            _remove(partial)
+
+
+def _remove(path: Path) -> None:
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        name.unlink(missing_ok=True)
+
+
+def _batches(lines: Iterable[str | bytes], size: int) -> Iterator[list[tuple[int, ExportedRow]]]:
+    batch: list[tuple[int, ExportedRow]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            batch.append((number, _decoder.decode(line)))
+        except msgspec.DecodeError as exc:
+            raise JournalError(f"line {number}: not an exported journal row ({exc})") from None
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _incoming(number: int, row: ExportedRow) -> Incoming:
+    body = row.body
+    if row.body_raw is not None:
+        try:
+            body = decode_body(row.body_raw)
+        except DecodeError as exc:
+            raise JournalError(f"line {number}: body_raw does not decode ({exc})") from None
+    envelope = Envelope(
+        id=row.id,
+        episode=row.episode,
+        sender=row.sender,
+        body=body,
+        recipient=row.recipient,
+        topic=row.topic,
+        causation=row.causation,
+        hops=row.hops,
+        ts=row.ts,
+    )
+    return (row.stream, row.stream_seq, row.subject, envelope)
+
+
+def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> None:
+    sealed = seal([_incoming(number, row) for number, row in batch], journal.last_pos, journal.head)
+    for (number, row), values in zip(batch, sealed, strict=True):
+        pos = values[0]
+        where = f"line {number} (row {row.pos})"
+        if row.pos != pos:
+            raise ChainError(f"{where}: expected position {pos}; exports hold every row in order", pos)
+        if row.body_digest != values[13]:
+            raise ChainError(
+                f"{where}: body digest differs from the exported one"
+                " (body edited, or JSON lost a value type: export with raw bodies)",
+                pos,
+            )
+        if row.digest != values[15]:
+            raise ChainError(f"{where}: row digest differs from the exported one (a column edited)", pos)
+        if row.chain != values[16]:
+            raise ChainError(f"{where}: chain differs from the exported one (row removed or reordered before it)", pos)
+    journal._write_sealed(sealed)

@@ -1,0 +1,164 @@
+"""Reading a journal file: rows in order, by episode, from a position, and the episode list.
+
+The reader opens the file read-only, so it can run beside the writer (WAL mode) or on
+a copy on another machine. Rows keep their bodies encoded; decoding happens only when
+a caller asks for `row.envelope()`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+import msgspec
+
+from faultline._errors import JournalError
+from faultline.journal._rows import GENESIS, ROW_SELECT, JournalRow
+from faultline.journal._schema import JournalSettings, connect_readonly
+
+
+class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the `episodes` view: an episode's start, outcome and counts.
+
+    `outcome` and `reward` are None while the episode has no completed event.
+    """
+
+    episode: str
+    started_pos: int | None
+    completed_pos: int | None
+    domain: str
+    task: str
+    trial: int
+    forked_from: str
+    outcome: str | None
+    reward: float | None
+    cause: str
+    turns: int
+    tokens: int
+    messages: int
+    tool_calls: int
+    faults: int
+    defenses: int
+    errors: int
+    first_ts: float
+    last_ts: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.last_ts - self.first_ts
+
+
+_EPISODE_SELECT = ", ".join(EpisodeSummary.__struct_fields__)
+
+
+def _rows(cursor: sqlite3.Cursor) -> Iterator[JournalRow]:
+    for values in cursor:
+        yield JournalRow(*values)
+
+
+class JournalReader:
+    """A read-only view of a journal file. Raises JournalError if the file is missing or not a journal."""
+
+    def __init__(self, path: str | Path, settings: JournalSettings | None = None) -> None:
+        self.path = Path(path)
+        self._conn = connect_readonly(self.path, settings or JournalSettings())
+
+    def _query(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise JournalError(f"{self.path}: read failed ({exc})") from None
+
+    # -- positions -----------------------------------------------------------------------------
+
+    def last_pos(self) -> int:
+        """Position of the last row, 0 when empty (positions are contiguous from 1)."""
+        row = self._query("SELECT pos FROM messages ORDER BY pos DESC LIMIT 1").fetchone()
+        return row[0] if row else 0
+
+    def head(self) -> str:
+        """Chain value of the last row (GENESIS when empty)."""
+        row = self._query("SELECT chain FROM messages ORDER BY pos DESC LIMIT 1").fetchone()
+        return row[0] if row else GENESIS
+
+    def row(self, pos: int) -> JournalRow:
+        values = self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos = ?", (pos,)).fetchone()
+        if values is None:
+            raise JournalError(f"{self.path}: no row at position {pos}")
+        return JournalRow(*values)
+
+    # -- scans ---------------------------------------------------------------------------------
+
+    def rows(self, start: int = 1, stop: int | None = None) -> Iterator[JournalRow]:
+        """Rows with start <= pos (< stop), in position order, streamed from one scan."""
+        if stop is None:
+            return _rows(self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? ORDER BY pos", (start,)))
+        return _rows(
+            self._query(
+                f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? AND pos < ? ORDER BY pos", (start, stop)
+            )
+        )
+
+    def tail(self, n: int) -> list[JournalRow]:
+        """The last `n` rows, oldest first."""
+        cursor = self._query(f"SELECT {ROW_SELECT} FROM messages ORDER BY pos DESC LIMIT ?", (max(n, 0),))
+        return list(_rows(cursor))[::-1]
+
+    def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
+        """One episode's rows from position `start` on, in position order."""
+        return _rows(
+            self._query(
+                f"SELECT {ROW_SELECT} FROM messages WHERE episode = ? AND pos >= ? ORDER BY pos",
+                (episode, start),
+            )
+        )
+
+    def by_episode(self, episodes: Iterable[str] | None = None) -> Iterator[tuple[str, list[JournalRow]]]:
+        """(episode, its rows in position order) for every episode, or the ones named.
+
+        One scan of the (episode, pos) index, so memory holds one episode at a time:
+        the way to replay thousands of episodes.
+        """
+        if episodes is None:
+            cursor = self._query(f"SELECT {ROW_SELECT} FROM messages ORDER BY episode, pos")
+            current: list[JournalRow] = []
+            for row in _rows(cursor):
+                if current and row.episode != current[0].episode:
+                    yield current[0].episode, current
+                    current = []
+                current.append(row)
+            if current:
+                yield current[0].episode, current
+            return
+        for episode in episodes:
+            yield episode, list(self.episode_rows(episode))
+
+    # -- derived views -------------------------------------------------------------------------
+
+    def episodes(self) -> list[EpisodeSummary]:
+        """Every episode that has a started or completed event, in order of first appearance."""
+        cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes ORDER BY coalesce(started_pos, completed_pos)")
+        names = EpisodeSummary.__struct_fields__
+        return [EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor]
+
+    def episode(self, episode: str) -> EpisodeSummary | None:
+        cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes WHERE episode = ?", (episode,))
+        values = cursor.fetchone()
+        if values is None:
+            return None
+        return EpisodeSummary(**dict(zip(EpisodeSummary.__struct_fields__, values, strict=True)))
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> JournalReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,214 @@
+"""The journal file: tables, append-only triggers, derived views, and how connections are opened.
+
+A journal is one SQLite file in WAL mode. `messages` holds one row per journaled
+message at a contiguous position `pos` (1, 2, 3 ...); `meta` says what the file is.
+Triggers reject UPDATE and DELETE, so the database itself refuses to rewrite
+history; `verify` catches anyone who drops the triggers first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+import sqlite_utils
+
+from faultline._errors import JournalError
+
+FORMAT = "faultline-journal"
+SCHEMA_VERSION = 1
+
+
+class JournalSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """How journal connections are tuned. `synchronous=NORMAL` in WAL mode loses at most the
+    last batches on power loss, never consistency; the stream still holds them."""
+
+    busy_timeout_s: float = 5.0
+    synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    cache_size_mib: int = 64
+
+
+_MESSAGE_COLUMNS: dict[str, type] = {
+    "pos": int,
+    "stream": str,
+    "stream_seq": int,
+    "subject": str,
+    "id": str,
+    "episode": str,
+    "sender": str,
+    "recipient": str,
+    "topic": str,
+    "kind": str,
+    "causation": str,
+    "hops": int,
+    "ts": float,
+    "body_digest": str,
+    "body": bytes,
+    "digest": str,
+    "chain": str,
+    "facts": str,
+}
+
+_TRIGGERS = [
+    f"CREATE TRIGGER {table}_no_{action} BEFORE {action.upper()} ON {table} "
+    f"BEGIN SELECT RAISE(ABORT, 'journal is append-only: {table} rows cannot be {action}d'); END"
+    for table in ("messages", "meta")
+    for action in ("update", "delete")
+]
+
+# Rows without a stream sequence (stream_seq = 0, e.g. forked runs) are exempt from uniqueness.
+_STREAM_SEQ_INDEX = """
+CREATE UNIQUE INDEX idx_messages_stream_seq ON messages (stream, stream_seq) WHERE stream_seq > 0
+"""
+
+_VIEWS: dict[str, str] = {
+    "episodes": """
+WITH marks AS (
+    SELECT episode,
+           min(CASE WHEN kind = 'episode_started' THEN pos END) AS started_pos,
+           max(CASE WHEN kind = 'episode_completed' THEN pos END) AS completed_pos
+    FROM messages WHERE kind IN ('episode_started', 'episode_completed') GROUP BY episode
+), counts AS (
+    SELECT episode,
+           count(*) AS messages,
+           sum(kind = 'tool_call') AS tool_calls,
+           sum(kind = 'fault_applied') AS faults,
+           sum(kind = 'defense_fired') AS defenses,
+           sum(kind = 'error_raised') AS errors,
+           min(ts) AS first_ts,
+           max(ts) AS last_ts
+    FROM messages WHERE episode IN (SELECT episode FROM marks) GROUP BY episode
+)
+SELECT marks.episode AS episode,
+       marks.started_pos AS started_pos,
+       marks.completed_pos AS completed_pos,
+       coalesce(json_extract(s.facts, '$.domain'), '') AS domain,
+       coalesce(json_extract(s.facts, '$.task'), '') AS task,
+       coalesce(json_extract(s.facts, '$.trial'), 0) AS trial,
+       coalesce(json_extract(s.facts, '$.forked_from'), '') AS forked_from,
+       json_extract(c.facts, '$.outcome') AS outcome,
+       json_extract(c.facts, '$.reward') AS reward,
+       coalesce(json_extract(c.facts, '$.cause'), '') AS cause,
+       coalesce(json_extract(c.facts, '$.turns'), 0) AS turns,
+       coalesce(json_extract(c.facts, '$.tokens'), 0) AS tokens,
+       counts.messages AS messages,
+       counts.tool_calls AS tool_calls,
+       counts.faults AS faults,
+       counts.defenses AS defenses,
+       counts.errors AS errors,
+       counts.first_ts AS first_ts,
+       counts.last_ts AS last_ts
+FROM marks
+JOIN counts ON counts.episode = marks.episode
+LEFT JOIN messages AS s ON s.pos = marks.started_pos
+LEFT JOIN messages AS c ON c.pos = marks.completed_pos
+""",
+    "faults": """
+SELECT pos, episode, ts, sender,
+       json_extract(facts, '$.rule_id') AS rule_id,
+       json_extract(facts, '$.fault') AS fault,
+       json_extract(facts, '$.original_id') AS original_id,
+       json_extract(facts, '$.results') AS results
+FROM messages WHERE kind = 'fault_applied'
+""",
+    "defenses": """
+SELECT pos, episode, ts,
+       json_extract(facts, '$.defense') AS defense,
+       json_extract(facts, '$.agent') AS agent,
+       json_extract(facts, '$.message_id') AS message_id,
+       json_extract(facts, '$.reason') AS reason
+FROM messages WHERE kind = 'defense_fired'
+""",
+    "model_calls": """
+SELECT pos, episode, ts, sender AS agent,
+       json_extract(facts, '$.index') AS call_index,
+       json_extract(facts, '$.model') AS model,
+       json_extract(facts, '$.prompt_tokens') AS prompt_tokens,
+       json_extract(facts, '$.completion_tokens') AS completion_tokens,
+       json_extract(facts, '$.latency_s') AS latency_s,
+       json_extract(facts, '$.error') AS error
+FROM messages WHERE kind = 'recording' AND json_extract(facts, '$.call') = 'llm'
+""",
+    "costs": """
+SELECT episode, agent, model,
+       count(*) AS calls,
+       sum(prompt_tokens) AS prompt_tokens,
+       sum(completion_tokens) AS completion_tokens,
+       sum(prompt_tokens + completion_tokens) AS total_tokens,
+       sum(latency_s) AS latency_s,
+       sum(error != '') AS errors
+FROM model_calls GROUP BY episode, agent, model
+""",
+}
+
+
+def configure(conn: sqlite3.Connection, settings: JournalSettings) -> None:
+    conn.execute(f"PRAGMA cache_size = -{settings.cache_size_mib * 1024}")
+
+
+def table_names(conn: sqlite3.Connection, path: Path) -> set[str]:
+    """Tables in the file; a file that is not SQLite at all is reported as not a journal."""
+    try:
+        return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise JournalError(f"{path}: not a Faultline journal ({exc})") from None
+
+
+def create(conn: sqlite3.Connection) -> None:
+    """Create every table, index, trigger and view; the caller holds the write transaction."""
+    db = sqlite_utils.Database(conn)
+    db["meta"].create({"key": str, "value": str}, pk="key", not_null={"value"})
+    db["messages"].create(_MESSAGE_COLUMNS, pk="pos", not_null=set(_MESSAGE_COLUMNS) - {"facts"})
+    db["messages"].create_index(["episode", "pos"])
+    db["messages"].create_index(["kind"])
+    db.execute(_STREAM_SEQ_INDEX)
+    for trigger in _TRIGGERS:
+        db.execute(trigger)
+    for name, sql in _VIEWS.items():
+        db.create_view(name, sql.strip())
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    db["meta"].insert_all(
+        [
+            {"key": "format", "value": FORMAT},
+            {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+            {"key": "created", "value": created},
+        ]
+    )
+
+
+def check(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise JournalError unless the file is a journal this version can read and write."""
+    if not {"meta", "messages"} <= table_names(conn, path):
+        raise JournalError(f"{path}: not a Faultline journal (no meta and messages tables)")
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("format") != FORMAT:
+        raise JournalError(f"{path}: not a Faultline journal (format is {meta.get('format')!r})")
+    version = meta.get("schema_version", "")
+    if not version.isdigit():
+        raise JournalError(f"{path}: journal has no valid schema version ({version!r})")
+    if int(version) > SCHEMA_VERSION:
+        raise JournalError(
+            f"{path}: journal schema {version} is newer than this Faultline reads ({SCHEMA_VERSION}); upgrade Faultline"
+        )
+    if int(version) < SCHEMA_VERSION:
+        raise JournalError(f"{path}: journal schema {version} is older than {SCHEMA_VERSION} and has no migration")
+
+
+def connect_readonly(path: str | Path, settings: JournalSettings) -> sqlite3.Connection:
+    """A read-only connection to an existing journal, checked to be one."""
+    path = Path(path)
+    if not path.is_file():
+        raise JournalError(f"{path}: no such journal file")
+    conn = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, timeout=settings.busy_timeout_s
+    )
+    try:
+        check(conn, path)
+        configure(conn, settings)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

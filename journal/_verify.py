@@ -1,0 +1,103 @@
+"""Verify a journal: recompute every digest and the hash chain, and name the first bad row.
+
+Checks per row, in position order, stopping at the first failure:
+contiguous positions, body digest, chain link, row digest, derived facts.
+The chain is a plain hash chain, so it proves integrity against edits made without
+recomputing it. To catch a journal rewritten wholesale, or cut short, keep a head
+value elsewhere and pass it as `anchor`: it must still be in the chain.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from faultline._errors import ChainError, DecodeError
+from faultline.bus._messages import decode_body, digest
+from faultline.journal._facts import FACT_KINDS, facts_of
+from faultline.journal._rows import GENESIS, ROW_SELECT, chain_next, row_digest
+from faultline.journal._schema import JournalSettings, connect_readonly
+
+
+class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What `verify` found. `problem` is the first bad row, one line, or "" when the chain holds.
+
+    `rows` counts the rows that verified before the first problem (all of them when ok).
+    """
+
+    path: str
+    rows: int
+    head: str
+    problem: str = ""
+    position: int = 0
+    anchor_pos: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+    def summary(self) -> str:
+        if not self.ok:
+            return self.problem
+        anchored = f", anchor found at row {self.anchor_pos}" if self.anchor_pos else ""
+        return f"ok: {self.rows} rows, chain holds, head {self.head}{anchored}"
+
+    def raise_if_broken(self) -> None:
+        """Raise ChainError naming the first bad row, if there is one."""
+        if self.problem:
+            raise ChainError(f"{self.path}: {self.problem}", self.position)
+
+
+def verify(path: str | Path, *, anchor: str = "", settings: JournalSettings | None = None) -> VerifyReport:
+    """Recompute the journal at `path` row by row; report the first row that does not hold."""
+    conn = connect_readonly(path, settings or JournalSettings())
+    try:
+        cursor = conn.execute(f"SELECT {ROW_SELECT}, facts FROM messages ORDER BY pos")
+        expected = 1
+        previous = GENESIS
+        anchor_pos = 0
+
+        def broken(position: int, problem: str) -> VerifyReport:
+            return VerifyReport(path=str(path), rows=expected - 1, head=previous, problem=problem, position=position)
+
+        for values in cursor:
+            pos = values[0]
+            if pos != expected:
+                if pos > expected:
+                    return broken(expected, f"gap: position {expected} missing")
+                return broken(pos, f"row {pos}: position out of range (positions start at 1)")
+            stored_body_digest, body, stored_digest, stored_chain, stored_facts = values[13:18]
+            if not isinstance(body, bytes) or digest(body) != stored_body_digest:
+                return broken(pos, f"row {pos}: body digest mismatch (body edited)")
+            if chain_next(previous, stored_digest) != stored_chain:
+                return broken(pos, f"row {pos}: chain mismatch (row removed or reordered before it)")
+            if row_digest(values[:14]) != stored_digest:
+                return broken(pos, f"row {pos}: row digest mismatch (a column edited)")
+            if values[9] in FACT_KINDS:
+                problem = _facts_problem(pos, body, stored_facts)
+                if problem:
+                    return broken(pos, problem)
+            elif stored_facts is not None:
+                return broken(pos, f"row {pos}: facts present on a {values[9]} row (derived column edited)")
+            previous = stored_chain
+            if stored_chain == anchor:
+                anchor_pos = pos
+            expected += 1
+        if anchor and not anchor_pos:
+            return broken(
+                expected, f"anchor {anchor} not in the chain (rows removed from the end, or the journal rewritten)"
+            )
+        return VerifyReport(path=str(path), rows=expected - 1, head=previous, anchor_pos=anchor_pos)
+    finally:
+        conn.close()
+
+
+def _facts_problem(pos: int, body: bytes, stored: str | None) -> str:
+    try:
+        expected = facts_of(decode_body(body), body)
+    except DecodeError as exc:
+        return f"row {pos}: body does not decode ({exc})"
+    if expected != stored:
+        return f"row {pos}: facts do not match the body (derived column edited)"
+    return ""

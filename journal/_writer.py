@@ -1,0 +1,193 @@
+"""The journal writer: appends batches of messages, each batch in one transaction.
+
+There is one writer per journal (the journal service); readers may run alongside
+in other processes. The writer is not thread-safe: one caller at a time, from any
+thread (the consumer may hand it to a worker thread).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+from faultline._errors import JournalError
+from faultline.journal._rows import GENESIS, Incoming, SealedRow, seal
+from faultline.journal._schema import JournalSettings, check, configure, create, table_names
+
+_INSERT = f"INSERT INTO messages VALUES ({', '.join('?' * 18)})"
+
+
+class Journal:
+    """An open journal file, for appending. Use `Journal.open(path)`."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+        self._last_pos, self._head = self._tail()
+
+    @classmethod
+    def open(cls, path: str | Path, settings: JournalSettings | None = None) -> Journal:
+        """Open the journal at `path`, creating it if the file is missing or an empty database.
+
+        Raises JournalError if the file is something else, or a journal of another schema version.
+        """
+        settings = settings or JournalSettings()
+        path = Path(path)
+        if path.is_dir():
+            raise JournalError(f"{path}: is a directory, not a journal file")
+        try:
+            conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=settings.busy_timeout_s
+            )
+        except sqlite3.Error as exc:
+            raise JournalError(f"{path}: cannot open journal ({exc})") from None
+        try:
+            if not table_names(conn, path):
+                conn.execute("PRAGMA journal_mode = WAL")
+                with _transaction(conn, path):
+                    if not table_names(conn, path):
+                        create(conn)
+            check(conn, path)
+            configure(conn, settings)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {settings.synchronous}")
+            return cls(path, conn)
+        except BaseException:
+            conn.close()
+            raise
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def last_pos(self) -> int:
+        """Position of the last row (0 when empty)."""
+        return self._last_pos
+
+    @property
+    def head(self) -> str:
+        """Chain value of the last row (GENESIS when empty): pin it to detect a rewrite later."""
+        return self._head
+
+    def last_seq(self, stream: str) -> int:
+        """Highest stream sequence journaled from `stream` (0 if none): resume at last_seq + 1."""
+        return _last_seq(self._conn, stream)
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, rows: Iterable[Incoming]) -> int:
+        """Append (stream, stream_seq, subject, envelope) rows in one transaction; return how many.
+
+        A row whose (stream, stream_seq) is already journaled, or repeated in the batch, is
+        skipped, so a redelivered batch never duplicates anything. stream_seq 0 means "not
+        from a stream" and is never skipped.
+        """
+        batch = rows if isinstance(rows, list) else list(rows)
+        if not batch:
+            return 0
+        with _transaction(self._conn, self.path) as conn:
+            last_pos, head = self._tail()
+            fresh = _drop_journaled(conn, batch)
+            sealed = seal(fresh, last_pos, head)
+            if sealed:
+                conn.executemany(_INSERT, sealed)
+        if sealed:
+            self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
+        return len(sealed)
+
+    def _write_sealed(self, sealed: Sequence[SealedRow]) -> None:
+        """Insert rows sealed elsewhere (import) against this journal's current tail."""
+        if not sealed:
+            return
+        with _transaction(self._conn, self.path) as conn:
+            if self._tail() != (sealed[0][0] - 1, self._head):
+                raise JournalError(f"{self.path}: journal was appended to while rows were being sealed")
+            conn.executemany(_INSERT, sealed)
+        self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
+
+    def _tail(self) -> tuple[int, str]:
+        row = self._conn.execute("SELECT pos, chain FROM messages ORDER BY pos DESC LIMIT 1").fetchone()
+        return (row[0], row[1]) if row else (0, GENESIS)
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the file; the last writer to close folds the WAL back into the one file."""
+        self._conn.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error; SQLite errors become JournalError."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise JournalError(f"{path}: cannot start a write ({exc})") from None
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        conn.execute("ROLLBACK")
+        raise JournalError(f"{path}: write failed, batch rolled back ({exc})") from None
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _last_seq(conn: sqlite3.Connection, stream: str) -> int:
+    # `stream_seq > 0` lets SQLite use the partial unique index.
+    (seq,) = conn.execute(
+        "SELECT coalesce(max(stream_seq), 0) FROM messages WHERE stream = ? AND stream_seq > 0", (stream,)
+    ).fetchone()
+    return int(seq)
+
+
+def _drop_journaled(conn: sqlite3.Connection, batch: list[Incoming]) -> list[Incoming]:
+    """The rows of `batch` whose (stream, stream_seq) is neither journaled nor repeated in the batch.
+
+    The common case, a batch in ascending sequence order past each stream's highest
+    journaled sequence, costs one indexed lookup per stream and returns the batch as is.
+    """
+    ranges: dict[str, list[int]] = {}
+    ascending = True
+    for stream, seq, _, _ in batch:
+        if seq > 0:
+            bounds = ranges.get(stream)
+            if bounds is None:
+                ranges[stream] = [seq, seq]
+            elif seq > bounds[1]:
+                bounds[1] = seq
+            else:
+                ascending = False
+                bounds[0] = min(bounds[0], seq)
+    journaled: set[tuple[str, int]] = set()
+    for stream, (low, high) in ranges.items():
+        if _last_seq(conn, stream) >= low:
+            journaled.update(
+                (stream, seq)
+                for (seq,) in conn.execute(
+                    "SELECT stream_seq FROM messages WHERE stream = ? AND stream_seq > 0 AND stream_seq BETWEEN ? AND ?",
+                    (stream, low, high),
+                )
+            )
+    if not journaled and ascending:
+        return batch
+    fresh: list[Incoming] = []
+    for row in batch:
+        key = (row[0], row[1])
+        if row[1] > 0:
+            if key in journaled:
+                continue
+            journaled.add(key)
+        fresh.append(row)
+    return fresh

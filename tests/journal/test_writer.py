@@ -1,0 +1,191 @@
+"""The writer appends in order, chains every row, never duplicates, and the database refuses rewrites."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from faultline._errors import JournalError
+from faultline.bus import Envelope, Note, digest, encode
+from faultline.journal import GENESIS, Journal, JournalReader, verify
+from faultline.journal._rows import chain_next, row_digest
+
+from .conftest import STREAM, episode_envelopes, incoming, two_episodes
+
+
+def notes(count: int, *, first_seq: int = 1, stream: str = STREAM) -> list[tuple[str, int, str, Envelope]]:
+    envs = [Envelope(id=f"n{first_seq + i}", episode="ep", sender="a", recipient="b", body=Note(text=str(first_seq + i))) for i in range(count)]
+    return incoming(envs, stream=stream, first_seq=first_seq)
+
+
+def positions_and_seqs(path: Path) -> list[tuple[int, int]]:
+    with JournalReader(path) as reader:
+        return [(row.pos, row.stream_seq) for row in reader.rows()]
+
+
+def test_rows_are_appended_in_order_with_contiguous_positions_and_a_valid_chain(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    batch = two_episodes()
+    with Journal.open(path) as journal:
+        assert journal.last_pos == 0 and journal.head == GENESIS
+        assert journal.append(batch[:5]) == 5
+        assert journal.append(batch[5:]) == 13
+        head = journal.head
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    assert [row.pos for row in rows] == list(range(1, 19))
+    assert [row.envelope() for row in rows] == [env for _, _, _, env in batch]
+    assert [row.subject for row in rows] == [subject for _, _, subject, _ in batch]
+    chain = GENESIS
+    for row in rows:
+        assert row.body_digest == digest(row.body) == digest(encode(row.envelope().body))
+        chain = chain_next(chain, row_digest([getattr(row, name) for name in row.__struct_fields__[:14]]))
+        assert row.chain == chain
+    assert chain == head
+    report = verify(path)
+    assert report.ok and report.rows == 18 and report.head == head
+
+
+def test_the_chain_continues_across_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as journal:
+        journal.append(notes(3))
+        head = journal.head
+    with Journal.open(path) as journal:
+        assert (journal.last_pos, journal.head) == (3, head)
+        journal.append(notes(2, first_seq=4))
+    assert verify(path).rows == 5
+
+
+def test_a_redelivered_batch_adds_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as journal:
+        assert journal.append(notes(10)) == 10
+        head = journal.head
+        assert journal.append(notes(10)) == 0
+        assert journal.append(notes(4, first_seq=3)) == 0
+        assert (journal.last_pos, journal.head) == (10, head)
+    assert verify(path).rows == 10
+
+
+def test_a_partly_redelivered_batch_adds_only_the_new_seqs(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as journal:
+        journal.append(notes(5))
+        assert journal.append(notes(5, first_seq=3)) == 2
+    assert positions_and_seqs(path) == [(i, i) for i in range(1, 8)]
+    assert verify(path).ok
+
+
+def test_a_missing_seq_redelivered_late_is_journaled_once(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    batch = notes(6)
+    with Journal.open(path) as journal:
+        journal.append(batch[:2] + batch[3:])  # seq 3 not yet delivered
+        assert journal.append([batch[2], batch[0], batch[2]]) == 1
+        assert journal.last_seq(STREAM) == 6
+    assert [seq for _, seq in positions_and_seqs(path)] == [1, 2, 4, 5, 6, 3]
+
+
+def test_repeats_inside_one_batch_are_journaled_once(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    batch = notes(3)
+    with Journal.open(path) as journal:
+        assert journal.append(batch + batch[1:]) == 3
+
+
+def test_seq_zero_rows_are_never_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    row = notes(1)[0]
+    unstreamed = ("", 0, row[2], row[3])
+    with Journal.open(path) as journal:
+        assert journal.append([unstreamed, unstreamed]) == 2
+        assert journal.last_seq("") == 0
+
+
+def test_last_seq_is_per_stream(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "j.db") as journal:
+        assert journal.last_seq(STREAM) == 0
+        journal.append(notes(4))
+        journal.append(notes(2, first_seq=7, stream="FL_JOURNAL@later"))
+        assert journal.last_seq(STREAM) == 4
+        assert journal.last_seq("FL_JOURNAL@later") == 8
+
+
+def test_a_batch_that_fails_is_rolled_back_whole(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    bad = Envelope(id="bad", episode="ep", sender="a", recipient="b", body=Note(data={"x": object()}))
+    with Journal.open(path) as journal:
+        journal.append(notes(2))
+        with pytest.raises(TypeError):
+            journal.append(notes(2, first_seq=3) + [(STREAM, 5, "fl.ep.ep.b", bad)])
+        assert journal.last_pos == 2
+        assert journal.append(notes(2, first_seq=3)) == 2
+    assert [seq for _, seq in positions_and_seqs(path)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE messages SET sender = 'mallory' WHERE pos = 2",
+        "DELETE FROM messages WHERE pos = 2",
+        "UPDATE meta SET value = '0' WHERE key = 'schema_version'",
+        "DELETE FROM meta",
+    ],
+)
+def test_the_database_refuses_updates_and_deletes(journal_file: Path, sql: str) -> None:
+    conn = sqlite3.connect(journal_file)
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute(sql)
+    conn.close()
+    assert verify(journal_file).rows == 18
+
+
+def test_opening_a_file_that_is_not_sqlite_fails_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database at all\n" * 100)
+    with pytest.raises(JournalError, match="not a Faultline journal"):
+        Journal.open(path)
+    with pytest.raises(JournalError, match="not a Faultline journal"):
+        JournalReader(path)
+
+
+def test_opening_another_sqlite_database_fails_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE people (name TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(JournalError, match="not a Faultline journal"):
+        Journal.open(path)
+
+
+def test_a_journal_from_a_newer_schema_is_refused(journal_file: Path) -> None:
+    conn = sqlite3.connect(journal_file)
+    conn.execute("INSERT INTO meta VALUES ('ignored', 'x')")
+    conn.execute("DROP TRIGGER meta_no_update")
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(JournalError, match="schema 99 is newer"):
+        Journal.open(journal_file)
+
+
+def test_a_missing_file_is_created_but_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="directory"):
+        Journal.open(tmp_path)
+    with pytest.raises(JournalError, match="no such journal file"):
+        JournalReader(tmp_path / "absent.db")
+
+
+def test_the_inlined_digests_are_the_bus_digests(tmp_path: Path) -> None:
+    env = episode_envelopes("ep")[2]
+    with Journal.open(tmp_path / "j.db") as journal:
+        journal.append(incoming([env]))
+    with JournalReader(tmp_path / "j.db") as reader:
+        (row,) = reader.rows()
+    key = (1, STREAM, 1, row.subject, env.id, env.episode, env.sender, env.recipient, env.topic, "recording", env.causation, env.hops, env.ts, digest(encode(env.body)))
+    assert row.digest == digest(encode(key))
+    assert row.chain == digest((GENESIS + row.digest).encode())
