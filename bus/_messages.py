@@ -242,8 +242,10 @@ def decode_envelope(data: bytes) -> Envelope:
     """Decode wire bytes, raising DecodeError with msgspec's path-naming reason."""
     try:
         return _envelope_decoder.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise DecodeError(str(exc)) from None
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"not a valid envelope: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"not msgpack: {exc}") from None
 
 
 def decode_body(data: bytes) -> MessageBody:

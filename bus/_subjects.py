@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from faultline._errors import SubjectError
-from faultline.bus._messages import Body, Envelope
+from faultline.bus._messages import Envelope
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -93,4 +93,4 @@ def validate_envelope(env: Envelope) -> None:
         check_token(env.topic, "topic")
 
 
-__all__ = ["DEFAULT_PREFIX", "Body", "Subjects", "check_token", "validate_envelope"]
+

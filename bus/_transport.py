@@ -1,0 +1,339 @@
+"""The bus: typed envelopes over NATS JetStream, with interceptors and dead letters.
+
+Publishing always goes through JetStream with the envelope id as `Nats-Msg-Id`,
+so a message published twice within the duplicate window is stored once.
+Consumers are push consumers with explicit acks; a consumer hands out whatever
+has arrived as one batch, which keeps latency low when traffic is light and
+batches large when it is heavy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import api
+
+from faultline._errors import BusError, DecodeError
+from faultline.bus._interceptors import InterceptorChain
+from faultline.bus._messages import DeadLetter, Envelope, decode_envelope, encode
+from faultline.bus._subjects import DEFAULT_PREFIX, Subjects, validate_envelope
+
+MSG_ID = "Nats-Msg-Id"
+DLQ_SENDER = "bus"
+
+
+@dataclass(frozen=True, slots=True)
+class BusSettings:
+    """Every timeout and limit of the bus, with defaults that suit a single machine."""
+
+    connect_timeout_s: float = 5.0
+    max_reconnect_attempts: int = -1
+    publish_timeout_s: float = 10.0
+    duplicate_window_s: float = 120.0
+    max_ack_pending: int = 10_000
+    ack_wait_s: float = 30.0
+    pending_msgs_limit: int = 1_000_000
+    publish_max_pending: int = 4_000
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One message handed out by a consumer, not yet acknowledged."""
+
+    subject: str
+    data: bytes
+    reply: str
+    stream_seq: int
+    delivered: int
+
+    def envelope(self) -> Envelope:
+        return decode_envelope(self.data)
+
+
+def _parse_ack_subject(reply: str) -> tuple[int, int]:
+    """(stream sequence, delivery count) from a JetStream ack subject."""
+    tokens = reply.split(".")
+    # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>, or the
+    # longer form with domain and account hash before the stream name.
+    offset = 2 if len(tokens) == 9 else 4
+    return int(tokens[offset + 3]), int(tokens[offset + 2])
+
+
+class Consumer:
+    """A JetStream push consumer read as batches of deliveries."""
+
+    def __init__(self, bus: Bus, name: str, deliver_subject: str, durable: bool) -> None:
+        self.bus = bus
+        self.name = name
+        self.durable = durable
+        self._deliver_subject = deliver_subject
+        self._queue: deque[Delivery] = deque()
+        self._arrived = asyncio.Event()
+        self._sub: Any = None
+
+    async def _start(self) -> None:
+        self._sub = await self.bus.nc.subscribe(
+            self._deliver_subject,
+            cb=self._on_msg,
+            pending_msgs_limit=self.bus.settings.pending_msgs_limit,
+            pending_bytes_limit=-1,
+        )
+
+    async def _on_msg(self, msg: Msg) -> None:
+        if not msg.reply:
+            return  # flow-control or heartbeat status message
+        seq, delivered = _parse_ack_subject(msg.reply)
+        self._queue.append(Delivery(msg.subject, msg.data, msg.reply, seq, delivered))
+        self._arrived.set()
+
+    async def batch(self, limit: int = 1000) -> list[Delivery]:
+        """Wait for at least one delivery, then return all that have arrived (at most `limit`)."""
+        while not self._queue:
+            self._arrived.clear()
+            await self._arrived.wait()
+        n = min(limit, len(self._queue))
+        return [self._queue.popleft() for _ in range(n)]
+
+    async def __aiter__(self) -> AsyncIterator[Delivery]:
+        while True:
+            for delivery in await self.batch():
+                yield delivery
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Acknowledge; with an ack-all consumer this also acknowledges everything before it."""
+        await self.bus.nc.publish(delivery.reply, b"+ACK")
+
+    async def nak(self, delivery: Delivery, delay_s: float | None = None) -> None:
+        payload = b"-NAK" if delay_s is None else f'-NAK {{"delay": {int(delay_s * 1e9)}}}'.encode()
+        await self.bus.nc.publish(delivery.reply, payload)
+
+    async def info(self) -> api.ConsumerInfo:
+        return await self.bus.js.consumer_info(self.bus.subjects.stream, self.name)
+
+    async def close(self, *, delete: bool = False) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+        if delete or not self.durable:
+            try:
+                await self.bus.js.delete_consumer(self.bus.subjects.stream, self.name)
+            except nats.js.errors.NotFoundError:
+                pass
+
+
+StartAt = Literal["all", "new"] | int
+
+
+@dataclass
+class Bus:
+    """A connection to NATS that speaks Faultline envelopes."""
+
+    nc: NatsClient
+    subjects: Subjects = field(default_factory=Subjects)
+    settings: BusSettings = field(default_factory=BusSettings)
+    interceptors: InterceptorChain = field(default_factory=InterceptorChain)
+
+    def __post_init__(self) -> None:
+        self.js = self.nc.jetstream(publish_async_max_pending=self.settings.publish_max_pending)
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        settings: BusSettings | None = None,
+        interceptors: InterceptorChain | None = None,
+        name: str = "faultline",
+    ) -> Bus:
+        settings = settings or BusSettings()
+
+        async def quiet(_exc: Exception) -> None:
+            """Connection hiccups surface as BusError at the call that suffers them."""
+
+        try:
+            nc = await nats.connect(
+                url,
+                name=name,
+                connect_timeout=settings.connect_timeout_s,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.2,
+                allow_reconnect=True,
+                error_cb=quiet,
+            )
+        except (OSError, nats.errors.Error, asyncio.TimeoutError) as exc:
+            raise BusError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
+        # Fail fast on the first connect, but once connected ride out server restarts.
+        nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
+        return cls(nc, Subjects(prefix), settings, interceptors or InterceptorChain())
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            try:
+                await self.nc.drain()
+            except (nats.errors.Error, asyncio.TimeoutError):
+                await self.nc.close()
+
+    async def __aenter__(self) -> Bus:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- stream ---------------------------------------------------------------------------
+
+    async def ensure_stream(self) -> api.StreamInfo:
+        """Create the journal stream, or bring an existing one's subjects up to date. Idempotent."""
+        config = api.StreamConfig(
+            name=self.subjects.stream,
+            subjects=self.subjects.journaled,
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            duplicate_window=self.settings.duplicate_window_s,
+        )
+        try:
+            info = await self.js.stream_info(config.name)
+        except nats.js.errors.NotFoundError:
+            try:
+                return await self.js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                return await self.js.stream_info(config.name)  # created concurrently
+        if sorted(info.config.subjects or []) != sorted(config.subjects or []):
+            return await self.js.update_stream(config)
+        return info
+
+    async def stream_incarnation(self) -> str:
+        """An id of this stream's life: a journal must not mix sequences of two streams."""
+        info = await self.js.stream_info(self.subjects.stream)
+        created = getattr(info, "created", None) or ""
+        return f"{self.subjects.stream}@{created}"
+
+    # -- publishing -----------------------------------------------------------------------
+
+    async def publish(self, envelope: Envelope) -> None:
+        """Publish through the outbound interceptors; returns once JetStream stored everything."""
+        await self.publish_all((envelope,))
+
+    async def publish_all(self, envelopes: Iterable[Envelope]) -> None:
+        """Publish many envelopes pipelined; returns once JetStream stored all of them."""
+        pending = []
+        chain = self.interceptors
+        for envelope in envelopes:
+            if len(chain):
+                messages, events = await chain.outbound(envelope)
+                outgoing: Sequence[Envelope] = (*messages, *events)
+            else:
+                outgoing = (envelope,)
+            for message in outgoing:
+                validate_envelope(message)
+                pending.append(
+                    await self._send(self.subjects.for_envelope(message), encode(message), message.id)
+                )
+        await self._settle(pending)
+
+    async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> None:
+        """Publish bytes as they are (dead letters, tests of malformed input)."""
+        await self._settle([await self._send(subject, data, msg_id)])
+
+    async def _send(self, subject: str, data: bytes, msg_id: str) -> asyncio.Future[api.PubAck]:
+        headers = {MSG_ID: msg_id} if msg_id else None
+        try:
+            return await self.js.publish_async(subject, data, headers=headers)
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            raise BusError(f"publish to {subject} failed: {exc}") from None
+
+    async def _settle(self, pending: list[asyncio.Future[api.PubAck]]) -> None:
+        if not pending:
+            return
+        try:
+            with anyio.fail_after(self.settings.publish_timeout_s):
+                for future in pending:
+                    await future
+        except TimeoutError:
+            raise BusError(
+                f"JetStream did not confirm {len(pending)} publish(es) within {self.settings.publish_timeout_s}s"
+            ) from None
+        except nats.js.errors.Error as exc:
+            raise BusError(f"JetStream refused a publish: {exc}") from None
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Send refused bytes to `fl.dlq` with the reason; the id makes repeats harmless."""
+        body = DeadLetter(reason=reason, subject=delivery.subject, data=delivery.data, stream_seq=delivery.stream_seq)
+        letter = Envelope(id=f"dlq-{delivery.stream_seq}", episode="dlq", sender=DLQ_SENDER, body=body)
+        await self.publish_raw(self.subjects.dlq, encode(letter), letter.id)
+
+    # -- consuming ------------------------------------------------------------------------
+
+    async def consumer(
+        self,
+        name: str | None,
+        filter_subjects: Sequence[str],
+        *,
+        start: StartAt = "all",
+        ack_all: bool = False,
+        max_ack_pending: int | None = None,
+        ack_wait_s: float | None = None,
+        replace: bool = False,
+    ) -> Consumer:
+        """A push consumer over `filter_subjects`.
+
+        A named (durable) consumer survives restarts and is reused as it is unless
+        `replace` asks for a fresh one at `start`. An unnamed one is deleted on close.
+        """
+        stream = self.subjects.stream
+        if name is not None and not replace:
+            try:
+                info = await self.js.consumer_info(stream, name)
+                assert info.config.deliver_subject is not None
+                consumer = Consumer(self, name, info.config.deliver_subject, durable=True)
+                await consumer._start()
+                return consumer
+            except nats.js.errors.NotFoundError:
+                pass
+        if name is not None and replace:
+            try:
+                await self.js.delete_consumer(stream, name)
+            except nats.js.errors.NotFoundError:
+                pass
+        deliver_subject = self.nc.new_inbox()
+        config = api.ConsumerConfig(
+            durable_name=name,
+            deliver_subject=deliver_subject,
+            ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
+            ack_wait=ack_wait_s or self.settings.ack_wait_s,
+            max_ack_pending=max_ack_pending or self.settings.max_ack_pending,
+            filter_subjects=list(filter_subjects) if len(filter_subjects) > 1 else None,
+            filter_subject=filter_subjects[0] if len(filter_subjects) == 1 else None,
+            inactive_threshold=None if name else 30.0,
+            **_start_policy(start),
+        )
+        info = await self.js.add_consumer(stream, config)
+        consumer = Consumer(self, info.name, deliver_subject, durable=name is not None)
+        await consumer._start()
+        return consumer
+
+    async def decode_or_dead_letter(self, delivery: Delivery) -> Envelope | None:
+        """The envelope, or None after sending the bytes to the dead-letter subject."""
+        try:
+            return delivery.envelope()
+        except DecodeError as exc:
+            await self.dead_letter(delivery, str(exc))
+            return None
+
+
+def _start_policy(start: StartAt) -> dict[str, Any]:
+    if start == "all":
+        return {"deliver_policy": api.DeliverPolicy.ALL}
+    if start == "new":
+        return {"deliver_policy": api.DeliverPolicy.NEW}
+    return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": int(start)}

