@@ -11,6 +11,7 @@ FaultlineError
  ├── ModelError               a model backend gave up (after its retries)
  ├── MemoryStoreError         the memory store cannot be opened, or its embedder does not fit it
  ├── DomainError              a domain plugin cannot be loaded or is inconsistent
+ │    └── ToolError           a domain tool refused an action (returned as the call's error, never raised to callers)
  ├── NonDeterminismError      replayed code asked for something the journal does not hold
  └── UsageError               a command line was wrong (printed as one line, exit 2)
 
@@ -70,6 +71,10 @@ class MemoryStoreError(FaultlineError):
 
 class DomainError(FaultlineError):
     """A domain plugin cannot be loaded or is inconsistent."""
+
+
+class ToolError(DomainError):
+    """A domain tool refused an action; `Domain.call` turns it into the outcome's `error`."""
 
 
 class NonDeterminismError(FaultlineError):
