@@ -1,7 +1,7 @@
 """Reading a journal file: rows in order, by episode, from a position, and the episode list.
 
-The reader opens the file read-only, so it can run beside the writer (WAL mode) or on
-a copy on another machine. Rows keep their bodies encoded; decoding happens only when
+The reader never writes (its connection is query-only), so it can run beside the
+writer (WAL mode) or on a copy on another machine. Rows keep their bodies encoded; decoding happens only when
 a caller asks for `row.envelope()`.
 """
 

@@ -198,14 +198,19 @@ def check(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def connect_readonly(path: str | Path, settings: JournalSettings) -> sqlite3.Connection:
-    """A read-only connection to an existing journal, checked to be one."""
+    """A query-only connection to an existing journal, checked to be one.
+
+    The file itself is opened read-write when permissions allow, so that the last
+    connection to close folds the WAL back in and a journal stays one file.
+    """
     path = Path(path)
     if not path.is_file():
         raise JournalError(f"{path}: no such journal file")
     conn = sqlite3.connect(
-        f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, timeout=settings.busy_timeout_s
+        f"{path.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None, timeout=settings.busy_timeout_s
     )
     try:
+        conn.execute("PRAGMA query_only = ON")
         check(conn, path)
         configure(conn, settings)
     except BaseException:

@@ -1,10 +1,310 @@
-"""`faultline journal ...`: verify, tail, show and export a journal file."""
+"""`faultline journal ...`: verify, tail, show, export, import and list episodes of a journal file."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from faultline._errors import DecodeError, JournalError
+from faultline.bus._messages import EpisodeCompleted, ToolResult
+from faultline.journal import (
+    EpisodeSummary,
+    JournalReader,
+    JournalRow,
+    describe_body,
+    export_jsonl,
+    export_row,
+    import_jsonl,
+    verify,
+)
+
+TAIL_ROWS = 20
+"""Rows `tail` prints when -n is not given."""
+
+FOLLOW_INTERVAL_S = 0.5
+"""How often `tail --follow` polls the file for new rows."""
+
+PIPE_WIDTH = 200
+"""Console width when output is not a terminal, so piped tables are not wrapped at 80 columns."""
+
+_KIND_STYLES = {
+    "episode_started": "bold cyan",
+    "episode_completed": "bold",
+    "error_raised": "bold red",
+    "fault_applied": "bold magenta",
+    "defense_fired": "bold yellow",
+    "dead_letter": "red",
+    "control": "cyan",
+    "recording": "dim",
+    "tool_call": "blue",
+    "context_request": "dim",
+    "context_reply": "dim",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser("journal", help="inspect a journal file")
-    parser.set_defaults(handler=lambda args: parser.print_help())
+    parser = sub.add_parser("journal", help="inspect, verify and export a journal file")
+    commands = parser.add_subparsers(dest="journal_command", metavar="COMMAND")
+    commands.required = True
+
+    p = commands.add_parser("verify", help="recompute the hash chain; name the first bad row")
+    p.add_argument("file", type=Path)
+    p.add_argument("--anchor", default="", metavar="HEX", help="a head value saved earlier that must still be in the chain")
+    p.set_defaults(handler=_pipe_safe(_verify))
+
+    p = commands.add_parser("tail", help="print the last rows, optionally following new ones")
+    p.add_argument("file", type=Path)
+    p.add_argument("-n", type=int, default=TAIL_ROWS, metavar="N", help=f"rows to print (default {TAIL_ROWS})")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new rows until Ctrl-C")
+    p.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_S, metavar="S", help="poll interval for --follow")
+    p.set_defaults(handler=_pipe_safe(_tail))
+
+    p = commands.add_parser("show", help="an episode's timeline")
+    p.add_argument("file", type=Path)
+    p.add_argument("--episode", "-e", required=True)
+    p.add_argument("--json", action="store_true", help="the episode's rows as JSON lines")
+    p.set_defaults(handler=_pipe_safe(_show))
+
+    p = commands.add_parser("export", help="every row as JSON lines")
+    p.add_argument("file", type=Path)
+    p.add_argument("--json", action="store_true", help="JSON lines (the default and only format)")
+    p.add_argument("--raw", action="store_true", help="also include each encoded body, base64")
+    p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+    p.set_defaults(handler=_pipe_safe(_export))
+
+    p = commands.add_parser("import", help="rebuild a journal file from exported JSON lines")
+    p.add_argument("source", type=Path, help="exported JSON lines")
+    p.add_argument("file", type=Path, help="journal file to create")
+    p.set_defaults(handler=_pipe_safe(_import))
+
+    p = commands.add_parser("episodes", help="episodes with outcome, reward and counts")
+    p.add_argument("file", type=Path)
+    p.add_argument("--json", action="store_true", help="one JSON object per episode")
+    p.set_defaults(handler=_pipe_safe(_episodes))
+
+
+def _pipe_safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Stop quietly when the reader of stdout goes away (`| head`), as Unix tools do."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+
+    return run
+
+
+def _console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
+
+
+# -- verify ------------------------------------------------------------------------------------
+
+
+def _verify(args: argparse.Namespace) -> int:
+    report = verify(args.file, anchor=args.anchor)
+    report.raise_if_broken()
+    print(report.summary())
+    return 0
+
+
+# -- rendering rows ----------------------------------------------------------------------------
+
+
+def _route(row: JournalRow) -> str:
+    if row.recipient:
+        return f"{row.sender} → {row.recipient}"
+    if row.topic:
+        return f"{row.sender} → #{row.topic}"
+    return row.sender
+
+
+def _summary(row: JournalRow, width: int) -> tuple[str, str]:
+    """(one-line body, style) for a row; a body this version cannot decode is said so, not fatal."""
+    style = _KIND_STYLES.get(row.kind, "")
+    try:
+        body = row.decoded_body()
+    except DecodeError as exc:
+        return f"<body not decodable by this version: {exc}>", "red"
+    if isinstance(body, EpisodeCompleted):
+        style = "bold green" if body.outcome == "success" else "bold red"
+    elif isinstance(body, ToolResult) and body.error:
+        style = "red"
+    return describe_body(body, width), style
+
+
+def _clock(ts: float) -> str:
+    if not ts:
+        return "-" * 12
+    return datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:12]
+
+
+def _tail_line(row: JournalRow) -> Text:
+    summary, style = _summary(row, 120)
+    line = Text(f"{row.pos:>7} {_clock(row.ts)} ", style="dim")
+    line.append(f"{row.episode} {_route(row)} ")
+    line.append(row.kind, style=style or "bold")
+    line.append(f" {summary}", style=style)
+    return line
+
+
+# -- tail --------------------------------------------------------------------------------------
+
+
+def _tail(args: argparse.Namespace) -> int:
+    console = _console()
+    with JournalReader(args.file) as reader:
+        rows = reader.tail(args.n)
+        for row in rows:
+            console.print(_tail_line(row), soft_wrap=True)
+        if not args.follow:
+            return 0
+        last = rows[-1].pos if rows else reader.last_pos()
+        try:
+            while True:
+                time.sleep(args.interval)
+                for row in reader.rows(last + 1):
+                    console.print(_tail_line(row), soft_wrap=True)
+                    last = row.pos
+        except KeyboardInterrupt:
+            return 0
+
+
+# -- show --------------------------------------------------------------------------------------
+
+
+def _episode_header(summary: EpisodeSummary | None, episode: str, rows: list[JournalRow]) -> Text:
+    header = Text(f"episode {episode}", style="bold")
+    if summary is None:
+        return header.append(f"  ({len(rows)} rows, no lifecycle events)", style="dim")
+    header.append(f"  {summary.domain or '-'}/{summary.task or '-'} trial {summary.trial}")
+    if summary.outcome is None:
+        header.append("  incomplete", style="yellow")
+    else:
+        header.append(
+            f"  {summary.outcome} reward {summary.reward:g}",
+            style="green" if summary.outcome == "success" else "red",
+        )
+    header.append(
+        f"  {summary.messages} messages, {summary.tool_calls} tool calls, "
+        f"{summary.faults} faults, {summary.defenses} defenses, {summary.duration_s:.2f}s",
+        style="dim",
+    )
+    return header
+
+
+def _show(args: argparse.Namespace) -> int:
+    with JournalReader(args.file) as reader:
+        rows = list(reader.episode_rows(args.episode))
+        if not rows:
+            raise JournalError(f"{args.file}: no rows for episode {args.episode!r}")
+        if args.json:
+            for row in rows:
+                print(export_row(row))
+            return 0
+        summary = reader.episode(args.episode)
+    console = _console()
+    console.print(_episode_header(summary, args.episode, rows))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold dim")
+    table.add_column("pos", justify="right", style="dim")
+    table.add_column("+s", justify="right", style="dim")
+    table.add_column("route")
+    table.add_column("kind")
+    table.add_column("body", overflow="fold")
+    start = rows[0].ts
+    for row in rows:
+        summary_text, style = _summary(row, 400)
+        table.add_row(
+            str(row.pos),
+            f"{row.ts - start:.3f}",
+            _route(row),
+            Text(row.kind, style=style),
+            Text(summary_text, style=style),
+        )
+    console.print(table)
+    return 0
+
+
+# -- export / import ---------------------------------------------------------------------------
+
+
+def _export(args: argparse.Namespace) -> int:
+    if args.output is None:
+        export_jsonl(args.file, sys.stdout, raw=args.raw)
+        return 0
+    with args.output.open("w", encoding="utf-8") as out:
+        count = export_jsonl(args.file, out, raw=args.raw)
+    print(f"exported {count} rows to {args.output}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    if not args.source.is_file():
+        raise JournalError(f"{args.source}: no such file")
+    with args.source.open("rb") as lines:
+        count = import_jsonl(lines, args.file)
+    print(f"imported {count} rows into {args.file}; digests and chain match the export")
+    return 0
+
+
+# -- episodes ----------------------------------------------------------------------------------
+
+
+def _episodes(args: argparse.Namespace) -> int:
+    with JournalReader(args.file) as reader:
+        episodes = reader.episodes()
+    if args.json:
+        for episode in episodes:
+            print(msgspec.json.encode(_episode_json(episode)).decode())
+        return 0
+    table = Table(header_style="bold")
+    for name, justify in [
+        ("episode", "left"),
+        ("domain/task", "left"),
+        ("trial", "right"),
+        ("outcome", "left"),
+        ("reward", "right"),
+        ("turns", "right"),
+        ("msgs", "right"),
+        ("tools", "right"),
+        ("faults", "right"),
+        ("defenses", "right"),
+        ("seconds", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for e in episodes:
+        outcome = Text(e.outcome or "incomplete", style={"success": "green", None: "yellow"}.get(e.outcome, "red"))
+        table.add_row(
+            e.episode,
+            f"{e.domain or '-'}/{e.task or '-'}",
+            str(e.trial),
+            outcome,
+            "-" if e.reward is None else f"{e.reward:g}",
+            str(e.turns),
+            str(e.messages),
+            str(e.tool_calls),
+            str(e.faults),
+            str(e.defenses),
+            f"{e.duration_s:.2f}",
+        )
+    console = _console()
+    console.print(table)
+    console.print(Text(f"{len(episodes)} episodes", style="dim"))
+    return 0
+
+
+def _episode_json(episode: EpisodeSummary) -> dict[str, Any]:
+    return msgspec.structs.asdict(episode) | {"duration_s": episode.duration_s}

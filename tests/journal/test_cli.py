@@ -1,0 +1,157 @@
+"""`faultline journal ...` against real journal files: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from faultline.journal import Journal, JournalReader
+from faultline.runtime.cli import _journal as journal_cli
+from faultline.runtime.cli import main
+
+from .conftest import episode_envelopes, incoming
+
+Capsys = pytest.CaptureFixture[str]
+
+
+def run(capsys: Capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["journal", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_verify_prints_one_summary_line_when_the_chain_holds(journal_file: Path, capsys: Capsys) -> None:
+    code, out, err = run(capsys, "verify", str(journal_file))
+    assert (code, err) == (0, "")
+    assert out.startswith("ok: 18 rows, chain holds, head ") and out.count("\n") == 1
+
+
+def test_verify_names_the_first_bad_row_on_one_line(tamper: Callable[[str], Path], capsys: Capsys) -> None:
+    copy = tamper("UPDATE messages SET recipient = 'mallory' WHERE pos = 8; DELETE FROM messages WHERE pos = 12")
+    code, out, err = run(capsys, "verify", str(copy))
+    assert (code, out) == (1, "")
+    assert err == f"faultline: error: {copy}: row 8: row digest mismatch (a column edited)\n"
+
+
+def test_verify_with_an_anchor_that_is_gone_fails(journal_file: Path, capsys: Capsys) -> None:
+    code, _, err = run(capsys, "verify", str(journal_file), "--anchor", "ab" * 16)
+    assert code == 1 and "not in the chain" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", [["verify"], ["tail"], ["show", "-e", "ep-a"], ["export"], ["episodes"]])
+def test_a_missing_file_is_one_line_and_exit_1(tmp_path: Path, capsys: Capsys, command: list[str]) -> None:
+    code, out, err = run(capsys, command[0], str(tmp_path / "absent.db"), *command[1:])
+    assert (code, out) == (1, "")
+    assert err == f"faultline: error: {tmp_path / 'absent.db'}: no such journal file\n"
+
+
+def test_a_file_that_is_not_a_journal_is_one_line_and_exit_1(tmp_path: Path, capsys: Capsys) -> None:
+    path = tmp_path / "readme.txt"
+    path.write_text("hello\n" * 200)
+    code, out, err = run(capsys, "verify", str(path))
+    assert (code, out) == (1, "")
+    assert err.startswith("faultline: error: ") and "not a Faultline journal" in err and err.count("\n") == 1
+
+
+def test_tail_prints_the_last_rows_compactly(journal_file: Path, capsys: Capsys) -> None:
+    code, out, _ = run(capsys, "tail", str(journal_file), "-n", "3")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 3
+    assert lines[0].split()[0] == "16" and "defense_fired" in lines[0] and "dedup" in lines[0]
+    assert "tool_agent → user assistant_turn 'Your order A1 has shipped.' [done]" in lines[1]
+    assert lines[2].split()[0] == "18" and "failure reward 0" in lines[2]
+
+
+def test_tail_follow_prints_new_rows_until_interrupted(
+    journal_file: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    polls: list[float] = []
+
+    def poll(interval: float) -> None:
+        polls.append(interval)
+        if len(polls) == 1:
+            with Journal.open(journal_file) as journal:
+                journal.append(incoming(episode_envelopes("ep-c")[:2], first_seq=19))
+        else:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(journal_cli.time, "sleep", poll)
+    code, out, _ = run(capsys, "tail", str(journal_file), "-n", "1", "--follow", "--interval", "0.25")
+    assert code == 0 and polls == [0.25, 0.25]
+    assert [line.split()[0] for line in out.splitlines()] == ["18", "19", "20"]
+    assert "ep-c" in out.splitlines()[2] and "Where is my order A1?" in out
+
+
+def test_show_renders_an_episode_timeline(journal_file: Path, capsys: Capsys) -> None:
+    code, out, _ = run(capsys, "show", str(journal_file), "--episode", "ep-b")
+    assert code == 0
+    assert "episode ep-b" in out and "retail/t7" in out and "failure reward 0" in out
+    for expected in [
+        "user → tool_agent",
+        "'Where is my order A1?'",
+        "llm#0 sim-1 120+30 tok → get_order()",
+        'get_order(order_id="A1")',
+        'get_order → {"status":"shipped"}',
+        "message_storm (rule r1)",
+        "dedup at tool_agent dropped x1",
+        "episode_completed",
+    ]:
+        assert expected in out
+    assert "ep-a" not in out
+    assert out.index("user_turn") < out.index("tool_call") < out.index("episode_completed")
+
+
+def test_show_json_prints_the_episode_rows(journal_file: Path, capsys: Capsys) -> None:
+    code, out, _ = run(capsys, "show", str(journal_file), "-e", "ep-a", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [row["pos"] for row in rows] == list(range(1, 10))
+    assert rows[3]["body"] == {"kind": "tool_call", "call_id": "c1", "name": "get_order", "arguments": {"order_id": "A1"}, "arguments_error": ""}
+
+
+def test_show_of_an_unknown_episode_is_one_line_and_exit_1(journal_file: Path, capsys: Capsys) -> None:
+    code, out, err = run(capsys, "show", str(journal_file), "-e", "nope")
+    assert (code, out) == (1, "")
+    assert err == f"faultline: error: {journal_file}: no rows for episode 'nope'\n"
+
+
+def test_show_requires_an_episode(journal_file: Path, capsys: Capsys) -> None:
+    code, _, err = run(capsys, "show", str(journal_file))
+    assert code == 2 and "--episode" in err
+
+
+def test_export_to_stdout_and_to_a_file_then_import(journal_file: Path, tmp_path: Path, capsys: Capsys) -> None:
+    code, out, _ = run(capsys, "export", str(journal_file), "--json")
+    assert code == 0 and len(out.splitlines()) == 18
+    target = tmp_path / "out.jsonl"
+    code, said, _ = run(capsys, "export", str(journal_file), "-o", str(target))
+    assert code == 0 and said == f"exported 18 rows to {target}\n"
+    assert target.read_text() == out
+    copy = tmp_path / "copy.db"
+    code, said, _ = run(capsys, "import", str(target), str(copy))
+    assert code == 0 and said.startswith(f"imported 18 rows into {copy}")
+    with JournalReader(copy) as a, JournalReader(journal_file) as b:
+        assert list(a.rows()) == list(b.rows())
+
+
+def test_import_of_a_missing_file_is_one_line(tmp_path: Path, capsys: Capsys) -> None:
+    code, _, err = run(capsys, "import", str(tmp_path / "none.jsonl"), str(tmp_path / "x.db"))
+    assert code == 1 and err == f"faultline: error: {tmp_path / 'none.jsonl'}: no such file\n"
+
+
+def test_episodes_table_and_json(journal_file: Path, capsys: Capsys) -> None:
+    code, out, _ = run(capsys, "episodes", str(journal_file))
+    assert code == 0
+    lines = [line for line in out.splitlines() if "ep-" in line]
+    assert len(lines) == 2
+    assert "success" in lines[0] and "retail/t7" in lines[0] and "failure" in lines[1]
+    assert "2 episodes" in out
+    code, out, _ = run(capsys, "episodes", str(journal_file), "--json")
+    episodes = [json.loads(line) for line in out.splitlines()]
+    assert [(e["episode"], e["outcome"], e["reward"], e["turns"], e["messages"]) for e in episodes] == [
+        ("ep-a", "success", 1.0, 2, 9),
+        ("ep-b", "failure", 0.0, 2, 9),
+    ]
+    assert episodes[0]["duration_s"] == 4.0

@@ -1,0 +1,34 @@
+"""The public surface of `faultline.journal` is pinned: adding or dropping a name is deliberate."""
+
+from __future__ import annotations
+
+import faultline.journal as journal
+
+
+def test_the_public_names_are_exactly_these() -> None:
+    assert sorted(journal.__all__) == sorted(
+        [
+            "DESCRIBE_WIDTH",
+            "GENESIS",
+            "SCHEMA_VERSION",
+            "EpisodeSummary",
+            "ExportedRow",
+            "Journal",
+            "JournalReader",
+            "JournalRow",
+            "JournalSettings",
+            "VerifyReport",
+            "describe_body",
+            "export_jsonl",
+            "export_row",
+            "import_jsonl",
+            "verify",
+        ]
+    )
+
+
+def test_every_public_name_is_defined_and_owned_by_the_package() -> None:
+    for name in journal.__all__:
+        value = getattr(journal, name)
+        module = getattr(value, "__module__", "faultline.journal")
+        assert module.startswith("faultline.journal"), name

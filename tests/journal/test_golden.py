@@ -1,0 +1,45 @@
+"""A journal written by an earlier version must still open, verify, decode and export the same.
+
+`golden/two_episodes.db` and its export `golden/two_episodes.jsonl` are committed; if a
+change to encoding, digests, the chain or the schema breaks them, old journals are broken too.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+from faultline.journal import JournalReader, export_jsonl, import_jsonl, verify
+
+GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_HEAD = "5a6787a2e186df6b1725c64dce77eb45"
+
+
+def golden_copy(tmp_path: Path) -> Path:
+    """Readers may create WAL side files, so the committed file is only ever copied."""
+    return Path(shutil.copy(GOLDEN / "two_episodes.db", tmp_path / "golden.db"))
+
+
+def test_the_golden_journal_verifies_with_its_pinned_head(tmp_path: Path) -> None:
+    report = verify(golden_copy(tmp_path), anchor=GOLDEN_HEAD)
+    assert report.ok and report.rows == 18 and report.head == GOLDEN_HEAD
+
+
+def test_the_golden_journal_decodes_and_exports_as_committed(tmp_path: Path) -> None:
+    path = golden_copy(tmp_path)
+    with JournalReader(path) as reader:
+        envelopes = [row.envelope() for row in reader.rows()]
+        assert [e.outcome for e in reader.episodes()] == ["success", "failure"]
+    assert [env.kind for env in envelopes[:4]] == ["episode_started", "user_turn", "recording", "tool_call"]
+    out = io.StringIO()
+    export_jsonl(path, out)
+    assert out.getvalue() == (GOLDEN / "two_episodes.jsonl").read_text()
+
+
+def test_the_golden_export_rebuilds_the_golden_journal(tmp_path: Path) -> None:
+    rebuilt = tmp_path / "rebuilt.db"
+    with (GOLDEN / "two_episodes.jsonl").open("rb") as lines:
+        assert import_jsonl(lines, rebuilt) == 18
+    with JournalReader(rebuilt) as a, JournalReader(golden_copy(tmp_path)) as b:
+        assert list(a.rows()) == list(b.rows())
