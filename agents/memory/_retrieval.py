@@ -118,11 +118,14 @@ def choose_n(similarities: np.ndarray, mode: RetrievalMode) -> Cut:
     Index convention, as read from the paper: x is indexed from 0 (the loop
     j = R .. |x|-R-1 keeps every x(j+τ) inside x only then) and y shares x's
     index j (the paper writes y(j), and its Figure 4 draws x and y on one axis),
-    so a peak at offset p of the computed y lies at j = p + R. A peak is the
-    steepest point of a drop; on a clean step it lands on the last entry before
-    the drop (`find_peaks` reports a two-sample flat top at its left sample).
-    The paper takes n at the peak; we keep the entries up to and including
-    that position, n = j + 1, so a step after K similar entries gives n = K.
+    so a peak at offset p of the computed y lies at j = p + R. The paper then
+    sets n to the peak position j. A centred estimate cannot say on which side
+    of a drop it peaks: on a clean step it lands on the last entry before the
+    drop (`find_peaks` reports a two-sample flat top at its left sample), and
+    n = j would leave that entry out. So n is the peak position rounded to the
+    drop: n = j + 1 when the gap after x(j) is at least the gap before it,
+    else n = j. This equals the paper's n whenever the peak lands after the
+    drop, and gives n = K on a step after K similar entries.
     """
     x = np.sort(np.asarray(similarities, dtype=np.float64))[::-1]
     if isinstance(mode, TopK):
@@ -135,4 +138,6 @@ def choose_n(similarities: np.ndarray, mode: RetrievalMode) -> Cut:
     positions = [int(p) + mode.radius for p in offsets]
     if len(positions) < mode.peak:
         return Cut(n=fallback, reason="no_peak", peaks=positions)
-    return Cut(n=positions[mode.peak - 1] + 1, reason="peak", peaks=positions)
+    j = positions[mode.peak - 1]
+    n = j + 1 if x[j] - x[j + 1] >= x[j - 1] - x[j] else j
+    return Cut(n=n, reason="peak", peaks=positions)

@@ -26,11 +26,15 @@ class MemorySettings(msgspec.Struct, frozen=True, kw_only=True):
     `index` decides exact vs HNSW search per domain; `embed_batch` is how many
     queries go to the embedder (and to SQLite) at once in `add_many`;
     `sql_batch` bounds the number of parameters in one SQL statement.
+    `tie_headroom` extra neighbours are fetched and cut by (score, row id), so
+    entries with equal scores at the k-th place are chosen the same way
+    whatever order the index returns them in.
     """
 
     index: IndexSettings = IndexSettings()
     embed_batch: int = 1024
     sql_batch: int = 500
+    tie_headroom: int = 8
 
 
 class PartitionStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -260,7 +264,10 @@ class MemoryStore:
     def nearest(
         self, vector: np.ndarray, k: int, *, domain: str | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Scores (descending) and row ids of the `k` nearest stored vectors; no SQLite access."""
+        """Scores (descending) and row ids of the `k` nearest stored vectors; no SQLite access.
+
+        Equal scores are ordered by row id, i.e. by insertion.
+        """
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         if domain is not None:
             indexes = [self._indexes[domain]] if domain in self._indexes else []
@@ -268,7 +275,7 @@ class MemoryStore:
             indexes = list(self._indexes.values())
         found_scores, found_ids = [], []
         for index in indexes:
-            scores, ids = index.search(query, k)
+            scores, ids = index.search(query, k + self.settings.tie_headroom)
             keep = ids[0] >= 0
             found_scores.append(scores[0][keep])
             found_ids.append(ids[0][keep])
