@@ -1,5 +1,11 @@
 """Model backends: `openai` (any OpenAI-compatible endpoint) and `sim` (offline, deterministic)."""
 
+from faultline.runtime.models._openai import (
+    OpenAIBackend,
+    OpenAIEmbedder,
+    OpenAISettings,
+    parse_tool_arguments,
+)
 from faultline.runtime.models._types import (
     ChatMessage,
     LlmRequest,
@@ -9,4 +15,15 @@ from faultline.runtime.models._types import (
     Usage,
 )
 
-__all__ = ["ChatMessage", "LlmRequest", "LlmResponse", "LlmToolCall", "ModelBackend", "Usage"]
+__all__ = [
+    "ChatMessage",
+    "LlmRequest",
+    "LlmResponse",
+    "LlmToolCall",
+    "ModelBackend",
+    "OpenAIBackend",
+    "OpenAIEmbedder",
+    "OpenAISettings",
+    "Usage",
+    "parse_tool_arguments",
+]

@@ -1,0 +1,302 @@
+"""The `openai` backend: chat completions and embeddings from any OpenAI-compatible endpoint.
+
+The `openai` client's own retries are switched off so that the policy here is
+the only one: timeouts, connection errors, HTTP 429 and 5xx are retried with
+exponential backoff and full jitter; any other 4xx fails at once. A tool call
+whose arguments are not a JSON object is returned with `arguments_error` set,
+so the agent sees the mistake instead of the worker crashing on it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar
+
+import anyio
+import msgspec
+import numpy as np
+
+from faultline._errors import ConfigError, ModelError
+from faultline.runtime.models._types import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
+
+if TYPE_CHECKING:
+    import openai
+
+T = TypeVar("T")
+
+NO_API_KEY = "no-key"
+"""Sent as the API key when the configured variable is unset; local servers accept anything."""
+
+DEFAULT_EMBED_BATCH = 128
+"""Texts per embeddings request; endpoints cap the batch size (OpenAI at 2048)."""
+
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+class OpenAISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where an OpenAI-compatible endpoint is, which model to ask, and how patiently.
+
+    `max_retries` counts retries after the first attempt. The wait before retry
+    n is drawn uniformly from [0, min(backoff_cap_s, backoff_base_s * 2**(n-1))].
+    """
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    model: str = ""
+    temperature: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    timeout_s: Annotated[float, msgspec.Meta(gt=0.0)] = 60.0
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 3
+    backoff_base_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.5
+    backoff_cap_s: Annotated[float, msgspec.Meta(ge=0.0)] = 8.0
+
+
+class _Endpoint:
+    """One `AsyncOpenAI` client plus the retry policy shared by chat and embeddings."""
+
+    def __init__(self, settings: OpenAISettings) -> None:
+        import openai  # here, not at the top: it takes a second to import, which the CLI should not pay
+
+        if not settings.model:
+            raise ConfigError(f"no model set for the openai endpoint {settings.base_url}")
+        self.settings = settings
+        self._key_missing = not (settings.api_key_env and os.environ.get(settings.api_key_env))
+        self.client = openai.AsyncOpenAI(
+            api_key=NO_API_KEY if self._key_missing else os.environ[settings.api_key_env],
+            base_url=settings.base_url,
+            timeout=settings.timeout_s,
+            max_retries=0,
+        )
+        self._rng = random.Random()
+
+    async def call(self, operation: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+        """Run `operation` under the retry policy; return its result and the attempts it took."""
+        import openai
+
+        attempts = self.settings.max_retries + 1
+        last = ""
+        for attempt in range(1, attempts + 1):
+            retry_after = 0.0
+            try:
+                return await operation(), attempt
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if status != 429 and status < 500:
+                    raise ModelError(f"{self.describe()}: {self._status_text(exc)}", retryable=False) from exc
+                last = self._status_text(exc)
+                retry_after = _retry_after(exc)
+            except openai.APITimeoutError:
+                last = f"timed out after {self.settings.timeout_s:g}s"
+            except openai.APIConnectionError as exc:
+                last = f"cannot connect ({exc.__cause__ or exc})"
+            except openai.OpenAIError as exc:
+                raise ModelError(f"{self.describe()}: {exc}", retryable=False) from exc
+            if attempt < attempts:
+                await anyio.sleep(self._backoff(attempt, retry_after))
+        noun = "attempt" if attempts == 1 else "attempts"
+        raise ModelError(f"{self.describe()}: gave up after {attempts} {noun}, last error: {last}", retryable=True)
+
+    def describe(self) -> str:
+        return f"openai endpoint {self.settings.base_url} (model {self.settings.model})"
+
+    def _backoff(self, attempt: int, retry_after: float) -> float:
+        ceiling = min(self.settings.backoff_cap_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
+        return max(self._rng.uniform(0.0, ceiling), min(retry_after, self.settings.backoff_cap_s))
+
+    def _status_text(self, exc: openai.APIStatusError) -> str:
+        body = exc.body
+        detail = body.get("message") if isinstance(body, dict) else None
+        text = f"HTTP {exc.status_code} ({detail if isinstance(detail, str) else exc.response.reason_phrase})"
+        if exc.status_code == 401 and self._key_missing:
+            text += f"; the environment variable {self.settings.api_key_env or '(none configured)'} is not set"
+        return text
+
+
+def _retry_after(exc: openai.APIStatusError) -> float:
+    """The server's Retry-After in seconds, or 0 when it gave none we can read."""
+    try:
+        return max(float(exc.response.headers.get("retry-after", "0")), 0.0)
+    except ValueError:
+        return 0.0
+
+
+class OpenAIBackend:
+    """A `ModelBackend` for one role's settings; use it as an async context manager or call `aclose`."""
+
+    def __init__(self, settings: OpenAISettings) -> None:
+        self.settings = settings
+        self._endpoint = _Endpoint(settings)
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        """Ask the endpoint once (plus retries); `latency_s` covers every attempt and the waits between."""
+        params: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": [_to_openai(message) for message in request.messages],
+        }
+        if request.tools:
+            params["tools"] = request.tools
+        temperature = request.temperature if request.temperature is not None else self.settings.temperature
+        if temperature is not None:
+            params["temperature"] = temperature
+        if request.max_tokens is not None:
+            params["max_tokens"] = request.max_tokens
+        started = time.perf_counter()
+        client = self._endpoint.client
+        completion, attempts = await self._endpoint.call(lambda: client.chat.completions.create(**params))
+        latency = time.perf_counter() - started
+        if not completion.choices:
+            raise ModelError(f"{self._endpoint.describe()}: the reply has no choices", retryable=False)
+        choice = completion.choices[0]
+        usage = completion.usage
+        return LlmResponse(
+            content=choice.message.content or "",
+            tool_calls=[_from_openai(call) for call in choice.message.tool_calls or []],
+            usage=Usage(
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+            ),
+            model=completion.model,
+            finish_reason=choice.finish_reason or "",
+            latency_s=latency,
+            metadata={"attempts": attempts},
+        )
+
+    async def aclose(self) -> None:
+        await self._endpoint.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class OpenAIEmbedder:
+    """Unit-length float32 vectors from an endpoint's `/embeddings`, with the backend's retry policy.
+
+    `dim` is needed before the first call by stores that size their index up
+    front: pass it, or `await probe()` to learn it from the endpoint. Vectors of
+    another length are an error, never silently mixed.
+    """
+
+    def __init__(
+        self, settings: OpenAISettings, *, dim: int | None = None, batch_size: int = DEFAULT_EMBED_BATCH
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"embedding batch_size must be at least 1, got {batch_size}")
+        self.settings = settings
+        self.batch_size = batch_size
+        self._dim = dim
+        self._endpoint = _Endpoint(settings)
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.settings.model}"
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            raise ModelError(f"{self._endpoint.describe()}: embedding size unknown; pass dim= or await probe() first")
+        return self._dim
+
+    async def probe(self) -> int:
+        """Embed one short text to learn the vector size."""
+        await self.embed(["dimension probe"])
+        return self.dim
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """An (n, dim) float32 array whose rows have L2 norm 1 (all-zero rows stay zero)."""
+        batches = [list(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        rows: list[list[float]] = []
+        for batch in batches:
+            rows.extend(await self._embed_batch(batch))
+        matrix = np.asarray(rows, dtype=np.float32).reshape(len(rows), self._dim or 0)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        return (matrix / np.where(norms == 0.0, 1.0, norms)).astype(np.float32, copy=False)
+
+    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        client = self._endpoint.client
+        reply, _ = await self._endpoint.call(
+            lambda: client.embeddings.create(model=self.settings.model, input=batch, encoding_format="float")
+        )
+        data = sorted(reply.data, key=lambda item: item.index)
+        if len(data) != len(batch):
+            raise ModelError(f"{self._endpoint.describe()}: {len(data)} embeddings for {len(batch)} texts")
+        for item in data:
+            if self._dim is None:
+                self._dim = len(item.embedding)
+            if len(item.embedding) != self._dim:
+                raise ModelError(
+                    f"{self._endpoint.describe()}: embedding of size {len(item.embedding)}, expected {self._dim}"
+                )
+        return [item.embedding for item in data]
+
+    async def aclose(self) -> None:
+        await self._endpoint.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def parse_tool_arguments(raw: str) -> tuple[dict[str, Any], str]:
+    """Decode a tool call's argument string: (arguments, "") or ({}, why it is unusable).
+
+    An empty string means no arguments, as some servers send for tools without parameters.
+    """
+    if not raw.strip():
+        return {}, ""
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        return {}, f"arguments are not valid JSON: {exc}"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {_JSON_TYPES.get(type(value), 'null')}"
+    return value, ""
+
+
+def _from_openai(call: Any) -> LlmToolCall:
+    if call.type != "function":
+        return LlmToolCall(
+            id=call.id,
+            name=call.custom.name,
+            arguments_error="custom (free-text) tool calls are not supported; declare the tool as a function",
+            raw_arguments=call.custom.input,
+        )
+    arguments, error = parse_tool_arguments(call.function.arguments)
+    return LlmToolCall(
+        id=call.id,
+        name=call.function.name,
+        arguments=arguments,
+        arguments_error=error,
+        raw_arguments=call.function.arguments if error else "",
+    )
+
+
+def _to_openai(message: ChatMessage) -> dict[str, Any]:
+    """A chat message in the wire shape; a malformed call is sent back exactly as the model wrote it."""
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name:
+        out["name"] = message.name
+    if message.tool_calls:
+        out["content"] = message.content or None
+        out["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": _arguments_text(call)}}
+            for call in message.tool_calls
+        ]
+    return out
+
+
+def _arguments_text(call: LlmToolCall) -> str:
+    return call.raw_arguments if call.arguments_error else msgspec.json.encode(call.arguments).decode()
