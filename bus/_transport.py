@@ -55,18 +55,19 @@ class Delivery:
     reply: str
     stream_seq: int
     delivered: int
+    pending: int = 0
 
     def envelope(self) -> Envelope:
         return decode_envelope(self.data)
 
 
-def _parse_ack_subject(reply: str) -> tuple[int, int]:
-    """(stream sequence, delivery count) from a JetStream ack subject."""
+def _parse_ack_subject(reply: str) -> tuple[int, int, int]:
+    """(stream sequence, delivery count, messages still pending) from a JetStream ack subject."""
     tokens = reply.split(".")
     # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>, or the
     # longer form with domain and account hash before the stream name.
     offset = 2 if len(tokens) == 9 else 4
-    return int(tokens[offset + 3]), int(tokens[offset + 2])
+    return int(tokens[offset + 3]), int(tokens[offset + 2]), int(tokens[offset + 6])
 
 
 class Consumer:
@@ -92,8 +93,8 @@ class Consumer:
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
             return  # flow-control or heartbeat status message
-        seq, delivered = _parse_ack_subject(msg.reply)
-        self._queue.append(Delivery(msg.subject, msg.data, msg.reply, seq, delivered))
+        seq, delivered, pending = _parse_ack_subject(msg.reply)
+        self._queue.append(Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending))
         self._arrived.set()
 
     async def batch(self, limit: int = 1000) -> list[Delivery]:

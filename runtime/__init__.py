@@ -1,1 +1,18 @@
-"""runtime"""
+"""The runtime: the Agent and Context API, workers, the supervisor, model backends, configuration, CLI."""
+
+from faultline.runtime._agent import Agent, load_agent_class
+from faultline.runtime._context import Context, Recorder
+from faultline.runtime._episodes import Completions, start_episode
+from faultline.runtime._worker import Worker, WorkerSettings, shard_of
+
+__all__ = [
+    "Agent",
+    "Completions",
+    "Context",
+    "Recorder",
+    "Worker",
+    "WorkerSettings",
+    "load_agent_class",
+    "shard_of",
+    "start_episode",
+]

@@ -1,0 +1,52 @@
+"""The agent API: a name, the topics it listens to, and one handler."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, ClassVar
+
+from faultline._errors import ConfigError
+from faultline.bus import Envelope, check_token
+
+if TYPE_CHECKING:
+    from faultline.runtime._context import Context
+
+
+class Agent:
+    """Subclass, set `name` (and `topics`), implement `on_message`.
+
+    The runtime makes one instance per (episode, agent) and hands it that
+    episode's messages one at a time, in stream order. State lives on the
+    instance. Everything nondeterministic goes through `ctx` (model calls,
+    service requests, time, randomness), so a journal can replay the agent
+    exactly; an agent that reads the clock or a global random generator
+    directly breaks replay.
+    """
+
+    name: ClassVar[str]
+    topics: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            check_token(cls.name, "agent name")
+            for topic in cls.topics:
+                check_token(topic, "topic")
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        raise NotImplementedError
+
+
+def load_agent_class(spec: str) -> type[Agent]:
+    """An agent class from `package.module:Class`, with a one-line error when it is wrong."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"agent class {spec!r} must look like 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"agent class {spec!r}: cannot import {module_name!r} ({exc})") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Agent) and hasattr(cls, "name")):
+        raise ConfigError(f"agent class {spec!r} is not a faultline Agent subclass with a name")
+    return cls

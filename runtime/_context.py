@@ -1,0 +1,197 @@
+"""The context an agent handler gets: its only door to the outside world.
+
+Outputs (`send`, `publish`, `emit`) are collected and published by the runtime
+after the handler returns, with ids derived from the input's id, so a handler
+that runs twice (after a crash) publishes nothing new. Nondeterministic calls
+(`llm`, `request`, `now`, `random`) go through a `Recorder`: live it executes
+the call and stores a `Recording` on `fl.rec` before returning; in replay it
+serves the journaled answer after checking that the request digest matches.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from faultline._errors import FaultlineError, ModelError, NonDeterminismError
+from faultline.bus import Body, Envelope, Recording, derive_id, digest, encode
+from faultline.runtime.models import LlmRequest, LlmResponse, ModelBackend
+
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+
+
+class Services(Protocol):
+    """What live calls need from the worker around them."""
+
+    def backend_for(self, role: str) -> ModelBackend: ...
+
+    async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes: ...
+
+
+@dataclass
+class Recorder:
+    """Serves recorded calls and, when `services` is set, executes and records the rest.
+
+    `recorded` maps call index to the journal's recording for the input being
+    handled. With `services` None (exact replay) a call without a recording is a
+    divergence; with services (live, or a worker recovering after a crash) it runs.
+    """
+
+    recorded: Mapping[int, Recording] = field(default_factory=dict)
+    services: Services | None = None
+    store: Callable[[Envelope], Awaitable[None]] | None = None
+    made: list[Recording] = field(default_factory=list)
+
+    async def call(
+        self,
+        ctx: Context,
+        call: str,
+        request: Any,
+        execute: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        index = len(self.made)
+        request_digest = digest(encode(request))
+        recorded = self.recorded.get(index)
+        if recorded is not None:
+            if recorded.call != call or recorded.request_digest != request_digest:
+                raise NonDeterminismError(
+                    f"agent {ctx.agent!r} handling {ctx.message.kind} {ctx.message.id} made call #{index} "
+                    f"{call}() that differs from the journal's {recorded.call}()",
+                )
+            self.made.append(recorded)
+            if recorded.error:
+                raise _error_from(recorded.error)
+            return recorded.response
+        if self.services is None:
+            raise NonDeterminismError(
+                f"agent {ctx.agent!r} handling {ctx.message.kind} {ctx.message.id} made call #{index} "
+                f"{call}() that the journal does not hold"
+            )
+        error = ""
+        response: Any = None
+        try:
+            response = msgspec.to_builtins(await execute())
+        except FaultlineError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        recording = Recording(
+            call=call,  # type: ignore[arg-type]
+            index=index,
+            request_digest=request_digest,
+            request=request,
+            response=response,
+            error=error,
+        )
+        self.made.append(recording)
+        if self.store is not None:
+            await self.store(ctx.envelope_for(recording, derive_id(ctx.message.id, index, "r")))
+        if error:
+            raise _error_from(error)
+        return response
+
+
+def _error_from(text: str) -> FaultlineError:
+    kind, _, message = text.partition(": ")
+    return ModelError(message) if kind == "ModelError" else FaultlineError(text)
+
+
+class Context:
+    """What a handler may do: send, publish, emit events, and make recorded calls."""
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        message: Envelope,
+        recorder: Recorder,
+        services: Services | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.message = message
+        self.settings: Mapping[str, Any] = settings or {}
+        self.outputs: list[Envelope] = []
+        self._recorder = recorder
+        self._services = services
+
+    @property
+    def episode(self) -> str:
+        return self.message.episode
+
+    # -- outputs ------------------------------------------------------------------------------
+
+    def envelope_for(self, body: Body, id: str, *, recipient: str = "", topic: str = "") -> Envelope:
+        return Envelope(
+            id=id,
+            episode=self.episode,
+            sender=self.agent,
+            recipient=recipient,
+            topic=topic,
+            body=body,  # type: ignore[arg-type]
+            causation=self.message.id,
+            hops=self.message.hops + 1,
+            ts=time.time(),
+        )
+
+    def _output(self, body: Body, *, recipient: str = "", topic: str = "") -> Envelope:
+        env = self.envelope_for(
+            body, derive_id(self.message.id, len(self.outputs)), recipient=recipient, topic=topic
+        )
+        self.outputs.append(env)
+        return env
+
+    def send(self, to: str, body: Body) -> Envelope:
+        """A direct message to agent `to` in this episode."""
+        return self._output(body, recipient=to)
+
+    def publish(self, topic: str, body: Body) -> Envelope:
+        """A message to every agent subscribed to `topic` in this episode."""
+        return self._output(body, topic=topic)
+
+    def emit(self, body: Body) -> Envelope:
+        """A lifecycle event (episode completed, ...) on its own subject."""
+        return self._output(body)
+
+    # -- recorded nondeterminism --------------------------------------------------------------
+
+    async def llm(self, request: LlmRequest) -> LlmResponse:
+        """A model call through the backend configured for `request.role`."""
+
+        async def execute() -> LlmResponse:
+            assert self._services is not None
+            return await self._services.backend_for(request.role).complete(request)
+
+        raw = await self._recorder.call(self, "llm", msgspec.to_builtins(request), execute)
+        return msgspec.convert(raw, LlmResponse)
+
+    async def request(self, service: str, body: Any, *, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Any:
+        """A request/reply call to a service on `fl.svc.<service>`; `body` is plain data."""
+
+        async def execute() -> Any:
+            assert self._services is not None
+            reply = await self._services.request(service, encode(body), timeout_s)
+            return msgspec.msgpack.decode(reply)
+
+        return await self._recorder.call(self, "request", {"service": service, "body": body}, execute)
+
+    async def now(self) -> float:
+        """Wall-clock time, recorded so that replay sees the same value."""
+
+        async def execute() -> float:
+            return time.time()
+
+        return float(await self._recorder.call(self, "now", None, execute))
+
+    async def random(self) -> float:
+        """A float in [0, 1), seeded from (episode, agent, input, call), recorded."""
+        index = len(self._recorder.made)
+        seed = f"{self.episode}/{self.agent}/{self.message.id}/{index}"
+
+        async def execute() -> float:
+            return _random.Random(seed).random()
+
+        return float(await self._recorder.call(self, "random", None, execute))

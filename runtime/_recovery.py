@@ -1,0 +1,54 @@
+"""Rebuilding an agent's state after a crash: read its episode history back from the stream."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import anyio
+
+from faultline._errors import DecodeError
+from faultline.bus import Bus, Envelope, Recording
+
+HISTORY_TIMEOUT_S = 10.0
+
+
+@dataclass
+class History:
+    """An (episode, agent)'s journaled inputs before a point, and all its recordings."""
+
+    inputs: list[Envelope] = field(default_factory=list)
+    recordings: dict[str, dict[int, Recording]] = field(default_factory=lambda: defaultdict(dict))
+
+
+async def load_history(
+    bus: Bus, episode: str, agent: str, topics: tuple[str, ...], before_seq: int
+) -> History:
+    """Inputs of `agent` in `episode` stored before `before_seq`, and every recording it made.
+
+    Recordings are read to the end of the stream: the message being recovered may
+    already have some (the crash came in the middle of its handler).
+    """
+    s = bus.subjects
+    subjects = [s.direct(episode, agent), s.rec(episode, agent), *(s.topic(episode, t) for t in topics)]
+    consumer = await bus.consumer(None, subjects, start="all")
+    history = History()
+    try:
+        # The message being recovered is among these subjects, so at least one
+        # delivery comes; each says how many are still pending after it.
+        pending = 1
+        with anyio.fail_after(HISTORY_TIMEOUT_S):
+            while pending:
+                for delivery in await consumer.batch():
+                    pending = delivery.pending
+                    try:
+                        env = delivery.envelope()
+                    except DecodeError:
+                        continue  # dead-lettered when it first arrived
+                    if isinstance(env.body, Recording):
+                        history.recordings[env.causation][env.body.index] = env.body
+                    elif delivery.stream_seq < before_seq and not (env.topic and env.sender == agent):
+                        history.inputs.append(env)
+    finally:
+        await consumer.close()
+    return history

@@ -1,0 +1,285 @@
+"""A worker: runs agents for many episodes at once, one message at a time per (episode, agent).
+
+Scheme for several workers of one agent type: a worker started as shard i of n
+reads the agent's subjects through its own durable consumer and handles only the
+episodes whose id hashes to i (crc32 mod n), acknowledging the others unread. So
+each (episode, agent) belongs to exactly one worker, which handles its messages
+in stream order; a restarted worker resumes its consumer and finds its share.
+
+A restarted worker resumes from its consumer's acknowledgement floor. The first
+time it meets an (episode, agent) it rebuilds the instance by replaying that
+pair's earlier inputs from the stream, serving every recorded call; calls the
+crashed handler had already made are served too, so no model is called twice.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+import nats.errors
+from anyio.abc import TaskGroup
+
+from faultline._errors import BusError
+from faultline.bus import (
+    Bus,
+    Delivery,
+    Envelope,
+    EpisodeCompleted,
+    ErrorRaised,
+    Recording,
+    derive_id,
+)
+from faultline.runtime._agent import Agent
+from faultline.runtime._context import Context, Recorder
+from faultline.runtime._recovery import load_history
+from faultline.runtime.models import ModelBackend
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    concurrency: int = 256
+    handler_timeout_s: float = 300.0
+    ack_wait_s: float = 60.0
+    drain_timeout_s: float = 10.0
+    linger_s: float = 30.0
+    shard: int = 0
+    shards: int = 1
+
+
+def shard_of(episode: str, shards: int) -> int:
+    return zlib.crc32(episode.encode()) % shards
+
+
+@dataclass
+class _Instance:
+    agent: Agent
+    send: Any
+    receive: Any
+    rebuilt: bool = False
+    recorded: dict[str, dict[int, Recording]] = field(default_factory=dict)
+
+
+@dataclass
+class Worker:
+    """Runs `agents` against the bus until stopped; see the module docstring for the scheme."""
+
+    bus: Bus
+    agents: Sequence[type[Agent]]
+    backends: Callable[[str], ModelBackend]
+    settings: WorkerSettings = field(default_factory=WorkerSettings)
+    agent_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    name: str = field(default_factory=lambda: f"worker-{os.getpid()}")
+    handled: int = 0
+    _instances: dict[tuple[str, str], _Instance] = field(default_factory=dict)
+    _recovering_below: dict[str, int] = field(default_factory=dict)
+    _backends: dict[str, ModelBackend] = field(default_factory=dict)
+    _limiter: anyio.CapacityLimiter | None = None
+    _finished: dict[str, float] = field(default_factory=dict)
+    _stopping: anyio.Event = field(default_factory=anyio.Event)
+    _ready: anyio.Event = field(default_factory=anyio.Event)
+
+    # -- Services, for the contexts ---------------------------------------------------------
+
+    def backend_for(self, role: str) -> ModelBackend:
+        if role not in self._backends:
+            self._backends[role] = self.backends(role)
+        return self._backends[role]
+
+    async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
+        try:
+            reply = await self.bus.nc.request(self.bus.subjects.svc(service), payload, timeout=timeout_s)
+        except nats.errors.NoRespondersError:
+            raise BusError(f"no service answers on {self.bus.subjects.svc(service)}") from None
+        except nats.errors.TimeoutError:
+            raise BusError(f"service {service!r} did not answer within {timeout_s}s") from None
+        return bytes(reply.data)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until `stop()`; then finish the messages in hand (within the drain timeout)."""
+        self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+        s = self.bus.subjects
+        subs = [
+            await self.bus.nc.subscribe(s.svc("status"), cb=self._on_status),
+            await self.bus.nc.subscribe(s.event("completed", "*"), cb=self._on_completed),
+        ]
+        try:
+            async with anyio.create_task_group() as serving:
+                sweeper = anyio.CancelScope()
+                serving.start_soon(self._evict_finished, sweeper)
+                async with anyio.create_task_group() as reading:
+                    consumers = [await self._open_consumer(cls) for cls in self.agents]
+                    for cls, consumer in zip(self.agents, consumers, strict=True):
+                        reading.start_soon(self._read, serving, cls, consumer)
+                    self._ready.set()
+                    await self._stopping.wait()
+                    reading.cancel_scope.cancel()
+                sweeper.cancel()
+                for consumer in consumers:
+                    await consumer.close()
+                for instance in self._instances.values():
+                    instance.send.close()
+                serving.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout_s
+        finally:
+            for sub in subs:
+                await sub.unsubscribe()
+            for backend in self._backends.values():
+                await backend.aclose()
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _consumer_name(self, cls: type[Agent]) -> str:
+        return f"agent-{cls.name}-{self.settings.shard}of{self.settings.shards}"
+
+    def _filters(self, cls: type[Agent]) -> list[str]:
+        s = self.bus.subjects
+        return [s.direct("*", cls.name), *(s.topic("*", t) for t in cls.topics)]
+
+    async def _open_consumer(self, cls: type[Agent]) -> Any:
+        name = self._consumer_name(cls)
+        try:
+            info = await self.bus.js.consumer_info(self.bus.subjects.stream, name)
+        except Exception:  # noqa: BLE001 - not found: first start of this shard
+            info = None
+        if info is None:
+            return await self.bus.consumer(name, self._filters(cls), start="new", ack_wait_s=self.settings.ack_wait_s)
+        resume = info.ack_floor.stream_seq + 1 if info.ack_floor else 1
+        self._recovering_below[cls.name] = (info.delivered.stream_seq if info.delivered else 0) + 1
+        return await self.bus.consumer(
+            name, self._filters(cls), start=resume, ack_wait_s=self.settings.ack_wait_s, replace=True
+        )
+
+    async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Any) -> None:
+        while not self._stopping.is_set():
+            for delivery in await consumer.batch():
+                await self._dispatch(tg, cls, consumer, delivery)
+
+    async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Any, delivery: Delivery) -> None:
+        env = await self.bus.decode_or_dead_letter(delivery)
+        if (
+            env is None
+            or shard_of(env.episode, self.settings.shards) != self.settings.shard
+            or (env.topic and env.sender == cls.name)
+        ):
+            await consumer.ack(delivery)
+            return
+        key = (env.episode, cls.name)
+        instance = self._instances.get(key)
+        if instance is None:
+            send, receive = anyio.create_memory_object_stream[tuple[Delivery, Envelope]](float("inf"))
+            instance = self._instances[key] = _Instance(cls(), send, receive)
+            tg.start_soon(self._serve, cls, consumer, instance)
+        await instance.send.send((delivery, env))
+
+    async def _serve(self, cls: type[Agent], consumer: Any, instance: _Instance) -> None:
+        assert self._limiter is not None
+        async with instance.receive:
+            async for delivery, env in instance.receive:
+                async with self._limiter:
+                    if not instance.rebuilt:
+                        await self._rebuild(cls, instance, env, delivery.stream_seq)
+                    await self._handle(cls, instance, env, delivery.stream_seq)
+                    await consumer.ack(delivery)
+                    self.handled += 1
+
+    async def _rebuild(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
+        """After a restart, replay what this instance had handled before `seq`."""
+        instance.rebuilt = True
+        if seq >= self._recovering_below.get(cls.name, 0):
+            return
+        history = await load_history(self.bus, env.episode, cls.name, cls.topics, seq)
+        instance.recorded = history.recordings
+        for earlier in history.inputs:
+            messages, _ = await self.bus.interceptors.inbound(earlier, cls.name)
+            for message in messages:
+                recorder = Recorder(recorded=history.recordings.get(message.id, {}))
+                ctx = self._context(cls, message, recorder)
+                await instance.agent.on_message(message, ctx)
+
+    def _context(self, cls: type[Agent], message: Envelope, recorder: Recorder) -> Context:
+        return Context(
+            agent=cls.name,
+            message=message,
+            recorder=recorder,
+            services=self,
+            settings=self.agent_settings.get(cls.name, {}),
+        )
+
+    async def _handle(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
+        messages, events = await self.bus.interceptors.inbound(env, cls.name, seq)
+        if events:
+            await self.bus.publish_all(events)
+        for message in messages:
+            recorded = instance.recorded.pop(message.id, {})
+            recorder = Recorder(recorded=recorded, services=self, store=self.bus.publish)
+            ctx = self._context(cls, message, recorder)
+            try:
+                with anyio.fail_after(self.settings.handler_timeout_s):
+                    await instance.agent.on_message(message, ctx)
+            except Exception as exc:  # noqa: BLE001 - any handler failure fails the episode, not the worker
+                await self.bus.publish_all(_failure(cls.name, message, exc))
+                continue
+            await self.bus.publish_all(ctx.outputs)
+
+    async def _on_completed(self, msg: Any) -> None:
+        self._finished[msg.subject.rsplit(".", 1)[-1]] = anyio.current_time()
+
+    async def _evict_finished(self, scope: anyio.CancelScope) -> None:
+        """Forget instances of episodes completed `linger_s` ago (late messages still find them until then)."""
+        with scope:
+            while True:
+                await anyio.sleep(self.settings.linger_s / 2)
+                self._evict(anyio.current_time() - self.settings.linger_s)
+
+    def _evict(self, cutoff: float) -> None:
+        for episode in [e for e, at in self._finished.items() if at < cutoff]:
+            del self._finished[episode]
+            for key in [k for k in self._instances if k[0] == episode]:
+                self._instances.pop(key).send.close()
+
+    async def _on_status(self, msg: Any) -> None:
+        episodes = sorted({episode for episode, _ in self._instances})
+        status = {
+            "worker": self.name,
+            "pid": os.getpid(),
+            "agents": [cls.name for cls in self.agents],
+            "shard": f"{self.settings.shard}/{self.settings.shards}",
+            "episodes": episodes,
+            "handled": self.handled,
+        }
+        await msg.respond(msgspec.json.encode(status))
+
+
+def _failure(agent: str, message: Envelope, exc: BaseException) -> list[Envelope]:
+    """The error event and the failed-episode event for a handler that raised."""
+    cause = f"{type(exc).__name__} in {agent}: {exc}"
+    common = dict(episode=message.episode, sender=agent, causation=message.id, hops=message.hops + 1)
+    error = ErrorRaised(
+        agent=agent,
+        input_id=message.id,
+        error_type=type(exc).__name__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc))[-4000:],
+    )
+    return [
+        Envelope(id=derive_id(message.id, 0, "e"), body=error, **common),  # type: ignore[arg-type]
+        Envelope(
+            id=derive_id(message.id, 1, "e"),
+            body=EpisodeCompleted(outcome="error", cause=cause),
+            **common,  # type: ignore[arg-type]
+        ),
+    ]
+
+

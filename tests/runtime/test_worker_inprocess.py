@@ -1,0 +1,64 @@
+"""Workers in this process against a real nats-server: order, recordings, failures."""
+
+from __future__ import annotations
+
+import anyio
+
+from faultline.bus import Bus, EpisodeStarted, Note, Recording
+from faultline.runtime import Completions, Worker, start_episode
+
+from tests.runtime.toy import EchoBackend, Pinger, Ponger
+
+
+async def collect(bus: Bus, episode: str) -> list:  # type: ignore[type-arg]
+    consumer = await bus.consumer(None, [f"fl.ep.{episode}.>", f"fl.rec.{episode}.>", f"fl.ev.*.{episode}"])
+    got: list = []
+    pending = 1
+    with anyio.fail_after(5):
+        while pending:
+            for d in await consumer.batch():
+                got.append(d.envelope())
+                pending = d.pending
+    await consumer.close()
+    return got
+
+
+async def test_ping_pong_episodes_complete_with_recordings(bus: Bus) -> None:
+    worker = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        episodes = [f"ep{i}" for i in range(8)]
+        for e in episodes:
+            await start_episode(bus, e, "pinger", EpisodeStarted(task="toy"))
+        with anyio.fail_after(20):
+            done = await completions.wait(episodes)
+        worker.stop()
+    assert {c.outcome for c in done.values()} == {"success"}
+    journal = await collect(bus, "ep3")
+    notes = [e for e in journal if isinstance(e.body, Note)]
+    assert [e.body.data["n"] for e in notes] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert [e.sender for e in notes[:2]] == ["pinger", "ponger"]
+    recordings = [e.body for e in journal if isinstance(e.body, Recording)]
+    assert [r.call for r in recordings].count("llm") == 5
+    assert [r.call for r in recordings].count("random") == 5
+    for e in notes[1:]:
+        assert e.causation in {n.id for n in notes} | {r.id for r in journal}
+        assert e.hops > 0
+
+
+async def test_a_raising_handler_fails_its_episode_only(bus: Bus) -> None:
+    worker = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await start_episode(bus, "bad", "ponger", EpisodeStarted(), Note(data={"n": 1, "crash_at": 1}))
+        await start_episode(bus, "good", "pinger", EpisodeStarted())
+        with anyio.fail_after(20):
+            done = await completions.wait(["bad", "good"])
+        worker.stop()
+    assert done["good"].outcome == "success"
+    assert done["bad"].outcome == "error"
+    assert "RuntimeError in ponger: ponger was told to fail" in done["bad"].cause
+    kinds = [e.kind for e in await collect(bus, "bad")]
+    assert "error_raised" in kinds

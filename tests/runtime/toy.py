@@ -1,0 +1,56 @@
+"""Two toy agents that ping-pong, used by runtime tests (also inside worker processes)."""
+
+from __future__ import annotations
+
+from faultline.bus import Envelope, EpisodeCompleted, Note, Start
+from faultline.runtime import Agent, Context
+from faultline.runtime.models import ChatMessage, LlmRequest, LlmResponse, Usage
+
+ROUNDS = 5
+
+
+class Pinger(Agent):
+    name = "pinger"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        n = 0 if isinstance(msg.body, Start) else int(msg.body.data["n"])  # type: ignore[union-attr]
+        self.seen.append(n)
+        rounds = int(ctx.settings.get("rounds", ROUNDS))
+        if n >= rounds:
+            ctx.emit(EpisodeCompleted(outcome="success", reward=1.0, turns=len(self.seen)))
+            return
+        r = await ctx.random()
+        ctx.send("ponger", Note(text="ping", data={"n": n + 1, "r": r, "seen": list(self.seen)}))
+
+
+class Ponger(Agent):
+    name = "ponger"
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        self.count += 1
+        reply = await ctx.llm(
+            LlmRequest(role="ponger", messages=[ChatMessage(role="user", content=f"ping {msg.body.data['n']}")])  # type: ignore[union-attr]
+        )
+        if msg.body.data.get("crash_at") == self.count:  # type: ignore[union-attr]
+            raise RuntimeError("ponger was told to fail")
+        ctx.send("pinger", Note(text=reply.content, data={"n": msg.body.data["n"], "count": self.count}))  # type: ignore[union-attr]
+
+
+class EchoBackend:
+    """A model that repeats the last message; counts its calls so tests can prove none is repeated."""
+
+    calls = 0
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        type(self).calls += 1
+        text = request.messages[-1].content
+        return LlmResponse(content=f"echo {text}", usage=Usage(prompt_tokens=len(text.split()), completion_tokens=2))
+
+    async def aclose(self) -> None:
+        return None
