@@ -23,12 +23,19 @@ SCHEMA_VERSION = 1
 
 
 class JournalSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """How journal connections are tuned. `synchronous=NORMAL` in WAL mode loses at most the
-    last batches on power loss, never consistency; the stream still holds them."""
+    """How journal files are laid out and connections tuned.
+
+    `synchronous=NORMAL` in WAL mode may lose the last batches on power loss, never
+    consistency, and the stream still holds them. A large checkpoint interval keeps
+    fsyncs rare under sustained appends; the WAL grows to about that many pages.
+    `page_size` applies only when a journal is created.
+    """
 
     busy_timeout_s: float = 5.0
     synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     cache_size_mib: int = 64
+    page_size: int = 8192
+    wal_autocheckpoint_pages: int = 5000
 
 
 _MESSAGE_COLUMNS: dict[str, type] = {
@@ -147,6 +154,7 @@ FROM model_calls GROUP BY episode, agent, model
 
 def configure(conn: sqlite3.Connection, settings: JournalSettings) -> None:
     conn.execute(f"PRAGMA cache_size = -{settings.cache_size_mib * 1024}")
+    conn.execute(f"PRAGMA wal_autocheckpoint = {settings.wal_autocheckpoint_pages}")
 
 
 def table_names(conn: sqlite3.Connection, path: Path) -> set[str]:

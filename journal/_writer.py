@@ -46,6 +46,7 @@ class Journal:
             raise JournalError(f"{path}: cannot open journal ({exc})") from None
         try:
             if not table_names(conn, path):
+                conn.execute(f"PRAGMA page_size = {settings.page_size}")
                 conn.execute("PRAGMA journal_mode = WAL")
                 with _transaction(conn, path):
                     if not table_names(conn, path):
