@@ -96,9 +96,7 @@ class JournalReader:
         if stop is None:
             return _rows(self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? ORDER BY pos", (start,)))
         return _rows(
-            self._query(
-                f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? AND pos < ? ORDER BY pos", (start, stop)
-            )
+            self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? AND pos < ? ORDER BY pos", (start, stop))
         )
 
     def tail(self, n: int) -> list[JournalRow]:

@@ -168,17 +168,17 @@ def table_names(conn: sqlite3.Connection, path: Path) -> set[str]:
 def create(conn: sqlite3.Connection) -> None:
     """Create every table, index, trigger and view; the caller holds the write transaction."""
     db = sqlite_utils.Database(conn)
-    db["meta"].create({"key": str, "value": str}, pk="key", not_null={"value"})
-    db["messages"].create(_MESSAGE_COLUMNS, pk="pos", not_null=set(_MESSAGE_COLUMNS) - {"facts"})
-    db["messages"].create_index(["episode", "pos"])
-    db["messages"].create_index(["kind"])
+    meta = db.create_table("meta", {"key": str, "value": str}, pk="key", not_null={"value"})
+    messages = db.create_table("messages", _MESSAGE_COLUMNS, pk="pos", not_null=set(_MESSAGE_COLUMNS) - {"facts"})
+    messages.create_index(["episode", "pos"])
+    messages.create_index(["kind"])
     db.execute(_STREAM_SEQ_INDEX)
     for trigger in _TRIGGERS:
         db.execute(trigger)
     for name, sql in _VIEWS.items():
         db.create_view(name, sql.strip())
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    db["meta"].insert_all(
+    meta.insert_all(
         [
             {"key": "format", "value": FORMAT},
             {"key": "schema_version", "value": str(SCHEMA_VERSION)},

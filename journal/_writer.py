@@ -39,9 +39,7 @@ class Journal:
         if path.is_dir():
             raise JournalError(f"{path}: is a directory, not a journal file")
         try:
-            conn = sqlite3.connect(
-                path, isolation_level=None, check_same_thread=False, timeout=settings.busy_timeout_s
-            )
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=settings.busy_timeout_s)
         except sqlite3.Error as exc:
             raise JournalError(f"{path}: cannot open journal ({exc})") from None
         try:
@@ -177,7 +175,8 @@ def _drop_journaled(conn: sqlite3.Connection, batch: list[Incoming]) -> list[Inc
             journaled.update(
                 (stream, seq)
                 for (seq,) in conn.execute(
-                    "SELECT stream_seq FROM messages WHERE stream = ? AND stream_seq > 0 AND stream_seq BETWEEN ? AND ?",
+                    "SELECT stream_seq FROM messages"
+                    " WHERE stream = ? AND stream_seq > 0 AND stream_seq BETWEEN ? AND ?",
                     (stream, low, high),
                 )
             )

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from faultline.runtime.cli._system import add_journal_serve
 from faultline._errors import DecodeError, JournalError
 from faultline.bus._messages import EpisodeCompleted, ToolResult
 from faultline.journal import (
@@ -60,7 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = commands.add_parser("verify", help="recompute the hash chain; name the first bad row")
     p.add_argument("file", type=Path)
-    p.add_argument("--anchor", default="", metavar="HEX", help="a head value saved earlier that must still be in the chain")
+    p.add_argument(
+        "--anchor", default="", metavar="HEX", help="a head value saved earlier that must still be in the chain"
+    )
     p.set_defaults(handler=_pipe_safe(_verify))
 
     p = commands.add_parser("tail", help="print the last rows, optionally following new ones")
@@ -87,6 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("source", type=Path, help="exported JSON lines")
     p.add_argument("file", type=Path, help="journal file to create")
     p.set_defaults(handler=_pipe_safe(_import))
+
+    add_journal_serve(commands)
 
     p = commands.add_parser("episodes", help="episodes with outcome, reward and counts")
     p.add_argument("file", type=Path)

@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -16,6 +17,7 @@ from faultline.bus import (
     EpisodeCompleted,
     EpisodeStarted,
     FaultApplied,
+    MessageBody,
     Recording,
     Subjects,
     ToolCall,
@@ -29,7 +31,10 @@ STREAM = "FL_JOURNAL@2026-01-01T00:00:00Z"
 Incoming = tuple[str, int, str, Envelope]
 
 
-def episode_envelopes(episode: str, *, outcome: str = "success", t0: float = 1_767_225_600.0) -> list[Envelope]:
+Outcome = Literal["success", "failure", "error", "timeout"]
+
+
+def episode_envelopes(episode: str, *, outcome: Outcome = "success", t0: float = 1_767_225_600.0) -> list[Envelope]:
     """One small episode with every kind the views care about: 9 messages."""
     root = f"{episode}-root"
     llm_response = {
@@ -39,16 +44,24 @@ def episode_envelopes(episode: str, *, outcome: str = "success", t0: float = 1_7
         "model": "sim-1",
         "latency_s": 0.25,
     }
-    bodies_and_routes = [
+    bodies_and_routes: list[tuple[str, str, MessageBody]] = [
         ("env", "", EpisodeStarted(domain="retail", task="t7", trial=2, seed=11, roster=["verifier"])),
         ("user", "tool_agent", UserTurn(text="Where is my order A1?")),
-        ("tool_agent", "", Recording(call="llm", index=0, request_digest="r0", request={"role": "main"}, response=llm_response)),
+        (
+            "tool_agent",
+            "",
+            Recording(call="llm", index=0, request_digest="r0", request={"role": "main"}, response=llm_response),
+        ),
         ("tool_agent", "env", ToolCall(call_id="c1", name="get_order", arguments={"order_id": "A1"})),
         ("injector", "", FaultApplied(rule_id="r1", fault="message_storm", original={"id": "x1"}, results=[{}, {}])),
         ("env", "tool_agent", ToolResult(call_id="c1", name="get_order", output={"status": "shipped"})),
         ("tool_agent", "", DefenseFired(defense="dedup", agent="tool_agent", message_id="x1", reason="duplicate id")),
         ("tool_agent", "user", AssistantTurn(text="Your order A1 has shipped.", done=True)),
-        ("env", "", EpisodeCompleted(outcome=outcome, reward=1.0 if outcome == "success" else 0.0, turns=2, tokens=150)),  # type: ignore[arg-type]
+        (
+            "env",
+            "",
+            EpisodeCompleted(outcome=outcome, reward=1.0 if outcome == "success" else 0.0, turns=2, tokens=150),
+        ),
     ]
     envelopes = []
     for index, (sender, recipient, body) in enumerate(bodies_and_routes):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from faultline.journal import Journal, JournalReader
-from faultline.runtime.cli import _journal as journal_cli
 from faultline.runtime.cli import main
 
 from .conftest import episode_envelopes, incoming
@@ -78,7 +78,7 @@ def test_tail_follow_prints_new_rows_until_interrupted(
         else:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(journal_cli.time, "sleep", poll)
+    monkeypatch.setattr(time, "sleep", poll)
     code, out, _ = run(capsys, "tail", str(journal_file), "-n", "1", "--follow", "--interval", "0.25")
     assert code == 0 and polls == [0.25, 0.25]
     assert [line.split()[0] for line in out.splitlines()] == ["18", "19", "20"]
@@ -108,7 +108,13 @@ def test_show_json_prints_the_episode_rows(journal_file: Path, capsys: Capsys) -
     code, out, _ = run(capsys, "show", str(journal_file), "-e", "ep-a", "--json")
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [row["pos"] for row in rows] == list(range(1, 10))
-    assert rows[3]["body"] == {"kind": "tool_call", "call_id": "c1", "name": "get_order", "arguments": {"order_id": "A1"}, "arguments_error": ""}
+    assert rows[3]["body"] == {
+        "kind": "tool_call",
+        "call_id": "c1",
+        "name": "get_order",
+        "arguments": {"order_id": "A1"},
+        "arguments_error": "",
+    }
 
 
 def test_show_of_an_unknown_episode_is_one_line_and_exit_1(journal_file: Path, capsys: Capsys) -> None:

@@ -40,7 +40,16 @@ def test_exported_rows_carry_decoded_bodies(journal_file: Path) -> None:
     first, *_, last = (json.loads(line) for line in exported(journal_file).splitlines())
     assert first["pos"] == 1 and first["kind"] == "episode_started"
     assert first["body"]["kind"] == "episode_started" and first["body"]["domain"] == "retail"
-    assert last["body"] == {"kind": "episode_completed", "outcome": "failure", "reward": 0.0, "cause": "", "turns": 2, "tokens": 150, "latency_s": 0.0, "details": {}}
+    assert last["body"] == {
+        "kind": "episode_completed",
+        "outcome": "failure",
+        "reward": 0.0,
+        "cause": "",
+        "turns": 2,
+        "tokens": 150,
+        "latency_s": 0.0,
+        "details": {},
+    }
     assert "body_raw" not in first
 
 

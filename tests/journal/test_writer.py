@@ -16,7 +16,10 @@ from .conftest import STREAM, episode_envelopes, incoming, two_episodes
 
 
 def notes(count: int, *, first_seq: int = 1, stream: str = STREAM) -> list[tuple[str, int, str, Envelope]]:
-    envs = [Envelope(id=f"n{first_seq + i}", episode="ep", sender="a", recipient="b", body=Note(text=str(first_seq + i))) for i in range(count)]
+    envs = [
+        Envelope(id=f"n{first_seq + i}", episode="ep", sender="a", recipient="b", body=Note(text=str(first_seq + i)))
+        for i in range(count)
+    ]
     return incoming(envs, stream=stream, first_seq=first_seq)
 
 
@@ -120,7 +123,7 @@ def test_a_batch_that_fails_is_rolled_back_whole(tmp_path: Path) -> None:
     with Journal.open(path) as journal:
         journal.append(notes(2))
         with pytest.raises(TypeError):
-            journal.append(notes(2, first_seq=3) + [(STREAM, 5, "fl.ep.ep.b", bad)])
+            journal.append([*notes(2, first_seq=3), (STREAM, 5, "fl.ep.ep.b", bad)])
         assert journal.last_pos == 2
         assert journal.append(notes(2, first_seq=3)) == 2
     assert [seq for _, seq in positions_and_seqs(path)] == [1, 2, 3, 4]
@@ -186,6 +189,21 @@ def test_the_inlined_digests_are_the_bus_digests(tmp_path: Path) -> None:
         journal.append(incoming([env]))
     with JournalReader(tmp_path / "j.db") as reader:
         (row,) = reader.rows()
-    key = (1, STREAM, 1, row.subject, env.id, env.episode, env.sender, env.recipient, env.topic, "recording", env.causation, env.hops, env.ts, digest(encode(env.body)))
+    key = (
+        1,
+        STREAM,
+        1,
+        row.subject,
+        env.id,
+        env.episode,
+        env.sender,
+        env.recipient,
+        env.topic,
+        "recording",
+        env.causation,
+        env.hops,
+        env.ts,
+        digest(encode(env.body)),
+    )
     assert row.digest == digest(encode(key))
     assert row.chain == digest((GENESIS + row.digest).encode())
