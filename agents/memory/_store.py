@@ -96,11 +96,15 @@ class MemoryStore:
             self._create_schema()
         except Exception as exc:
             raise MemoryStoreError(f"cannot open memory store {self.path}: {exc}") from exc
-        self._check_embedder()
         self._indexes: dict[str, VectorIndex] = {}
         self._next_id = 1
         self._count = 0
-        self._load()
+        try:
+            self._check_embedder()
+            self._load()
+        except BaseException:
+            self._db.close()
+            raise
 
     # -- lifecycle --------------------------------------------------------------------------
 

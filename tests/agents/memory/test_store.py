@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
@@ -45,12 +46,30 @@ def make_entries(count: int, domain: str = "retail", start: int = 0) -> list[Mem
     ]
 
 
+OpenStore = Callable[..., MemoryStore]
+
+
+@pytest.fixture
+def open_store() -> Iterator[OpenStore]:
+    """Opens in-memory stores and closes them after the test."""
+    opened: list[MemoryStore] = []
+
+    def factory(embedder: object = None, settings: MemorySettings | None = None) -> MemoryStore:
+        store = MemoryStore(":memory:", embedder or HashingEmbedder(), settings)  # type: ignore[arg-type]
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.close()
+
+
 def small_hnsw(threshold: int = 40, embed_batch: int = 16) -> MemorySettings:
     return MemorySettings(index=IndexSettings(hnsw_threshold=threshold), embed_batch=embed_batch)
 
 
-async def test_add_is_idempotent_by_entry_id() -> None:
-    store = MemoryStore(":memory:", HashingEmbedder())
+async def test_add_is_idempotent_by_entry_id(open_store: OpenStore) -> None:
+    store = open_store()
     entries = make_entries(10)
     assert await store.add_many(entries + entries[:3]) == 10
     assert await store.add(entries[4]) is False
@@ -60,8 +79,8 @@ async def test_add_is_idempotent_by_entry_id() -> None:
     assert store.get("retail-99") is None
 
 
-async def test_search_ranks_the_entry_with_the_same_query_first() -> None:
-    store = MemoryStore(":memory:", HashingEmbedder())
+async def test_search_ranks_the_entry_with_the_same_query_first(open_store: OpenStore) -> None:
+    store = open_store()
     entries = make_entries(50)
     await store.add_many(entries)
     for entry in entries[::7]:
@@ -72,8 +91,8 @@ async def test_search_ranks_the_entry_with_the_same_query_first() -> None:
         assert found[1].entry.query.split()[:2] == entry.query.split()[:2]
 
 
-async def test_switch_to_hnsw_keeps_every_entry() -> None:
-    store = MemoryStore(":memory:", HashingEmbedder(), small_hnsw(threshold=40, embed_batch=16))
+async def test_switch_to_hnsw_keeps_every_entry(open_store: OpenStore) -> None:
+    store = open_store(settings=small_hnsw(threshold=40, embed_batch=16))
     entries = make_entries(120)
     await store.add_many(entries[:30])
     assert store.stats().partitions[0].index == "flat"
@@ -85,9 +104,9 @@ async def test_switch_to_hnsw_keeps_every_entry() -> None:
         assert found[0].entry.id == entry.id
 
 
-async def test_hnsw_results_agree_with_exact_search() -> None:
-    exact = MemoryStore(":memory:", HashingEmbedder(), small_hnsw(threshold=10_000))
-    graph = MemoryStore(":memory:", HashingEmbedder(), small_hnsw(threshold=40))
+async def test_hnsw_results_agree_with_exact_search(open_store: OpenStore) -> None:
+    exact = open_store(settings=small_hnsw(threshold=10_000))
+    graph = open_store(settings=small_hnsw(threshold=40))
     entries = make_entries(300)
     await exact.add_many(entries)
     await graph.add_many(entries)
@@ -120,8 +139,8 @@ async def test_reopening_gives_the_same_results(tmp_path: Path) -> None:
             assert len(reopened) == 125
 
 
-async def test_domains_are_searched_apart() -> None:
-    store = MemoryStore(":memory:", HashingEmbedder())
+async def test_domains_are_searched_apart(open_store: OpenStore) -> None:
+    store = open_store()
     await store.add_many(make_entries(20, domain="retail") + make_entries(20, domain="airline"))
     assert store.domains() == ["airline", "retail"]
     found = await store.search("cancel order n5 refund", 10, domain="airline")
@@ -132,8 +151,8 @@ async def test_domains_are_searched_apart() -> None:
     assert [e.id for e in store.entries(domain="airline")][:2] == ["airline-0", "airline-1"]
 
 
-async def test_dynamic_retrieval_keeps_the_similar_cluster() -> None:
-    store = MemoryStore(":memory:", HashingEmbedder())
+async def test_dynamic_retrieval_keeps_the_similar_cluster(open_store: OpenStore) -> None:
+    store = open_store()
     near = [
         MemoryEntry(
             id=f"near-{i}",
@@ -168,8 +187,8 @@ class KeywordEmbedder:
         return np.array([[float(w in t) + 1e-3 for w in self.words] for t in texts], dtype=np.float32)
 
 
-async def test_any_embedder_with_the_protocol_works() -> None:
-    store = MemoryStore(":memory:", KeywordEmbedder())
+async def test_any_embedder_with_the_protocol_works(open_store: OpenStore) -> None:
+    store = open_store(KeywordEmbedder())
     await store.add_many(make_entries(10))
     found = await store.search("which flight", 2)
     assert all("flight" in s.entry.query for s in found)
@@ -191,8 +210,8 @@ class BrokenEmbedder(KeywordEmbedder):
         return np.zeros((len(texts) + 1, self.dim), dtype=np.float32)
 
 
-async def test_an_embedder_returning_the_wrong_shape_is_an_error() -> None:
-    store = MemoryStore(":memory:", BrokenEmbedder())
+async def test_an_embedder_returning_the_wrong_shape_is_an_error(open_store: OpenStore) -> None:
+    store = open_store(BrokenEmbedder())
     with pytest.raises(MemoryStoreError, match="shape"):
         await store.add(make_entries(1)[0])
     assert len(store) == 0
@@ -203,3 +222,12 @@ async def test_unreadable_file_is_a_memory_store_error(tmp_path: Path) -> None:
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(MemoryStoreError, match="cannot open"):
         MemoryStore(path, HashingEmbedder())
+
+
+async def test_faiss_thread_count_is_restored_after_search_and_build(open_store: OpenStore) -> None:
+    before = faiss.omp_get_max_threads()
+    store = open_store(settings=small_hnsw(threshold=20))
+    await store.add_many(make_entries(30))
+    await store.search("cancel order", 5)
+    assert store.stats().partitions[0].index == "hnsw"
+    assert faiss.omp_get_max_threads() == before
