@@ -73,13 +73,15 @@ class JournalReader:
 
     # -- positions -----------------------------------------------------------------------------
 
+    @property
     def last_pos(self) -> int:
-        """Position of the last row, 0 when empty (positions are contiguous from 1)."""
+        """Position of the last row, 0 when empty (positions are contiguous from 1); read anew each time."""
         row = self._query("SELECT pos FROM messages ORDER BY pos DESC LIMIT 1").fetchone()
         return row[0] if row else 0
 
+    @property
     def head(self) -> str:
-        """Chain value of the last row (GENESIS when empty)."""
+        """Chain value of the last row (GENESIS when empty); read anew each time."""
         row = self._query("SELECT chain FROM messages ORDER BY pos DESC LIMIT 1").fetchone()
         return row[0] if row else GENESIS
 

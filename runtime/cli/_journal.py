@@ -177,7 +177,7 @@ def _tail(args: argparse.Namespace) -> int:
             console.print(_tail_line(row), soft_wrap=True)
         if not args.follow:
             return 0
-        last = rows[-1].pos if rows else reader.last_pos()
+        last = rows[-1].pos if rows else reader.last_pos
         try:
             while True:
                 time.sleep(args.interval)

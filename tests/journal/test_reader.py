@@ -16,8 +16,8 @@ from .conftest import episode_envelopes, incoming, two_episodes
 def test_rows_rebuild_the_envelopes_that_were_appended(journal_file: Path) -> None:
     with JournalReader(journal_file) as reader:
         rows = list(reader.rows())
-        assert reader.last_pos() == 18
-        assert reader.head() == rows[-1].chain
+        assert reader.last_pos == 18
+        assert reader.head == rows[-1].chain
     assert [row.envelope() for row in rows] == [env for _, _, _, env in two_episodes()]
     assert all(isinstance(row, JournalRow) for row in rows)
     assert rows[2].kind == "recording" and rows[2].subject == "fl.rec.ep-a.tool_agent"
@@ -86,7 +86,7 @@ def test_a_reader_sees_rows_the_writer_appends_while_it_is_open(tmp_path: Path) 
     with Journal.open(path) as journal:
         journal.append(incoming(episode_envelopes("ep-a")))
         with JournalReader(path) as reader:
-            assert reader.last_pos() == 9
+            assert reader.last_pos == 9
             journal.append(incoming(episode_envelopes("ep-b"), first_seq=10))
             assert [row.pos for row in reader.rows(9)] == list(range(9, 19))
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from faultline._errors import JournalError
 from faultline.bus import Envelope, Note, digest, encode
@@ -207,3 +210,19 @@ def test_the_inlined_digests_are_the_bus_digests(tmp_path: Path) -> None:
     )
     assert row.digest == digest(encode(key))
     assert row.chain == digest((GENESIS + row.digest).encode())
+
+
+@settings(max_examples=40, deadline=None)
+@given(deliveries=st.lists(st.lists(st.integers(1, 30), max_size=12), max_size=8))
+def test_any_redelivery_pattern_journals_each_seq_exactly_once(deliveries: list[list[int]]) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "j.db"
+        every = {seq: row for seq, row in enumerate(notes(30), start=1)}
+        with Journal.open(path) as journal:
+            for batch in deliveries:
+                journal.append([every[seq] for seq in batch])
+        with JournalReader(path) as reader:
+            seqs = [row.stream_seq for row in reader.rows()]
+        first_seen = list(dict.fromkeys(seq for batch in deliveries for seq in batch))
+        assert seqs == first_seen
+        assert verify(path).rows == len(first_seen)

@@ -1,0 +1,59 @@
+"""Bodies render as one readable line each, chosen by kind, and never longer than asked."""
+
+from __future__ import annotations
+
+import pytest
+
+from faultline.bus import (
+    Body,
+    ContextReply,
+    ContextRequest,
+    Control,
+    DeadLetter,
+    EpisodeStarted,
+    ErrorRaised,
+    Recording,
+    ToolCall,
+    ToolResult,
+    UserTurn,
+)
+from faultline.journal import describe_body
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        (UserTurn(text="Hello,\n  where is\tA1?", done=True), "'Hello, where is A1?' [done]"),
+        (ToolCall(call_id="c", name="refund", arguments={"id": "A1", "amount": 5}), 'refund(id="A1", amount=5)'),
+        (
+            ToolCall(call_id="c", name="refund", arguments_error="Expecting ',' delimiter"),
+            "refund() arguments error: Expecting ',' delimiter",
+        ),
+        (ToolResult(call_id="c", name="refund", error="order A1 not found"), "refund error: order A1 not found"),
+        (ContextRequest(step=3, helpers=["planner", "verifier"]), "step 3 asks planner, verifier"),
+        (
+            ContextReply(step=3, helper="verifier", verdict="RECHECK", text="wrong id"),
+            "step 3 verifier RECHECK: 'wrong id'",
+        ),
+        (Recording(call="now", index=4, request_digest="d", response=1767225600.5), "now#4 → 1767225600.5"),
+        (Recording(call="llm", index=1, request_digest="d", error="timeout"), "llm#1 error: timeout"),
+        (
+            Recording(call="llm", index=2, request_digest="d", response={"content": "Done.", "model": "m"}),
+            "llm#2 m 0+0 tok → 'Done.'",
+        ),
+        (
+            EpisodeStarted(domain="airline", task="t1", forked_from="ep-a", forked_at=12),
+            "airline/t1 trial 0 seed 0 forked from ep-a@12",
+        ),
+        (ErrorRaised(agent="env", input_id="i", error_type="KeyError", message="'x'"), "env raised KeyError: 'x'"),
+        (Control(name="helpers", data={"roster": ["planner"]}), 'helpers {"roster":["planner"]}'),
+        (DeadLetter(reason="not msgpack", subject="fl.ep.e.a", data=b"\xff\x00"), "fl.ep.e.a: not msgpack (2 bytes)"),
+    ],
+)
+def test_each_kind_has_a_readable_line(body: Body, line: str) -> None:
+    assert describe_body(body) == line
+
+
+def test_long_renderings_are_clipped_to_the_width() -> None:
+    line = describe_body(UserTurn(text="word " * 100), width=40)
+    assert len(line) == 40 and line.endswith("…")
