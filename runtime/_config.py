@@ -1,0 +1,237 @@
+"""`faultline.toml`: every setting of a deployment, with defaults that work without a file.
+
+The file is parsed with `tomllib` and converted into frozen structs with
+`msgspec.convert`, so a wrong key or type is one line that names its path
+(`faultline.toml: Expected int, got str - at $.workers.tool.count`). Unknown
+keys are errors. To add a section, add a struct with defaults and a field on
+`Config`; a `dict[str, Struct]` field is a family of named tables such as
+`[workers.<name>]`, and its errors name the table.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+from faultline._errors import ConfigError, SubjectError
+from faultline.bus import DEFAULT_PREFIX, check_token
+from faultline.runtime.models._openai import OpenAIBackend, OpenAISettings
+from faultline.runtime.models._types import ModelBackend
+
+DEFAULT_CONFIG_FILE = Path("faultline.toml")
+"""Read by `load_config(None)` when it exists in the working directory."""
+
+T = TypeVar("T")
+
+DEFAULT_MODEL_ROLE = "default"
+ALL_AGENTS = "*"
+
+_CLASS_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+Seconds = Annotated[float, msgspec.Meta(gt=0.0)]
+
+
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every section: immutable, keyword-only, unknown keys rejected."""
+
+
+class NatsConfig(_Section):
+    """Where the bus is. An empty `url` starts an embedded nats-server that stores into `store_dir`."""
+
+    url: str = ""
+    prefix: str = DEFAULT_PREFIX
+    store_dir: str = "runs/nats"
+
+
+class JournalConfig(_Section):
+    path: str = "runs/journal.sqlite"
+
+
+class RuntimeConfig(_Section):
+    """Limits of one worker process."""
+
+    concurrency: Annotated[int, msgspec.Meta(ge=1)] = 256
+    """Episodes a worker handles at once."""
+    handler_timeout_s: Seconds = 300.0
+    """Longest one `on_message` call may run before it is cancelled."""
+    ack_wait_s: Seconds = 60.0
+    """How long NATS waits for an acknowledgement before redelivering."""
+    drain_timeout_s: Seconds = 10.0
+    """How long a stopping worker waits for handlers in flight."""
+    linger_s: Annotated[float, msgspec.Meta(ge=0.0)] = 30.0
+    """How long a completed episode's agent instances are kept for late messages."""
+
+
+class WorkerConfig(_Section):
+    """One kind of worker process: the agents it runs (`"*"` for every agent) and how many processes."""
+
+    agents: tuple[str, ...] = (ALL_AGENTS,)
+    count: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+class AgentConfig(_Section):
+    """A custom agent class (`package.module:Class`; empty for a built-in agent) and its model role.
+
+    An empty `model_role` means the agent's own name; a role without a
+    `[models.<role>]` table uses `[models.default]`.
+    """
+
+    class_: str = msgspec.field(default="", name="class")
+    model_role: str = ""
+
+
+class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A model role: the offline `sim` stand-in, or an OpenAI-compatible endpoint with these settings."""
+
+    backend: Literal["sim", "openai"] = "sim"
+
+
+class Config(_Section):
+    """The whole file. Every field has a default, so `Config()` is a working offline setup."""
+
+    nats: NatsConfig = NatsConfig()
+    journal: JournalConfig = JournalConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    workers: dict[str, WorkerConfig] = msgspec.field(default_factory=lambda: {"main": WorkerConfig()})
+    agents: dict[str, AgentConfig] = {}
+    models: dict[str, ModelConfig] = msgspec.field(default_factory=lambda: {DEFAULT_MODEL_ROLE: ModelConfig()})
+
+    def model(self, role: str) -> ModelConfig:
+        """The settings for a model role, falling back to `[models.default]`."""
+        if role in self.models:
+            return self.models[role]
+        return self.models.get(DEFAULT_MODEL_ROLE, ModelConfig())
+
+    def role_of(self, agent: str) -> str:
+        """The model role an agent's requests use: its `model_role`, else its own name."""
+        settings = self.agents.get(agent)
+        return settings.model_role if settings and settings.model_role else agent
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read a config file; with no path, `./faultline.toml` if it exists, else the defaults.
+
+    Relative paths in the file (journal, NATS store) are taken relative to the file's folder.
+    """
+    if path is None:
+        if not DEFAULT_CONFIG_FILE.is_file():
+            return Config()
+        path = DEFAULT_CONFIG_FILE
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot read the file ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+    return _relative_to(parse_config(raw, source=source), path.parent)
+
+
+def parse_config(raw: dict[str, Any], *, source: str = "faultline.toml") -> Config:
+    """A Config from already-parsed TOML; errors start with `source` and name the key's path."""
+    document = dict(raw)
+    named = _named_tables()
+    tables = {name: document.pop(name) for name in named if name in document}
+    config = _convert(document, Config, "$", source)
+    if "models" in tables:
+        tables["models"] = _with_default_model(tables["models"], source)
+    for name, entries in tables.items():
+        entry_type = named[name]
+        if not isinstance(entries, dict):
+            raise ConfigError(f"{source}: Expected a table of named entries - at $.{name}")
+        for key in entries:
+            _check_token(key, f"$.{name}", source, "table name")
+        converted = {key: _convert(value, entry_type, f"$.{name}.{key}", source) for key, value in entries.items()}
+        config = msgspec.structs.replace(config, **{name: converted})
+    _check(config, source)
+    if DEFAULT_MODEL_ROLE not in config.models:
+        config = msgspec.structs.replace(config, models={DEFAULT_MODEL_ROLE: ModelConfig(), **config.models})
+    return config
+
+
+def make_backend(config: Config, role: str) -> ModelBackend:
+    """The backend for a model role: the offline simulator or an OpenAI-compatible endpoint."""
+    settings = config.model(role)
+    if settings.backend == "sim":
+        from faultline.runtime.models._sim import SimBackend
+
+        return SimBackend()
+    return OpenAIBackend(settings)
+
+
+def _named_tables() -> dict[str, type[msgspec.Struct]]:
+    """Config fields of type `dict[str, SomeStruct]`: the `[section.<name>]` families."""
+    hints = typing.get_type_hints(Config)
+    return {
+        name: typing.get_args(hint)[1]
+        for name, hint in hints.items()
+        if typing.get_origin(hint) is dict and isinstance(typing.get_args(hint)[1], type)
+    }
+
+
+def _with_default_model(entries: Any, source: str) -> Any:
+    """Each `[models.<role>]` table inherits the keys it does not set from `[models.default]`."""
+    if not isinstance(entries, dict):
+        return entries
+    default = entries.get(DEFAULT_MODEL_ROLE, {})
+    if not isinstance(default, dict):
+        raise ConfigError(f"{source}: Expected a table - at $.models.{DEFAULT_MODEL_ROLE}")
+    merged: dict[str, Any] = {DEFAULT_MODEL_ROLE: default} if DEFAULT_MODEL_ROLE in entries else {}
+    for role, table in entries.items():
+        if role != DEFAULT_MODEL_ROLE:
+            merged[role] = {**default, **table} if isinstance(table, dict) else table
+    return merged
+
+
+def _convert(value: Any, type_: type[T], path: str, source: str) -> T:
+    try:
+        return msgspec.convert(value, type_)
+    except msgspec.ValidationError as exc:
+        message = str(exc).replace("`", "")
+        if " - at $" in message:
+            message = message.replace(" - at $", f" - at {path}", 1)
+        elif path != "$":
+            message = f"{message} - at {path}"
+        raise ConfigError(f"{source}: {message}") from None
+
+
+def _check(config: Config, source: str) -> None:
+    """What a type cannot say: names that must be subject tokens, class specs, a model for `openai`."""
+    _check_token(config.nats.prefix, "$.nats.prefix", source, "subject prefix")
+    for name, worker in config.workers.items():
+        for agent in worker.agents:
+            if agent != ALL_AGENTS:
+                _check_token(agent, f"$.workers.{name}.agents", source, "agent name")
+    for name, agent_config in config.agents.items():
+        if agent_config.class_ and not _CLASS_SPEC.match(agent_config.class_):
+            raise ConfigError(
+                f"{source}: Expected 'package.module:ClassName', got {agent_config.class_!r} - at $.agents.{name}.class"
+            )
+    for role, settings in config.models.items():
+        if settings.backend == "openai" and not settings.model:
+            raise ConfigError(f'{source}: a model name is needed with backend = "openai" - at $.models.{role}.model')
+
+
+def _check_token(value: str, path: str, source: str, what: str) -> None:
+    try:
+        check_token(value, what)
+    except SubjectError as exc:
+        raise ConfigError(f"{source}: {exc} - at {path}") from None
+
+
+def _relative_to(config: Config, folder: Path) -> Config:
+    def place(value: str) -> str:
+        return value if Path(value).is_absolute() else str(folder / value)
+
+    return msgspec.structs.replace(
+        config,
+        nats=msgspec.structs.replace(config.nats, store_dir=place(config.nats.store_dir)),
+        journal=msgspec.structs.replace(config.journal, path=place(config.journal.path)),
+    )

@@ -1,0 +1,84 @@
+"""`faultline config check`: load the configuration and print what will take effect."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from faultline.runtime._config import ALL_AGENTS, DEFAULT_CONFIG_FILE, Config, ModelConfig, load_config
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("config", help="check the configuration file")
+    parser.set_defaults(handler=lambda args: parser.print_help())
+    commands = parser.add_subparsers(dest="config_command", metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="validate a config file and print the effective settings",
+        description=f"Validate a config file (default ./{DEFAULT_CONFIG_FILE} if present, else the built-in"
+        " defaults) and print the effective settings. Exit 1 with one line naming the bad key.",
+    )
+    check.add_argument("--config", type=Path, default=None, metavar="PATH", help="the faultline.toml to check")
+    check.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    path: Path | None = args.config
+    if path is None and DEFAULT_CONFIG_FILE.is_file():
+        path = DEFAULT_CONFIG_FILE
+    config = load_config(path)
+    print(f"{path}: ok" if path else "no config file: built-in defaults")
+    for line in summary(config):
+        print(line)
+    return 0
+
+
+def summary(config: Config) -> list[str]:
+    """A few lines that say what a run with this configuration would use."""
+    nats, runtime = config.nats, config.runtime
+    bus = f"{nats.url}" if nats.url else f"embedded nats-server storing in {nats.store_dir}"
+    lines = [
+        f"nats     {bus}, subject prefix {nats.prefix}",
+        f"journal  {config.journal.path}",
+        f"runtime  {runtime.concurrency} episodes at once per worker, handler timeout {runtime.handler_timeout_s:g}s,"
+        f" ack wait {runtime.ack_wait_s:g}s, drain timeout {runtime.drain_timeout_s:g}s,"
+        f" linger {runtime.linger_s:g}s",
+    ]
+    workers = [f"{name}: {_processes(w.count)} running {_agents(w.agents)}" for name, w in config.workers.items()]
+    agents = [
+        f"{name}: {agent.class_ or 'built-in'}, model role {config.role_of(name)}"
+        for name, agent in config.agents.items()
+    ]
+    lines += _block("workers", workers)
+    lines += _block("agents", agents or ["built-in agents only"])
+    lines += _block("models", [f"{role}: {_model(m)}" for role, m in config.models.items()])
+    return lines
+
+
+def _block(title: str, items: list[str]) -> list[str]:
+    return [f"{title if i == 0 else '':<8} {item}" for i, item in enumerate(items)]
+
+
+def _agents(agents: tuple[str, ...]) -> str:
+    return "every agent" if ALL_AGENTS in agents else ", ".join(agents)
+
+
+def _processes(count: int) -> str:
+    return "1 process" if count == 1 else f"{count} processes"
+
+
+def _model(settings: ModelConfig) -> str:
+    if settings.backend == "sim":
+        return "sim (offline deterministic simulation, not a model)"
+    if not settings.api_key_env:
+        key = "no API key"
+    else:
+        state = "set" if os.environ.get(settings.api_key_env) else "not set"
+        key = f"key from ${settings.api_key_env} ({state})"
+    temperature = "endpoint default" if settings.temperature is None else f"{settings.temperature:g}"
+    return (
+        f"openai {settings.model} at {settings.base_url}, {key}, temperature {temperature},"
+        f" timeout {settings.timeout_s:g}s, {settings.max_retries} retries"
+        f" (backoff {settings.backoff_base_s:g}s doubling to {settings.backoff_cap_s:g}s)"
+    )

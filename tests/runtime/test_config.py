@@ -1,0 +1,173 @@
+"""faultline.toml: defaults without a file, the example parses, bad keys are one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from faultline._errors import ConfigError
+from faultline.runtime import (
+    AgentConfig,
+    Config,
+    ModelConfig,
+    WorkerConfig,
+    load_config,
+    make_backend,
+    parse_config,
+)
+from faultline.runtime.cli import main
+from faultline.runtime.models import OpenAIBackend
+from tests.openai_server import OpenAIServer, Text
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "faultline.example.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "faultline.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_no_file_gives_a_working_offline_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(None)
+    assert config == Config()
+    assert config.nats.url == ""
+    assert config.nats.prefix == "fl"
+    assert config.journal.path == "runs/journal.sqlite"
+    assert config.workers == {"main": WorkerConfig(agents=("*",), count=1)}
+    assert config.model("anything").backend == "sim"
+
+
+def test_faultline_toml_in_the_working_directory_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, '[nats]\nprefix = "lab"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_config(None).nats.prefix == "lab"
+
+
+def test_the_example_file_parses_and_shows_every_section() -> None:
+    config = load_config(EXAMPLE)
+    assert config.workers["tool"] == WorkerConfig(agents=("tool_agent",), count=2)
+    assert config.agents["triage"] == AgentConfig(class_="mypackage.triage:TriageAgent", model_role="small")
+    agent = config.model("agent")
+    assert (agent.backend, agent.model, agent.temperature) == ("openai", "qwen2.5-7b-instruct", 0.0)
+    assert config.model(config.role_of("tool_agent")) is agent
+    assert config.model("unconfigured").backend == "sim"
+    example_keys = {line.split("=")[0].strip().lstrip("# ") for line in EXAMPLE.read_text().splitlines() if "=" in line}
+    for section in (config.nats, config.journal, config.runtime, WorkerConfig(), ModelConfig()):
+        assert set(section.__struct_fields__) <= example_keys
+
+
+def test_relative_paths_are_relative_to_the_file(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, '[journal]\npath = "out/j.sqlite"\n[nats]\nstore_dir = "/abs/nats"\n'))
+    assert config.journal.path == str(tmp_path / "out/j.sqlite")
+    assert config.nats.store_dir == "/abs/nats"
+
+
+def test_a_role_inherits_unset_keys_from_the_default_model() -> None:
+    config = parse_config(
+        {
+            "models": {
+                "default": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "big", "max_retries": 5},
+                "verifier": {"model": "small"},
+            }
+        }
+    )
+    verifier = config.model("verifier")
+    assert (verifier.backend, verifier.base_url, verifier.model, verifier.max_retries) == (
+        "openai",
+        "http://127.0.0.1:9/v1",
+        "small",
+        5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[workers.tool]\ncount = "two"\n', "faultline.toml: Expected int, got str - at $.workers.tool.count"),
+        ("[workers.tool]\ncount = 0\n", "Expected int >= 1 - at $.workers.tool.count"),
+        ('[nats]\nurll = ""\n', "Object contains unknown field urll - at $.nats"),
+        ("[runtime]\nack_wait_s = -1.0\n", "Expected float > 0.0 - at $.runtime.ack_wait_s"),
+        ('[models.judge]\nbackend = "gpt"\n', "Invalid enum value 'gpt' - at $.models.judge.backend"),
+        ('[models.judge]\ntimeout = 3\n', "Object contains unknown field timeout - at $.models.judge"),
+        ('[models.judge]\nbackend = "openai"\n', 'needed with backend = "openai" - at $.models.judge.model'),
+        ('[agents.triage]\nclass = "triage.TriageAgent"\n', "'package.module:ClassName'"),
+        ('[nats]\nprefix = "a.b"\n', "subject prefix 'a.b' is not a valid subject token"),
+        ('[workers."tool agent"]\ncount = 1\n', "table name 'tool agent' is not a valid subject token"),
+        ("workers = 3\n", "Expected a table of named entries - at $.workers"),
+        ("[faultz]\n", "Object contains unknown field faultz"),
+        ("[nats\n", "invalid TOML: Expected ']'"),
+    ],
+)
+def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(str(tmp_path / "faultline.toml"))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"missing\.toml: no such file"):
+        load_config(tmp_path / "missing.toml")
+
+
+async def test_make_backend_builds_the_openai_backend_for_a_role(openai_server: OpenAIServer) -> None:
+    from faultline.runtime.models import ChatMessage, LlmRequest
+
+    config = parse_config(
+        {"models": {"agent": {"backend": "openai", "base_url": openai_server.url, "api_key_env": "", "model": "m7"}}}
+    )
+    openai_server.reply(Text("configured"))
+    backend = make_backend(config, "agent")
+    assert isinstance(backend, OpenAIBackend)
+    try:
+        response = await backend.complete(LlmRequest(role="agent", messages=[ChatMessage(role="user", content="hi")]))
+    finally:
+        await backend.aclose()
+    assert response.content == "configured"
+    assert openai_server.chat_requests[0]["model"] == "m7"
+
+
+def test_make_backend_builds_the_sim_backend_by_default() -> None:
+    sim = pytest.importorskip("faultline.runtime.models._sim")
+    assert isinstance(make_backend(Config(), "agent"), sim.SimBackend)
+
+
+def test_config_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "check", "--config", str(EXAMPLE)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines()[0] == f"{EXAMPLE}: ok"
+    assert "tool: 2 processes running tool_agent" in out
+    assert "agent: openai qwen2.5-7b-instruct at http://127.0.0.1:8000/v1" in out
+    assert "default: sim (offline deterministic simulation" in out
+
+
+def test_config_check_without_a_file_reports_the_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "check"]) == 0
+    assert capsys.readouterr().out.startswith("no config file: built-in defaults\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[workers.tool]\ncount = "x"\n', "Expected int, got str - at $.workers.tool.count"),
+        (None, "no such file"),
+    ],
+)
+def test_config_check_on_a_bad_or_missing_file_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, expected: str
+) -> None:
+    path = write(tmp_path, text) if text is not None else tmp_path / "faultline.toml"
+    assert main(["config", "check", "--config", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith(f"faultline: error: {path}: ")
+    assert expected in err
