@@ -250,7 +250,7 @@ class Worker:
                 self._instances.pop(key).send.close()
 
     async def _on_status(self, msg: Any) -> None:
-        episodes = sorted({episode for episode, _ in self._instances})
+        episodes = sorted({episode for episode, _ in self._instances} - self._finished.keys())
         status = {
             "worker": self.name,
             "pid": os.getpid(),

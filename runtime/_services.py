@@ -1,0 +1,117 @@
+"""Entry points of the long-running processes: a worker and the journal service.
+
+Each connects to NATS, serves until SIGTERM or SIGINT, then stops the way its
+docstring promises (a worker drains, the journal catches up) and exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+
+from faultline._errors import ConfigError
+from faultline.bus import Bus
+from faultline.journal._service import JournalService
+from faultline.runtime._agent import Agent, load_agent_class
+from faultline.runtime._config import ALL_AGENTS, Config, make_backend
+from faultline.runtime._supervisor import announce_ready
+from faultline.runtime._worker import Worker, WorkerSettings
+
+BUILTIN_AGENTS: dict[str, str] = {}
+"""Agent names the runtime knows without configuration, mapped to their classes."""
+
+
+class _Service(Protocol):
+    async def run(self) -> None: ...
+
+    async def wait_ready(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def agent_names(config: Config) -> list[str]:
+    """Every agent a `*` in a worker's agent list stands for."""
+    return sorted({*BUILTIN_AGENTS, *config.agents})
+
+
+def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
+    """Agent classes for names (built-in, configured) or `package.module:Class` paths."""
+    if ALL_AGENTS in names:
+        names = agent_names(config)
+    classes = []
+    for name in names:
+        configured = config.agents.get(name)
+        if ":" in name:
+            spec = name
+        elif configured is not None and configured.class_:
+            spec = configured.class_
+        elif name in BUILTIN_AGENTS:
+            spec = BUILTIN_AGENTS[name]
+        else:
+            known = ", ".join(agent_names(config)) or "none"
+            raise ConfigError(f"unknown agent {name!r} (known: {known}; or give package.module:Class)")
+        classes.append(load_agent_class(spec))
+    return classes
+
+
+async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:
+    """Run `service`, announce it ready as `name`, stop it on SIGTERM/SIGINT."""
+    async with anyio.create_task_group() as tg:
+
+        async def watch_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    service.stop()
+                    return
+
+        async def run() -> None:
+            await service.run()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch_signals)
+        tg.start_soon(run)
+        await service.wait_ready()
+        await announce_ready(bus, name)
+
+
+async def _with_bus(url: str, prefix: str, body: Callable[[Bus], Awaitable[None]]) -> None:
+    bus = await Bus.connect(url, prefix=prefix)
+    try:
+        await bus.ensure_stream()
+        await body(bus)
+    finally:
+        await bus.close()
+
+
+async def run_worker(config: Config, url: str, prefix: str, agents: list[str], name: str, shard: tuple[int, int]) -> None:
+    classes = resolve_agents(agents, config)
+    r = config.runtime
+    settings = WorkerSettings(
+        concurrency=r.concurrency,
+        handler_timeout_s=r.handler_timeout_s,
+        ack_wait_s=r.ack_wait_s,
+        drain_timeout_s=r.drain_timeout_s,
+        linger_s=r.linger_s,
+        shard=shard[0],
+        shards=shard[1],
+    )
+    agent_settings: dict[str, dict[str, Any]] = {
+        n: {"model_role": a.model_role or n} for n, a in config.agents.items()
+    }
+
+    async def body(bus: Bus) -> None:
+        worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
+        await serve_until_signal(bus, name, worker)
+
+    await _with_bus(url, prefix, body)
+
+
+async def run_journal(url: str, prefix: str, path: Path, name: str) -> None:
+    async def body(bus: Bus) -> None:
+        await serve_until_signal(bus, name, JournalService(bus, path))
+
+    await _with_bus(url, prefix, body)

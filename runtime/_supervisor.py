@@ -1,0 +1,182 @@
+"""The supervisor: starts the system as separate OS processes and keeps it running.
+
+Order of start: nats-server (embedded, unless a URL is given), the journal
+service, then the workers. Order of stop: workers first (each drains what it
+holds), then the journal (it catches up with the stream), then the server. A
+process that dies unasked is restarted with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import msgspec
+from anyio.abc import Process
+from nats.aio.msg import Msg
+
+from faultline._errors import FaultlineError, ServerError
+from faultline.bus import Bus, EmbeddedServer
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_MAX_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """A child process: its name (also its ready announcement) and its `faultline` arguments."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+@dataclass
+class _Child:
+    spec: ProcessSpec
+    process: Process | None = None
+    restarts: int = 0
+    log: IO[bytes] | None = None
+
+
+def ready_subject(prefix: str) -> str:
+    return f"{prefix}.svc.ready"
+
+
+async def announce_ready(bus: Bus, name: str) -> None:
+    """Tell a waiting supervisor that process `name` serves now."""
+    await bus.nc.publish(ready_subject(bus.subjects.prefix), msgspec.json.encode({"name": name, "pid": os.getpid()}))
+    await bus.nc.flush()
+
+
+@dataclass
+class Supervisor:
+    """Runs `journal` and `workers` as child processes of this one; see the module docstring."""
+
+    journal_path: Path
+    workers: Sequence[ProcessSpec]
+    nats_url: str = ""
+    prefix: str = "fl"
+    store_dir: Path | None = None
+    log_dir: Path | None = None
+    extra_args: tuple[str, ...] = ()
+    bus: Bus | None = None
+    server: EmbeddedServer | None = None
+    _children: dict[str, _Child] = field(default_factory=dict)
+    _ready: dict[str, anyio.Event] = field(default_factory=dict)
+    _stopping: bool = False
+
+    @property
+    def url(self) -> str:
+        return self.nats_url or (self.server.url if self.server else "")
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start everything and return once every process announced it is ready."""
+        if not self.nats_url:
+            self.server = EmbeddedServer(store_dir=self.store_dir)
+            await anyio.to_thread.run_sync(self.server.start)
+        self.bus = await Bus.connect(self.url, prefix=self.prefix)
+        await self.bus.ensure_stream()
+        await self.bus.nc.subscribe(ready_subject(self.prefix), cb=self._on_ready)
+        journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)))
+        await self._spawn(tg, journal)
+        for spec in self.workers:
+            await self._spawn(tg, spec)
+
+    async def _on_ready(self, msg: Msg) -> None:
+        name = msgspec.json.decode(msg.data).get("name", "")
+        if name in self._ready:
+            self._ready[name].set()
+
+    def _argv(self, spec: ProcessSpec) -> list[str]:
+        common = ["--nats", self.url, "--prefix", self.prefix, "--name", spec.name, *self.extra_args]
+        return [sys.executable, "-m", "faultline.runtime.cli", *spec.args, *common]
+
+    async def _spawn(self, tg: anyio.abc.TaskGroup, spec: ProcessSpec) -> None:
+        child = self._children.setdefault(spec.name, _Child(spec))
+        self._ready[spec.name] = anyio.Event()
+        if self.log_dir is not None and child.log is None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            child.log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        child.process = await anyio.open_process(
+            self._argv(spec), stdin=None, stdout=child.log, stderr=child.log
+        )
+        with anyio.move_on_after(READY_TIMEOUT_S) as timeout:
+            async with anyio.create_task_group() as wait:
+                wait.start_soon(self._ready[spec.name].wait)
+                await child.process.wait()
+                wait.cancel_scope.cancel()
+        if timeout.cancelled_caught or child.process.returncode is not None:
+            where = f" (see {self.log_dir / (spec.name + '.log')})" if self.log_dir else ""
+            raise ServerError(f"process {spec.name} did not become ready{where}")
+        tg.start_soon(self._watch, tg, child, child.process)
+
+    async def _watch(self, tg: anyio.abc.TaskGroup, child: _Child, process: Process) -> None:
+        """Restart `child` with backoff if it exits while the system is meant to run."""
+        await process.wait()
+        if self._stopping or child.process is not process:
+            return
+        child.restarts += 1
+        delay = min(RESTART_BACKOFF_S * 2 ** (child.restarts - 1), RESTART_BACKOFF_MAX_S)
+        await anyio.sleep(delay)
+        if not self._stopping:
+            await self._spawn(tg, child.spec)
+
+    def pid(self, name: str) -> int | None:
+        child = self._children.get(name)
+        return child.process.pid if child and child.process else None
+
+    async def wait_restarted(self, name: str, old_pid: int) -> None:
+        """Wait until `name` runs again under a pid other than `old_pid` and is ready."""
+        while self.pid(name) in (old_pid, None) or not self._ready[name].is_set():
+            await anyio.sleep(0.05)
+
+    async def stop(self) -> None:
+        """Drain workers, let the journal catch up, stop the server. Safe to call twice."""
+        self._stopping = True
+        workers = [c for name, c in self._children.items() if name != "journal"]
+        await self._terminate(workers)
+        await self._terminate([c for name, c in self._children.items() if name == "journal"])
+        for child in self._children.values():
+            if child.log is not None:
+                child.log.close()
+                child.log = None
+        if self.bus is not None:
+            await self.bus.close()
+            self.bus = None
+        if self.server is not None:
+            await anyio.to_thread.run_sync(self.server.stop)
+            self.server = None
+
+    async def _terminate(self, children: list[_Child]) -> None:
+        live = [c.process for c in children if c.process is not None and c.process.returncode is None]
+        for process in live:
+            process.send_signal(signal.SIGTERM)
+        for process in live:
+            with anyio.move_on_after(STOP_TIMEOUT_S) as scope:
+                await process.wait()
+            if scope.cancelled_caught:
+                process.kill()
+                await process.wait()
+        for process in [c.process for c in children if c.process is not None]:
+            await process.aclose()
+
+    def status(self) -> list[dict[str, Any]]:
+        return [
+            {"name": n, "pid": c.process.pid if c.process else None, "restarts": c.restarts}
+            for n, c in self._children.items()
+        ]
+
+
+def check_journal_path(path: Path) -> Path:
+    if path.exists() and path.is_dir():
+        raise FaultlineError(f"journal path {path} is a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path

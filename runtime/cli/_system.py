@@ -1,0 +1,198 @@
+"""`faultline up`, `faultline worker`, `faultline journal serve` and `faultline status`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from faultline._errors import ConfigError, UsageError
+from faultline.bus import Bus
+from faultline.runtime._config import Config, load_config
+from faultline.runtime._services import agent_names, run_journal, run_worker
+from faultline.runtime._supervisor import ProcessSpec, Supervisor
+
+STATE_FILE = Path(".faultline/up.json")
+STATUS_WINDOW_S = 0.5
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    parser.add_argument("--nats", default="", metavar="URL", help="use this NATS server instead of an embedded one")
+    parser.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("up", help="start nats-server, the journal service and the workers; Ctrl-C stops")
+    _common(p)
+    p.add_argument("--journal", type=Path, help="journal file (default from config)")
+    p.set_defaults(handler=_up)
+
+    p = sub.add_parser("worker", help="run agents in this process, against a running NATS server")
+    _common(p)
+    p.add_argument("--agents", required=True, help="agent names or package.module:Class, comma-separated")
+    p.add_argument("--shard", default="0/1", metavar="I/N", help="serve the episodes of shard I of N (default 0/1)")
+    p.add_argument("--name", default="", help="process name announced to the supervisor")
+    p.set_defaults(handler=_worker)
+
+    p = sub.add_parser("status", help="the workers of a running system, their agents and episodes in flight")
+    _common(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_status)
+
+
+def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser("serve", help="copy the stream into a journal file until stopped")
+    p.add_argument("file", type=Path)
+    _common(p)
+    p.add_argument("--name", default="journal", help="process name announced to the supervisor")
+    p.set_defaults(handler=_journal_serve)
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config)
+
+
+def _url(args: argparse.Namespace, config: Config, *, state: bool = False) -> str:
+    url = args.nats or config.nats.url
+    if not url and state and STATE_FILE.exists():
+        url = json.loads(STATE_FILE.read_text()).get("url", "")
+    if not url:
+        where = " (no `faultline up` is running here)" if state else ""
+        raise UsageError(f"no NATS server given: pass --nats URL or set nats.url in faultline.toml{where}")
+    return url
+
+
+def _prefix(args: argparse.Namespace, config: Config) -> str:
+    return args.prefix or config.nats.prefix
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise UsageError(f"--shard {text!r}: I must be in 0..N-1")
+    return index, count
+
+
+def _worker(args: argparse.Namespace) -> int:
+    config = _config(args)
+    agents = [a.strip() for a in args.agents.split(",") if a.strip()]
+    name = args.name or f"worker-{os.getpid()}"
+    anyio.run(run_worker, config, _url(args, config), _prefix(args, config), agents, name, _shard(args.shard))
+    return 0
+
+
+def _journal_serve(args: argparse.Namespace) -> int:
+    config = _config(args)
+    anyio.run(run_journal, _url(args, config), _prefix(args, config), args.file, args.name)
+    return 0
+
+
+def worker_specs(config: Config, config_path: Path | None) -> list[ProcessSpec]:
+    """One process per configured worker instance; an agent may belong to one worker group only."""
+    owner: dict[str, str] = {}
+    specs = []
+    for group, worker in config.workers.items():
+        names = agent_names(config) if "*" in worker.agents else worker.agents
+        for agent in names:
+            if agent in owner:
+                raise ConfigError(f"agent {agent!r} is in workers.{owner[agent]} and workers.{group}: pick one")
+            owner[agent] = group
+        if not names:
+            continue
+        extra = ("--config", str(config_path)) if config_path else ()
+        for i in range(worker.count):
+            args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{worker.count}", *extra)
+            specs.append(ProcessSpec(f"worker-{group}-{i}", args))
+    return specs
+
+
+def _up(args: argparse.Namespace) -> int:
+    config = _config(args)
+    journal = args.journal or Path(config.journal.path)
+    supervisor = Supervisor(
+        journal_path=journal,
+        workers=worker_specs(config, args.config),
+        nats_url=args.nats or config.nats.url,
+        prefix=_prefix(args, config),
+        store_dir=Path(config.nats.store_dir),
+        log_dir=journal.parent / "logs",
+    )
+    console = Console(stderr=True)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                try:
+                    await supervisor.start(tg)
+                    STATE_FILE.parent.mkdir(exist_ok=True)
+                    STATE_FILE.write_text(json.dumps({"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid()}))
+                    console.print(_process_table(supervisor.status(), supervisor.url, journal))
+                    console.print("running; Ctrl-C drains the workers and stops")
+                    async for _ in signals:
+                        break
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await supervisor.stop()
+                        STATE_FILE.unlink(missing_ok=True)
+                    tg.cancel_scope.cancel()
+        console.print("stopped: workers drained, journal caught up")
+
+    anyio.run(main)
+    return 0
+
+
+def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table:
+    table = Table(title=f"faultline up — NATS {url}, journal {journal}")
+    for column in ("process", "pid", "restarts"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["name"], str(row["pid"]), str(row["restarts"]))
+    return table
+
+
+async def gather_status(url: str, prefix: str, window_s: float = STATUS_WINDOW_S) -> list[dict[str, Any]]:
+    """Ask every worker for its status and collect the answers that arrive within `window_s`."""
+    bus = await Bus.connect(url, prefix=prefix)
+    replies: list[dict[str, Any]] = []
+    try:
+        inbox = bus.nc.new_inbox()
+
+        async def on_reply(msg: Any) -> None:
+            replies.append(msgspec.json.decode(msg.data))
+
+        sub = await bus.nc.subscribe(inbox, cb=on_reply)
+        await bus.nc.publish(bus.subjects.svc("status"), b"", reply=inbox)
+        await anyio.sleep(window_s)
+        await sub.unsubscribe()
+    finally:
+        await bus.close()
+    return sorted(replies, key=lambda r: r["worker"])
+
+
+def _status(args: argparse.Namespace) -> int:
+    config = _config(args)
+    replies = anyio.run(gather_status, _url(args, config, state=True), _prefix(args, config))
+    if args.json:
+        print(json.dumps(replies))
+        return 0
+    table = Table(title=f"{len(replies)} worker(s)")
+    for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight"):
+        table.add_column(column)
+    for r in replies:
+        episodes = r["episodes"]
+        shown = ", ".join(episodes[:5]) + (f" (+{len(episodes) - 5})" if len(episodes) > 5 else "")
+        table.add_row(r["worker"], str(r["pid"]), ",".join(r["agents"]), r["shard"], str(r["handled"]), shown or "-")
+    Console().print(table)
+    return 0 if replies else 1

@@ -1,0 +1,115 @@
+"""The journal service against a real nats-server and a real SQLite file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from faultline.bus import Bus, DeadLetter, EmbeddedServer, Envelope, Note, UserTurn
+from faultline.journal import JournalReader, verify
+from faultline.journal._service import JournalService
+
+
+def note(i: int) -> Envelope:
+    return Envelope(id=f"m{i}", episode=f"e{i % 3}", sender="a", recipient="b", body=Note(text="x" * 150))
+
+
+async def test_every_published_message_is_journaled_in_stream_order(bus: Bus, tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish_all(note(i) for i in range(2000))
+        with anyio.fail_after(20):
+            await service.wait_for(2000)
+        service.stop()
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    assert [r.id for r in rows] == [f"m{i}" for i in range(2000)]
+    assert [r.stream_seq for r in rows] == list(range(1, 2001))
+    assert [r.pos for r in rows] == list(range(1, 2001))
+    assert rows[5].envelope() == note(5)
+    assert verify(path).ok
+
+
+async def test_malformed_messages_are_dead_lettered_and_journaled(bus: Bus, tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish(note(0))
+        await bus.publish_raw("fl.ep.e0.b", b"\xc1 not msgpack")
+        await bus.publish_raw("fl.ep.e0.b", b"\x81\xa4body\x01")  # msgpack of the wrong shape
+        await bus.publish(Envelope(id="after", episode="e0", sender="a", recipient="b", body=UserTurn(text="still here")))
+        with anyio.fail_after(20):
+            await service.wait_for(6)  # 4 published + 2 dead letters
+        service.stop()
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    assert sorted(r.kind for r in rows) == ["dead_letter", "dead_letter", "note", "user_turn"]
+    assert [r.id for r in rows if r.kind != "dead_letter"] == ["m0", "after"]
+    letters = [r.envelope().body for r in rows if r.kind == "dead_letter"]
+    assert all(isinstance(b, DeadLetter) for b in letters)
+    assert [b.stream_seq for b in letters] == [2, 3]  # type: ignore[union-attr]
+    assert letters[0].reason.startswith("not msgpack")  # type: ignore[union-attr]
+    assert "$" in letters[1].reason or "Object missing" in letters[1].reason  # type: ignore[union-attr]
+    assert letters[0].data == b"\xc1 not msgpack"  # type: ignore[union-attr]
+    assert verify(path).ok
+
+
+def _serve(url: str, path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "faultline.runtime.cli", "journal", "serve", str(path), "--nats", url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def _rows_at_least(path: Path, n: int) -> None:
+    """Wait (polling the file another process writes) until it holds n rows."""
+    while True:
+        if path.exists():
+            try:
+                with JournalReader(path) as reader:
+                    if reader.last_pos >= n:
+                        return
+            except Exception:  # noqa: BLE001 - the writer may not have created the schema yet
+                pass
+        await anyio.sleep(0.02)
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_stream_leaves_no_gap_and_no_duplicate(
+    nats_server: EmbeddedServer, bus: Bus, tmp_path: Path
+) -> None:
+    path = tmp_path / "j.sqlite"
+    total = 20_000
+    process = _serve(nats_server.url, path)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.publish_all, [note(i) for i in range(total)])
+            with anyio.fail_after(30):
+                await _rows_at_least(path, 2000)
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        with JournalReader(path) as reader:
+            assert 0 < reader.last_pos < total, "the kill must land mid-stream"
+        process = _serve(nats_server.url, path)
+        with anyio.fail_after(60):
+            await _rows_at_least(path, total)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(10)
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    assert [r.stream_seq for r in rows] == list(range(1, total + 1))
+    assert [r.id for r in rows] == [f"m{i}" for i in range(total)]
+    assert verify(path).ok
