@@ -31,6 +31,7 @@ from typing import Any
 
 import anyio
 import faiss
+import msgspec
 import numpy as np
 
 from faultline.agents.memory import (
@@ -182,34 +183,79 @@ async def run_size(size: int, queries: int, seed: int, index: IndexSettings) -> 
     return result
 
 
-def _fields(settings: IndexSettings) -> dict[str, Any]:
+def _fields(settings: msgspec.Struct) -> dict[str, Any]:
     return {name: getattr(settings, name) for name in settings.__struct_fields__}
 
 
 # -- embedder quality ----------------------------------------------------------------------
 
 SHARED_WORDS = [
-    ("Cancel my order 4021 and refund it to the original card", "Please cancel order 4021 and put the refund back on my original card"),
-    ("Book a flight from Boston to Denver next Friday morning", "I need a morning flight next Friday, Boston to Denver"),
-    ("Change the shipping address of my latest order to 12 Elm Street", "Update the delivery address on my most recent order to 12 Elm Street"),
+    (
+        "Cancel my order 4021 and refund it to the original card",
+        "Please cancel order 4021 and put the refund back on my original card",
+    ),
+    (
+        "Book a flight from Boston to Denver next Friday morning",
+        "I need a morning flight next Friday, Boston to Denver",
+    ),
+    (
+        "Change the shipping address of my latest order to 12 Elm Street",
+        "Update the delivery address on my most recent order to 12 Elm Street",
+    ),
     ("Delete all emails from Nadia sent last week", "Remove the emails Nadia sent me during the last week"),
-    ("Schedule a 30 minute meeting with Raj tomorrow at the first free slot", "Set up a half-hour meeting with Raj tomorrow whenever I am first free"),
+    (
+        "Schedule a 30 minute meeting with Raj tomorrow at the first free slot",
+        "Set up a half-hour meeting with Raj tomorrow whenever I am first free",
+    ),
     ("How many visitors did the website have in October", "What was the total number of website visits in October"),
-    ("Exchange the blue shirt in order 77 for a red one in the same size", "For order 77 swap the blue shirt for a red shirt of the same size"),
+    (
+        "Exchange the blue shirt in order 77 for a red one in the same size",
+        "For order 77 swap the blue shirt for a red shirt of the same size",
+    ),
     ("Upgrade my reservation ABC123 to business class", "Move reservation ABC123 up to business class please"),
-    ("Forward the latest invoice email from Carlos to the finance team", "Send the finance team the most recent invoice Carlos emailed me"),
+    (
+        "Forward the latest invoice email from Carlos to the finance team",
+        "Send the finance team the most recent invoice Carlos emailed me",
+    ),
     ("What is the balance of my checking account", "Tell me how much money is in my checking account"),
     ("Add two checked bags to my flight to Paris", "I want to add 2 checked bags on the Paris flight"),
-    ("Reassign the customer Dakota Wilson to Raj in the CRM", "In the CRM move Dakota Wilson so that Raj is assigned to them"),
-    ("Plot total visits as a line chart if they exceeded 20 on any day this week", "If daily visits were above 20 at any point this week draw a line chart of total visits"),
-    ("Return the headphones from order 5512 because they are broken", "The headphones in order 5512 are broken, I want to return them"),
-    ("Find the cheapest hotel in Rome for three nights from June 3", "Search hotels in Rome for 3 nights starting June 3 and show the cheapest"),
-    ("Reset the password for the account linked to jane@example.com", "The account with email jane@example.com needs a password reset"),
-    ("Cancel the dentist appointment on Thursday afternoon", "Please drop my Thursday afternoon appointment with the dentist"),
+    (
+        "Reassign the customer Dakota Wilson to Raj in the CRM",
+        "In the CRM move Dakota Wilson so that Raj is assigned to them",
+    ),
+    (
+        "Plot total visits as a line chart if they exceeded 20 on any day this week",
+        "If daily visits were above 20 at any point this week draw a line chart of total visits",
+    ),
+    (
+        "Return the headphones from order 5512 because they are broken",
+        "The headphones in order 5512 are broken, I want to return them",
+    ),
+    (
+        "Find the cheapest hotel in Rome for three nights from June 3",
+        "Search hotels in Rome for 3 nights starting June 3 and show the cheapest",
+    ),
+    (
+        "Reset the password for the account linked to jane@example.com",
+        "The account with email jane@example.com needs a password reset",
+    ),
+    (
+        "Cancel the dentist appointment on Thursday afternoon",
+        "Please drop my Thursday afternoon appointment with the dentist",
+    ),
     ("Transfer 200 dollars from savings to checking", "Move $200 from my savings account into checking"),
-    ("List all open support tickets assigned to Mei", "Show me every support ticket still open that Mei is assigned to"),
-    ("Rename the project folder Q3 reports to Q3 archive", "Change the name of the Q3 reports project folder to Q3 archive"),
-    ("Which of my flights next month have a layover in Chicago", "Show my flights next month that stop over in Chicago"),
+    (
+        "List all open support tickets assigned to Mei",
+        "Show me every support ticket still open that Mei is assigned to",
+    ),
+    (
+        "Rename the project folder Q3 reports to Q3 archive",
+        "Change the name of the Q3 reports project folder to Q3 archive",
+    ),
+    (
+        "Which of my flights next month have a layover in Chicago",
+        "Show my flights next month that stop over in Chicago",
+    ),
     ("Set the thermostat in the living room to 21 degrees", "Put the living room thermostat at 21 degrees"),
     ("Subscribe me to the weekly product newsletter", "Sign me up for the product newsletter that comes every week"),
     ("Split the bill of 90 euros equally among three friends", "Divide a 90 euro bill evenly between 3 friends"),
@@ -245,7 +291,10 @@ def paraphrase_quality(pairs: list[tuple[str, str]]) -> dict[str, float]:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    header = f"{'entries':>8} {'index':>6} {'mode':>8} {'p50 ms':>8} {'p99 ms':>8} {'p50+emb':>8} {'p99+emb':>8} {'mean n':>7} {'peaks':>6} {'ins/s':>8}"
+    header = (
+        f"{'entries':>8} {'index':>6} {'mode':>8} {'p50 ms':>8} {'p99 ms':>8} {'p50+emb':>8} {'p99+emb':>8}"
+        f" {'mean n':>7} {'peaks':>6} {'ins/s':>8}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
@@ -279,17 +328,24 @@ def verdict(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    index = IndexSettings(
-        hnsw_m=args.hnsw_m, hnsw_ef_construction=args.ef_construction, hnsw_ef_search=args.ef_search
-    )
+    index = IndexSettings(hnsw_m=args.hnsw_m, hnsw_ef_construction=args.ef_construction, hnsw_ef_search=args.ef_search)
     results = []
     for size in args.sizes:
         result, seconds = await _timed_async(run_size(size, args.queries, args.seed, index))
         result["seconds"] = seconds
         results.append(result)
     report: dict[str, Any] = {
-        "machine": {"python": platform.python_version(), "faiss": faiss.__version__, "threads": faiss.omp_get_max_threads()},
-        "settings": {"hnsw_m": index.hnsw_m, "ef_construction": index.hnsw_ef_construction, "ef_search": index.hnsw_ef_search, "dynamic": _fields(Dynamic())},
+        "machine": {
+            "python": platform.python_version(),
+            "faiss": faiss.__version__,
+            "threads": faiss.omp_get_max_threads(),
+        },
+        "settings": {
+            "hnsw_m": index.hnsw_m,
+            "ef_construction": index.hnsw_ef_construction,
+            "ef_search": index.hnsw_ef_search,
+            "dynamic": _fields(Dynamic()),
+        },
         "results": results,
         "verdict": verdict(results),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -103,7 +104,7 @@ class HashingEmbedder:
                 features.extend(grams)
                 rows.extend([row] * len(unigram))
                 rows.extend([row + 2 * n] * len(grams))
-            features.extend(self._bigram_feature(a, b) for a, b in zip(words, words[1:]))
+            features.extend(self._bigram_feature(a, b) for a, b in pairwise(words))
             rows.extend([row + n] * max(len(words) - 1, 0))
         families = _normalised(_hashed_counts(rows, features, 3 * n, s.dim)).reshape(3, n, s.dim)
         weights = np.array([s.word_weight, s.bigram_weight, s.char_weight], dtype=np.float32)

@@ -75,7 +75,7 @@ class VectorIndex:
             return np.zeros((len(vectors), 0), np.float32), np.zeros((len(vectors), 0), np.int64)
         params = None
         if self.kind == "hnsw":
-            params = faiss.SearchParametersHNSW(efSearch=max(self.settings.hnsw_ef_search, k))
+            params = faiss.SearchParametersHNSW(efSearch=max(self.settings.hnsw_ef_search, k))  # type: ignore[attr-defined]
         with _omp_threads(self.settings.search_threads):
             return self._index.search(vectors, k, params=params)
 

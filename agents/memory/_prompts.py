@@ -116,9 +116,7 @@ def extractor_request(data: ExtractionInput, settings: PromptSettings | None = N
     )
 
 
-def format_examples(
-    entries: Sequence[MemoryEntry | ScoredEntry], *, split_by_feedback: bool = False
-) -> str:
+def format_examples(entries: Sequence[MemoryEntry | ScoredEntry], *, split_by_feedback: bool = False) -> str:
     """The block the tool agent's system prompt gets: retrieved entries as in-context examples.
 
     `split_by_feedback` lists satisfied and unsatisfied requests under separate
@@ -252,7 +250,10 @@ def _mistake_sentence(mistake: Mapping[str, Any]) -> str:
         case "tool":
             return f"At step {step} the agent chose the wrong tool: {made} instead of {intended}."
         case "hallucination":
-            return f"At step {step} the agent stated {made}, which no tool or user message supports; the facts were {intended}."
+            return (
+                f"At step {step} the agent stated {made}, which no tool or user message supports;"
+                f" the facts were {intended}."
+            )
         case "incomplete":
             return f"At step {step} the agent stopped early; it still had to do {intended}."
         case other:

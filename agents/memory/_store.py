@@ -164,11 +164,11 @@ class MemoryStore:
                 "body": _encoder.encode(e),
                 "vector": vector.tobytes(),
             }
-            for row_id, e, vector in zip(ids, new, vectors)
+            for row_id, e, vector in zip(ids, new, vectors, strict=True)
         ]
         try:
             with self._db.conn:
-                self._db["entries"].insert_all(rows, batch_size=self.settings.sql_batch)
+                self._db.table("entries").insert_all(rows, batch_size=self.settings.sql_batch)
         except Exception as exc:
             raise MemoryStoreError(f"cannot write to memory store {self.path}: {exc}") from exc
         self._next_id += len(new)
@@ -235,9 +235,7 @@ class MemoryStore:
         scores, ids = self.nearest(vector, k, domain=domain)
         return self._scored(scores, ids)
 
-    async def retrieve(
-        self, query: str, mode: RetrievalMode | None = None, *, domain: str | None = None
-    ) -> Retrieval:
+    async def retrieve(self, query: str, mode: RetrievalMode | None = None, *, domain: str | None = None) -> Retrieval:
         """Entries for `query` under `mode` (default `TopK()`), with how many were chosen and why."""
         vector = (await self._embed([query]))[0]
         return self.retrieve_vector(query, vector, mode, domain=domain)
@@ -265,9 +263,7 @@ class MemoryStore:
             candidates=len(scores) if isinstance(mode, Dynamic) else 0,
         )
 
-    def nearest(
-        self, vector: np.ndarray, k: int, *, domain: str | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, vector: np.ndarray, k: int, *, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Scores (descending) and row ids of the `k` nearest stored vectors; no SQLite access.
 
         Equal scores are ordered by row id, i.e. by insertion.
@@ -293,7 +289,7 @@ class MemoryStore:
 
     def _scored(self, scores: np.ndarray, ids: np.ndarray) -> list[ScoredEntry]:
         bodies = self._bodies([int(i) for i in ids])
-        return [ScoredEntry(entry=bodies[int(i)], score=float(s)) for s, i in zip(scores, ids)]
+        return [ScoredEntry(entry=bodies[int(i)], score=float(s)) for s, i in zip(scores, ids, strict=True)]
 
     def _bodies(self, ids: Sequence[int]) -> dict[int, MemoryEntry]:
         out: dict[int, MemoryEntry] = {}
@@ -329,7 +325,7 @@ class MemoryStore:
 
     def _create_schema(self) -> None:
         if "entries" not in self._db.table_names():
-            self._db["entries"].create(
+            self._db.table("entries").create(
                 {
                     "id": int,
                     "entry_id": str,
@@ -344,17 +340,17 @@ class MemoryStore:
                 pk="id",
                 not_null={"entry_id", "domain", "body", "vector"},
             )
-            self._db["entries"].create_index(["entry_id"], unique=True)
-            self._db["entries"].create_index(["domain", "id"])
+            self._db.table("entries").create_index(["entry_id"], unique=True)
+            self._db.table("entries").create_index(["domain", "id"])
         if "meta" not in self._db.table_names():
-            self._db["meta"].create({"key": str, "value": str}, pk="key")
+            self._db.table("meta").create({"key": str, "value": str}, pk="key")
 
     def _check_embedder(self) -> None:
         meta: dict[str, Any] = {k: v for k, v in self._db.execute("SELECT key, value FROM meta")}
         wanted = {"schema": str(SCHEMA_VERSION), "embedder": self._embedder_name, "dim": str(self.embedder.dim)}
         if not meta:
             with self._db.conn:
-                self._db["meta"].insert_all([{"key": k, "value": v} for k, v in wanted.items()])
+                self._db.table("meta").insert_all([{"key": k, "value": v} for k, v in wanted.items()])
             return
         if meta.get("schema") != wanted["schema"]:
             raise MemoryStoreError(

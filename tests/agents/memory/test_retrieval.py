@@ -20,7 +20,7 @@ from faultline.agents.memory import (
 
 def step_curve(sizes: list[int], levels: list[float], slope: float = 0.001) -> np.ndarray:
     """Descending similarities: blocks of `sizes` at `levels`, each falling gently by `slope`."""
-    return np.concatenate([level - slope * np.arange(size) for size, level in zip(sizes, levels)])
+    return np.concatenate([level - slope * np.arange(size) for size, level in zip(sizes, levels, strict=True)])
 
 
 def test_derivative_matches_the_formula() -> None:
@@ -28,9 +28,7 @@ def test_derivative_matches_the_formula() -> None:
     x = np.sort(rng.random(40))[::-1]
     radius = 4
     taus = range(-radius, radius + 1)
-    expected = [
-        -sum(t * x[j + t] for t in taus) / sum(t * t for t in taus) for j in range(radius, len(x) - radius)
-    ]
+    expected = [-sum(t * x[j + t] for t in taus) / sum(t * t for t in taus) for j in range(radius, len(x) - radius)]
     assert np.allclose(derivative_estimate(x, radius), expected)
 
 
@@ -117,14 +115,16 @@ def test_invalid_modes_are_refused() -> None:
         Dynamic(radius=0)
     with pytest.raises(ConfigError, match="peak"):
         Dynamic(peak=0)
-    with pytest.raises(ConfigError, match="TopK.k"):
+    with pytest.raises(ConfigError, match=r"TopK\.k"):
         TopK(k=-1)
     with pytest.raises(msgspec.ValidationError, match=r"\$\.radius"):
         msgspec.json.decode(b'{"type": "dynamic", "radius": 0}', type=Dynamic | TopK)
 
 
 def test_retrieval_travels_over_the_wire() -> None:
-    entry = MemoryEntry(id="e1", episode="ep1", domain="retail", query="cancel order 7", feedback=0, reflection="wrong id")
+    entry = MemoryEntry(
+        id="e1", episode="ep1", domain="retail", query="cancel order 7", feedback=0, reflection="wrong id"
+    )
     sent = Retrieval(
         query="cancel my order",
         mode=Dynamic(peak=2),

@@ -12,6 +12,7 @@ import pytest
 from faultline._errors import MemoryStoreError
 from faultline.agents.memory import (
     Dynamic,
+    Embedder,
     HashingEmbedder,
     HashingSettings,
     IndexSettings,
@@ -38,7 +39,7 @@ def make_entries(count: int, domain: str = "retail", start: int = 0) -> list[Mem
             episode=f"ep-{domain}-{i}",
             domain=domain,
             query=TOPICS[i % len(TOPICS)].format(n=f"n{i}"),
-            feedback=i % 2,  # type: ignore[arg-type]
+            feedback=1 if i % 2 else 0,
             calls=[ToolCallRecord(name=f"tool_{i % len(TOPICS)}", arguments={"n": i})],
             reflection="" if i % 2 else f"wrong argument in step {i % 3}",
         )
@@ -54,8 +55,8 @@ def open_store() -> Iterator[OpenStore]:
     """Opens in-memory stores and closes them after the test."""
     opened: list[MemoryStore] = []
 
-    def factory(embedder: object = None, settings: MemorySettings | None = None) -> MemoryStore:
-        store = MemoryStore(":memory:", embedder or HashingEmbedder(), settings)  # type: ignore[arg-type]
+    def factory(embedder: Embedder | None = None, settings: MemorySettings | None = None) -> MemoryStore:
+        store = MemoryStore(":memory:", embedder or HashingEmbedder(), settings)
         opened.append(store)
         return store
 
