@@ -9,6 +9,7 @@ so the agent sees the mistake instead of the worker crashing on it.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -111,16 +112,18 @@ class _Endpoint:
         detail = body.get("message") if isinstance(body, dict) else None
         text = f"HTTP {exc.status_code} ({detail if isinstance(detail, str) else exc.response.reason_phrase})"
         if exc.status_code == 401 and self._key_missing:
-            text += f"; the environment variable {self.settings.api_key_env or '(none configured)'} is not set"
+            variable = self.settings.api_key_env
+            text += f"; the environment variable {variable} is not set" if variable else "; no api_key_env is set"
         return text
 
 
 def _retry_after(exc: openai.APIStatusError) -> float:
     """The server's Retry-After in seconds, or 0 when it gave none we can read."""
     try:
-        return max(float(exc.response.headers.get("retry-after", "0")), 0.0)
+        seconds = float(exc.response.headers.get("retry-after", "0"))
     except ValueError:
         return 0.0
+    return seconds if math.isfinite(seconds) and seconds > 0.0 else 0.0
 
 
 class OpenAIBackend:

@@ -150,6 +150,14 @@ async def test_transient_status_is_retried_then_succeeds(openai_server: OpenAISe
     assert len(openai_server.chat_requests) == 2
 
 
+async def test_rate_limit_waits_at_least_the_retry_after_the_server_asks_for(openai_server: OpenAIServer) -> None:
+    openai_server.reply(Status(429, "slow down", retry_after=0.3), Text("done"))
+    async with OpenAIBackend(openai_server.settings(max_retries=1, backoff_cap_s=5.0)) as backend:
+        response = await backend.complete(ask())
+    assert response.content == "done"
+    assert response.latency_s >= 0.3
+
+
 async def test_client_error_fails_at_once(openai_server: OpenAIServer, backend: OpenAIBackend) -> None:
     openai_server.reply(Status(400, "messages is malformed"), Text("never reached"))
     with pytest.raises(ModelError, match=r"HTTP 400 \(messages is malformed\)") as caught:
