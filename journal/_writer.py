@@ -71,7 +71,10 @@ class Journal:
         return self._head
 
     def last_seq(self, stream: str) -> int:
-        """Highest stream sequence journaled from `stream` (0 if none): resume at last_seq + 1."""
+        """Highest stream sequence journaled from `stream` (0 if none).
+
+        A consumer that hands batches over in stream order resumes at last_seq + 1.
+        """
         return _last_seq(self._conn, stream)
 
     # -- appending -----------------------------------------------------------------------------
