@@ -88,20 +88,16 @@ class MemoryStore:
         self.settings = settings or MemorySettings()
         self._embedder_name = str(getattr(embedder, "name", type(embedder).__name__))
         try:
-            if self.path == ":memory:":
-                self._db = sqlite_utils.Database(memory=True)
-            else:
-                self._db = sqlite_utils.Database(self.path)
-                self._db.enable_wal()
-            self._create_schema()
+            self._db = (
+                sqlite_utils.Database(memory=True) if self.path == ":memory:" else sqlite_utils.Database(self.path)
+            )
         except Exception as exc:
             raise MemoryStoreError(f"cannot open memory store {self.path}: {exc}") from exc
         self._indexes: dict[str, VectorIndex] = {}
         self._next_id = 1
         self._count = 0
         try:
-            self._check_embedder()
-            self._load()
+            self._open()
         except BaseException:
             self._db.close()
             raise
@@ -142,15 +138,17 @@ class MemoryStore:
         return added
 
     async def _add_batch(self, batch: list[MemoryEntry]) -> int:
-        known = self._existing_ids([e.id for e in batch])
-        fresh: dict[str, MemoryEntry] = {}
-        for entry in batch:
-            if entry.id not in known and entry.id not in fresh:
-                fresh[entry.id] = entry
-        if not fresh:
+        new = self._unknown(batch)
+        if not new:
             return 0
-        new = list(fresh.values())
         vectors = await self._embed([e.query for e in new])
+        # Another add may have stored some of these while the embedder ran.
+        keep = {e.id for e in self._unknown(new)}
+        if len(keep) < len(new):
+            mask = np.array([e.id in keep for e in new])
+            new, vectors = [e for e in new if e.id in keep], vectors[mask]
+        if not new:
+            return 0
         ids = np.arange(self._next_id, self._next_id + len(new), dtype=np.int64)
         rows = [
             {
@@ -178,6 +176,15 @@ class MemoryStore:
             mask = domains == domain
             self._index_rows(domain, vectors[mask], ids[mask])
         return len(new)
+
+    def _unknown(self, entries: list[MemoryEntry]) -> list[MemoryEntry]:
+        """Entries whose id is neither stored nor earlier in `entries`."""
+        known = self._existing_ids([e.id for e in entries])
+        fresh: dict[str, MemoryEntry] = {}
+        for entry in entries:
+            if entry.id not in known and entry.id not in fresh:
+                fresh[entry.id] = entry
+        return list(fresh.values())
 
     def _index_rows(self, domain: str, vectors: np.ndarray, ids: np.ndarray) -> None:
         index = self._indexes.get(domain)
@@ -322,6 +329,16 @@ class MemoryStore:
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         flat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
         return flat.reshape(len(rows), self.embedder.dim), ids
+
+    def _open(self) -> None:
+        try:
+            if self.path != ":memory:":
+                self._db.enable_wal()
+            self._create_schema()
+        except Exception as exc:
+            raise MemoryStoreError(f"cannot open memory store {self.path}: {exc}") from exc
+        self._check_embedder()
+        self._load()
 
     def _create_schema(self) -> None:
         if "entries" not in self._db.table_names():

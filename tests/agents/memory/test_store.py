@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import anyio
 import faiss
 import numpy as np
 import pytest
@@ -232,3 +233,22 @@ async def test_faiss_thread_count_is_restored_after_search_and_build(open_store:
     await store.search("cancel order", 5)
     assert store.stats().partitions[0].index == "hnsw"
     assert faiss.omp_get_max_threads() == before
+
+
+class YieldingEmbedder(HashingEmbedder):
+    """Gives the event loop a turn before embedding, as a network embedder would."""
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        await anyio.lowlevel.checkpoint()
+        return await super().embed(texts)
+
+
+async def test_concurrent_adds_of_the_same_entries_store_each_once(open_store: OpenStore) -> None:
+    store = open_store(YieldingEmbedder())
+    entries = make_entries(20)
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(store.add_many, entries)
+    assert len(store) == 20
+    assert len(list(store.entries())) == 20
+    assert len(await store.search("cancel order", 50)) == 20
