@@ -1,1 +1,42 @@
-"""envs"""
+"""Tool-use domains: seeded data, tools with JSON schemas, a policy text, tasks with ground truth.
+
+Built-ins: `retail` (orders, returns, exchanges) and `phone` (messages,
+contacts, reminders on a device). Third-party domains subclass `Domain` and
+are found by `load_domain("package.module:ClassName")`.
+"""
+
+from faultline.envs._domain import Domain, score, tool
+from faultline.envs._loader import BUILTIN_DOMAINS, load_domain
+from faultline.envs._schema import arguments_schema, check_arguments
+from faultline.envs._types import (
+    EARLY_STOP,
+    ERROR_CATEGORIES,
+    POLICY_VIOLATION,
+    WRONG_ENTITY,
+    WRONG_VALUE,
+    Action,
+    Score,
+    Task,
+    ToolOutcome,
+    ToolSpec,
+)
+
+__all__ = [
+    "BUILTIN_DOMAINS",
+    "EARLY_STOP",
+    "ERROR_CATEGORIES",
+    "POLICY_VIOLATION",
+    "WRONG_ENTITY",
+    "WRONG_VALUE",
+    "Action",
+    "Domain",
+    "Score",
+    "Task",
+    "ToolOutcome",
+    "ToolSpec",
+    "arguments_schema",
+    "check_arguments",
+    "load_domain",
+    "score",
+    "tool",
+]

@@ -1,0 +1,267 @@
+"""The domain plugin interface: seeded data, tools over it, a policy, tasks with ground truth.
+
+A domain author writes tools as methods marked with `@tool`, fills a fresh
+database in `seed_database`, and lists `tasks()`. The base class does the rest
+the same way for every domain: argument checks, one transaction per call,
+state hashing, expected states and decisive mistakes for the simulator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from random import Random
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+
+from faultline._errors import DomainError, ToolError
+from faultline.envs._schema import arguments_schema, check_arguments
+from faultline.envs._types import EARLY_STOP, POLICY_VIOLATION, Action, Score, Task, ToolOutcome, ToolSpec
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+_TOOL_ATTR = "__faultline_tool__"
+
+_templates: dict[tuple[type, Hashable], sqlite3.Connection] = {}
+_templates_lock = threading.Lock()
+
+
+def tool(
+    description: str, /, *, writes: bool = False, optional: tuple[str, ...] = (), **fields: tuple[str, str]
+) -> Callable[[_Method], _Method]:
+    """Mark a `Domain` method as a tool named after the method.
+
+    `fields` are `name=(json_type, description)` (any name but `writes` and
+    `optional`; see `arguments_schema` for the types); the method is called as
+    `method(db, **arguments)` once the arguments fit. It signals a refusal by
+    raising `ToolError`, which the caller receives as the outcome's error.
+    """
+
+    def mark(method: _Method) -> _Method:
+        spec = ToolSpec(
+            name=method.__name__,
+            description=description,
+            parameters=arguments_schema(optional, **fields),
+            writes=writes,
+        )
+        setattr(method, _TOOL_ATTR, spec)
+        return method
+
+    return mark
+
+
+@dataclass
+class _Memo:
+    """Per-instance caches; created lazily so subclasses need not call `super().__init__`."""
+
+    tasks: dict[str, Task] | None = None
+    expected: dict[tuple[str, bytes], str] = field(default_factory=dict)
+    mistakes: dict[tuple[str, bytes, int, str], list[Action]] = field(default_factory=dict)
+
+
+class Domain(ABC):
+    """A tool-use world (DESIGN.md section 8).
+
+    Instances are stateless apart from caches, so one instance can serve many
+    episodes at once; each episode works on its own `open_database()`.
+    """
+
+    name: ClassVar[str] = ""
+    policy: ClassVar[str] = ""
+    _tool_specs: ClassVar[dict[str, ToolSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        specs = dict(cls._tool_specs)
+        for value in vars(cls).values():
+            spec = getattr(value, _TOOL_ATTR, None)
+            if isinstance(spec, ToolSpec):
+                if hasattr(Domain, spec.name):
+                    raise DomainError(f"{cls.__name__}: tool name {spec.name!r} clashes with a Domain method")
+                specs[spec.name] = spec
+        cls._tool_specs = specs
+
+    # -- what a domain provides ---------------------------------------------------------------
+
+    @abstractmethod
+    def seed_database(self, db: sqlite3.Connection) -> None:
+        """Create the tables and insert the seeded data (runs once per process per data key)."""
+
+    @abstractmethod
+    def tasks(self) -> list[Task]:
+        """Every task, in a stable order."""
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools, in the order they are defined."""
+        return list(self._tool_specs.values())
+
+    def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
+        """Plausible wrong actions for ground-truth step `step`; `mistake` keeps the decisive ones."""
+        return []
+
+    @property
+    def data_key(self) -> Hashable:
+        """What the seeded data depends on besides the class (a seed, a size)."""
+        return ()
+
+    # -- what the base class derives ----------------------------------------------------------
+
+    def task(self, task_id: str) -> Task:
+        memo = self._memo()
+        if memo.tasks is None:
+            memo.tasks = {task.id: task for task in self.tasks()}
+        try:
+            return memo.tasks[task_id]
+        except KeyError:
+            raise DomainError(f"domain {self.name!r} has no task {task_id!r}") from None
+
+    def open_database(self) -> sqlite3.Connection:
+        """A fresh in-memory copy of the seeded data; writes to it are visible nowhere else.
+
+        The connection is in autocommit mode and may move between threads, but
+        must not be used by two at once.
+        """
+        template = self._template()
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        with _templates_lock:
+            template.backup(db)
+        return db
+
+    def call(self, db: sqlite3.Connection, action: Action) -> ToolOutcome:
+        """Run one tool call in its own transaction. Never raises: every problem is the outcome's error."""
+        spec = self._tool_specs.get(action.name) if isinstance(action.name, str) else None
+        if spec is None:
+            known = ", ".join(self._tool_specs)
+            return ToolOutcome(error=f"unknown tool {action.name!r}; the tools are: {known}")
+        problem = check_arguments(spec.parameters, action.arguments)
+        if problem:
+            return ToolOutcome(error=f"invalid arguments for {spec.name}: {problem}")
+        try:
+            db.execute("SAVEPOINT tool_call")
+        except sqlite3.Error as exc:
+            return ToolOutcome(error=f"database unavailable: {exc}")
+        try:
+            output = msgspec.to_builtins(getattr(self, spec.name)(db, **action.arguments))
+        except Exception as exc:  # noqa: BLE001 - a tool call must never take its caller down
+            _rollback(db)
+            if isinstance(exc, ToolError):
+                return ToolOutcome(error=str(exc))
+            return ToolOutcome(error=f"{spec.name} failed: {type(exc).__name__}: {exc}")
+        db.execute("RELEASE tool_call")
+        return ToolOutcome(output=output)
+
+    def state_hash(self, db: sqlite3.Connection) -> str:
+        """A digest of every table's name, columns and rows; row order does not matter."""
+        digest = hashlib.blake2b(digest_size=16)
+        tables = db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).fetchall()
+        for (table,) in tables:
+            columns = [row[1] for row in db.execute(f'PRAGMA table_info("{table}")')]
+            order = ", ".join(str(i) for i in range(1, len(columns) + 1))
+            rows = db.execute(f'SELECT * FROM "{table}" ORDER BY {order}').fetchall()
+            digest.update(msgspec.msgpack.encode([table, columns, rows]))
+        return digest.hexdigest()
+
+    def expected_hash(self, task: Task) -> str:
+        """The state hash after the task's ground truth; raises DomainError if a step fails."""
+        key = (task.id, msgspec.msgpack.encode(task.actions))
+        memo = self._memo()
+        if key not in memo.expected:
+            db = self.open_database()
+            try:
+                for index, action in enumerate(task.actions):
+                    outcome = self.call(db, action)
+                    if outcome.error:
+                        raise DomainError(
+                            f"task {task.id!r}: ground-truth step {index} ({action.name}) fails: {outcome.error}"
+                        )
+                memo.expected[key] = self.state_hash(db)
+            finally:
+                db.close()
+        return memo.expected[key]
+
+    def mistake(self, task: Task, step: int, category: str, rng: Random) -> Action | None:
+        """A wrong action in `category` at ground-truth step `step`, or None if there is no decisive one.
+
+        Decisive means: the tool accepts it, and carrying on with the ground
+        truth afterwards still ends in a state other than the expected one.
+        Step `len(task.actions)` is the final answer, where a policy violation
+        is one of the task's `forbidden` writes.
+        """
+        options = self._decisive_mistakes(task, step, category)
+        return rng.choice(options) if options else None
+
+    def _decisive_mistakes(self, task: Task, step: int, category: str) -> list[Action]:
+        key = (task.id, msgspec.msgpack.encode(task.actions), step, category)
+        memo = self._memo()
+        if key in memo.mistakes:
+            return memo.mistakes[key]
+        candidates: list[Action] = []
+        if category != EARLY_STOP and 0 <= step <= len(task.actions):
+            if step == len(task.actions) and category == POLICY_VIOLATION:
+                candidates.extend(task.forbidden)
+            candidates.extend(self.mistake_candidates(task, step, category))
+        intended = task.actions[step] if step < len(task.actions) else None
+        unique = [c for i, c in enumerate(candidates) if c != intended and c not in candidates[:i]]
+        decisive = [c for c in unique if self._is_decisive(task, step, c)] if unique else []
+        memo.mistakes[key] = decisive
+        return decisive
+
+    def _is_decisive(self, task: Task, step: int, candidate: Action) -> bool:
+        db = self.open_database()
+        try:
+            for action in task.actions[:step]:
+                self.call(db, action)
+            if self.call(db, candidate).error:
+                return False
+            for action in task.actions[step + 1 :]:
+                self.call(db, action)
+            return self.state_hash(db) != self.expected_hash(task)
+        finally:
+            db.close()
+
+    def _template(self) -> sqlite3.Connection:
+        key = (type(self), self.data_key)
+        with _templates_lock:
+            template = _templates.get(key)
+            if template is None:
+                template = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                template.execute("BEGIN")
+                try:
+                    self.seed_database(template)
+                except Exception as exc:
+                    template.close()
+                    raise DomainError(f"domain {self.name!r}: seeding the database failed: {exc}") from exc
+                template.execute("COMMIT")
+                _templates[key] = template
+        return template
+
+    def _memo(self) -> _Memo:
+        memo = vars(self).get("_faultline_memo")
+        if memo is None:
+            memo = vars(self).setdefault("_faultline_memo", _Memo())
+        return memo
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    try:
+        db.execute("ROLLBACK TO tool_call")
+        db.execute("RELEASE tool_call")
+    except sqlite3.Error:
+        pass
+
+
+def score(domain: Domain, task: Task, db: sqlite3.Connection, told: list[str]) -> Score:
+    """Reward 1.0 iff the final state is the expected one and every output appears in what the agent told.
+
+    Outputs are matched as substrings of the agent's messages, ignoring case.
+    """
+    db_match = domain.state_hash(db) == domain.expected_hash(task)
+    text = "\n".join(told).casefold()
+    missing = [output for output in task.outputs if output.casefold() not in text]
+    return Score(reward=1.0 if db_match and not missing else 0.0, db_match=db_match, missing_outputs=missing)
