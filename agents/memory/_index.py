@@ -59,9 +59,9 @@ class VectorIndex:
             with _omp_threads(self.settings.build_threads):
                 self._index.add_with_ids(vectors, ids.astype(np.int64, copy=False))
 
-    def rebuild(self, vectors: np.ndarray, ids: np.ndarray, kind: IndexKind | None = None) -> None:
-        """Replace the index by a fresh one of `kind` (default: what the size calls for)."""
-        kind = kind or self.kind_for(len(ids))
+    def rebuild(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        """Replace the index by a fresh one, of the kind the number of vectors calls for."""
+        kind = self.kind_for(len(ids))
         fresh = self._new(kind)
         if len(ids):
             with _omp_threads(self.settings.build_threads):
