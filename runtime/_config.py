@@ -11,6 +11,7 @@ keys are errors. To add a section, add a struct with defaults and a field on
 from __future__ import annotations
 
 import re
+import importlib
 import tomllib
 import typing
 from pathlib import Path
@@ -86,9 +87,11 @@ class AgentConfig(_Section):
 
 
 class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A model role: the offline `sim` stand-in, or an OpenAI-compatible endpoint with these settings."""
+    """A model role: the offline `sim` stand-in, an OpenAI-compatible endpoint with these
+    settings, or a backend class of your own given as `package.module:Class` (built with no arguments).
+    """
 
-    backend: Literal["sim", "openai"] = "sim"
+    backend: str = "sim"
 
 
 class Config(_Section):
@@ -163,7 +166,18 @@ def make_backend(config: Config, role: str) -> ModelBackend:
         from faultline.runtime.models._sim import SimBackend
 
         return SimBackend()
-    return OpenAIBackend(settings)
+    if settings.backend == "openai":
+        return OpenAIBackend(settings)
+    return _load_backend(settings.backend)
+
+
+def _load_backend(spec: str) -> ModelBackend:
+    module_name, _, attr = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"model backend {spec!r} cannot be loaded ({exc})") from None
+    return cls()  # type: ignore[no-any-return]
 
 
 def _named_tables() -> dict[str, type[msgspec.Struct]]:
@@ -215,6 +229,10 @@ def _check(config: Config, source: str) -> None:
                 f"{source}: Expected 'package.module:ClassName', got {agent_config.class_!r} - at $.agents.{name}.class"
             )
     for role, settings in config.models.items():
+        if settings.backend not in ("sim", "openai") and not _CLASS_SPEC.match(settings.backend):
+            raise ConfigError(
+                f'{source}: backend must be "sim", "openai" or package.module:Class - at $.models.{role}.backend'
+            )
         if settings.backend == "openai" and not settings.model:
             raise ConfigError(f'{source}: a model name is needed with backend = "openai" - at $.models.{role}.model')
 

@@ -108,10 +108,16 @@ class Supervisor:
         child.process = await anyio.open_process(
             self._argv(spec), stdin=None, stdout=child.log, stderr=child.log
         )
+        ready = self._ready[spec.name]
         with anyio.move_on_after(READY_TIMEOUT_S) as timeout:
             async with anyio.create_task_group() as wait:
-                wait.start_soon(self._ready[spec.name].wait)
-                await child.process.wait()
+
+                async def until_ready() -> None:
+                    await ready.wait()
+                    wait.cancel_scope.cancel()
+
+                wait.start_soon(until_ready)
+                await child.process.wait()  # returns only if the child dies first
                 wait.cancel_scope.cancel()
         if timeout.cancelled_caught or child.process.returncode is not None:
             where = f" (see {self.log_dir / (spec.name + '.log')})" if self.log_dir else ""
@@ -132,11 +138,6 @@ class Supervisor:
     def pid(self, name: str) -> int | None:
         child = self._children.get(name)
         return child.process.pid if child and child.process else None
-
-    async def wait_restarted(self, name: str, old_pid: int) -> None:
-        """Wait until `name` runs again under a pid other than `old_pid` and is ready."""
-        while self.pid(name) in (old_pid, None) or not self._ready[name].is_set():
-            await anyio.sleep(0.05)
 
     async def stop(self) -> None:
         """Drain workers, let the journal catch up, stop the server. Safe to call twice."""

@@ -9,7 +9,8 @@ in stream order; a restarted worker resumes its consumer and finds its share.
 A restarted worker resumes from its consumer's acknowledgement floor. The first
 time it meets an (episode, agent) it rebuilds the instance by replaying that
 pair's earlier inputs from the stream, serving every recorded call; calls the
-crashed handler had already made are served too, so no model is called twice.
+crashed handler had already made are served too, so no model is called twice,
+and outputs published again carry the same ids, which JetStream drops.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Worker:
     name: str = field(default_factory=lambda: f"worker-{os.getpid()}")
     handled: int = 0
     _instances: dict[tuple[str, str], _Instance] = field(default_factory=dict)
-    _recovering_below: dict[str, int] = field(default_factory=dict)
+    _recovering: set[str] = field(default_factory=set)
     _backends: dict[str, ModelBackend] = field(default_factory=dict)
     _limiter: anyio.CapacityLimiter | None = None
     _finished: dict[str, float] = field(default_factory=dict)
@@ -156,7 +157,7 @@ class Worker:
         if info is None:
             return await self.bus.consumer(name, self._filters(cls), start="new", ack_wait_s=self.settings.ack_wait_s)
         resume = info.ack_floor.stream_seq + 1 if info.ack_floor else 1
-        self._recovering_below[cls.name] = (info.delivered.stream_seq if info.delivered else 0) + 1
+        self._recovering.add(cls.name)
         return await self.bus.consumer(
             name, self._filters(cls), start=resume, ack_wait_s=self.settings.ack_wait_s, replace=True
         )
@@ -195,9 +196,14 @@ class Worker:
                     self.handled += 1
 
     async def _rebuild(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
-        """After a restart, replay what this instance had handled before `seq`."""
+        """After a restart, replay what this instance had handled before `seq`.
+
+        A restarted worker cannot tell an episode that began before the crash from
+        a new one without looking, so it looks for every instance it creates (one
+        short read of the stream each).
+        """
         instance.rebuilt = True
-        if seq >= self._recovering_below.get(cls.name, 0):
+        if cls.name not in self._recovering:
             return
         history = await load_history(self.bus, env.episode, cls.name, cls.topics, seq)
         instance.recorded = history.recordings

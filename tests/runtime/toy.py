@@ -14,12 +14,16 @@ class Pinger(Agent):
 
     def __init__(self) -> None:
         self.seen: list[int] = []
+        self.rounds = ROUNDS
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
-        n = 0 if isinstance(msg.body, Start) else int(msg.body.data["n"])  # type: ignore[union-attr]
+        if isinstance(msg.body, Start):
+            self.rounds = int(msg.body.data.get("rounds", ROUNDS))
+            n = 0
+        else:
+            n = int(msg.body.data["n"])  # type: ignore[union-attr]
         self.seen.append(n)
-        rounds = int(ctx.settings.get("rounds", ROUNDS))
-        if n >= rounds:
+        if n >= self.rounds:
             ctx.emit(EpisodeCompleted(outcome="success", reward=1.0, turns=len(self.seen)))
             return
         r = await ctx.random()
@@ -54,3 +58,21 @@ class EchoBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+class SlowCountingBackend(EchoBackend):
+    """Echo with a model-like delay; appends one line per real call to $FAULTLINE_TEST_CALL_LOG."""
+
+    delay_s = 0.02
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        import os
+
+        import anyio
+
+        await anyio.sleep(self.delay_s)
+        log = os.environ.get("FAULTLINE_TEST_CALL_LOG")
+        if log:
+            with open(log, "a") as f:
+                f.write(request.messages[-1].content + "\n")
+        return await super().complete(request)
