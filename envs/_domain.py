@@ -8,7 +8,6 @@ state hashing, expected states and decisive mistakes for the simulator.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -21,6 +20,7 @@ import msgspec
 
 from faultline._errors import DomainError, ToolError
 from faultline.envs._schema import arguments_schema, check_arguments
+from faultline.envs._state import state_digest, track_changes
 from faultline.envs._types import EARLY_STOP, POLICY_VIOLATION, Action, Score, Task, ToolOutcome, ToolSpec
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -129,6 +129,8 @@ class Domain(ABC):
         db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         with _templates_lock:
             template.backup(db)
+        # A REPLACE that deletes a row fires delete triggers only with this on.
+        db.execute("PRAGMA recursive_triggers = ON")
         return db
 
     def call(self, db: sqlite3.Connection, action: Action) -> ToolOutcome:
@@ -155,17 +157,11 @@ class Domain(ABC):
         return ToolOutcome(output=output)
 
     def state_hash(self, db: sqlite3.Connection) -> str:
-        """A digest of every table's name, columns and rows; row order does not matter."""
-        digest = hashlib.blake2b(digest_size=16)
-        tables = db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
-        ).fetchall()
-        for (table,) in tables:
-            columns = [row[1] for row in db.execute(f'PRAGMA table_info("{table}")')]
-            order = ", ".join(str(i) for i in range(1, len(columns) + 1))
-            rows = db.execute(f'SELECT * FROM "{table}" ORDER BY {order}').fetchall()
-            digest.update(msgspec.msgpack.encode([table, columns, rows]))
-        return digest.hexdigest()
+        """A digest of every table's name, columns and rows; row order does not matter.
+
+        Tables whose names start with `_fl_` are bookkeeping and left out.
+        """
+        return state_digest(db)
 
     def expected_hash(self, task: Task) -> str:
         """The state hash after the task's ground truth; raises DomainError if a step fails."""
@@ -237,6 +233,7 @@ class Domain(ABC):
                 except Exception as exc:
                     template.close()
                     raise DomainError(f"domain {self.name!r}: seeding the database failed: {exc}") from exc
+                track_changes(template, f"{type(self).__module__}.{type(self).__qualname__}:{self.data_key!r}")
                 template.execute("COMMIT")
                 _templates[key] = template
         return template

@@ -1,0 +1,99 @@
+"""A content digest of a domain database that costs little to take after a few writes.
+
+The digest of a table is the count and the sum (mod 2**128) of its rows'
+digests, so it does not depend on row order and can be updated row by row.
+Databases copied from a template carry triggers that log every changed row
+(old row with sign -1, new row with +1) into a shadow table; the digest of
+such a copy is the template's digest adjusted by those few logged rows. Any
+other database is digested in full; both ways give the same value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+
+import msgspec
+
+_SHADOW = "_fl_delta_"
+_META = "_fl_meta"
+_MODULUS = 1 << 128
+
+TableSums = dict[str, tuple[list[str], int, int]]
+"""Per table: its columns, its row count and the sum of its row digests."""
+
+_bases: dict[str, TableSums] = {}
+_lock = threading.Lock()
+
+
+def track_changes(db: sqlite3.Connection, template_id: str) -> None:
+    """Remember the digest of `db` as it is now, and log every later row change into shadow tables."""
+    sums = full_sums(db)
+    for table, (columns, _, _) in sums.items():
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        old = ", ".join(f'OLD."{c}"' for c in columns)
+        new = ", ".join(f'NEW."{c}"' for c in columns)
+        shadow = f'"{_SHADOW}{table}"'
+        db.execute(f"CREATE TABLE {shadow} (_fl_sign INTEGER, {quoted})")
+        db.execute(f'CREATE TRIGGER "_fl_i_{table}" AFTER INSERT ON "{table}" BEGIN '
+                   f"INSERT INTO {shadow} VALUES (1, {new}); END")  # fmt: skip
+        db.execute(f'CREATE TRIGGER "_fl_d_{table}" AFTER DELETE ON "{table}" BEGIN '
+                   f"INSERT INTO {shadow} VALUES (-1, {old}); END")  # fmt: skip
+        db.execute(f'CREATE TRIGGER "_fl_u_{table}" AFTER UPDATE ON "{table}" BEGIN '
+                   f"INSERT INTO {shadow} VALUES (-1, {old}); INSERT INTO {shadow} VALUES (1, {new}); END")  # fmt: skip
+    db.execute(f"CREATE TABLE {_META} (template TEXT)")
+    db.execute(f"INSERT INTO {_META} VALUES (?)", (template_id,))
+    with _lock:
+        _bases[template_id] = sums
+
+
+def state_digest(db: sqlite3.Connection) -> str:
+    """The content digest of every domain table (bookkeeping tables excluded)."""
+    sums = _tracked_sums(db)
+    if sums is None:
+        sums = full_sums(db)
+    digest = hashlib.blake2b(digest_size=16)
+    for table in sorted(sums):
+        columns, count, total = sums[table]
+        digest.update(msgspec.msgpack.encode([table, columns, count, total.to_bytes(16, "big")]))
+    return digest.hexdigest()
+
+
+def full_sums(db: sqlite3.Connection) -> TableSums:
+    sums: TableSums = {}
+    for table in _tables(db):
+        cursor = db.execute(f'SELECT * FROM "{table}"')
+        columns = [column[0] for column in cursor.description]
+        rows = cursor.fetchall()
+        sums[table] = (columns, len(rows), sum(map(_row_digest, rows)) % _MODULUS)
+    return sums
+
+
+def _tracked_sums(db: sqlite3.Connection) -> TableSums | None:
+    try:
+        row = db.execute(f"SELECT template FROM {_META}").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    base = _bases.get(row[0]) if row else None
+    if base is None or sorted(base) != _tables(db):
+        return None
+    sums: TableSums = {}
+    for table, (columns, count, total) in base.items():
+        for sign, *values in db.execute(f'SELECT * FROM "{_SHADOW}{table}"'):
+            count += sign
+            total += sign * _row_digest(tuple(values))
+        sums[table] = (columns, count, total % _MODULUS)
+    return sums
+
+
+def _tables(db: sqlite3.Connection) -> list[str]:
+    rows = db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+        " AND name NOT LIKE '\\_fl\\_%' ESCAPE '\\' ORDER BY name"
+    )
+    return [name for (name,) in rows]
+
+
+def _row_digest(row: tuple[object, ...]) -> int:
+    return int.from_bytes(hashlib.blake2b(msgspec.msgpack.encode(row), digest_size=16).digest(), "big")

@@ -1,0 +1,41 @@
+"""The public surface of `faultline.envs` and its built-in domains is pinned."""
+
+from __future__ import annotations
+
+import faultline.envs as envs
+import faultline.envs.phone as phone
+import faultline.envs.retail as retail
+
+
+def test_the_public_names_are_exactly_these() -> None:
+    assert sorted(envs.__all__) == sorted(
+        [
+            "BUILTIN_DOMAINS",
+            "EARLY_STOP",
+            "ERROR_CATEGORIES",
+            "POLICY_VIOLATION",
+            "WRONG_ENTITY",
+            "WRONG_VALUE",
+            "Action",
+            "Domain",
+            "Score",
+            "Task",
+            "ToolOutcome",
+            "ToolSpec",
+            "arguments_schema",
+            "check_arguments",
+            "load_domain",
+            "score",
+            "tool",
+        ]
+    )
+    assert sorted(retail.__all__) == ["CANCEL_REASONS", "POLICY", "Retail"]
+    assert sorted(phone.__all__) == ["CAPACITY", "POLICY", "Phone"]
+
+
+def test_every_public_name_is_defined_and_owned_by_the_package() -> None:
+    for package in (envs, retail, phone):
+        for name in package.__all__:
+            value = getattr(package, name)
+            module = getattr(value, "__module__", package.__name__)
+            assert module.startswith("faultline.envs"), name
