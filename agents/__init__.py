@@ -1,1 +1,9 @@
-"""agents"""
+"""The agents that ship with Faultline: the episode loop (tool agent, user simulator,
+environment host), and the memory service."""
+
+from faultline.agents._env import EnvironmentHost
+from faultline.agents._episode import EpisodeSpec
+from faultline.agents._tool import HELPERS_TOPIC, ToolAgent
+from faultline.agents._user import UserSimulator
+
+__all__ = ["HELPERS_TOPIC", "EnvironmentHost", "EpisodeSpec", "ToolAgent", "UserSimulator"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import importlib
+import json
 import tomllib
 import typing
 from pathlib import Path
@@ -127,12 +128,14 @@ def load_config(path: Path | None = None) -> Config:
         path = DEFAULT_CONFIG_FILE
     source = str(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        # JSON is what `faultline run` hands its workers: the effective config after flags.
+        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{source}: cannot read the file ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}") from None
     return _relative_to(parse_config(raw, source=source), path.parent)
 

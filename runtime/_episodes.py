@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import anyio
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from faultline._errors import DecodeError
 
 from faultline.bus import Body, Bus, Envelope, EpisodeCompleted, EpisodeStarted, Start, decode_envelope, derive_id
 
@@ -13,7 +17,7 @@ RUNNER = "runner"
 
 
 def started_envelope(episode: str, started: EpisodeStarted) -> Envelope:
-    return Envelope(id=derive_id(episode, 0, "s"), episode=episode, sender=RUNNER, body=started)
+    return Envelope(id=derive_id(episode, 0, "s"), episode=episode, sender=RUNNER, body=started, ts=time.time())
 
 
 def kickoff_envelope(episode: str, to: str, body: Body | None = None) -> Envelope:
@@ -24,7 +28,7 @@ def kickoff_envelope(episode: str, to: str, body: Body | None = None) -> Envelop
         sender=RUNNER,
         recipient=to,
         body=body or Start(),  # type: ignore[arg-type]
-        hops=0,
+        ts=time.time(),
     )
 
 
@@ -34,13 +38,13 @@ async def start_episode(bus: Bus, episode: str, to: str, started: EpisodeStarted
 
 
 class Completions:
-    """Collects `episode completed` events as they happen (first one per episode wins)."""
+    """Collects `episode completed` events as they happen (the first one per episode counts)."""
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.done: dict[str, EpisodeCompleted] = {}
-        self._changed = anyio.Event()
-        self._sub = None
+        self._events: dict[str, anyio.Event] = {}
+        self._sub: Subscription | None = None
 
     async def __aenter__(self) -> Completions:
         self._sub = await self.bus.nc.subscribe(self.bus.subjects.event("completed", "*"), cb=self._on_msg)
@@ -53,22 +57,20 @@ class Completions:
     async def _on_msg(self, msg: Msg) -> None:
         try:
             env = decode_envelope(msg.data)
-        except Exception:  # noqa: BLE001 - a malformed event is the dead-letter path's business
-            return
+        except DecodeError:
+            return  # the dead-letter path records it
         if isinstance(env.body, EpisodeCompleted) and env.episode not in self.done:
             self.done[env.episode] = env.body
-            self._changed.set()
+            self._event(env.episode).set()
+
+    def _event(self, episode: str) -> anyio.Event:
+        if episode not in self._events:
+            self._events[episode] = anyio.Event()
+        return self._events[episode]
 
     async def wait(self, episodes: Iterable[str]) -> dict[str, EpisodeCompleted]:
         """Block until every episode in `episodes` has completed."""
-        wanted = set(episodes)
-        while not wanted <= self.done.keys():
-            self._changed = anyio.Event()
-            await self._changed.wait()
+        wanted = list(episodes)
+        for episode in wanted:
+            await self._event(episode).wait()
         return {e: self.done[e] for e in wanted}
-
-    async def changed(self) -> None:
-        self._changed = anyio.Event()
-        await self._changed.wait()
-
-

@@ -21,7 +21,11 @@ from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
 
-BUILTIN_AGENTS: dict[str, str] = {}
+BUILTIN_AGENTS: dict[str, str] = {
+    "tool": "faultline.agents:ToolAgent",
+    "user": "faultline.agents:UserSimulator",
+    "env": "faultline.agents:EnvironmentHost",
+}
 """Agent names the runtime knows without configuration, mapped to their classes."""
 
 

@@ -1,0 +1,86 @@
+"""The environment host: runs tool calls against the episode's own database and scores the end."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from faultline.bus import Envelope, EpisodeCompleted, Note, Start, ToolCall, ToolResult
+from faultline.envs import Action, Domain, Task, load_domain, score
+from faultline.runtime import Agent, Context
+
+from faultline.agents._episode import END, TALLY, EpisodeSpec
+
+
+class EnvironmentHost(Agent):
+    """Owns one fresh database per episode; completes the episode when the user ends it.
+
+    Tool problems (bad arguments, unknown tools, refused actions) come back to the
+    caller as error results; they never fail the episode by themselves.
+    """
+
+    name = "env"
+
+    def __init__(self) -> None:
+        self.spec: EpisodeSpec | None = None
+        self.domain: Domain | None = None
+        self.task: Task | None = None
+        self.db: sqlite3.Connection | None = None
+        self.started_at = 0.0
+        self.tally: dict[str, Any] = {}
+        self.calls = 0
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        body = msg.body
+        if isinstance(body, Start):
+            self.spec = EpisodeSpec.from_start(body)
+            self.domain = load_domain(self.spec.domain)
+            self.task = self.domain.task(self.spec.task)
+            self.db = self.domain.open_database()
+            self.started_at = await ctx.now()
+        elif isinstance(body, ToolCall):
+            ctx.send(msg.sender, self._execute(body))
+        elif isinstance(body, Note) and body.text == TALLY:
+            self.tally = dict(body.data)
+        elif isinstance(body, Note) and body.text == END:
+            await self._complete(ctx, body.data)
+
+    def _execute(self, call: ToolCall) -> ToolResult:
+        if self.db is None or self.domain is None:
+            return ToolResult(call_id=call.call_id, name=call.name, error="the episode is over; no tool runs now")
+        self.calls += 1
+        if call.arguments_error:
+            return ToolResult(call_id=call.call_id, name=call.name, error=f"arguments are not valid JSON: {call.arguments_error}")
+        outcome = self.domain.call(self.db, Action(name=call.name, arguments=call.arguments))
+        return ToolResult(call_id=call.call_id, name=call.name, output=outcome.output, error=outcome.error)
+
+    async def _complete(self, ctx: Context, end: dict[str, Any]) -> None:
+        if self.db is None or self.domain is None or self.task is None or self.spec is None:
+            return
+        result = score(self.domain, self.task, self.db, list(end.get("told", [])))
+        self.db.close()
+        self.db = None
+        cause = str(end.get("cause", ""))
+        if not cause and result.reward < 1.0:
+            cause = "final database differs from the ground truth" if not result.db_match else (
+                "not told to the user: " + "; ".join(result.missing_outputs)
+            )
+        ctx.emit(
+            EpisodeCompleted(
+                outcome="success" if result.reward >= 1.0 else "failure",
+                reward=result.reward,
+                cause=cause,
+                turns=int(end.get("turns", 0)),
+                tokens=int(end.get("tokens", 0)) + int(self.tally.get("tokens", 0)),
+                latency_s=max(0.0, await ctx.now() - self.started_at),
+                details={
+                    "domain": self.spec.domain,
+                    "task": self.spec.task,
+                    "trial": self.spec.trial,
+                    "db_match": result.db_match,
+                    "missing_outputs": result.missing_outputs,
+                    "tool_calls": self.calls,
+                    "mistakes": list(self.tally.get("mistakes", [])),
+                },
+            )
+        )

@@ -1,0 +1,141 @@
+"""The tool-use agent: reads the conversation, asks its helpers, calls tools, answers the user."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from faultline.bus import (
+    AssistantTurn,
+    ContextReply,
+    ContextRequest,
+    Envelope,
+    EpisodeCompleted,
+    Note,
+    Start,
+    ToolCall,
+    ToolResult,
+    UserTurn,
+)
+from faultline.envs import Domain, load_domain
+from faultline.runtime import Agent, Context
+from faultline.runtime.models import ChatMessage, LlmRequest, LlmToolCall
+
+from faultline.agents._episode import TALLY, EpisodeSpec
+
+HELPERS_TOPIC = "helpers"
+
+SYSTEM = """You are a customer-facing agent that acts through tools. Follow the policy below exactly.
+Call at most one tool at a time and wait for its result. Before any action that changes data,
+state what you will do and get the user's explicit yes. When the request is done or must be
+refused, tell the user the outcome in plain words.
+
+# Policy
+{policy}"""
+
+
+class ToolAgent(Agent):
+    """Decides each step with one model call, after the active helpers (if any) replied.
+
+    With an empty roster no context request is sent at all, so helpers cost nothing
+    until they are switched on.
+    """
+
+    name = "tool"
+    topics = ()
+
+    def __init__(self) -> None:
+        self.spec: EpisodeSpec | None = None
+        self.domain: Domain | None = None
+        self.transcript: list[ChatMessage] = []
+        self.step = 0
+        self.tokens = 0
+        self.mistakes: list[dict[str, Any]] = []
+        self.context: dict[str, str] = {}
+        self.finished = False
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        body = msg.body
+        if isinstance(body, Start):
+            self.spec = EpisodeSpec.from_start(body)
+            self.domain = load_domain(self.spec.domain)
+        elif self.spec is None or self.finished:
+            return
+        elif isinstance(body, UserTurn):
+            if body.done:
+                self.finished = True
+                return
+            self.transcript.append(ChatMessage(role="user", content=body.text))
+            await self._next_step(ctx)
+        elif isinstance(body, ToolResult):
+            content = f"Error: {body.error}" if body.error else _as_text(body.output)
+            self.transcript.append(ChatMessage(role="tool", content=content, tool_call_id=body.call_id, name=body.name))
+            await self._next_step(ctx)
+        elif isinstance(body, ContextReply) and body.step == self.step:
+            self.context[body.helper] = body.text
+            if set(self.spec.helpers) <= self.context.keys():
+                await self._decide(ctx)
+
+    async def _next_step(self, ctx: Context) -> None:
+        assert self.spec is not None
+        self.step += 1
+        if self.step > self.spec.max_steps:
+            self.finished = True
+            ctx.emit(EpisodeCompleted(outcome="failure", cause=f"step limit reached ({self.spec.max_steps} decisions)"))
+            return
+        self.context = {}
+        if self.spec.helpers:
+            ctx.publish(
+                HELPERS_TOPIC,
+                ContextRequest(step=self.step, helpers=list(self.spec.helpers), transcript=self._transcript_data()),
+            )
+            return
+        await self._decide(ctx)
+
+    async def _decide(self, ctx: Context) -> None:
+        assert self.spec is not None and self.domain is not None
+        response = await ctx.llm(self._request())
+        self.tokens += response.usage.total
+        if "mistake" in response.metadata:
+            self.mistakes.append(dict(response.metadata["mistake"]))
+        if response.tool_calls:
+            call = response.tool_calls[0]
+            self.transcript.append(ChatMessage(role="assistant", content=response.content, tool_calls=[call]))
+            ctx.send("env", _tool_call(call))
+            return
+        done = bool(response.metadata.get("done"))
+        self.transcript.append(ChatMessage(role="assistant", content=response.content))
+        ctx.send("env", Note(text=TALLY, data={"tokens": self.tokens, "mistakes": self.mistakes}))
+        ctx.send("user", AssistantTurn(text=response.content, done=done))
+
+    def _request(self) -> LlmRequest:
+        assert self.spec is not None and self.domain is not None
+        system = SYSTEM.format(policy=self.domain.policy)
+        if self.context:
+            system += "\n\n# Notes from your helpers\n" + "\n".join(f"[{k}] {v}" for k, v in sorted(self.context.items()))
+        metadata: dict[str, Any] = {
+            "sim": "tool",
+            "domain": self.spec.domain,
+            "task": self.spec.task,
+            "seed": self.spec.seed,
+            "error_rates": self.spec.error_rates,
+        }
+        if self.spec.mistakes_off_from_step is not None:
+            metadata["mistakes_off_from_step"] = self.spec.mistakes_off_from_step
+        return LlmRequest(
+            role=self.spec.tool_role,
+            messages=[ChatMessage(role="system", content=system), *self.transcript],
+            tools=[spec.openai() for spec in self.domain.tools()],
+            metadata=metadata,
+        )
+
+    def _transcript_data(self) -> list[dict[str, Any]]:
+        return [{"role": m.role, "content": m.content} for m in self.transcript]
+
+
+def _tool_call(call: LlmToolCall) -> ToolCall:
+    return ToolCall(call_id=call.id, name=call.name, arguments=call.arguments, arguments_error=call.arguments_error)
+
+
+def _as_text(output: Any) -> str:
+    return output if isinstance(output, str) else json.dumps(output, sort_keys=True, default=str)

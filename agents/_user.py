@@ -1,0 +1,82 @@
+"""The user simulator: speaks from the task's instruction and ends the conversation."""
+
+from __future__ import annotations
+
+from faultline.bus import AssistantTurn, Envelope, Note, Start, UserTurn
+from faultline.envs import Task, load_domain
+from faultline.runtime import Agent, Context
+from faultline.runtime.models import ChatMessage, LlmRequest
+
+from faultline.agents._episode import END, EpisodeSpec
+
+STOP = "###STOP###"
+
+SYSTEM = """You play a customer talking to a support agent. Stay in character and pursue this goal:
+
+{instruction}
+
+Facts you know, to share only when asked:
+{facts}
+
+Write one short message per turn. Do not invent facts you were not given. When your goal is met,
+or the agent cannot help further, reply with exactly {stop}."""
+
+
+class UserSimulator(Agent):
+    """Plays the customer; the conversation ends when it says so or the turn limit is reached.
+
+    From the simulator's side the agent's messages are the `user` role and its own are
+    `assistant`, as a model playing a part expects.
+    """
+
+    name = "user"
+
+    def __init__(self) -> None:
+        self.spec: EpisodeSpec | None = None
+        self.task: Task | None = None
+        self.transcript: list[ChatMessage] = []
+        self.told: list[str] = []
+        self.turns = 0
+        self.tokens = 0
+        self.ended = False
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        body = msg.body
+        if isinstance(body, Start):
+            self.spec = EpisodeSpec.from_start(body)
+            self.task = load_domain(self.spec.domain).task(self.spec.task)
+            await self._speak(ctx)
+        elif isinstance(body, AssistantTurn) and not self.ended:
+            self.told.append(body.text)
+            self.transcript.append(ChatMessage(role="user", content=body.text))
+            await self._speak(ctx)
+
+    async def _speak(self, ctx: Context) -> None:
+        assert self.spec is not None
+        if self.turns >= self.spec.max_turns:
+            self._end(ctx, cause=f"turn limit reached ({self.spec.max_turns} user turns)")
+            return
+        response = await ctx.llm(self._request())
+        self.tokens += response.usage.total
+        text = response.content.strip()
+        if response.metadata.get("done") or STOP in text:
+            self._end(ctx)
+            return
+        self.turns += 1
+        self.transcript.append(ChatMessage(role="assistant", content=text))
+        ctx.send("tool", UserTurn(text=text))
+
+    def _end(self, ctx: Context, cause: str = "") -> None:
+        self.ended = True
+        ctx.send("tool", UserTurn(text="", done=True))
+        ctx.send("env", Note(text=END, data={"told": self.told, "turns": self.turns, "tokens": self.tokens, "cause": cause}))
+
+    def _request(self) -> LlmRequest:
+        assert self.spec is not None and self.task is not None
+        facts = "\n".join(f"- {k}: {v}" for k, v in self.task.user_facts.items()) or "- (none)"
+        system = SYSTEM.format(instruction=self.task.instruction, facts=facts, stop=STOP)
+        return LlmRequest(
+            role=self.spec.user_role,
+            messages=[ChatMessage(role="system", content=system), *self.transcript],
+            metadata={"sim": "user", "domain": self.spec.domain, "task": self.spec.task, "seed": self.spec.seed},
+        )

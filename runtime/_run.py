@@ -1,0 +1,198 @@
+"""The main job: run N tasks K times on a live system and report pass^k.
+
+The runner only talks to the bus: it journals each episode's start, hands the
+first messages to the agents, and waits for `episode completed` events. An
+episode that runs past its time limit is completed by the runner as `timeout`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+
+from faultline.bus import Bus, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
+from faultline.envs import Domain
+from faultline.runtime._episodes import RUNNER, Completions, started_envelope
+
+AGENTS = ("env", "tool", "user")
+"""Who gets a Start, in this order: the environment and the agent are ready before the user speaks."""
+
+
+class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
+    domain: str = "retail"
+    tasks: int = 10
+    trials: int = 1
+    seed: int = 0
+    concurrency: int = 8
+    episode_timeout_s: float = 120.0
+    max_turns: int = 30
+    max_steps: int = 60
+    error_rates: dict[str, float] = {}
+    helpers: list[str] = []
+    memory: dict[str, Any] = {}
+    run_id: str = "run"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEpisode:
+    episode: str
+    task: str
+    trial: int
+    seed: int
+
+
+def episode_id(run_id: str, task: str, trial: int) -> str:
+    """A subject-safe episode id, unique within a run."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", f"{run_id}-{task}-t{trial}")
+    return safe if len(safe) <= 64 else f"{safe[:47]}-{zlib.crc32(safe.encode()):08x}"
+
+
+def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
+    tasks = domain.tasks()[: plan.tasks]
+    return [
+        PlannedEpisode(
+            episode=episode_id(plan.run_id, task.id, trial),
+            task=task.id,
+            trial=trial,
+            seed=zlib.crc32(f"{plan.seed}/{task.id}/{trial}".encode()),
+        )
+        for trial in range(plan.trials)
+        for task in tasks
+    ]
+
+
+def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
+    """The episode-started event and one Start per agent."""
+    from faultline.agents import EpisodeSpec
+
+    spec = EpisodeSpec(
+        domain=plan.domain,
+        task=planned.task,
+        seed=planned.seed,
+        trial=planned.trial,
+        max_turns=plan.max_turns,
+        max_steps=plan.max_steps,
+        error_rates=plan.error_rates,
+        helpers=plan.helpers,
+        memory=plan.memory,
+    )
+    started = EpisodeStarted(
+        domain=plan.domain,
+        task=planned.task,
+        trial=planned.trial,
+        seed=planned.seed,
+        roster=list(plan.helpers),
+        settings=msgspec.to_builtins(spec),
+    )
+    e = planned.episode
+    starts = [
+        Envelope(id=derive_id(e, i + 1, "s"), episode=e, sender=RUNNER, recipient=agent, body=spec.start(), ts=time.time())
+        for i, agent in enumerate(AGENTS)
+    ]
+    return [started_envelope(e, started), *starts]
+
+
+@dataclass
+class RunResult:
+    planned: list[PlannedEpisode]
+    completed: dict[str, EpisodeCompleted] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def outcomes(self) -> list[tuple[PlannedEpisode, EpisodeCompleted]]:
+        return [(p, self.completed[p.episode]) for p in self.planned if p.episode in self.completed]
+
+
+async def run_plan(
+    bus: Bus, plan: RunPlan, planned: Sequence[PlannedEpisode], on_done: Callable[[str, EpisodeCompleted], None]
+) -> RunResult:
+    """Run every planned episode, `plan.concurrency` at a time."""
+    result = RunResult(list(planned))
+    limiter = anyio.CapacityLimiter(plan.concurrency)
+    started = anyio.current_time()
+    async with Completions(bus) as completions, anyio.create_task_group() as tg:
+
+        async def one(p: PlannedEpisode) -> None:
+            async with limiter:
+                await bus.publish_all(start_envelopes(plan, p))
+                with anyio.move_on_after(plan.episode_timeout_s) as scope:
+                    done = await completions.wait([p.episode])
+                if scope.cancelled_caught:
+                    timeout = EpisodeCompleted(
+                        outcome="timeout", cause=f"no completion within {plan.episode_timeout_s:g}s"
+                    )
+                    await bus.publish(
+                        Envelope(
+                            id=derive_id(p.episode, 0, "t"), episode=p.episode, sender=RUNNER, body=timeout, ts=time.time()
+                        )
+                    )
+                    done = await completions.wait([p.episode])
+            result.completed[p.episode] = done[p.episode]
+            on_done(p.episode, done[p.episode])
+
+        for p in planned:
+            tg.start_soon(one, p)
+    result.seconds = anyio.current_time() - started
+    return result
+
+
+async def wait_for_journal(bus: Bus, timeout_s: float = 60.0) -> int:
+    """Block until the journal service holds everything the stream holds now; return that sequence."""
+    info = await bus.js.stream_info(bus.subjects.stream)
+    last = info.state.last_seq
+    reply = await bus.nc.request(bus.subjects.svc("journal"), msgspec.json.encode({"until": last}), timeout=timeout_s)
+    return int(msgspec.json.decode(reply.data)["last_seq"])
+
+
+def pass_hat_k(successes: Sequence[int], trials: int, k: int) -> float:
+    """pass^k: mean over tasks of C(c, k) / C(n, k), with n trials and c successes per task."""
+    if not successes or k > trials:
+        return math.nan
+    return sum(math.comb(c, k) / math.comb(trials, k) for c in successes) / len(successes)
+
+
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    episodes: int
+    tasks: int
+    trials: int
+    pass_k: dict[int, float]
+    outcomes: dict[str, int]
+    avg_turns: float
+    avg_tokens: float
+    avg_latency_s: float
+    seconds: float
+    episodes_per_s: float
+    journal: str = ""
+
+
+def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
+    per_task: dict[str, int] = defaultdict(int)
+    outcomes: dict[str, int] = defaultdict(int)
+    rows = result.outcomes()
+    for planned, done in rows:
+        per_task[planned.task] += int(done.outcome == "success")
+        outcomes[done.outcome] += 1
+    tasks = sorted({p.task for p in result.planned})
+    successes = [per_task.get(t, 0) for t in tasks]
+    n = max(len(rows), 1)
+    return Summary(
+        episodes=len(rows),
+        tasks=len(tasks),
+        trials=trials,
+        pass_k={k: pass_hat_k(successes, trials, k) for k in range(1, trials + 1)},
+        outcomes=dict(outcomes),
+        avg_turns=sum(d.turns for _, d in rows) / n,
+        avg_tokens=sum(d.tokens for _, d in rows) / n,
+        avg_latency_s=sum(d.latency_s for _, d in rows) / n,
+        seconds=result.seconds,
+        episodes_per_s=len(rows) / result.seconds if result.seconds else 0.0,
+        journal=journal,
+    )
