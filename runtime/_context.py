@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random as _random
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import msgspec
 
 from faultline._errors import FaultlineError, ModelError, NonDeterminismError
-from faultline.bus import Body, Envelope, Recording, derive_id, digest, encode
+from faultline.bus import Body, Envelope, EpisodeCompleted, ErrorRaised, Recording, derive_id, digest, encode
 from faultline.runtime.models import LlmRequest, LlmResponse, ModelBackend
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
@@ -195,3 +196,31 @@ class Context:
             return _random.Random(seed).random()
 
         return float(await self._recorder.call(self, "random", None, execute))
+
+
+def failure_envelopes(agent: str, message: Envelope, exc: BaseException) -> list[Envelope]:
+    """What a raising handler leaves behind: an error event and the episode failed with its cause.
+
+    Live and in replay alike, so a replayed failure compares equal to the journaled one.
+    """
+    cause = f"{type(exc).__name__} in {agent}: {exc}"
+    error = ErrorRaised(
+        agent=agent,
+        input_id=message.id,
+        error_type=type(exc).__name__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc))[-4000:],
+    )
+    bodies: list[Body] = [error, EpisodeCompleted(outcome="error", cause=cause)]
+    return [
+        Envelope(
+            id=derive_id(message.id, i, "e"),
+            episode=message.episode,
+            sender=agent,
+            body=body,  # type: ignore[arg-type]
+            causation=message.id,
+            hops=message.hops + 1,
+            ts=time.time(),
+        )
+        for i, body in enumerate(bodies)
+    ]

@@ -62,6 +62,19 @@ def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
     return classes
 
 
+def agent_lookup(config: Config) -> Callable[[str], type[Agent] | None]:
+    """Name to agent class for replay: None for participants that are not agents (the runner)."""
+    cache: dict[str, type[Agent] | None] = {}
+
+    def lookup(name: str) -> type[Agent] | None:
+        if name not in cache:
+            known = name in BUILTIN_AGENTS or (name in config.agents and config.agents[name].class_)
+            cache[name] = resolve_agents([name], config)[0] if known else None
+        return cache[name]
+
+    return lookup
+
+
 async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:
     """Run `service`, announce it ready as `name`, stop it on SIGTERM/SIGINT."""
     async with anyio.create_task_group() as tg:

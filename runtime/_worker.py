@@ -16,7 +16,6 @@ and outputs published again carry the same ids, which JetStream drops.
 from __future__ import annotations
 
 import os
-import traceback
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,13 +31,10 @@ from faultline.bus import (
     Bus,
     Delivery,
     Envelope,
-    EpisodeCompleted,
-    ErrorRaised,
     Recording,
-    derive_id,
 )
 from faultline.runtime._agent import Agent
-from faultline.runtime._context import Context, Recorder
+from faultline.runtime._context import Context, Recorder, failure_envelopes
 from faultline.runtime._recovery import load_history
 from faultline.runtime.models import ModelBackend
 
@@ -235,7 +231,7 @@ class Worker:
                 with anyio.fail_after(self.settings.handler_timeout_s):
                     await instance.agent.on_message(message, ctx)
             except Exception as exc:  # noqa: BLE001 - any handler failure fails the episode, not the worker
-                await self.bus.publish_all(_failure(cls.name, message, exc))
+                await self.bus.publish_all(failure_envelopes(cls.name, message, exc))
                 continue
             await self.bus.publish_all(ctx.outputs)
 
@@ -266,26 +262,3 @@ class Worker:
             "handled": self.handled,
         }
         await msg.respond(msgspec.json.encode(status))
-
-
-def _failure(agent: str, message: Envelope, exc: BaseException) -> list[Envelope]:
-    """The error event and the failed-episode event for a handler that raised."""
-    cause = f"{type(exc).__name__} in {agent}: {exc}"
-    common = dict(episode=message.episode, sender=agent, causation=message.id, hops=message.hops + 1)
-    error = ErrorRaised(
-        agent=agent,
-        input_id=message.id,
-        error_type=type(exc).__name__,
-        message=str(exc),
-        traceback="".join(traceback.format_exception(exc))[-4000:],
-    )
-    return [
-        Envelope(id=derive_id(message.id, 0, "e"), body=error, **common),  # type: ignore[arg-type]
-        Envelope(
-            id=derive_id(message.id, 1, "e"),
-            body=EpisodeCompleted(outcome="error", cause=cause),
-            **common,  # type: ignore[arg-type]
-        ),
-    ]
-
-

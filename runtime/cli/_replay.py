@@ -1,0 +1,69 @@
+"""`faultline replay`: re-run a journal against today's code and report the first divergence."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.syntax import Syntax
+
+from faultline._errors import JournalError
+from faultline.replay import Replayer, ReplayReport
+from faultline.runtime._config import load_config
+from faultline.runtime._services import agent_lookup
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "replay",
+        help="re-execute a journal with no NATS and no model; exit 1 at the first divergence",
+        description="Feed every agent its journaled inputs, serve every recorded call from the journal, "
+        "and compare every output. Needs only the journal file.",
+    )
+    p.add_argument("journal", type=Path)
+    p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
+    p.add_argument("--config", type=Path, help="faultline.toml naming custom agent classes")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.set_defaults(handler=_replay)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    if not args.journal.is_file():
+        raise JournalError(f"{args.journal}: no such journal file")
+    report = Replayer(agent_lookup(load_config(args.config))).replay(args.journal, args.episode or None)
+    if args.json:
+        print(msgspec.json.encode(_as_data(report)).decode())
+    else:
+        _print(report)
+    return 0 if report.identical else 1
+
+
+def _as_data(report: ReplayReport) -> dict[str, object]:
+    data = msgspec.to_builtins(report)
+    data["identical"] = report.identical
+    return data  # type: ignore[no-any-return]
+
+
+def _print(report: ReplayReport) -> None:
+    console = Console()
+    rate = report.messages / report.seconds if report.seconds else 0.0
+    summary = (
+        f"{report.episodes} episodes, {report.agents} agent runs, {report.messages} messages "
+        f"in {report.seconds:.2f}s ({rate:,.0f} messages/s)"
+    )
+    if report.skipped_agents:
+        summary += f"; not replayed (unknown agents): {', '.join(report.skipped_agents)}"
+    if report.identical:
+        console.print(f"[green]identical[/green]: {summary}")
+        return
+    console.print(f"[red]diverged[/red] in {len(report.divergences)} episode(s): {summary}")
+    for d in report.divergences:
+        console.print(
+            f"\n[bold]episode {d.episode}[/bold] — agent [bold]{d.agent}[/bold] handling "
+            f"{d.input_kind} at position {d.input_pos} (id {d.input_id})\n  {d.what}"
+        )
+        diff = d.diff()
+        if diff:
+            console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
