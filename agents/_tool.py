@@ -96,8 +96,9 @@ class ToolAgent(Agent):
         assert self.spec is not None and self.domain is not None
         response = await ctx.llm(self._request())
         self.tokens += response.usage.total
-        if "mistake" in response.metadata:
-            self.mistakes.append(dict(response.metadata["mistake"]))
+        mistake = response.metadata.get("mistake")
+        if mistake and mistake not in self.mistakes:  # a wrong write shows on its question and its call
+            self.mistakes.append(dict(mistake))
         if response.tool_calls:
             call = response.tool_calls[0]
             self.transcript.append(ChatMessage(role="assistant", content=response.content, tool_calls=[call]))
