@@ -6,6 +6,7 @@ from faultline.runtime.models._openai import (
     OpenAISettings,
     parse_tool_arguments,
 )
+from faultline.runtime.models._sim import SimBackend, sim_metadata
 from faultline.runtime.models._types import (
     ChatMessage,
     LlmRequest,
@@ -24,6 +25,8 @@ __all__ = [
     "OpenAIBackend",
     "OpenAIEmbedder",
     "OpenAISettings",
+    "SimBackend",
     "Usage",
     "parse_tool_arguments",
+    "sim_metadata",
 ]

@@ -1,0 +1,401 @@
+"""An offline, deterministic stand-in for both model roles of an episode.
+
+This is a SIMULATION for exercising the runtime (replay, faults, attribution,
+the controller) without a model server. It follows the task's ground truth and
+makes mistakes at configured rates; nothing it does is a result about models.
+
+The reply is a pure function of the request: no clock, no global randomness.
+Randomness comes from `random.Random(f"sim:{seed}:{task}:{step}")`.
+
+Request metadata (build it with `sim_metadata`):
+
+    sim                     "user" (the simulated customer) or "tool" (the tool-use agent)
+    domain                  a built-in domain name or "package.module:ClassName"
+    task                    the task id within that domain
+    seed                    int, default 0: the episode's seed (vary it per trial)
+    error_rates             {category: rate}, tool role only, default none: at each
+                            decision step one category is drawn with these probabilities
+                            (sum <= 1); categories are the four in `faultline.envs.ERROR_CATEGORIES`
+    mistakes_off_from_step  int, optional: no mistakes at decision steps >= this
+
+Transcripts. Tool role: `messages` as the agent sees them; system messages are
+ignored (put helper notes there), user turns are `user`, the agent's own turns
+`assistant` (tool calls in `tool_calls`), tool results `tool` with the call's
+`tool_call_id` and content that starts with "Error" when the call failed.
+User role: the conversation from the customer's side, its own turns
+`assistant` and the agent's turns `user`.
+
+Decision steps. Step k < len(task.actions) is ground-truth action k; step
+len(task.actions) is the final answer. The step in progress is the number of
+tool calls that succeeded so far (a call that failed `MAX_RETRIES + 1` times
+in a row also counts). A write is preceded by a confirmation question; the
+call follows once the user replied. A mistake replaces the action of its step,
+after which the ground truth carries on; "early_stop" ends the conversation
+at its step without the required outputs; at the final step "wrong_value"
+states a wrong number and "policy_violation" makes one of the task's
+forbidden writes.
+
+Response metadata: `sim`, `phase` (tool: greet, ask, confirm, call, final;
+user: request, reveal, confirm, clarify, end), `done` (the speaker ends the
+conversation), for the tool role `step`, and `mistake` =
+{"category", "step", "intended", "made"} on every reply shaped by a mistake
+(a wrong write shows on its confirmation question and on its call). Actions
+are {"name", "arguments"}; the final answer is the pseudo-action "respond"
+with {"outputs": [...]}. Usage counts words, so token tables have numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from random import Random
+from typing import Any, Final, Literal
+
+import msgspec
+
+from faultline._errors import ConfigError, FaultlineError, ModelError
+from faultline.envs import (
+    EARLY_STOP,
+    ERROR_CATEGORIES,
+    POLICY_VIOLATION,
+    WRONG_ENTITY,
+    WRONG_VALUE,
+    Action,
+    Domain,
+    Task,
+    load_domain,
+)
+from faultline.runtime.models._types import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
+
+MAX_RETRIES: Final = 2
+"""How often the simulated agent retries a tool call that failed before moving on."""
+MAX_USER_TURNS: Final = 30
+"""The simulated user ends the conversation after this many turns of its own."""
+RESPOND: Final = "respond"
+"""The pseudo-action name of the final answer in mistake records."""
+
+GREETING = "Hello! How can I help you today?"
+_YES = "Yes, please go ahead."
+_BYE = "Thank you, that's all I needed."
+_EXPLICIT_CONFIRM = ("yes/no", "shall i proceed", "do you confirm", "should i proceed")
+_CONFIRM_WORDS = ("confirm", "proceed", "go ahead", "shall i", "should i", "would you like me to", "do you want me to")
+_WEAK_WORDS = frozenset({"the", "and", "your", "new", "other", "first", "last", "code", "number"})
+
+
+class SimSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """The request metadata the simulator reads (see the module docstring)."""
+
+    sim: Literal["user", "tool"]
+    domain: str
+    task: str
+    seed: int = 0
+    error_rates: dict[str, float] = {}
+    mistakes_off_from_step: int | None = None
+
+
+def sim_metadata(
+    *,
+    role: Literal["user", "tool"],
+    domain: str,
+    task: str,
+    seed: int = 0,
+    error_rates: dict[str, float] | None = None,
+    mistakes_off_from_step: int | None = None,
+) -> dict[str, Any]:
+    """The `LlmRequest.metadata` that drives the simulator; raises ConfigError on bad rates."""
+    spec = SimSpec(
+        sim=role,
+        domain=domain,
+        task=task,
+        seed=seed,
+        error_rates=dict(error_rates or {}),
+        mistakes_off_from_step=mistakes_off_from_step,
+    )
+    problem = _rates_problem(spec.error_rates)
+    if problem:
+        raise ConfigError(problem)
+    metadata = msgspec.to_builtins(spec)
+    if mistakes_off_from_step is None:
+        del metadata["mistakes_off_from_step"]
+    return metadata  # type: ignore[no-any-return]
+
+
+class SimBackend:
+    """The `sim` model backend: plays the user or the tool agent from the task's ground truth.
+
+    A simulation for exercising the runtime, never a result about models.
+    """
+
+    model: Final = "sim"
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        return self.respond(request)
+
+    async def aclose(self) -> None:
+        return None
+
+    def respond(self, request: LlmRequest) -> LlmResponse:
+        """The reply to `request`, computed synchronously (the same request always gives the same reply)."""
+        spec = _spec(request.metadata)
+        try:
+            domain = load_domain(spec.domain)
+            task = domain.task(spec.task)
+        except FaultlineError as exc:
+            raise ModelError(f"sim: {exc}") from None
+        messages = [m for m in request.messages if m.role != "system"]
+        reply = _play_user(task, messages) if spec.sim == "user" else _play_tool(spec, domain, task, messages)
+        calls = []
+        if reply.action is not None:
+            arguments = dict(reply.action.arguments)
+            raw = json.dumps(arguments, sort_keys=True)
+            calls.append(LlmToolCall(id=reply.call_id, name=reply.action.name, arguments=arguments, raw_arguments=raw))
+        completion = _words(reply.content) + sum(_words(call.raw_arguments) for call in calls)
+        return LlmResponse(
+            content=reply.content,
+            tool_calls=calls,
+            usage=Usage(prompt_tokens=_prompt_words(request.messages), completion_tokens=completion),
+            model=self.model,
+            finish_reason="tool_calls" if calls else "stop",
+            metadata={"sim": spec.sim, **reply.metadata},
+        )
+
+
+@dataclass
+class _Reply:
+    content: str = ""
+    action: Action | None = None
+    call_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _spec(metadata: dict[str, Any]) -> SimSpec:
+    try:
+        spec = msgspec.convert(metadata, SimSpec)
+    except msgspec.ValidationError as exc:
+        raise ModelError(f"sim: bad request metadata: {exc}") from None
+    problem = _rates_problem(spec.error_rates)
+    if problem:
+        raise ModelError(f"sim: bad request metadata: {problem}")
+    return spec
+
+
+def _rates_problem(rates: dict[str, float]) -> str:
+    for category, rate in rates.items():
+        if category not in ERROR_CATEGORIES:
+            return f"unknown error category {category!r}; use {', '.join(ERROR_CATEGORIES)} - at $.error_rates"
+        if not 0.0 <= rate <= 1.0:
+            return f"rate {rate} is not between 0 and 1 - at $.error_rates.{category}"
+    if sum(rates.values()) > 1.0 + 1e-9:
+        return f"rates add up to {sum(rates.values()):g}, more than 1 - at $.error_rates"
+    return ""
+
+
+# -- the tool-use agent --------------------------------------------------------------------------
+
+
+@dataclass
+class _AgentView:
+    """What the agent's transcript says about progress through the ground truth."""
+
+    step: int = 0
+    calls: int = 0
+    user_texts: list[str] = field(default_factory=list)
+    last_text: str | None = None
+    answered: bool = False
+
+    @classmethod
+    def of(cls, messages: list[ChatMessage]) -> _AgentView:
+        view = cls()
+        results = {m.tool_call_id: m.content for m in messages if m.role == "tool"}
+        failures = 0
+        for message in messages:
+            if message.role == "user":
+                view.user_texts.append(message.content)
+                view.answered = True
+            elif message.role == "assistant":
+                view.answered = False
+                view.last_text = None if message.tool_calls else message.content
+                for call in message.tool_calls:
+                    view.calls += 1
+                    if call.id not in results:
+                        continue
+                    failures = failures + 1 if _is_error(results[call.id]) else 0
+                    if failures == 0 or failures > MAX_RETRIES:
+                        view.step += 1
+                        failures = 0
+        return view
+
+    def replied_to(self, text: str) -> bool:
+        """Whether the agent's last message was `text` and the user has answered it."""
+        return self.answered and self.last_text == text
+
+    def revealed(self, value: str) -> bool:
+        return any(value.casefold() in said.casefold() for said in self.user_texts)
+
+
+def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMessage]) -> _Reply:
+    view = _AgentView.of(messages)
+    step, last = view.step, len(task.actions)
+    if not view.user_texts:
+        return _Reply(GREETING, metadata={"phase": "greet", "step": step, "done": False})
+    if step > last:
+        return _final(task, step, task.outputs)
+    rng = Random(f"sim:{spec.seed}:{task.id}:{step}")
+    category = _draw(spec, step, rng)
+    intended = task.actions[step].as_dict() if step < last else _respond(task.outputs)
+    writes = {spec.name for spec in domain.tools() if spec.writes}
+    unfinished = task.outputs or any(action.name in writes for action in task.actions[step:])
+    if category == EARLY_STOP and unfinished:
+        return _final(task, step, [], _record(category, step, intended, _respond([])))
+    if step == last and category == WRONG_VALUE:
+        garbled = _garble(task.outputs)
+        if garbled != task.outputs:
+            return _final(task, step, garbled, _record(category, step, intended, _respond(garbled)))
+    actionable = category in (POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE)
+    made = domain.mistake(task, step, category, rng) if category and actionable else None
+    if made is None and step == last:
+        return _final(task, step, task.outputs)
+    action = made or task.actions[step]
+    mistake = _record(category or "", step, intended, made.as_dict()) if made else None
+    return _act(task, view, step, action, mistake, writes)
+
+
+def _act(
+    task: Task, view: _AgentView, step: int, action: Action, mistake: dict[str, Any] | None, writes: set[str]
+) -> _Reply:
+    """Ask for missing facts, then for confirmation of a write, then call the tool."""
+    metadata: dict[str, Any] = {"step": step, "done": False} | ({"mistake": mistake} if mistake else {})
+    values = set(_leaves(action.arguments))
+    needed = [k for k, v in task.user_facts.items() if v in values and not view.revealed(v)]
+    if needed:
+        question = f"Could you please tell me your {_join(needed)}?"
+        if not view.replied_to(question):
+            return _Reply(question, metadata=metadata | {"phase": "ask"})
+    arguments = json.dumps(action.arguments, sort_keys=True)
+    confirmation = f"I am about to run {action.name} with {arguments}. Shall I proceed (yes/no)?"
+    if action.name in writes and not view.replied_to(confirmation):
+        return _Reply(confirmation, metadata=metadata | {"phase": "confirm"})
+    return _Reply(action=action, call_id=f"sim-{view.calls:03d}", metadata=metadata | {"phase": "call"})
+
+
+def _final(task: Task, step: int, outputs: list[str], mistake: dict[str, Any] | None = None) -> _Reply:
+    said = "; ".join(outputs)
+    if mistake and mistake["category"] == EARLY_STOP:
+        text = "I have done what I can for now. Goodbye."
+    elif task.refusal:
+        text = f"I'm sorry, but our policy does not allow that ({said}). Goodbye."
+    elif outputs:
+        text = f"All done. Here is what you asked for: {said}. Goodbye."
+    else:
+        text = "All done: everything you asked for has been taken care of. Goodbye."
+    metadata: dict[str, Any] = {"phase": "final", "step": step, "done": True}
+    return _Reply(text, metadata=metadata | ({"mistake": mistake} if mistake else {}))
+
+
+def _draw(spec: SimSpec, step: int, rng: Random) -> str | None:
+    """The category of the mistake at `step`, if any. Always draws, so the rng state after is fixed."""
+    draw = rng.random()
+    if spec.mistakes_off_from_step is not None and step >= spec.mistakes_off_from_step:
+        return None
+    threshold = 0.0
+    for category in ERROR_CATEGORIES:
+        threshold += spec.error_rates.get(category, 0.0)
+        if draw < threshold:
+            return category
+    return None
+
+
+def _record(category: str, step: int, intended: dict[str, Any], made: dict[str, Any]) -> dict[str, Any]:
+    return {"category": category, "step": step, "intended": intended, "made": made}
+
+
+def _respond(outputs: list[str]) -> dict[str, Any]:
+    return {"name": RESPOND, "arguments": {"outputs": list(outputs)}}
+
+
+def _garble(outputs: list[str]) -> list[str]:
+    """The outputs with the last digit of the first numeric one changed: a value misread."""
+    for index, output in enumerate(outputs):
+        digits = [i for i, c in enumerate(output) if c.isdigit()]
+        if digits:
+            i = digits[-1]
+            wrong = output[:i] + str((int(output[i]) + 1) % 10) + output[i + 1 :]
+            return [*outputs[:index], wrong, *outputs[index + 1 :]]
+    return list(outputs)
+
+
+def _is_error(content: str) -> bool:
+    if content.lstrip().lower().startswith("error"):
+        return True
+    try:
+        decoded = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(decoded, dict) and bool(decoded.get("error"))
+
+
+def _leaves(value: Any) -> list[str]:
+    """Every scalar inside an argument value, as text."""
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [str(value)]
+
+
+# -- the simulated user --------------------------------------------------------------------------
+
+
+def _play_user(task: Task, messages: list[ChatMessage]) -> _Reply:
+    own = [m.content for m in messages if m.role == "assistant"]
+    if not own:
+        return _Reply(task.instruction, metadata={"phase": "request", "done": False})
+    heard = [m.content for m in messages if m.role == "user"]
+    text = heard[-1].casefold() if heard else ""
+    if len(own) >= MAX_USER_TURNS or "?" not in text:
+        return _Reply(_BYE, metadata={"phase": "end", "done": True})
+    said = " ".join(own).casefold()
+    # A fact whose value the agent already quotes is being stated, not asked for.
+    asked = [key for key, value in task.user_facts.items() if _mentions(text, key) and value.casefold() not in text]
+    fresh = [key for key in asked if task.user_facts[key].casefold() not in said]
+    if any(marker in text for marker in _EXPLICIT_CONFIRM):
+        return _Reply(_YES, metadata={"phase": "confirm", "done": False})
+    if fresh:
+        return _reveal(task, fresh)
+    if any(word in text for word in _CONFIRM_WORDS):
+        return _Reply(_YES, metadata={"phase": "confirm", "done": False})
+    if asked:
+        return _reveal(task, asked)
+    if "anything else" in text:
+        return _Reply(_BYE, metadata={"phase": "end", "done": True})
+    return _Reply(f"I'm not sure what you need from me. To repeat: {task.instruction}",
+                  metadata={"phase": "clarify", "done": False})  # fmt: skip
+
+
+def _reveal(task: Task, keys: list[str]) -> _Reply:
+    parts = [f"my {key} is {task.user_facts[key]}" for key in keys]
+    text = _join(parts)
+    return _Reply(text[0].upper() + text[1:] + ".", metadata={"phase": "reveal", "done": False})
+
+
+def _mentions(text: str, key: str) -> bool:
+    """Whether the agent's question asks for the fact named `key` (by name or a telling word)."""
+    key = key.casefold()
+    if key in text:
+        return True
+    words = set(re.findall(r"[a-z]+", text))
+    return any(len(word) >= 3 and word not in _WEAK_WORDS and word in words for word in key.split())
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _prompt_words(messages: list[ChatMessage]) -> int:
+    return sum(_words(m.content) + sum(_words(c.raw_arguments or json.dumps(c.arguments)) for c in m.tool_calls)
+               for m in messages)  # fmt: skip
