@@ -15,10 +15,12 @@ from faultline.runtime._config import (
 )
 from faultline.runtime._context import Context, Recorder
 from faultline.runtime._episodes import Completions, start_episode
+from faultline.runtime._harness import AgentHarness
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
 __all__ = [
     "Agent",
+    "AgentHarness",
     "AgentConfig",
     "Completions",
     "Config",

@@ -1,0 +1,74 @@
+"""The environment host, driven in-process: ground truth scores 1, tool problems are results."""
+
+from __future__ import annotations
+
+import pytest
+
+from faultline.agents import EnvironmentHost, EpisodeSpec
+from faultline.agents._episode import END
+from faultline.bus import EpisodeCompleted, Note, ToolCall, ToolResult
+from faultline.envs import Task, load_domain
+from faultline.runtime import AgentHarness
+
+
+async def play(domain: str, task: Task, calls: list[ToolCall], told: list[str]) -> tuple[list[ToolResult], EpisodeCompleted]:
+    env = AgentHarness(EnvironmentHost())
+    await env.deliver(EpisodeSpec(domain=domain, task=task.id).start())
+    results = []
+    for call in calls:
+        [out] = await env.deliver(call, sender="tool")
+        assert out.recipient == "tool" and isinstance(out.body, ToolResult)
+        results.append(out.body)
+    [done] = await env.deliver(Note(text=END, data={"told": told, "turns": 1}), sender="user")
+    assert isinstance(done.body, EpisodeCompleted)
+    return results, done.body
+
+
+def ground_truth(task: Task) -> list[ToolCall]:
+    return [ToolCall(call_id=f"c{i}", name=a.name, arguments=dict(a.arguments)) for i, a in enumerate(task.actions)]
+
+
+@pytest.mark.parametrize("domain", ["retail", "phone"])
+async def test_every_task_ground_truth_through_the_host_scores_one(domain: str) -> None:
+    tasks = load_domain(domain).tasks()
+    assert len(tasks) >= (60 if domain == "retail" else 20)
+    for task in tasks:
+        results, done = await play(domain, task, ground_truth(task), told=list(task.outputs))
+        assert [r.error for r in results] == [""] * len(results), task.id
+        assert (done.outcome, done.reward) == ("success", 1.0), (task.id, done.cause)
+
+
+async def test_a_wrong_write_scores_zero() -> None:
+    domain = load_domain("retail")
+    task = next(t for t in domain.tasks() if any(s.writes for s in domain.tools() if s.name == t.actions[-1].name))
+    step = len(task.actions) - 1
+    wrong = next(
+        a for c in ("wrong_entity", "wrong_value", "policy_violation") for a in domain.mistake_candidates(task, step, c)
+    )
+    calls = ground_truth(task)[:-1] + [ToolCall(call_id="w", name=wrong.name, arguments=dict(wrong.arguments))]
+    _, done = await play("retail", task, calls, told=list(task.outputs))
+    assert (done.outcome, done.reward) == ("failure", 0.0)
+    assert "database differs" in done.cause
+
+
+async def test_bad_calls_come_back_as_errors_and_the_episode_goes_on() -> None:
+    task = load_domain("retail").tasks()[0]
+    bad = [
+        ToolCall(call_id="a", name="no_such_tool", arguments={}),
+        ToolCall(call_id="b", name=task.actions[0].name, arguments={"bogus": [1, 2]}),
+        ToolCall(call_id="c", name=task.actions[0].name, arguments_error="Expecting ',' delimiter"),
+    ]
+    results, done = await play("retail", task, bad + ground_truth(task), told=list(task.outputs))
+    assert all(r.error for r in results[:3])
+    assert "unknown tool" in results[0].error
+    assert "not valid JSON" in results[2].error
+    assert done.reward == 1.0
+
+
+async def test_a_refusal_task_is_failed_by_a_forbidden_write() -> None:
+    domain = load_domain("retail")
+    task = next(t for t in domain.tasks() if t.refusal and t.forbidden)
+    forbidden = task.forbidden[0]
+    calls = ground_truth(task) + [ToolCall(call_id="f", name=forbidden.name, arguments=dict(forbidden.arguments))]
+    results, done = await play("retail", task, calls, told=list(task.outputs))
+    assert done.reward == 0.0 or results[-1].error, "a forbidden write is refused by the tool or fails the episode"
