@@ -64,7 +64,7 @@ class _Memo:
 
 
 class Domain(ABC):
-    """A tool-use world (DESIGN.md section 8).
+    """A tool-use world: the episode's reward is 1 when the final database equals the ground truth's.
 
     Instances are stateless apart from caches, so one instance can serve many
     episodes at once; each episode works on its own `open_database()`.

@@ -78,7 +78,7 @@ class Phone(Domain):
         db.executemany("INSERT INTO reminders VALUES (?, ?, ?, ?)", _REMINDERS)
 
     def tasks(self) -> list[Task]:
-        return _tasks.TASKS
+        return list(_tasks.TASKS)
 
     def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
         return _tasks.mistake_candidates(task, step, category)

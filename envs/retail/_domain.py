@@ -56,6 +56,10 @@ class Retail(Domain):
         write(db, self.index.data)
 
     def tasks(self) -> list[Task]:
+        return list(self._task_list)
+
+    @cached_property
+    def _task_list(self) -> list[Task]:
         return _tasks.generate_tasks(self.index, self.seed)
 
     def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
