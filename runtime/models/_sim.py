@@ -244,7 +244,7 @@ def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMes
     rng = Random(f"sim:{spec.seed}:{task.id}:{step}")
     category = _draw(spec, step, rng)
     intended = task.actions[step].as_dict() if step < last else _respond(task.outputs)
-    writes = {spec.name for spec in domain.tools() if spec.writes}
+    writes = {tool.name for tool in domain.tools() if tool.writes}
     unfinished = task.outputs or any(action.name in writes for action in task.actions[step:])
     if category == EARLY_STOP and unfinished:
         return _final(task, step, [], _record(category, step, intended, _respond([])))
