@@ -141,13 +141,15 @@ def _swap_part(index: StoreIndex, user: User, order: Order, rng: Random, tool: s
         "new_item_ids": [new.item_id for _, new in swaps],
         "payment_method_id": payer.payment_method_id,
     }
-    wanted = " and ".join(
-        f"the {index.describe_item(old)} for the one with {describe_options(new)}" for old, new in swaps
-    )
-    state = "pending" if tool == "modify_pending_order_items" else "delivered"
-    sentence = (
-        f"In my {state} order I want to exchange {wanted}; settle any price difference with my {payer.describe()}."
-    )
+    if tool == "modify_pending_order_items":
+        wanted = " and ".join(f"the {index.describe_item(old)} to {describe_options(new)}" for old, new in swaps)
+        request = f"Before my pending order ships, please change {wanted}"
+    else:
+        wanted = " and ".join(
+            f"the {index.describe_item(old)} for the one with {describe_options(new)}" for old, new in swaps
+        )
+        request = f"I want to exchange {wanted} from my delivered order"
+    sentence = f"{request}; settle any price difference with my {payer.describe()}."
     return Part(sentence, [*reads, Action(name=tool, arguments=args)], facts)
 
 
@@ -214,7 +216,9 @@ def _change_payment(index: StoreIndex, user: User, rng: Random) -> Draft | None:
         if others:
             method = rng.choice(others)
             reads, facts = _look_up(order, rng, user.user_id)
-            reads.append(Action(name="get_user_details", arguments={"user_id": user.user_id}))
+            account = Action(name="get_user_details", arguments={"user_id": user.user_id})
+            if account not in reads:
+                reads.append(account)
             args = {"order_id": order.order_id, "payment_method_id": method.payment_method_id}
             items = index.describe_items(order.items)
             sentence = f"I'd like to pay for my pending order of the {items} with my {method.describe()}."
