@@ -95,6 +95,35 @@ class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fiel
     backend: str = "sim"
 
 
+class MemoryConfig(_Section):
+    """The memory service (MemToolAgent): what the tool agent retrieves, where entries live, how queries are embedded.
+
+    `mode` "off" leaves memory out of a run; "topk" retrieves the `k` most
+    similar entries; "dynamic" cuts the ranking at a similarity drop (`radius`,
+    `prominence`, `peak`, with `fallback_k` when there is no drop, over the
+    `candidates` most similar). The defaults are the paper's and the memory
+    library's. `embedder` "local" needs no download; "openai" embeds through
+    `[memory.openai]` (an OpenAI-compatible `/embeddings` endpoint), with
+    `embedding_dim` 0 meaning "ask the endpoint". Reflections on failed
+    episodes come from the model role `extractor_role`; with a `sim` backend
+    they are written offline from the recorded mistakes.
+    """
+
+    mode: Literal["off", "topk", "dynamic"] = "off"
+    k: Annotated[int, msgspec.Meta(ge=0)] = 5
+    radius: Annotated[int, msgspec.Meta(ge=1)] = 10
+    prominence: Annotated[float, msgspec.Meta(ge=0.0)] = 1e-5
+    peak: Annotated[int, msgspec.Meta(ge=1)] = 1
+    fallback_k: Annotated[int, msgspec.Meta(ge=0)] = 5
+    candidates: Annotated[int, msgspec.Meta(ge=1)] = 200
+    store: str = "runs/memory.sqlite"
+    embedder: Literal["local", "openai"] = "local"
+    embedding_dim: Annotated[int, msgspec.Meta(ge=0)] = 0
+    hnsw_threshold: Annotated[int, msgspec.Meta(ge=1)] = 20_000
+    extractor_role: str = "memory_extractor"
+    openai: OpenAISettings = OpenAISettings()
+
+
 class Config(_Section):
     """The whole file. Every field has a default, so `Config()` is a working offline setup."""
 
@@ -104,6 +133,7 @@ class Config(_Section):
     workers: dict[str, WorkerConfig] = msgspec.field(default_factory=lambda: {"main": WorkerConfig()})
     agents: dict[str, AgentConfig] = {}
     models: dict[str, ModelConfig] = msgspec.field(default_factory=lambda: {DEFAULT_MODEL_ROLE: ModelConfig()})
+    memory: MemoryConfig = MemoryConfig()
 
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""
@@ -238,6 +268,8 @@ def _check(config: Config, source: str) -> None:
             )
         if settings.backend == "openai" and not settings.model:
             raise ConfigError(f'{source}: a model name is needed with backend = "openai" - at $.models.{role}.model')
+    if config.memory.embedder == "openai" and not config.memory.openai.model:
+        raise ConfigError(f'{source}: an embedding model is needed with embedder = "openai" - at $.memory.openai.model')
 
 
 def _check_token(value: str, path: str, source: str, what: str) -> None:
@@ -255,4 +287,5 @@ def _relative_to(config: Config, folder: Path) -> Config:
         config,
         nats=msgspec.structs.replace(config.nats, store_dir=place(config.nats.store_dir)),
         journal=msgspec.structs.replace(config.journal, path=place(config.journal.path)),
+        memory=msgspec.structs.replace(config.memory, store=place(config.memory.store)),
     )
