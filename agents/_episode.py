@@ -12,8 +12,11 @@ from faultline.bus import Start
 class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The `Start.data` the runner sends to `env`, `tool` and `user`.
 
-    `error_rates` and `mistakes_off_from_step` only steer the offline simulator;
-    real models ignore them. `helpers` is the roster the tool agent waits for.
+    `error_rates` and `repair_from_decision` only steer the offline simulator;
+    real models ignore them. `repair_from_decision` (set by attribution forks)
+    switches the simulator's mistakes off from that tool-agent decision on; it
+    leaves earlier requests unchanged, so a fork's history still replays.
+    `helpers` is the roster the tool agent waits for.
     """
 
     domain: str
@@ -25,7 +28,7 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     tool_role: str = "tool"
     user_role: str = "user"
     error_rates: dict[str, float] = {}
-    mistakes_off_from_step: int | None = None
+    repair_from_decision: int | None = None
     helpers: list[str] = []
     memory: dict[str, Any] = {}
 

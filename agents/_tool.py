@@ -121,8 +121,9 @@ class ToolAgent(Agent):
             "seed": self.spec.seed,
             "error_rates": self.spec.error_rates,
         }
-        if self.spec.mistakes_off_from_step is not None:
-            metadata["mistakes_off_from_step"] = self.spec.mistakes_off_from_step
+        repair = self.spec.repair_from_decision
+        if repair is not None and self.step >= repair:
+            metadata["mistakes_off_from_step"] = 0
         return LlmRequest(
             role=self.spec.tool_role,
             messages=[ChatMessage(role="system", content=system), *self.transcript],

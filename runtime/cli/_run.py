@@ -35,9 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--domain", default="retail", help="retail, phone, or package.module:Class (default retail)")
     p.add_argument("--tasks", type=int, default=10, metavar="N", help="the first N tasks of the domain (default 10)")
     p.add_argument("--trials", type=int, default=1, metavar="K", help="runs per task, for pass^1..pass^K (default 1)")
-    p.add_argument("--model", choices=["sim", "openai"], default=None, help="backend for every role (default: the config's, else sim)")
-    p.add_argument("--base-url", default="", help="OpenAI-compatible endpoint for --model openai")
-    p.add_argument("--model-name", default="", help="model name for --model openai")
+    add_model_flags(p)
     p.add_argument("--journal", type=Path, help="journal file (default from config: runs/journal.sqlite)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--error-rates", type=float, default=0.0, metavar="P", help="sim: per-decision mistake rate for each FAMA category")
@@ -47,10 +45,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--episode-timeout", type=float, default=120.0, metavar="S", help="complete an episode as timeout after S seconds")
     p.add_argument("--max-turns", type=int, default=30, help="user turns before an episode fails (default 30)")
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
-    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
     p.add_argument("--nats", default="", metavar="URL", help="use the system already running at URL (its workers and journal)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=_run)
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    """Which model every role uses: shared by the commands that call models."""
+    p.add_argument("--model", choices=["sim", "openai"], default=None, help="backend for every role (default: the config's, else sim)")
+    p.add_argument("--base-url", default="", help="OpenAI-compatible endpoint for --model openai")
+    p.add_argument("--model-name", default="", help="model name for --model openai")
+    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
 
 
 def _error_rates(args: argparse.Namespace) -> dict[str, float]:
@@ -68,7 +73,8 @@ def _error_rates(args: argparse.Namespace) -> dict[str, float]:
     return rates
 
 
-def _effective_config(args: argparse.Namespace) -> Config:
+def effective_config(args: argparse.Namespace) -> Config:
+    """The config file with the command line's model and worker choices applied."""
     config = load_config(args.config)
     if args.model == "sim":
         models = {role: msgspec.structs.replace(m, backend="sim") for role, m in config.models.items()}
@@ -83,7 +89,7 @@ def _effective_config(args: argparse.Namespace) -> Config:
                 raise ConfigError(f"--model openai needs a model name: pass --model-name or set models.{role}.model")
             models[role] = m
         config = msgspec.structs.replace(config, models=models)
-    if args.workers:
+    if getattr(args, "workers", 0):
         workers = {name: msgspec.structs.replace(w, count=args.workers) for name, w in config.workers.items()}
         config = msgspec.structs.replace(config, workers=workers)
     return config
@@ -96,7 +102,7 @@ def _uses_sim(config: Config) -> bool:
 def _run(args: argparse.Namespace) -> int:
     if args.tasks < 1 or args.trials < 1 or args.concurrency < 1:
         raise UsageError("--tasks, --trials and --concurrency must be at least 1")
-    config = _effective_config(args)
+    config = effective_config(args)
     domain = load_domain(args.domain)
     run_id = args.run_id or f"r{os.urandom(3).hex()}"
     plan = RunPlan(

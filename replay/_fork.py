@@ -1,0 +1,288 @@
+"""Forks: an episode's history up to a position, one message changed, the rest run live.
+
+A fork runs in this process. Every agent of the episode is rebuilt by replaying
+its journaled inputs before the fork position, with every recorded call served
+from the journal (no model is called again). Then the message at the position
+is changed (kept, dropped, replaced, or restored from the fault that altered
+it) and the episode carries on live: agents handle messages in the order they
+are appended to the journal, models are called through the configured
+backends, and every row lands in the journal under a new episode id whose
+`episode started` event names `forked_from` and `forked_at`. When no message is
+left in flight and no one completed the episode, the fork has stalled and is
+completed as a failure.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from faultline._errors import BusError, FaultlineError, NonDeterminismError
+from faultline.bus import (
+    Envelope,
+    Recording,
+    EpisodeCompleted,
+    EpisodeStarted,
+    FaultApplied,
+    MessageBody,
+    Start,
+    Subjects,
+    derive_id,
+)
+from faultline.journal import Journal, JournalReader, JournalRow, verify
+from faultline.replay._replay import AgentLookup, _tracks
+from faultline.runtime._agent import Agent
+from faultline.runtime._context import Context, Recorder, failure_envelopes
+from faultline.runtime._episodes import RUNNER
+from faultline.runtime.models import ModelBackend
+
+MAX_FORK_MESSAGES = 5_000
+"""A fork that handles more messages than this is stopped and failed (a loop)."""
+
+
+class Keep(msgspec.Struct, frozen=True, tag="keep"):
+    """Deliver the message at the position again, as it was (the rest runs live)."""
+
+
+class Drop(msgspec.Struct, frozen=True, tag="drop"):
+    """The message at the position never arrives."""
+
+
+class Replace(msgspec.Struct, frozen=True, tag="replace"):
+    """The message at the position carries this body instead."""
+
+    body: MessageBody
+
+
+class UndoFault(msgspec.Struct, frozen=True, tag="undo_fault"):
+    """The position holds a fault event: deliver the original message it had replaced."""
+
+
+Change = Keep | Drop | Replace | UndoFault
+
+
+class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
+    episode: str
+    forked_from: str
+    at: int
+    change: str
+    original: EpisodeCompleted | None
+    outcome: EpisodeCompleted
+    rows: int
+    live_messages: int
+    seconds: float
+
+
+def fork_id(episode: str, at: int, change: Change, settings: Mapping[str, Any] | None = None) -> str:
+    """A deterministic, subject-safe id for the fork of `episode` at `at` with `change`."""
+    tag = zlib.crc32(msgspec.json.encode([episode, at, msgspec.to_builtins(change), settings or {}]))
+    base = episode if len(episode) <= 48 else episode[:48]
+    return f"{base}-f{at}-{tag:08x}"
+
+
+@dataclass
+class _LiveServices:
+    backends: Callable[[str], ModelBackend]
+    cache: dict[str, ModelBackend] = field(default_factory=dict)
+
+    def backend_for(self, role: str) -> ModelBackend:
+        if role not in self.cache:
+            self.cache[role] = self.backends(role)
+        return self.cache[role]
+
+    async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
+        raise BusError(f"service {service!r} is not reachable from a fork (it runs without a bus)")
+
+
+@dataclass
+class _Fork:
+    """The in-process continuation: a queue of messages in journal order, one instance per agent."""
+
+    episode: str
+    classes: dict[str, type[Agent]]
+    services: _LiveServices
+    journal: Journal
+    stream: str
+    subjects: Subjects = field(default_factory=Subjects)
+    instances: dict[str, Agent] = field(default_factory=dict)
+    queue: deque[Envelope] = field(default_factory=deque)
+    completed: EpisodeCompleted | None = None
+    rows: int = 0
+    handled: int = 0
+
+    def record(self, envelopes: list[Envelope]) -> None:
+        """Append to the journal only (history copied from the original episode)."""
+        if envelopes:
+            self.rows += self.journal.append([(self.stream, 0, self.subjects.for_envelope(e), e) for e in envelopes])
+
+    def write(self, envelopes: list[Envelope]) -> None:
+        """Append to the journal and put deliverable messages in flight."""
+        self.record(envelopes)
+        for env in envelopes:
+            if isinstance(env.body, EpisodeCompleted):
+                self.completed = self.completed or env.body
+            elif env.recipient or env.topic:
+                self.queue.append(env)
+
+    def recipients(self, env: Envelope) -> list[str]:
+        if env.recipient:
+            return [env.recipient] if env.recipient in self.classes else []
+        return [n for n, c in self.classes.items() if env.topic in c.topics and n != env.sender]
+
+    async def handle(
+        self, name: str, env: Envelope, recorded: Mapping[int, Recording] | None = None, skip: set[str] | None = None
+    ) -> None:
+        """Run one handler: recorded calls are served, the rest made live; outputs in `skip` exist already."""
+
+        async def store(rec: Envelope) -> None:
+            self.record([rec])
+
+        recorder = Recorder(recorded=recorded or {}, services=self.services, store=store)
+        ctx = Context(agent=name, message=env, recorder=recorder, services=self.services)
+        try:
+            await self.instances[name].on_message(env, ctx)
+            outputs = ctx.outputs
+        except NonDeterminismError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a raising handler fails the episode, as it does live
+            outputs = failure_envelopes(name, env, exc)
+        self.write([e for e in outputs if not skip or e.id not in skip])
+
+    async def run(self) -> None:
+        while self.queue and self.completed is None:
+            env = self.queue.popleft()
+            for name in self.recipients(env):
+                self.handled += 1
+                if self.handled > MAX_FORK_MESSAGES:
+                    cause = f"fork stopped after {MAX_FORK_MESSAGES} messages (a loop?)"
+                    self.write([_runner_completion(self.episode, "failure", cause)])
+                    return
+                await self.handle(name, env)
+
+
+def _runner_completion(episode: str, outcome: str, cause: str) -> Envelope:
+    return Envelope(
+        id=derive_id(episode, 0, "t"),
+        episode=episode,
+        sender=RUNNER,
+        body=EpisodeCompleted(outcome=outcome, cause=cause),  # type: ignore[arg-type]
+        ts=time.time(),
+    )
+
+
+def _copy(env: Envelope, episode: str, settings: Mapping[str, Any] | None) -> Envelope:
+    """A history message re-addressed to the fork; Start data takes the `settings` overrides."""
+    if settings and isinstance(env.body, Start):
+        env = msgspec.structs.replace(env, body=Start(text=env.body.text, data={**env.body.data, **settings}))
+    return msgspec.structs.replace(env, episode=episode)
+
+
+def _delivered(row: JournalRow, change: Change, episode: str) -> Envelope | None:
+    """The message the fork delivers at its position, after the change."""
+    env = row.envelope()
+    if isinstance(change, Drop):
+        return None
+    if isinstance(change, Keep):
+        return msgspec.structs.replace(env, episode=episode)
+    if isinstance(change, Replace):
+        if type(change.body) is not type(env.body):
+            raise FaultlineError(
+                f"position {row.pos} holds a {row.kind}; the replacement is a {type(change.body).__name__}"
+            )
+        return msgspec.structs.replace(env, episode=episode, id=derive_id(env.id, 0, "f"), body=change.body)
+    if not isinstance(env.body, FaultApplied):
+        raise FaultlineError(f"position {row.pos} holds a {row.kind}, not a fault event: nothing to undo")
+    original = msgspec.convert(env.body.original, Envelope)
+    return msgspec.structs.replace(original, episode=episode)
+
+
+async def fork_episode(
+    journal_path: str | Path,
+    episode: str,
+    at: int,
+    change: Change,
+    *,
+    lookup: AgentLookup,
+    backends: Callable[[str], ModelBackend],
+    out: str | Path | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> ForkResult:
+    """Fork `episode` at journal position `at`; see the module docstring.
+
+    `settings` override keys of every agent's Start data in the fork (attribution
+    uses this to switch the simulator's mistakes off from a decision on).
+    """
+    started = time.perf_counter()
+    verify(journal_path).raise_if_broken()
+    with JournalReader(journal_path) as reader:
+        rows = list(reader.episode_rows(episode))
+        summary = reader.episode(episode)
+    if not rows:
+        raise FaultlineError(f"episode {episode!r} is not in {journal_path}")
+    target = next((r for r in rows if r.pos == at), None)
+    if target is None:
+        raise FaultlineError(
+            f"position {at} is not a message of episode {episode!r} (its rows span {rows[0].pos}..{rows[-1].pos})"
+        )
+    delivered_original = _delivered(target, change, episode)
+    new = fork_id(episode, at, change, settings)
+    prefix = [r for r in rows if r.pos < at]
+    tracks = _tracks(prefix, lookup)
+    classes: dict[str, type[Agent]] = {}
+    for row in rows:
+        for name in (row.sender, row.recipient):
+            if name and name not in classes and (cls := lookup(name)) is not None:
+                classes[name] = cls
+
+    history = [_copy(r.envelope(), new, settings) for r in prefix]
+    for i, env in enumerate(history):
+        if isinstance(env.body, EpisodeStarted):
+            history[i] = msgspec.structs.replace(
+                env, id=derive_id(new, 0, "s"), body=msgspec.structs.replace(env.body, forked_from=episode, forked_at=at)
+            )
+    if not any(isinstance(e.body, EpisodeStarted) for e in history):
+        history.insert(0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=EpisodeStarted(forked_from=episode, forked_at=at), ts=time.time()))
+
+    # Outputs that already exist (or that the change governs) are not sent again.
+    skip = {r.id for r in prefix} | {target.id} | ({delivered_original.id} if delivered_original else set())
+    with Journal.open(out or journal_path) as journal:
+        fork = _Fork(new, classes, _LiveServices(backends), journal, stream=f"fork:{new}")
+        fork.record(history)
+        for name, cls in classes.items():
+            fork.instances[name] = cls()
+            track = tracks.get(name)
+            for row in track.inputs if track else ():
+                await fork.handle(name, _copy(row.envelope(), new, settings), track.recordings.get(row.id), skip)  # type: ignore[union-attr]
+        delivered = _delivered(target, change, new)
+        if delivered is not None:
+            fork.write([delivered])
+        await fork.run()
+        if fork.completed is None:
+            fork.write([_runner_completion(new, "failure", "stalled: no message in flight after the fork")])
+        for backend in fork.services.cache.values():
+            await backend.aclose()
+    assert fork.completed is not None
+    return ForkResult(
+        episode=new,
+        forked_from=episode,
+        at=at,
+        change=type(change).__struct_config__.tag,  # type: ignore[arg-type]
+        original=summary_outcome(summary),
+        outcome=fork.completed,
+        rows=fork.rows,
+        live_messages=fork.handled,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def summary_outcome(summary: Any) -> EpisodeCompleted | None:
+    if summary is None or not summary.outcome:
+        return None
+    return EpisodeCompleted(outcome=summary.outcome, reward=summary.reward or 0.0, cause=summary.cause or "", turns=summary.turns or 0)
