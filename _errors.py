@@ -6,6 +6,7 @@ FaultlineError
  ├── ServerError              the embedded nats-server could not be found or started
  ├── BusError                 a publish or subscribe on NATS failed
  ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
+ ├── FaultRuleError           a fault rule names an unknown type or has bad parameters
  ├── JournalError             the journal file cannot be opened or written
  │    └── ChainError          the hash chain does not verify (names the first bad row)
  ├── ModelError               a model backend gave up (after its retries)
@@ -43,6 +44,10 @@ class BusError(FaultlineError):
 
 class DecodeError(FaultlineError):
     """Bytes on a journaled subject are not a valid envelope."""
+
+
+class FaultRuleError(FaultlineError):
+    """A fault rule names an unknown fault type, or its match, parameters or limits are wrong."""
 
 
 class JournalError(FaultlineError):
