@@ -150,12 +150,20 @@ class FaultApplied(Body, frozen=True, tag="fault_applied"):
 
 
 class DefenseFired(Body, frozen=True, tag="defense_fired"):
+    """A defense dropped `message_id` before `agent` saw it.
+
+    `settings` are the defense's parameters (replay rebuilds the defense from them);
+    `redelivery` marks the drop of a second delivery of a message already received.
+    """
+
     route: ClassVar[str] = "event:defense"
 
     defense: str
     agent: str
     message_id: str
     reason: str = ""
+    settings: dict[str, Any] = {}
+    redelivery: bool = False
 
 
 # -- control plane and dead letters ------------------------------------------------------------
