@@ -39,6 +39,9 @@ class Interceptor:
     async def inbound(self, message: Inbound) -> Sequence[Envelope]:
         return (message.envelope,)
 
+    def forget(self, episode: str) -> None:
+        """Drop any state kept for `episode`; the worker calls it once the episode is over."""
+
 
 class InterceptorChain:
     """Runs interceptors in order; each one sees what the one before let through."""
@@ -54,6 +57,10 @@ class InterceptorChain:
 
     def remove(self, interceptor: Interceptor) -> None:
         self._interceptors.remove(interceptor)
+
+    def forget(self, episode: str) -> None:
+        for interceptor in self._interceptors:
+            interceptor.forget(episode)
 
     async def outbound(self, envelope: Envelope) -> tuple[list[Envelope], list[Envelope]]:
         """The messages to publish and the side events to journal with them."""

@@ -250,6 +250,7 @@ class Worker:
             del self._finished[episode]
             for key in [k for k in self._instances if k[0] == episode]:
                 self._instances.pop(key).send.close()
+            self.bus.interceptors.forget(episode)
 
     async def _on_status(self, msg: Any) -> None:
         episodes = sorted({episode for episode, _ in self._instances} - self._finished.keys())
