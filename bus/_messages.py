@@ -1,9 +1,11 @@
 """The typed messages Faultline carries: one tagged union of bodies inside an envelope.
 
-Schema evolution rules (a journal written today must decode next year):
+Schema evolution rules (a journal written today must decode and replay next year):
 a new field always has a default; a field's type never changes; a body kind is
-never renamed or reused. Decoding ignores unknown fields, so an older reader can
-read a newer journal.
+never renamed or reused. Fields equal to their default are left out of the
+encoding, so adding a field changes neither the bytes nor the digests of
+messages that do not use it. Decoding ignores unknown fields, so an older
+reader can read a newer journal.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import msgspec
 from faultline._errors import DecodeError
 
 
-class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True):
+class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True, omit_defaults=True):
     """Base of every message body; the tag (`kind`) names the type on the wire.
 
     `route` says which subject family the body travels on (DESIGN.md section 3):
@@ -114,6 +116,8 @@ class EpisodeStarted(Body, frozen=True, tag="episode_started"):
     forked_from: str = ""
     forked_at: int = 0
     settings: dict[str, Any] = {}
+    fork: dict[str, str] = {}
+    """For a fork: the change, the id of the message it changed and the id delivered instead."""
 
 
 class EpisodeCompleted(Body, frozen=True, tag="episode_completed"):
@@ -209,7 +213,7 @@ MessageBody = Union[
 ]
 
 
-class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+class Envelope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A message as it travels and as the journal stores it.
 
     `id` is deterministic (see `derive_id`), `causation` is the id of the message
@@ -236,7 +240,12 @@ def body_kind(body: Body) -> str:
     return type(body).__struct_config__.tag  # type: ignore[return-value]
 
 
+class _BodyBytes(msgspec.Struct):
+    body: msgspec.Raw
+
+
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
+_body_bytes_decoder = msgspec.msgpack.Decoder(_BodyBytes)
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)
 _body_decoder = msgspec.msgpack.Decoder(MessageBody)
 
@@ -254,6 +263,11 @@ def decode_envelope(data: bytes) -> Envelope:
         raise DecodeError(f"not a valid envelope: {exc}") from None
     except msgspec.DecodeError as exc:
         raise DecodeError(f"not msgpack: {exc}") from None
+
+
+def body_bytes(data: bytes) -> bytes:
+    """The body of an encoded envelope exactly as it was encoded (for the journal)."""
+    return bytes(_body_bytes_decoder.decode(data).body)
 
 
 def decode_body(data: bytes) -> MessageBody:

@@ -161,6 +161,8 @@ def _incoming(number: int, row: ExportedRow) -> Incoming:
         hops=row.hops,
         ts=row.ts,
     )
+    if row.body_raw is not None:
+        return (row.stream, row.stream_seq, row.subject, envelope, row.body_raw)
     return (row.stream, row.stream_seq, row.subject, envelope)
 
 

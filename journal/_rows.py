@@ -47,8 +47,11 @@ ROW_SELECT = ", ".join(COLUMNS)
 SealedRow = tuple[int, str, int, str, str, str, str, str, str, str, str, int, float, str, bytes, str, str, str | None]
 """COLUMNS plus the derived `facts` column, ready for INSERT."""
 
-Incoming = tuple[str, int, str, Envelope]
-"""What the writer appends: (stream, stream_seq, subject, envelope)."""
+Incoming = tuple[str, int, str, Envelope] | tuple[str, int, str, Envelope, bytes]
+"""What the writer appends: (stream, stream_seq, subject, envelope[, body bytes as received]).
+
+With the body bytes the journal keeps exactly what was on the wire, fields this
+version does not know included; without them the body is encoded here."""
 
 
 class JournalRow(msgspec.Struct, frozen=True):
@@ -123,9 +126,10 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str) -> list[Seal
     blake2b = hashlib.blake2b
     pos = last_pos
     chain = last_chain
-    for stream, stream_seq, subject, env in batch:
+    for item in batch:
+        stream, stream_seq, subject, env = item[:4]  # type: ignore[misc]
         body = env.body
-        data = pack(body)
+        data = item[4] if len(item) == 5 else pack(body)  # type: ignore[misc]
         body_hex = blake2b(data, digest_size=16).hexdigest()
         kind = _kind(type(body))
         pos += 1

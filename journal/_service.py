@@ -17,6 +17,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from faultline.bus import Bus, Consumer
+from faultline.bus._messages import body_bytes
 from faultline.journal._rows import Incoming
 from faultline.journal._writer import Journal
 
@@ -49,9 +50,11 @@ class JournalService:
         try:
             stream = await self.bus.stream_incarnation()
             self.last_seq = journal.last_seq(stream)
+            # No subject filter: the stream holds only journaled subjects, and a filter of
+            # several subjects costs nats-server several times the work per message.
             consumer = await self.bus.consumer(
                 CONSUMER,
-                self.bus.subjects.journaled,
+                (),
                 start=self.last_seq + 1,
                 ack_all=True,
                 max_ack_pending=MAX_ACK_PENDING,
@@ -78,7 +81,7 @@ class JournalService:
             for delivery in batch:
                 env = await self.bus.decode_or_dead_letter(delivery)
                 if env is not None:
-                    rows.append((stream, delivery.stream_seq, delivery.subject, env))
+                    rows.append((stream, delivery.stream_seq, delivery.subject, env, body_bytes(delivery.data)))
             self.rows_written += await anyio.to_thread.run_sync(journal.append, rows)
             await consumer.ack(batch[-1])
             self.last_seq = batch[-1].stream_seq

@@ -52,6 +52,8 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
 def verify(path: str | Path, *, anchor: str = "", settings: JournalSettings | None = None) -> VerifyReport:
     """Recompute the journal at `path` row by row; report the first row that does not hold."""
     conn = connect_readonly(path, settings or JournalSettings())
+    # A tampered cell may hold text that is not UTF-8 (a body rewritten as text): read it, then refuse it.
+    conn.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
     try:
         cursor = conn.execute(f"SELECT {ROW_SELECT}, facts FROM messages ORDER BY pos")
         expected = 1

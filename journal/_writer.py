@@ -162,7 +162,7 @@ def _drop_journaled(conn: sqlite3.Connection, batch: list[Incoming]) -> list[Inc
     """
     ranges: dict[str, list[int]] = {}
     ascending = True
-    for stream, seq, _, _ in batch:
+    for stream, seq, *_ in batch:
         if seq > 0:
             bounds = ranges.get(stream)
             if bounds is None:

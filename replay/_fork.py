@@ -241,14 +241,19 @@ async def fork_episode(
             if name and name not in classes and (cls := lookup(name)) is not None:
                 classes[name] = cls
 
+    marker = {
+        "change": type(change).__struct_config__.tag,
+        "target": target.id,
+        "delivered": delivered_original.id if delivered_original else "",
+    }
     history = [_copy(r.envelope(), new, settings) for r in prefix]
     for i, env in enumerate(history):
         if isinstance(env.body, EpisodeStarted):
-            history[i] = msgspec.structs.replace(
-                env, id=derive_id(new, 0, "s"), body=msgspec.structs.replace(env.body, forked_from=episode, forked_at=at)
-            )
+            body = msgspec.structs.replace(env.body, forked_from=episode, forked_at=at, fork=marker)
+            history[i] = msgspec.structs.replace(env, id=derive_id(new, 0, "s"), body=body)
     if not any(isinstance(e.body, EpisodeStarted) for e in history):
-        history.insert(0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=EpisodeStarted(forked_from=episode, forked_at=at), ts=time.time()))
+        started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker)
+        history.insert(0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started_body, ts=time.time()))
 
     # Outputs that already exist (or that the change governs) are not sent again.
     skip = {r.id for r in prefix} | {target.id} | ({delivered_original.id} if delivered_original else set())

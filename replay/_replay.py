@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from faultline._errors import NonDeterminismError
-from faultline.bus import Envelope, ErrorRaised, Recording
+from faultline.bus import Envelope, EpisodeStarted, ErrorRaised, Recording
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.runtime._agent import Agent
 from faultline.runtime._context import Context, Recorder, failure_envelopes
@@ -106,9 +106,18 @@ def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _Agent
 
 
 def replay_agent(
-    episode: str, name: str, cls: type[Agent], track: _AgentTrack, settings: Mapping[str, Any] | None = None
+    episode: str,
+    name: str,
+    cls: type[Agent],
+    track: _AgentTrack,
+    settings: Mapping[str, Any] | None = None,
+    injected: frozenset[str] = frozenset(),
 ) -> tuple[int, Divergence | None]:
-    """Feed one agent its inputs; return how many were handled and the first divergence, if any."""
+    """Feed one agent its inputs; return how many were handled and the first divergence, if any.
+
+    `injected` are ids of messages a fork changed: the one the agent had produced and the
+    one delivered instead; neither counts as an output of the agent.
+    """
     agent = cls()
     handled = 0
     for row in track.inputs:
@@ -147,11 +156,22 @@ def replay_agent(
                 f"the journal holds call #{missing.index} {missing.call}() that the code no longer makes",
                 expected=msgspec.to_builtins(missing),
             )
-        expected = [comparable(e) for e in track.outputs.get(message.id, [])]
-        got = [comparable(e) for e in produced]
+        expected = [comparable(e) for e in track.outputs.get(message.id, []) if e.id not in injected]
+        got = [comparable(e) for e in produced if e.id not in injected]
         if expected != got:
             return handled, diverged(_describe_output_change(expected, got), expected=expected, got=got)
     return handled, None
+
+
+def _fork_changes(rows: Sequence[JournalRow]) -> frozenset[str]:
+    """The message ids a fork changed, from the fork's `episode started` event."""
+    for row in rows:
+        if row.kind == "episode_started":
+            body = row.envelope().body
+            if isinstance(body, EpisodeStarted) and body.fork:
+                return frozenset(i for i in (body.fork.get("target"), body.fork.get("delivered")) if i)
+            break
+    return frozenset()
 
 
 def _describe_output_change(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:
@@ -203,11 +223,12 @@ class Replayer:
         with JournalReader(path) as reader:
             for episode, rows in reader.by_episode(wanted):
                 report.episodes += 1
+                injected = _fork_changes(rows)
                 for name, track in _tracks(rows, lookup).items():
                     cls = self.lookup(name)
                     assert cls is not None
                     report.agents += 1
-                    handled, divergence = replay_agent(episode, name, cls, track, self.settings.get(name))
+                    handled, divergence = replay_agent(episode, name, cls, track, self.settings.get(name), injected)
                     report.messages += handled
                     if divergence is not None:
                         report.divergences.append(divergence)

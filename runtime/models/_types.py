@@ -1,8 +1,9 @@
 """What an agent asks a model and what it gets back, the same for every backend.
 
 These structs are recorded in the journal (`Recording.request` / `.response`),
-so they follow the schema-evolution rules of `faultline.bus`: new fields only,
-always with defaults.
+and a request's digest is taken over its encoding, so they follow the
+schema-evolution rules of `faultline.bus`: new fields only, always with
+defaults, and defaults are left out of the encoding.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 
-class LlmToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class LlmToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A tool call proposed by a model; `arguments_error` is set when its JSON did not parse."""
 
     id: str
@@ -22,7 +23,7 @@ class LlmToolCall(msgspec.Struct, frozen=True, kw_only=True):
     raw_arguments: str = ""
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     tool_calls: list[LlmToolCall] = []
@@ -30,7 +31,7 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     name: str = ""
 
 
-class LlmRequest(msgspec.Struct, frozen=True, kw_only=True):
+class LlmRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One model call. `role` picks the backend and model from the configuration.
 
     `metadata` carries what an offline simulator needs (domain, task, seed);
@@ -45,7 +46,7 @@ class LlmRequest(msgspec.Struct, frozen=True, kw_only=True):
     metadata: dict[str, Any] = {}
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -54,7 +55,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
         return self.prompt_tokens + self.completion_tokens
 
 
-class LlmResponse(msgspec.Struct, frozen=True, kw_only=True):
+class LlmResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     content: str = ""
     tool_calls: list[LlmToolCall] = []
     usage: Usage = Usage()

@@ -113,7 +113,6 @@ def test_show_json_prints_the_episode_rows(journal_file: Path, capsys: Capsys) -
         "call_id": "c1",
         "name": "get_order",
         "arguments": {"order_id": "A1"},
-        "arguments_error": "",
     }
 
 

@@ -44,11 +44,8 @@ def test_exported_rows_carry_decoded_bodies(journal_file: Path) -> None:
         "kind": "episode_completed",
         "outcome": "failure",
         "reward": 0.0,
-        "cause": "",
         "turns": 2,
         "tokens": 150,
-        "latency_s": 0.0,
-        "details": {},
     }
     assert "body_raw" not in first
 

@@ -2,6 +2,7 @@
 
 `golden/two_episodes.db` and its export `golden/two_episodes.jsonl` are committed; if a
 change to encoding, digests, the chain or the schema breaks them, old journals are broken too.
+The export carries raw bodies: an export must round-trip whatever encoder wrote the journal.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def test_the_golden_journal_decodes_and_exports_as_committed(tmp_path: Path) -> 
         assert [e.outcome for e in reader.episodes()] == ["success", "failure"]
     assert [env.kind for env in envelopes[:4]] == ["episode_started", "user_turn", "recording", "tool_call"]
     out = io.StringIO()
-    export_jsonl(path, out)
+    export_jsonl(path, out, raw=True)
     assert out.getvalue() == (GOLDEN / "two_episodes.jsonl").read_text()
 
 

@@ -1,0 +1,104 @@
+"""Exact replay against today's code: identical journals, changed agents, tampered files."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from faultline._errors import ChainError
+from faultline.agents import ToolAgent
+from faultline.bus import AssistantTurn, Envelope
+from faultline.journal import JournalReader
+from faultline.replay import Replayer
+from faultline.runtime import Agent, Context
+from faultline.runtime._config import Config
+from faultline.runtime._services import agent_lookup
+from faultline.runtime.cli import main
+
+builtin = agent_lookup(Config())
+
+
+class ChattierTool(ToolAgent):
+    """The tool agent with one changed reply: its second message to the user."""
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        await super().on_message(msg, ctx)
+        for i, out in enumerate(ctx.outputs):
+            if isinstance(out.body, AssistantTurn):
+                self.replies = getattr(self, "replies", 0) + 1
+                if self.replies == 2:
+                    ctx.outputs[i] = Envelope(**{**{f: getattr(out, f) for f in out.__struct_fields__}, "body": AssistantTurn(text=out.body.text + " Have a nice day!", done=out.body.done)})
+
+
+class PoliterTool(ToolAgent):
+    """The tool agent with a changed prompt: every model request differs from the journal's."""
+
+    def _request(self):  # type: ignore[no-untyped-def]
+        request = super()._request()
+        first = request.messages[0]
+        import msgspec
+
+        return msgspec.structs.replace(request, messages=[msgspec.structs.replace(first, content=first.content + " Be polite."), *request.messages[1:]])
+
+
+def with_tool(cls: type[Agent]):  # type: ignore[no-untyped-def]
+    return lambda name: cls if name == "tool" else builtin(name)
+
+
+def test_a_run_journal_replays_identical(sim_journal: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = Replayer(builtin).replay(sim_journal)
+    assert report.identical, report.divergences[:1]
+    assert report.episodes == 48 and report.messages > 48 * 10
+    assert main(["replay", str(sim_journal)]) == 0
+    assert capsys.readouterr().out.startswith("identical: 48 episodes")
+
+
+def test_a_changed_reply_is_reported_at_the_right_agent_and_input(sim_journal: Path) -> None:
+    report = Replayer(with_tool(ChattierTool)).replay(sim_journal)
+    assert not report.identical
+    first = report.divergences[0]
+    with JournalReader(sim_journal) as reader:
+        rows = list(reader.episode_rows(first.episode))
+    second_reply = [r for r in rows if r.sender == "tool" and r.kind == "assistant_turn"][1]
+    handled = next(r for r in rows if r.id == second_reply.causation)
+    assert (first.agent, first.input_pos, first.input_kind) == ("tool", handled.pos, handled.kind)
+    assert first.what == "output #1 differs" or first.what.startswith("output #")
+    diff = first.diff()
+    assert "+" in diff and "Have a nice day!" in diff
+    with JournalReader(sim_journal) as reader:
+        two_replies = sum(
+            1 for _, rows in reader.by_episode() if sum(r.sender == "tool" and r.kind == "assistant_turn" for r in rows) >= 2
+        )
+    assert len(report.divergences) == two_replies
+    assert {d.agent for d in report.divergences} == {"tool"}
+
+
+def test_a_changed_model_request_is_caught_by_its_digest(sim_journal: Path) -> None:
+    report = Replayer(with_tool(PoliterTool)).replay(sim_journal)
+    first = report.divergences[0]
+    assert first.agent == "tool"
+    assert "made call #0 llm() that differs from the journal's llm()" in first.what
+
+
+def test_a_tampered_journal_is_refused_with_its_row(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = sqlite3.connect(journal_copy)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        db.execute(f"DROP TRIGGER {name}")
+    db.execute("UPDATE messages SET body = body || x'00' WHERE pos = 40")
+    db.commit()
+    db.close()
+    with pytest.raises(ChainError) as info:
+        Replayer(builtin).replay(journal_copy)
+    assert info.value.position == 40
+    assert main(["replay", str(journal_copy)]) == 1
+    assert "row 40" in capsys.readouterr().err
+
+
+def test_replay_needs_only_the_file(sim_journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    moved = tmp_path / "elsewhere" / "j.sqlite"
+    moved.parent.mkdir()
+    moved.write_bytes(sim_journal.read_bytes())
+    monkeypatch.chdir(moved.parent)
+    assert Replayer(builtin).replay(moved).identical
