@@ -10,7 +10,7 @@ import pytest
 from faultline.runtime.cli import main
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sim_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sim") / "journal.sqlite"
     code = main(["run", "--tasks", "24", "--trials", "2", "--error-rates", "0.06", "--seed", "7", "--journal", str(path), "--json"])
