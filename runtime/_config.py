@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from faultline._errors import ConfigError, SubjectError
-from faultline.bus import DEFAULT_PREFIX, check_token
+from faultline.bus import DEFAULT_PREFIX, check_defenses, check_token
 from faultline.runtime.models._openai import OpenAIBackend, OpenAISettings
 from faultline.runtime.models._types import ModelBackend
 
@@ -124,6 +124,32 @@ class MemoryConfig(_Section):
     openai: OpenAISettings = OpenAISettings()
 
 
+class DefensesConfig(_Section):
+    """Inbound defenses (scope, cycle, dedup, rate), switched on per agent.
+
+    `enabled` applies to every agent; `[defenses.agents]` maps an agent name to its
+    own list (an empty list switches them off for that agent). The other keys are
+    the defenses' parameters; the rate limit counts messages per window of
+    causation depths (hops), never seconds, so replay reaches the same decisions.
+    """
+
+    enabled: tuple[str, ...] = ()
+    agents: dict[str, tuple[str, ...]] = {}
+    max_hops: Annotated[int, msgspec.Meta(ge=1)] = 256
+    echo: bool = True
+    rate_limit: Annotated[int, msgspec.Meta(ge=1)] = 4
+    rate_window_hops: Annotated[int, msgspec.Meta(ge=1)] = 4
+
+
+class FaultsConfig(_Section):
+    """How workers follow the fault rules on `fl.ctl.faults`, and how commands wait for them."""
+
+    load_timeout_s: Seconds = 10.0
+    """Longest a starting worker may take to read the rules in force."""
+    confirm_timeout_s: Seconds = 5.0
+    """Longest `faultline inject`, `faults clear` and `run --fault` wait for workers to confirm."""
+
+
 class Config(_Section):
     """The whole file. Every field has a default, so `Config()` is a working offline setup."""
 
@@ -134,6 +160,8 @@ class Config(_Section):
     agents: dict[str, AgentConfig] = {}
     models: dict[str, ModelConfig] = msgspec.field(default_factory=lambda: {DEFAULT_MODEL_ROLE: ModelConfig()})
     memory: MemoryConfig = MemoryConfig()
+    defenses: DefensesConfig = DefensesConfig()
+    faults: FaultsConfig = FaultsConfig()
 
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""
@@ -261,6 +289,13 @@ def _check(config: Config, source: str) -> None:
             raise ConfigError(
                 f"{source}: Expected 'package.module:ClassName', got {agent_config.class_!r} - at $.agents.{name}.class"
             )
+    defense_lists = {"enabled": config.defenses.enabled}
+    defense_lists |= {f"agents.{agent}": names for agent, names in config.defenses.agents.items()}
+    for path, names in defense_lists.items():
+        try:
+            check_defenses(names)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc} - at $.defenses.{path}") from None
     for role, settings in config.models.items():
         if settings.backend not in ("sim", "openai") and not _CLASS_SPEC.match(settings.backend):
             raise ConfigError(

@@ -18,6 +18,7 @@ from faultline.bus import Bus
 from faultline.journal._service import JournalService
 from faultline.runtime._agent import Agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
+from faultline.runtime._faulting import faults_and_defenses
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
 
@@ -121,8 +122,9 @@ async def run_worker(config: Config, url: str, prefix: str, agents: list[str], n
     }
 
     async def body(bus: Bus) -> None:
-        worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
-        await serve_until_signal(bus, name, worker)
+        async with faults_and_defenses(bus, config, agent_names(config), name):
+            worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
+            await serve_until_signal(bus, name, worker)
 
     await _with_bus(url, prefix, body)
 

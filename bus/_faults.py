@@ -1,0 +1,383 @@
+"""Fault rules: which messages to fault, how, how often, and for how long.
+
+A rule names a registered fault type, matches messages on episode, sender,
+recipient, kind and topic (shell-style patterns, empty = any), and carries the
+type's parameters, a probability, a budget (most applications, 0 = no limit)
+and an expiry (absolute unix time, 0 = never). Rules live on `fl.ctl.faults`
+as `Control` bodies (`add`, `remove`, `clear`), so they are journaled like
+everything else and a worker rebuilds the current set by reading that subject
+from the stream, then follows it live.
+
+The `FaultInterceptor` applies rules to what a worker publishes: one fault at
+most per message, from the first rule (in the order they were added) that
+matches, draws under its probability, has budget left and applies. The draw and
+every random choice of the fault are seeded from (rule id, message id), so a
+campaign is repeatable. Each applied fault is journaled as `FaultApplied` with
+the original message and the messages that went out instead.
+
+A new fault type is one class: subclass `FaultType`, give it a `name`, a
+`Params` struct and `apply`, and decorate it with `register_fault`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import msgspec
+
+from faultline._errors import FaultRuleError
+from faultline.bus._interceptors import Inbound, Interceptor, Outbound
+from faultline.bus._messages import Control, Envelope, FaultApplied, Start, ToolCall, derive_id
+
+FAULTS_CONTROL = "faults"
+"""The control name of fault rules: they travel on `fl.ctl.faults`."""
+CONTROL_EPISODE = "control"
+"""The episode field of control-plane envelopes (they belong to no episode)."""
+OPERATOR = "operator"
+"""The sender of control-plane envelopes published from the command line."""
+
+MATCH_FIELDS = ("episode", "sender", "recipient", "kind", "topic")
+
+
+class NoParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The parameters of a fault type that takes none."""
+
+
+class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
+    """One fault rule, as it travels in a `Control` body and as `faultline faults list` shows it."""
+
+    id: str
+    fault: str
+    episode: str = ""
+    sender: str = ""
+    recipient: str = ""
+    kind: str = ""
+    topic: str = ""
+    params: dict[str, Any] = {}
+    probability: float = 1.0
+    budget: int = 0
+    expires_at: float = 0.0
+    created_at: float = 0.0
+
+    def validated(self) -> FaultRule:
+        """This rule with its parameters in canonical form, if its fault type exists and its
+        fields make sense; else FaultRuleError."""
+        if not self.id or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.id):
+            raise FaultRuleError(f"rule id {self.id!r}: use 1-64 letters, digits, '.', ':', '-' or '_'")
+        params = msgspec.to_builtins(fault_type(self.fault).params(self.params))
+        if not 0.0 <= self.probability <= 1.0:
+            raise FaultRuleError(f"rule {self.id}: probability {self.probability} is not between 0 and 1")
+        if self.budget < 0:
+            raise FaultRuleError(f"rule {self.id}: budget {self.budget} is negative (0 means no limit)")
+        return msgspec.structs.replace(self, params=params)
+
+    def matches(self) -> str:
+        """The match fields that are set, as `field=pattern` words (for listings)."""
+        return " ".join(f"{name}={getattr(self, name)}" for name in MATCH_FIELDS if getattr(self, name)) or "*"
+
+
+# -- fault types ---------------------------------------------------------------------------------
+
+
+class EpisodeCatalog(Protocol):
+    """What faults may know about an episode's task, from its Start data (domain, task).
+
+    Supplied by the runtime; the bus itself knows nothing of domains.
+    """
+
+    def tools(self, start: Mapping[str, Any]) -> list[str]: ...
+
+    def plan(self, start: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]: ...
+
+
+@dataclass
+class FaultSite:
+    """Everything a fault type may consult when it rewrites one message."""
+
+    rule: FaultRule
+    rng: random.Random
+    agents: Sequence[str] = ()
+    """Every agent the deployment runs (broadcast targets)."""
+    calls: Sequence[ToolCall] = ()
+    """The sender's earlier tool calls in this episode, as it made them."""
+    start: Mapping[str, Any] = field(default_factory=dict)
+    """The episode's Start data as this worker saw it ({} if it saw none)."""
+    catalog: EpisodeCatalog | None = None
+
+    def tools(self) -> list[str]:
+        return self.catalog.tools(self.start) if self.catalog and self.start else []
+
+    def plan(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.catalog.plan(self.start) if self.catalog and self.start else []
+
+
+class FaultType:
+    """A way to fault a message. `apply` returns the messages that go out instead, or None
+    when the fault does not apply to this message (it is then passed unchanged and the rule's
+    budget is not used)."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    Params: ClassVar[type[msgspec.Struct]] = NoParams
+    kinds: ClassVar[frozenset[str]] = frozenset()
+    """Body kinds the fault applies to; empty means every direct or topic message."""
+
+    def params(self, raw: Mapping[str, Any]) -> Any:
+        try:
+            return msgspec.convert(dict(raw), self.Params, strict=False)
+        except msgspec.ValidationError as exc:
+            raise FaultRuleError(f"{self.name}: {str(exc).replace('`', '')}") from None
+
+    def apply(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, FaultType] = {}
+
+F = TypeVar("F", bound=type[FaultType])
+
+
+def register_fault(cls: F) -> F:
+    """Class decorator: make a fault type available to rules under `cls.name`."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def fault_type(name: str) -> FaultType:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise FaultRuleError(f"unknown fault type {name!r} (known: {', '.join(sorted(_REGISTRY))})") from None
+
+
+def fault_types() -> dict[str, FaultType]:
+    """Every registered fault type by name."""
+    return dict(_REGISTRY)
+
+
+# -- the current rule set ------------------------------------------------------------------------
+
+
+def _pattern(text: str) -> Callable[[str], bool] | None:
+    if not text:
+        return None
+    if not any(c in text for c in "*?["):
+        return text.__eq__
+    return re.compile(fnmatch.translate(text)).match  # type: ignore[return-value]
+
+
+@dataclass
+class _Active:
+    rule: FaultRule
+    type: FaultType
+    params: Any
+    checks: list[tuple[str, Callable[[str], bool]]]
+
+    @classmethod
+    def of(cls, rule: FaultRule) -> _Active:
+        kind = fault_type(rule.fault)
+        checks = [(name, check) for name in MATCH_FIELDS if (check := _pattern(getattr(rule, name)))]
+        return cls(rule, kind, kind.params(rule.params), checks)
+
+    def matches(self, env: Envelope) -> bool:
+        if self.type.kinds and env.kind not in self.type.kinds:
+            return False
+        for name, check in self.checks:
+            value = env.kind if name == "kind" else getattr(env, name)
+            if not check(value):
+                return False
+        return True
+
+
+def draw(rule_id: str, message_id: str) -> float:
+    """A number in [0, 1) fixed by (rule, message): the same campaign faults the same messages."""
+    h = hashlib.blake2b(f"{rule_id}/{message_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+class RuleSet:
+    """The rules in force, rebuilt from `fl.ctl.faults` controls, with the budget each has used.
+
+    Applications are counted per rule by original message id, from this worker's own
+    faults and from the fault events of every worker, so a budget holds across workers
+    (a few messages faulted at the same instant by two workers may overshoot it).
+    """
+
+    def __init__(self) -> None:
+        self._active: dict[str, _Active] = {}
+        self._applied: dict[str, set[str]] = {}
+        self.seen: dict[str, int] = {}
+        """Fault events seen per rule id (what `faults list` reports)."""
+        self.last_seq = 0
+        """Stream sequence of the last control or fault event taken in."""
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    @property
+    def rules(self) -> list[FaultRule]:
+        return [a.rule for a in self._active.values()]
+
+    def control(self, body: Control) -> None:
+        """Take in one `fl.ctl.faults` command; a malformed or unknown one is ignored."""
+        op = body.data.get("op")
+        if op == "add":
+            try:
+                rule = msgspec.convert(body.data.get("rule"), FaultRule)
+                active = _Active.of(rule.validated())
+            except (msgspec.ValidationError, FaultRuleError):
+                return
+            self._active.pop(rule.id, None)  # re-adding moves it to the end and resets its budget
+            self._active[rule.id] = active
+            self._applied[rule.id] = set()
+            self.seen[rule.id] = 0
+        elif op == "remove":
+            rule_id = str(body.data.get("id", ""))
+            self._active.pop(rule_id, None)
+            self._applied.pop(rule_id, None)
+        elif op == "clear":
+            self._active.clear()
+            self._applied.clear()
+
+    def count(self, event: FaultApplied) -> None:
+        """Take in a fault event (this worker's or another's)."""
+        if event.rule_id in self._active:
+            self.seen[event.rule_id] = self.seen.get(event.rule_id, 0) + 1
+            original = event.original.get("id")
+            if self._active[event.rule_id].rule.budget and isinstance(original, str):
+                self._applied[event.rule_id].add(original)
+
+    def applied(self, rule_id: str) -> int:
+        return len(self._applied.get(rule_id, ()))
+
+    def candidates(self, env: Envelope, now: float) -> list[_Active]:
+        """Rules that match `env`, are in force at `now`, draw under their probability and have budget."""
+        hits = []
+        for active in self._active.values():
+            rule = active.rule
+            if rule.expires_at and now >= rule.expires_at:
+                continue
+            if not active.matches(env):
+                continue
+            if rule.probability < 1.0 and draw(rule.id, env.id) >= rule.probability:
+                continue
+            if rule.budget and len(self._applied[rule.id]) >= rule.budget:
+                continue
+            hits.append(active)
+        return hits
+
+    def use(self, rule_id: str, message_id: str) -> None:
+        if self._active[rule_id].rule.budget:
+            self._applied[rule_id].add(message_id)
+
+
+# -- the interceptor ---------------------------------------------------------------------------------
+
+
+def fault_event(rule: FaultRule, original: Envelope, results: Sequence[Envelope]) -> Envelope:
+    """The `FaultApplied` event of one applied fault, on `fl.ev.fault.<episode>`."""
+    return Envelope(
+        id=derive_id(original.id, 0, "fault"),
+        episode=original.episode,
+        sender=original.sender,
+        causation=original.id,
+        hops=original.hops,
+        ts=time.time(),
+        body=FaultApplied(
+            rule_id=rule.id,
+            fault=rule.fault,
+            original=msgspec.to_builtins(original),
+            results=[msgspec.to_builtins(r) for r in results],
+        ),
+    )
+
+
+class FaultInterceptor(Interceptor):
+    """Applies the rules of `rules` to every direct or topic message this worker publishes.
+
+    It also watches inbound Start messages for the episode's Start data and outbound tool
+    calls for each sender's call history, which some fault types consult.
+    """
+
+    def __init__(
+        self, rules: RuleSet, *, agents: Sequence[str] = (), catalog: EpisodeCatalog | None = None
+    ) -> None:
+        self.rules = rules
+        self.agents = tuple(agents)
+        self.catalog = catalog
+        self._starts: dict[str, Mapping[str, Any]] = {}
+        self._calls: dict[tuple[str, str], list[ToolCall]] = {}
+
+    async def inbound(self, message: Inbound) -> Sequence[Envelope]:
+        body = message.envelope.body
+        if isinstance(body, Start) and body.data:
+            self._starts.setdefault(message.envelope.episode, body.data)
+        return (message.envelope,)
+
+    async def outbound(self, message: Outbound) -> Sequence[Envelope]:
+        env = message.envelope
+        body = env.body
+        if type(body).route != "direct":
+            return (env,)
+        calls: list[ToolCall] = []
+        if isinstance(body, ToolCall):
+            calls = self._calls.setdefault((env.episode, env.sender), [])
+        try:
+            if len(self.rules):
+                for active in self.rules.candidates(env, time.time()):
+                    site = FaultSite(
+                        rule=active.rule,
+                        rng=random.Random(f"{active.rule.id}/{env.id}"),
+                        agents=self.agents,
+                        calls=tuple(calls),
+                        start=self._starts.get(env.episode, {}),
+                        catalog=self.catalog,
+                    )
+                    results = active.type.apply(env, active.params, site)
+                    if results is None:
+                        continue
+                    self.rules.use(active.rule.id, env.id)
+                    message.events.append(fault_event(active.rule, env, results))
+                    return results
+            return (env,)
+        finally:
+            if isinstance(body, ToolCall):
+                calls.append(body)
+
+    def forget(self, episode: str) -> None:
+        self._starts.pop(episode, None)
+        for key in [k for k in self._calls if k[0] == episode]:
+            del self._calls[key]
+
+
+# -- control-plane messages ------------------------------------------------------------------------
+
+
+def _control(data: dict[str, Any], nonce: str) -> Envelope:
+    return Envelope(
+        id=f"ctl-{nonce}",
+        episode=CONTROL_EPISODE,
+        sender=OPERATOR,
+        body=Control(name=FAULTS_CONTROL, data=data),
+        ts=time.time(),
+    )
+
+
+def add_rule_control(rule: FaultRule, nonce: str) -> Envelope:
+    """The control envelope that puts `rule` in force (`nonce` makes its id unique)."""
+    return _control({"op": "add", "rule": msgspec.to_builtins(rule.validated())}, nonce)
+
+
+def remove_rule_control(rule_id: str, nonce: str) -> Envelope:
+    return _control({"op": "remove", "id": rule_id}, nonce)
+
+
+def clear_rules_control(nonce: str) -> Envelope:
+    return _control({"op": "clear"}, nonce)

@@ -1,0 +1,182 @@
+"""Keeping a worker's fault rules current, and telling the operator when they are.
+
+A worker reads `fl.ctl.faults` and `fl.ev.fault.*` from the start of the stream
+(the rules in force and the budget they used), then follows both live through
+one push consumer, so a rule added or removed reaches it within milliseconds.
+It answers `fl.svc.faults` with the stream sequence it has taken in, and
+announces every control it takes in on `fl.svc.faults.taken`: the command that
+published a rule waits for those to know the rule is in force everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import msgspec
+from nats.aio.msg import Msg
+
+from faultline._errors import BusError, DecodeError
+from faultline.bus._faults import FAULTS_CONTROL, RuleSet
+from faultline.bus._messages import Control, Envelope, FaultApplied, encode
+from faultline.bus._transport import MSG_ID, Bus, Consumer
+
+TAKEN = "taken"
+
+
+@dataclass(frozen=True, slots=True)
+class FollowSettings:
+    load_timeout_s: float = 10.0
+    """Longest a worker may take to read the rules in force when it starts."""
+    confirm_timeout_s: float = 5.0
+    """Longest a command waits for workers to confirm a rule change."""
+    confirm_grace_s: float = 0.2
+    """How long a command waits for workers to answer when it does not know how many there are."""
+
+
+def _subjects(bus: Bus) -> list[str]:
+    s = bus.subjects
+    return [s.ctl(FAULTS_CONTROL), s.event("fault", "*")]
+
+
+def _take(rules: RuleSet, env: Envelope, seq: int) -> bool:
+    """Feed one stream message to `rules`; True if it was a control."""
+    rules.last_seq = max(rules.last_seq, seq)
+    if isinstance(env.body, Control) and env.body.name == FAULTS_CONTROL:
+        rules.control(env.body)
+        return True
+    if isinstance(env.body, FaultApplied):
+        rules.count(env.body)
+    return False
+
+
+async def _catch_up(consumer: Consumer, rules: RuleSet, timeout_s: float) -> None:
+    info = await consumer.info()
+    if not info.num_pending and not info.delivered.consumer_seq:
+        return
+    try:
+        with anyio.fail_after(timeout_s):
+            while True:
+                batch = await consumer.batch()
+                for delivery in batch:
+                    try:
+                        _take(rules, delivery.envelope(), delivery.stream_seq)
+                    except DecodeError:
+                        pass  # dead-lettered when it was published
+                await consumer.ack(batch[-1])
+                if batch[-1].pending == 0:
+                    return
+    except TimeoutError:
+        raise BusError(f"could not read the fault rules from the stream within {timeout_s}s") from None
+
+
+async def read_rules(bus: Bus, settings: FollowSettings | None = None) -> RuleSet:
+    """The rules in force now, and the fault events of each, read from the stream."""
+    settings = settings or FollowSettings()
+    rules = RuleSet()
+    consumer = await bus.consumer(None, _subjects(bus), start="all", ack_all=True)
+    try:
+        await _catch_up(consumer, rules, settings.load_timeout_s)
+    finally:
+        await consumer.close()
+    return rules
+
+
+@asynccontextmanager
+async def follow_rules(
+    bus: Bus, rules: RuleSet, *, name: str, settings: FollowSettings | None = None
+) -> AsyncIterator[RuleSet]:
+    """Load the rules in force into `rules`, then keep them current until the block ends."""
+    settings = settings or FollowSettings()
+    s = bus.subjects
+    consumer = await bus.consumer(None, _subjects(bus), start="all", ack_all=True)
+    try:
+        await _catch_up(consumer, rules, settings.load_timeout_s)
+
+        async def answer(msg: Msg) -> None:
+            await msg.respond(msgspec.json.encode({"worker": name, "seq": rules.last_seq}))
+
+        async def follow() -> None:
+            while True:
+                batch = await consumer.batch()
+                taken = False
+                for delivery in batch:
+                    try:
+                        taken |= _take(rules, delivery.envelope(), delivery.stream_seq)
+                    except DecodeError:
+                        pass
+                await consumer.ack(batch[-1])
+                if taken:
+                    note = {"worker": name, "seq": rules.last_seq}
+                    await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", msgspec.json.encode(note))
+
+        sub = await bus.nc.subscribe(s.svc(FAULTS_CONTROL), cb=answer)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                yield rules
+                tg.cancel_scope.cancel()
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await consumer.close()
+
+
+async def publish_controls(
+    bus: Bus, controls: Sequence[Envelope], *, workers: int | None = None, settings: FollowSettings | None = None
+) -> dict[str, Any]:
+    """Publish fault-rule controls and wait until the workers have taken them in.
+
+    With `workers` known, waits for that many; else for the workers that answer
+    within the grace period. Returns {"seq", "workers", "confirmed", "seconds"}.
+    """
+    settings = settings or FollowSettings()
+    s = bus.subjects
+    seen: dict[str, int] = {}
+    arrived = anyio.Event()
+
+    async def on_reply(msg: Msg) -> None:
+        note = msgspec.json.decode(msg.data)
+        seen[note["worker"]] = max(seen.get(note["worker"], 0), int(note["seq"]))
+        arrived.set()
+
+    inbox = bus.nc.new_inbox()
+    subs = [
+        await bus.nc.subscribe(inbox, cb=on_reply),
+        await bus.nc.subscribe(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", cb=on_reply),
+    ]
+    try:
+        started = anyio.current_time()
+        seq = 0
+        for env in controls:
+            try:
+                ack = await bus.js.publish(s.for_envelope(env), encode(env), headers={MSG_ID: env.id})
+            except Exception as exc:  # noqa: BLE001 - nats raises several unrelated types
+                raise BusError(f"could not publish the fault rule change: {exc}") from None
+            seq = ack.seq
+        await bus.nc.publish(s.svc(FAULTS_CONTROL), b"", reply=inbox)
+        grace = started + settings.confirm_grace_s
+        with anyio.move_on_after(settings.confirm_timeout_s):
+            while True:
+                confirmed = sum(1 for v in seen.values() if v >= seq)
+                now = anyio.current_time()
+                if workers is not None and confirmed >= workers:
+                    break
+                if workers is None and now >= grace and confirmed == len(seen):
+                    break
+                arrived = anyio.Event()
+                with anyio.move_on_after(grace - now if workers is None and now < grace else None):
+                    await arrived.wait()
+        confirmed = sum(1 for v in seen.values() if v >= seq)
+        return {
+            "seq": seq,
+            "workers": len(seen),
+            "confirmed": confirmed,
+            "seconds": anyio.current_time() - started,
+        }
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()

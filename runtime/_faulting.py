@@ -1,0 +1,201 @@
+"""Faults and defenses in the runtime: a worker's interceptors, and the command-line forms of both.
+
+A worker process installs a `DefenseInterceptor` (from `[defenses]`) and a
+`FaultInterceptor` on its bus, loads the fault rules in force, and follows
+`fl.ctl.faults` for as long as it runs. The tool-call faults that need the
+task (its tools, its ground-truth calls) learn it from the episode's Start data
+through `DomainCatalog`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import typing
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from faultline._errors import FaultlineError, FaultRuleError, UsageError
+from faultline.bus import (
+    Bus,
+    DefenseInterceptor,
+    DefenseSettings,
+    FaultInterceptor,
+    FaultRule,
+    FollowSettings,
+    RuleSet,
+    check_defenses,
+    fault_type,
+    follow_rules,
+)
+from faultline.runtime._config import ALL_AGENTS, Config, DefensesConfig
+
+
+class DomainCatalog:
+    """Tools and ground-truth calls of an episode's task, from Start data naming `domain` and `task`."""
+
+    def tools(self, start: Mapping[str, Any]) -> list[str]:
+        return list(_tools(str(start.get("domain", ""))))
+
+    def plan(self, start: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        return [(name, dict(args)) for name, args in _plan(str(start.get("domain", "")), str(start.get("task", "")))]
+
+
+@lru_cache(maxsize=64)
+def _tools(domain: str) -> tuple[str, ...]:
+    from faultline.envs import load_domain
+
+    try:
+        return tuple(spec.name for spec in load_domain(domain).tools())
+    except FaultlineError:
+        return ()
+
+
+@lru_cache(maxsize=4096)
+def _plan(domain: str, task: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    from faultline.envs import load_domain
+
+    try:
+        return tuple((a.name, dict(a.arguments)) for a in load_domain(domain).task(task).actions)
+    except FaultlineError:
+        return ()
+
+
+def defense_settings(config: DefensesConfig) -> DefenseSettings:
+    return DefenseSettings(
+        max_hops=config.max_hops,
+        echo=config.echo,
+        rate_limit=config.rate_limit,
+        rate_window_hops=config.rate_window_hops,
+    )
+
+
+def follow_settings(config: Config) -> FollowSettings:
+    return FollowSettings(load_timeout_s=config.faults.load_timeout_s, confirm_timeout_s=config.faults.confirm_timeout_s)
+
+
+@asynccontextmanager
+async def faults_and_defenses(bus: Bus, config: Config, agents: Sequence[str], name: str) -> AsyncIterator[RuleSet]:
+    """Install a worker's defenses and fault interceptor on `bus` and follow the rules until the block ends."""
+    d = config.defenses
+    per_agent: dict[str, Sequence[str]] = {ALL_AGENTS: d.enabled, **d.agents}
+    bus.interceptors.add(DefenseInterceptor(per_agent, defense_settings(d)))
+    faults = FaultInterceptor(RuleSet(), agents=agents, catalog=DomainCatalog())
+    bus.interceptors.add(faults)
+    async with follow_rules(bus, faults.rules, name=name, settings=follow_settings(config)) as rules:
+        yield rules
+
+
+# -- command-line forms ----------------------------------------------------------------------------
+
+
+def apply_defense_flags(config: Config, flags: Sequence[str]) -> Config:
+    """`--defense` values on top of `[defenses]`: `dedup,cycle` for every agent, `user=cycle` for one,
+    `none` (or `user=none`) to switch them off."""
+    if not flags:
+        return config
+    enabled = config.defenses.enabled
+    agents = dict(config.defenses.agents)
+    for flag in flags:
+        agent, _, names = flag.rpartition("=")
+        wanted = () if names.strip() == "none" else tuple(n.strip() for n in names.split(",") if n.strip())
+        try:
+            wanted = check_defenses(wanted)
+        except FaultlineError as exc:
+            raise UsageError(f"--defense {flag!r}: {exc}") from None
+        if agent:
+            agents[agent] = wanted
+        else:
+            enabled = wanted
+    defenses = msgspec.structs.replace(config.defenses, enabled=enabled, agents=agents)
+    return msgspec.structs.replace(config, defenses=defenses)
+
+
+_MATCH_KEYS = {"to": "recipient", "from": "sender", "kind": "kind", "episode": "episode", "topic": "topic"}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from `30s`, `500ms`, `2m`, `1h` or a plain number of seconds."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise UsageError(f"duration {text!r}: use a number with ms, s, m or h, e.g. 30s")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
+
+
+def new_rule_id() -> str:
+    return f"f-{os.urandom(4).hex()}"
+
+
+def make_rule(
+    fault: str,
+    *,
+    match: Mapping[str, str] | None = None,
+    params: Mapping[str, Any] | None = None,
+    probability: float = 1.0,
+    budget: int = 0,
+    duration_s: float = 0.0,
+    rule_id: str = "",
+) -> FaultRule:
+    """A validated rule; `match` uses the command-line names (to, from, kind, episode, topic)."""
+    now = time.time()
+    fields = {_MATCH_KEYS[k]: v for k, v in (match or {}).items() if v}
+    try:
+        return FaultRule(
+            id=rule_id or new_rule_id(),
+            fault=fault,
+            params=dict(params or {}),
+            probability=probability,
+            budget=budget,
+            expires_at=now + duration_s if duration_s else 0.0,
+            created_at=now,
+            **fields,
+        ).validated()
+    except FaultRuleError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def parse_fault_spec(spec: str) -> FaultRule:
+    """A rule from `TYPE[:key=value,...]`: match keys (to, from, kind, episode, topic), `probability`,
+    `budget`, `for` (a duration), `id`, and the fault type's own parameters (a list value joins items with `+`)."""
+    fault, _, rest = spec.partition(":")
+    match: dict[str, str] = {}
+    params: dict[str, Any] = {}
+    options: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--fault {spec!r}: {item!r} is not key=value")
+        if key in _MATCH_KEYS:
+            match[key] = value
+        elif key in ("probability", "budget", "for", "id"):
+            options[key] = value
+        else:
+            params[key] = value.split("+") if _is_list_param(fault, key) else value
+    try:
+        probability = float(options.get("probability", 1.0))
+        budget = int(options.get("budget", 0))
+    except ValueError:
+        raise UsageError(f"--fault {spec!r}: probability must be a number and budget an integer") from None
+    duration = parse_duration(options["for"]) if "for" in options else 0.0
+    return make_rule(
+        fault, match=match, params=params, probability=probability, budget=budget, duration_s=duration,
+        rule_id=options.get("id", ""),
+    )  # fmt: skip
+
+
+def _is_list_param(fault: str, key: str) -> bool:
+    try:
+        params = fault_type(fault).Params
+    except FaultRuleError:
+        return False
+    for f in msgspec.structs.fields(params):
+        if f.name == key:
+            hint = typing.get_args(f.type)[0] if typing.get_origin(f.type) is typing.Annotated else f.type
+            return typing.get_origin(hint) is list
+    return False

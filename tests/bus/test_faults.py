@@ -1,0 +1,256 @@
+"""Fault rules and fault types: matching, seeded draws, budgets, expiry, and what each type sends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import pytest
+
+from faultline._errors import FaultRuleError
+from faultline.bus import (
+    AssistantTurn,
+    Control,
+    Envelope,
+    EpisodeCompleted,
+    FaultApplied,
+    FaultInterceptor,
+    FaultRule,
+    Inbound,
+    InterceptorChain,
+    Note,
+    RuleSet,
+    Start,
+    ToolCall,
+    UserTurn,
+    add_rule_control,
+    clear_rules_control,
+    fault_types,
+    remove_rule_control,
+)
+
+
+def env(i: int = 0, body: Any = None, *, sender: str = "tool", to: str = "user", episode: str = "e1") -> Envelope:
+    return Envelope(
+        id=f"m{i}", episode=episode, sender=sender, recipient=to, causation=f"c{i}", hops=3,
+        body=body or AssistantTurn(text=f"hello {i}"),
+    )  # fmt: skip
+
+
+def call(i: int, tool: str = "get_order", **arguments: Any) -> Envelope:
+    return env(i, ToolCall(call_id=f"call-{i}", name=tool, arguments=arguments), to="env")
+
+
+def rules(*specs: FaultRule) -> RuleSet:
+    rs = RuleSet()
+    for rule in specs:
+        rs.control(add_rule_control(rule, "n").body)  # type: ignore[arg-type]
+    return rs
+
+
+class Plan:
+    """A catalog that knows one task: look up a user, then an order, then cancel it."""
+
+    def tools(self, start: Mapping[str, Any]) -> list[str]:
+        return ["find_user", "get_order", "get_order_status", "cancel_order"]
+
+    def plan(self, start: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        return [("find_user", {"user": "ann"}), ("get_order", {"order_id": "7"}), ("cancel_order", {"order_id": "7"})]
+
+
+async def through(interceptor: FaultInterceptor, *messages: Envelope) -> tuple[list[Envelope], list[Envelope]]:
+    chain = InterceptorChain([interceptor])
+    out: list[Envelope] = []
+    events: list[Envelope] = []
+    for message in messages:
+        sent, fired = await chain.outbound(message)
+        out += sent
+        events += fired
+    return out, events
+
+
+def test_the_shipped_fault_types_are_registered() -> None:
+    assert set(fault_types()) == {
+        "cycle", "storm", "broadcast", "call_order_swap", "redundant_call", "missing_call", "argument_error",
+    }  # fmt: skip
+
+
+def test_a_rule_is_validated_and_its_params_made_canonical() -> None:
+    rule = FaultRule(id="r1", fault="storm", params={"copies": "3"}).validated()
+    assert rule.params == {"copies": 3}
+    assert FaultRule(id="r2", fault="storm").validated().params == {"copies": 5}
+    for bad, words in [
+        (FaultRule(id="r", fault="nope"), "unknown fault type 'nope'"),
+        (FaultRule(id="r", fault="storm", params={"copies": 0}), "copies"),
+        (FaultRule(id="r", fault="cycle", params={"x": 1}), "unknown field"),
+        (FaultRule(id="r", fault="cycle", probability=1.5), "probability"),
+        (FaultRule(id="r", fault="cycle", budget=-1), "budget"),
+        (FaultRule(id="a b", fault="cycle"), "rule id"),
+    ]:
+        with pytest.raises(FaultRuleError, match=words):
+            bad.validated()
+
+
+def test_match_fields_are_patterns_and_empty_means_any() -> None:
+    rs = rules(FaultRule(id="r", fault="cycle", episode="run1-*", sender="to?l", kind="assistant_turn"))
+    now = time.time()
+    assert rs.candidates(env(episode="run1-a"), now)
+    assert not rs.candidates(env(episode="run2-a"), now)
+    assert not rs.candidates(env(sender="user", to="tool", episode="run1-a"), now)
+    assert not rs.candidates(env(body=UserTurn(text="x"), episode="run1-a"), now)
+
+
+def test_the_draw_is_fixed_by_rule_and_message() -> None:
+    rule = FaultRule(id="half", fault="cycle", probability=0.5)
+    first = [bool(rules(rule).candidates(env(i), 0.0)) for i in range(200)]
+    again = [bool(rules(rule).candidates(env(i), 0.0)) for i in range(200)]
+    assert first == again
+    assert 60 < sum(first) < 140
+    other = [bool(rules(FaultRule(id="other", fault="cycle", probability=0.5)).candidates(env(i), 0.0)) for i in range(200)]
+    assert other != first
+
+
+async def test_budget_and_expiry_bound_a_rule() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="b", fault="cycle", budget=2)))
+    _, events = await through(interceptor, *(env(i) for i in range(5)))
+    assert len(events) == 2
+    expired = FaultInterceptor(rules(FaultRule(id="x", fault="cycle", expires_at=time.time() - 1)))
+    assert (await through(expired, env(1)))[1] == []
+
+
+def test_a_budget_counts_other_workers_faults_once_each() -> None:
+    rs = rules(FaultRule(id="b", fault="cycle", budget=3))
+    rs.use("b", "m1")
+    for original in ("m1", "m2", "m2"):
+        rs.count(FaultApplied(rule_id="b", fault="cycle", original={"id": original}))
+    assert rs.applied("b") == 2
+    assert rs.seen["b"] == 3
+
+
+def test_controls_add_remove_clear_and_ignore_the_malformed() -> None:
+    rs = rules(FaultRule(id="a", fault="cycle"), FaultRule(id="b", fault="storm"))
+    assert [r.id for r in rs.rules] == ["a", "b"]
+    rs.control(remove_rule_control("a", "n").body)  # type: ignore[arg-type]
+    assert [r.id for r in rs.rules] == ["b"]
+    rs.control(Control(name="faults", data={"op": "add", "rule": {"id": "c", "fault": "unknown"}}))
+    rs.control(Control(name="faults", data={"op": "add", "rule": "garbage"}))
+    rs.control(Control(name="faults", data={"op": "explode"}))
+    assert [r.id for r in rs.rules] == ["b"]
+    rs.control(clear_rules_control("n").body)  # type: ignore[arg-type]
+    assert len(rs) == 0
+
+
+async def test_only_conversation_messages_are_faulted_and_one_fault_per_message() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="s", fault="storm", params={"copies": 2}), FaultRule(id="c", fault="cycle")))
+    event = Envelope(id="done", episode="e1", sender="env", body=EpisodeCompleted(outcome="success"))
+    out, events = await through(interceptor, event, env(1))
+    assert out[0] is event
+    assert [e.body.rule_id for e in events] == ["s"]  # type: ignore[union-attr]
+    assert len(out) == 1 + 3
+
+
+async def test_a_fault_event_records_the_original_and_the_results() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="c", fault="cycle")))
+    original = env(1)
+    out, [event] = await through(interceptor, original)
+    applied = event.body
+    assert isinstance(applied, FaultApplied)
+    assert msgspec.convert(applied.original, Envelope) == original
+    assert [msgspec.convert(r, Envelope) for r in applied.results] == out
+    assert (event.episode, event.sender, event.causation) == ("e1", "tool", original.id)
+
+
+async def test_cycle_sends_a_message_back_to_its_sender() -> None:
+    out, _ = await through(FaultInterceptor(rules(FaultRule(id="c", fault="cycle"))), env(1))
+    assert [(m.id, m.sender, m.recipient, m.body) for m in out] == [("m1", "tool", "tool", env(1).body)]
+
+
+async def test_storm_adds_copies_with_derived_ids() -> None:
+    out, _ = await through(FaultInterceptor(rules(FaultRule(id="s", fault="storm", params={"copies": 3}))), env(1))
+    assert len({m.id for m in out}) == 4 and out[0] == env(1)
+    assert {(m.recipient, m.body, m.causation, m.hops) for m in out} == {("user", env(1).body, "c1", 3)}
+
+
+async def test_broadcast_reaches_the_other_agents_or_the_named_ones() -> None:
+    everyone = FaultInterceptor(rules(FaultRule(id="b", fault="broadcast")), agents=["env", "tool", "user", "auditor"])
+    out, _ = await through(everyone, env(1))
+    assert [m.recipient for m in out] == ["user", "env", "auditor"]
+    named = FaultInterceptor(rules(FaultRule(id="b", fault="broadcast", params={"targets": ["auditor"]})))
+    out, _ = await through(named, env(1))
+    assert [m.recipient for m in out] == ["user", "auditor"]
+    assert len({m.id for m in out}) == 2
+
+
+async def test_call_order_swap_sends_the_tasks_next_call() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="w", fault="call_order_swap")), catalog=Plan())
+    await interceptor.inbound(Inbound(env(0, Start(data={"domain": "d", "task": "t"}), to="tool"), "tool"))
+    out, events = await through(interceptor, call(1, "find_user", user="ann"), call(2, "cancel_order", order_id="7"))
+    assert [m.body for m in out] == [
+        ToolCall(call_id="call-1", name="get_order", arguments={"order_id": "7"}),
+        ToolCall(call_id="call-2", name="cancel_order", arguments={"order_id": "7"}),  # no next call: untouched
+    ]
+    assert len(events) == 1
+
+
+async def test_redundant_call_repeats_the_previous_call() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="r", fault="redundant_call", kind="tool_call", sender="tool")))
+    out, events = await through(interceptor, call(1, "find_user", user="ann"), call(2, "get_order", order_id="7"))
+    # the first call has nothing to repeat; the second becomes the first again, under its own call id
+    assert [m.body for m in out] == [
+        ToolCall(call_id="call-1", name="find_user", arguments={"user": "ann"}),
+        ToolCall(call_id="call-2", name="find_user", arguments={"user": "ann"}),
+    ]
+    irrelevant = FaultInterceptor(rules(FaultRule(id="r", fault="redundant_call", params={"arguments": "irrelevant"})))
+    out, _ = await through(irrelevant, call(1, "find_user", user="ann"), call(2, "get_order", order_id="7"))
+    assert out[1].body == ToolCall(call_id="call-2", name="find_user", arguments={"order_id": "7"})
+
+
+async def test_missing_call_picks_a_similar_other_tool() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="m", fault="missing_call")), catalog=Plan())
+    await interceptor.inbound(Inbound(env(0, Start(data={"domain": "d", "task": "t"}), to="tool"), "tool"))
+    out, _ = await through(interceptor, call(1, "get_order", order_id="7"))
+    assert out[0].body == ToolCall(call_id="call-1", name="get_order_status", arguments={"order_id": "7"})
+    named = FaultInterceptor(rules(FaultRule(id="m", fault="missing_call", params={"tool": "cancel_order"})))
+    out, _ = await through(named, call(1, "get_order", order_id="7"))
+    assert out[0].body.name == "cancel_order"  # type: ignore[union-attr]
+    unknown = FaultInterceptor(rules(FaultRule(id="m", fault="missing_call")))
+    assert (await through(unknown, call(1)))[1] == []  # no other tool known: not applied
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("missing", {"user_id": "u1"}),
+        ("type", {"user_id": "u1", "order_id": 7}),
+        ("alias", {"user_id": "u1", "orderId": "7"}),
+    ],
+)
+async def test_argument_errors(mode: str, expected: dict[str, Any]) -> None:
+    rule = FaultRule(id="a", fault="argument_error", params={"mode": mode, "field": "order_id"})
+    out, _ = await through(FaultInterceptor(rules(rule)), call(1, user_id="u1", order_id="7"))
+    assert out[0].body.arguments == expected  # type: ignore[union-attr]
+
+
+async def test_argument_error_boundary_and_any_are_seeded() -> None:
+    rule = FaultRule(id="a", fault="argument_error", params={"mode": "boundary", "field": "quantity"})
+    out, _ = await through(FaultInterceptor(rules(rule)), call(1, quantity=3))
+    assert out[0].body.arguments["quantity"] in (-1, 0, 2**31 - 1)  # type: ignore[union-attr]
+    anyway = FaultRule(id="a", fault="argument_error")
+    runs = [(await through(FaultInterceptor(rules(anyway)), call(i, a="x", b=2, c=[1])))[0][0].body for i in range(20)]
+    again = [(await through(FaultInterceptor(rules(anyway)), call(i, a="x", b=2, c=[1])))[0][0].body for i in range(20)]
+    assert runs == again and len({msgspec.json.encode(b) for b in runs}) > 3
+
+
+async def test_tool_call_faults_leave_other_kinds_alone() -> None:
+    interceptor = FaultInterceptor(rules(*(FaultRule(id=n, fault=n) for n in ("argument_error", "redundant_call"))))
+    out, events = await through(interceptor, env(1, Note(text="x")))
+    assert out == [env(1, Note(text="x"))] and events == []
+
+
+async def test_forget_drops_an_episodes_history() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="r", fault="redundant_call")))
+    await through(interceptor, call(1, "find_user"))
+    interceptor.forget("e1")
+    assert (await through(interceptor, call(2)))[1] == []
