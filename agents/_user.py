@@ -50,6 +50,10 @@ class UserSimulator(Agent):
             self.told.append(body.text)
             self.transcript.append(ChatMessage(role="user", content=body.text))
             await self._speak(ctx)
+        elif isinstance(body, UserTurn) and not body.done and not self.ended:
+            # A turn of its own that came back (a message cycle): heard, answered, never "told".
+            self.transcript.append(ChatMessage(role="user", content=body.text))
+            await self._speak(ctx)
 
     async def _speak(self, ctx: Context) -> None:
         assert self.spec is not None

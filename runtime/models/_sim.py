@@ -353,7 +353,11 @@ def _play_user(task: Task, messages: list[ChatMessage]) -> _Reply:
         return _Reply(task.instruction, metadata={"phase": "request", "done": False})
     heard = [m.content for m in messages if m.role == "user"]
     text = heard[-1].casefold() if heard else ""
-    if len(own) >= MAX_USER_TURNS or "?" not in text:
+    if len(own) >= MAX_USER_TURNS:
+        return _Reply(_BYE, metadata={"phase": "end", "done": True})
+    if heard and heard[-1] in own:
+        return _clarify(task)  # its own words came back: the agent's answer went astray
+    if "?" not in text:
         return _Reply(_BYE, metadata={"phase": "end", "done": True})
     said = " ".join(own).casefold()
     # A fact whose value the agent already quotes is being stated, not asked for.
@@ -369,6 +373,10 @@ def _play_user(task: Task, messages: list[ChatMessage]) -> _Reply:
         return _reveal(task, asked)
     if "anything else" in text:
         return _Reply(_BYE, metadata={"phase": "end", "done": True})
+    return _clarify(task)
+
+
+def _clarify(task: Task) -> _Reply:
     return _Reply(f"I'm not sure what you need from me. To repeat: {task.instruction}",
                   metadata={"phase": "clarify", "done": False})  # fmt: skip
 
