@@ -6,8 +6,15 @@ episode, written with `MemoryStore.add` (idempotent by entry id), searched with
 reflection from the memory extractor (`extractor_request`, or `sim_reflection`
 offline); the tool agent sees retrieved entries through `format_examples` and
 a tool list pruned by `filter_tools` (hard preference guiding).
+
+On the bus, `MemoryService` writes one entry per completed episode
+(`entry_from_episode`, shared with `rebuild` from a journal file) and answers
+retrieval requests on `fl.svc.memory`; the tool agent asks it through
+`memory_examples(ctx, ...)`, which records the reply for replay.
 """
 
+from faultline.agents.memory._client import memory_examples, retrieval_body, retrieval_mode, wait_for_memory
+from faultline.agents.memory._configured import extractor_backend, make_embedder, open_memory
 from faultline.agents.memory._embed import Embedder, HashingEmbedder, HashingSettings
 from faultline.agents.memory._entry import MemoryEntry, ScoredEntry, ToolCallRecord
 from faultline.agents.memory._index import IndexKind, IndexSettings
@@ -18,6 +25,13 @@ from faultline.agents.memory._preference import (
     tool_name,
     tool_ratings,
 )
+from faultline.agents.memory._projection import (
+    MEMORY_AGENT,
+    EpisodeFacts,
+    entry_from_episode,
+    entry_from_facts,
+    episode_facts,
+)
 from faultline.agents.memory._prompts import (
     ExtractionInput,
     PromptSettings,
@@ -27,6 +41,14 @@ from faultline.agents.memory._prompts import (
     format_examples,
     sim_reflection,
 )
+from faultline.agents.memory._protocol import (
+    MEMORY_SERVICE,
+    SYNC_SERVICE,
+    MemorySync,
+    RetrievalReply,
+    RetrievalRequest,
+)
+from faultline.agents.memory._rebuild import RebuildReport, rebuild
 from faultline.agents.memory._retrieval import (
     Cut,
     CutReason,
@@ -37,39 +59,62 @@ from faultline.agents.memory._retrieval import (
     choose_n,
     derivative_estimate,
 )
+from faultline.agents.memory._service import MemoryService, MemoryServiceSettings, serve_memory
 from faultline.agents.memory._store import MemorySettings, MemoryStats, MemoryStore, PartitionStats
 
 __all__ = [
+    "MEMORY_AGENT",
+    "MEMORY_SERVICE",
     "MIN_ZERO_RATINGS",
+    "SYNC_SERVICE",
     "Cut",
     "CutReason",
     "Dynamic",
     "Embedder",
+    "EpisodeFacts",
     "ExtractionInput",
     "HashingEmbedder",
     "HashingSettings",
     "IndexKind",
     "IndexSettings",
     "MemoryEntry",
+    "MemoryService",
+    "MemoryServiceSettings",
     "MemorySettings",
     "MemoryStats",
     "MemoryStore",
+    "MemorySync",
     "PartitionStats",
     "PromptSettings",
+    "RebuildReport",
     "Retrieval",
     "RetrievalMode",
+    "RetrievalReply",
+    "RetrievalRequest",
     "ScoredEntry",
     "ToolCallRecord",
     "ToolExchange",
     "TopK",
     "choose_n",
     "derivative_estimate",
+    "entry_from_episode",
+    "entry_from_facts",
+    "episode_facts",
+    "extractor_backend",
     "extractor_request",
     "filter_tools",
     "format_entries",
     "format_examples",
     "hidden_tools",
+    "make_embedder",
+    "memory_examples",
+    "open_memory",
+    "rebuild",
+    "retrieval_body",
+    "retrieval_mode",
+    "serve_memory",
     "sim_reflection",
     "tool_name",
     "tool_ratings",
+    "wait_for_memory",
 ]

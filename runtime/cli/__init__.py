@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from faultline._errors import FaultlineError, UsageError
-from faultline.runtime.cli import _config, _fork, _journal, _replay, _run, _system
+from faultline.runtime.cli import _config, _faults, _fork, _journal, _memory, _replay, _run, _system
 
-_COMMAND_MODULES = [_run, _replay, _fork, _system, _config, _journal]
+_COMMAND_MODULES = [_run, _replay, _fork, _system, _faults, _config, _journal, _memory]
 
 
 class _Parser(argparse.ArgumentParser):
