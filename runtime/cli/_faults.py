@@ -1,0 +1,214 @@
+"""`faultline inject`, `faultline faults list` and `faultline faults clear`: fault rules on a live system.
+
+These commands (and `faultline run --fault`) are the only ones that publish on
+`fl.ctl.>`. With NATS accounts, give that right to an operator user only; see
+docs/faults.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from faultline._errors import UsageError
+from faultline.bus import (
+    Bus,
+    Envelope,
+    FaultRule,
+    RuleSet,
+    add_rule_control,
+    clear_rules_control,
+    fault_types,
+    publish_controls,
+    read_rules,
+    remove_rule_control,
+)
+from faultline.runtime._faulting import follow_settings, make_rule, parse_duration
+from faultline.runtime.cli._system import STATE_FILE, _common, _config, _url
+
+T = TypeVar("T")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "inject",
+        help="put a fault rule in force on a running system (see `faultline inject TYPE -h`)",
+        description="Publish a fault rule on fl.ctl.faults; every worker applies it within milliseconds.",
+    )
+    types = p.add_subparsers(dest="fault", metavar="TYPE", parser_class=type(p))
+    types.required = True
+    for name, kind in sorted(fault_types().items()):
+        t = types.add_parser(name, help=kind.summary, description=kind.summary)
+        _common(t)
+        _match_flags(t)
+        _param_flags(t, kind.Params)
+        t.set_defaults(handler=_inject, params_of=kind.Params)
+
+    p = sub.add_parser("faults", help="the fault rules in force on a running system")
+    commands = p.add_subparsers(dest="faults_command", metavar="COMMAND", parser_class=type(p))
+    commands.required = True
+    listing = commands.add_parser("list", help="the rules in force, with how often each was applied")
+    _common(listing)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_list)
+    clear = commands.add_parser("clear", help="remove one rule, or every rule")
+    _common(clear)
+    clear.add_argument("id", nargs="?", default="", help="the rule to remove (default: all)")
+    clear.set_defaults(handler=_clear)
+
+
+def _match_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--to", default="", metavar="AGENT", help="messages to this agent (a pattern: tool, he*)")
+    p.add_argument("--from", dest="sender", default="", metavar="AGENT", help="messages from this agent")
+    p.add_argument("--kind", default="", help="messages of this kind (user_turn, tool_call, ...)")
+    p.add_argument("--topic", default="", help="messages on this topic")
+    p.add_argument("--episode", default="", metavar="E", help="messages of these episodes (a pattern: r12-*)")
+    p.add_argument("--probability", type=float, default=1.0, metavar="P", help="chance per matching message (default 1)")
+    p.add_argument("--budget", type=int, default=0, metavar="N", help="apply at most N times (default: no limit)")
+    p.add_argument("--for", dest="duration", default="", metavar="DURATION", help="expire after this long (30s, 5m)")
+    p.add_argument("--id", default="", help="the rule's id (default: a new one)")
+    p.add_argument("--json", action="store_true", help="print the rule and the confirmation as JSON")
+
+
+def _param_flags(p: argparse.ArgumentParser, params: type[msgspec.Struct]) -> None:
+    """One `--name` option per field of the fault type's parameters."""
+    for f in msgspec.structs.fields(params):
+        hint = typing.get_args(f.type)[0] if typing.get_origin(f.type) is typing.Annotated else f.type
+        default = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
+        flag, dest, shown = "--" + f.name.replace("_", "-"), f"param_{f.name}", f"default {default!r}"
+        if typing.get_origin(hint) is typing.Literal:
+            p.add_argument(flag, dest=dest, choices=typing.get_args(hint), default=None, help=shown)
+        elif typing.get_origin(hint) is list:
+            p.add_argument(flag, dest=dest, default=None, metavar="A,B", help=f"comma-separated; {shown}")
+        else:
+            p.add_argument(flag, dest=dest, type=hint, default=None, metavar=f.name.upper(), help=shown)
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for f in msgspec.structs.fields(args.params_of):
+        value = getattr(args, f"param_{f.name}")
+        if value is None:
+            continue
+        hint = typing.get_args(f.type)[0] if typing.get_origin(f.type) is typing.Annotated else f.type
+        params[f.name] = [v.strip() for v in value.split(",") if v.strip()] if typing.get_origin(hint) is list else value
+    return params
+
+
+def _connect(args: argparse.Namespace, body: Callable[[Bus], Awaitable[T]]) -> T:
+    config = _config(args)
+    url = _url(args, config, state=True)
+    prefix = args.prefix or config.nats.prefix
+    if not args.prefix and not args.nats and STATE_FILE.exists():
+        prefix = json.loads(STATE_FILE.read_text()).get("prefix", prefix)
+
+    async def main() -> T:
+        bus = await Bus.connect(url, prefix=prefix, name="faultline-operator")
+        try:
+            return await body(bus)
+        finally:
+            await bus.close()
+
+    return anyio.run(main)
+
+
+def _confirmation(result: dict[str, Any]) -> str:
+    if not result["workers"]:
+        return "no worker answered; running workers pick it up when they start"
+    return f"in force on {result['confirmed']}/{result['workers']} worker(s) after {result['seconds'] * 1000:.0f} ms"
+
+
+def _inject(args: argparse.Namespace) -> int:
+    if args.budget < 0:
+        raise UsageError("--budget must be at least 0")
+    rule = make_rule(
+        args.fault,
+        match={"to": args.to, "from": args.sender, "kind": args.kind, "topic": args.topic, "episode": args.episode},
+        params=_params(args),
+        probability=args.probability,
+        budget=args.budget,
+        duration_s=parse_duration(args.duration) if args.duration else 0.0,
+        rule_id=args.id,
+    )
+    settings = follow_settings(_config(args))
+
+    async def body(bus: Bus) -> dict[str, Any]:
+        return await publish_controls(bus, [add_rule_control(rule, _nonce())], settings=settings)
+
+    result = _connect(args, body)
+    if args.json:
+        print(json.dumps({"rule": msgspec.to_builtins(rule), **result}))
+    else:
+        print(f"rule {rule.id}: {_describe(rule)}; {_confirmation(result)}")
+    return 0
+
+
+def _nonce() -> str:
+    return os.urandom(8).hex()
+
+
+def _describe(rule: FaultRule) -> str:
+    params = " ".join(f"{k}={v}" for k, v in rule.params.items())
+    text = f"{rule.fault}{' ' + params if params else ''} on {rule.matches()}"
+    if rule.probability < 1.0:
+        text += f", p={rule.probability:g}"
+    if rule.budget:
+        text += f", budget {rule.budget}"
+    if rule.expires_at:
+        text += f", for {max(rule.expires_at - time.time(), 0):.0f}s"
+    return text
+
+
+def _list(args: argparse.Namespace) -> int:
+    async def body(bus: Bus) -> RuleSet:
+        return await read_rules(bus, follow_settings(_config(args)))
+
+    rules = _connect(args, body)
+    now = time.time()
+    rows = [
+        {
+            **msgspec.to_builtins(rule),
+            "applied": rules.seen.get(rule.id, 0),
+            "expired": bool(rule.expires_at and now >= rule.expires_at),
+        }
+        for rule in rules.rules
+    ]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    table = Table(title=f"{len(rows)} fault rule(s)")
+    for column in ("id", "fault", "match", "params", "p", "applied", "budget", "expires"):
+        table.add_column(column)
+    for rule, row in zip(rules.rules, rows, strict=True):
+        expires = "-" if not rule.expires_at else ("expired" if row["expired"] else f"in {rule.expires_at - now:.0f}s")
+        table.add_row(
+            rule.id, rule.fault, rule.matches(), " ".join(f"{k}={v}" for k, v in rule.params.items()) or "-",
+            f"{rule.probability:g}", str(row["applied"]), str(rule.budget or "-"), expires,
+        )  # fmt: skip
+    Console().print(table)
+    return 0
+
+
+def _clear(args: argparse.Namespace) -> int:
+    control: Envelope = remove_rule_control(args.id, _nonce()) if args.id else clear_rules_control(_nonce())
+    settings = follow_settings(_config(args))
+
+    async def body(bus: Bus) -> tuple[bool, dict[str, Any]]:
+        known = not args.id or any(r.id == args.id for r in (await read_rules(bus, settings)).rules)
+        return known, await publish_controls(bus, [control], settings=settings) if known else {}
+
+    known, result = _connect(args, body)
+    if not known:
+        raise UsageError(f"no rule {args.id!r} is in force (see `faultline faults list`)")
+    print(f"{'rule ' + args.id + ' removed' if args.id else 'every rule removed'}; {_confirmation(result)}")
+    return 0
