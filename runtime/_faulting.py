@@ -18,11 +18,15 @@ from contextlib import asynccontextmanager
 from functools import lru_cache
 from typing import Any
 
+import anyio
 import msgspec
 
-from faultline._errors import FaultlineError, FaultRuleError, UsageError
+from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import (
     Bus,
+    add_rule_control,
+    publish_controls,
+    remove_rule_control,
     DefenseInterceptor,
     DefenseSettings,
     FaultInterceptor,
@@ -89,6 +93,29 @@ async def faults_and_defenses(bus: Bus, config: Config, agents: Sequence[str], n
     bus.interceptors.add(faults)
     async with follow_rules(bus, faults.rules, name=name, settings=follow_settings(config)) as rules:
         yield rules
+
+
+@asynccontextmanager
+async def rules_in_force(
+    bus: Bus, rules: Sequence[FaultRule], *, workers: int | None, settings: FollowSettings
+) -> AsyncIterator[None]:
+    """Put `rules` in force for the length of the block (confirmed by the workers), then remove them."""
+    if not rules:
+        yield
+        return
+    result = await publish_controls(bus, [add_rule_control(r, os.urandom(8).hex()) for r in rules], workers=workers, settings=settings)
+    if workers is not None and result["confirmed"] < workers:
+        raise BusError(f"only {result['confirmed']} of {workers} workers confirmed the fault rules within {settings.confirm_timeout_s}s")
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            await publish_controls(bus, [remove_rule_control(r.id, os.urandom(8).hex()) for r in rules], workers=0, settings=settings)
+
+
+def scoped_to_run(rule: FaultRule, run_id: str) -> FaultRule:
+    """A rule of `run --fault` matches that run's episodes only, unless it names episodes itself."""
+    return rule if rule.episode else msgspec.structs.replace(rule, episode=f"{run_id}-*")
 
 
 # -- command-line forms ----------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime._config import Config, ModelConfig, load_config
 from faultline.runtime._run import RunPlan, Summary, plan_episodes, run_plan, summarize, wait_for_journal
 from faultline.runtime._supervisor import Supervisor
-from faultline.runtime.cli._system import worker_specs
+from faultline.runtime._faulting import apply_defense_flags, follow_settings, parse_fault_spec, rules_in_force, scoped_to_run
+from faultline.runtime.cli._system import add_defense_flag, worker_specs
 
 SIM_NOTE = "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime, they say nothing about models"
 
@@ -46,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-turns", type=int, default=30, help="user turns before an episode fails (default 30)")
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
     p.add_argument("--nats", default="", metavar="URL", help="use the system already running at URL (its workers and journal)")
+    p.add_argument(
+        "--fault", action="append", default=[], metavar="TYPE[:k=v,...]",
+        help="a fault rule for the length of the run, on its episodes (e.g. storm:copies=3,kind=tool_call); repeatable",
+    )  # fmt: skip
+    add_defense_flag(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=_run)
 
@@ -102,9 +108,12 @@ def _uses_sim(config: Config) -> bool:
 def _run(args: argparse.Namespace) -> int:
     if args.tasks < 1 or args.trials < 1 or args.concurrency < 1:
         raise UsageError("--tasks, --trials and --concurrency must be at least 1")
-    config = effective_config(args)
+    if args.defense and args.nats:
+        raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
+    config = apply_defense_flags(effective_config(args), args.defense)
     domain = load_domain(args.domain)
     run_id = args.run_id or f"r{os.urandom(3).hex()}"
+    rules = [scoped_to_run(parse_fault_spec(spec), run_id) for spec in args.fault]
     plan = RunPlan(
         domain=args.domain,
         tasks=args.tasks,
@@ -144,11 +153,12 @@ def _run(args: argparse.Namespace) -> int:
             if args.nats:
                 bus = await Bus.connect(args.nats, prefix=config.nats.prefix)
                 try:
-                    result = await run_plan(bus, plan, planned, on_done)
+                    async with rules_in_force(bus, rules, workers=None, settings=follow_settings(config)):
+                        result = await run_plan(bus, plan, planned, on_done)
                 finally:
                     await bus.close()
                 return summarize(result, args.trials)
-            return await _run_local(config, journal, plan, planned, on_done, progress)
+            return await _run_local(config, journal, plan, planned, on_done, progress, rules)
 
     summary = anyio.run(main)
     if args.json:
@@ -158,15 +168,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_local(config, journal, plan, planned, on_done, progress) -> Summary:  # type: ignore[no-untyped-def]
+async def _run_local(config, journal, plan, planned, on_done, progress, rules) -> Summary:  # type: ignore[no-untyped-def]
     journal.parent.mkdir(parents=True, exist_ok=True)
     run_dir = journal.parent / ".faultline"
     run_dir.mkdir(parents=True, exist_ok=True)
     effective = run_dir / "effective-config.json"
     effective.write_bytes(msgspec.json.encode(config))
+    workers = worker_specs(config, effective)
     supervisor = Supervisor(
         journal_path=journal,
-        workers=worker_specs(config, effective),
+        workers=workers,
         prefix=config.nats.prefix,
         log_dir=run_dir / "logs",
     )
@@ -176,7 +187,8 @@ async def _run_local(config, journal, plan, planned, on_done, progress) -> Summa
             await supervisor.start(tg)
             progress.remove_task(boot)
             assert supervisor.bus is not None
-            result = await run_plan(supervisor.bus, plan, planned, on_done)
+            async with rules_in_force(supervisor.bus, rules, workers=len(workers), settings=follow_settings(config)):
+                result = await run_plan(supervisor.bus, plan, planned, on_done)
             await wait_for_journal(supervisor.bus)
         finally:
             with anyio.CancelScope(shield=True):

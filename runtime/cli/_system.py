@@ -17,6 +17,7 @@ from rich.table import Table
 from faultline._errors import ConfigError, UsageError
 from faultline.bus import Bus
 from faultline.runtime._config import Config, load_config
+from faultline.runtime._faulting import apply_defense_flags
 from faultline.runtime._services import agent_names, run_journal, run_worker
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 
@@ -34,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("up", help="start nats-server, the journal service and the workers; Ctrl-C stops")
     _common(p)
     p.add_argument("--journal", type=Path, help="journal file (default from config)")
+    add_defense_flag(p)
     p.set_defaults(handler=_up)
 
     p = sub.add_parser("worker", help="run agents in this process, against a running NATS server")
@@ -41,12 +43,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--agents", required=True, help="agent names or package.module:Class, comma-separated")
     p.add_argument("--shard", default="0/1", metavar="I/N", help="serve the episodes of shard I of N (default 0/1)")
     p.add_argument("--name", default="", help="process name announced to the supervisor")
+    add_defense_flag(p)
     p.set_defaults(handler=_worker)
 
     p = sub.add_parser("status", help="the workers of a running system, their agents and episodes in flight")
     _common(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_status)
+
+
+def add_defense_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--defense",
+        action="append",
+        default=[],
+        metavar="[AGENT=]NAMES",
+        help="inbound defenses (scope,cycle,dedup,rate) for every agent, or AGENT=... for one; 'none' for off",
+    )
 
 
 def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -86,7 +99,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = apply_defense_flags(_config(args), args.defense)
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
     name = args.name or f"worker-{os.getpid()}"
     anyio.run(run_worker, config, _url(args, config), _prefix(args, config), agents, name, _shard(args.shard))
@@ -120,10 +133,12 @@ def worker_specs(config: Config, config_path: Path | None) -> list[ProcessSpec]:
 
 def _up(args: argparse.Namespace) -> int:
     config = _config(args)
+    apply_defense_flags(config, args.defense)  # a wrong flag fails here, not in every worker
+    defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
     supervisor = Supervisor(
         journal_path=journal,
-        workers=worker_specs(config, args.config),
+        workers=[ProcessSpec(s.name, (*s.args, *defenses)) for s in worker_specs(config, args.config)],
         nats_url=args.nats or config.nats.url,
         prefix=_prefix(args, config),
         store_dir=Path(config.nats.store_dir),
