@@ -20,8 +20,8 @@ import msgspec
 
 from faultline._errors import FaultlineError
 from faultline.bus import AssistantTurn, Recording, ToolCall
-from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE, load_domain
-from faultline.journal import JournalReader, JournalRow
+from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE, Domain, Task, load_domain
+from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay._fork import Keep, fork_episode
 from faultline.replay._replay import AgentLookup
 from faultline.runtime.models import ModelBackend
@@ -90,23 +90,32 @@ def _action(row: JournalRow) -> dict[str, Any]:
     return {"name": row.kind}
 
 
-def categorize(wrong: dict[str, Any], right: dict[str, Any] | None, forbidden: list[dict[str, Any]]) -> str:
-    """The FAMA category of a wrong action, judged against the repaired one."""
+def categorize(wrong: dict[str, Any], right: dict[str, Any] | None, task: Task | None, domain: Domain | None) -> str:
+    """The FAMA category of a wrong action, judged against the repaired one.
+
+    Categories are the domain's to define: a wrong tool call is matched against the
+    domain's plausible mistakes of each category at the ground-truth step the repair
+    took. What the domain does not list falls back to the shape of the difference.
+    """
     if right is None:
         return ""
-    if wrong.get("name") == "reply" and right.get("name") != "reply":
+    wrong_reply, right_reply = wrong.get("name") == "reply", right.get("name") == "reply"
+    if wrong_reply and wrong.get("done") and not (right_reply and right.get("done")):
         return EARLY_STOP
-    if {"name": wrong.get("name"), "arguments": wrong.get("arguments")} in forbidden:
+    if wrong_reply and right_reply:
+        return WRONG_VALUE  # the final answer stated something other than the facts
+    as_action = {"name": wrong.get("name"), "arguments": wrong.get("arguments") or {}}
+    if task is not None and as_action in [a.as_dict() for a in task.forbidden]:
         return POLICY_VIOLATION
+    if task is not None and domain is not None and not right_reply:
+        steps = [i for i, a in enumerate(task.actions) if a.as_dict() == {"name": right.get("name"), "arguments": right.get("arguments") or {}}]
+        for step in steps:
+            for category in (POLICY_VIOLATION, WRONG_VALUE, WRONG_ENTITY):
+                if as_action in [a.as_dict() for a in domain.mistake_candidates(task, step, category)]:
+                    return category
     if wrong.get("name") != right.get("name"):
         return WRONG_ENTITY
-    wrong_args, right_args = wrong.get("arguments") or {}, right.get("arguments") or {}
-    if wrong_args.keys() == right_args.keys():
-        changed = [k for k in right_args if wrong_args[k] != right_args[k]]
-        if changed and all(k.endswith("_id") or k.endswith("_ids") for k in changed):
-            return WRONG_ENTITY if any(k in ("order_id", "user_id") for k in changed) else WRONG_VALUE
-        return WRONG_VALUE
-    return POLICY_VIOLATION
+    return WRONG_VALUE
 
 
 async def attribute(
@@ -121,6 +130,7 @@ async def attribute(
 
     Forks are written to `scratch` (a journal file of their own), not to `journal`.
     """
+    verify(journal).raise_if_broken()
     with JournalReader(journal) as reader:
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)
@@ -137,7 +147,7 @@ async def attribute(
         if i not in forks:
             forks[i] = await fork_episode(
                 journal, episode, made[i - 1].input_pos, Keep(),
-                lookup=lookup, backends=backends, out=scratch, settings={"repair_from_decision": i},
+                lookup=lookup, backends=backends, out=scratch, settings={"repair_from_decision": i}, verified=True,
             )
         return bool(forks[i].outcome.outcome == "success")
 
@@ -153,9 +163,9 @@ async def attribute(
         else:
             hi = mid - 1
     decisive = made[lo - 1]
-    right = _repaired_action(scratch, forks[lo].episode, lo)
-    task = load_domain(summary.domain).task(summary.task) if summary.domain and summary.task else None
-    forbidden = [a.as_dict() for a in task.forbidden] if task else []
+    right = _repaired_action(scratch, forks[lo].episode, lo, decisive.action)
+    domain = load_domain(summary.domain) if summary.domain else None
+    task = domain.task(summary.task) if domain and summary.task else None
     evidence.append(f"repair at decision {lo} rescues the episode ({forks[lo].episode})")
     if lo + 1 in forks:
         evidence.append(f"repair at decision {lo + 1} does not ({forks[lo + 1].episode}: {forks[lo + 1].outcome.cause})")
@@ -166,15 +176,22 @@ async def attribute(
         position=decisive.recording_pos,
         wrong=decisive.action,
         right=right,
-        category=categorize(decisive.action, right, forbidden),
+        category=categorize(decisive.action, right, task, domain),
         forks=len(forks),
         decisions=len(made),
         evidence=evidence,
     )
 
 
-def _repaired_action(journal: str | Path, fork: str, index: int) -> dict[str, Any] | None:
+def _repaired_action(journal: str | Path, fork: str, index: int, wrong: dict[str, Any]) -> dict[str, Any] | None:
+    """What the repair did at decision `index`; for a wrong call, the call it made (past its confirmation question)."""
     with JournalReader(journal) as reader:
         rows = list(reader.episode_rows(fork))
-    made = decisions(rows)
-    return made[index - 1].action if len(made) >= index else None
+    made = decisions(rows)[index - 1 :]
+    if not made:
+        return None
+    if wrong.get("name") not in ("reply", "(nothing)"):
+        for decision in made:
+            if decision.action.get("name") != "reply" or decision.action.get("done"):
+                return decision.action
+    return made[0].action

@@ -213,14 +213,17 @@ async def fork_episode(
     backends: Callable[[str], ModelBackend],
     out: str | Path | None = None,
     settings: Mapping[str, Any] | None = None,
+    verified: bool = False,
 ) -> ForkResult:
     """Fork `episode` at journal position `at`; see the module docstring.
 
     `settings` override keys of every agent's Start data in the fork (attribution
-    uses this to switch the simulator's mistakes off from a decision on).
+    uses this to switch the simulator's mistakes off from a decision on). The
+    journal's chain is checked first unless the caller `verified` it already.
     """
     started = time.perf_counter()
-    verify(journal_path).raise_if_broken()
+    if not verified:
+        verify(journal_path).raise_if_broken()
     with JournalReader(journal_path) as reader:
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)
