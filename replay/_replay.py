@@ -5,6 +5,16 @@ order; every `llm`, `request`, `now` and `random` call is served from the
 journal after its request digest is checked. Each handler's outputs are
 compared with what the journal holds for that input. No NATS, no model: only
 the journal file and the installed package.
+
+Faults and defenses. The journal holds faulted traffic: what a fault sent
+instead of a message is delivered to its recipients as it was, but the agent
+that wrote the message is compared with the original recorded in the
+`FaultApplied` event, never with the fault's copies. The defenses that dropped
+an agent's inputs (named, with their settings, in its `DefenseFired` events)
+are rebuilt and run over its inputs again: a dropped input is not handed to the
+agent, and a defense that decides otherwise than it did live is a divergence.
+Defenses that never fired passed every input, so leaving them out changes
+nothing; they run in a fixed order, so the ones that fired see what they saw live.
 """
 
 from __future__ import annotations
@@ -21,7 +31,20 @@ from typing import Any
 import msgspec
 
 from faultline._errors import NonDeterminismError
-from faultline.bus import Envelope, EpisodeStarted, ErrorRaised, Recording
+from faultline.bus import (
+    CONTROL_EPISODE,
+    OPERATOR,
+    Defense,
+    DefenseFired,
+    Envelope,
+    EpisodeStarted,
+    ErrorRaised,
+    FaultApplied,
+    Recording,
+    build_defenses,
+    screen,
+    settings_from,
+)
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.runtime._agent import Agent
 from faultline.runtime._context import Context, Recorder, failure_envelopes
@@ -64,11 +87,18 @@ class ReplayReport(msgspec.Struct, kw_only=True):
 
 @dataclass
 class _AgentTrack:
-    """One agent's share of an episode: inputs in order, and what it left in the journal."""
+    """One agent's share of an episode: what it received, what reached its handler, what it left.
+
+    `inputs` are the messages its handler saw, in order; `received` adds the ones a
+    defense dropped (listed in `dropped` by id). `outputs` are keyed by the input
+    that caused them, with faulted messages replaced by their originals.
+    """
 
     inputs: list[JournalRow] = field(default_factory=list)
     outputs: dict[str, list[Envelope]] = field(default_factory=lambda: defaultdict(list))
     recordings: dict[str, dict[int, Recording]] = field(default_factory=lambda: defaultdict(dict))
+    received: list[JournalRow] = field(default_factory=list)
+    dropped: dict[str, DefenseFired] = field(default_factory=dict)
 
 
 def comparable(env: Envelope) -> dict[str, Any]:
@@ -81,9 +111,27 @@ def comparable(env: Envelope) -> dict[str, Any]:
 
 def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _AgentTrack]:
     """Split an episode's rows by agent: first find who took part, then what each received and left."""
-    names = {row.sender for row in rows} | {row.recipient for row in rows if row.recipient}
+    names = {row.sender for row in rows if row.kind != "control"} | {row.recipient for row in rows if row.recipient}
     classes = {name: cls for name in sorted(names) if (cls := lookup(name)) is not None}
     tracks = {name: _AgentTrack() for name in classes}
+    made: set[str] = set()  # ids of the messages faults sent instead of originals
+    for row in rows:
+        if row.kind == "fault_applied":
+            applied = row.envelope().body
+            assert isinstance(applied, FaultApplied)
+            made.update(str(result.get("id", "")) for result in applied.results)
+        elif row.kind == "defense_fired":
+            fired = row.envelope().body
+            assert isinstance(fired, DefenseFired)
+            if fired.agent in tracks and not fired.redelivery:
+                tracks[fired.agent].dropped[fired.message_id] = fired
+
+    def receive(name: str, row: JournalRow) -> None:
+        track = tracks[name]
+        track.received.append(row)
+        if row.id not in track.dropped:
+            track.inputs.append(row)
+
     subscribers: dict[str, list[str]] = {}
     for row in rows:
         if row.kind == "recording":
@@ -91,18 +139,33 @@ def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _Agent
                 rec = row.envelope()
                 tracks[row.sender].recordings[rec.causation][rec.body.index] = rec.body  # type: ignore[union-attr]
             continue
-        if row.causation and row.sender in tracks:
+        if row.kind in ("defense_fired", "control"):
+            continue
+        if row.kind == "fault_applied":
+            original = msgspec.convert(row.envelope().body.original, Envelope)  # type: ignore[union-attr]
+            if original.causation and original.sender in tracks:
+                tracks[original.sender].outputs[original.causation].append(original)
+            continue
+        if row.causation and row.sender in tracks and row.id not in made:
             tracks[row.sender].outputs[row.causation].append(row.envelope())
         if row.recipient:
             if row.recipient in tracks:
-                tracks[row.recipient].inputs.append(row)
+                receive(row.recipient, row)
         elif row.topic:
             if row.topic not in subscribers:
                 subscribers[row.topic] = [n for n, c in classes.items() if row.topic in c.topics]
             for name in subscribers[row.topic]:
                 if name != row.sender:
-                    tracks[name].inputs.append(row)
+                    receive(name, row)
     return tracks
+
+
+def _defenses_of(track: _AgentTrack) -> list[Defense]:
+    """The defenses that dropped something of this agent's, rebuilt with their recorded settings."""
+    recorded: dict[str, Any] = {}
+    for fired in track.dropped.values():
+        recorded |= fired.settings
+    return build_defenses({fired.defense for fired in track.dropped.values()}, settings_from(recorded))
 
 
 def replay_agent(
@@ -120,10 +183,9 @@ def replay_agent(
     """
     agent = cls()
     handled = 0
-    for row in track.inputs:
+    defenses = _defenses_of(track)
+    for row in track.received:
         message = row.envelope()
-        recorder = Recorder(recorded=track.recordings.get(message.id, {}))
-        ctx = Context(agent=name, message=message, recorder=recorder, settings=settings)
 
         def diverged(what: str, expected: Any = None, got: Any = None) -> Divergence:
             return Divergence(
@@ -136,6 +198,18 @@ def replay_agent(
                 expected=expected,
                 got=got,
             )
+
+        if defenses:
+            drop = screen(defenses, message, name)
+            now = drop[0].name if drop else None
+            live = track.dropped[message.id].defense if message.id in track.dropped else None
+            if now != live:
+                was = f"defense {live} dropped it" if live else "it was delivered"
+                return handled, diverged(f"defense decision differs: live {was}; now {f'{now} drops it' if now else 'it passes'}")
+            if drop:
+                continue
+        recorder = Recorder(recorded=track.recordings.get(message.id, {}))
+        ctx = Context(agent=name, message=message, recorder=recorder, settings=settings)
 
         try:
             try:
@@ -222,6 +296,8 @@ class Replayer:
         wanted = list(episodes) if episodes else None
         with JournalReader(path) as reader:
             for episode, rows in reader.by_episode(wanted):
+                if episode == CONTROL_EPISODE:
+                    continue  # fault rules and other commands: no agent handles them
                 report.episodes += 1
                 injected = _fork_changes(rows)
                 for name, track in _tracks(rows, lookup).items():
@@ -234,5 +310,5 @@ class Replayer:
                         report.divergences.append(divergence)
                         break
         report.seconds = time.perf_counter() - started
-        report.skipped_agents = sorted(skipped - {"runner", "bus"})
+        report.skipped_agents = sorted(skipped - {"runner", "bus", OPERATOR})
         return report
