@@ -52,6 +52,7 @@ class ToolAgent(Agent):
         self.tokens = 0
         self.mistakes: list[dict[str, Any]] = []
         self.context: dict[str, str] = {}
+        self.tools: list[dict[str, Any]] = []
         self.finished = False
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
@@ -59,6 +60,7 @@ class ToolAgent(Agent):
         if isinstance(body, Start):
             self.spec = EpisodeSpec.from_start(body)
             self.domain = load_domain(self.spec.domain)
+            self.tools = _tool_schemas(self.domain)
         elif self.spec is None or self.finished:
             return
         elif isinstance(body, UserTurn):
@@ -127,12 +129,22 @@ class ToolAgent(Agent):
         return LlmRequest(
             role=self.spec.tool_role,
             messages=[ChatMessage(role="system", content=system), *self.transcript],
-            tools=[spec.openai() for spec in self.domain.tools()],
+            tools=self.tools,
             metadata=metadata,
         )
 
     def _transcript_data(self) -> list[dict[str, Any]]:
         return [{"role": m.role, "content": m.content} for m in self.transcript]
+
+
+_schemas: dict[int, list[dict[str, Any]]] = {}
+
+
+def _tool_schemas(domain: Domain) -> list[dict[str, Any]]:
+    """A domain's tools in the OpenAI format, built once per domain instance."""
+    if id(domain) not in _schemas:
+        _schemas[id(domain)] = [spec.openai() for spec in domain.tools()]
+    return _schemas[id(domain)]
 
 
 def _tool_call(call: LlmToolCall) -> ToolCall:

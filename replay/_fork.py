@@ -37,6 +37,7 @@ from faultline.bus import (
     derive_id,
 )
 from faultline.journal import Journal, JournalReader, JournalRow, verify
+from faultline.journal._rows import Incoming
 from faultline.replay._replay import AgentLookup, _tracks
 from faultline.runtime._agent import Agent
 from faultline.runtime._context import Context, Recorder, failure_envelopes
@@ -117,10 +118,15 @@ class _Fork:
     rows: int = 0
     handled: int = 0
 
-    def record(self, envelopes: list[Envelope]) -> None:
-        """Append to the journal only (history copied from the original episode)."""
-        if envelopes:
-            self.rows += self.journal.append([(self.stream, 0, self.subjects.for_envelope(e), e) for e in envelopes])
+    def record(self, envelopes: list[Envelope], bodies: list[bytes | None] | None = None) -> None:
+        """Append to the journal only; `bodies` keeps copied history byte for byte where given."""
+        if not envelopes:
+            return
+        rows: list[Incoming] = []
+        for env, body in zip(envelopes, bodies or [None] * len(envelopes), strict=True):
+            subject = self.subjects.for_envelope(env)
+            rows.append((self.stream, 0, subject, env, body) if body is not None else (self.stream, 0, subject, env))
+        self.rows += self.journal.append(rows)
 
     def write(self, envelopes: list[Envelope]) -> None:
         """Append to the journal and put deliverable messages in flight."""
@@ -250,19 +256,24 @@ async def fork_episode(
         "delivered": delivered_original.id if delivered_original else "",
     }
     history = [_copy(r.envelope(), new, settings) for r in prefix]
+    bodies: list[bytes | None] = [r.body for r in prefix]
     for i, env in enumerate(history):
         if isinstance(env.body, EpisodeStarted):
             body = msgspec.structs.replace(env.body, forked_from=episode, forked_at=at, fork=marker)
             history[i] = msgspec.structs.replace(env, id=derive_id(new, 0, "s"), body=body)
+            bodies[i] = None
+        elif settings and isinstance(env.body, Start):
+            bodies[i] = None
     if not any(isinstance(e.body, EpisodeStarted) for e in history):
         started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker)
         history.insert(0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started_body, ts=time.time()))
+        bodies.insert(0, None)
 
     # Outputs that already exist (or that the change governs) are not sent again.
     skip = {r.id for r in prefix} | {target.id} | ({delivered_original.id} if delivered_original else set())
     with Journal.open(out or journal_path) as journal:
         fork = _Fork(new, classes, _LiveServices(backends), journal, stream=f"fork:{new}")
-        fork.record(history)
+        fork.record(history, bodies)
         for name, cls in classes.items():
             fork.instances[name] = cls()
             track = tracks.get(name)

@@ -55,6 +55,8 @@ class Recorder:
         request: Any,
         execute: Callable[[], Awaitable[Any]],
     ) -> Any:
+        """Serve or make call #n of this handler. `request` is digested as it is encoded
+        (a Struct in field order), so replay never converts it to plain data."""
         index = len(self.made)
         request_digest = digest(encode(request))
         recorded = self.recorded.get(index)
@@ -76,7 +78,7 @@ class Recorder:
         error = ""
         response: Any = None
         try:
-            response = msgspec.to_builtins(await execute())
+            response = await execute()
         except FaultlineError as exc:
             error = f"{type(exc).__name__}: {exc}"
         recording = Recording(
@@ -166,8 +168,8 @@ class Context:
             assert self._services is not None
             return await self._services.backend_for(request.role).complete(request)
 
-        raw = await self._recorder.call(self, "llm", msgspec.to_builtins(request), execute)
-        return msgspec.convert(raw, LlmResponse)
+        raw = await self._recorder.call(self, "llm", request, execute)
+        return raw if isinstance(raw, LlmResponse) else msgspec.convert(raw, LlmResponse)
 
     async def request(self, service: str, body: Any, *, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Any:
         """A request/reply call to a service on `fl.svc.<service>`; `body` is plain data."""

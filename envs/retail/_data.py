@@ -305,7 +305,8 @@ CREATE TABLE order_items (order_id TEXT, position INTEGER, item_id TEXT, product
 CREATE TABLE payments (order_id TEXT, position INTEGER, kind TEXT, payment_method_id TEXT, amount REAL,
     PRIMARY KEY (order_id, position));
 CREATE TABLE requests (order_id TEXT, kind TEXT, item_id TEXT, new_item_id TEXT, payment_method_id TEXT);
-CREATE INDEX users_by_name ON users (last_name, first_name);
+CREATE INDEX users_by_name_zip ON users (lower(first_name), lower(last_name), zip);
+CREATE INDEX users_by_email ON users (lower(email));
 CREATE INDEX methods_by_user ON payment_methods (user_id);
 CREATE INDEX variants_by_product ON variants (product_id);
 CREATE INDEX orders_by_user ON orders (user_id);
