@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import difflib
 import json
+import multiprocessing
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from faultline._errors import NonDeterminismError
+from faultline._errors import ChainError, NonDeterminismError
 from faultline.bus import (
     CONTROL_EPISODE,
     OPERATOR,
@@ -275,15 +277,58 @@ def _run_handler(agent: Agent, message: Envelope, ctx: Context) -> None:
 
 
 class Replayer:
-    """Replays journals; `lookup` maps an agent name to its class (None: not replayed)."""
+    """Replays journals; `lookup` maps an agent name to its class (None: not replayed).
 
-    def __init__(self, lookup: AgentLookup, settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    With `jobs` > 1, episodes are replayed in that many worker processes while this
+    process checks the hash chain; episodes are independent, so the report is the same.
+    """
+
+    def __init__(
+        self, lookup: AgentLookup, settings: Mapping[str, Mapping[str, Any]] | None = None, *, jobs: int = 1
+    ) -> None:
         self.lookup = lookup
         self.settings = settings or {}
+        self.jobs = max(1, jobs)
 
     def replay(self, path: str | Path, episodes: Iterable[str] | None = None) -> ReplayReport:
-        verify(path).raise_if_broken()
         started = time.perf_counter()
+        wanted = list(episodes) if episodes else None
+        if self.jobs == 1 or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
+            verify(path).raise_if_broken()
+            report = self._replay_episodes(path, wanted)
+        else:
+            report = self._replay_parallel(path, wanted)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _replay_parallel(self, path: str | Path, wanted: list[str] | None) -> ReplayReport:
+        with JournalReader(path) as reader:
+            names = wanted if wanted is not None else [e.episode for e in reader.episodes()]
+        chunks = [names[i :: self.jobs] for i in range(self.jobs) if names[i :: self.jobs]]
+        global _active
+        _active = self
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=len(chunks) or 1, mp_context=context) as pool:
+            futures = [pool.submit(_replay_chunk, str(path), chunk) for chunk in chunks]
+            try:
+                verify(path).raise_if_broken()
+            except ChainError:
+                for future in futures:
+                    future.cancel()
+                raise
+            parts = [future.result() for future in futures]
+        report = ReplayReport(journal=str(path))
+        for part in parts:
+            report.episodes += part.episodes
+            report.agents += part.agents
+            report.messages += part.messages
+            report.divergences.extend(part.divergences)
+            report.skipped_agents = sorted({*report.skipped_agents, *part.skipped_agents})
+        order = {name: i for i, name in enumerate(names)}
+        report.divergences.sort(key=lambda d: order.get(d.episode, 0))
+        return report
+
+    def _replay_episodes(self, path: str | Path, wanted: list[str] | None) -> ReplayReport:
         report = ReplayReport(journal=str(path))
         skipped: set[str] = set()
 
@@ -293,7 +338,6 @@ class Replayer:
                 skipped.add(name)
             return cls
 
-        wanted = list(episodes) if episodes else None
         with JournalReader(path) as reader:
             for episode, rows in reader.by_episode(wanted):
                 if episode == CONTROL_EPISODE:
@@ -309,6 +353,14 @@ class Replayer:
                     if divergence is not None:
                         report.divergences.append(divergence)
                         break
-        report.seconds = time.perf_counter() - started
         report.skipped_agents = sorted(skipped - {"runner", "bus", OPERATOR})
         return report
+
+
+_active: Replayer | None = None
+"""The replayer a forked worker process inherits (its lookup need not be picklable)."""
+
+
+def _replay_chunk(path: str, episodes: list[str]) -> ReplayReport:
+    assert _active is not None
+    return _active._replay_episodes(path, episodes)

@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
     p.add_argument("--config", type=Path, help="faultline.toml naming custom agent classes")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="replay in N processes (episodes are independent)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(handler=_replay)
 
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _replay(args: argparse.Namespace) -> int:
     if not args.journal.is_file():
         raise JournalError(f"{args.journal}: no such journal file")
-    report = Replayer(agent_lookup(load_config(args.config))).replay(args.journal, args.episode or None)
+    report = Replayer(agent_lookup(load_config(args.config)), jobs=args.jobs).replay(args.journal, args.episode or None)
     if args.json:
         print(msgspec.json.encode(_as_data(report)).decode())
     else:
