@@ -14,7 +14,10 @@ from nats.aio.msg import Msg
 from faultline.bus import DefenseFired, Envelope, EpisodeCompleted, EpisodeStarted, FaultApplied, Start, ToolCall, UserTurn
 from faultline.envs import load_domain
 from faultline.journal import JournalReader, JournalRow, verify
-from faultline.runtime import start_episode
+from faultline.bus._defenses import Dedup
+from faultline.replay import Replayer
+from faultline.runtime import Config, start_episode
+from faultline.runtime._services import agent_lookup
 from faultline.runtime._run import wait_for_journal
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime.cli import main
@@ -151,13 +154,21 @@ def test_storm_and_cycle_with_defenses_and_without(tmp_path: Path, capsys: pytes
     replays_identical(exposed)
 
 
-def test_defenses_for_one_agent_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_defenses_for_one_agent_only_and_replay_reruns_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     journal = tmp_path / "j.sqlite"
     run(capsys, "--tasks", "1", "--run-id", "a", "--journal", str(journal), "--episode-timeout", "20",
         "--fault", "storm:copies=1", "--defense", "env=dedup")  # fmt: skip
     fired = bodies(episodes(journal)[f"a-{TASKS[0]}-t0"], DefenseFired)
     assert fired and {d.agent for d in fired} == {"env"}
     replays_identical(journal)
+    capsys.readouterr()
+    monkeypatch.setattr(Dedup, "check", lambda self, env, agent: None)  # a dedup that lets copies through
+    report = Replayer(agent_lookup(Config())).replay(journal)
+    [divergence] = report.divergences
+    assert divergence.agent == "env" and divergence.input_id == fired[0].message_id
+    assert divergence.what == "defense decision differs: live defense dedup dropped it; now it passes"
 
 
 def test_fault_and_defense_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
