@@ -12,7 +12,10 @@ so every hop crosses from one process to the other. Measured:
   deltas between each message and its cause; p50/p99. Cross-checked from
   outside as (episode wall time / rounds) / 2;
 - raw nats-py core request/reply round trip to a responder in another
-  process, same payload size, in the same run; p50/p99;
+  process, same payload size, in the same run; p50/p99. For reference also a
+  raw JetStream round trip to the same process (publish, push delivery,
+  publish back, push delivery; acks awaited as the bus does): half of it is
+  the least a hop through JetStream costs here;
 - messages/s of a 4-agent ring passing a token, `--episodes` at once;
 - resident memory (VmRSS) of each worker process, idle after start and idle
   again after the traffic.
@@ -26,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +44,26 @@ import anyio
 import msgspec
 import nats
 import nats.errors
+from nats.aio.msg import Msg
+from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from faultline.bus import Bus, EpisodeStarted, Note, Start, encode
+from faultline.bus import Bus, Envelope, EpisodeStarted, Note, Start, derive_id, encode
 from faultline.journal import JournalReader
 from faultline.runtime import Completions, start_episode
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SUBJECT = "bench.echo"
+JS_STREAM = "BENCH_ECHO"
+JS_SUBJECTS = "bench.js.>"
+JS_REQUEST = "bench.js.request"
+JS_REPLY = "bench.js.reply"
+REQUEST_TIMEOUT_S = 5.0
+BLOCKS = 4
+PING, PONG, RING_FIRST = "bench_ping", "bench_pong", "bench_ring0"
+"""Names of the agents in `bench/agents.py`, addressed over the bus like any client would."""
 WORKER_A = ("bench.agents:Ping", "bench.agents:Ring0", "bench.agents:Ring2")
 WORKER_B = ("bench.agents:Pong", "bench.agents:Ring1", "bench.agents:Ring3")
 EPISODE_TIMEOUT_S = 120.0
@@ -75,44 +90,94 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * _CLOCK_TICK_S
 
 
+def hop_envelope(rounds: int) -> Envelope:
+    """An envelope like those of the ping-pong episode, so raw round trips carry as many bytes."""
+    return Envelope(
+        id=derive_id("pingpong", 1),
+        episode="pingpong",
+        sender=PING,
+        recipient=PONG,
+        body=Note(data={"n": rounds, "rounds": rounds}),
+        causation=derive_id("pingpong", 0),
+        hops=2 * rounds,
+        ts=time.time(),
+    )
+
+
 # -- raw request/reply ---------------------------------------------------------------------------
 
 
 async def echo_server(url: str) -> None:
-    """The raw responder: answers every request on ECHO_SUBJECT with its own bytes, until killed."""
+    """The raw responder, until killed: core requests are answered, JetStream requests published back."""
     nc = await nats.connect(url)
+    js = nc.jetstream()
 
-    async def answer(msg: Any) -> None:
+    async def publish_back(msg: Msg) -> None:
+        await js.publish(JS_REPLY, msg.data)
+        await msg.ack()
+
+    async def answer(msg: Msg) -> None:
         await msg.respond(msg.data)
 
+    # JetStream first: once the core echo answers, both are listening.
+    await js.subscribe(JS_REQUEST, cb=publish_back, manual_ack=True, deliver_policy=api.DeliverPolicy.NEW)
     await nc.subscribe(ECHO_SUBJECT, cb=answer)
     await nc.flush()
     await anyio.sleep_forever()
 
 
-async def raw_round_trips(url: str, count: int, payload: bytes) -> list[float]:
-    """Sequential core request/reply round trips to the responder process, in seconds."""
-    async with await anyio.open_process([sys.executable, __file__, "--echo-server", url]) as responder:
-        nc = await nats.connect(url)
-        try:
-            with anyio.fail_after(30):
-                while True:
-                    try:
-                        await nc.request(ECHO_SUBJECT, payload, timeout=1)
-                        break
-                    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-                        await anyio.sleep(0.05)
-            for _ in range(count // 10):  # warm up
-                await nc.request(ECHO_SUBJECT, payload, timeout=5)
-            times = []
-            for _ in range(count):
-                start = time.perf_counter()
-                await nc.request(ECHO_SUBJECT, payload, timeout=5)
-                times.append(time.perf_counter() - start)
-            return times
-        finally:
-            await nc.close()
-            responder.terminate()
+async def timed(count: int, call: Callable[[], Awaitable[object]]) -> list[float]:
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await call()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+async def raw_round_trips(url: str, count: int, payload: bytes) -> tuple[list[float], list[float]]:
+    """Sequential core request/reply and JetStream round trips to the responder process, in seconds."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(api.StreamConfig(name=JS_STREAM, subjects=[JS_SUBJECTS], storage=api.StorageType.FILE))
+        send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+        async def on_reply(msg: Msg) -> None:
+            await msg.ack()
+            send.send_nowait(msg.data)
+
+        await js.subscribe(JS_REPLY, cb=on_reply, manual_ack=True, deliver_policy=api.DeliverPolicy.NEW)
+
+        async def core() -> None:
+            await nc.request(ECHO_SUBJECT, payload, timeout=REQUEST_TIMEOUT_S)
+
+        async def jetstream() -> None:
+            await js.publish(JS_REQUEST, payload)
+            with anyio.fail_after(REQUEST_TIMEOUT_S):
+                await receive.receive()
+
+        async with await anyio.open_process([sys.executable, __file__, "--echo-server", url]) as responder:
+            try:
+                with anyio.fail_after(30):
+                    while True:
+                        try:
+                            await core()
+                            break
+                        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                            await anyio.sleep(0.05)
+                await timed(count // 10, core)  # warm up
+                await timed(count // 10, jetstream)
+                core_times: list[float] = []
+                js_times: list[float] = []
+                for _ in range(BLOCKS):  # interleaved, so both see the same machine
+                    core_times += await timed(count // BLOCKS, core)
+                    js_times += await timed(count // BLOCKS, jetstream)
+                return core_times, js_times
+            finally:
+                responder.terminate()
+    finally:
+        await nc.close()
 
 
 # -- episodes ------------------------------------------------------------------------------------
@@ -187,20 +252,20 @@ async def measure(args: argparse.Namespace, console: Console, supervisor: Superv
     await anyio.sleep(SETTLE_S)
     rss_fresh = {name: rss_mib(pids[name]) for name in workers}
 
-    payload = encode(Note(data={"n": 1, "rounds": args.rounds}))
-    console.print(f"raw core request/reply, {args.requests:,} sequential round trips ...")
-    raw = await raw_round_trips(supervisor.url, args.requests, payload)
+    payload = encode(hop_envelope(args.rounds))
+    console.print(f"raw core request/reply and JetStream, {args.requests:,} sequential round trips each ...")
+    raw, raw_js = await raw_round_trips(supervisor.url, args.requests, payload)
 
     console.print(f"ping-pong: {args.rounds:,} round trips in one episode ...")
-    await run_episodes(bus, "bench_ping", {"warmup": {"rounds": 50}})
-    elapsed = await run_episodes(bus, "bench_ping", {"pingpong": {"rounds": args.rounds}})
+    await run_episodes(bus, PING, {"warmup": {"rounds": 50}})
+    elapsed = await run_episodes(bus, PING, {"pingpong": {"rounds": args.rounds}})
     await journal_caught_up(bus)
     hops = hop_latencies(journal, "pingpong")
 
     console.print(f"ring of 4: {args.episodes} episodes at once, {args.hops} hops each ...")
     ring = {f"ring{i:03d}": {"hops": args.hops} for i in range(args.episodes)}
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    ring_s = await run_episodes(bus, "bench_ring0", ring)
+    ring_s = await run_episodes(bus, RING_FIRST, ring)
     total_hops = args.episodes * args.hops
     ring_cpu = {name: (cpu_seconds(pid) - before[name]) / total_hops * 1e6 for name, pid in pids.items()}
 
@@ -208,6 +273,11 @@ async def measure(args: argparse.Namespace, console: Console, supervisor: Superv
     rss_after = {name: rss_mib(pids[name]) for name in workers}
     return {
         "raw_rtt_ms": {"p50": percentile(raw, 50) * 1e3, "p99": percentile(raw, 99) * 1e3, "count": len(raw)},
+        "raw_jetstream_rtt_ms": {
+            "p50": percentile(raw_js, 50) * 1e3,
+            "p99": percentile(raw_js, 99) * 1e3,
+            "count": len(raw_js),
+        },
         "hop_ms": {
             "p50": percentile(hops, 50) * 1e3,
             "p99": percentile(hops, 99) * 1e3,
@@ -230,7 +300,7 @@ async def measure(args: argparse.Namespace, console: Console, supervisor: Superv
 
 
 def report(r: dict[str, Any], title: str) -> Table:
-    raw, hop = r["raw_rtt_ms"], r["hop_ms"]
+    raw, raw_js, hop = r["raw_rtt_ms"], r["raw_jetstream_rtt_ms"], r["hop_ms"]
     ratio = hop["p50"] / raw["p50"]
     worst_rss = max(r["worker_rss_mib"]["idle_after_traffic"].values())
     fresh_rss = max(r["worker_rss_mib"]["idle_fresh"].values())
@@ -238,10 +308,13 @@ def report(r: dict[str, Any], title: str) -> Table:
     rows: list[tuple[str, str, str, bool | None]] = [
         ("raw NATS request/reply round trip p50", f"{raw['p50']:.3f} ms", "", None),
         ("raw NATS request/reply round trip p99", f"{raw['p99']:.3f} ms", "", None),
+        ("raw JetStream round trip p50 (two one-way trips)", f"{raw_js['p50']:.3f} ms", "", None),
+        ("raw JetStream round trip p99", f"{raw_js['p99']:.3f} ms", "", None),
         ("hop between worker processes p50", f"{hop['p50']:.3f} ms", "", None),
         ("hop between worker processes p99", f"{hop['p99']:.3f} ms", "", None),
         ("hop, from outside (round trip / 2, mean)", f"{r['hop_from_outside_ms']:.3f} ms", "", None),
         ("hop p50 / raw round trip p50", f"{ratio:.2f}x", "< 2x", ratio < 2.0),
+        ("hop p50 / (raw JetStream round trip p50 / 2)", f"{hop['p50'] / (raw_js['p50'] / 2):.2f}x", "", None),
         (
             f"ring of 4, {r['ring']['episodes']} episodes at once",
             f"{r['ring']['msgs_per_s']:,.0f} msg/s",
