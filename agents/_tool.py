@@ -17,6 +17,7 @@ from faultline.bus import (
     ToolResult,
     UserTurn,
 )
+from faultline._errors import FaultlineError
 from faultline.envs import Domain, load_domain
 from faultline.runtime import Agent, Context
 from faultline.runtime.models import ChatMessage, LlmRequest, LlmToolCall
@@ -53,6 +54,7 @@ class ToolAgent(Agent):
         self.mistakes: list[dict[str, Any]] = []
         self.context: dict[str, str] = {}
         self.tools: list[dict[str, Any]] = []
+        self.examples = ""
         self.finished = False
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
@@ -67,6 +69,8 @@ class ToolAgent(Agent):
             if body.done:
                 self.finished = True
                 return
+            if not self.transcript:
+                await self._recall(ctx, body.text)
             self.transcript.append(ChatMessage(role="user", content=body.text))
             await self._next_step(ctx)
         elif isinstance(body, ToolResult):
@@ -77,6 +81,22 @@ class ToolAgent(Agent):
             self.context[body.helper] = body.text
             if set(self.spec.helpers) <= self.context.keys():
                 await self._decide(ctx)
+
+    async def _recall(self, ctx: Context, query: str) -> None:
+        """Past episodes like this one, as in-context examples (MemToolAgent), when memory is on."""
+        assert self.spec is not None
+        if not self.spec.memory or self.spec.memory.get("mode", "off") == "off":
+            return
+        from faultline.agents.memory import memory_examples, retrieval_mode, tool_name  # FAISS only when used
+
+        mode = retrieval_mode(self.spec.memory)
+        if mode is None:
+            return
+        try:
+            self.examples, hidden = await memory_examples(ctx, domain=self.spec.domain, query=query, mode=mode)
+        except FaultlineError:
+            return  # no memory service: the episode goes on without examples
+        self.tools = [t for t in self.tools if tool_name(t) not in set(hidden)]
 
     async def _next_step(self, ctx: Context) -> None:
         assert self.spec is not None
@@ -114,6 +134,8 @@ class ToolAgent(Agent):
     def _request(self) -> LlmRequest:
         assert self.spec is not None and self.domain is not None
         system = SYSTEM.format(policy=self.domain.policy)
+        if self.examples:
+            system += "\n\n# Past episodes\n" + self.examples
         if self.context:
             system += "\n\n# Notes from your helpers\n" + "\n".join(f"[{k}] {v}" for k, v in sorted(self.context.items()))
         metadata: dict[str, Any] = {

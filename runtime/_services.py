@@ -15,7 +15,6 @@ import anyio
 
 from faultline._errors import ConfigError
 from faultline.bus import Bus
-from faultline.journal._service import JournalService
 from faultline.runtime._agent import Agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._faulting import faults_and_defenses
@@ -130,6 +129,8 @@ async def run_worker(config: Config, url: str, prefix: str, agents: list[str], n
 
 
 async def run_journal(url: str, prefix: str, path: Path, name: str) -> None:
+    from faultline.journal._service import JournalService  # SQLite tooling stays out of workers
+
     async def body(bus: Bus) -> None:
         await serve_until_signal(bus, name, JournalService(bus, path))
 

@@ -1,9 +1,10 @@
 """The supervisor: starts the system as separate OS processes and keeps it running.
 
 Order of start: nats-server (embedded, unless a URL is given), the journal
-service, then the workers. Order of stop: workers first (each drains what it
-holds), then the journal (it catches up with the stream), then the server. A
-process that dies unasked is restarted with exponential backoff.
+service, other services (memory), then the workers. Order of stop: workers
+first (each drains what it holds), then the services (they finish the events
+already in the stream), then the journal (it catches up with the stream), then
+the server. A process that dies unasked is restarted with exponential backoff.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Supervisor:
 
     journal_path: Path
     workers: Sequence[ProcessSpec]
+    services: Sequence[ProcessSpec] = ()
     nats_url: str = ""
     prefix: str = "fl"
     store_dir: Path | None = None
@@ -87,7 +89,7 @@ class Supervisor:
         await self.bus.nc.subscribe(ready_subject(self.prefix), cb=self._on_ready)
         journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)))
         await self._spawn(tg, journal)
-        for spec in self.workers:
+        for spec in (*self.services, *self.workers):
             await self._spawn(tg, spec)
 
     async def _on_ready(self, msg: Msg) -> None:
@@ -142,8 +144,9 @@ class Supervisor:
     async def stop(self) -> None:
         """Drain workers, let the journal catch up, stop the server. Safe to call twice."""
         self._stopping = True
-        workers = [c for name, c in self._children.items() if name != "journal"]
-        await self._terminate(workers)
+        services = {spec.name for spec in self.services}
+        await self._terminate([c for name, c in self._children.items() if name != "journal" and name not in services])
+        await self._terminate([c for name, c in self._children.items() if name in services])
         await self._terminate([c for name, c in self._children.items() if name == "journal"])
         for child in self._children.values():
             if child.log is not None:

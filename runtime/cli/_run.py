@@ -16,9 +16,9 @@ from rich.table import Table
 from faultline._errors import ConfigError, UsageError
 from faultline.bus import Bus, EpisodeCompleted
 from faultline.envs import ERROR_CATEGORIES, load_domain
-from faultline.runtime._config import Config, ModelConfig, load_config
+from faultline.runtime._config import Config, MemoryConfig, load_config
 from faultline.runtime._run import RunPlan, Summary, plan_episodes, run_plan, summarize, wait_for_journal
-from faultline.runtime._supervisor import Supervisor
+from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime._faulting import apply_defense_flags, follow_settings, parse_fault_spec, rules_in_force, scoped_to_run
 from faultline.runtime.cli._system import add_defense_flag, worker_specs
 
@@ -46,6 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--episode-timeout", type=float, default=120.0, metavar="S", help="complete an episode as timeout after S seconds")
     p.add_argument("--max-turns", type=int, default=30, help="user turns before an episode fails (default 30)")
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
+    p.add_argument(
+        "--memory",
+        default=None,
+        metavar="MODE",
+        help="MemToolAgent memory: off, topk[:K] or dynamic (default from config: off); entries persist next to the journal",
+    )
     p.add_argument("--nats", default="", metavar="URL", help="use the system already running at URL (its workers and journal)")
     p.add_argument(
         "--fault", action="append", default=[], metavar="TYPE[:k=v,...]",
@@ -101,6 +107,18 @@ def effective_config(args: argparse.Namespace) -> Config:
     return config
 
 
+def _with_memory(config: Config, mode: str | None, journal: Path) -> Config:
+    memory = config.memory
+    if mode is not None:
+        name, _, k = mode.partition(":")
+        if name not in ("off", "topk", "dynamic") or (k and (name != "topk" or not k.isdigit())):
+            raise UsageError(f"--memory {mode!r}: use off, topk, topk:K or dynamic")
+        memory = msgspec.structs.replace(memory, mode=name, **({"k": int(k)} if k else {}))
+    if memory.store == MemoryConfig().store:
+        memory = msgspec.structs.replace(memory, store=str(journal.parent / "memory.sqlite"))
+    return msgspec.structs.replace(config, memory=memory)
+
+
 def _uses_sim(config: Config) -> bool:
     return any(m.backend == "sim" for m in config.models.values()) or not config.models
 
@@ -111,6 +129,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.defense and args.nats:
         raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
     config = apply_defense_flags(effective_config(args), args.defense)
+    journal = args.journal or Path(config.journal.path)
+    config = _with_memory(config, args.memory, journal)
     domain = load_domain(args.domain)
     run_id = args.run_id or f"r{os.urandom(3).hex()}"
     rules = [scoped_to_run(parse_fault_spec(spec), run_id) for spec in args.fault]
@@ -124,9 +144,9 @@ def _run(args: argparse.Namespace) -> int:
         max_turns=args.max_turns,
         error_rates=_error_rates(args),
         run_id=run_id,
+        memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},
     )
     planned = plan_episodes(plan, domain)
-    journal = args.journal or Path(config.journal.path)
     console = Console(stderr=True)
     if _uses_sim(config) and not args.json:
         console.print(f"[dim]note: {SIM_NOTE}[/dim]")
@@ -175,9 +195,11 @@ async def _run_local(config, journal, plan, planned, on_done, progress, rules) -
     effective = run_dir / "effective-config.json"
     effective.write_bytes(msgspec.json.encode(config))
     workers = worker_specs(config, effective)
+    memory_on = config.memory.mode != "off"
     supervisor = Supervisor(
         journal_path=journal,
         workers=workers,
+        services=[ProcessSpec("memory", ("memory", "serve", "--config", str(effective)))] if memory_on else [],
         prefix=config.nats.prefix,
         log_dir=run_dir / "logs",
     )
@@ -189,6 +211,10 @@ async def _run_local(config, journal, plan, planned, on_done, progress, rules) -
             assert supervisor.bus is not None
             async with rules_in_force(supervisor.bus, rules, workers=len(workers), settings=follow_settings(config)):
                 result = await run_plan(supervisor.bus, plan, planned, on_done)
+            if memory_on:
+                from faultline.agents.memory import wait_for_memory
+
+                await wait_for_memory(supervisor.bus)
             await wait_for_journal(supervisor.bus)
         finally:
             with anyio.CancelScope(shield=True):

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar
 
 import anyio
 import msgspec
-import numpy as np
 
 from faultline._errors import ConfigError, ModelError
 from faultline.runtime.models._types import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
@@ -213,6 +212,7 @@ class OpenAIEmbedder:
         return self.dim
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np  # only embedders need it; workers stay small
         """An (n, dim) float32 array whose rows have L2 norm 1 (all-zero rows stay zero)."""
         batches = [list(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         rows: list[list[float]] = []
