@@ -38,6 +38,7 @@ class BusSettings:
 
     connect_timeout_s: float = 5.0
     max_reconnect_attempts: int = -1
+    replicas: int = 1
     publish_timeout_s: float = 10.0
     duplicate_window_s: float = 120.0
     max_ack_pending: int = 10_000
@@ -157,14 +158,16 @@ class Bus:
         interceptors: InterceptorChain | None = None,
         name: str = "faultline",
     ) -> Bus:
+        """Connect to `url`: one server, or several separated by commas (the nodes of a cluster)."""
         settings = settings or BusSettings()
 
         async def quiet(_exc: Exception) -> None:
             """Connection hiccups surface as BusError at the call that suffers them."""
 
+        servers = [part.strip() for part in url.split(",") if part.strip()]
         try:
             nc = await nats.connect(
-                url,
+                servers,
                 name=name,
                 connect_timeout=settings.connect_timeout_s,
                 max_reconnect_attempts=1,
@@ -201,6 +204,7 @@ class Bus:
             storage=api.StorageType.FILE,
             retention=api.RetentionPolicy.LIMITS,
             duplicate_window=self.settings.duplicate_window_s,
+            num_replicas=self.settings.replicas,
         )
         try:
             info = await self.js.stream_info(config.name)

@@ -48,6 +48,8 @@ class NatsConfig(_Section):
     url: str = ""
     prefix: str = DEFAULT_PREFIX
     store_dir: str = "runs/nats"
+    replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
+    """Copies of the journal stream kept by a NATS cluster (1 on a single server)."""
 
 
 class JournalConfig(_Section):

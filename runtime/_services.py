@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import anyio
 
 from faultline._errors import ConfigError
-from faultline.bus import Bus
+from faultline.bus import Bus, BusSettings
 from faultline.runtime._agent import Agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._faulting import faults_and_defenses
@@ -95,8 +95,8 @@ async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:
         await announce_ready(bus, name)
 
 
-async def _with_bus(url: str, prefix: str, body: Callable[[Bus], Awaitable[None]]) -> None:
-    bus = await Bus.connect(url, prefix=prefix)
+async def _with_bus(url: str, prefix: str, body: Callable[[Bus], Awaitable[None]], replicas: int = 1) -> None:
+    bus = await Bus.connect(url, prefix=prefix, settings=BusSettings(replicas=replicas))
     try:
         await bus.ensure_stream()
         await body(bus)
@@ -125,13 +125,13 @@ async def run_worker(config: Config, url: str, prefix: str, agents: list[str], n
             worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
             await serve_until_signal(bus, name, worker)
 
-    await _with_bus(url, prefix, body)
+    await _with_bus(url, prefix, body, config.nats.replicas)
 
 
-async def run_journal(url: str, prefix: str, path: Path, name: str) -> None:
+async def run_journal(url: str, prefix: str, path: Path, name: str, replicas: int = 1) -> None:
     from faultline.journal._service import JournalService  # SQLite tooling stays out of workers
 
     async def body(bus: Bus) -> None:
         await serve_until_signal(bus, name, JournalService(bus, path))
 
-    await _with_bus(url, prefix, body)
+    await _with_bus(url, prefix, body, replicas)

@@ -23,7 +23,7 @@ from anyio.abc import Process
 from nats.aio.msg import Msg
 
 from faultline._errors import FaultlineError, ServerError
-from faultline.bus import Bus, EmbeddedServer
+from faultline.bus import Bus, BusSettings, EmbeddedServer
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -66,6 +66,7 @@ class Supervisor:
     services: Sequence[ProcessSpec] = ()
     nats_url: str = ""
     prefix: str = "fl"
+    replicas: int = 1
     store_dir: Path | None = None
     log_dir: Path | None = None
     extra_args: tuple[str, ...] = ()
@@ -84,7 +85,7 @@ class Supervisor:
         if not self.nats_url:
             self.server = EmbeddedServer(store_dir=self.store_dir)
             await anyio.to_thread.run_sync(self.server.start)
-        self.bus = await Bus.connect(self.url, prefix=self.prefix)
+        self.bus = await Bus.connect(self.url, prefix=self.prefix, settings=BusSettings(replicas=self.replicas))
         await self.bus.ensure_stream()
         await self.bus.nc.subscribe(ready_subject(self.prefix), cb=self._on_ready)
         journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)))

@@ -108,7 +108,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
-    anyio.run(run_journal, _url(args, config), _prefix(args, config), args.file, args.name)
+    anyio.run(run_journal, _url(args, config), _prefix(args, config), args.file, args.name, config.nats.replicas)
     return 0
 
 
@@ -141,6 +141,7 @@ def _up(args: argparse.Namespace) -> int:
         workers=[ProcessSpec(s.name, (*s.args, *defenses)) for s in worker_specs(config, args.config)],
         nats_url=args.nats or config.nats.url,
         prefix=_prefix(args, config),
+        replicas=config.nats.replicas,
         store_dir=Path(config.nats.store_dir),
         log_dir=journal.parent / "logs",
     )

@@ -132,3 +132,12 @@ def test_server_stops_cleanly(tmp_path: Path) -> None:
         import os
 
         os.kill(pid, 0)
+
+
+async def test_a_cluster_url_list_reaches_a_live_node(nats_server: EmbeddedServer) -> None:
+    bus = await Bus.connect(f"nats://127.0.0.1:1, {nats_server.url}")
+    try:
+        await bus.ensure_stream()
+        await bus.publish(note(1))
+    finally:
+        await bus.close()
