@@ -180,3 +180,29 @@ async def test_up_then_sigterm_stops_everything_and_loses_nothing(tmp_path: Path
         kinds = {r.kind for r in reader.episode_rows("u3")}
     assert {"episode_started", "start"} <= kinds
     assert verify(tmp_path / "up.sqlite").ok
+
+
+async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from faultline.runtime.cli import main
+    from faultline.runtime.cli._system import gather_status
+
+    async with system(tmp_path, "s") as supervisor:
+        await run_episodes(supervisor, ["s1"])
+        replies = await gather_status(supervisor.url, "fl")
+        code = await anyio.to_thread.run_sync(main, ["status", "--nats", supervisor.url])
+    assert code == 0
+    assert {r["worker"] for r in replies} == {"ping", "pong"}
+    assert {tuple(r["agents"]) for r in replies} == {("pinger",), ("ponger",)}
+    assert all(r["handled"] >= ROUNDS for r in replies)
+    assert {r["pid"] for r in replies} == {supervisor.pid("ping"), supervisor.pid("pong")} - {None}
+    table = capsys.readouterr().out
+    assert "2 worker(s)" in table and "pinger" in table and "ponger" in table
+
+
+def test_status_without_a_system_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from faultline.runtime.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no `faultline up` is running here" in err
