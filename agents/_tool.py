@@ -55,6 +55,7 @@ class ToolAgent(Agent):
         self.context: dict[str, str] = {}
         self.tools: list[dict[str, Any]] = []
         self.examples = ""
+        self.system = ""
         self.finished = False
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
@@ -133,7 +134,7 @@ class ToolAgent(Agent):
 
     def _request(self) -> LlmRequest:
         assert self.spec is not None and self.domain is not None
-        system = SYSTEM.format(policy=self.domain.policy)
+        system = self.system = self.system or SYSTEM.format(policy=self.domain.policy)
         if self.examples:
             system += "\n\n# Past episodes\n" + self.examples
         if self.context:

@@ -16,7 +16,7 @@ import msgspec
 from faultline._errors import ChainError, DecodeError
 from faultline.bus._messages import decode_body, digest
 from faultline.journal._facts import FACT_KINDS, facts_of
-from faultline.journal._rows import GENESIS, ROW_SELECT, chain_next, row_digest
+from faultline.journal._rows import COLUMNS, GENESIS, chain_next, row_digest
 from faultline.journal._schema import JournalSettings, connect_readonly
 
 
@@ -52,10 +52,10 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
 def verify(path: str | Path, *, anchor: str = "", settings: JournalSettings | None = None) -> VerifyReport:
     """Recompute the journal at `path` row by row; report the first row that does not hold."""
     conn = connect_readonly(path, settings or JournalSettings())
-    # A tampered cell may hold text that is not UTF-8 (a body rewritten as text): read it, then refuse it.
-    conn.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
+    # A tampered body may have been rewritten as text (even text that is not UTF-8): read it as bytes.
+    select = ", ".join("CAST(body AS BLOB)" if column == "body" else column for column in COLUMNS)
     try:
-        cursor = conn.execute(f"SELECT {ROW_SELECT}, facts FROM messages ORDER BY pos")
+        cursor = conn.execute(f"SELECT {select}, facts FROM messages ORDER BY pos")
         expected = 1
         previous = GENESIS
         anchor_pos = 0
