@@ -12,8 +12,8 @@ the defense ran with (replay rebuilds it from them).
             direct message there: it is not one of the episode's participants
     cycle   a message past the hop limit, or a direct message from the agent to
             itself (a message echoed back to its sender)
-    dedup   a message id the agent already received, or the same body from the
-            same sender in answer to the same message (copies)
+    dedup   a message id the agent already received, or the same body (by CRC-32
+            of its encoding) from the same sender in answer to the same message
     rate    more than `rate_limit` messages from one sender within one window of
             `rate_window_hops` causation depths
 
@@ -23,13 +23,14 @@ They run in that order (`DEFENSE_ORDER`) whatever order they are switched on in.
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from faultline._errors import ConfigError
 from faultline.bus._interceptors import Inbound, Interceptor
-from faultline.bus._messages import DefenseFired, Envelope, Start, body_digest, derive_id
+from faultline.bus._messages import DefenseFired, Envelope, Start, derive_id, encode
 
 DEFENSE_ORDER = ("scope", "cycle", "dedup", "rate")
 ALL_AGENTS = "*"
@@ -115,14 +116,14 @@ class Dedup(Defense):
     def __init__(self, settings: DefenseSettings) -> None:
         super().__init__(settings)
         self._ids: dict[str, set[str]] = {}
-        self._bodies: dict[str, set[tuple[str, str, str]]] = {}
+        self._bodies: dict[str, set[tuple[str, str, int]]] = {}
 
     def check(self, env: Envelope, agent: str) -> Drop | None:
         ids = self._ids.setdefault(env.episode, set())
         if env.id in ids:
             return Drop(f"id {env.id} was delivered before", redelivery=True)
         ids.add(env.id)
-        key = (env.sender, env.causation, body_digest(env.body))
+        key = (env.sender, env.causation, zlib.crc32(encode(env.body)))
         bodies = self._bodies.setdefault(env.episode, set())
         if key in bodies:
             answer = env.causation or "nothing"
@@ -227,11 +228,13 @@ class DefenseInterceptor(Interceptor):
             defenses = self._defenses[message.agent] = build_defenses(self.names_for(message.agent), self.settings)
         if not defenses:
             return (message.envelope,)
-        dropped = screen(defenses, message.envelope, message.agent)
-        if dropped is None:
-            return (message.envelope,)
-        message.events.append(fired_event(dropped[0], message.envelope, message.agent, dropped[1]))
-        return ()
+        env, agent = message.envelope, message.agent
+        for defense in defenses:
+            drop = defense.check(env, agent)
+            if drop is not None:
+                message.events.append(fired_event(defense, env, agent, drop))
+                return ()
+        return (env,)
 
     def forget(self, episode: str) -> None:
         for defenses in self._defenses.values():

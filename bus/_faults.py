@@ -34,7 +34,7 @@ import msgspec
 
 from faultline._errors import FaultRuleError
 from faultline.bus._interceptors import Inbound, Interceptor, Outbound
-from faultline.bus._messages import Control, Envelope, FaultApplied, Start, ToolCall, derive_id
+from faultline.bus._messages import Control, Envelope, FaultApplied, Start, ToolCall, body_kind, derive_id
 
 FAULTS_CONTROL = "faults"
 """The control name of fault rules: they travel on `fl.ctl.faults`."""
@@ -44,6 +44,8 @@ OPERATOR = "operator"
 """The sender of control-plane envelopes published from the command line."""
 
 MATCH_FIELDS = ("episode", "sender", "recipient", "kind", "topic")
+MATCH_CACHE_SIZE = 4096
+"""How many (episode, sender, recipient, kind, topic) combinations keep their matching rules cached."""
 
 
 class NoParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -175,25 +177,30 @@ def _pattern(text: str) -> Callable[[str], bool] | None:
 
 @dataclass
 class _Active:
+    """A rule in force, with its parameters converted and its match compiled.
+
+    `checks` are (index into `_match_values`, predicate) pairs, the fault type's
+    kinds first. What matches depends on those five values only, so the rule set
+    caches it per combination.
+    """
+
     rule: FaultRule
     type: FaultType
     params: Any
-    checks: list[tuple[str, Callable[[str], bool]]]
+    checks: tuple[tuple[int, Callable[[str], bool]], ...]
 
     @classmethod
     def of(cls, rule: FaultRule) -> _Active:
         kind = fault_type(rule.fault)
-        checks = [(name, check) for name in MATCH_FIELDS if (check := _pattern(getattr(rule, name)))]
-        return cls(rule, kind, kind.params(rule.params), checks)
+        checks = [(i, check) for i, name in enumerate(MATCH_FIELDS) if (check := _pattern(getattr(rule, name)))]
+        if kind.kinds:
+            checks.insert(0, (MATCH_FIELDS.index("kind"), kind.kinds.__contains__))
+        return cls(rule, kind, kind.params(rule.params), tuple(checks))
 
-    def matches(self, env: Envelope) -> bool:
-        if self.type.kinds and env.kind not in self.type.kinds:
-            return False
-        for name, check in self.checks:
-            value = env.kind if name == "kind" else getattr(env, name)
-            if not check(value):
-                return False
-        return True
+
+def _match_values(env: Envelope) -> tuple[str, ...]:
+    """The envelope's values for MATCH_FIELDS, in that order."""
+    return (env.episode, env.sender, env.recipient, body_kind(env.body), env.topic)
 
 
 def draw(rule_id: str, message_id: str) -> float:
@@ -212,6 +219,9 @@ class RuleSet:
 
     def __init__(self) -> None:
         self._active: dict[str, _Active] = {}
+        self.in_force: tuple[_Active, ...] = ()
+        """The rules in force in the order they were added (empty: nothing to do)."""
+        self._matching: dict[tuple[str, ...], tuple[_Active, ...]] = {}
         self._applied: dict[str, set[str]] = {}
         self.seen: dict[str, int] = {}
         """Fault events seen per rule id (what `faults list` reports)."""
@@ -245,6 +255,8 @@ class RuleSet:
         elif op == "clear":
             self._active.clear()
             self._applied.clear()
+        self.in_force = tuple(self._active.values())
+        self._matching.clear()
 
     def count(self, event: FaultApplied) -> None:
         """Take in a fault event (this worker's or another's)."""
@@ -259,12 +271,18 @@ class RuleSet:
 
     def candidates(self, env: Envelope, now: float) -> list[_Active]:
         """Rules that match `env`, are in force at `now`, draw under their probability and have budget."""
+        values = _match_values(env)
+        matching = self._matching.get(values)
+        if matching is None:
+            if len(self._matching) >= MATCH_CACHE_SIZE:
+                self._matching.clear()
+            matching = self._matching[values] = tuple(
+                a for a in self.in_force if all(check(values[i]) for i, check in a.checks)
+            )
         hits = []
-        for active in self._active.values():
+        for active in matching:
             rule = active.rule
             if rule.expires_at and now >= rule.expires_at:
-                continue
-            if not active.matches(env):
                 continue
             if rule.probability < 1.0 and draw(rule.id, env.id) >= rule.probability:
                 continue
@@ -324,32 +342,36 @@ class FaultInterceptor(Interceptor):
     async def outbound(self, message: Outbound) -> Sequence[Envelope]:
         env = message.envelope
         body = env.body
-        if type(body).route != "direct":
-            return (env,)
-        calls: list[ToolCall] = []
         if isinstance(body, ToolCall):
             calls = self._calls.setdefault((env.episode, env.sender), [])
-        try:
-            if len(self.rules):
-                for active in self.rules.candidates(env, time.time()):
-                    site = FaultSite(
-                        rule=active.rule,
-                        rng=random.Random(f"{active.rule.id}/{env.id}"),
-                        agents=self.agents,
-                        calls=tuple(calls),
-                        start=self._starts.get(env.episode, {}),
-                        catalog=self.catalog,
-                    )
-                    results = active.type.apply(env, active.params, site)
-                    if results is None:
-                        continue
-                    self.rules.use(active.rule.id, env.id)
-                    message.events.append(fault_event(active.rule, env, results))
-                    return results
-            return (env,)
-        finally:
-            if isinstance(body, ToolCall):
+            try:
+                return self._fault(message, calls)
+            finally:
                 calls.append(body)
+        if not self.rules.in_force or type(body).route != "direct":
+            return (env,)
+        return self._fault(message, ())
+
+    def _fault(self, message: Outbound, calls: Sequence[ToolCall]) -> Sequence[Envelope]:
+        env = message.envelope
+        if not self.rules.in_force:
+            return (env,)
+        for active in self.rules.candidates(env, time.time()):
+            site = FaultSite(
+                rule=active.rule,
+                rng=random.Random(f"{active.rule.id}/{env.id}"),
+                agents=self.agents,
+                calls=tuple(calls),
+                start=self._starts.get(env.episode, {}),
+                catalog=self.catalog,
+            )
+            results = active.type.apply(env, active.params, site)
+            if results is None:
+                continue
+            self.rules.use(active.rule.id, env.id)
+            message.events.append(fault_event(active.rule, env, results))
+            return results
+        return (env,)
 
     def forget(self, episode: str) -> None:
         self._starts.pop(episode, None)

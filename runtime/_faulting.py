@@ -88,7 +88,8 @@ async def faults_and_defenses(bus: Bus, config: Config, agents: Sequence[str], n
     """Install a worker's defenses and fault interceptor on `bus` and follow the rules until the block ends."""
     d = config.defenses
     per_agent: dict[str, Sequence[str]] = {ALL_AGENTS: d.enabled, **d.agents}
-    bus.interceptors.add(DefenseInterceptor(per_agent, defense_settings(d)))
+    if any(per_agent.values()):
+        bus.interceptors.add(DefenseInterceptor(per_agent, defense_settings(d)))
     faults = FaultInterceptor(RuleSet(), agents=agents, catalog=DomainCatalog())
     bus.interceptors.add(faults)
     async with follow_rules(bus, faults.rules, name=name, settings=follow_settings(config)) as rules:
