@@ -131,16 +131,22 @@ async def publish_controls(
     """Publish fault-rule controls and wait until the workers have taken them in.
 
     With `workers` known, waits for that many; else for the workers that answer
-    within the grace period. Returns {"seq", "workers", "confirmed", "seconds"}.
+    within the grace period. Returns {"seq", "workers", "confirmed", "seconds"}, where
+    `seconds` is how long the slowest confirming worker took.
     """
     settings = settings or FollowSettings()
     s = bus.subjects
     seen: dict[str, int] = {}
+    took: dict[str, float] = {}
     arrived = anyio.Event()
+    seq, started = 0, 0.0
 
     async def on_reply(msg: Msg) -> None:
         note = msgspec.json.decode(msg.data)
-        seen[note["worker"]] = max(seen.get(note["worker"], 0), int(note["seq"]))
+        worker, at = note["worker"], int(note["seq"])
+        seen[worker] = max(seen.get(worker, 0), at)
+        if seq and at >= seq and worker not in took:
+            took[worker] = anyio.current_time() - started
         arrived.set()
 
     inbox = bus.nc.new_inbox()
@@ -150,13 +156,14 @@ async def publish_controls(
     ]
     try:
         started = anyio.current_time()
-        seq = 0
+        last = 0
         for env in controls:
             try:
                 ack = await bus.js.publish(s.for_envelope(env), encode(env), headers={MSG_ID: env.id})
             except Exception as exc:  # noqa: BLE001 - nats raises several unrelated types
                 raise BusError(f"could not publish the fault rule change: {exc}") from None
-            seq = ack.seq
+            last = ack.seq
+        seq = last
         await bus.nc.publish(s.svc(FAULTS_CONTROL), b"", reply=inbox)
         grace = started + settings.confirm_grace_s
         with anyio.move_on_after(settings.confirm_timeout_s):
@@ -171,12 +178,7 @@ async def publish_controls(
                 with anyio.move_on_after(grace - now if workers is None and now < grace else None):
                     await arrived.wait()
         confirmed = sum(1 for v in seen.values() if v >= seq)
-        return {
-            "seq": seq,
-            "workers": len(seen),
-            "confirmed": confirmed,
-            "seconds": anyio.current_time() - started,
-        }
+        return {"seq": seq, "workers": len(seen), "confirmed": confirmed, "seconds": max(took.values(), default=0.0)}
     finally:
         for sub in subs:
             await sub.unsubscribe()

@@ -125,7 +125,7 @@ def _connect(args: argparse.Namespace, body: Callable[[Bus], Awaitable[T]]) -> T
 def _confirmation(result: dict[str, Any]) -> str:
     if not result["workers"]:
         return "no worker answered; running workers pick it up when they start"
-    return f"in force on {result['confirmed']}/{result['workers']} worker(s) after {result['seconds'] * 1000:.0f} ms"
+    return f"taken in by {result['confirmed']}/{result['workers']} worker(s) within {result['seconds'] * 1000:.0f} ms"
 
 
 def _inject(args: argparse.Namespace) -> int:

@@ -239,7 +239,7 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_within_200_ms(
             said = await anyio.to_thread.run_sync(
                 cli, "inject", "broadcast", "--from", "ponger", "--targets", "bystander", "--id", "amp"
             )
-            assert "in force on 1/1 worker(s)" in said
+            assert "taken in by 1/1 worker(s)" in said
             await more_pongs(100)
             [listed] = json.loads(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))
             assert (listed["id"], listed["fault"], listed["sender"]) == ("amp", "broadcast", "ponger")
