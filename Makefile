@@ -13,12 +13,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/faultline run --tasks 20 --trials 2 --journal runs/demo.sqlite
+	$(BIN)/faultline run --tasks 20 --trials 2 --error-rates 0.05 --journal runs/demo.sqlite
 	@echo
-	@echo "Look at the result:"
-	@echo "  $(BIN)/faultline journal episodes runs/demo.sqlite"
-	@echo "  $(BIN)/faultline journal show runs/demo.sqlite --episode <id from the table above>"
-	@echo "  $(BIN)/faultline replay runs/demo.sqlite"
+	@echo "Look at the result (the simulator made mistakes at 5% of its decisions):"
+	@echo "  $(BIN)/faultline journal episodes runs/demo.sqlite              # one line per episode"
+	@echo "  $(BIN)/faultline journal show runs/demo.sqlite --episode <id>   # an episode's timeline"
+	@echo "  $(BIN)/faultline replay runs/demo.sqlite                        # re-execute it exactly"
+	@echo "  $(BIN)/faultline attribute runs/demo.sqlite --all-failed        # which decision broke each failure"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

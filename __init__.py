@@ -1,6 +1,42 @@
-"""Faultline: an event-sourced runtime for LLM multi-agent systems that use tools."""
+"""Faultline: an event-sourced runtime for LLM multi-agent systems that use tools.
 
-from faultline._errors import FaultlineError
+The pieces live in subpackages (`faultline.bus`, `faultline.journal`, `faultline.runtime`,
+`faultline.agents`, `faultline.replay`, `faultline.envs`); the error tree is here.
+"""
 
-__all__ = ["FaultlineError"]
+from faultline._errors import (
+    BusError,
+    ChainError,
+    ConfigError,
+    DecodeError,
+    DomainError,
+    FaultRuleError,
+    FaultlineError,
+    JournalError,
+    MemoryStoreError,
+    ModelError,
+    NonDeterminismError,
+    ServerError,
+    SubjectError,
+    ToolError,
+    UsageError,
+)
+
+__all__ = [
+    "BusError",
+    "ChainError",
+    "ConfigError",
+    "DecodeError",
+    "DomainError",
+    "FaultRuleError",
+    "FaultlineError",
+    "JournalError",
+    "MemoryStoreError",
+    "ModelError",
+    "NonDeterminismError",
+    "ServerError",
+    "SubjectError",
+    "ToolError",
+    "UsageError",
+]
 __version__ = "0.1.0"

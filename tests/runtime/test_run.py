@@ -79,3 +79,18 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["run", "--tasks", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("faultline: ") for line in err)
+
+
+def test_two_workers_per_agent_share_episodes_and_keep_their_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "j.sqlite"
+    summary = run(capsys, "--tasks", "12", "--workers", "2", "--journal", str(journal), "--concurrency", "12")
+    assert summary["pass_k"] == {"1": 1.0}
+    assert main(["replay", str(journal)]) == 0
+
+
+def test_an_episode_past_its_time_limit_completes_as_timeout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "j.sqlite"
+    summary = run(capsys, "--tasks", "3", "--episode-timeout", "0.001", "--journal", str(journal))
+    assert summary["outcomes"] == {"timeout": 3}
+    causes = [c.cause for c in completions(journal) if c.outcome == "timeout"]
+    assert causes == ["no completion within 0.001s"] * 3
