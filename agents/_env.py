@@ -5,11 +5,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from faultline.agents._episode import END, TALLY, EpisodeSpec
 from faultline.bus import Envelope, EpisodeCompleted, Note, Start, ToolCall, ToolResult
 from faultline.envs import Action, Domain, Task, load_domain, score
 from faultline.runtime import Agent, Context
-
-from faultline.agents._episode import END, TALLY, EpisodeSpec
 
 
 class EnvironmentHost(Agent):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from faultline._errors import FaultlineError
+from faultline.agents._episode import TALLY, EpisodeSpec
 from faultline.bus import (
     AssistantTurn,
     ContextReply,
@@ -17,12 +19,9 @@ from faultline.bus import (
     ToolResult,
     UserTurn,
 )
-from faultline._errors import FaultlineError
 from faultline.envs import Domain, load_domain
 from faultline.runtime import Agent, Context
 from faultline.runtime.models import ChatMessage, LlmRequest, LlmToolCall
-
-from faultline.agents._episode import TALLY, EpisodeSpec
 
 HELPERS_TOPIC = "helpers"
 

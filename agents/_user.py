@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from faultline.agents._episode import END, EpisodeSpec
 from faultline.bus import AssistantTurn, Envelope, Note, Start, UserTurn
 from faultline.envs import Task, load_domain
 from faultline.runtime import Agent, Context
 from faultline.runtime.models import ChatMessage, LlmRequest
-
-from faultline.agents._episode import END, EpisodeSpec
 
 STOP = "###STOP###"
 

@@ -175,7 +175,7 @@ class Bus:
                 allow_reconnect=True,
                 error_cb=quiet,
             )
-        except (OSError, nats.errors.Error, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
             raise BusError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
         # Fail fast on the first connect, but once connected ride out server restarts.
         nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
@@ -185,7 +185,7 @@ class Bus:
         if not self.nc.is_closed:
             try:
                 await self.nc.drain()
-            except (nats.errors.Error, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.Error):
                 await self.nc.close()
 
     async def __aenter__(self) -> Bus:

@@ -27,11 +27,11 @@ import msgspec
 from faultline._errors import BusError, FaultlineError, NonDeterminismError
 from faultline.bus import (
     Envelope,
-    Recording,
     EpisodeCompleted,
     EpisodeStarted,
     FaultApplied,
     MessageBody,
+    Recording,
     Start,
     Subjects,
     derive_id,

@@ -189,13 +189,13 @@ def replay_agent(
     for row in track.received:
         message = row.envelope()
 
-        def diverged(what: str, expected: Any = None, got: Any = None) -> Divergence:
+        def diverged(what: str, expected: Any = None, got: Any = None, at: JournalRow = row) -> Divergence:
             return Divergence(
                 episode=episode,
                 agent=name,
-                input_pos=row.pos,
-                input_kind=row.kind,
-                input_id=row.id,
+                input_pos=at.pos,
+                input_kind=at.kind,
+                input_id=at.id,
                 what=what,
                 expected=expected,
                 got=got,

@@ -10,9 +10,9 @@ keys are errors. To add a section, add a struct with defaults and a field on
 
 from __future__ import annotations
 
-import re
 import importlib
 import json
+import re
 import tomllib
 import typing
 from pathlib import Path

@@ -10,7 +10,6 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from faultline._errors import DecodeError
-
 from faultline.bus import Body, Bus, Envelope, EpisodeCompleted, EpisodeStarted, Start, decode_envelope, derive_id
 
 RUNNER = "runner"

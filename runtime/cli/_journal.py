@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from faultline.runtime.cli._system import add_journal_serve
 from faultline._errors import DecodeError, JournalError
 from faultline.bus._messages import EpisodeCompleted, ToolResult
 from faultline.journal import (
@@ -29,6 +28,7 @@ from faultline.journal import (
     import_jsonl,
     verify,
 )
+from faultline.runtime.cli._system import add_journal_serve
 
 TAIL_ROWS = 20
 """Rows `tail` prints when -n is not given."""

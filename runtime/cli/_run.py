@@ -17,9 +17,15 @@ from faultline._errors import ConfigError, UsageError
 from faultline.bus import Bus, EpisodeCompleted
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime._config import Config, MemoryConfig, load_config
+from faultline.runtime._faulting import (
+    apply_defense_flags,
+    follow_settings,
+    parse_fault_spec,
+    rules_in_force,
+    scoped_to_run,
+)
 from faultline.runtime._run import RunPlan, Summary, plan_episodes, run_plan, summarize, wait_for_journal
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
-from faultline.runtime._faulting import apply_defense_flags, follow_settings, parse_fault_spec, rules_in_force, scoped_to_run
 from faultline.runtime.cli._system import add_defense_flag, worker_specs
 
 SIM_NOTE = "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime, they say nothing about models"

@@ -24,6 +24,7 @@ from faultline._errors import ConfigError, ModelError
 from faultline.runtime.models._types import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
 
 if TYPE_CHECKING:
+    import numpy as np
     import openai
 
 T = TypeVar("T")

@@ -18,7 +18,6 @@ from faultline.bus import (
     read_rules,
     remove_rule_control,
 )
-
 from tests.bus.test_faults import env, through
 
 

@@ -18,9 +18,9 @@ from faultline.bus import (
     Note,
     Outbound,
     UserTurn,
+    _server,
     decode_envelope,
 )
-from faultline.bus import _server
 
 
 def note(i: int, episode: str = "e1") -> Envelope:

@@ -240,7 +240,7 @@ async def test_embeddings_are_unit_length_and_deterministic(openai_server: OpenA
 async def test_embedder_probe_learns_the_dimension(openai_server: OpenAIServer) -> None:
     async with OpenAIEmbedder(openai_server.settings()) as embedder:
         with pytest.raises(ModelError, match="embedding size unknown"):
-            embedder.dim
+            _ = embedder.dim
         assert await embedder.probe() == openai_server.embedding_dim
 
 

@@ -29,7 +29,7 @@ def write_config(tmp_path: Path) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "faultline.toml"
     path.write_text(
-        f"""
+        """
 [models.ponger]
 backend = "tests.runtime.toy:SlowCountingBackend"
 

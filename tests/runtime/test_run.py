@@ -11,7 +11,6 @@ from faultline.bus import EpisodeCompleted
 from faultline.envs import ERROR_CATEGORIES
 from faultline.journal import JournalReader, verify
 from faultline.runtime.cli import main
-
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.slow

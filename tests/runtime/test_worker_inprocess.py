@@ -6,7 +6,6 @@ import anyio
 
 from faultline.bus import Bus, EpisodeStarted, Note, Recording
 from faultline.runtime import Completions, Worker, start_episode
-
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
 

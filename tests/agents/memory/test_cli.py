@@ -14,7 +14,6 @@ from faultline.bus import EmbeddedServer
 from faultline.journal import JournalReader
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime.cli import main
-
 from tests.agents.memory.episodes import sample_episodes, write_journal
 
 

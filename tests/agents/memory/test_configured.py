@@ -21,7 +21,6 @@ from faultline.agents.memory import (
 from faultline.bus import free_port
 from faultline.runtime import MemoryConfig, ModelConfig, load_config, parse_config
 from faultline.runtime.models import OpenAIBackend, OpenAIEmbedder, OpenAISettings
-
 from tests.openai_server import OpenAIServer
 
 

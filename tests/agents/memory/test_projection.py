@@ -8,7 +8,6 @@ from faultline.agents.memory import MEMORY_AGENT, ToolCallRecord, entry_from_epi
 from faultline.agents.memory._projection import reflection_recording
 from faultline.bus import Envelope, EpisodeCompleted, UserTurn, derive_id
 from faultline.runtime.models import ChatMessage, LlmRequest, LlmResponse
-
 from tests.agents.memory.episodes import episode, mistake
 
 

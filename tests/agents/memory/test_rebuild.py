@@ -21,7 +21,6 @@ from faultline.bus import Bus, Envelope, EpisodeCompleted
 from faultline.journal import JournalReader, verify
 from faultline.journal._service import JournalService
 from faultline.runtime.models import OpenAIBackend
-
 from tests.agents.memory.episodes import episode, mistake, sample_episodes, write_journal
 from tests.openai_server import OpenAIServer, Text
 

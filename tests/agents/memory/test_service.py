@@ -31,7 +31,6 @@ from faultline.agents.memory._service import read_episode
 from faultline.bus import Bus, Envelope, EpisodeCompleted, Recording, Start, encode, free_port
 from faultline.runtime import Context, MemoryConfig, Recorder
 from faultline.runtime.models import OpenAIBackend, OpenAIEmbedder, OpenAISettings
-
 from tests.agents.memory.episodes import episode, mistake, sample_episodes
 from tests.openai_server import OpenAIServer, Text
 
