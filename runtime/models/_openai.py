@@ -126,7 +126,24 @@ def _retry_after(exc: openai.APIStatusError) -> float:
     return seconds if math.isfinite(seconds) and seconds > 0.0 else 0.0
 
 
-class OpenAIBackend:
+class _EndpointUser:
+    """Closes the endpoint's HTTP client; usable as an async context manager."""
+
+    _endpoint: _Endpoint
+
+    async def aclose(self) -> None:
+        await self._endpoint.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class OpenAIBackend(_EndpointUser):
     """A `ModelBackend` for one role's settings; use it as an async context manager or call `aclose`."""
 
     def __init__(self, settings: OpenAISettings) -> None:
@@ -167,19 +184,8 @@ class OpenAIBackend:
             metadata={"attempts": attempts},
         )
 
-    async def aclose(self) -> None:
-        await self._endpoint.client.close()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
-class OpenAIEmbedder:
+class OpenAIEmbedder(_EndpointUser):
     """Unit-length float32 vectors from an endpoint's `/embeddings`, with the backend's retry policy.
 
     `dim` is needed before the first call by stores that size their index up
@@ -239,17 +245,6 @@ class OpenAIEmbedder:
                     f"{self._endpoint.describe()}: embedding of size {len(item.embedding)}, expected {self._dim}"
                 )
         return [item.embedding for item in data]
-
-    async def aclose(self) -> None:
-        await self._endpoint.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 def parse_tool_arguments(raw: str) -> tuple[dict[str, Any], str]:
