@@ -75,7 +75,8 @@ def idle_rules() -> RuleSet:
     rules = RuleSet()
     shapes = [{"episode": "elsewhere-*"}, {"sender": "gamma"}, {"recipient": "delta", "kind": "note"}]
     for i in range(10):
-        rule = FaultRule(id=f"idle{i}", fault=["storm", "cycle", "broadcast"][i % 3], **shapes[i % 3])  # type: ignore[arg-type]
+        fault = ["storm", "cycle", "broadcast"][i % 3]
+        rule = FaultRule(id=f"idle{i}", fault=fault, **shapes[i % 3])  # type: ignore[arg-type]
         rules.control(add_rule_control(rule, str(i)).body)  # type: ignore[arg-type]
     return rules
 
@@ -211,7 +212,8 @@ def report(result: dict[str, Any], say: Callable[[Any], None]) -> None:
     for name in ("ratio_to_no_rules", "best_ratio_to_no_rules", "cpu_ratio_to_no_rules"):
         worst = min(result[name][c] for c in ("10 rules", "defenses"))
         verdict = "within" if 1 - worst <= TARGET else "OVER"
-        say(f"{name}: worst of 10 rules / defenses {(1 - worst) * 100:.1f}% overhead ({verdict} the {TARGET:.0%} target)")
+        overhead = (1 - worst) * 100
+        say(f"{name}: worst of 10 rules / defenses {overhead:.1f}% overhead ({verdict} the {TARGET:.0%} target)")
 
 
 if __name__ == "__main__":

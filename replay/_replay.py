@@ -207,7 +207,8 @@ def replay_agent(
             live = track.dropped[message.id].defense if message.id in track.dropped else None
             if now != live:
                 was = f"defense {live} dropped it" if live else "it was delivered"
-                return handled, diverged(f"defense decision differs: live {was}; now {f'{now} drops it' if now else 'it passes'}")
+                is_ = f"{now} drops it" if now else "it passes"
+                return handled, diverged(f"defense decision differs: live {was}; now {is_}")
             if drop:
                 continue
         recorder = Recorder(recorded=track.recordings.get(message.id, {}))

@@ -80,7 +80,8 @@ def defense_settings(config: DefensesConfig) -> DefenseSettings:
 
 
 def follow_settings(config: Config) -> FollowSettings:
-    return FollowSettings(load_timeout_s=config.faults.load_timeout_s, confirm_timeout_s=config.faults.confirm_timeout_s)
+    f = config.faults
+    return FollowSettings(load_timeout_s=f.load_timeout_s, confirm_timeout_s=f.confirm_timeout_s)
 
 
 @asynccontextmanager
@@ -104,14 +105,19 @@ async def rules_in_force(
     if not rules:
         yield
         return
-    result = await publish_controls(bus, [add_rule_control(r, os.urandom(8).hex()) for r in rules], workers=workers, settings=settings)
-    if workers is not None and result["confirmed"] < workers:
-        raise BusError(f"only {result['confirmed']} of {workers} workers confirmed the fault rules within {settings.confirm_timeout_s}s")
+    adds = [add_rule_control(r, os.urandom(8).hex()) for r in rules]
     try:
+        result = await publish_controls(bus, adds, workers=workers, settings=settings)
+        if workers is not None and result["confirmed"] < workers:
+            raise BusError(
+                f"only {result['confirmed']} of {workers} workers took in the fault rules "
+                f"within {settings.confirm_timeout_s}s"
+            )
         yield
     finally:
+        removes = [remove_rule_control(r.id, os.urandom(8).hex()) for r in rules]
         with anyio.CancelScope(shield=True):
-            await publish_controls(bus, [remove_rule_control(r.id, os.urandom(8).hex()) for r in rules], workers=0, settings=settings)
+            await publish_controls(bus, removes, workers=0, settings=settings)
 
 
 def scoped_to_run(rule: FaultRule, run_id: str) -> FaultRule:

@@ -73,7 +73,7 @@ def _match_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default="", help="messages of this kind (user_turn, tool_call, ...)")
     p.add_argument("--topic", default="", help="messages on this topic")
     p.add_argument("--episode", default="", metavar="E", help="messages of these episodes (a pattern: r12-*)")
-    p.add_argument("--probability", type=float, default=1.0, metavar="P", help="chance per matching message (default 1)")
+    p.add_argument("--probability", type=float, default=1.0, metavar="P", help="chance per message (default 1)")
     p.add_argument("--budget", type=int, default=0, metavar="N", help="apply at most N times (default: no limit)")
     p.add_argument("--for", dest="duration", default="", metavar="DURATION", help="expire after this long (30s, 5m)")
     p.add_argument("--id", default="", help="the rule's id (default: a new one)")
@@ -101,7 +101,8 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
         if value is None:
             continue
         hint = typing.get_args(f.type)[0] if typing.get_origin(f.type) is typing.Annotated else f.type
-        params[f.name] = [v.strip() for v in value.split(",") if v.strip()] if typing.get_origin(hint) is list else value
+        is_list = typing.get_origin(hint) is list
+        params[f.name] = [v.strip() for v in value.split(",") if v.strip()] if is_list else value
     return params
 
 
