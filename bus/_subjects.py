@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from faultline._errors import SubjectError
-from faultline.bus._messages import Envelope
+from faultline.bus._messages import Control, Envelope
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -76,8 +76,8 @@ class Subjects:
             return self.rec(env.episode, env.sender)
         if route.startswith("event:"):
             return self.event(route.removeprefix("event:"), env.episode)
-        if route == "ctl":
-            return self.ctl(env.body.name)  # type: ignore[attr-defined]
+        if route == "ctl" and isinstance(env.body, Control):
+            return self.ctl(env.body.name)
         if route == "dlq":
             return self.dlq
         raise SubjectError(f"unknown route {route!r} for {type(env.body).__name__}")

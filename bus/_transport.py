@@ -207,12 +207,12 @@ class Bus:
             num_replicas=self.settings.replicas,
         )
         try:
-            info = await self.js.stream_info(config.name)
+            info = await self.js.stream_info(self.subjects.stream)
         except nats.js.errors.NotFoundError:
             try:
                 return await self.js.add_stream(config)
             except nats.js.errors.BadRequestError:
-                return await self.js.stream_info(config.name)  # created concurrently
+                return await self.js.stream_info(self.subjects.stream)  # created concurrently
         if sorted(info.config.subjects or []) != sorted(config.subjects or []):
             return await self.js.update_stream(config)
         return info

@@ -59,7 +59,7 @@ def decisions(rows: list[JournalRow], agent: str = TOOL_AGENT) -> list[Decision]
     for row in rows:
         if row.sender == agent and row.kind in ("tool_call", "assistant_turn"):
             outputs.setdefault(row.causation, []).append(row)
-    found = []
+    found: list[Decision] = []
     for row in rows:
         if row.sender != agent or row.kind != "recording":
             continue

@@ -251,7 +251,7 @@ async def fork_episode(
                 classes[name] = cls
 
     marker = {
-        "change": type(change).__struct_config__.tag,
+        "change": str(type(change).__struct_config__.tag),
         "target": target.id,
         "delivered": delivered_original.id if delivered_original else "",
     }

@@ -137,9 +137,9 @@ def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _Agent
     subscribers: dict[str, list[str]] = {}
     for row in rows:
         if row.kind == "recording":
-            if row.sender in tracks:
-                rec = row.envelope()
-                tracks[row.sender].recordings[rec.causation][rec.body.index] = rec.body  # type: ignore[union-attr]
+            recorded = row.envelope()
+            if row.sender in tracks and isinstance(recorded.body, Recording):
+                tracks[row.sender].recordings[recorded.causation][recorded.body.index] = recorded.body
             continue
         if row.kind in ("defense_fired", "control"):
             continue

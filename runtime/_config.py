@@ -42,7 +42,7 @@ class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Base of every section: immutable, keyword-only, unknown keys rejected."""
 
 
-class NatsConfig(_Section):
+class NatsConfig(_Section, frozen=True):
     """Where the bus is. An empty `url` starts an embedded nats-server that stores into `store_dir`."""
 
     url: str = ""
@@ -52,11 +52,11 @@ class NatsConfig(_Section):
     """Copies of the journal stream kept by a NATS cluster (1 on a single server)."""
 
 
-class JournalConfig(_Section):
+class JournalConfig(_Section, frozen=True):
     path: str = "runs/journal.sqlite"
 
 
-class RuntimeConfig(_Section):
+class RuntimeConfig(_Section, frozen=True):
     """Limits of one worker process."""
 
     concurrency: Annotated[int, msgspec.Meta(ge=1)] = 256
@@ -71,14 +71,14 @@ class RuntimeConfig(_Section):
     """How long a completed episode's agent instances are kept for late messages."""
 
 
-class WorkerConfig(_Section):
+class WorkerConfig(_Section, frozen=True):
     """One kind of worker process: the agents it runs (`"*"` for every agent) and how many processes."""
 
     agents: tuple[str, ...] = (ALL_AGENTS,)
     count: Annotated[int, msgspec.Meta(ge=1)] = 1
 
 
-class AgentConfig(_Section):
+class AgentConfig(_Section, frozen=True):
     """A custom agent class (`package.module:Class`; empty for a built-in agent) and its model role.
 
     An empty `model_role` means the agent's own name; a role without a
@@ -97,7 +97,7 @@ class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fiel
     backend: str = "sim"
 
 
-class MemoryConfig(_Section):
+class MemoryConfig(_Section, frozen=True):
     """The memory service (MemToolAgent): what the tool agent retrieves, where entries live, how queries are embedded.
 
     `mode` "off" leaves memory out of a run; "topk" retrieves the `k` most
@@ -126,7 +126,7 @@ class MemoryConfig(_Section):
     openai: OpenAISettings = OpenAISettings()
 
 
-class DefensesConfig(_Section):
+class DefensesConfig(_Section, frozen=True):
     """Inbound defenses (scope, cycle, dedup, rate), switched on per agent.
 
     `enabled` applies to every agent; `[defenses.agents]` maps an agent name to its
@@ -143,7 +143,7 @@ class DefensesConfig(_Section):
     rate_window_hops: Annotated[int, msgspec.Meta(ge=1)] = 4
 
 
-class FaultsConfig(_Section):
+class FaultsConfig(_Section, frozen=True):
     """How workers follow the fault rules on `fl.ctl.faults`, and how commands wait for them."""
 
     load_timeout_s: Seconds = 10.0
@@ -152,7 +152,7 @@ class FaultsConfig(_Section):
     """Longest `faultline inject`, `faults clear` and `run --fault` wait for workers to confirm."""
 
 
-class Config(_Section):
+class Config(_Section, frozen=True):
     """The whole file. Every field has a default, so `Config()` is a working offline setup."""
 
     nats: NatsConfig = NatsConfig()

@@ -24,18 +24,18 @@ import msgspec
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import (
     Bus,
-    add_rule_control,
-    publish_controls,
-    remove_rule_control,
     DefenseInterceptor,
     DefenseSettings,
     FaultInterceptor,
     FaultRule,
     FollowSettings,
     RuleSet,
+    add_rule_control,
     check_defenses,
     fault_type,
     follow_rules,
+    publish_controls,
+    remove_rule_control,
 )
 from faultline.runtime._config import ALL_AGENTS, Config, DefensesConfig
 

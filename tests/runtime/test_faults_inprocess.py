@@ -19,7 +19,6 @@ from faultline.bus import (
     add_rule_control,
 )
 from faultline.runtime import Agent, Completions, Context, Worker, start_episode
-
 from tests.runtime.test_worker_inprocess import collect
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 

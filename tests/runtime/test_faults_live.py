@@ -11,14 +11,23 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from faultline.bus import DefenseFired, Envelope, EpisodeCompleted, EpisodeStarted, FaultApplied, Start, ToolCall, UserTurn
+from faultline.bus import (
+    DefenseFired,
+    Envelope,
+    EpisodeCompleted,
+    EpisodeStarted,
+    FaultApplied,
+    Start,
+    ToolCall,
+    UserTurn,
+)
+from faultline.bus._defenses import Dedup
 from faultline.envs import load_domain
 from faultline.journal import JournalReader, JournalRow, verify
-from faultline.bus._defenses import Dedup
 from faultline.replay import Replayer
 from faultline.runtime import Config, start_episode
-from faultline.runtime._services import agent_lookup
 from faultline.runtime._run import wait_for_journal
+from faultline.runtime._services import agent_lookup
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime.cli import main
 
