@@ -190,6 +190,15 @@ def _copy(env: Envelope, episode: str, settings: Mapping[str, Any] | None) -> En
     return msgspec.structs.replace(env, episode=episode)
 
 
+def _undone(row: JournalRow, change: Change) -> set[str]:
+    """Ids of the messages a fault made, which an undone fault never sent."""
+    if not isinstance(change, UndoFault) or row.kind != "fault_applied":
+        return set()
+    body = row.envelope().body
+    assert isinstance(body, FaultApplied)
+    return {str(result.get("id", "")) for result in body.results}
+
+
 def _delivered(row: JournalRow, change: Change, episode: str) -> Envelope | None:
     """The message the fork delivers at its position, after the change."""
     env = row.envelope()
@@ -242,7 +251,7 @@ async def fork_episode(
         )
     delivered_original = _delivered(target, change, episode)
     new = fork_id(episode, at, change, settings)
-    prefix = [r for r in rows if r.pos < at]
+    prefix = [r for r in rows if r.pos < at and r.id not in _undone(target, change)]
     tracks = _tracks(prefix, lookup)
     classes: dict[str, type[Agent]] = {}
     for row in rows:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from faultline.bus import Envelope
 from faultline.journal import JournalReader
 from faultline.replay import Replayer, decisions
 from faultline.runtime._config import Config
@@ -95,3 +97,23 @@ def test_bad_fork_requests_are_one_line(journal_copy: Path, tmp_path: Path, caps
     assert main(["fork", str(journal_copy), "--episode", episode, "--at", "1", "--undo-fault"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("faultline: ") for line in err)
+
+
+def test_undoing_a_fault_delivers_the_original_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "faulted.sqlite"
+    fault = "argument_error:probability=1,budget=1"
+    assert main(["run", "--tasks", "1", "--fault", fault, "--journal", str(journal), "--json"]) == 0
+    capsys.readouterr()
+    with JournalReader(journal) as reader:
+        episode = reader.episodes()[0].episode
+        rows = list(reader.episode_rows(episode))
+    applied = next(r for r in rows if r.kind == "fault_applied")
+    body = applied.envelope().body
+    faulted_ids = {result["id"] for result in body.results}  # type: ignore[union-attr]
+    result = fork(capsys, str(journal), "--episode", episode, "--at", str(applied.pos), "--undo-fault")
+    with JournalReader(journal) as reader:
+        forked = list(reader.episode_rows(result["episode"]))
+    calls = [r.envelope().body for r in forked if r.kind == "tool_call" and r.id in faulted_ids]
+    assert calls == [msgspec.convert(body.original, Envelope).body]  # type: ignore[union-attr]
+    assert result["outcome"]["outcome"] == "success"
+    assert main(["replay", str(journal)]) == 0
