@@ -1,43 +1,63 @@
 """The `faultline` command: one thin layer over the package.
 
 Each command group lives in its own module and registers itself through
-`register(subparsers)`. Any FaultlineError becomes one readable line on stderr
-and a non-zero exit code; tracebacks are for bugs only.
+`register(subparsers)`. Only the module of the command being run is imported
+(all of them for the top-level help), so a worker process does not load FAISS
+or SQLite tooling it never uses. Any FaultlineError becomes one readable line
+on stderr and a non-zero exit code; tracebacks are for bugs only.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from faultline._errors import FaultlineError, UsageError
-from faultline.runtime.cli import _config, _faults, _fork, _journal, _memory, _replay, _run, _system
 
-_COMMAND_MODULES = [_run, _replay, _fork, _system, _faults, _config, _journal, _memory]
+_COMMANDS = {
+    "run": "_run",
+    "replay": "_replay",
+    "fork": "_fork",
+    "attribute": "_fork",
+    "up": "_system",
+    "worker": "_system",
+    "status": "_system",
+    "inject": "_faults",
+    "faults": "_faults",
+    "config": "_config",
+    "journal": "_journal",
+    "memory": "_memory",
+}
+"""Each command and the module that registers it, in the order the help lists them."""
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        command = self.prog.removeprefix("faultline").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with `command`'s module registered, or every module when it is not a known command."""
     parser = _Parser(
         prog="faultline",
         description="Event-sourced runtime for LLM multi-agent systems: run, journal, replay, inject faults.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in _COMMAND_MODULES:
-        module.register(sub)
+    modules = [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"faultline.runtime.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args) or 0)
