@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 import msgspec
 import nats.errors
+import nats.js.errors
 from anyio.abc import TaskGroup
 
 from faultline._errors import BusError
@@ -148,8 +149,8 @@ class Worker:
         name = self._consumer_name(cls)
         try:
             info = await self.bus.js.consumer_info(self.bus.subjects.stream, name)
-        except Exception:  # noqa: BLE001 - not found: first start of this shard
-            info = None
+        except nats.js.errors.NotFoundError:
+            info = None  # first start of this shard
         if info is None:
             return await self.bus.consumer(name, self._filters(cls), start="new", ack_wait_s=self.settings.ack_wait_s)
         resume = info.ack_floor.stream_seq + 1 if info.ack_floor else 1
