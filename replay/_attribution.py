@@ -130,7 +130,7 @@ async def attribute(
 
     Forks are written to `scratch` (a journal file of their own), not to `journal`.
     """
-    verify(journal).raise_if_broken()
+    verify(journal, facts=False).raise_if_broken()
     with JournalReader(journal) as reader:
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)

@@ -295,7 +295,7 @@ class Replayer:
         started = time.perf_counter()
         wanted = list(episodes) if episodes else None
         if self.jobs == 1 or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
-            verify(path).raise_if_broken()
+            verify(path, facts=False).raise_if_broken()
             report = self._replay_episodes(path, wanted)
         else:
             report = self._replay_parallel(path, wanted)
@@ -312,7 +312,7 @@ class Replayer:
         with ProcessPoolExecutor(max_workers=len(chunks) or 1, mp_context=context) as pool:
             futures = [pool.submit(_replay_chunk, str(path), chunk) for chunk in chunks]
             try:
-                verify(path).raise_if_broken()
+                verify(path, facts=False).raise_if_broken()
             except ChainError:
                 for future in futures:
                     future.cancel()
