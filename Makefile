@@ -1,15 +1,23 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
+# Both install from uv.lock (exact versions and hashes), never from whatever is newest today.
 PYTHON ?= python3
+UV_VERSION := 0.13.8
+TOOLS := .uv
+UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint lock bench clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
+
+$(STAMP): uv.lock pyproject.toml | $(UV)
+	$(UV) sync --frozen --quiet --python $(PYTHON) --extra test --extra lint
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,12 +29,22 @@ demo: $(STAMP)
 	@echo "  $(BIN)/faultline replay runs/demo.sqlite                        # re-execute it exactly"
 	@echo "  $(BIN)/faultline attribute runs/demo.sqlite --all-failed        # which decision broke each failure"
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	@mkdir -p $(TOOLS)/typecheck && ln -sfn "$(CURDIR)" $(TOOLS)/typecheck/faultline
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest -q
 
+# Refresh the lock from pyproject.toml's ranges; commit the result.
+lock: | $(UV)
+	$(UV) lock --upgrade --python $(PYTHON)
+
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(UV) sync --frozen --quiet --python $(PYTHON) --extra test --extra lint --extra bench
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) runs .faultline *.egg-info
+	rm -rf $(VENV) $(TOOLS) runs .faultline *.egg-info

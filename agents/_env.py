@@ -49,7 +49,9 @@ class EnvironmentHost(Agent):
             return ToolResult(call_id=call.call_id, name=call.name, error="the episode is over; no tool runs now")
         self.calls += 1
         if call.arguments_error:
-            return ToolResult(call_id=call.call_id, name=call.name, error=f"arguments are not valid JSON: {call.arguments_error}")
+            return ToolResult(
+                call_id=call.call_id, name=call.name, error=f"arguments are not valid JSON: {call.arguments_error}"
+            )
         outcome = self.domain.call(self.db, Action(name=call.name, arguments=call.arguments))
         return ToolResult(call_id=call.call_id, name=call.name, output=outcome.output, error=outcome.error)
 
@@ -61,8 +63,10 @@ class EnvironmentHost(Agent):
         self.db = None
         cause = str(end.get("cause", ""))
         if not cause and result.reward < 1.0:
-            cause = "final database differs from the ground truth" if not result.db_match else (
-                "not told to the user: " + "; ".join(result.missing_outputs)
+            cause = (
+                "final database differs from the ground truth"
+                if not result.db_match
+                else ("not told to the user: " + "; ".join(result.missing_outputs))
             )
         ctx.emit(
             EpisodeCompleted(

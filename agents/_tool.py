@@ -137,7 +137,9 @@ class ToolAgent(Agent):
         if self.examples:
             system += "\n\n# Past episodes\n" + self.examples
         if self.context:
-            system += "\n\n# Notes from your helpers\n" + "\n".join(f"[{k}] {v}" for k, v in sorted(self.context.items()))
+            system += "\n\n# Notes from your helpers\n" + "\n".join(
+                f"[{k}] {v}" for k, v in sorted(self.context.items())
+            )
         metadata: dict[str, Any] = {
             "sim": "tool",
             "domain": self.spec.domain,

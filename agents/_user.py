@@ -72,7 +72,9 @@ class UserSimulator(Agent):
     def _end(self, ctx: Context, cause: str = "") -> None:
         self.ended = True
         ctx.send("tool", UserTurn(text="", done=True))
-        ctx.send("env", Note(text=END, data={"told": self.told, "turns": self.turns, "tokens": self.tokens, "cause": cause}))
+        ctx.send(
+            "env", Note(text=END, data={"told": self.told, "turns": self.turns, "tokens": self.tokens, "cause": cause})
+        )
 
     def _request(self) -> LlmRequest:
         assert self.spec is not None and self.task is not None

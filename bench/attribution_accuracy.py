@@ -41,7 +41,9 @@ async def evaluate(journal: Path, scratch: Path, want: int) -> dict[str, dict[st
     lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
     groups: dict[str, list[tuple[bool, bool, bool, int]]] = {"one mistake": [], "several mistakes": []}
     with JournalReader(journal) as reader:
-        failed = [(s.episode, list(reader.episode_rows(s.episode))) for s in reader.episodes() if s.outcome == "failure"]
+        failed = [
+            (s.episode, list(reader.episode_rows(s.episode))) for s in reader.episodes() if s.outcome == "failure"
+        ]
     for episode, rows in failed:
         known = mistakes_of(rows)
         if not known:
@@ -54,7 +56,9 @@ async def evaluate(journal: Path, scratch: Path, want: int) -> dict[str, dict[st
         step_ok = result.decision in carrying
         made = decisions(rows)[result.decision - 1] if result.decision else None
         category_ok = bool(made and made.mistake and made.mistake.get("category") == result.category)
-        groups[group].append((result.agent == "tool" and result.decision is not None, step_ok, category_ok, result.forks))
+        groups[group].append(
+            (result.agent == "tool" and result.decision is not None, step_ok, category_ok, result.forks)
+        )
     summary = {}
     for group, items in groups.items():
         n = len(items) or 1
@@ -87,7 +91,14 @@ def main() -> None:
     for column in ("episodes", "n", "agent-level", "step-level", "category", "forks/episode"):
         table.add_column(column)
     for group, s in summary.items():
-        table.add_row(group, str(s["episodes"]), f"{s['agent_accuracy']:.1%}", f"{s['step_accuracy']:.1%}", f"{s['category_accuracy']:.1%}", f"{s['avg_forks']:.1f}")
+        table.add_row(
+            group,
+            str(s["episodes"]),
+            f"{s['agent_accuracy']:.1%}",
+            f"{s['step_accuracy']:.1%}",
+            f"{s['category_accuracy']:.1%}",
+            f"{s['avg_forks']:.1f}",
+        )
     Console().print(table)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))

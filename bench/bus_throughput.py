@@ -365,9 +365,9 @@ async def measure(
         # saw the same machine (other processes come and go).
         for rep in range(reps):
             console.print(f"repetition {rep + 1} of {reps}: (a), (b), (e), (c)")
-            runs["raw_js"].append(await sample(n, pids, lambda: raw_publish(js, payloads, f"id{rep}", True)))
+            runs["raw_js"].append(await sample(n, pids, lambda rep=rep: raw_publish(js, payloads, f"id{rep}", True)))
             envelopes = [make_envelope(f"s{rep}", i, text) for i in range(n)]
-            unconsumed = await sample(n, pids, lambda: publish_batches(solo, envelopes, batch))
+            unconsumed = await sample(n, pids, lambda envelopes=envelopes: publish_batches(solo, envelopes, batch))
             runs["bus_publish_unconsumed"].append(unconsumed)
             runs["raw_js_no_msg_id"].append(await sample(n, pids, lambda: raw_publish(js, payloads, "", False)))
             order = [(PLAIN, InterceptorChain()), (CHAINED, three_noops())]
@@ -439,7 +439,7 @@ async def in_process(
                 envelopes = [make_envelope(f"l{rep}", i, text) for i in range(n)]
                 until = await last_seq(bus) + n
 
-                async def pipeline() -> None:
+                async def pipeline(envelopes: list[Envelope] = envelopes, until: int = until) -> None:
                     await publish_batches(bus, envelopes, batch)
                     await service.wait_for(until)
 

@@ -72,13 +72,26 @@ def main() -> None:
                 }
             )
     table = Table(title="episodes with the sim model (runtime cost only)")
-    for column in ("workers/group", "episodes/s", "latency/episode", "calls/episode", "ms per model call", "ms per hop", "target < 5 ms/call"):
+    for column in (
+        "workers/group",
+        "episodes/s",
+        "latency/episode",
+        "calls/episode",
+        "ms per model call",
+        "ms per hop",
+        "target < 5 ms/call",
+    ):
         table.add_column(column)
     for r in results:
         verdict = "PASS" if r["ms_per_model_call"] < TARGET_MS_PER_CALL else "MISS"
         table.add_row(
-            str(r["workers"]), f"{r['episodes_per_s']:.1f}", f"{r['episode_latency_ms']:.0f} ms",
-            f"{r['model_calls_per_episode']:.1f}", f"{r['ms_per_model_call']:.2f}", f"{r['ms_per_hop']:.2f}", verdict,
+            str(r["workers"]),
+            f"{r['episodes_per_s']:.1f}",
+            f"{r['episode_latency_ms']:.0f} ms",
+            f"{r['model_calls_per_episode']:.1f}",
+            f"{r['ms_per_model_call']:.2f}",
+            f"{r['ms_per_hop']:.2f}",
+            verdict,
         )
     Console().print(table)
     if args.json:

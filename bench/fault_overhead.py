@@ -171,7 +171,9 @@ async def main(messages: int, reps: int) -> dict[str, Any]:
     pipeline_us = statistics.median(cpu["no rules"])
     return {
         "machine": {
-            "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
             "load_avg": os.getloadavg(),
         },
         "messages": messages,
@@ -184,9 +186,7 @@ async def main(messages: int, reps: int) -> dict[str, Any]:
         "ratio_to_bare": {c: medians[c] / medians["bare"] for c in CONFIGS},
         "cpu_us_per_msg": {c: statistics.median(v) for c, v in cpu.items()},
         "interceptor_us_per_msg": chain_us,
-        "cpu_ratio_to_no_rules": {
-            c: pipeline_us / (pipeline_us + chain_us[c] - chain_us["no rules"]) for c in CONFIGS
-        },
+        "cpu_ratio_to_no_rules": {c: pipeline_us / (pipeline_us + chain_us[c] - chain_us["no rules"]) for c in CONFIGS},
         "target_overhead": TARGET,
     }
 

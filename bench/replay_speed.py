@@ -55,13 +55,19 @@ def main() -> None:
                     "speedup_vs_live": live["seconds"] / report.seconds,
                 }
             )
-    table = Table(title=f"replay of {results[0]['episodes']} episodes ({rows} journal rows); live run {live['seconds']:.1f} s")
+    table = Table(
+        title=f"replay of {results[0]['episodes']} episodes ({rows} journal rows); live run {live['seconds']:.1f} s"
+    )
     for column in ("jobs", "seconds", "messages/s (target 20k)", "rows/s", "episodes/s", "x live (target 10x)"):
         table.add_column(column)
     for r in results:
         table.add_row(
-            str(r["jobs"]), f"{r['seconds']:.2f}", f"{r['messages_per_s']:,.0f}", f"{r['rows_per_s']:,.0f}",
-            f"{r['episodes_per_s']:.0f}", f"{r['speedup_vs_live']:.1f}",
+            str(r["jobs"]),
+            f"{r['seconds']:.2f}",
+            f"{r['messages_per_s']:,.0f}",
+            f"{r['rows_per_s']:,.0f}",
+            f"{r['episodes_per_s']:.0f}",
+            f"{r['speedup_vs_live']:.1f}",
         )
     Console().print(table)
     if args.json:

@@ -324,9 +324,7 @@ class FaultInterceptor(Interceptor):
     calls for each sender's call history, which some fault types consult.
     """
 
-    def __init__(
-        self, rules: RuleSet, *, agents: Sequence[str] = (), catalog: EpisodeCatalog | None = None
-    ) -> None:
+    def __init__(self, rules: RuleSet, *, agents: Sequence[str] = (), catalog: EpisodeCatalog | None = None) -> None:
         self.rules = rules
         self.agents = tuple(agents)
         self.catalog = catalog

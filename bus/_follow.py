@@ -55,7 +55,7 @@ def _take(rules: RuleSet, env: Envelope, seq: int) -> bool:
 
 async def _catch_up(consumer: Consumer, rules: RuleSet, timeout_s: float) -> None:
     info = await consumer.info()
-    if not info.num_pending and not info.delivered.consumer_seq:
+    if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
         return
     try:
         with anyio.fail_after(timeout_s):

@@ -247,7 +247,7 @@ class _BodyBytes(msgspec.Struct):
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
 _body_bytes_decoder = msgspec.msgpack.Decoder(_BodyBytes)
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)
-_body_decoder = msgspec.msgpack.Decoder(MessageBody)
+_body_decoder: msgspec.msgpack.Decoder[MessageBody] = msgspec.msgpack.Decoder(MessageBody)
 
 
 def encode(value: Any) -> bytes:

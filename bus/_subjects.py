@@ -16,9 +16,7 @@ DEFAULT_PREFIX = "fl"
 def check_token(value: str, what: str = "name") -> str:
     """Return `value` if it can stand as one subject token, else raise SubjectError."""
     if not isinstance(value, str) or not _TOKEN.match(value):
-        raise SubjectError(
-            f"{what} {value!r} is not a valid subject token: use 1-64 letters, digits, '-' or '_'"
-        )
+        raise SubjectError(f"{what} {value!r} is not a valid subject token: use 1-64 letters, digits, '-' or '_'")
     return value
 
 
@@ -91,6 +89,3 @@ def validate_envelope(env: Envelope) -> None:
         check_token(env.recipient, "agent name")
     if env.topic:
         check_token(env.topic, "topic")
-
-
-

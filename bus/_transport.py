@@ -120,7 +120,8 @@ class Consumer:
         await self.bus.nc.publish(delivery.reply, payload)
 
     async def info(self) -> api.ConsumerInfo:
-        return await self.bus.js.consumer_info(self.bus.subjects.stream, self.name)
+        info: api.ConsumerInfo = await self.bus.js.consumer_info(self.bus.subjects.stream, self.name)
+        return info
 
     async def close(self, *, delete: bool = False) -> None:
         if self._sub is not None:
@@ -241,9 +242,7 @@ class Bus:
                 outgoing = (envelope,)
             for message in outgoing:
                 validate_envelope(message)
-                pending.append(
-                    await self._send(self.subjects.for_envelope(message), encode(message), message.id)
-                )
+                pending.append(await self._send(self.subjects.for_envelope(message), encode(message), message.id))
         await self._settle(pending)
 
     async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> None:

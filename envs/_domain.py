@@ -239,7 +239,7 @@ class Domain(ABC):
         return template
 
     def _memo(self) -> _Memo:
-        memo = vars(self).get("_faultline_memo")
+        memo: _Memo | None = vars(self).get("_faultline_memo")
         if memo is None:
             memo = vars(self).setdefault("_faultline_memo", _Memo())
         return memo

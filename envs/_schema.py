@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-_SCALARS = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict}
+_SCALARS: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "object": dict,
+}
 
 
 def arguments_schema(optional: tuple[str, ...] = (), /, **fields: tuple[str, str]) -> dict[str, Any]:

@@ -127,9 +127,9 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str) -> list[Seal
     pos = last_pos
     chain = last_chain
     for item in batch:
-        stream, stream_seq, subject, env = item[:4]  # type: ignore[misc]
+        stream, stream_seq, subject, env = item[:4]
         body = env.body
-        data = item[4] if len(item) == 5 else pack(body)  # type: ignore[misc]
+        data = item[4] if len(item) == 5 else pack(body)
         body_hex = blake2b(data, digest_size=16).hexdigest()
         kind = _kind(type(body))
         pos += 1

@@ -108,7 +108,11 @@ def categorize(wrong: dict[str, Any], right: dict[str, Any] | None, task: Task |
     if task is not None and as_action in [a.as_dict() for a in task.forbidden]:
         return POLICY_VIOLATION
     if task is not None and domain is not None and not right_reply:
-        steps = [i for i, a in enumerate(task.actions) if a.as_dict() == {"name": right.get("name"), "arguments": right.get("arguments") or {}}]
+        steps = [
+            i
+            for i, a in enumerate(task.actions)
+            if a.as_dict() == {"name": right.get("name"), "arguments": right.get("arguments") or {}}
+        ]
         for step in steps:
             for category in (POLICY_VIOLATION, WRONG_VALUE, WRONG_ENTITY):
                 if as_action in [a.as_dict() for a in domain.mistake_candidates(task, step, category)]:
@@ -146,15 +150,30 @@ async def attribute(
     async def rescued(i: int) -> bool:
         if i not in forks:
             forks[i] = await fork_episode(
-                journal, episode, made[i - 1].input_pos, Keep(),
-                lookup=lookup, backends=backends, out=scratch, settings={"repair_from_decision": i}, verified=True,
+                journal,
+                episode,
+                made[i - 1].input_pos,
+                Keep(),
+                lookup=lookup,
+                backends=backends,
+                out=scratch,
+                settings={"repair_from_decision": i},
+                verified=True,
             )
         return bool(forks[i].outcome.outcome == "success")
 
     evidence = []
     if not await rescued(1):
         evidence.append("repairing every decision from the first one on does not rescue the episode")
-        return Attribution(episode=episode, agent=TOOL_AGENT, decision=None, position=None, forks=len(forks), decisions=len(made), evidence=evidence)
+        return Attribution(
+            episode=episode,
+            agent=TOOL_AGENT,
+            decision=None,
+            position=None,
+            forks=len(forks),
+            decisions=len(made),
+            evidence=evidence,
+        )
     lo, hi = 1, len(made)
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -168,7 +187,9 @@ async def attribute(
     task = domain.task(summary.task) if domain and summary.task else None
     evidence.append(f"repair at decision {lo} rescues the episode ({forks[lo].episode})")
     if lo + 1 in forks:
-        evidence.append(f"repair at decision {lo + 1} does not ({forks[lo + 1].episode}: {forks[lo + 1].outcome.cause})")
+        evidence.append(
+            f"repair at decision {lo + 1} does not ({forks[lo + 1].episode}: {forks[lo + 1].outcome.cause})"
+        )
     return Attribution(
         episode=episode,
         agent=TOOL_AGENT,

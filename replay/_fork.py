@@ -275,7 +275,9 @@ async def fork_episode(
             bodies[i] = None
     if not any(isinstance(e.body, EpisodeStarted) for e in history):
         started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker)
-        history.insert(0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started_body, ts=time.time()))
+        history.insert(
+            0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started_body, ts=time.time())
+        )
         bodies.insert(0, None)
 
     # Outputs that already exist (or that the change governs) are not sent again.
@@ -313,4 +315,6 @@ async def fork_episode(
 def summary_outcome(summary: Any) -> EpisodeCompleted | None:
     if summary is None or not summary.outcome:
         return None
-    return EpisodeCompleted(outcome=summary.outcome, reward=summary.reward or 0.0, cause=summary.cause or "", turns=summary.turns or 0)
+    return EpisodeCompleted(
+        outcome=summary.outcome, reward=summary.reward or 0.0, cause=summary.cause or "", turns=summary.turns or 0
+    )

@@ -141,9 +141,7 @@ class Context:
         )
 
     def _output(self, body: Body, *, recipient: str = "", topic: str = "") -> Envelope:
-        env = self.envelope_for(
-            body, derive_id(self.message.id, len(self.outputs)), recipient=recipient, topic=topic
-        )
+        env = self.envelope_for(body, derive_id(self.message.id, len(self.outputs)), recipient=recipient, topic=topic)
         self.outputs.append(env)
         return env
 

@@ -21,9 +21,7 @@ class History:
     recordings: dict[str, dict[int, Recording]] = field(default_factory=lambda: defaultdict(dict))
 
 
-async def load_history(
-    bus: Bus, episode: str, agent: str, topics: tuple[str, ...], before_seq: int
-) -> History:
+async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ...], before_seq: int) -> History:
     """Inputs of `agent` in `episode` stored before `before_seq`, and every recording it made.
 
     Recordings are read to the end of the stream: the message being recovered may

@@ -95,7 +95,9 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
     )
     e = planned.episode
     starts = [
-        Envelope(id=derive_id(e, i + 1, "s"), episode=e, sender=RUNNER, recipient=agent, body=spec.start(), ts=time.time())
+        Envelope(
+            id=derive_id(e, i + 1, "s"), episode=e, sender=RUNNER, recipient=agent, body=spec.start(), ts=time.time()
+        )
         for i, agent in enumerate(AGENTS)
     ]
     return [started_envelope(e, started), *starts]
@@ -131,7 +133,11 @@ async def run_plan(
                     )
                     await bus.publish(
                         Envelope(
-                            id=derive_id(p.episode, 0, "t"), episode=p.episode, sender=RUNNER, body=timeout, ts=time.time()
+                            id=derive_id(p.episode, 0, "t"),
+                            episode=p.episode,
+                            sender=RUNNER,
+                            body=timeout,
+                            ts=time.time(),
                         )
                     )
                     done = await completions.wait([p.episode])

@@ -104,7 +104,9 @@ async def _with_bus(url: str, prefix: str, body: Callable[[Bus], Awaitable[None]
         await bus.close()
 
 
-async def run_worker(config: Config, url: str, prefix: str, agents: list[str], name: str, shard: tuple[int, int]) -> None:
+async def run_worker(
+    config: Config, url: str, prefix: str, agents: list[str], name: str, shard: tuple[int, int]
+) -> None:
     classes = resolve_agents(agents, config)
     r = config.runtime
     settings = WorkerSettings(
@@ -116,9 +118,7 @@ async def run_worker(config: Config, url: str, prefix: str, agents: list[str], n
         shard=shard[0],
         shards=shard[1],
     )
-    agent_settings: dict[str, dict[str, Any]] = {
-        n: {"model_role": a.model_role or n} for n, a in config.agents.items()
-    }
+    agent_settings: dict[str, dict[str, Any]] = {n: {"model_role": a.model_role or n} for n, a in config.agents.items()}
 
     async def body(bus: Bus) -> None:
         async with faults_and_defenses(bus, config, agent_names(config), name):

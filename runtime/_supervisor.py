@@ -108,9 +108,7 @@ class Supervisor:
         if self.log_dir is not None and child.log is None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             child.log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        child.process = await anyio.open_process(
-            self._argv(spec), stdin=None, stdout=child.log, stderr=child.log
-        )
+        child.process = await anyio.open_process(self._argv(spec), stdin=None, stdout=child.log, stderr=child.log)
         ready = self._ready[spec.name]
         with anyio.move_on_after(READY_TIMEOUT_S) as timeout:
             async with anyio.create_task_group() as wait:

@@ -127,7 +127,7 @@ def mistake_candidates(task: Task, step: int, category: str) -> list[Action]:
         if category == WRONG_ENTITY:
             return [_send(name, str(args["text"])) for name in _CONTACT_NAMES if name != args["receiver"]][:3]
     if action.name == "delete_message":
-        target = int(args["message_id"])  # type: ignore[call-overload]
+        target = int(args["message_id"])
         if category == WRONG_VALUE:
             return [_act("delete_message", message_id=i) for i in (target + 1, target - 1) if i in _MESSAGE_IDS]
         if category == WRONG_ENTITY:
@@ -139,7 +139,7 @@ def mistake_candidates(task: Task, step: int, category: str) -> list[Action]:
         later = f"{day} {(int(clock[:2]) + 1) % 24:02d}{clock[2:]}"
         return [_act("add_reminder", **{**args, "time": later})]
     if action.name == "delete_reminder" and category == WRONG_VALUE:
-        target = int(args["reminder_id"])  # type: ignore[call-overload]
+        target = int(args["reminder_id"])
         return [_act("delete_reminder", reminder_id=i) for i in (1, 2, 3) if i != target]
     if action.name == "add_contact" and category == WRONG_VALUE:
         phone = str(args["phone"])

@@ -58,6 +58,7 @@ def _catalog() -> list[tuple[str, float, dict[str, list[str]]]]:
         products.append((name, float(base), {key: value.split(", ") for key, value in values.items()}))
     return products
 
+
 _FIRST = (
     "Olivia Liam Emma Noah Ava Ethan Sophia Mason Isabella Lucas Mia Aiden Amelia Yusuf Harper Mei "
     "Evelyn Omar Aria Daiki Chloe Mateo Sofia Ivan Layla Arjun Nora Fatima Lena Raj Zoe Kenji "

@@ -33,11 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--at", type=int, required=True, metavar="POS", help="journal position of the message to change")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--drop", action="store_true", help="the message never arrives")
-    how.add_argument("--replace", type=Path, metavar="FILE.json", help="deliver this body instead (JSON with its \"kind\")")
+    how.add_argument(
+        "--replace", type=Path, metavar="FILE.json", help='deliver this body instead (JSON with its "kind")'
+    )
     how.add_argument("--undo-fault", action="store_true", help="POS is a fault event: deliver the original message")
     how.add_argument("--keep", action="store_true", help="deliver the message as it was (re-run the rest live)")
     p.add_argument("--out", type=Path, help="write the fork to this journal instead of JOURNAL")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="override an episode setting in the fork")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=JSON", help="override an episode setting in the fork"
+    )
     p.add_argument("--json", action="store_true")
     add_model_flags(p)
     p.set_defaults(handler=_fork)
@@ -93,9 +97,14 @@ def _fork(args: argparse.Namespace) -> int:
     config = effective_config(args)
     result = anyio.run(
         lambda: fork_episode(
-            args.journal, args.episode, args.at, _change(args),
-            lookup=agent_lookup(config), backends=lambda role: make_backend(config, role),
-            out=args.out, settings=_settings(args.set) or None,
+            args.journal,
+            args.episode,
+            args.at,
+            _change(args),
+            lookup=agent_lookup(config),
+            backends=lambda role: make_backend(config, role),
+            out=args.out,
+            settings=_settings(args.set) or None,
         )
     )
     if args.json:
@@ -125,7 +134,9 @@ def _attribute(args: argparse.Namespace) -> int:
     episodes = list(args.episode)
     if args.all_failed:
         with JournalReader(args.journal) as reader:
-            episodes += [e.episode for e in reader.episodes() if e.outcome not in (None, "success") and not e.forked_from]
+            episodes += [
+                e.episode for e in reader.episodes() if e.outcome not in (None, "success") and not e.forked_from
+            ]
     if not episodes:
         raise UsageError("name an episode with --episode E, or pass --all-failed")
     config = effective_config(args)
@@ -143,7 +154,9 @@ def _attribute(args: argparse.Namespace) -> int:
     console = Console()
     for r in results:
         if r.decision is None:
-            console.print(f"[bold]{r.episode}[/bold]: no single decision decides it ({r.forks} forks) — {'; '.join(r.evidence)}")
+            console.print(
+                f"[bold]{r.episode}[/bold]: no single decision decides it ({r.forks} forks) — {'; '.join(r.evidence)}"
+            )
             continue
         console.print(
             f"[bold]{r.episode}[/bold]: decisive step = agent [bold]{r.agent}[/bold], decision {r.decision} of {r.decisions} "

@@ -124,10 +124,19 @@ def _stats(args: argparse.Namespace) -> int:
         return 0
     console = _console()
     console.print(
-        Text(f"memory {data['path']}: {data['entries']} entries, embedder {data['embedder']} (dim {data['dim']})", style="bold")
+        Text(
+            f"memory {data['path']}: {data['entries']} entries, embedder {data['embedder']} (dim {data['dim']})",
+            style="bold",
+        )
     )
     table = Table(header_style="bold")
-    for name, justify in [("domain", "left"), ("entries", "right"), ("successes", "right"), ("failures", "right"), ("index", "left")]:
+    for name, justify in [
+        ("domain", "left"),
+        ("entries", "right"),
+        ("successes", "right"),
+        ("failures", "right"),
+        ("index", "left"),
+    ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in data["domains"]:
         table.add_row(row["domain"], str(row["entries"]), str(row["successes"]), str(row["failures"]), row["index"])
@@ -190,7 +199,15 @@ def _search(args: argparse.Namespace) -> int:
     candidates = f" of {found.candidates} candidates" if found.candidates else ""
     console.print(Text(f"{found.n} entries for {args.text!r} ({found.reason}{candidates})", style="bold"))
     table = Table(header_style="bold")
-    for name, justify in [("#", "right"), ("score", "right"), ("episode", "left"), ("outcome", "left"), ("request", "left"), ("tool calls", "left"), ("reflection", "left")]:
+    for name, justify in [
+        ("#", "right"),
+        ("score", "right"),
+        ("episode", "left"),
+        ("outcome", "left"),
+        ("request", "left"),
+        ("tool calls", "left"),
+        ("reflection", "left"),
+    ]:
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for i, scored in enumerate(found.entries, start=1):
         entry = scored.entry

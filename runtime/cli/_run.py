@@ -45,11 +45,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_model_flags(p)
     p.add_argument("--journal", type=Path, help="journal file (default from config: runs/journal.sqlite)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--error-rates", type=float, default=0.0, metavar="P", help="sim: per-decision mistake rate for each FAMA category")
-    p.add_argument("--error-rate", action="append", default=[], metavar="CATEGORY=P", help=f"sim: one category's rate ({', '.join(ERROR_CATEGORIES)})")
+    p.add_argument(
+        "--error-rates",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="sim: per-decision mistake rate for each FAMA category",
+    )
+    p.add_argument(
+        "--error-rate",
+        action="append",
+        default=[],
+        metavar="CATEGORY=P",
+        help=f"sim: one category's rate ({', '.join(ERROR_CATEGORIES)})",
+    )
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
-    p.add_argument("--workers", type=int, default=0, metavar="N", help="worker processes per agent group (default from config: 1)")
-    p.add_argument("--episode-timeout", type=float, default=120.0, metavar="S", help="complete an episode as timeout after S seconds")
+    p.add_argument(
+        "--workers", type=int, default=0, metavar="N", help="worker processes per agent group (default from config: 1)"
+    )
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="complete an episode as timeout after S seconds",
+    )
     p.add_argument("--max-turns", type=int, default=30, help="user turns before an episode fails (default 30)")
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
     p.add_argument(
@@ -58,7 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="MODE",
         help="MemToolAgent memory: off, topk[:K] or dynamic (default from config: off); entries persist next to the journal",
     )
-    p.add_argument("--nats", default="", metavar="URL", help="use the system already running at URL (its workers and journal)")
+    p.add_argument(
+        "--nats", default="", metavar="URL", help="use the system already running at URL (its workers and journal)"
+    )
     p.add_argument(
         "--fault", action="append", default=[], metavar="TYPE[:k=v,...]",
         help="a fault rule for the length of the run, on its episodes (e.g. storm:copies=3,kind=tool_call); repeatable",
@@ -70,7 +92,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Which model every role uses: shared by the commands that call models."""
-    p.add_argument("--model", choices=["sim", "openai"], default=None, help="backend for every role (default: the config's, else sim)")
+    p.add_argument(
+        "--model",
+        choices=["sim", "openai"],
+        default=None,
+        help="backend for every role (default: the config's, else sim)",
+    )
     p.add_argument("--base-url", default="", help="OpenAI-compatible endpoint for --model openai")
     p.add_argument("--model-name", default="", help="model name for --model openai")
     p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
@@ -243,4 +270,3 @@ def _table(summary: Summary, domain: str, run_id: str) -> Table:
     if summary.journal:
         table.add_row("journal", summary.journal)
     return table
-

@@ -153,7 +153,9 @@ def _up(args: argparse.Namespace) -> int:
                 try:
                     await supervisor.start(tg)
                     STATE_FILE.parent.mkdir(exist_ok=True)
-                    STATE_FILE.write_text(json.dumps({"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid()}))
+                    STATE_FILE.write_text(
+                        json.dumps({"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid()})
+                    )
                     console.print(_process_table(supervisor.status(), supervisor.url, journal))
                     console.print("running; Ctrl-C drains the workers and stops")
                     async for _ in signals:

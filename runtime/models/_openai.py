@@ -220,6 +220,7 @@ class OpenAIEmbedder(_EndpointUser):
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         import numpy as np  # only embedders need it; workers stay small
+
         """An (n, dim) float32 array whose rows have L2 norm 1 (all-zero rows stay zero)."""
         batches = [list(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         rows: list[list[float]] = []

@@ -11,7 +11,9 @@ from faultline.envs import Task, load_domain
 from faultline.runtime import AgentHarness
 
 
-async def play(domain: str, task: Task, calls: list[ToolCall], told: list[str]) -> tuple[list[ToolResult], EpisodeCompleted]:
+async def play(
+    domain: str, task: Task, calls: list[ToolCall], told: list[str]
+) -> tuple[list[ToolResult], EpisodeCompleted]:
     env = AgentHarness(EnvironmentHost())
     await env.deliver(EpisodeSpec(domain=domain, task=task.id).start())
     results = []

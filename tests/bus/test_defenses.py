@@ -24,14 +24,20 @@ from faultline.bus import (
 )
 
 
-def msg(i: str, *, sender: str = "tool", to: str = "user", hops: int = 1, body: Any = None, cause: str = "") -> Envelope:
-    return Envelope(id=i, episode="e1", sender=sender, recipient=to, hops=hops, causation=cause, body=body or AssistantTurn(text=i))
+def msg(
+    i: str, *, sender: str = "tool", to: str = "user", hops: int = 1, body: Any = None, cause: str = ""
+) -> Envelope:
+    return Envelope(
+        id=i, episode="e1", sender=sender, recipient=to, hops=hops, causation=cause, body=body or AssistantTurn(text=i)
+    )
 
 
 START = Envelope(id="s", episode="e1", sender="runner", recipient="user", body=Start())
 
 
-async def deliver(interceptor: DefenseInterceptor, agent: str, *messages: Envelope) -> tuple[list[str], list[DefenseFired]]:
+async def deliver(
+    interceptor: DefenseInterceptor, agent: str, *messages: Envelope
+) -> tuple[list[str], list[DefenseFired]]:
     chain = InterceptorChain([interceptor])
     passed: list[str] = []
     fired: list[DefenseFired] = []
@@ -58,7 +64,9 @@ async def test_dedup_drops_a_repeated_id_and_copies_of_a_body() -> None:
 
 async def test_cycle_breaker_drops_echoes_and_deep_messages() -> None:
     d = DefenseInterceptor({"*": ["cycle"]}, DefenseSettings(max_hops=10))
-    passed, fired = await deliver(d, "user", msg("a"), msg("echo", sender="user"), msg("deep", hops=11), msg("edge", hops=10))
+    passed, fired = await deliver(
+        d, "user", msg("a"), msg("echo", sender="user"), msg("deep", hops=11), msg("edge", hops=10)
+    )
     assert passed == ["a", "edge"]
     assert [f.message_id for f in fired] == ["echo", "deep"]
     assert fired[1].settings == {"max_hops": 10, "echo": True}

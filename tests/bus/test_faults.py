@@ -108,7 +108,9 @@ def test_the_draw_is_fixed_by_rule_and_message() -> None:
     again = [bool(rules(rule).candidates(env(i), 0.0)) for i in range(200)]
     assert first == again
     assert 60 < sum(first) < 140
-    other = [bool(rules(FaultRule(id="other", fault="cycle", probability=0.5)).candidates(env(i), 0.0)) for i in range(200)]
+    other = [
+        bool(rules(FaultRule(id="other", fault="cycle", probability=0.5)).candidates(env(i), 0.0)) for i in range(200)
+    ]
     assert other != first
 
 
@@ -143,7 +145,9 @@ def test_controls_add_remove_clear_and_ignore_the_malformed() -> None:
 
 
 async def test_only_conversation_messages_are_faulted_and_one_fault_per_message() -> None:
-    interceptor = FaultInterceptor(rules(FaultRule(id="s", fault="storm", params={"copies": 2}), FaultRule(id="c", fault="cycle")))
+    interceptor = FaultInterceptor(
+        rules(FaultRule(id="s", fault="storm", params={"copies": 2}), FaultRule(id="c", fault="cycle"))
+    )
     event = Envelope(id="done", episode="e1", sender="env", body=EpisodeCompleted(outcome="success"))
     out, events = await through(interceptor, event, env(1))
     assert out[0] is event
@@ -269,4 +273,6 @@ def test_the_public_fault_and_defense_names_are_these() -> None:
         "clear_rules_control", "fault_type", "fault_types", "follow_rules", "publish_controls", "read_rules",
         "register_fault", "remove_rule_control", "screen", "settings_from",
     }  # fmt: skip
-    assert {"CONTROL_EPISODE", "DEFENSES", "DEFENSE_ORDER", "FAULTS_CONTROL", "MAX_COPIES", "OPERATOR"} <= set(bus.__all__)
+    assert {"CONTROL_EPISODE", "DEFENSES", "DEFENSE_ORDER", "FAULTS_CONTROL", "MAX_COPIES", "OPERATOR"} <= set(
+        bus.__all__
+    )

@@ -64,7 +64,9 @@ async def test_a_budget_holds_across_workers(bus: Bus) -> None:
         assert isinstance(event.body, FaultApplied)
         await bus.publish(event)
         # the follower takes in the stream in order: once it confirms a later control, it has counted the event
-        await publish_controls(bus, [add_rule_control(FaultRule(id="later", fault="storm", episode="elsewhere"), "2")], workers=1)
+        await publish_controls(
+            bus, [add_rule_control(FaultRule(id="later", fault="storm", episode="elsewhere"), "2")], workers=1
+        )
         assert rules.applied("b") == 1
         _, events = await through(FaultInterceptor(rules), *(env(i) for i in range(5)))
         assert len(events) == 1

@@ -34,7 +34,9 @@ json_values = st.recursive(
 bodies = st.one_of(
     st.builds(UserTurn, text=st.text(), done=st.booleans()),
     st.builds(AssistantTurn, text=st.text()),
-    st.builds(ToolCall, call_id=tokens, name=tokens, arguments=st.dictionaries(st.text(max_size=8), json_values, max_size=4)),
+    st.builds(
+        ToolCall, call_id=tokens, name=tokens, arguments=st.dictionaries(st.text(max_size=8), json_values, max_size=4)
+    ),
     st.builds(ToolResult, call_id=tokens, name=tokens, output=json_values, error=st.text(max_size=10)),
     st.builds(Note, text=st.text(), data=st.dictionaries(st.text(max_size=8), json_values, max_size=3)),
     st.builds(

@@ -79,9 +79,22 @@ class Storm(Interceptor):
         if isinstance(env.body, Note) and env.body.text == "drop":
             return ()
         if isinstance(env.body, Note) and env.body.text == "twice":
-            return (env, Envelope(id=env.id + "-dup", episode=env.episode, sender=env.sender, recipient=env.recipient, body=env.body))
+            return (
+                env,
+                Envelope(
+                    id=env.id + "-dup", episode=env.episode, sender=env.sender, recipient=env.recipient, body=env.body
+                ),
+            )
         if isinstance(env.body, Note) and env.body.text == "change":
-            return (Envelope(id=env.id, episode=env.episode, sender=env.sender, recipient=env.recipient, body=UserTurn(text="changed")),)
+            return (
+                Envelope(
+                    id=env.id,
+                    episode=env.episode,
+                    sender=env.sender,
+                    recipient=env.recipient,
+                    body=UserTurn(text="changed"),
+                ),
+            )
         return (env,)
 
 

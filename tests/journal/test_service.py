@@ -48,7 +48,9 @@ async def test_malformed_messages_are_dead_lettered_and_journaled(bus: Bus, tmp_
         await bus.publish(note(0))
         await bus.publish_raw("fl.ep.e0.b", b"\xc1 not msgpack")
         await bus.publish_raw("fl.ep.e0.b", b"\x81\xa4body\x01")  # msgpack of the wrong shape
-        await bus.publish(Envelope(id="after", episode="e0", sender="a", recipient="b", body=UserTurn(text="still here")))
+        await bus.publish(
+            Envelope(id="after", episode="e0", sender="a", recipient="b", body=UserTurn(text="still here"))
+        )
         with anyio.fail_after(20):
             await service.wait_for(6)  # 4 published + 2 dead letters
         service.stop()

@@ -13,7 +13,22 @@ from faultline.runtime.cli import main
 @pytest.fixture(scope="session")
 def sim_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sim") / "journal.sqlite"
-    code = main(["run", "--tasks", "24", "--trials", "2", "--error-rates", "0.06", "--seed", "7", "--journal", str(path), "--json"])
+    code = main(
+        [
+            "run",
+            "--tasks",
+            "24",
+            "--trials",
+            "2",
+            "--error-rates",
+            "0.06",
+            "--seed",
+            "7",
+            "--journal",
+            str(path),
+            "--json",
+        ]
+    )
     assert code == 0
     return path
 

@@ -25,7 +25,9 @@ def single_mistake_failures(journal: Path, limit: int) -> dict[str, tuple[list[i
     return found
 
 
-def test_attribution_finds_the_known_mistake(journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_attribution_finds_the_known_mistake(
+    journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     known = single_mistake_failures(journal_copy, 4)
     assert known, "the sim journal has failed episodes with one mistake"
     args = ["attribute", str(journal_copy), "--scratch", str(tmp_path / "forks.sqlite"), "--json"]

@@ -35,7 +35,9 @@ def one_wrong_call(journal: Path) -> tuple[str, int, dict]:  # type: ignore[type
             calls = [d for d in wrong if d.action["name"] not in ("reply", "(nothing)")]
             if len(mistakes) == 1 and calls:
                 made = calls[-1]
-                call_row = next(r for r in rows if r.sender == "tool" and r.kind == "tool_call" and r.pos > made.recording_pos)
+                call_row = next(
+                    r for r in rows if r.sender == "tool" and r.kind == "tool_call" and r.pos > made.recording_pos
+                )
                 intended = made.mistake["intended"]  # type: ignore[index]
                 right = {"kind": "tool_call", "call_id": call_row.envelope().body.call_id, **intended}  # type: ignore[union-attr]
                 return summary.episode, call_row.pos, right
@@ -71,13 +73,17 @@ def test_dropping_a_needed_message_ends_in_failure(journal_copy: Path, capsys: p
     assert main(["replay", str(journal_copy)]) == 0
 
 
-def test_history_before_the_fork_calls_no_model(journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_history_before_the_fork_calls_no_model(
+    journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with JournalReader(journal_copy) as reader:
         ok = next(s for s in reader.episodes() if s.outcome == "success")
         rows = list(reader.episode_rows(ok.episode))
     last = rows[-3]
     out = tmp_path / "fork.sqlite"
-    result = fork(capsys, str(journal_copy), "--episode", ok.episode, "--at", str(last.pos), "--keep", "--out", str(out))
+    result = fork(
+        capsys, str(journal_copy), "--episode", ok.episode, "--at", str(last.pos), "--keep", "--out", str(out)
+    )
     with JournalReader(out) as reader:
         fork_rows = list(reader.episode_rows(result["episode"]))
     prefix_recordings = [r for r in rows if r.kind == "recording" and r.pos < last.pos]

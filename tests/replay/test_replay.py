@@ -29,7 +29,12 @@ class ChattierTool(ToolAgent):
             if isinstance(out.body, AssistantTurn):
                 self.replies = getattr(self, "replies", 0) + 1
                 if self.replies == 2:
-                    ctx.outputs[i] = Envelope(**{**{f: getattr(out, f) for f in out.__struct_fields__}, "body": AssistantTurn(text=out.body.text + " Have a nice day!", done=out.body.done)})
+                    ctx.outputs[i] = Envelope(
+                        **{
+                            **{f: getattr(out, f) for f in out.__struct_fields__},
+                            "body": AssistantTurn(text=out.body.text + " Have a nice day!", done=out.body.done),
+                        }
+                    )
 
 
 class PoliterTool(ToolAgent):
@@ -40,7 +45,10 @@ class PoliterTool(ToolAgent):
         first = request.messages[0]
         import msgspec
 
-        return msgspec.structs.replace(request, messages=[msgspec.structs.replace(first, content=first.content + " Be polite."), *request.messages[1:]])
+        return msgspec.structs.replace(
+            request,
+            messages=[msgspec.structs.replace(first, content=first.content + " Be polite."), *request.messages[1:]],
+        )
 
 
 def with_tool(cls: type[Agent]):  # type: ignore[no-untyped-def]
@@ -69,7 +77,9 @@ def test_a_changed_reply_is_reported_at_the_right_agent_and_input(sim_journal: P
     assert "+" in diff and "Have a nice day!" in diff
     with JournalReader(sim_journal) as reader:
         two_replies = sum(
-            1 for _, rows in reader.by_episode() if sum(r.sender == "tool" and r.kind == "assistant_turn" for r in rows) >= 2
+            1
+            for _, rows in reader.by_episode()
+            if sum(r.sender == "tool" and r.kind == "assistant_turn" for r in rows) >= 2
         )
     assert len(report.divergences) == two_replies
     assert {d.agent for d in report.divergences} == {"tool"}

@@ -33,7 +33,10 @@ class Counter(Domain):
                 id="more-apples",
                 instruction="Add 4 to my apples counter and tell me the new value.",
                 user_facts={"counter": "apples"},
-                actions=[Action(name="read", arguments={"name": "apples"}), Action(name="add", arguments={"name": "apples", "amount": 4})],
+                actions=[
+                    Action(name="read", arguments={"name": "apples"}),
+                    Action(name="add", arguments={"name": "apples", "amount": 4}),
+                ],
                 outputs=["7"],
             ),
             Task(

@@ -91,7 +91,7 @@ def test_a_role_inherits_unset_keys_from_the_default_model() -> None:
         ('[nats]\nurll = ""\n', "Object contains unknown field urll - at $.nats"),
         ("[runtime]\nack_wait_s = -1.0\n", "Expected float > 0.0 - at $.runtime.ack_wait_s"),
         ('[models.judge]\nbackend = "gpt"\n', "- at $.models.judge.backend"),
-        ('[models.judge]\ntimeout = 3\n', "Object contains unknown field timeout - at $.models.judge"),
+        ("[models.judge]\ntimeout = 3\n", "Object contains unknown field timeout - at $.models.judge"),
         ('[models.judge]\nbackend = "openai"\n', 'needed with backend = "openai" - at $.models.judge.model'),
         ('[agents.triage]\nclass = "triage.TriageAgent"\n', "'package.module:ClassName'"),
         ('[nats]\nprefix = "a.b"\n', "subject prefix 'a.b' is not a valid subject token"),

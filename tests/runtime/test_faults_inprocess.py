@@ -33,7 +33,9 @@ class Bystander(Agent):
         type(self).seen.append(msg.id)
 
 
-async def run_with(bus: Bus, rule: FaultRule, defenses: dict[str, list[str]], settings: DefenseSettings) -> list[Envelope]:
+async def run_with(
+    bus: Bus, rule: FaultRule, defenses: dict[str, list[str]], settings: DefenseSettings
+) -> list[Envelope]:
     rules = RuleSet()
     rules.control(add_rule_control(rule, "n").body)  # type: ignore[arg-type]
     bus.interceptors.add(DefenseInterceptor(defenses, settings))

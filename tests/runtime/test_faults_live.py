@@ -67,7 +67,9 @@ def replays_identical(path: Path) -> None:
     assert main(["replay", str(path)]) == 0
 
 
-def test_every_fault_type_shows_in_the_journal_with_its_original(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_fault_type_shows_in_the_journal_with_its_original(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     journal = tmp_path / "j.sqlite"
     e = [f"ft-{task}-t0" for task in TASKS]
     faults = [
@@ -89,7 +91,8 @@ def test_every_fault_type_shows_in_the_journal_with_its_original(tmp_path: Path,
     for episode in e:
         events = bodies(rows[episode], FaultApplied)
         applied[episode] = [
-            (a, msgspec.convert(a.original, Envelope), [msgspec.convert(r, Envelope) for r in a.results]) for a in events
+            (a, msgspec.convert(a.original, Envelope), [msgspec.convert(r, Envelope) for r in a.results])
+            for a in events
         ]
         ids = {r.id for r in rows[episode]}
         for _, _, results in applied[episode]:
@@ -157,7 +160,9 @@ def test_storm_and_cycle_with_defenses_and_without(tmp_path: Path, capsys: pytes
         # and the cycle runs the user up to its turn limit: a failure with that cause, not a hang
         done = outcome(off[f"n-{task}-t2"])
         assert (done.outcome, done.cause) == ("failure", "turn limit reached (6 user turns)")
-        loops = [b for r in off[f"n-{task}-t2"] if r.recipient == "user" and isinstance(b := r.envelope().body, UserTurn)]
+        loops = [
+            b for r in off[f"n-{task}-t2"] if r.recipient == "user" and isinstance(b := r.envelope().body, UserTurn)
+        ]
         assert [b.done for b in loops] == [False] * 6 + [True]  # six turns, then the goodbye, all sent back
     replays_identical(defended)
     replays_identical(exposed)

@@ -199,7 +199,9 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
     assert "2 worker(s)" in table and "pinger" in table and "ponger" in table
 
 
-def test_status_without_a_system_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_without_a_system_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from faultline.runtime.cli import main
 
     monkeypatch.chdir(tmp_path)

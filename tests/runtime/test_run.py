@@ -40,9 +40,13 @@ def test_with_no_mistakes_every_task_passes(domain: str, tmp_path: Path, capsys:
     assert main(["replay", str(journal)]) == 0
 
 
-def test_mistakes_lower_pass_k_and_failures_name_their_category(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_mistakes_lower_pass_k_and_failures_name_their_category(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     journal = tmp_path / "j.sqlite"
-    summary = run(capsys, "--tasks", "20", "--trials", "3", "--error-rates", "0.08", "--journal", str(journal), "--seed", "3")
+    summary = run(
+        capsys, "--tasks", "20", "--trials", "3", "--error-rates", "0.08", "--journal", str(journal), "--seed", "3"
+    )
     assert summary["pass_k"]["1"] < 1.0
     assert summary["pass_k"]["3"] <= summary["pass_k"]["2"] <= summary["pass_k"]["1"]
     failures = [c for c in completions(journal) if c.outcome != "success"]
@@ -54,7 +58,15 @@ def test_mistakes_lower_pass_k_and_failures_name_their_category(tmp_path: Path, 
 
 
 def test_a_third_party_domain_runs_by_import_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    summary = run(capsys, "--domain", "tests.runtime.counter_domain:Counter", "--tasks", "2", "--journal", str(tmp_path / "j.sqlite"))
+    summary = run(
+        capsys,
+        "--domain",
+        "tests.runtime.counter_domain:Counter",
+        "--tasks",
+        "2",
+        "--journal",
+        str(tmp_path / "j.sqlite"),
+    )
     assert summary["episodes"] == 2 and summary["pass_k"] == {"1": 1.0}
 
 
@@ -62,8 +74,19 @@ def test_the_openai_backend_runs_end_to_end(tmp_path: Path, capsys: pytest.Captu
     journal = tmp_path / "j.sqlite"
     with OpenAIServer() as server:
         summary = run(
-            capsys, "--model", "openai", "--base-url", server.url, "--model-name", "scripted",
-            "--tasks", "2", "--max-turns", "2", "--journal", str(journal),
+            capsys,
+            "--model",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model-name",
+            "scripted",
+            "--tasks",
+            "2",
+            "--max-turns",
+            "2",
+            "--journal",
+            str(journal),
         )
         assert len(server.chat_requests) >= 2 * 4
     assert summary["episodes"] == 2
@@ -80,14 +103,18 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len(err) == 3 and all(line.startswith("faultline: ") for line in err)
 
 
-def test_two_workers_per_agent_share_episodes_and_keep_their_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_workers_per_agent_share_episodes_and_keep_their_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     journal = tmp_path / "j.sqlite"
     summary = run(capsys, "--tasks", "12", "--workers", "2", "--journal", str(journal), "--concurrency", "12")
     assert summary["pass_k"] == {"1": 1.0}
     assert main(["replay", str(journal)]) == 0
 
 
-def test_an_episode_past_its_time_limit_completes_as_timeout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_episode_past_its_time_limit_completes_as_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     journal = tmp_path / "j.sqlite"
     summary = run(capsys, "--tasks", "3", "--episode-timeout", "0.001", "--journal", str(journal))
     assert summary["outcomes"] == {"timeout": 3}

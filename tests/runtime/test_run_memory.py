@@ -24,7 +24,9 @@ def test_a_second_run_retrieves_what_the_first_one_stored(tmp_path: Path, capsys
     assert stats["entries"] == 12
     with JournalReader(second) as reader:
         episode = reader.episodes()[0].episode
-        recordings = [r.envelope().body for r in reader.episode_rows(episode) if r.kind == "recording" and r.sender == "tool"]
+        recordings = [
+            r.envelope().body for r in reader.episode_rows(episode) if r.kind == "recording" and r.sender == "tool"
+        ]
     memory = [r for r in recordings if r.call == "request"]  # type: ignore[union-attr]
     assert len(memory) == 1 and not memory[0].error  # type: ignore[union-attr]
     retrieved = memory[0].response["entries"]  # type: ignore[union-attr]
@@ -32,5 +34,9 @@ def test_a_second_run_retrieves_what_the_first_one_stored(tmp_path: Path, capsys
     assert {e["entry"]["episode"].split("-")[0] for e in retrieved} <= {"fill", "use"}
     assert main(["journal", "show", str(second), "--episode", episode]) == 0
     shown = capsys.readouterr().out
-    assert "request#0" in shown and retrieved[0]["entry"]["query"][:30] in shown.replace("\n", " ").replace("  ", " ") or '"entries"' in shown
+    assert (
+        "request#0" in shown
+        and retrieved[0]["entry"]["query"][:30] in shown.replace("\n", " ").replace("  ", " ")
+        or '"entries"' in shown
+    )
     assert main(["replay", str(second)]) == 0

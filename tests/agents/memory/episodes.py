@@ -28,7 +28,9 @@ Call = tuple[str, dict[str, Any], Any]
 """(tool name, arguments, output)"""
 
 
-def mistake(step: int, category: str = "wrong_entity", made: str = "order #W1", intended: str = "order #W2") -> dict[str, Any]:
+def mistake(
+    step: int, category: str = "wrong_entity", made: str = "order #W1", intended: str = "order #W2"
+) -> dict[str, Any]:
     return {"category": category, "step": step, "intended": intended, "made": made}
 
 
@@ -88,22 +90,53 @@ def sample_episodes() -> list[list[Envelope]]:
     """A mix: successes and failures in two domains, similar requests, and episodes that give no entry."""
     order = {"order_id": "#W1"}
     return [
-        episode("ep-1", query="Cancel my order #W1, it has not shipped yet",
-                calls=[("get_order_details", order, {"status": "pending"}), ("cancel_pending_order", order, "ok")]),
-        episode("ep-2", query="Please cancel order #W7 because I ordered it by mistake", reward=0.0,
-                calls=[("cancel_pending_order", {"order_id": "#W1"}, "ok")], mistakes=[mistake(0)], late=True),
-        episode("ep-3", query="Change the shipping address of order #W3 to 12 Elm Street",
-                calls=[("modify_pending_order_address", {"order_id": "#W3", "address": "12 Elm Street"}, "ok")]),
-        episode("ep-4", query="Cancel my pending order #W9", reward=0.0,
-                calls=[("get_order_details", {"order_id": "#W9"}, {"status": "pending"})],
-                mistakes=[mistake(1, "early_stop", made="nothing", intended="cancel_pending_order(#W9)")]),
-        episode("ep-5", query="Suspend my phone line 555-0101 while I travel", domain="phone",
-                calls=[("suspend_line", {"line": "555-0101"}, "ok")]),
+        episode(
+            "ep-1",
+            query="Cancel my order #W1, it has not shipped yet",
+            calls=[("get_order_details", order, {"status": "pending"}), ("cancel_pending_order", order, "ok")],
+        ),
+        episode(
+            "ep-2",
+            query="Please cancel order #W7 because I ordered it by mistake",
+            reward=0.0,
+            calls=[("cancel_pending_order", {"order_id": "#W1"}, "ok")],
+            mistakes=[mistake(0)],
+            late=True,
+        ),
+        episode(
+            "ep-3",
+            query="Change the shipping address of order #W3 to 12 Elm Street",
+            calls=[("modify_pending_order_address", {"order_id": "#W3", "address": "12 Elm Street"}, "ok")],
+        ),
+        episode(
+            "ep-4",
+            query="Cancel my pending order #W9",
+            reward=0.0,
+            calls=[("get_order_details", {"order_id": "#W9"}, {"status": "pending"})],
+            mistakes=[mistake(1, "early_stop", made="nothing", intended="cancel_pending_order(#W9)")],
+        ),
+        episode(
+            "ep-5",
+            query="Suspend my phone line 555-0101 while I travel",
+            domain="phone",
+            calls=[("suspend_line", {"line": "555-0101"}, "ok")],
+        ),
         episode("ep-6", query="Cancel the order I placed yesterday", outcome="error", reward=0.0),
-        episode("ep-7", query="Exchange the blue shirt in order #W2 for a red one", reward=0.5,
-                calls=[("exchange_delivered_order_items", {"order_id": "#W2"}, "ok")], mistakes=[mistake(0, "wrong_value")]),
-        episode("ep-8", query="Resume my phone line 555-0101, I am back", domain="phone", reward=0.0,
-                calls=[("resume_line", {"line": "555-0199"}, "ok")], mistakes=[mistake(0, "wrong_entity", "555-0199", "555-0101")]),
+        episode(
+            "ep-7",
+            query="Exchange the blue shirt in order #W2 for a red one",
+            reward=0.5,
+            calls=[("exchange_delivered_order_items", {"order_id": "#W2"}, "ok")],
+            mistakes=[mistake(0, "wrong_value")],
+        ),
+        episode(
+            "ep-8",
+            query="Resume my phone line 555-0101, I am back",
+            domain="phone",
+            reward=0.0,
+            calls=[("resume_line", {"line": "555-0199"}, "ok")],
+            mistakes=[mistake(0, "wrong_entity", "555-0199", "555-0101")],
+        ),
     ]
 
 

@@ -75,7 +75,9 @@ def test_stats_as_a_table_and_as_json(filled: Path, capsys: pytest.CaptureFixtur
 
 
 def test_search_shows_the_entries_the_agent_would_get(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "memory", "search", "cancel my order", "--k", "2", "--domain", "retail", "--store", str(filled))
+    code, out, _ = run(
+        capsys, "memory", "search", "cancel my order", "--k", "2", "--domain", "retail", "--store", str(filled)
+    )
     assert code == 0
     assert "2 entries for 'cancel my order' (top_k)" in out
     assert "retail/ep-1" in out and "cancel_pending_order" in out

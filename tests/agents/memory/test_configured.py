@@ -54,7 +54,9 @@ async def test_the_openai_embedder_learns_its_size_from_the_store_or_the_endpoin
     assert len(openai_server.embedding_requests) == 2, "one probe, one entry"
     down = MemoryConfig(
         embedder="openai",
-        openai=OpenAISettings(base_url=f"http://127.0.0.1:{free_port()}/v1", api_key_env="", model="test-model", max_retries=0),
+        openai=OpenAISettings(
+            base_url=f"http://127.0.0.1:{free_port()}/v1", api_key_env="", model="test-model", max_retries=0
+        ),
     )
     async with open_memory(down, store, must_exist=True) as memory:
         assert len(memory) == 1, "the size comes from the store: no probe, no network"

@@ -84,7 +84,9 @@ def test_a_journaled_model_reflection_wins_over_the_offline_one() -> None:
 
 
 def test_exchanges_pair_calls_with_results_for_the_extractor() -> None:
-    envs = episode("x", query="Cancel order #W1", reward=0.0, calls=[("a", {"k": 1}, {"z": 2, "y": 1}), ("b", {}, "text")])
+    envs = episode(
+        "x", query="Cancel order #W1", reward=0.0, calls=[("a", {"k": 1}, {"z": 2, "y": 1}), ("b", {}, "text")]
+    )
     facts = episode_facts(envs)
     assert facts is not None
     assert [(e.call.name, e.response) for e in facts.exchanges] == [("a", '{"y":1,"z":2}'), ("b", "text")]

@@ -81,8 +81,13 @@ async def test_a_journaled_model_reflection_is_rebuilt_without_a_model(
     bus: Bus, tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
     openai_server.reply(Text("The agent cancelled #W1, not the order #W7 the user named."))
-    failed = episode("m", query="Please cancel order #W7", reward=0.0, mistakes=[mistake(0)],
-                     calls=[("cancel_pending_order", {"order_id": "#W1"}, "ok")])
+    failed = episode(
+        "m",
+        query="Please cancel order #W7",
+        reward=0.0,
+        mistakes=[mistake(0)],
+        calls=[("cancel_pending_order", {"order_id": "#W1"}, "ok")],
+    )
     live = MemoryStore(":memory:", HashingEmbedder())
     async with OpenAIBackend(openai_server.settings()) as model:
         service = MemoryService(bus, live, extractor=model, settings=FAST)

@@ -203,8 +203,13 @@ async def test_events_that_completed_while_the_service_was_down_are_not_missed(b
 
 async def test_a_model_reflection_is_journaled_once_and_reused(bus: Bus, openai_server: OpenAIServer) -> None:
     openai_server.reply(Text("The agent cancelled #W1 although the user asked about #W7."))
-    failed = episode("m", query="Please cancel order #W7", reward=0.0, mistakes=[mistake(0)],
-                     calls=[("cancel_pending_order", {"order_id": "#W1"}, "ok")])
+    failed = episode(
+        "m",
+        query="Please cancel order #W7",
+        reward=0.0,
+        mistakes=[mistake(0)],
+        calls=[("cancel_pending_order", {"order_id": "#W1"}, "ok")],
+    )
     store = MemoryStore(":memory:", HashingEmbedder())
     async with OpenAIBackend(openai_server.settings()) as model:
         async with running(MemoryService(bus, store, extractor=model, settings=FAST)) as service:

@@ -135,7 +135,11 @@ async def test_reopening_gives_the_same_results(tmp_path: Path) -> None:
         with MemoryStore(path, HashingEmbedder(), settings) as reopened:
             after = [await reopened.retrieve(q, TopK(k=8)) for q in queries]
             assert reopened.stats() == stats
-            assert after == before
+            assert [[s.entry.id for s in r.entries] for r in after] == [[s.entry.id for s in r.entries] for r in before]
+            # A reopened HNSW graph is rebuilt, and faiss may sum the same float32 products in another
+            # order: scores agree to float32 precision, not bit for bit.
+            for got, want in zip(after, before, strict=True):
+                assert [s.score for s in got.entries] == pytest.approx([s.score for s in want.entries], rel=1e-5)
             assert await reopened.add_many(make_entries(100)) == 0
             assert await reopened.add_many(make_entries(5, start=100)) == 5
             assert len(reopened) == 125
