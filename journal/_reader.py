@@ -106,6 +106,10 @@ class JournalReader:
         cursor = self._query(f"SELECT {ROW_SELECT} FROM messages ORDER BY pos DESC LIMIT ?", (max(n, 0),))
         return list(_rows(cursor))[::-1]
 
+    def has_episode(self, episode: str) -> bool:
+        """Whether any row belongs to `episode` (one lookup in the episode index)."""
+        return self._query("SELECT 1 FROM messages WHERE episode = ? LIMIT 1", (episode,)).fetchone() is not None
+
     def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
         """One episode's rows from position `start` on, in position order."""
         return _rows(

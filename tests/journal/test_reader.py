@@ -44,6 +44,8 @@ def test_episode_scans_return_only_that_episode_in_order(tmp_path: Path) -> None
         groups = list(reader.by_episode())
         assert [(name, [row.envelope() for row in rows]) for name, rows in groups] == [("ep-a", a), ("ep-b", b)]
         assert [name for name, _ in reader.by_episode(["ep-b"])] == ["ep-b"]
+        assert reader.has_episode("ep-a") and reader.has_episode("ep-b")
+        assert not reader.has_episode("ep-c")
 
 
 def test_episodes_list_outcome_reward_and_counts(journal_file: Path) -> None:

@@ -112,3 +112,19 @@ def test_replay_needs_only_the_file(sim_journal: Path, tmp_path: Path, monkeypat
     moved.write_bytes(sim_journal.read_bytes())
     monkeypatch.chdir(moved.parent)
     assert Replayer(builtin).replay(moved).identical
+
+
+def test_replaying_an_unknown_episode_says_it_does_not_exist(
+    sim_journal: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with JournalReader(sim_journal) as reader:
+        known = reader.episodes()[0].episode
+    assert main(["replay", str(sim_journal), "-e", known, "-e", "no-such-episode"]) == 1
+    out, err = capsys.readouterr()
+    assert "identical" not in out
+    assert err.strip().splitlines() == [
+        f"faultline: error: {sim_journal}: no episode 'no-such-episode' in this journal;"
+        f" `faultline journal episodes {sim_journal}` lists them"
+    ]
+    assert main(["replay", str(sim_journal), "-e", known]) == 0
+    assert "identical" in capsys.readouterr().out
