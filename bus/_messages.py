@@ -102,6 +102,17 @@ class Recording(Body, frozen=True, tag="recording"):
     error: str = ""
 
 
+class NoOutput(Body, frozen=True, tag="no_output"):
+    """An agent handled an input (its `causation`) and emitted nothing.
+
+    Outputs are the journal's evidence that an input was handled; this is that
+    evidence when there are none, so replay can tell a quiet handler from an
+    input the agent never reached (a run stopped, a worker still behind).
+    """
+
+    route: ClassVar[str] = "rec"
+
+
 # -- lifecycle events -------------------------------------------------------------------------
 
 
@@ -203,6 +214,7 @@ MessageBody = Union[
     ContextReply,
     Note,
     Recording,
+    NoOutput,
     EpisodeStarted,
     EpisodeCompleted,
     ErrorRaised,

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from faultline._errors import BusError, FaultlineError, NonDeterminismError
+from faultline._errors import BusError, FaultlineError
 from faultline.bus import (
     Envelope,
     EpisodeCompleted,
@@ -39,8 +39,8 @@ from faultline.bus import (
 from faultline.journal import Journal, JournalReader, JournalRow, verify
 from faultline.journal._rows import Incoming
 from faultline.replay._replay import AgentLookup, _tracks
+from faultline.runtime import Handling, Recorder
 from faultline.runtime._agent import Agent
-from faultline.runtime._context import Context, Recorder, failure_envelopes
 from faultline.runtime._episodes import RUNNER
 from faultline.runtime.models import ModelBackend
 
@@ -151,14 +151,7 @@ class _Fork:
             self.record([rec])
 
         recorder = Recorder(recorded=recorded or {}, services=self.services, store=store)
-        ctx = Context(agent=name, message=env, recorder=recorder, services=self.services)
-        try:
-            await self.instances[name].on_message(env, ctx)
-            outputs = ctx.outputs
-        except NonDeterminismError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a raising handler fails the episode, as it does live
-            outputs = failure_envelopes(name, env, exc)
+        outputs = await Handling(self.instances[name], name, env, recorder, services=self.services).run()
         self.write([e for e in outputs if not skip or e.id not in skip])
 
     async def run(self) -> None:

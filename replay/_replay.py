@@ -42,14 +42,15 @@ from faultline.bus import (
     EpisodeStarted,
     ErrorRaised,
     FaultApplied,
+    NoOutput,
     Recording,
     build_defenses,
     screen,
     settings_from,
 )
 from faultline.journal import JournalReader, JournalRow, verify
+from faultline.runtime import Handling, Recorder
 from faultline.runtime._agent import Agent
-from faultline.runtime._context import Context, Recorder, failure_envelopes
 
 AgentLookup = Callable[[str], type[Agent] | None]
 
@@ -81,6 +82,8 @@ class ReplayReport(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
     divergences: list[Divergence] = []
     skipped_agents: list[str] = []
+    unhandled: int = 0
+    """Journaled inputs that no agent had handled when the journal was written (not compared)."""
 
     @property
     def identical(self) -> bool:
@@ -101,6 +104,21 @@ class _AgentTrack:
     recordings: dict[str, dict[int, Recording]] = field(default_factory=lambda: defaultdict(dict))
     received: list[JournalRow] = field(default_factory=list)
     dropped: dict[str, DefenseFired] = field(default_factory=dict)
+    quiet: set[str] = field(default_factory=set)
+
+    def reached(self) -> int:
+        """How many of `received` the agent reached live: up to the last one with evidence.
+
+        Handling is in order, so every input before one that left outputs, a
+        `NoOutput` marker or a defense drop was handled too. Inputs after the last
+        such one were journaled but never handled (the run stopped first, or the
+        agent was still behind when the journal was copied).
+        """
+        for i in range(len(self.received) - 1, -1, -1):
+            id = self.received[i].id
+            if id in self.outputs or id in self.quiet or id in self.dropped:
+                return i + 1
+        return 0
 
 
 def comparable(env: Envelope) -> dict[str, Any]:
@@ -141,6 +159,10 @@ def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _Agent
             if row.sender in tracks and isinstance(recorded.body, Recording):
                 tracks[row.sender].recordings[recorded.causation][recorded.body.index] = recorded.body
             continue
+        if row.kind == "no_output":
+            if row.sender in tracks:
+                tracks[row.sender].quiet.add(row.causation)
+            continue
         if row.kind in ("defense_fired", "control"):
             continue
         if row.kind == "fault_applied":
@@ -178,7 +200,7 @@ def replay_agent(
     settings: Mapping[str, Any] | None = None,
     injected: frozenset[str] = frozenset(),
 ) -> tuple[int, Divergence | None]:
-    """Feed one agent its inputs; return how many were handled and the first divergence, if any.
+    """Feed one agent the inputs it reached live; return how many were handled and the first divergence.
 
     `injected` are ids of messages a fork changed: the one the agent had produced and the
     one delivered instead; neither counts as an output of the agent.
@@ -186,7 +208,7 @@ def replay_agent(
     agent = cls()
     handled = 0
     defenses = _defenses_of(track)
-    for row in track.received:
+    for row in track.received[: track.reached()]:
         message = row.envelope()
 
         def diverged(what: str, expected: Any = None, got: Any = None, at: JournalRow = row) -> Divergence:
@@ -212,16 +234,8 @@ def replay_agent(
             if drop:
                 continue
         recorder = Recorder(recorded=track.recordings.get(message.id, {}))
-        ctx = Context(agent=name, message=message, recorder=recorder, settings=settings)
-
         try:
-            try:
-                _run_handler(agent, message, ctx)
-                produced = ctx.outputs
-            except NonDeterminismError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a raising handler is replayed as its failure events
-                produced = failure_envelopes(name, message, exc)
+            produced = Handling(agent, name, message, recorder, settings=settings).run_served()
         except NonDeterminismError as exc:
             made = recorder.made[-1] if recorder.made else None
             return handled, diverged(str(exc), got=msgspec.to_builtins(made) if made else None)
@@ -234,7 +248,7 @@ def replay_agent(
                 expected=msgspec.to_builtins(missing),
             )
         expected = [comparable(e) for e in track.outputs.get(message.id, []) if e.id not in injected]
-        got = [comparable(e) for e in produced if e.id not in injected]
+        got = [comparable(e) for e in produced if e.id not in injected and not isinstance(e.body, NoOutput)]
         if expected != got:
             return handled, diverged(_describe_output_change(expected, got), expected=expected, got=got)
     return handled, None
@@ -258,23 +272,6 @@ def _describe_output_change(expected: list[dict[str, Any]], got: list[dict[str, 
     if len(got) > len(expected):
         return f"the code now emits {len(got) - len(expected)} more output(s)"
     return f"the code no longer emits {len(expected) - len(got)} output(s)"
-
-
-def _run_handler(agent: Agent, message: Envelope, ctx: Context) -> None:
-    """Run an async handler to completion without an event loop round trip per await.
-
-    Under replay every awaited call is served from memory and never suspends, so
-    driving the coroutine by hand is exact and several times faster than a loop.
-    """
-    coro = agent.on_message(message, ctx)
-    try:
-        coro.send(None)
-    except StopIteration:
-        return
-    coro.close()
-    raise NonDeterminismError(
-        f"agent {ctx.agent!r} handling {message.kind} {message.id} awaited something that is not a ctx call"
-    )
 
 
 class Replayer:
@@ -323,6 +320,7 @@ class Replayer:
             report.episodes += part.episodes
             report.agents += part.agents
             report.messages += part.messages
+            report.unhandled += part.unhandled
             report.divergences.extend(part.divergences)
             report.skipped_agents = sorted({*report.skipped_agents, *part.skipped_agents})
         order = {name: i for i, name in enumerate(names)}
@@ -349,6 +347,7 @@ class Replayer:
                     cls = self.lookup(name)
                     assert cls is not None
                     report.agents += 1
+                    report.unhandled += len(track.received) - track.reached()
                     handled, divergence = replay_agent(episode, name, cls, track, self.settings.get(name), injected)
                     report.messages += handled
                     if divergence is not None:

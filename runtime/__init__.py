@@ -16,6 +16,7 @@ from faultline.runtime._config import (
 )
 from faultline.runtime._context import Context, Recorder
 from faultline.runtime._episodes import Completions, start_episode
+from faultline.runtime._handling import Handling
 from faultline.runtime._harness import AgentHarness
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
@@ -26,6 +27,7 @@ __all__ = [
     "Completions",
     "Config",
     "Context",
+    "Handling",
     "JournalConfig",
     "MemoryConfig",
     "ModelConfig",

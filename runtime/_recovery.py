@@ -28,7 +28,8 @@ async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ..
     already have some (the crash came in the middle of its handler).
     """
     s = bus.subjects
-    subjects = [s.direct(episode, agent), s.rec(episode, agent), *(s.topic(episode, t) for t in topics)]
+    rec_subject = s.rec(episode, agent)
+    subjects = [s.direct(episode, agent), rec_subject, *(s.topic(episode, t) for t in topics)]
     consumer = await bus.consumer(None, subjects, start="all")
     history = History()
     try:
@@ -43,8 +44,9 @@ async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ..
                         env = delivery.envelope()
                     except DecodeError:
                         continue  # dead-lettered when it first arrived
-                    if isinstance(env.body, Recording):
-                        history.recordings[env.causation][env.body.index] = env.body
+                    if delivery.subject == rec_subject:
+                        if isinstance(env.body, Recording):
+                            history.recordings[env.causation][env.body.index] = env.body
                     elif delivery.stream_seq < before_seq and not (env.topic and env.sender == agent):
                         history.inputs.append(env)
     finally:

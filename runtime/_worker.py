@@ -27,7 +27,7 @@ import nats.errors
 import nats.js.errors
 from anyio.abc import TaskGroup
 
-from faultline._errors import BusError
+from faultline._errors import BusError, NonDeterminismError
 from faultline.bus import (
     Bus,
     Delivery,
@@ -35,7 +35,8 @@ from faultline.bus import (
     Recording,
 )
 from faultline.runtime._agent import Agent
-from faultline.runtime._context import Context, Recorder, failure_envelopes
+from faultline.runtime._context import Recorder, failure_envelopes
+from faultline.runtime._handling import Handling
 from faultline.runtime._recovery import load_history
 from faultline.runtime.models import ModelBackend
 
@@ -61,6 +62,8 @@ class _Instance:
     send: Any
     receive: Any
     rebuilt: bool = False
+    broken: str = ""
+    failed: bool = False
     recorded: dict[str, dict[int, Recording]] = field(default_factory=dict)
 
 
@@ -197,7 +200,9 @@ class Worker:
 
         A restarted worker cannot tell an episode that began before the crash from
         a new one without looking, so it looks for every instance it creates (one
-        short read of the stream each).
+        short read of the stream each). Outputs of the replayed inputs are in the
+        stream already, so none is published; if today's code no longer matches
+        the recordings, the instance is broken and its episode fails with the cause.
         """
         instance.rebuilt = True
         if cls.name not in self._recovering:
@@ -208,33 +213,33 @@ class Worker:
             messages, _ = await self.bus.interceptors.inbound(earlier, cls.name)
             for message in messages:
                 recorder = Recorder(recorded=history.recordings.get(message.id, {}))
-                ctx = self._context(cls, message, recorder)
-                await instance.agent.on_message(message, ctx)
+                try:
+                    await self._handling(cls, instance, message, recorder).run()
+                except NonDeterminismError as exc:
+                    instance.broken = f"cannot rebuild after a restart: {exc}"
+                    return
 
-    def _context(self, cls: type[Agent], message: Envelope, recorder: Recorder) -> Context:
-        return Context(
-            agent=cls.name,
-            message=message,
-            recorder=recorder,
-            services=self,
-            settings=self.agent_settings.get(cls.name, {}),
-        )
+    def _handling(self, cls: type[Agent], instance: _Instance, message: Envelope, recorder: Recorder) -> Handling:
+        settings = self.agent_settings.get(cls.name, {})
+        return Handling(instance.agent, cls.name, message, recorder, services=self, settings=settings)
 
     async def _handle(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
+        if instance.broken:
+            if not instance.failed:
+                instance.failed = True
+                await self.bus.publish_all(failure_envelopes(cls.name, env, NonDeterminismError(instance.broken)))
+            return
         messages, events = await self.bus.interceptors.inbound(env, cls.name, seq)
         if events:
             await self.bus.publish_all(events)
         for message in messages:
             recorded = instance.recorded.pop(message.id, {})
             recorder = Recorder(recorded=recorded, services=self, store=self.bus.publish)
-            ctx = self._context(cls, message, recorder)
             try:
-                with anyio.fail_after(self.settings.handler_timeout_s):
-                    await instance.agent.on_message(message, ctx)
-            except Exception as exc:  # noqa: BLE001 - any handler failure fails the episode, not the worker
-                await self.bus.publish_all(failure_envelopes(cls.name, message, exc))
-                continue
-            await self.bus.publish_all(ctx.outputs)
+                outputs = await self._handling(cls, instance, message, recorder).run(self.settings.handler_timeout_s)
+            except NonDeterminismError as exc:  # a call recorded before a crash differs from today's
+                outputs = failure_envelopes(cls.name, message, exc)
+            await self.bus.publish_all(outputs)
 
     async def _on_completed(self, msg: Any) -> None:
         self._finished[msg.subject.rsplit(".", 1)[-1]] = anyio.current_time()

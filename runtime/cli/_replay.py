@@ -69,6 +69,8 @@ def _print(report: ReplayReport) -> None:
     )
     if report.skipped_agents:
         summary += f"; not replayed (unknown agents): {', '.join(report.skipped_agents)}"
+    if report.unhandled:
+        summary += f"; {report.unhandled} input(s) journaled after their agent's last handled one, not compared"
     if report.identical:
         console.print(f"[green]identical[/green]: {summary}")
         return

@@ -25,4 +25,6 @@ def test_the_golden_run_journal_replays_identical(tmp_path: Path) -> None:
     assert verify(copy, anchor=HEAD).ok
     report = Replayer(agent_lookup(Config())).replay(copy)
     assert report.identical, report.divergences[0].what if report.divergences else ""
-    assert (report.episodes, report.messages) == (7, 111)
+    # Written before handlers left a `NoOutput` marker: the 7 quiet inputs at the ends
+    # of agents' histories cannot be told from inputs never reached, so they are not compared.
+    assert (report.episodes, report.messages, report.unhandled) == (7, 104, 7)

@@ -20,6 +20,7 @@ from faultline.bus import (
     Start,
     ToolCall,
     UserTurn,
+    fault_types,
 )
 from faultline.bus._defenses import Dedup
 from faultline.envs import load_domain
@@ -276,3 +277,27 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_within_200_ms(
     assert sum(1 for ts, _ in pong_times if add.ts + 0.2 <= ts < clear.ts) > 50
     assert sum(1 for ts, _ in pong_times if ts >= clear.ts + 0.2) > 50
     assert {r.recipient for r in rows if r.id not in {i for _, i in pong_times}} >= {"bystander"}
+
+
+@pytest.mark.parametrize("defense", ["", "dedup", "cycle", "scope", "rate"])
+def test_every_fault_alone_and_with_each_defense_replays_identical(
+    defense: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each fault type the CLI offers gets an episode of its own, unbudgeted: storms leave agents far
+    behind when the run stops, and replay must still reproduce exactly what was handled."""
+    journal = tmp_path / "j.sqlite"
+    kinds = sorted(fault_types())
+    tasks = load_domain("retail").tasks()[: len(kinds)]
+    faults = [f"{kind}:episode=m-{task.id}-t0" for kind, task in zip(kinds, tasks, strict=True)]
+    extra = ["--defense", defense] if defense else []
+    summary = run(
+        capsys, "--tasks", str(len(kinds)), "--run-id", "m", "--journal", str(journal), "--max-turns", "6",
+        "--episode-timeout", "4", *extra, *(arg for f in faults for arg in ("--fault", f)),
+    )  # fmt: skip
+    assert summary["episodes"] == len(kinds)
+    rows = episodes(journal)
+    for kind, task in zip(kinds, tasks, strict=True):
+        assert any(a.fault == kind for a in bodies(rows[f"m-{task.id}-t0"], FaultApplied)), kind
+    report = Replayer(agent_lookup(Config())).replay(journal)
+    assert report.identical, report.divergences[0].what if report.divergences else ""
+    assert report.messages > 0

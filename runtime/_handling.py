@@ -1,0 +1,97 @@
+"""Handle one input: the determinism contract in one place.
+
+Every path that runs an agent's handler (a live worker, a worker rebuilding an
+instance after a crash, exact replay, a fork) goes through `Handling`, so they
+share one error policy and one idea of what a handled input leaves behind:
+
+- a `NonDeterminismError` (a recorded call that differs, or one the journal
+  lacks where nothing may run live) propagates: the caller reports it;
+- any other exception, a handler timeout included, becomes the failure events
+  of `failure_envelopes`: the episode fails, the worker goes on;
+- a handler that emits nothing leaves a `NoOutput` marker, so the journal
+  always shows which inputs were handled.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from faultline._errors import NonDeterminismError
+from faultline.bus import Envelope, NoOutput, derive_id
+from faultline.runtime._agent import Agent
+from faultline.runtime._context import Context, Recorder, Services, failure_envelopes
+
+
+def no_output_marker(agent: str, message: Envelope) -> Envelope:
+    """The evidence that `agent` handled `message` and emitted nothing."""
+    return Envelope(
+        id=derive_id(message.id, 0, "q"),
+        episode=message.episode,
+        sender=agent,
+        body=NoOutput(),
+        causation=message.id,
+        hops=message.hops + 1,
+        ts=time.time(),
+    )
+
+
+class Handling:
+    """One input through one agent instance, with its calls served or made by `recorder`."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        name: str,
+        message: Envelope,
+        recorder: Recorder,
+        *,
+        services: Services | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.name = name
+        self.message = message
+        self.recorder = recorder
+        self.ctx = Context(agent=name, message=message, recorder=recorder, services=services, settings=settings)
+
+    async def run(self, timeout_s: float = math.inf) -> list[Envelope]:
+        """Run the handler on the event loop; return what it leaves behind, in publishing order."""
+        try:
+            with anyio.fail_after(timeout_s):
+                await self.agent.on_message(self.message, self.ctx)
+        except NonDeterminismError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failing handler fails its episode, never the caller
+            return failure_envelopes(self.name, self.message, exc)
+        return self._outputs()
+
+    def run_served(self) -> list[Envelope]:
+        """Run a handler whose every call is served from memory, without an event loop.
+
+        Under exact replay no awaited call suspends, so driving the coroutine by hand
+        is exact and several times faster than a loop round trip per await. A handler
+        that does suspend awaited something outside `ctx`: that is a divergence.
+        """
+        coro = self.agent.on_message(self.message, self.ctx)
+        try:
+            try:
+                coro.send(None)
+            except StopIteration:
+                return self._outputs()
+            coro.close()
+        except NonDeterminismError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failing handler fails its episode, as it did live
+            return failure_envelopes(self.name, self.message, exc)
+        raise NonDeterminismError(
+            f"agent {self.name!r} handling {self.message.kind} {self.message.id} awaited something "
+            "that is not a ctx call"
+        )
+
+    def _outputs(self) -> list[Envelope]:
+        return self.ctx.outputs or [no_output_marker(self.name, self.message)]
