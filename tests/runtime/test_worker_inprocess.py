@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from faultline.bus import Bus, EpisodeStarted, Note, Recording
+from faultline.bus import Bus, Envelope, EpisodeStarted, Note, Recording
 from faultline.runtime import Completions, Worker, start_episode
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
@@ -61,3 +61,30 @@ async def test_a_raising_handler_fails_its_episode_only(bus: Bus) -> None:
     assert "RuntimeError in ponger: ponger was told to fail" in done["bad"].cause
     kinds = [e.kind for e in await collect(bus, "bad")]
     assert "error_raised" in kinds
+
+
+async def test_a_handler_that_raised_live_does_not_crash_the_rebuild_after_a_restart(bus: Bus) -> None:
+    """A restarted worker replays an instance's history; the input that raised live raises again
+    there, and must be handled as it was live (its failure events exist already), not crash the worker."""
+    first = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+        tg.start_soon(first.run)
+        await first.wait_ready()
+        await start_episode(bus, "bad", "ponger", EpisodeStarted(), Note(data={"n": 1, "crash_at": 1}))
+        with anyio.fail_after(20):
+            await completions.wait(["bad"])
+        first.stop()
+
+    second = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
+    late = Envelope(id="late-1", episode="bad", sender="pinger", recipient="ponger", body=Note(data={"n": 2}))
+    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+        tg.start_soon(second.run)
+        await second.wait_ready()
+        await bus.publish(late)
+        await start_episode(bus, "after", "pinger", EpisodeStarted())
+        with anyio.fail_after(20):
+            done = await completions.wait(["after"])
+        second.stop()
+    assert done["after"].outcome == "success"
+    replies = [e for e in await collect(bus, "bad") if e.causation == "late-1" and isinstance(e.body, Note)]
+    assert [r.body.data["count"] for r in replies] == [2]  # the rebuilt instance had counted the first input
