@@ -54,23 +54,14 @@ def _take(rules: RuleSet, env: Envelope, seq: int) -> bool:
 
 
 async def _catch_up(consumer: Consumer, rules: RuleSet, timeout_s: float) -> None:
-    info = await consumer.info()
-    if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
-        return
-    try:
-        with anyio.fail_after(timeout_s):
-            while True:
-                batch = await consumer.batch()
-                for delivery in batch:
-                    try:
-                        _take(rules, delivery.envelope(), delivery.stream_seq)
-                    except DecodeError:
-                        pass  # dead-lettered when it was published
-                await consumer.ack(batch[-1])
-                if batch[-1].pending == 0:
-                    return
-    except TimeoutError:
-        raise BusError(f"could not read the fault rules from the stream within {timeout_s}s") from None
+    backlog = await consumer.backlog(timeout_s)
+    for delivery in backlog:
+        try:
+            _take(rules, delivery.envelope(), delivery.stream_seq)
+        except DecodeError:
+            pass  # dead-lettered when it was published
+    if backlog:
+        await consumer.ack(backlog[-1])
 
 
 async def read_rules(bus: Bus, settings: FollowSettings | None = None) -> RuleSet:

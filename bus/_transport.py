@@ -111,6 +111,24 @@ class Consumer:
             for delivery in await self.batch():
                 yield delivery
 
+    async def backlog(self, timeout_s: float) -> list[Delivery]:
+        """Every message stored for this consumer when called, in stream order.
+
+        Each delivery says how many are still pending after it, so the read ends at
+        the first one that says none, without waiting for a quiet period.
+        """
+        info = await self.info()
+        if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
+            return []
+        got: list[Delivery] = []
+        try:
+            with anyio.fail_after(timeout_s):
+                while not got or got[-1].pending:
+                    got.extend(await self.batch())
+        except TimeoutError:
+            raise BusError(f"reading the stream through {self.name} took over {timeout_s:g}s") from None
+        return got
+
     async def ack(self, delivery: Delivery) -> None:
         """Acknowledge; with an ack-all consumer this also acknowledges everything before it."""
         await self.bus.nc.publish(delivery.reply, b"+ACK")
@@ -272,11 +290,26 @@ class Bus:
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Send refused bytes to `fl.dlq` with the reason; the id makes repeats harmless."""
-        body = DeadLetter(reason=reason, subject=delivery.subject, data=delivery.data, stream_seq=delivery.stream_seq)
+        body = DeadLetter(
+            reason=reason,
+            subject=delivery.subject,
+            data=delivery.data,
+            stream_seq=delivery.stream_seq,
+            size=len(delivery.data),
+            digest=digest(delivery.data),
+        )
         letter = Envelope(id=f"dlq-{delivery.stream_seq}", episode="dlq", sender=DLQ_SENDER, body=body)
         await self.publish_raw(self.subjects.dlq, encode(letter), letter.id)
 
     # -- consuming ------------------------------------------------------------------------
+
+    async def read_stored(self, filter_subjects: Sequence[str], timeout_s: float) -> list[Delivery]:
+        """Every message the stream holds on `filter_subjects` now, in stream order."""
+        consumer = await self.consumer(None, filter_subjects, start="all")
+        try:
+            return await consumer.backlog(timeout_s)
+        finally:
+            await consumer.close()
 
     async def consumer(
         self,

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import anyio
-
 from faultline._errors import DecodeError
 from faultline.bus import Bus, Envelope, Recording
 
@@ -30,25 +28,15 @@ async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ..
     s = bus.subjects
     rec_subject = s.rec(episode, agent)
     subjects = [s.direct(episode, agent), rec_subject, *(s.topic(episode, t) for t in topics)]
-    consumer = await bus.consumer(None, subjects, start="all")
     history = History()
-    try:
-        # The message being recovered is among these subjects, so at least one
-        # delivery comes; each says how many are still pending after it.
-        pending = 1
-        with anyio.fail_after(HISTORY_TIMEOUT_S):
-            while pending:
-                for delivery in await consumer.batch():
-                    pending = delivery.pending
-                    try:
-                        env = delivery.envelope()
-                    except DecodeError:
-                        continue  # dead-lettered when it first arrived
-                    if delivery.subject == rec_subject:
-                        if isinstance(env.body, Recording):
-                            history.recordings[env.causation][env.body.index] = env.body
-                    elif delivery.stream_seq < before_seq and not (env.topic and env.sender == agent):
-                        history.inputs.append(env)
-    finally:
-        await consumer.close()
+    for delivery in await bus.read_stored(subjects, HISTORY_TIMEOUT_S):
+        try:
+            env = delivery.envelope()
+        except DecodeError:
+            continue  # dead-lettered when it first arrived
+        if delivery.subject == rec_subject:
+            if isinstance(env.body, Recording):
+                history.recordings[env.causation][env.body.index] = env.body
+        elif delivery.stream_seq < before_seq and not (env.topic and env.sender == agent):
+            history.inputs.append(env)
     return history

@@ -44,7 +44,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from faultline._errors import BusError, DecodeError, FaultlineError
+from faultline._errors import DecodeError, FaultlineError
 from faultline.agents.memory._configured import extractor_backend, open_memory
 from faultline.agents.memory._entry import MemoryEntry
 from faultline.agents.memory._preference import hidden_tools
@@ -349,24 +349,12 @@ async def read_episode(bus: Bus, episode: str, timeout_s: float) -> list[Envelop
     """Every envelope of `episode` the stream holds, in stream order (undecodable ones left out)."""
     s = bus.subjects
     subjects = [s.direct(episode, ">"), s.topic(episode, ">"), s.rec(episode, ">"), s.event("*", episode)]
-    consumer = await bus.consumer(None, subjects, start="all")
     envelopes: list[Envelope] = []
-    try:
-        # The completed event that brought us here is among these subjects, so at
-        # least one delivery comes; each says how many are still pending after it.
-        pending = 1
-        with anyio.fail_after(timeout_s):
-            while pending:
-                for delivery in await consumer.batch():
-                    pending = delivery.pending
-                    try:
-                        envelopes.append(delivery.envelope())
-                    except DecodeError:
-                        continue  # dead-lettered when it first arrived
-    except TimeoutError:
-        raise BusError(f"reading episode {episode} from the stream took over {timeout_s:g}s") from None
-    finally:
-        await consumer.close()
+    for delivery in await bus.read_stored(subjects, timeout_s):
+        try:
+            envelopes.append(delivery.envelope())
+        except DecodeError:
+            continue  # dead-lettered when it first arrived
     return envelopes
 
 
