@@ -194,7 +194,11 @@ class Control(Body, frozen=True, tag="control"):
 
 
 class DeadLetter(Body, frozen=True, tag="dead_letter"):
-    """Bytes that were not a valid envelope, kept with the reason they were refused."""
+    """Bytes that were refused, with the reason; `data` is at most their first few KB.
+
+    `size` and `digest` describe the bytes as they came, so a letter stays small
+    enough to publish however large the refused message was.
+    """
 
     route: ClassVar[str] = "dlq"
 
@@ -202,6 +206,8 @@ class DeadLetter(Body, frozen=True, tag="dead_letter"):
     subject: str
     data: bytes
     stream_seq: int = 0
+    size: int = 0
+    digest: str = ""
 
 
 MessageBody = Union[

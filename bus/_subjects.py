@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from typing import NoReturn
 
-from faultline._errors import SubjectError
+from faultline._errors import DecodeError, SubjectError
 from faultline.bus._messages import Control, Envelope
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 DEFAULT_PREFIX = "fl"
+
+MAX_HOPS = 1_000_000
+"""The deepest causation chain a delivered message may claim: far past any real
+episode, far inside SQLite's integers. A cycle nobody breaks ends here."""
+
+SHOWN_CHARS = 80
+"""How much of a refused value a refusal reason quotes."""
 
 
 def check_token(value: str, what: str = "name") -> str:
@@ -63,22 +72,28 @@ class Subjects:
 
     def for_envelope(self, env: Envelope) -> str:
         """The one subject an envelope travels on, from its body's route."""
-        route = type(env.body).route
-        if route == "direct":
-            if env.recipient:
-                return self.direct(env.episode, env.recipient)
-            if env.topic:
-                return self.topic(env.episode, env.topic)
-            raise SubjectError(f"message {env.id} has neither a recipient nor a topic")
-        if route == "rec":
-            return self.rec(env.episode, env.sender)
-        if route.startswith("event:"):
-            return self.event(route.removeprefix("event:"), env.episode)
-        if route == "ctl" and isinstance(env.body, Control):
-            return self.ctl(env.body.name)
-        if route == "dlq":
-            return self.dlq
-        raise SubjectError(f"unknown route {route!r} for {type(env.body).__name__}")
+        return ".".join((self.prefix, *(token for token, _ in _route(env))))
+
+
+def _route(env: Envelope) -> list[tuple[str, str]]:
+    """The tokens after the prefix of the subject `env` travels on, each with the field it comes from."""
+    body = env.body
+    route = type(body).route
+    if route == "direct":
+        if env.recipient:
+            return [("ep", "$.recipient"), (env.episode, "$.episode"), (env.recipient, "$.recipient")]
+        if env.topic:
+            return [("tp", "$.topic"), (env.episode, "$.episode"), (env.topic, "$.topic")]
+        raise SubjectError(f"message {env.id} has neither a recipient nor a topic")
+    if route == "rec":
+        return [("rec", "$.body.kind"), (env.episode, "$.episode"), (env.sender, "$.sender")]
+    if route.startswith("event:"):
+        return [("ev", "$.body.kind"), (route.removeprefix("event:"), "$.body.kind"), (env.episode, "$.episode")]
+    if route == "ctl" and isinstance(body, Control):
+        return [("ctl", "$.body.kind"), (body.name, "$.body.name")]
+    if route == "dlq":
+        return [("dlq", "$.body.kind")]
+    raise SubjectError(f"unknown route {route!r} for {type(body).__name__}")
 
 
 def validate_envelope(env: Envelope) -> None:
@@ -89,3 +104,45 @@ def validate_envelope(env: Envelope) -> None:
         check_token(env.recipient, "agent name")
     if env.topic:
         check_token(env.topic, "topic")
+
+
+def check_delivered(env: Envelope, subject: str) -> Envelope:
+    """`env` if it may be handled and journaled as it arrived on `subject`; else DecodeError.
+
+    Decoding proves the shape only. Workers and the journal also rely on names that
+    are subject tokens, a finite time, a bounded hop count, and fields that agree with
+    the subject (a message cannot name one episode or agent and travel on another's).
+    The reason reads like msgspec's: what was expected, what came, and where.
+    """
+    names = [("$.episode", env.episode), ("$.sender", env.sender)]
+    names += [(path, value) for path, value in (("$.recipient", env.recipient), ("$.topic", env.topic)) if value]
+    for path, value in names:
+        if not _TOKEN.match(value):
+            _refuse("a subject token (1-64 letters, digits, '-' or '_')", _show(repr(value)), path)
+    if not (math.isfinite(env.ts) and env.ts >= 0):
+        _refuse("a finite `float` >= 0", _show(repr(env.ts)), "$.ts")
+    if not 0 <= env.hops <= MAX_HOPS:
+        _refuse(f"`int` in 0..{MAX_HOPS}", _show(str(env.hops)), "$.hops")
+    try:
+        expected = _route(env)
+    except SubjectError:
+        _refuse("a recipient or a topic", "neither", "$.recipient")
+    got = subject.split(".")[1:]
+    for i, (token, path) in enumerate(expected):
+        if i < len(got) and got[i] == token:
+            continue
+        if i == 0 and got and got[0] not in ("ep", "tp"):
+            path = "$.body.kind"  # a direct body on an event, control or dead-letter subject
+        shown = ".".join((subject.split(".", 1)[0], *(t for t, _ in expected)))
+        _refuse(f"subject `{_show(shown)}` from the envelope's fields", f"`{_show(subject)}`", path)
+    if len(got) > len(expected):
+        _refuse("no subject tokens past the envelope's fields", f"`{_show(subject)}`", expected[-1][1])
+    return env
+
+
+def _refuse(expected: str, got: str, path: str) -> NoReturn:
+    raise DecodeError(f"envelope refused: Expected {expected}, got {got} - at `{path}`")
+
+
+def _show(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."

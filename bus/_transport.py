@@ -25,8 +25,8 @@ from nats.js import api
 
 from faultline._errors import BusError, DecodeError
 from faultline.bus._interceptors import InterceptorChain
-from faultline.bus._messages import DeadLetter, Envelope, decode_envelope, encode
-from faultline.bus._subjects import DEFAULT_PREFIX, Subjects, validate_envelope
+from faultline.bus._messages import DeadLetter, Envelope, decode_envelope, digest, encode
+from faultline.bus._subjects import DEFAULT_PREFIX, Subjects, check_delivered, validate_envelope
 
 MSG_ID = "Nats-Msg-Id"
 DLQ_SENDER = "bus"
@@ -45,6 +45,8 @@ class BusSettings:
     ack_wait_s: float = 30.0
     pending_msgs_limit: int = 1_000_000
     publish_max_pending: int = 4_000
+    dead_letter_kept_bytes: int = 4_096
+    """How much of a refused message its dead letter keeps (it keeps the size and digest of all of it)."""
 
 
 @dataclass(slots=True)
@@ -59,7 +61,8 @@ class Delivery:
     pending: int = 0
 
     def envelope(self) -> Envelope:
-        return decode_envelope(self.data)
+        """The envelope, checked against the subject it came on; DecodeError if it is refused."""
+        return check_delivered(decode_envelope(self.data), self.subject)
 
 
 def _parse_ack_subject(reply: str) -> tuple[int, int, int]:
@@ -293,7 +296,7 @@ class Bus:
         body = DeadLetter(
             reason=reason,
             subject=delivery.subject,
-            data=delivery.data,
+            data=delivery.data[: self.settings.dead_letter_kept_bytes],
             stream_seq=delivery.stream_seq,
             size=len(delivery.data),
             digest=digest(delivery.data),

@@ -20,6 +20,8 @@ from faultline.bus import (
     UserTurn,
     _server,
     decode_envelope,
+    digest,
+    encode,
 )
 
 
@@ -71,6 +73,33 @@ async def test_garbage_is_dead_lettered_and_the_consumer_goes_on(bus: Bus) -> No
     reasons = [letter.body.reason for letter in letters if isinstance(letter.body, DeadLetter)]
     assert reasons[0].startswith("not msgpack") and "$.id" in reasons[1] or "Expected" in reasons[1]
     assert [letter.body.stream_seq for letter in letters] == [1, 2]  # type: ignore[union-attr]
+
+
+async def test_a_dead_letter_is_bounded_however_large_the_refused_message(bus: Bus) -> None:
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    garbage = (bytes(range(256)) * 5000)[: bus.nc.max_payload - 64]  # any wrapper around it is over the limit
+    await bus.publish_raw("fl.ep.e1.b", garbage)
+    (delivery,) = await drain(consumer, 1)
+    assert await bus.decode_or_dead_letter(delivery) is None
+    (letter,) = await drain(consumer, 1)
+    assert len(letter.data) < 2 * bus.settings.dead_letter_kept_bytes
+    body = decode_envelope(letter.data).body
+    assert isinstance(body, DeadLetter)
+    assert body.data == garbage[: bus.settings.dead_letter_kept_bytes]
+    assert (body.size, body.digest, body.stream_seq) == (len(garbage), digest(garbage), delivery.stream_seq)
+
+
+async def test_an_envelope_on_another_agents_subject_is_dead_lettered(bus: Bus) -> None:
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    await bus.publish_raw("fl.ep.e1.c", encode(note(1)), "m1")  # addressed to b
+    (delivery,) = await drain(consumer, 1)
+    assert await bus.decode_or_dead_letter(delivery) is None
+    (letter,) = await drain(consumer, 1)
+    body = decode_envelope(letter.data).body
+    assert isinstance(body, DeadLetter) and body.data == encode(note(1))
+    assert body.reason == (
+        "envelope refused: Expected subject `fl.ep.e1.b` from the envelope's fields, got `fl.ep.e1.c` - at `$.recipient`"
+    )
 
 
 class Storm(Interceptor):

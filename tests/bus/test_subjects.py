@@ -1,0 +1,107 @@
+"""What a delivered envelope must satisfy beyond its shape, and how a refusal reads."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from faultline._errors import DecodeError
+from faultline.bus import (
+    Control,
+    DeadLetter,
+    Envelope,
+    EpisodeCompleted,
+    Note,
+    Recording,
+    Subjects,
+    ToolCall,
+)
+from faultline.bus._subjects import MAX_HOPS, check_delivered
+
+CALL = ToolCall(call_id="c1", name="get_order")
+
+
+def call(**fields: object) -> Envelope:
+    values: dict[str, object] = {"id": "m1", "episode": "e1", "sender": "tool", "recipient": "env", "body": CALL}
+    values.update(fields)
+    return Envelope(**values)  # type: ignore[arg-type]
+
+
+ACCEPTED = [
+    call(),
+    call(hops=MAX_HOPS, ts=1.7e9),
+    Envelope(id="m", episode="e1", sender="user", topic="chat", body=Note(text="hi")),
+    Envelope(id="m", episode="e1", sender="tool", body=Recording(call="now", index=0, request_digest="d")),
+    Envelope(id="m", episode="e1", sender="runner", body=EpisodeCompleted(outcome="success")),
+    Envelope(id="m", episode="ops", sender="operator", body=Control(name="faults")),
+    Envelope(id="m", episode="dlq", sender="bus", body=DeadLetter(reason="r", subject="fl.ep.e1.env", data=b"x")),
+]
+
+
+@pytest.mark.parametrize("env", ACCEPTED, ids=lambda env: env.kind)
+def test_an_envelope_on_its_own_subject_is_accepted(env: Envelope) -> None:
+    for prefix in ("fl", "other"):
+        assert check_delivered(env, Subjects(prefix).for_envelope(env)) is env
+
+
+REFUSED = [
+    (call(sender="evil.sender"), "fl.ep.e1.env", "a subject token", "'evil.sender'", "$.sender"),
+    (call(sender=""), "fl.ep.e1.env", "a subject token", "''", "$.sender"),
+    (call(episode="e 1"), "fl.ep.e1.env", "a subject token", "'e 1'", "$.episode"),
+    (call(ts=math.nan), "fl.ep.e1.env", "a finite `float` >= 0", "nan", "$.ts"),
+    (call(ts=-math.inf), "fl.ep.e1.env", "a finite `float` >= 0", "-inf", "$.ts"),
+    (call(hops=2**63), "fl.ep.e1.env", f"`int` in 0..{MAX_HOPS}", str(2**63), "$.hops"),
+    (call(hops=-1), "fl.ep.e1.env", f"`int` in 0..{MAX_HOPS}", "-1", "$.hops"),
+    (call(), "fl.ep.e2.env", "subject `fl.ep.e1.env`", "`fl.ep.e2.env`", "$.episode"),
+    (call(), "fl.ep.e1.user", "subject `fl.ep.e1.env`", "`fl.ep.e1.user`", "$.recipient"),
+    (call(), "fl.ep.e1.env.more", "no subject tokens past", "`fl.ep.e1.env.more`", "$.recipient"),
+    (call(), "fl.ev.completed.e1", "subject `fl.ep.e1.env`", "`fl.ev.completed.e1`", "$.body.kind"),
+    (call(recipient=""), "fl.ep.e1.env", "a recipient or a topic", "neither", "$.recipient"),
+    (
+        Envelope(id="m", episode="e1", sender="tool", body=Recording(call="now", index=0, request_digest="d")),
+        "fl.rec.e1.user",
+        "subject `fl.rec.e1.tool`",
+        "`fl.rec.e1.user`",
+        "$.sender",
+    ),
+    (
+        Envelope(id="m", episode="e1", sender="env", body=EpisodeCompleted(outcome="success")),
+        "fl.ep.e1.env",
+        "subject `fl.ev.completed.e1`",
+        "`fl.ep.e1.env`",
+        "$.body.kind",
+    ),
+    (
+        Envelope(id="m", episode="e1", sender="env", body=EpisodeCompleted(outcome="success")),
+        "fl.ev.started.e1",
+        "subject `fl.ev.completed.e1`",
+        "`fl.ev.started.e1`",
+        "$.body.kind",
+    ),
+    (
+        Envelope(id="m", episode="ops", sender="operator", body=Control(name="helpers")),
+        "fl.ctl.faults",
+        "subject `fl.ctl.helpers`",
+        "`fl.ctl.faults`",
+        "$.body.name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "subject", "expected", "got", "path"), REFUSED)
+def test_a_refusal_says_what_was_expected_what_came_and_where(
+    env: Envelope, subject: str, expected: str, got: str, path: str
+) -> None:
+    with pytest.raises(DecodeError) as refused:
+        check_delivered(env, subject)
+    reason = str(refused.value)
+    assert reason.startswith(f"envelope refused: Expected {expected}")
+    assert f", got {got}" in reason
+    assert reason.endswith(f" - at `{path}`")
+
+
+def test_a_refusal_quotes_a_long_value_only_in_part() -> None:
+    with pytest.raises(DecodeError) as refused:
+        check_delivered(call(sender="x" * 10_000), "fl.ep.e1.env")
+    assert len(str(refused.value)) < 300 and "..." in str(refused.value)
