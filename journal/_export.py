@@ -1,14 +1,23 @@
 """Export a journal to JSON lines, and rebuild a journal file from them.
 
-One JSON object per row: every column, the body decoded (bytes as base64), and the
-digests and chain value. Import re-encodes each body, recomputes the digests and the
-chain, and refuses the file at the first row that does not match what was exported.
-JSON cannot carry every msgpack value (bytes or non-string keys inside untyped
-fields); `raw=True` adds the encoded body so such journals still round-trip.
+The export format, one `ExportedRow` per line in position order:
+- every stored column (`pos` ... `ts`, `body_digest`, `digest`, `chain`);
+- `body`: the body decoded, for people and tools that read JSON;
+- `body_raw`: the body's stored bytes, base64. The journal keeps bodies as they
+  came off the wire, and JSON cannot carry every msgpack value (dict key order,
+  bytes or non-string keys in untyped fields), so these bytes are what rebuilds
+  a row exactly. Exports carry them unless asked not to (`raw=False`).
+
+Import takes `body_raw` when present (and refuses a line whose `body` says
+something else), re-encodes `body` otherwise, recomputes every digest and the
+chain, and refuses the file at the first row that does not match its export.
+A file cut between two lines is a shorter valid export: compare the head that
+import reports with the source's. Fields are only ever added, with defaults.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -18,6 +27,7 @@ import msgspec
 
 from faultline._errors import ChainError, DecodeError, JournalError
 from faultline.bus._messages import Envelope, MessageBody, decode_body
+from faultline.journal._head import head_path
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import Incoming, JournalRow, seal
 from faultline.journal._schema import JournalSettings
@@ -25,7 +35,7 @@ from faultline.journal._writer import Journal
 
 
 class ExportedRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One line of an export."""
+    """One line of an export; see the module docstring for what each field guarantees."""
 
     pos: int
     stream: str
@@ -52,7 +62,7 @@ _decoder = msgspec.json.Decoder(ExportedRow)
 
 
 def export_row(row: JournalRow, *, raw: bool = False) -> str:
-    """One row as a JSON object on one line (no newline)."""
+    """One row as a JSON object on one line (no newline); `raw` adds the stored body bytes, as exports do."""
     try:
         body = row.decoded_body()
     except DecodeError as exc:
@@ -80,8 +90,12 @@ def export_row(row: JournalRow, *, raw: bool = False) -> str:
     return _encoder.encode(exported).decode()
 
 
-def export_jsonl(path: str | Path, out: TextIO, *, raw: bool = False, settings: JournalSettings | None = None) -> int:
-    """Write every row of the journal at `path` to `out` as JSON lines; return the row count."""
+def export_jsonl(path: str | Path, out: TextIO, *, raw: bool = True, settings: JournalSettings | None = None) -> int:
+    """Write every row of the journal at `path` to `out` as JSON lines; return the row count.
+
+    `raw=False` leaves out the stored body bytes: shorter lines, but the export
+    imports back only if every body survives JSON unchanged.
+    """
     count = 0
     with JournalReader(path, settings) as reader:
         for row in reader.rows():
@@ -100,8 +114,9 @@ def import_jsonl(
 ) -> int:
     """Build a new journal at `dest` from exported JSON lines; return the row count.
 
-    The file appears only when every row matched its exported digests and chain value;
-    on any mismatch nothing is left behind and ChainError names the row.
+    The file (with its head record) appears only when every row matched its exported
+    digests and chain value; on any mismatch nothing is left behind and ChainError
+    names the row.
     """
     dest = Path(dest)
     if dest.exists():
@@ -115,6 +130,8 @@ def import_jsonl(
                 _write_checked(journal, batch)
             count = journal.last_pos
         os.replace(partial, dest)
+        with contextlib.suppress(FileNotFoundError):  # the writer logged why it has none
+            os.replace(head_path(partial), head_path(dest))
         done = True
         return count
     finally:
@@ -123,7 +140,7 @@ def import_jsonl(
 
 
 def _remove(path: Path) -> None:
-    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), head_path(path)):
         name.unlink(missing_ok=True)
 
 
@@ -167,12 +184,15 @@ def _incoming(number: int, row: ExportedRow) -> Incoming:
 
 
 def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> None:
-    sealed = seal([_incoming(number, row) for number, row in batch], journal.last_pos, journal.head)
-    for (number, row), values in zip(batch, sealed, strict=True):
+    incoming = [_incoming(number, row) for number, row in batch]
+    sealed = seal(incoming, journal.last_pos, journal.head)
+    for (number, row), item, values in zip(batch, incoming, sealed, strict=True):
         pos = values[0]
         where = f"line {number} (row {row.pos})"
         if row.pos != pos:
             raise ChainError(f"{where}: expected position {pos}; exports hold every row in order", pos)
+        if row.body_raw is not None and _encoder.encode(item[3].body) != _encoder.encode(row.body):
+            raise ChainError(f"{where}: body differs from body_raw (one of them edited)", pos)
         if row.body_digest != values[13]:
             raise ChainError(
                 f"{where}: body digest differs from the exported one"

@@ -1,10 +1,15 @@
 """Verify a journal: recompute every digest and the hash chain, and name the first bad row.
 
 Checks per row, in position order, stopping at the first failure:
-contiguous positions, body digest, chain link, row digest, derived facts.
-The chain is a plain hash chain, so it proves integrity against edits made without
-recomputing it. To catch a journal rewritten wholesale, or cut short, keep a head
-value elsewhere and pass it as `anchor`: it must still be in the chain.
+contiguous positions, body digest, chain link, row digest, derived facts; then the
+head record the writer keeps beside the file (`_head`): the chain must reach it.
+
+What this proves: no row was edited, removed, inserted or reordered without the
+chain being recomputed from there, and, while the head record is present, no rows
+were cut from the end. What it cannot prove: that nobody rewrote the rows with a
+recomputed chain together with the head record, or cut the end and deleted the
+record (then verify says the end is unchecked). For that, keep a head value
+somewhere else and pass it as `anchor`: it must still be in the chain.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import msgspec
 from faultline._errors import ChainError, DecodeError
 from faultline.bus._messages import decode_body, digest
 from faultline.journal._facts import FACT_KINDS, facts_of
+from faultline.journal._head import cut_problem, head_path, read_head
 from faultline.journal._rows import COLUMNS, GENESIS, chain_next, row_digest
 from faultline.journal._schema import JournalSettings, connect_readonly
 
@@ -24,6 +30,8 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     """What `verify` found. `problem` is the first bad row, one line, or "" when the chain holds.
 
     `rows` counts the rows that verified before the first problem (all of them when ok).
+    `recorded_rows` is the row count of the head record the chain reached, or None when
+    there was no record, so rows cut from the end could not be looked for.
     """
 
     path: str
@@ -32,6 +40,7 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     problem: str = ""
     position: int = 0
     anchor_pos: int = 0
+    recorded_rows: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -41,7 +50,11 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
         if not self.ok:
             return self.problem
         anchored = f", anchor found at row {self.anchor_pos}" if self.anchor_pos else ""
-        return f"ok: {self.rows} rows, chain holds, head {self.head}{anchored}"
+        if self.recorded_rows is None:
+            tail = f"; no head record ({head_path(Path(self.path)).name}): the end is unchecked, pass --anchor"
+        else:
+            tail = f"; head record ({self.recorded_rows} rows) reached, so nothing was cut from the end"
+        return f"ok: {self.rows} rows, chain holds, head {self.head}{anchored}{tail}"
 
     def raise_if_broken(self) -> None:
         """Raise ChainError naming the first bad row, if there is one."""
@@ -58,6 +71,12 @@ def verify(
     SQL views read it), for callers such as replay that read bodies themselves.
     """
     conn = connect_readonly(path, settings or JournalSettings())
+    # Read the record before the rows: a writer commits rows before it records them.
+    try:
+        record = read_head(Path(path))
+    except BaseException:
+        conn.close()
+        raise
     # A tampered body may have been rewritten as text (even text that is not UTF-8): read it as bytes.
     select = ", ".join("CAST(body AS BLOB)" if column == "body" else column for column in COLUMNS)
     try:
@@ -65,6 +84,7 @@ def verify(
         expected = 1
         previous = GENESIS
         anchor_pos = 0
+        chain_at_record = GENESIS
 
         def broken(position: int, problem: str) -> VerifyReport:
             return VerifyReport(path=str(path), rows=expected - 1, head=previous, problem=problem, position=position)
@@ -88,12 +108,24 @@ def verify(
             previous = stored_chain
             if stored_chain == anchor:
                 anchor_pos = pos
+            if record is not None and pos == record.rows:
+                chain_at_record = stored_chain
             expected += 1
         if anchor and not anchor_pos:
             return broken(
                 expected, f"anchor {anchor} not in the chain (rows removed from the end, or the journal rewritten)"
             )
-        return VerifyReport(path=str(path), rows=expected - 1, head=previous, anchor_pos=anchor_pos)
+        if record is not None:
+            problem = cut_problem(record, expected - 1, chain_at_record)
+            if problem:
+                return broken(min(record.rows, expected), problem)
+        return VerifyReport(
+            path=str(path),
+            rows=expected - 1,
+            head=previous,
+            anchor_pos=anchor_pos,
+            recorded_rows=None if record is None else record.rows,
+        )
     finally:
         conn.close()
 

@@ -2,11 +2,15 @@
 
 There is one writer per journal (the journal service); readers may run alongside
 in other processes. The writer is not thread-safe: one caller at a time, from any
-thread (the consumer may hand it to a worker thread).
+thread (the consumer may hand it to a worker thread). After each committed batch
+it replaces the head record beside the file (see `_head`), so `verify` finds rows
+cut from the end.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -14,10 +18,13 @@ from pathlib import Path
 from types import TracebackType
 
 from faultline._errors import JournalError
+from faultline.journal._head import HeadRecord, cut_problem, head_path, read_head, write_head
 from faultline.journal._rows import GENESIS, Incoming, SealedRow, seal
 from faultline.journal._schema import JournalSettings, check, configure, create, table_names
 
 _INSERT = f"INSERT INTO messages VALUES ({', '.join('?' * 18)})"
+
+log = logging.getLogger(__name__)
 
 
 class Journal:
@@ -27,6 +34,7 @@ class Journal:
         self.path = path
         self._conn = conn
         self._last_pos, self._head = self._tail()
+        self._head_temporary = path.with_name(f".{path.name}.head.{os.getpid()}-{id(self):x}")
 
     @classmethod
     def open(cls, path: str | Path, settings: JournalSettings | None = None) -> Journal:
@@ -43,20 +51,27 @@ class Journal:
         except sqlite3.Error as exc:
             raise JournalError(f"{path}: cannot open journal ({exc})") from None
         try:
+            created = False
             if not table_names(conn, path):
                 conn.execute(f"PRAGMA page_size = {settings.page_size}")
                 conn.execute("PRAGMA journal_mode = WAL")
                 with _transaction(conn, path):
                     if not table_names(conn, path):
                         create(conn)
+                        created = True
             check(conn, path)
             configure(conn, settings)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {settings.synchronous}")
-            return cls(path, conn)
+            journal = cls(path, conn)
         except BaseException:
             conn.close()
             raise
+        if created:
+            journal._record_head()  # a record left by an earlier file of this name no longer applies
+        else:
+            journal._check_head()
+        return journal
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -97,6 +112,7 @@ class Journal:
                 conn.executemany(_INSERT, sealed)
         if sealed:
             self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
+            self._record_head()
         return len(sealed)
 
     def _write_sealed(self, sealed: Sequence[SealedRow]) -> None:
@@ -108,10 +124,32 @@ class Journal:
                 raise JournalError(f"{self.path}: journal was appended to while rows were being sealed")
             conn.executemany(_INSERT, sealed)
         self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
+        self._record_head()
 
     def _tail(self) -> tuple[int, str]:
         row = self._conn.execute("SELECT pos, chain FROM messages ORDER BY pos DESC LIMIT 1").fetchone()
         return (row[0], row[1]) if row else (0, GENESIS)
+
+    def _record_head(self) -> None:
+        """Replace the head record; the batch is committed already, so a failure here is only logged."""
+        try:
+            write_head(self.path, HeadRecord(rows=self._last_pos, head=self._head), self._head_temporary)
+        except OSError as exc:
+            log.warning("%s: head record not written (%s); verify cannot find rows cut from the end", self.path, exc)
+
+    def _check_head(self) -> None:
+        """Warn when the journal no longer reaches its head record: the next batch replaces that evidence."""
+        try:
+            record = read_head(self.path)
+        except JournalError as exc:
+            log.warning("%s", exc)
+            return
+        if record is None:
+            return
+        row = self._conn.execute("SELECT chain FROM messages WHERE pos = ?", (record.rows,)).fetchone()
+        problem = cut_problem(record, self._last_pos, row[0] if row else GENESIS)
+        if problem:
+            log.warning("%s: %s; run `faultline journal verify` before appending", head_path(self.path), problem)
 
     # -- lifetime ------------------------------------------------------------------------------
 

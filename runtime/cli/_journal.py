@@ -59,7 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     commands = parser.add_subparsers(dest="journal_command", metavar="COMMAND")
     commands.required = True
 
-    p = commands.add_parser("verify", help="recompute the hash chain; name the first bad row")
+    p = commands.add_parser(
+        "verify",
+        help="recompute the hash chain; name the first bad row",
+        description="Finds any row edited, removed, inserted or reordered, and, through the head record the "
+        "writer keeps beside the file (FILE.head), rows cut from the end. Someone who rewrites the rows and the "
+        "head record together is caught only by a head value saved elsewhere: pass it with --anchor.",
+    )
     p.add_argument("file", type=Path)
     p.add_argument(
         "--anchor", default="", metavar="HEX", help="a head value saved earlier that must still be in the chain"
@@ -79,10 +85,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="the episode's rows as JSON lines")
     p.set_defaults(handler=_pipe_safe(_show))
 
-    p = commands.add_parser("export", help="every row as JSON lines")
+    p = commands.add_parser(
+        "export",
+        help="every row as JSON lines, which `journal import` rebuilds exactly",
+        description="One JSON object per row: every column, the body decoded, and the stored body bytes "
+        "(base64) that rebuild the row exactly.",
+    )
     p.add_argument("file", type=Path)
     p.add_argument("--json", action="store_true", help="JSON lines (the default and only format)")
-    p.add_argument("--raw", action="store_true", help="also include each encoded body, base64")
+    p.add_argument(
+        "--raw",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="include the stored body bytes (the default); without them an export imports back only if "
+        "every body survives JSON",
+    )
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     p.set_defaults(handler=_pipe_safe(_export))
 
@@ -261,7 +278,9 @@ def _import(args: argparse.Namespace) -> int:
         raise JournalError(f"{args.source}: no such file")
     with args.source.open("rb") as lines:
         count = import_jsonl(lines, args.file)
-    print(f"imported {count} rows into {args.file}; digests and chain match the export")
+    with JournalReader(args.file) as reader:
+        head = reader.head
+    print(f"imported {count} rows into {args.file}; digests and chain match the export, head {head}")
     return 0
 
 

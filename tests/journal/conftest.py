@@ -26,6 +26,7 @@ from faultline.bus import (
     derive_id,
 )
 from faultline.journal import Journal
+from faultline.journal._head import head_path
 
 STREAM = "FL_JOURNAL@2026-01-01T00:00:00Z"
 Incoming = tuple[str, int, str, Envelope]
@@ -101,11 +102,12 @@ def journal_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tamper(journal_file: Path, tmp_path: Path) -> Callable[[str], Path]:
-    """Copy the journal, drop its triggers as an attacker would, run SQL on the copy."""
+    """Copy the journal and its head record, drop the triggers as an attacker would, run SQL on the copy."""
 
     def run(sql: str) -> Path:
         copy = tmp_path / "tampered.db"
         shutil.copy(journal_file, copy)
+        shutil.copy(head_path(journal_file), head_path(copy))
         conn = sqlite3.connect(copy)
         for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
             conn.execute(f"DROP TRIGGER {name}")

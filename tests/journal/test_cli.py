@@ -27,6 +27,22 @@ def test_verify_prints_one_summary_line_when_the_chain_holds(journal_file: Path,
     code, out, err = run(capsys, "verify", str(journal_file))
     assert (code, err) == (0, "")
     assert out.startswith("ok: 18 rows, chain holds, head ") and out.count("\n") == 1
+    assert out.endswith("; head record (18 rows) reached, so nothing was cut from the end\n")
+
+
+def test_verify_finds_rows_cut_from_the_end_without_an_anchor(tamper: Callable[[str], Path], capsys: Capsys) -> None:
+    cut = tamper("DELETE FROM messages WHERE pos > 15")
+    code, out, err = run(capsys, "verify", str(cut))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"faultline: error: {cut}: tail cut: the head record names 18 rows ending in chain ")
+    assert err.endswith(", the journal holds 15\n") and err.count("\n") == 1
+
+
+def test_verify_help_says_what_it_proves_and_what_it_cannot(capsys: Capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["journal", "verify", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "rows cut from the end" in text and "rewrites the rows and the head record together" in text
 
 
 def test_verify_names_the_first_bad_row_on_one_line(tamper: Callable[[str], Path], capsys: Capsys) -> None:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from faultline._errors import ChainError, JournalError
 from faultline.bus import Envelope, Note
 from faultline.journal import Journal, JournalReader, export_jsonl, import_jsonl, verify
+from faultline.runtime.cli import main
 
 from .conftest import STREAM
 
 
-def exported(path: Path, *, raw: bool = False) -> str:
+def exported(path: Path, *, raw: bool = True) -> str:
     out = io.StringIO()
     export_jsonl(path, out, raw=raw)
     return out.getvalue()
@@ -36,8 +39,10 @@ def test_export_then_import_gives_an_identical_journal(journal_file: Path, tmp_p
     assert verify(copy).head == verify(journal_file).head
 
 
-def test_exported_rows_carry_decoded_bodies(journal_file: Path) -> None:
+def test_exported_rows_carry_decoded_bodies_and_their_stored_bytes(journal_file: Path) -> None:
     first, *_, last = (json.loads(line) for line in exported(journal_file).splitlines())
+    with JournalReader(journal_file) as reader:
+        assert base64.b64decode(first["body_raw"]) == reader.row(1).body
     assert first["pos"] == 1 and first["kind"] == "episode_started"
     assert first["body"]["kind"] == "episode_started" and first["body"]["domain"] == "retail"
     assert last["body"] == {
@@ -47,18 +52,31 @@ def test_exported_rows_carry_decoded_bodies(journal_file: Path) -> None:
         "turns": 2,
         "tokens": 150,
     }
-    assert "body_raw" not in first
+    assert "body_raw" not in json.loads(exported(journal_file, raw=False).splitlines()[0])
 
 
-def test_an_edited_export_is_refused_at_the_right_row(journal_file: Path, tmp_path: Path) -> None:
-    lines = exported(journal_file).splitlines()
+@pytest.mark.parametrize(
+    ("raw", "refusal"),
+    [(True, "body differs from body_raw"), (False, "body digest differs from the exported one")],
+)
+def test_an_edited_body_is_refused_at_its_row(journal_file: Path, tmp_path: Path, raw: bool, refusal: str) -> None:
+    lines = exported(journal_file, raw=raw).splitlines()
     row = json.loads(lines[10])
     row["body"]["text"] = "Cancel everything."
     lines[10] = json.dumps(row)
-    with pytest.raises(ChainError, match=r"line 11 \(row 11\): body digest differs") as raised:
+    with pytest.raises(ChainError, match=rf"line 11 \(row 11\): {refusal}") as raised:
         import_jsonl(lines, tmp_path / "copy.db")
     assert raised.value.position == 11
     assert not list(tmp_path.glob("copy.db*"))
+
+
+def test_edited_body_bytes_are_refused_at_their_row(journal_file: Path, tmp_path: Path) -> None:
+    lines = exported(journal_file).splitlines()
+    row, other = json.loads(lines[10]), json.loads(lines[3])
+    row["body"], row["body_raw"] = other["body"], other["body_raw"]
+    lines[10] = json.dumps(row)
+    with pytest.raises(ChainError, match=r"line 11 \(row 11\): body digest differs"):
+        import_jsonl(lines, tmp_path / "copy.db")
 
 
 def test_an_export_missing_a_row_is_refused(journal_file: Path, tmp_path: Path) -> None:
@@ -68,15 +86,29 @@ def test_an_export_missing_a_row_is_refused(journal_file: Path, tmp_path: Path) 
         import_jsonl(lines, tmp_path / "copy.db")
 
 
-def test_bytes_inside_untyped_fields_need_raw_bodies_to_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "data",
+    [{"blob": b"\x00\x01"}, {"zebra": 1, "apple": 2}],
+    ids=["bytes in an untyped field", "keys not in sorted order"],
+)
+def test_bodies_json_cannot_carry_round_trip_through_their_stored_bytes(tmp_path: Path, data: dict) -> None:  # type: ignore[type-arg]
     path = tmp_path / "j.db"
-    env = Envelope(id="n1", episode="ep", sender="a", recipient="b", body=Note(data={"blob": b"\x00\x01"}))
+    env = Envelope(id="n1", episode="ep", sender="a", recipient="b", body=Note(data=data))
     with Journal.open(path) as journal:
-        journal.append([(STREAM, 1, "fl.ep.ep.b", env)])
-    with pytest.raises(ChainError, match="JSON lost a value type"):
-        import_jsonl(exported(path).splitlines(), tmp_path / "lossy.db")
-    assert import_jsonl(exported(path, raw=True).splitlines(), tmp_path / "exact.db") == 1
+        # As a worker publishes it: keys in insertion order, not the journal's own sorted encoding.
+        journal.append([(STREAM, 1, "fl.ep.ep.b", env, msgspec.msgpack.encode(env.body))])
+    assert import_jsonl(exported(path).splitlines(), tmp_path / "exact.db") == 1
     assert all_rows(tmp_path / "exact.db") == all_rows(path)
+    with pytest.raises(ChainError, match="JSON lost a value type"):
+        import_jsonl(exported(path, raw=False).splitlines(), tmp_path / "lossy.db")
+
+
+def test_an_import_brings_its_head_record_and_verifies(journal_file: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy.db"
+    import_jsonl(exported(journal_file).splitlines(), copy)
+    report = verify(copy)
+    assert report.ok and report.recorded_rows == 18 and report.head == verify(journal_file).head
+    assert sorted(p.name for p in tmp_path.glob("copy.db*")) == ["copy.db", "copy.db.head"]
 
 
 def test_import_never_overwrites(journal_file: Path) -> None:
@@ -87,3 +119,23 @@ def test_import_never_overwrites(journal_file: Path) -> None:
 def test_a_line_that_is_not_a_row_is_named(tmp_path: Path) -> None:
     with pytest.raises(JournalError, match="line 2: not an exported journal row"):
         import_jsonl(["", '{"pos": "one"}'], tmp_path / "copy.db")
+
+
+def test_a_run_journal_exported_and_imported_verifies_and_replays_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bodies as workers published them (dicts in insertion order, faults, recordings) survive the round trip."""
+    source, text, copy = tmp_path / "run.sqlite", tmp_path / "run.jsonl", tmp_path / "copy.sqlite"
+    fault = "argument_error:probability=1,budget=1"
+    run = ["run", "--tasks", "3", "--error-rates", "0.2", "--fault", fault, "--journal", str(source), "--json"]
+    assert main(run) == 0
+    assert main(["journal", "export", str(source), "-o", str(text)]) == 0
+    assert main(["journal", "import", str(text), str(copy)]) == 0
+    assert main(["journal", "verify", str(copy)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = verify(source).head
+    assert out[-2].endswith(f"digests and chain match the export, head {head}")
+    assert out[-1].startswith(f"ok: {verify(source).rows} rows, chain holds, head {head}")
+    assert all_rows(copy) == all_rows(source)
+    assert main(["replay", str(copy)]) == 0
+    assert capsys.readouterr().out.startswith("identical")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from faultline._errors import ChainError, JournalError
 from faultline.bus import UserTurn, digest, encode
-from faultline.journal import GENESIS, Journal, verify
+from faultline.journal import GENESIS, Journal, JournalReader, verify
+from faultline.journal._head import HeadRecord, head_path
 
 from .conftest import episode_envelopes, incoming
 
@@ -21,6 +24,7 @@ def test_an_intact_journal_verifies(journal_file: Path) -> None:
     assert report.ok
     assert report.rows == 18
     assert report.summary().startswith("ok: 18 rows, chain holds, head ")
+    assert report.recorded_rows == 18
     report.raise_if_broken()
 
 
@@ -92,13 +96,56 @@ def test_edited_facts_are_found_even_though_they_are_not_digested(tamper: Tamper
     assert report.problem == "row 18: facts do not match the body (derived column edited)"
 
 
-def test_a_journal_cut_short_is_caught_by_an_anchor(journal_file: Path, tamper: Tamper) -> None:
+def test_a_journal_cut_at_the_end_is_found_by_its_head_record(journal_file: Path, tamper: Tamper) -> None:
+    head = verify(journal_file).head
+    report = verify(tamper("DELETE FROM messages WHERE pos > 16"))
+    assert report.problem == (f"tail cut: the head record names 18 rows ending in chain {head}, the journal holds 16")
+    assert (report.position, report.rows) == (17, 16)
+
+
+def test_a_cut_whose_head_record_is_deleted_too_is_found_only_by_an_anchor(journal_file: Path, tamper: Tamper) -> None:
     head = verify(journal_file).head
     cut = tamper("DELETE FROM messages WHERE pos = 18")
-    assert verify(cut).ok
+    head_path(cut).unlink()
+    report = verify(cut)
+    assert report.ok and report.recorded_rows is None
+    assert report.summary().endswith("; no head record (tampered.db.head): the end is unchecked, pass --anchor")
     report = verify(cut, anchor=head)
     assert not report.ok
     assert report.problem.startswith(f"anchor {head} not in the chain")
+
+
+def test_a_head_record_the_chain_does_not_pass_through_is_named_at_its_row(journal_file: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with Journal.open(other) as journal:
+        journal.append(incoming(episode_envelopes("ep-c")))
+        foreign = journal.head
+    shutil.copy(head_path(other), head_path(journal_file))
+    report = verify(journal_file)
+    assert report.position == 9
+    assert report.problem == (
+        f"row 9: chain {_chain_at(journal_file, 9)} is not the recorded head {foreign}"
+        " (rows rewritten up to there, or the head record belongs to another journal)"
+    )
+
+
+def test_a_head_record_behind_the_journal_still_verifies(journal_file: Path) -> None:
+    """A writer stopped between its commit and its record leaves the record one batch behind."""
+    head_path(journal_file).write_bytes(msgspec.json.encode(HeadRecord(rows=9, head=_chain_at(journal_file, 9))))
+    report = verify(journal_file)
+    assert report.ok and report.recorded_rows == 9
+    assert report.summary().endswith("; head record (9 rows) reached, so nothing was cut from the end")
+
+
+def test_a_head_record_that_is_not_one_is_a_journal_error(journal_file: Path) -> None:
+    head_path(journal_file).write_text("18 rows")
+    with pytest.raises(JournalError, match=r"journal\.db\.head: not a journal head record .*remove it"):
+        verify(journal_file)
+
+
+def _chain_at(path: Path, pos: int) -> str:
+    with JournalReader(path) as reader:
+        return reader.row(pos).chain
 
 
 def test_an_anchor_from_earlier_is_still_found_after_appends(journal_file: Path) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import sqlite3
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from hypothesis import strategies as st
 from faultline._errors import JournalError
 from faultline.bus import Envelope, Note, digest, encode
 from faultline.journal import GENESIS, Journal, JournalReader, verify
+from faultline.journal._head import head_path
 from faultline.journal._rows import chain_next, row_digest
 
 from .conftest import STREAM, episode_envelopes, incoming, two_episodes
@@ -226,3 +230,42 @@ def test_any_redelivery_pattern_journals_each_seq_exactly_once(deliveries: list[
         first_seen = list(dict.fromkeys(seq for batch in deliveries for seq in batch))
         assert seqs == first_seen
         assert verify(path).rows == len(first_seen)
+
+
+def recorded(path: Path) -> tuple[int, str]:
+    record = json.loads(head_path(path).read_bytes())
+    return record["rows"], record["head"]
+
+
+def test_each_committed_batch_records_the_row_count_and_head_beside_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as journal:
+        assert recorded(path) == (0, GENESIS)
+        journal.append(notes(3))
+        assert recorded(path) == (3, journal.head)
+        journal.append(notes(3))  # redelivered: nothing committed, nothing to record
+        journal.append(notes(2, first_seq=4))
+        assert recorded(path) == (5, journal.head)
+    assert [p.name for p in tmp_path.iterdir() if "head" in p.name] == ["j.db.head"]
+
+
+def test_a_new_journal_replaces_a_head_record_left_by_an_earlier_file(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as journal:
+        journal.append(notes(4))
+    path.unlink()
+    Journal.open(path).close()
+    assert recorded(path) == (0, GENESIS)
+    assert verify(path).ok
+
+
+def test_opening_a_journal_that_no_longer_reaches_its_head_record_warns(
+    tamper: Callable[[str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    cut = tamper("DELETE FROM messages WHERE pos > 16")
+    with caplog.at_level(logging.WARNING, logger="faultline.journal"), Journal.open(cut):
+        pass
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{head_path(cut)}: tail cut: the head record names 18 rows ending in chain {recorded(cut)[1]},"
+        " the journal holds 16; run `faultline journal verify` before appending"
+    ]
