@@ -14,6 +14,7 @@ share one error policy and one idea of what a handled input leaves behind:
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ from faultline._errors import NonDeterminismError
 from faultline.bus import Envelope, NoOutput, derive_id
 from faultline.runtime._agent import Agent
 from faultline.runtime._context import Context, Recorder, Services, failure_envelopes
+
+log = logging.getLogger(__name__)
 
 
 def no_output_marker(agent: str, message: Envelope) -> Envelope:
@@ -67,6 +70,14 @@ class Handling:
         except NonDeterminismError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing handler fails its episode, never the caller
+            log.warning(
+                "handler failed on %s %s: %s: %s",
+                self.message.kind,
+                self.message.id,
+                type(exc).__name__,
+                exc,
+                extra={"episode": self.message.episode, "agent": self.name},
+            )
             return failure_envelopes(self.name, self.message, exc)
         return self._outputs()
 

@@ -15,6 +15,7 @@ and outputs published again carry the same ids, which JetStream drops.
 
 from __future__ import annotations
 
+import logging
 import os
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,8 @@ from faultline.runtime._context import Recorder, failure_envelopes
 from faultline.runtime._handling import Handling
 from faultline.runtime._recovery import load_history
 from faultline.runtime.models import ModelBackend
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,13 @@ class Worker:
                 serving.start_soon(self._evict_finished, sweeper)
                 async with anyio.create_task_group() as reading:
                     consumers = [await self._open_consumer(cls) for cls in self.agents]
+                    log.info(
+                        "%s serving %s (shard %d of %d)",
+                        self.name,
+                        ", ".join(cls.name for cls in self.agents),
+                        self.settings.shard,
+                        self.settings.shards,
+                    )
                     for cls, consumer in zip(self.agents, consumers, strict=True):
                         reading.start_soon(self._read, serving, cls, consumer)
                     self._ready.set()
@@ -217,6 +227,7 @@ class Worker:
                     await self._handling(cls, instance, message, recorder).run()
                 except NonDeterminismError as exc:
                     instance.broken = f"cannot rebuild after a restart: {exc}"
+                    log.error("%s", instance.broken, extra={"episode": env.episode, "agent": cls.name})
                     return
 
     def _handling(self, cls: type[Agent], instance: _Instance, message: Envelope, recorder: Recorder) -> Handling:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from faultline._errors import FaultlineError, UsageError
+from faultline._logging import ENV_LEVEL, configure, resolve_level
 
 _COMMANDS = {
     "run": "_run",
@@ -47,6 +50,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="faultline",
         description="Event-sourced runtime for LLM multi-agent systems: run, journal, replay, inject faults.",
     )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more (-v: INFO, -vv: DEBUG); logs go to stderr"
+    )
+    parser.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        help=f"DEBUG, INFO, WARNING (default) or ERROR; also ${ENV_LEVEL}, which child processes inherit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     modules = [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
@@ -55,11 +66,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _configure_logging(args: argparse.Namespace) -> None:
+    """The level from the flags, exported so that every process this one starts logs alike."""
+    level = args.log_level or {0: None, 1: "INFO"}.get(args.verbose, "DEBUG")
+    try:
+        configure(level)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if level is not None:
+        os.environ[ENV_LEVEL] = logging.getLevelName(resolve_level(level))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
+        _configure_logging(args)
         return int(args.handler(args) or 0)
     except UsageError as exc:
         print(f"faultline: usage error: {exc}", file=sys.stderr)

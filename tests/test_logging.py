@@ -1,0 +1,59 @@
+"""Logging: quiet by default, levels from flags or FAULTLINE_LOG, text for people, JSON for programs."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+
+import pytest
+
+from faultline._logging import configure, resolve_level
+from faultline.runtime.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _restore() -> None:
+    yield  # type: ignore[misc]
+    configure("WARNING")
+
+
+def test_default_is_warning_and_the_environment_can_change_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FAULTLINE_LOG", raising=False)
+    assert resolve_level() == logging.WARNING
+    monkeypatch.setenv("FAULTLINE_LOG", "debug")
+    assert resolve_level() == logging.DEBUG
+    assert resolve_level("error") == logging.ERROR
+    with pytest.raises(ValueError, match="unknown log level 'loud'"):
+        resolve_level("loud")
+
+
+def test_json_lines_carry_the_structured_fields() -> None:
+    out = io.StringIO()
+    configure("INFO", stream=out, as_json=True)
+    logging.getLogger("faultline.bus").info("dead-lettered", extra={"episode": "e1", "agent": "tool", "seq": 7})
+    logging.getLogger("faultline.bus").debug("below the level")
+    [line] = out.getvalue().splitlines()
+    record = json.loads(line)
+    assert (record["logger"], record["level"], record["message"]) == ("faultline.bus", "INFO", "dead-lettered")
+    assert (record["episode"], record["agent"], record["seq"]) == ("e1", "tool", 7)
+
+
+def test_text_lines_name_the_episode_and_agent() -> None:
+    out = io.StringIO()
+    configure("WARNING", stream=out, as_json=False)
+    logging.getLogger("faultline.runtime").warning("handler failed", extra={"episode": "e2", "agent": "env"})
+    assert out.getvalue().rstrip().endswith("WARNING faultline.runtime: handler failed (episode=e2 agent=env)")
+
+
+def test_the_cli_flag_sets_the_level_for_child_processes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("FAULTLINE_LOG", raising=False)
+    assert main(["-v", "journal", "verify", "missing.sqlite"]) == 1
+    assert os.environ["FAULTLINE_LOG"] == "INFO"
+    capsys.readouterr()
+    assert main(["--log-level", "shout", "journal", "verify", "missing.sqlite"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown log level 'shout'" in err
