@@ -21,7 +21,7 @@ from faultline._errors import DecodeError
 class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True, omit_defaults=True):
     """Base of every message body; the tag (`kind`) names the type on the wire.
 
-    `route` says which subject family the body travels on (DESIGN.md section 3):
+    `route` says which subject family the body travels on (docs/design.md):
     "direct" bodies go to an agent or a topic, the rest have a subject of their own.
     """
 

@@ -1,4 +1,4 @@
-"""Subject names (DESIGN.md section 3) and the validation of the tokens inside them."""
+"""Subject names (docs/design.md) and the validation of the tokens inside them."""
 
 from __future__ import annotations
 
