@@ -8,7 +8,8 @@ FaultlineError
  ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
  ├── FaultRuleError           a fault rule names an unknown type or has bad parameters
  ├── JournalError             the journal file cannot be opened or written
- │    └── ChainError          the hash chain does not verify (names the first bad row)
+ │    ├── ChainError          the hash chain does not verify (names the first bad row)
+ │    └── JournalStorageError the file refused a write it may take later (disk full, read-only, I/O error)
  ├── ModelError               a model backend gave up (after its retries)
  ├── MemoryStoreError         the memory store cannot be opened, or its embedder does not fit it
  ├── DomainError              a domain plugin cannot be loaded or is inconsistent
@@ -60,6 +61,14 @@ class ChainError(JournalError):
     def __init__(self, message: str, position: int) -> None:
         super().__init__(message)
         self.position = position
+
+
+class JournalStorageError(JournalError):
+    """The file's storage refused a write (disk full, read-only, I/O error); nothing of it was written.
+
+    Unlike a row the journal can never store, this passes when the storage is fixed:
+    the writer may try the same batch again.
+    """
 
 
 class ModelError(FaultlineError):

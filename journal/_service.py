@@ -5,18 +5,28 @@ batch is committed, so the file never runs ahead of the stream's record of what
 was journaled. On start it resumes right after the last sequence in the file
 (not after the consumer's ack floor), so a kill -9 at any point leaves neither a
 gap nor a duplicate. Bytes that are not an envelope go to the dead-letter
-subject, and come back through the stream to be journaled there.
+subject, and come back through the stream to be journaled there; so does a
+message SQLite refuses to store.
+
+When the file cannot be written (disk full, read-only, I/O error) the service
+says so once, answers every question with the reason (the runner then refuses
+new episodes), leaves every message in the stream, and retries the same batch
+with backoff; once it is written, the service resumes from the file and catches up.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 
-from faultline.bus import Bus, Consumer
+from faultline._errors import JournalStorageError
+from faultline.bus import Bus, Consumer, Delivery
 from faultline.bus._messages import body_bytes
 from faultline.journal._rows import Incoming
 from faultline.journal._writer import Journal
@@ -24,6 +34,19 @@ from faultline.journal._writer import Journal
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
 MAX_ACK_PENDING = 100_000
+RETRY_S = 0.5
+"""First wait before writing a refused batch again; it doubles up to RETRY_MAX_S."""
+RETRY_MAX_S = 5.0
+
+log = logging.getLogger(__name__)
+
+_Row = tuple[Delivery, Incoming]
+
+
+class _Ask(msgspec.Struct):
+    """A question on `<prefix>.svc.journal`: answer once everything up to `until` is journaled."""
+
+    until: int = 0
 
 
 class JournalService:
@@ -35,9 +58,12 @@ class JournalService:
         self.batch_limit = batch_limit
         self.last_seq = 0
         self.rows_written = 0
+        self.stuck = ""
+        """Why the file cannot be written now; "" while it can."""
         self._ready = anyio.Event()
         self._stopping = anyio.Event()
-        self._progress = anyio.Event()
+        self._changed = anyio.Event()
+        self._waiting: list[tuple[int, Msg]] = []
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -50,6 +76,23 @@ class JournalService:
         try:
             stream = await self.bus.stream_incarnation()
             self.last_seq = journal.last_seq(stream)
+            sub = await self.bus.nc.subscribe(self.bus.subjects.svc("journal"), cb=self._on_ask)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._copy, journal, stream)
+                    await self._stopping.wait()
+                    await self._catch_up()
+                    tg.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._answer(everyone=True)
+                    await sub.unsubscribe()
+        finally:
+            journal.close()
+
+    async def _copy(self, journal: Journal, stream: str) -> None:
+        """Copy batches; when the file refuses one, hold it until it is written, then resume from the file."""
+        while True:
             # No subject filter: the stream holds only journaled subjects, and a filter of
             # several subjects costs nats-server several times the work per message.
             consumer = await self.bus.consumer(
@@ -60,47 +103,133 @@ class JournalService:
                 max_ack_pending=MAX_ACK_PENDING,
                 replace=True,
             )
-            sub = await self.bus.nc.subscribe(self.bus.subjects.svc("journal"), cb=self._on_wait)
             self._ready.set()
             try:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._copy, journal, stream, consumer)
-                    await self._stopping.wait()
-                    await self._catch_up()
-                    tg.cancel_scope.cancel()
+                rows, seq, refusal = await self._copy_batches(journal, stream, consumer)
             finally:
-                await sub.unsubscribe()
-                await consumer.close()
-        finally:
-            journal.close()
+                with anyio.CancelScope(shield=True):
+                    await consumer.close()
+            await self._hold(journal, rows, seq, refusal)
 
-    async def _copy(self, journal: Journal, stream: str, consumer: Consumer) -> None:
+    async def _copy_batches(
+        self, journal: Journal, stream: str, consumer: Consumer
+    ) -> tuple[list[_Row], int, JournalStorageError]:
+        """Copy until the storage refuses a batch; return that batch, its last sequence and the refusal."""
         while True:
             batch = await consumer.batch(self.batch_limit)
-            rows: list[Incoming] = []
+            rows: list[_Row] = []
             for delivery in batch:
                 env = await self.bus.decode_or_dead_letter(delivery)
                 if env is not None:
-                    rows.append((stream, delivery.stream_seq, delivery.subject, env, body_bytes(delivery.data)))
-            self.rows_written += await anyio.to_thread.run_sync(journal.append, rows)
+                    row = (stream, delivery.stream_seq, delivery.subject, env, body_bytes(delivery.data))
+                    rows.append((delivery, row))
+            try:
+                await self._append(journal, rows)
+            except JournalStorageError as exc:
+                return rows, batch[-1].stream_seq, exc
             await consumer.ack(batch[-1])
-            self.last_seq = batch[-1].stream_seq
-            self._progress.set()
-            self._progress = anyio.Event()
+            await self._advance(batch[-1].stream_seq)
+
+    async def _append(self, journal: Journal, rows: list[_Row]) -> None:
+        """Append `rows` in one transaction; if a row cannot be stored, dead-letter it and store the rest."""
+        try:
+            self.rows_written += await anyio.to_thread.run_sync(journal.append, [row for _, row in rows])
+            return
+        except JournalStorageError:
+            raise
+        except Exception:  # noqa: BLE001 - a row SQLite refuses must not stop the journal: find it below
+            log.warning("%s: a batch was refused; storing its %d rows one by one", self.path, len(rows))
+        for delivery, row in rows:
+            try:
+                self.rows_written += await anyio.to_thread.run_sync(journal.append, [row])
+            except JournalStorageError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any refusal of this row
+                await self.bus.dead_letter(delivery, f"the journal cannot store it: {exc}")
+
+    async def _hold(self, journal: Journal, rows: list[_Row], seq: int, refusal: JournalStorageError) -> None:
+        """Write the refused batch again, with backoff, until it is written; the stream keeps everything meanwhile."""
+        log.error(
+            "%s. Journal holds at stream sequence %d; nothing is lost (the stream keeps every message), "
+            "new episodes are refused, and the journal catches up by itself once the file can be written",
+            refusal,
+            self.last_seq,
+        )
+        await self._set_stuck(str(refusal))
+        delay = RETRY_S
+        while True:
+            await anyio.sleep(delay)
+            try:
+                await self._append(journal, rows)
+            except JournalStorageError as exc:
+                await self._set_stuck(str(exc))
+                delay = min(2 * delay, RETRY_MAX_S)
+                continue
+            break
+        log.warning("%s: written again from stream sequence %d; catching up", self.path, self.last_seq + 1)
+        await self._set_stuck("")
+        await self._advance(seq)
 
     async def _catch_up(self) -> None:
-        """Wait until everything the stream held when asked to stop is in the file."""
+        """Wait until everything the stream held when asked to stop is in the file (or the file refuses it)."""
         info = await self.bus.js.stream_info(self.bus.subjects.stream)
-        await self.wait_for(info.state.last_seq)
+        await self._until(lambda: self.last_seq >= info.state.last_seq or bool(self.stuck))
+        if self.stuck:
+            log.error(
+                "%s: stopping behind the stream, at sequence %d of %d; the next start journals the rest",
+                self.path,
+                self.last_seq,
+                info.state.last_seq,
+            )
 
     async def wait_for(self, seq: int) -> None:
-        while self.last_seq < seq:
-            await self._progress.wait()
+        """Wait until the file holds everything up to `seq`, however long it refuses writes meanwhile."""
+        await self._until(lambda: self.last_seq >= seq)
 
-    async def _on_wait(self, msg: Msg) -> None:
-        """Answer `{"until": seq}` once the journal holds everything up to `seq`."""
-        until = int(msgspec.json.decode(msg.data or b"{}").get("until", 0))
-        if self.last_seq < until:
-            with anyio.move_on_after(60):
-                await self.wait_for(until)
-        await msg.respond(msgspec.json.encode({"last_seq": self.last_seq, "rows": self.rows_written}))
+    async def _until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            await self._changed.wait()
+
+    async def _advance(self, seq: int) -> None:
+        self.last_seq = seq
+        await self._notify()
+
+    async def _set_stuck(self, reason: str) -> None:
+        if reason != self.stuck:
+            self.stuck = reason
+            await self._notify()
+
+    async def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+        await self._answer()
+
+    async def _on_ask(self, msg: Msg) -> None:
+        """Answer `{"until": seq}` once the journal holds everything up to `seq`, or at once if it is stuck.
+
+        The answer is `{"last_seq", "rows", "stuck"}`; `{}` asks for it right away.
+        """
+        try:
+            until = msgspec.json.decode(msg.data or b"{}", type=_Ask).until
+        except msgspec.DecodeError:
+            until = 0
+        self._waiting.append((until, msg))
+        await self._answer()
+
+    async def _answer(self, *, everyone: bool = False) -> None:
+        """Answer the questions that can be answered now (all of them when stopping)."""
+        done = everyone or bool(self.stuck)
+        answered: list[Msg] = []
+        waiting: list[tuple[int, Msg]] = []
+        for until, msg in self._waiting:
+            if done or until <= self.last_seq:
+                answered.append(msg)
+            else:
+                waiting.append((until, msg))
+        self._waiting = waiting
+        reply = msgspec.json.encode({"last_seq": self.last_seq, "rows": self.rows_written, "stuck": self.stuck})
+        for msg in answered:
+            try:
+                await msg.respond(reply)
+            except nats.errors.Error:
+                pass  # the connection is gone; whoever asked asks again

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from faultline._errors import JournalError
+from faultline._errors import JournalError, JournalStorageError
 from faultline.journal._head import HeadRecord, cut_problem, head_path, read_head, write_head
 from faultline.journal._rows import GENESIS, Incoming, SealedRow, seal
 from faultline.journal._schema import JournalSettings, check, configure, create, table_names
@@ -166,22 +166,50 @@ class Journal:
         self.close()
 
 
+_STORAGE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+    }
+)
+"""SQLite result codes that blame the storage or another writer, not the rows: the same write may work later."""
+
+
 @contextmanager
 def _transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error; SQLite errors become JournalError."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error; SQLite errors become JournalError.
+
+    JournalStorageError when the storage refused (the caller may retry the same write).
+    """
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
-        raise JournalError(f"{path}: cannot start a write ({exc})") from None
+        raise _write_error(exc, f"{path}: cannot start a write ({exc})") from None
     try:
         yield conn
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
-        conn.execute("ROLLBACK")
-        raise JournalError(f"{path}: write failed, batch rolled back ({exc})") from None
+        _rollback(conn)
+        raise _write_error(exc, f"{path}: write failed, batch rolled back ({exc})") from None
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # SQLite rolls back by itself after some failures (a full disk among them).
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _write_error(exc: sqlite3.Error, message: str) -> JournalError:
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_CODES:  # errors raised by Python's module have none
+        return JournalStorageError(message)
+    return JournalError(message)
 
 
 def _last_seq(conn: sqlite3.Connection, stream: str) -> int:

@@ -1,4 +1,4 @@
-"""Fixtures shared by every test folder: a real nats-server, a connected bus."""
+"""Fixtures shared by every test folder: a real nats-server, a connected bus, a small disk to fill."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from faultline.bus import Bus, EmbeddedServer
+from tests.disk import small_disk as small_disk
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ PUBLIC = {
         "FaultRuleError",
         "FaultlineError",
         "JournalError",
+        "JournalStorageError",
         "MemoryStoreError",
         "ModelError",
         "NonDeterminismError",

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
-from faultline.bus import Bus, DeadLetter, EmbeddedServer, Envelope, Note, UserTurn
-from faultline.journal import JournalReader, verify
+from faultline.bus import Bus, DeadLetter, EmbeddedServer, Envelope, Note, UserTurn, encode
+from faultline.journal import Journal, JournalReader, verify
 from faultline.journal._service import JournalService
+from tests.disk import fill
 
 
 def note(i: int) -> Envelope:
@@ -112,6 +117,96 @@ async def test_sigkill_mid_stream_leaves_no_gap_and_no_duplicate(
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(10)
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    assert [r.stream_seq for r in rows] == list(range(1, total + 1))
+    assert [r.id for r in rows] == [f"m{i}" for i in range(total)]
+    assert verify(path).ok
+
+
+async def test_envelopes_the_journal_cannot_take_are_dead_lettered_and_it_goes_on(bus: Bus, tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path)
+    refused = {
+        "fl.ep.e0.b": msgspec.structs.replace(note(0), ts=math.nan),
+        "fl.ep.e1.b": msgspec.structs.replace(note(1), hops=2**63),
+        "fl.ep.e0.c": note(3),  # addressed to b
+    }
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        for subject, env in refused.items():
+            await bus.publish_raw(subject, encode(env), env.id)
+        await bus.publish(note(4))
+        with anyio.fail_after(20):
+            await service.wait_for(7)  # 4 published + 3 dead letters
+        service.stop()
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    assert [r.id for r in rows if r.kind != "dead_letter"] == ["m4"]
+    letters = [r.envelope().body for r in rows if r.kind == "dead_letter"]
+    reasons = {letter.data: letter.reason for letter in letters if isinstance(letter, DeadLetter)}
+    assert reasons.keys() == {encode(env) for env in refused.values()}
+    assert reasons[encode(refused["fl.ep.e0.b"])].endswith("got nan - at `$.ts`")
+    assert reasons[encode(refused["fl.ep.e1.b"])].endswith(f"got {2**63} - at `$.hops`")
+    assert reasons[encode(refused["fl.ep.e0.c"])].endswith("got `fl.ep.e0.c` - at `$.recipient`")
+    assert verify(path).ok
+
+
+async def test_a_row_the_file_refuses_becomes_a_journaled_dead_letter(bus: Bus, tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    Journal.open(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON messages WHEN NEW.id = 'poison'"
+            " BEGIN SELECT RAISE(ABORT, 'this row is poison'); END"
+        )
+    poison = Envelope(id="poison", episode="e1", sender="a", recipient="b", body=Note(text="x"))
+    service = JournalService(bus, path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish_all([note(0), poison, note(2)])
+        with anyio.fail_after(20):
+            await service.wait_for(4)  # 3 published + 1 dead letter
+        service.stop()
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    assert [(r.stream_seq, r.id) for r in rows] == [(1, "m0"), (3, "m2"), (4, "dlq-2")]
+    letter = rows[-1].envelope().body
+    assert isinstance(letter, DeadLetter) and letter.stream_seq == 2 and letter.data == encode(poison)
+    assert letter.reason.startswith("the journal cannot store it: ") and "this row is poison" in letter.reason
+
+
+async def ask_journal(bus: Bus, until: int = 0) -> dict[str, Any]:
+    reply = await bus.nc.request(bus.subjects.svc("journal"), msgspec.json.encode({"until": until}), timeout=10)
+    return msgspec.json.decode(reply.data)  # type: ignore[no-any-return]
+
+
+async def test_a_full_disk_holds_the_journal_loses_nothing_and_it_catches_up(bus: Bus, small_disk: Path) -> None:
+    path = small_disk / "j.sqlite"
+    service = JournalService(bus, path)
+    first, total = 200, 3000
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish_all(note(i) for i in range(first))
+        with anyio.fail_after(20):
+            await service.wait_for(first)
+        filler = fill(small_disk)
+        await bus.publish_all(note(i) for i in range(first, total))
+        answer = await ask_journal(bus, until=total)  # answered when all are journaled, or when the file refuses
+        assert "database or disk is full" in answer["stuck"] and answer["stuck"] == service.stuck
+        assert first <= answer["last_seq"] < total
+        consumer = await bus.js.consumer_info(bus.subjects.stream, "journal")
+        assert consumer.ack_floor is not None and consumer.ack_floor.stream_seq <= answer["last_seq"]
+        stream = await bus.js.stream_info(bus.subjects.stream)
+        assert stream.state.messages == total
+        filler.unlink()
+        with anyio.fail_after(30):
+            await service.wait_for(total)
+        assert await ask_journal(bus) == {"last_seq": total, "rows": total, "stuck": ""}
+        service.stop()
     with JournalReader(path) as reader:
         rows = list(reader.rows())
     assert [r.stream_seq for r in rows] == list(range(1, total + 1))
