@@ -15,6 +15,8 @@ FaultlineError
  ├── DomainError              a domain plugin cannot be loaded or is inconsistent
  │    └── ToolError           a domain tool refused an action (returned as the call's error, never raised to callers)
  ├── NonDeterminismError      replayed code asked for something the journal does not hold
+ ├── DirectoryBusyError       another running process holds a state directory (names its pid)
+ ├── RunError                 every episode of a run ended in error (names the causes)
  └── UsageError               a command line was wrong (printed as one line, exit 2)
 
 Callers catch what they can act on; the CLI turns any of them into one line.
@@ -93,6 +95,18 @@ class ToolError(DomainError):
 
 class NonDeterminismError(FaultlineError):
     """Code under replay asked for a call the journal does not hold at that point."""
+
+
+class DirectoryBusyError(FaultlineError):
+    """Another running process holds the lock of a state directory; `pid` is that process (0 if unknown)."""
+
+    def __init__(self, message: str, pid: int) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class RunError(FaultlineError):
+    """A run produced no result: every episode ended in error, for the causes the message gives."""
 
 
 class UsageError(FaultlineError):
