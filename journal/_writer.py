@@ -2,16 +2,18 @@
 
 There is one writer per journal (the journal service); readers may run alongside
 in other processes. The writer is not thread-safe: one caller at a time, from any
-thread (the consumer may hand it to a worker thread). After each committed batch
-it replaces the head record beside the file (see `_head`), so `verify` finds rows
-cut from the end.
+thread (the consumer may hand it to a worker thread). After committed batches (at
+most every `JournalSettings.head_record_interval_s`) and on close it replaces the
+head record beside the file (see `_head`), so `verify` finds rows cut from the end.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,11 +32,14 @@ log = logging.getLogger(__name__)
 class Journal:
     """An open journal file, for appending. Use `Journal.open(path)`."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, settings: JournalSettings) -> None:
         self.path = path
         self._conn = conn
         self._last_pos, self._head = self._tail()
         self._head_temporary = path.with_name(f".{path.name}.head.{os.getpid()}-{id(self):x}")
+        self._head_interval_s = settings.head_record_interval_s
+        self._recorded_pos = self._last_pos  # what this writer has to record: only rows it appends
+        self._recorded_at = -math.inf
 
     @classmethod
     def open(cls, path: str | Path, settings: JournalSettings | None = None) -> Journal:
@@ -63,12 +68,12 @@ class Journal:
             configure(conn, settings)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {settings.synchronous}")
-            journal = cls(path, conn)
+            journal = cls(path, conn, settings)
         except BaseException:
             conn.close()
             raise
         if created:
-            journal._record_head()  # a record left by an earlier file of this name no longer applies
+            journal._write_head()  # a record left by an earlier file of this name no longer applies
         else:
             journal._check_head()
         return journal
@@ -112,7 +117,7 @@ class Journal:
                 conn.executemany(_INSERT, sealed)
         if sealed:
             self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
-            self._record_head()
+            self._record_head(throttled=True)
         return len(sealed)
 
     def _write_sealed(self, sealed: Sequence[SealedRow]) -> None:
@@ -124,18 +129,31 @@ class Journal:
                 raise JournalError(f"{self.path}: journal was appended to while rows were being sealed")
             conn.executemany(_INSERT, sealed)
         self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
-        self._record_head()
+        self._record_head(throttled=True)
 
     def _tail(self) -> tuple[int, str]:
         row = self._conn.execute("SELECT pos, chain FROM messages ORDER BY pos DESC LIMIT 1").fetchone()
         return (row[0], row[1]) if row else (0, GENESIS)
 
-    def _record_head(self) -> None:
-        """Replace the head record; the batch is committed already, so a failure here is only logged."""
+    def _record_head(self, *, throttled: bool = False) -> None:
+        """Replace the head record if this writer appended since the last one; `throttled`: once the interval is up.
+
+        The rows are committed already, and the stream still holds them, so a failure to
+        write the record is only logged: it costs only the check for rows cut from the end.
+        """
+        if self._recorded_pos == self._last_pos:
+            return
+        if throttled and time.monotonic() - self._recorded_at < self._head_interval_s:
+            return
+        self._write_head()
+
+    def _write_head(self) -> None:
         try:
             write_head(self.path, HeadRecord(rows=self._last_pos, head=self._head), self._head_temporary)
         except OSError as exc:
             log.warning("%s: head record not written (%s); verify cannot find rows cut from the end", self.path, exc)
+            return
+        self._recorded_pos, self._recorded_at = self._last_pos, time.monotonic()
 
     def _check_head(self) -> None:
         """Warn when the journal no longer reaches its head record: the next batch replaces that evidence."""
@@ -154,7 +172,8 @@ class Journal:
     # -- lifetime ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the file; the last writer to close folds the WAL back into the one file."""
+        """Record the head and close the file; the last writer to close folds the WAL back into the one file."""
+        self._record_head()
         self._conn.close()
 
     def __enter__(self) -> Journal:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from faultline._errors import JournalError
 from faultline.bus import Envelope, Note, digest, encode
-from faultline.journal import GENESIS, Journal, JournalReader, verify
+from faultline.journal import GENESIS, Journal, JournalReader, JournalSettings, verify
 from faultline.journal._head import head_path
 from faultline.journal._rows import chain_next, row_digest
 
@@ -239,14 +239,30 @@ def recorded(path: Path) -> tuple[int, str]:
 
 def test_each_committed_batch_records_the_row_count_and_head_beside_the_file(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
-    with Journal.open(path) as journal:
+    with Journal.open(path, JournalSettings(head_record_interval_s=0)) as journal:
         assert recorded(path) == (0, GENESIS)
         journal.append(notes(3))
         assert recorded(path) == (3, journal.head)
-        journal.append(notes(3))  # redelivered: nothing committed, nothing to record
         journal.append(notes(2, first_seq=4))
         assert recorded(path) == (5, journal.head)
     assert [p.name for p in tmp_path.iterdir() if "head" in p.name] == ["j.db.head"]
+
+
+def test_batches_within_the_interval_of_the_last_record_are_recorded_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path, JournalSettings(head_record_interval_s=3600)) as journal:
+        journal.append(notes(3))
+        journal.append(notes(2, first_seq=4))
+        assert recorded(path) == (0, GENESIS)
+    with JournalReader(path) as reader:
+        assert recorded(path) == (5, reader.head)
+
+
+def test_a_writer_that_appends_nothing_leaves_the_head_record_alone(journal_file: Path) -> None:
+    before = head_path(journal_file).read_bytes()
+    with Journal.open(journal_file) as journal:
+        journal.append(two_episodes()[:4])  # redelivered: nothing committed
+    assert head_path(journal_file).read_bytes() == before
 
 
 def test_a_new_journal_replaces_a_head_record_left_by_an_earlier_file(tmp_path: Path) -> None:
