@@ -2,14 +2,15 @@
 
 A hash chain shows that the rows it covers were not edited, removed or reordered,
 but a journal cut short at the end is still a valid, shorter chain. So the writer
-records (rows, head) in `<journal>.head` after every committed batch, written to a
+records (rows, head) in `<journal>.head` after committed batches (at most every
+`JournalSettings.head_record_interval_s`) and when it closes, written to a
 temporary file and renamed over the old record, and `verify` checks that the chain
 still passes through the recorded head. Deleting rows from the database leaves the
 record behind; someone who rewrites the rows and the record together is caught only
 by a head kept elsewhere (`verify --anchor`).
 
-The record may lag the journal (a writer stopped between its commit and the
-rename, or two writers raced): rows appended after it are fine. It is not fsynced,
+The record may lag the journal (batches within the interval, a writer killed
+before it closed, or two writers racing): rows appended after it are fine. It is not fsynced,
 like the journal in its default `synchronous=NORMAL` mode: after a power loss it
 can name batches the journal lost, which `verify` reports as a cut until the
 journal service has re-journaled them from the stream.
