@@ -63,7 +63,7 @@ from faultline.bus._messages import (
     encode,
 )
 from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
-from faultline.bus._subjects import DEFAULT_PREFIX, Subjects, check_token, validate_envelope
+from faultline.bus._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
 from faultline.bus._transport import Bus, BusSettings, Consumer, Delivery
 
 __all__ = [
@@ -120,6 +120,7 @@ __all__ = [
     "body_kind",
     "build_defenses",
     "check_defenses",
+    "check_delivered",
     "check_token",
     "clear_rules_control",
     "decode_body",

@@ -6,13 +6,32 @@ import time
 from collections.abc import Iterable
 
 import anyio
+import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from faultline._errors import DecodeError
-from faultline.bus import Body, Bus, Envelope, EpisodeCompleted, EpisodeStarted, Start, decode_envelope, derive_id
+from faultline._errors import DecodeError, JournalError
+from faultline.bus import (
+    Body,
+    Bus,
+    Envelope,
+    EpisodeCompleted,
+    EpisodeStarted,
+    Start,
+    check_delivered,
+    decode_envelope,
+    derive_id,
+)
 
 RUNNER = "runner"
+
+JOURNAL_ASK_TIMEOUT_S = 2.0
+"""How long a runner waits for the journal service to say whether it can write."""
+
+
+class _JournalState(msgspec.Struct):
+    stuck: str = ""
 
 
 def started_envelope(episode: str, started: EpisodeStarted) -> Envelope:
@@ -32,8 +51,27 @@ def kickoff_envelope(episode: str, to: str, body: Body | None = None) -> Envelop
 
 
 async def start_episode(bus: Bus, episode: str, to: str, started: EpisodeStarted, body: Body | None = None) -> None:
-    """Journal the episode's start, then hand the first message to agent `to`."""
+    """Journal the episode's start, then hand the first message to agent `to` (unless `check_journal` refuses)."""
+    await check_journal(bus)
     await bus.publish_all([started_envelope(episode, started), kickoff_envelope(episode, to, body)])
+
+
+async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> None:
+    """Raise JournalError while the journal service reports that it cannot write: no episode starts then.
+
+    A journal service that does not answer (not started, restarting) is no reason
+    to refuse: the stream keeps every message until it is back.
+    """
+    try:
+        reply = await bus.nc.request(bus.subjects.svc("journal"), b"{}", timeout=timeout_s)
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        return
+    stuck = msgspec.json.decode(reply.data, type=_JournalState).stuck
+    if stuck:
+        raise JournalError(
+            f"new episodes are refused while the journal cannot write ({stuck}); nothing is lost: the stream"
+            " keeps every message and the journal catches up by itself once its file can be written again"
+        )
 
 
 class Completions:
@@ -55,7 +93,7 @@ class Completions:
 
     async def _on_msg(self, msg: Msg) -> None:
         try:
-            env = decode_envelope(msg.data)
+            env = check_delivered(decode_envelope(msg.data), msg.subject)
         except DecodeError:
             return  # the dead-letter path records it
         if isinstance(env.body, EpisodeCompleted) and env.episode not in self.done:

@@ -81,6 +81,7 @@ PUBLIC = {
         "body_kind",
         "build_defenses",
         "check_defenses",
+        "check_delivered",
         "check_token",
         "clear_rules_control",
         "decode_body",

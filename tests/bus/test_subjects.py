@@ -16,8 +16,9 @@ from faultline.bus import (
     Recording,
     Subjects,
     ToolCall,
+    check_delivered,
 )
-from faultline.bus._subjects import MAX_HOPS, check_delivered
+from faultline.bus._subjects import MAX_HOPS
 
 CALL = ToolCall(call_id="c1", name="get_order")
 

@@ -1,0 +1,87 @@
+"""A live system for end-to-end tests: nats-server, the journal service and a worker process of the built-in agents."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from faultline.bus import Bus, EpisodeCompleted
+from faultline.envs import Domain, load_domain
+from faultline.runtime import Completions
+from faultline.runtime._run import RunPlan, plan_episodes, start_envelopes
+from faultline.runtime._supervisor import ProcessSpec, Supervisor
+
+EPISODE_TIMEOUT_S = 30.0
+JOURNAL_TIMEOUT_S = 30.0
+
+
+@asynccontextmanager
+async def live_system(tmp_path: Path, journal: Path | None = None) -> AsyncIterator[Supervisor]:
+    """`faultline up` with one worker of env, tool and user on the sim model; stopped (drained, journaled) after."""
+    config = tmp_path / "faultline.toml"
+    config.write_text("")  # defaults only, whatever the working directory holds
+    supervisor = Supervisor(
+        journal_path=journal or tmp_path / "journal.sqlite",
+        workers=[ProcessSpec("worker", ("worker", "--agents", "env,tool,user", "--config", str(config)))],
+        store_dir=tmp_path / "nats",
+        log_dir=tmp_path / "logs",
+    )
+    async with anyio.create_task_group() as tg:
+        try:
+            await supervisor.start(tg)
+            yield supervisor
+        finally:
+            with anyio.CancelScope(shield=True):
+                await supervisor.stop()
+            tg.cancel_scope.cancel()
+
+
+@functools.cache
+def retail() -> Domain:
+    return load_domain("retail")
+
+
+def episode_of(run_id: str) -> str:
+    (planned,) = plan_episodes(RunPlan(tasks=1, run_id=run_id), retail())
+    return planned.episode
+
+
+async def run_episode(bus: Bus, run_id: str) -> EpisodeCompleted:
+    """Run the first retail task as episode `episode_of(run_id)` and return how it completed."""
+    plan = RunPlan(tasks=1, run_id=run_id)
+    (planned,) = plan_episodes(plan, retail())
+    async with Completions(bus) as completions:
+        await bus.publish_all(start_envelopes(plan, planned))
+        with anyio.fail_after(EPISODE_TIMEOUT_S):
+            done = await completions.wait([planned.episode])
+    return done[planned.episode]
+
+
+async def journal_everything(bus: Bus) -> None:
+    """Wait until the journal holds everything in the stream, the dead letters it publishes on the way included.
+
+    It publishes a letter before it passes the refused message, so after one round
+    every letter is in the stream: a second round takes them in.
+    """
+    for _ in range(2):
+        info = await bus.js.stream_info(bus.subjects.stream)
+        ask = msgspec.json.encode({"until": info.state.last_seq})
+        reply = await bus.nc.request(bus.subjects.svc("journal"), ask, timeout=JOURNAL_TIMEOUT_S)
+        answer = msgspec.json.decode(reply.data)
+        assert answer["last_seq"] >= info.state.last_seq and not answer["stuck"], answer
+
+
+def processes(supervisor: Supervisor) -> dict[str, int]:
+    """Every process of the system with its pid, after checking that none was restarted and all run."""
+    assert [row for row in supervisor.status() if row["restarts"]] == []
+    assert supervisor.server is not None and supervisor.server.pid is not None
+    pids = {row["name"]: row["pid"] for row in supervisor.status()} | {"nats-server": supervisor.server.pid}
+    for pid in pids.values():
+        os.kill(pid, 0)  # raises if the process is gone
+    return pids
