@@ -277,9 +277,9 @@ def decode_envelope(data: bytes) -> Envelope:
     """Decode wire bytes, raising DecodeError with msgspec's path-naming reason."""
     try:
         return _envelope_decoder.decode(data)
-    except msgspec.ValidationError as exc:
+    except (msgspec.ValidationError, RecursionError) as exc:  # nested too deeply is not a valid envelope either
         raise DecodeError(f"not a valid envelope: {exc}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8 is not msgpack
         raise DecodeError(f"not msgpack: {exc}") from None
 
 
@@ -291,7 +291,7 @@ def body_bytes(data: bytes) -> bytes:
 def decode_body(data: bytes) -> MessageBody:
     try:
         return _body_decoder.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise DecodeError(str(exc)) from None
 
 

@@ -84,6 +84,8 @@ def test_kind_is_the_body_tag() -> None:
         (encode({"id": "1", "episode": "e", "sender": "a", "body": {"kind": "nope"}}), "Invalid value 'nope'"),
         (encode({"id": "1", "episode": "e", "sender": "a", "body": {"kind": "user_turn", "text": 3}}), "$.body.text"),
         (encode({"id": "1", "episode": "e", "body": {"kind": "user_turn", "text": "x"}}), "sender"),
+        (b"\x81\xa2id\xa2\xc3\x28", "not msgpack: 'utf-8' codec can't decode"),
+        (b"\x81\xa4body\x81\xa4data" + b"\x91" * 100_000 + b"\x01", "not a valid envelope: maximum recursion depth"),
     ],
 )
 def test_malformed_bytes_name_the_reason(data: bytes, reason: str) -> None:

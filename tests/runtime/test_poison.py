@@ -7,13 +7,28 @@ Each message ends dead-lettered and journaled as such, every process keeps runni
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import nats
 import pytest
 
-from faultline.bus import DeadLetter, Envelope, EpisodeCompleted, Recording, ToolCall, digest, encode
+from faultline._errors import SubjectError
+from faultline.bus import (
+    Control,
+    DeadLetter,
+    Envelope,
+    EpisodeCompleted,
+    Recording,
+    Subjects,
+    ToolCall,
+    decode_envelope,
+    digest,
+    encode,
+)
+from faultline.bus._subjects import MAX_HOPS
 from faultline.journal import JournalReader, verify
 from tests.runtime.live import episode_of, journal_everything, live_system, processes, run_episode
 
@@ -81,4 +96,116 @@ async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: 
     assert letter.reason.endswith(reason) or letter.reason.startswith(reason), letter.reason
     assert (letter.subject, letter.size, letter.digest) == (subject, len(data), digest(data))
     assert letter.data == data[: len(letter.data)] and len(letter.data) <= 4096
+    assert verify(journal).ok
+
+
+FUZZ_MESSAGES = 300
+FUZZ_SEED = 20261123
+NAMES = ["env", "tool", "user", "runner", "fz-1", "", "evil.sender", "a b", "*", ">", "x" * 65]
+HOPS = [0, 1, MAX_HOPS, MAX_HOPS + 1, -1, 2**63, 2**64 - 1, -(2**63)]
+TIMES = [0.0, 1.7e9, math.nan, math.inf, -math.inf, -1.0, 1e308]
+
+
+def fuzz(rng: random.Random, bases: list[tuple[str, bytes]], limit: int) -> list[tuple[str, bytes]]:
+    """Random and mutated messages on journaled subjects: fields, bytes, shapes, garbage and controls."""
+    episode = decode_envelope(bases[0][1]).episode
+    subjects = Subjects()
+    messages = []
+    for i in range(FUZZ_MESSAGES):
+        subject, data = rng.choice(bases)
+        env = decode_envelope(data)
+        ep = rng.choice([episode, f"fz-{i % 7}", "a.b"])
+        anywhere = rng.choice(
+            [
+                subjects.direct(ep, rng.choice(["env", "tool", "user", "nobody"])),
+                subjects.topic(ep, "chat"),
+                subjects.rec(ep, rng.choice(["env", "tool", "user"])),
+                subjects.event(rng.choice(["started", "completed", "error", "fault", "defense"]), ep),
+                subjects.ctl(rng.choice(["faults", "helpers", "x"])),
+                subjects.dlq,
+            ]
+        )
+        kind = rng.choice(["field", "field", "field", "body", "bytes", "shape", "garbage", "control"])
+        if kind == "field":
+            name, value = rng.choice(
+                [
+                    ("episode", rng.choice([episode, *NAMES])),
+                    ("sender", rng.choice(NAMES)),
+                    ("recipient", rng.choice(NAMES)),
+                    ("topic", rng.choice(NAMES)),
+                    ("hops", rng.choice(HOPS)),
+                    ("ts", rng.choice(TIMES)),
+                    ("id", rng.choice(["", "x" * 300, f"fz{i}"])),
+                    ("causation", rng.choice(["", env.id, "\0"])),
+                ]
+            )
+            env = msgspec.structs.replace(env, **{name: value})
+            data = encode(env)
+            subject = rng.choice([subject, anywhere, _home(subjects, env) or subject])
+        elif kind == "body":
+            env = msgspec.structs.replace(env, body=decode_envelope(rng.choice(bases)[1]).body)
+            data = encode(env)
+            subject = rng.choice([subject, _home(subjects, env) or subject])
+        elif kind == "bytes":
+            mutable = bytearray(data)
+            for _ in range(rng.randint(1, 5)):
+                mutable[rng.randrange(len(mutable))] = rng.randrange(256)
+            data = bytes(mutable[: rng.randint(1, len(mutable))] if rng.random() < 0.3 else mutable)
+        elif kind == "shape":
+            shape = {key: rng.choice([1, -1, "", "e", [], {}, None, 2.5, True]) for key in msgspec.structs.asdict(env)}
+            shape["body"] = rng.choice([{"kind": env.kind}, {"kind": "nope"}, [], msgspec.to_builtins(env.body)])
+            data, subject = msgspec.msgpack.encode(shape), anywhere
+        elif kind == "garbage":
+            size = limit - 64 if i % 150 == 0 else rng.randint(1, 4096)
+            data, subject = rng.randbytes(size), anywhere
+        else:
+            op = rng.choice(["add", "remove", "clear", "nope"])
+            rule = {"id": rng.choice(["r1", "", "a b"]), "fault": rng.choice(["no-such-fault", 7]), "probability": 2}
+            body = Control(name="faults", data={"op": op, "rule": rule, "id": rule["id"]})
+            env = Envelope(id=f"fz{i}", episode="ops", sender=rng.choice(["operator", "evil.sender"]), body=body)
+            data, subject = encode(env), subjects.ctl("faults")
+        messages.append((subject, data))
+    return messages
+
+
+def _home(subjects: Subjects, env: Envelope) -> str | None:
+    """The subject the envelope's fields name, if they name one a client can publish on."""
+    try:
+        subject = subjects.for_envelope(env)
+    except SubjectError:
+        return None
+    tokens = subject.split(".")
+    return subject if all(t and t not in ("*", ">") and not any(c.isspace() for c in t) for t in tokens) else None
+
+
+async def test_hundreds_of_random_and_mutated_messages_take_nothing_down(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.sqlite"
+    async with live_system(tmp_path, journal) as supervisor:
+        bus = supervisor.bus
+        assert bus is not None
+        assert (await run_episode(bus, "before")).outcome == "success"
+        before = processes(supervisor)
+        bases = [(d.subject, d.data) for d in await bus.read_stored(bus.subjects.journaled, 10)]
+        raw = await nats.connect(supervisor.url)
+        try:
+            js = raw.jetstream()
+            published = [
+                (await js.publish(subject, data)).seq
+                for subject, data in fuzz(random.Random(FUZZ_SEED), bases, raw.max_payload)
+            ]
+        finally:
+            await raw.close()
+        assert (await run_episode(bus, "after")).outcome == "success"
+        await journal_everything(bus)
+        assert processes(supervisor) == before
+    with JournalReader(journal) as reader:
+        rows = list(reader.rows())
+    journaled = {r.stream_seq for r in rows}
+    letters = [body for r in rows if isinstance(body := r.decoded_body(), DeadLetter)]
+    dead = {letter.stream_seq for letter in letters}
+    assert set(published) <= journaled | dead
+    assert not set(published) & journaled & dead
+    refused = len(set(published) & dead)
+    assert FUZZ_MESSAGES / 2 < refused < FUZZ_MESSAGES  # most mutations are refused, not all
+    assert all(len(letter.data) <= 4096 for letter in letters)
     assert verify(journal).ok
