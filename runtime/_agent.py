@@ -44,8 +44,10 @@ def load_agent_class(spec: str) -> type[Agent]:
         raise ConfigError(f"agent class {spec!r} must look like 'package.module:ClassName'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"agent class {spec!r}: cannot import {module_name!r} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the module raises on import, the answer is one line
+        raise ConfigError(
+            f"agent class {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})"
+        ) from None
     cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, Agent) and hasattr(cls, "name")):
         raise ConfigError(f"agent class {spec!r} is not a faultline Agent subclass with a name")

@@ -40,6 +40,10 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     helpers: list[str] = []
     memory: dict[str, Any] = {}
     run_id: str = "run"
+    tool_role: str = "tool"
+    """The model role of the tool agent's requests (its `[agents.tool] model_role`)."""
+    user_role: str = "user"
+    """The model role of the user simulator's requests (its `[agents.user] model_role`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,8 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         trial=planned.trial,
         max_turns=plan.max_turns,
         max_steps=plan.max_steps,
+        tool_role=plan.tool_role,
+        user_role=plan.user_role,
         error_rates=plan.error_rates,
         helpers=plan.helpers,
         memory=plan.memory,
@@ -105,49 +111,69 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
 
 @dataclass
 class RunResult:
+    """A run as it goes: filled in by `run_plan`, readable at any time, also after a run was cut short."""
+
     planned: list[PlannedEpisode]
     completed: dict[str, EpisodeCompleted] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+    """Episodes started and not completed yet, with the `anyio.current_time()` of their start."""
     seconds: float = 0.0
 
     def outcomes(self) -> list[tuple[PlannedEpisode, EpisodeCompleted]]:
         return [(p, self.completed[p.episode]) for p in self.planned if p.episode in self.completed]
 
+    def waiting_for(self, now: float, limit_s: float) -> str:
+        """What the run waits for, in words: how many episodes run, for how long the oldest has, and its limit.
+
+        Empty once every episode completed.
+        """
+        if not self.running:
+            return "" if len(self.completed) == len(self.planned) else "starting episodes"
+        oldest = now - min(self.running.values())
+        count = len(self.running)
+        return (
+            f"waiting for {count} running episode{'s' if count > 1 else ''}, the oldest for {oldest:.0f}s;"
+            f" each still running at {limit_s:g}s ends as timeout"
+        )
+
 
 async def run_plan(
-    bus: Bus, plan: RunPlan, planned: Sequence[PlannedEpisode], on_done: Callable[[str, EpisodeCompleted], None]
-) -> RunResult:
-    """Run every planned episode, `plan.concurrency` at a time."""
-    result = RunResult(list(planned))
+    bus: Bus, plan: RunPlan, result: RunResult, on_done: Callable[[str, EpisodeCompleted], None]
+) -> None:
+    """Run every episode of `result.planned`, `plan.concurrency` at a time, recording them in `result`."""
     limiter = anyio.CapacityLimiter(plan.concurrency)
     started = anyio.current_time()
-    async with Completions(bus) as completions, anyio.create_task_group() as tg:
+    try:
+        async with Completions(bus) as completions, anyio.create_task_group() as tg:
 
-        async def one(p: PlannedEpisode) -> None:
-            async with limiter:
-                await bus.publish_all(start_envelopes(plan, p))
-                with anyio.move_on_after(plan.episode_timeout_s) as scope:
-                    done = await completions.wait([p.episode])
-                if scope.cancelled_caught:
-                    timeout = EpisodeCompleted(
-                        outcome="timeout", cause=f"no completion within {plan.episode_timeout_s:g}s"
-                    )
-                    await bus.publish(
-                        Envelope(
-                            id=derive_id(p.episode, 0, "t"),
-                            episode=p.episode,
-                            sender=RUNNER,
-                            body=timeout,
-                            ts=time.time(),
+            async def one(p: PlannedEpisode) -> None:
+                async with limiter:
+                    result.running[p.episode] = anyio.current_time()
+                    await bus.publish_all(start_envelopes(plan, p))
+                    with anyio.move_on_after(plan.episode_timeout_s) as scope:
+                        done = await completions.wait([p.episode])
+                    if scope.cancelled_caught:
+                        timeout = EpisodeCompleted(
+                            outcome="timeout", cause=f"no completion within {plan.episode_timeout_s:g}s"
                         )
-                    )
-                    done = await completions.wait([p.episode])
-            result.completed[p.episode] = done[p.episode]
-            on_done(p.episode, done[p.episode])
+                        await bus.publish(
+                            Envelope(
+                                id=derive_id(p.episode, 0, "t"),
+                                episode=p.episode,
+                                sender=RUNNER,
+                                body=timeout,
+                                ts=time.time(),
+                            )
+                        )
+                        done = await completions.wait([p.episode])
+                del result.running[p.episode]
+                result.completed[p.episode] = done[p.episode]
+                on_done(p.episode, done[p.episode])
 
-        for p in planned:
-            tg.start_soon(one, p)
-    result.seconds = anyio.current_time() - started
-    return result
+            for p in result.planned:
+                tg.start_soon(one, p)
+    finally:
+        result.seconds = anyio.current_time() - started
 
 
 async def wait_for_journal(bus: Bus, timeout_s: float = 60.0) -> int:
@@ -177,15 +203,20 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
     episodes_per_s: float
     journal: str = ""
+    errors: dict[str, int] = {}
+    """Causes of the episodes that ended in error, with how many ended with each."""
 
 
 def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
     per_task: dict[str, int] = defaultdict(int)
     outcomes: dict[str, int] = defaultdict(int)
+    errors: dict[str, int] = defaultdict(int)
     rows = result.outcomes()
     for planned, done in rows:
         per_task[planned.task] += int(done.outcome == "success")
         outcomes[done.outcome] += 1
+        if done.outcome == "error":
+            errors[done.cause] += 1
     tasks = sorted({p.task for p in result.planned})
     successes = [per_task.get(t, 0) for t in tasks]
     n = max(len(rows), 1)
@@ -201,4 +232,5 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         seconds=result.seconds,
         episodes_per_s=len(rows) / result.seconds if result.seconds else 0.0,
         journal=journal,
+        errors=dict(sorted(errors.items(), key=lambda item: -item[1])),
     )

@@ -108,7 +108,10 @@ class Supervisor:
         if self.log_dir is not None and child.log is None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             child.log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        child.process = await anyio.open_process(self._argv(spec), stdin=None, stdout=child.log, stderr=child.log)
+        # A session of its own: a terminal's Ctrl-C reaches this process only, which stops children in order.
+        child.process = await anyio.open_process(
+            self._argv(spec), stdin=None, stdout=child.log, stderr=child.log, start_new_session=True
+        )
         ready = self._ready[spec.name]
         with anyio.move_on_after(READY_TIMEOUT_S) as timeout:
             async with anyio.create_task_group() as wait:
@@ -172,8 +175,14 @@ class Supervisor:
             await process.aclose()
 
     def status(self) -> list[dict[str, Any]]:
+        """Each child's name, pid, restarts and exit status (None while it runs)."""
         return [
-            {"name": n, "pid": c.process.pid if c.process else None, "restarts": c.restarts}
+            {
+                "name": n,
+                "pid": c.process.pid if c.process else None,
+                "restarts": c.restarts,
+                "returncode": c.process.returncode if c.process else None,
+            }
             for n, c in self._children.items()
         ]
 

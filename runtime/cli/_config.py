@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 from faultline.runtime._config import ALL_AGENTS, DEFAULT_CONFIG_FILE, Config, ModelConfig, load_config
+from faultline.runtime._layout import check_system
+from faultline.runtime.cli._system import config_source
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -17,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "check",
         help="validate a config file and print the effective settings",
         description=f"Validate a config file (default ./{DEFAULT_CONFIG_FILE} if present, else the built-in"
-        " defaults) and print the effective settings. Exit 1 with one line naming the bad key.",
+        " defaults) as `run` and `up` do, importing every agent class, and print the effective settings."
+        " Exit 1 with one line naming the bad key.",
     )
     check.add_argument("--config", type=Path, default=None, metavar="PATH", help="the faultline.toml to check")
     check.set_defaults(handler=_check)
@@ -28,14 +31,15 @@ def _check(args: argparse.Namespace) -> int:
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     config = load_config(path)
+    groups = check_system(config, config_source(path))
     print(f"{path}: ok" if path else "no config file: built-in defaults")
-    for line in summary(config):
+    for line in summary(config, groups):
         print(line)
     return 0
 
 
-def summary(config: Config) -> list[str]:
-    """A few lines that say what a run with this configuration would use."""
+def summary(config: Config, groups: dict[str, tuple[str, ...]]) -> list[str]:
+    """A few lines that say what a run with this configuration would use; `groups` from `check_system`."""
     nats, runtime = config.nats, config.runtime
     bus = f"{nats.url}" if nats.url else f"embedded nats-server storing in {nats.store_dir}"
     lines = [
@@ -45,7 +49,11 @@ def summary(config: Config) -> list[str]:
         f" ack wait {runtime.ack_wait_s:g}s, drain timeout {runtime.drain_timeout_s:g}s,"
         f" linger {runtime.linger_s:g}s",
     ]
-    workers = [f"{name}: {_processes(w.count)} running {_agents(w.agents)}" for name, w in config.workers.items()]
+    workers = [
+        f"{name}: {_processes(config.workers[name].count)} running {', '.join(agents) or 'no agent'}"
+        + (' ("*": every agent no other group names)' if ALL_AGENTS in config.workers[name].agents else "")
+        for name, agents in groups.items()
+    ]
     agents = [
         f"{name}: {agent.class_ or 'built-in'}, model role {config.role_of(name)}"
         for name, agent in config.agents.items()
@@ -58,10 +66,6 @@ def summary(config: Config) -> list[str]:
 
 def _block(title: str, items: list[str]) -> list[str]:
     return [f"{title if i == 0 else '':<8} {item}" for i, item in enumerate(items)]
-
-
-def _agents(agents: tuple[str, ...]) -> str:
-    return "every agent" if ALL_AGENTS in agents else ", ".join(agents)
 
 
 def _processes(count: int) -> str:

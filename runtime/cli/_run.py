@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from faultline._errors import ConfigError, UsageError
-from faultline.bus import Bus, EpisodeCompleted
+from faultline._errors import ConfigError, JournalError, RunError, UsageError
+from faultline.bus import Bus, EpisodeCompleted, FaultRule
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime._config import Config, MemoryConfig, load_config
 from faultline.runtime._faulting import (
@@ -24,11 +27,63 @@ from faultline.runtime._faulting import (
     rules_in_force,
     scoped_to_run,
 )
-from faultline.runtime._run import RunPlan, Summary, plan_episodes, run_plan, summarize, wait_for_journal
+from faultline.runtime._lock import hold_directories, state_dir
+from faultline.runtime._run import RunPlan, RunResult, Summary, plan_episodes, run_plan, summarize, wait_for_journal
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
-from faultline.runtime.cli._system import add_defense_flag, worker_specs
+from faultline.runtime.cli._system import (
+    StopRequest,
+    add_defense_flag,
+    config_source,
+    journal_problem,
+    run_supervised,
+    stop_on_signal,
+    worker_specs,
+)
+from faultline.runtime.models import sim_metadata
 
 SIM_NOTE = "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime, they say nothing about models"
+PROGRESS_TICK_S = 1.0
+"""How often the progress display refreshes what the run is waiting for."""
+PROGRESS_LINE_S = 10.0
+"""How often a run whose stderr is not a terminal prints a line saying what it is waiting for."""
+MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0.0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
+    return value
+
+
+def rate(text: str) -> float:
+    """An argparse type: a probability in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rate between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,37 +95,49 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         + ".",
     )
     p.add_argument("--domain", default="retail", help="retail, phone, or package.module:Class (default retail)")
-    p.add_argument("--tasks", type=int, default=10, metavar="N", help="the first N tasks of the domain (default 10)")
-    p.add_argument("--trials", type=int, default=1, metavar="K", help="runs per task, for pass^1..pass^K (default 1)")
+    p.add_argument(
+        "--tasks", type=whole_number(1), default=10, metavar="N", help="the first N tasks of the domain (default 10)"
+    )
+    p.add_argument(
+        "--trials", type=whole_number(1), default=1, metavar="K", help="runs per task, for pass^1..pass^K (default 1)"
+    )
     add_model_flags(p)
     p.add_argument("--journal", type=Path, help="journal file (default from config: runs/journal.sqlite)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--error-rates",
-        type=float,
+        type=rate,
         default=0.0,
         metavar="P",
-        help="sim: per-decision mistake rate for each FAMA category",
+        help=f"sim: the per-decision mistake rate of each of the {len(ERROR_CATEGORIES)} FAMA categories. A decision makes"
+        f" at most one mistake, so the rates add up to at most 1 and P is at most {MAX_RATE:g}, where a mistake is"
+        " drawn at every decision",
     )
     p.add_argument(
         "--error-rate",
         action="append",
         default=[],
         metavar="CATEGORY=P",
-        help=f"sim: one category's rate ({', '.join(ERROR_CATEGORIES)})",
+        help=f"sim: one category's rate ({', '.join(ERROR_CATEGORIES)}); all rates add up to at most 1",
     )
-    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
+    p.add_argument("--concurrency", type=whole_number(1), default=8, help="episodes in flight at once (default 8)")
     p.add_argument(
-        "--workers", type=int, default=0, metavar="N", help="worker processes per agent group (default from config: 1)"
+        "--workers",
+        type=whole_number(1),
+        default=None,
+        metavar="N",
+        help="worker processes per agent group (default from config: 1)",
     )
     p.add_argument(
         "--episode-timeout",
-        type=float,
+        type=seconds,
         default=120.0,
         metavar="S",
-        help="complete an episode as timeout after S seconds",
+        help="complete an episode as timeout after S seconds (default 120)",
     )
-    p.add_argument("--max-turns", type=int, default=30, help="user turns before an episode fails (default 30)")
+    p.add_argument(
+        "--max-turns", type=whole_number(1), default=30, help="user turns before an episode fails (default 30)"
+    )
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
     p.add_argument(
         "--memory",
@@ -98,43 +165,71 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="backend for every role (default: the config's, else sim)",
     )
-    p.add_argument("--base-url", default="", help="OpenAI-compatible endpoint for --model openai")
-    p.add_argument("--model-name", default="", help="model name for --model openai")
+    p.add_argument(
+        "--base-url", default="", help="OpenAI-compatible endpoint of the openai roles (every role with --model openai)"
+    )
+    p.add_argument("--model-name", default="", help="model name of the openai roles (every role with --model openai)")
     p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
 
 
-def _error_rates(args: argparse.Namespace) -> dict[str, float]:
+def _error_rates(args: argparse.Namespace, config: Config) -> dict[str, float]:
+    """The simulator's mistake rates from the flags, checked as the simulator checks them."""
     rates = {c: args.error_rates for c in ERROR_CATEGORIES if args.error_rates}
     for item in args.error_rate:
         category, _, value = item.partition("=")
         if category not in ERROR_CATEGORIES:
             raise UsageError(f"--error-rate {item!r}: category must be one of {', '.join(ERROR_CATEGORIES)}")
         try:
-            rates[category] = float(value)
-        except ValueError:
-            raise UsageError(f"--error-rate {item!r}: the rate must be a number") from None
-    if any(not 0.0 <= r <= 1.0 for r in rates.values()):
-        raise UsageError("error rates must be between 0 and 1")
+            rates[category] = rate(value)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--error-rate {item!r}: the rate {exc}") from None
+    if not rates:
+        return rates
+    try:
+        sim_metadata(role="tool", domain=args.domain, task="", error_rates=rates)
+    except ConfigError as exc:
+        problem = str(exc).partition(" - at ")[0]
+        raise UsageError(
+            f"--error-rates, --error-rate: {problem}; a decision makes at most one mistake, so --error-rates is at most"
+            f" {MAX_RATE:g}"
+        ) from None
+    role = config.role_of("tool")  # the simulator makes mistakes as the tool agent only
+    backend = config.model(role).backend
+    if backend != "sim":
+        raise UsageError(
+            f"--error-rates and --error-rate set the sim model's mistakes, but the tool agent's"
+            f" model role {role!r} uses {backend}"
+        )
     return rates
 
 
 def effective_config(args: argparse.Namespace) -> Config:
     """The config file with the command line's model and worker choices applied."""
     config = load_config(args.config)
+    endpoint = bool(args.base_url or args.model_name)
     if args.model == "sim":
+        if endpoint:
+            raise UsageError("--base-url and --model-name set the openai endpoint; with --model sim no role uses one")
         models = {role: msgspec.structs.replace(m, backend="sim") for role, m in config.models.items()}
         config = msgspec.structs.replace(config, models=models)
-    elif args.model == "openai":
-        models = {}
-        for role, m in config.models.items():
+    elif args.model == "openai" or endpoint:
+        chosen = [role for role, m in config.models.items() if args.model == "openai" or m.backend == "openai"]
+        if not chosen:
+            raise UsageError("--base-url and --model-name set the openai endpoint, but no model role uses openai:"
+                             " add --model openai")  # fmt: skip
+        models = dict(config.models)
+        for role in chosen:
             m = msgspec.structs.replace(
-                m, backend="openai", base_url=args.base_url or m.base_url, model=args.model_name or m.model
+                models[role],
+                backend="openai",
+                base_url=args.base_url or models[role].base_url,
+                model=args.model_name or models[role].model,
             )
             if not m.model:
                 raise ConfigError(f"--model openai needs a model name: pass --model-name or set models.{role}.model")
             models[role] = m
         config = msgspec.structs.replace(config, models=models)
-    if getattr(args, "workers", 0):
+    if getattr(args, "workers", None):
         workers = {name: msgspec.structs.replace(w, count=args.workers) for name, w in config.workers.items()}
         config = msgspec.structs.replace(config, workers=workers)
     return config
@@ -157,8 +252,6 @@ def _uses_sim(config: Config) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.tasks < 1 or args.trials < 1 or args.concurrency < 1:
-        raise UsageError("--tasks, --trials and --concurrency must be at least 1")
     if args.defense and args.nats:
         raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
     config = apply_defense_flags(effective_config(args), args.defense)
@@ -175,84 +268,165 @@ def _run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         episode_timeout_s=args.episode_timeout,
         max_turns=args.max_turns,
-        error_rates=_error_rates(args),
+        error_rates=_error_rates(args, config),
         run_id=run_id,
         memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},
+        tool_role=config.role_of("tool"),
+        user_role=config.role_of("user"),
     )
-    planned = plan_episodes(plan, domain)
+    result = RunResult(plan_episodes(plan, domain))
+    run_dir = state_dir(journal)
+    effective = run_dir / "effective-config.json"
+    workers = [] if args.nats else worker_specs(config, effective, config_source(args.config))
     console = Console(stderr=True)
-    if _uses_sim(config) and not args.json:
-        console.print(f"[dim]note: {SIM_NOTE}[/dim]")
-
-    async def main() -> Summary:
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[ok]} ok"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-            disable=not console.is_terminal and args.json,
-        ) as progress:
-            bar = progress.add_task(f"{args.domain} episodes", total=len(planned), ok=0)
-            ok = 0
-
-            def on_done(_episode: str, done: EpisodeCompleted) -> None:
-                nonlocal ok
-                ok += done.outcome == "success"
-                progress.update(bar, advance=1, ok=ok)
-
+    supervisor: Supervisor | None = None
+    with hold_directories([] if args.nats else [run_dir], "run"):
+        if _uses_sim(config) and not args.json:
+            console.print(f"[dim]note: {SIM_NOTE}[/dim]")
+        with _display(console, result, plan, quiet=args.json) as display:
             if args.nats:
-                bus = await Bus.connect(args.nats, prefix=config.nats.prefix)
-                try:
-                    async with rules_in_force(bus, rules, workers=None, settings=follow_settings(config)):
-                        result = await run_plan(bus, plan, planned, on_done)
-                finally:
-                    await bus.close()
-                return summarize(result, args.trials)
-            return await _run_local(config, journal, plan, planned, on_done, progress, rules)
-
-    summary = anyio.run(main)
+                request = anyio.run(_run_remote, args.nats, config, plan, result, display, rules)
+            else:
+                effective.write_bytes(msgspec.json.encode(config))
+                supervisor = Supervisor(
+                    journal_path=journal,
+                    workers=workers,
+                    services=_services(config, effective),
+                    prefix=config.nats.prefix,
+                    log_dir=run_dir / "logs",
+                )
+                request = anyio.run(_run_local, supervisor, config, plan, result, display, rules)
+    problem = journal_problem(supervisor) if supervisor else ""
+    summary = summarize(result, args.trials, "" if args.nats else str(journal))
     if args.json:
         print(msgspec.json.encode(summary).decode())
     else:
         Console().print(_table(summary, args.domain, run_id))
+    if request.signum is not None:
+        console.print(_stopped(request, result, problem, args.nats, journal), soft_wrap=True, highlight=False)
+        return 128 + request.signum
+    if problem:
+        raise JournalError(f"the run ended, but the journal did not catch up: {problem}")
+    errors = sum(summary.errors.values())
+    if errors and errors == summary.episodes:
+        raise RunError(f"all {errors} episodes ended in error: {_causes(summary.errors)}")
+    if errors:
+        note = f"note: {errors} of {summary.episodes} episodes ended in error: {_causes(summary.errors)}"
+        console.print(note, soft_wrap=True, highlight=False)
     return 0
 
 
-async def _run_local(config, journal, plan, planned, on_done, progress, rules) -> Summary:  # type: ignore[no-untyped-def]
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    run_dir = journal.parent / ".faultline"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    effective = run_dir / "effective-config.json"
-    effective.write_bytes(msgspec.json.encode(config))
-    workers = worker_specs(config, effective)
-    memory_on = config.memory.mode != "off"
-    supervisor = Supervisor(
-        journal_path=journal,
-        workers=workers,
-        services=[ProcessSpec("memory", ("memory", "serve", "--config", str(effective)))] if memory_on else [],
-        prefix=config.nats.prefix,
-        log_dir=run_dir / "logs",
-    )
-    boot = progress.add_task("starting nats-server, journal, workers", total=None, ok="")
-    async with anyio.create_task_group() as tg:
-        try:
-            await supervisor.start(tg)
-            progress.remove_task(boot)
-            assert supervisor.bus is not None
-            async with rules_in_force(supervisor.bus, rules, workers=len(workers), settings=follow_settings(config)):
-                result = await run_plan(supervisor.bus, plan, planned, on_done)
-            if memory_on:
-                from faultline.agents.memory import wait_for_memory
+@dataclass
+class _Display:
+    """A run's progress bar, which also says what the run waits for; where stderr is not a terminal,
+    a line every PROGRESS_LINE_S says it instead, for logs that a progress bar never reaches."""
 
-                await wait_for_memory(supervisor.bus)
-            await wait_for_journal(supervisor.bus)
+    progress: Progress
+    bar: TaskID
+    result: RunResult
+    limit_s: float
+    lines: bool
+
+    def on_done(self, _episode: str, _done: EpisodeCompleted) -> None:
+        ok = sum(c.outcome == "success" for c in self.result.completed.values())
+        waiting = self.result.waiting_for(anyio.current_time(), self.limit_s)
+        self.progress.update(self.bar, advance=1, ok=ok, waiting=waiting)
+
+    async def show(self) -> None:
+        last_line = anyio.current_time()
+        while True:
+            await anyio.sleep(PROGRESS_TICK_S)
+            now = anyio.current_time()
+            waiting = self.result.waiting_for(now, self.limit_s)
+            self.progress.update(self.bar, waiting=waiting)
+            if self.lines and now - last_line >= PROGRESS_LINE_S:
+                last_line = now
+                done = f"{len(self.result.completed)} of {len(self.result.planned)} episodes done"
+                self.progress.console.print(f"{done}; {waiting}", soft_wrap=True, highlight=False)
+
+
+@contextlib.contextmanager
+def _display(console: Console, result: RunResult, plan: RunPlan, *, quiet: bool) -> Iterator[_Display]:
+    """The progress display of a run; with `quiet` (JSON output) no bar where stderr is not a terminal."""
+    terminal = console.is_terminal
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[ok]} ok"),
+        TimeElapsedColumn(),
+        *([TextColumn("[dim]{task.fields[waiting]}")] if terminal else []),
+        console=console,
+        transient=False,
+        disable=not terminal and quiet,
+    ) as progress:
+        bar = progress.add_task(f"{plan.domain} episodes", total=len(result.planned), ok=0, waiting="")
+        yield _Display(progress, bar, result, plan.episode_timeout_s, lines=not terminal)
+
+
+def _services(config: Config, effective: Path) -> list[ProcessSpec]:
+    if config.memory.mode == "off":
+        return []
+    return [ProcessSpec("memory", ("memory", "serve", "--config", str(effective)))]
+
+
+async def _run_local(
+    supervisor: Supervisor, config: Config, plan: RunPlan, result: RunResult, display: _Display, rules: list[FaultRule]
+) -> StopRequest:
+    """Start the system, run the episodes, wait until the memory service and the journal have them all, stop."""
+    boot = display.progress.add_task("starting nats-server, journal, workers", total=None, ok="", waiting="")
+
+    async def work(supervisor: Supervisor) -> None:
+        display.progress.remove_task(boot)
+        assert supervisor.bus is not None
+        workers = len(supervisor.workers)
+        async with rules_in_force(supervisor.bus, rules, workers=workers, settings=follow_settings(config)):
+            await run_plan(supervisor.bus, plan, result, display.on_done)
+        if config.memory.mode != "off":
+            from faultline.agents.memory import wait_for_memory
+
+            await wait_for_memory(supervisor.bus)
+        await wait_for_journal(supervisor.bus)
+
+    _, request = await run_supervised(supervisor, work, display.show)
+    return request
+
+
+async def _run_remote(
+    url: str, config: Config, plan: RunPlan, result: RunResult, display: _Display, rules: list[FaultRule]
+) -> StopRequest:
+    """Run the episodes on the system already running at `url` (its workers and journal)."""
+    async with stop_on_signal(display.show) as request:
+        bus = await Bus.connect(url, prefix=config.nats.prefix)
+        try:
+            async with rules_in_force(bus, rules, workers=None, settings=follow_settings(config)):
+                await run_plan(bus, plan, result, display.on_done)
         finally:
             with anyio.CancelScope(shield=True):
-                await supervisor.stop()
-    return summarize(result, plan.trials, str(journal))
+                await bus.close()
+    return request
+
+
+def _stopped(request: StopRequest, result: RunResult, problem: str, url: str, journal: Path) -> str:
+    """The one line that says what a stop signal left behind."""
+    done = (
+        f"faultline: stopped by {request.name}: {len(result.completed)} of {len(result.planned)} episodes completed,"
+        f" {len(result.running)} were running"
+    )
+    if url:
+        return f"{done}; the system at {url} goes on with those"
+    if problem:
+        return f"{done}; every process is stopped, but the journal did not catch up: {problem}"
+    return (
+        f"{done}; nats-server, the journal service and the workers are stopped, and {journal} holds all they published"
+    )
+
+
+def _causes(errors: dict[str, int]) -> str:
+    """Each distinct cause once, the most frequent first, with its count when several causes differ."""
+    if len(errors) == 1:
+        return next(iter(errors))
+    return "; ".join(f"{cause} ({n} episode{'s' if n > 1 else ''})" for cause, n in errors.items())
 
 
 def _table(summary: Summary, domain: str, run_id: str) -> Table:

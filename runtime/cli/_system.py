@@ -6,23 +6,32 @@ import argparse
 import json
 import os
 import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from faultline._errors import ConfigError, UsageError
+from faultline._errors import JournalError, UsageError
 from faultline.bus import Bus
 from faultline.runtime._config import Config, load_config
 from faultline.runtime._faulting import apply_defense_flags
-from faultline.runtime._services import agent_names, run_journal, run_worker
+from faultline.runtime._layout import check_system
+from faultline.runtime._lock import hold_directories, state_dir
+from faultline.runtime._services import run_journal, run_worker
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 
 STATE_FILE = Path(".faultline/up.json")
 STATUS_WINDOW_S = 0.5
+T = TypeVar("T")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Signals on which `up` and `run` stop their system in order: workers, services, journal, server."""
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -112,23 +121,103 @@ def _journal_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def worker_specs(config: Config, config_path: Path | None) -> list[ProcessSpec]:
-    """One process per configured worker instance; an agent may belong to one worker group only."""
-    owner: dict[str, str] = {}
+def config_source(path: Path | None) -> str:
+    """How errors name the configuration: its file, else the built-in defaults."""
+    return str(path) if path else "built-in defaults"
+
+
+def worker_specs(config: Config, config_path: Path | None, source: str) -> list[ProcessSpec]:
+    """One process per configured worker instance, after `check_system` accepted the configuration."""
     specs = []
-    for group, worker in config.workers.items():
-        names = agent_names(config) if "*" in worker.agents else worker.agents
-        for agent in names:
-            if agent in owner:
-                raise ConfigError(f"agent {agent!r} is in workers.{owner[agent]} and workers.{group}: pick one")
-            owner[agent] = group
-        if not names:
-            continue
+    for group, names in check_system(config, source).items():
+        count = config.workers[group].count
         extra = ("--config", str(config_path)) if config_path else ()
-        for i in range(worker.count):
-            args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{worker.count}", *extra)
+        for i in range(count if names else 0):
+            args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *extra)
             specs.append(ProcessSpec(f"worker-{group}-{i}", args))
     return specs
+
+
+@dataclass
+class StopRequest:
+    """The signal that ended a `stop_on_signal` block, or None when the block ended by itself."""
+
+    signum: int | None = None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+
+@asynccontextmanager
+async def stop_on_signal(*alongside: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[StopRequest]:
+    """Cancel the block at the first of STOP_SIGNALS; its `finally` clauses then stop what it started.
+
+    The `alongside` tasks (a progress display) run until the block ends. An error raised in the
+    block leaves it as itself, not wrapped in an exception group.
+    """
+    request = StopRequest()
+    error: Exception | None = None
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    request.signum = signum
+                    tg.cancel_scope.cancel()
+                    return
+
+            tg.start_soon(watch)
+            for task in alongside:
+                tg.start_soon(task)
+            try:
+                yield request
+            except Exception as exc:  # noqa: BLE001 - raised again below, outside the task group
+                error = exc
+            tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+
+
+async def run_supervised(
+    supervisor: Supervisor,
+    work: Callable[[Supervisor], Awaitable[T]],
+    *alongside: Callable[[], Coroutine[Any, Any, None]],
+) -> tuple[T | None, StopRequest]:
+    """Start the system, run `work` on it, then stop every process in order, also after an error or a signal.
+
+    Returns what `work` returned (None when a signal cut it short) and the signal, if one came.
+    """
+    result: T | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        async with stop_on_signal(*alongside) as request:
+            try:
+                await supervisor.start(tg)
+                result = await work(supervisor)
+            except Exception as exc:  # noqa: BLE001 - raised again below, outside the task group
+                error = exc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await supervisor.stop()
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return result, request
+
+
+def journal_problem(supervisor: Supervisor) -> str:
+    """Empty when the journal service exited 0 once asked to stop, which it does only after copying the
+    whole stream; else what happened to it, in words."""
+    code = next((row["returncode"] for row in supervisor.status() if row["name"] == "journal"), None)
+    if code == 0:
+        return ""
+    log = f" (see {supervisor.log_dir / 'journal.log'})" if supervisor.log_dir else ""
+    if code is None:
+        return "the journal service did not run"
+    if code < 0:
+        return f"the journal service was ended by {signal.Signals(-code).name}{log}"
+    return f"the journal service exited with status {code}{log}"
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -136,39 +225,48 @@ def _up(args: argparse.Namespace) -> int:
     apply_defense_flags(config, args.defense)  # a wrong flag fails here, not in every worker
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
+    workers = worker_specs(config, args.config, config_source(args.config))
+    store_dir = Path(config.nats.store_dir)
     supervisor = Supervisor(
         journal_path=journal,
-        workers=[ProcessSpec(s.name, (*s.args, *defenses)) for s in worker_specs(config, args.config)],
+        workers=[ProcessSpec(s.name, (*s.args, *defenses)) for s in workers],
         nats_url=args.nats or config.nats.url,
         prefix=_prefix(args, config),
         replicas=config.nats.replicas,
-        store_dir=Path(config.nats.store_dir),
+        store_dir=store_dir,
         log_dir=journal.parent / "logs",
     )
     console = Console(stderr=True)
 
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                try:
-                    await supervisor.start(tg)
-                    STATE_FILE.parent.mkdir(exist_ok=True)
-                    STATE_FILE.write_text(
-                        json.dumps({"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid()})
-                    )
-                    console.print(_process_table(supervisor.status(), supervisor.url, journal))
-                    console.print("running; Ctrl-C drains the workers and stops")
-                    async for _ in signals:
-                        break
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await supervisor.stop()
-                        STATE_FILE.unlink(missing_ok=True)
-                    tg.cancel_scope.cancel()
-        console.print("stopped: workers drained, journal caught up")
+    async def serve(supervisor: Supervisor) -> None:
+        STATE_FILE.write_text(json.dumps({"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid()}))
+        try:
+            console.print(_process_table(supervisor.status(), supervisor.url, journal))
+            console.print("running; Ctrl-C drains the workers and stops")
+            await anyio.sleep_forever()
+        finally:
+            STATE_FILE.unlink(missing_ok=True)
 
-    anyio.run(main)
+    # The stream store is ours alone only while nats-server is ours.
+    held = [STATE_FILE.parent, state_dir(journal), *([] if supervisor.nats_url else [store_dir])]
+    with hold_directories(held, "up"):
+        anyio.run(run_supervised, supervisor, serve)
+    problem = journal_problem(supervisor)
+    if problem:
+        where = f"on {supervisor.nats_url}" if supervisor.nats_url else f"in {store_dir}"
+        raise JournalError(
+            f"stopped, but the journal did not catch up: {problem}; the stream {where} keeps the rest,"
+            " which the next `faultline up` journals"
+        )
+    console.print(f"stopped: workers drained, journal caught up ({_rows(journal)} rows in {journal})")
     return 0
+
+
+def _rows(journal: Path) -> int:
+    from faultline.journal import JournalReader  # SQLite tooling stays out of worker processes
+
+    with JournalReader(journal) as reader:
+        return reader.last_pos
 
 
 def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table:

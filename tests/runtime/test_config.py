@@ -16,6 +16,7 @@ from faultline.runtime import (
     make_backend,
     parse_config,
 )
+from faultline.runtime._layout import check_system, worker_groups
 from faultline.runtime.cli import main
 from faultline.runtime.models import OpenAIBackend
 from tests.openai_server import OpenAIServer, Text
@@ -48,11 +49,12 @@ def test_faultline_toml_in_the_working_directory_is_read(tmp_path: Path, monkeyp
 
 def test_the_example_file_parses_and_shows_every_section() -> None:
     config = load_config(EXAMPLE)
-    assert config.workers["tool"] == WorkerConfig(agents=("tool_agent",), count=2)
-    assert config.agents["triage"] == AgentConfig(class_="mypackage.triage:TriageAgent", model_role="small")
+    assert config.workers["tool"] == WorkerConfig(agents=("tool",), count=2)
+    assert config.agents["tool"] == AgentConfig(model_role="agent")
     agent = config.model("agent")
     assert (agent.backend, agent.model, agent.temperature) == ("openai", "qwen2.5-7b-instruct", 0.0)
-    assert config.model(config.role_of("tool_agent")) is agent
+    assert config.model(config.role_of("tool")) is agent
+    assert check_system(config) == {"tool": ("tool",), "rest": ("env", "user")}
     assert config.model("unconfigured").backend == "sim"
     example_keys = {line.split("=")[0].strip().lstrip("# ") for line in EXAMPLE.read_text().splitlines() if "=" in line}
     for section in (config.nats, config.journal, config.runtime, WorkerConfig(), ModelConfig()):
@@ -141,7 +143,8 @@ def test_config_check_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> No
     out, err = capsys.readouterr()
     assert err == ""
     assert out.splitlines()[0] == f"{EXAMPLE}: ok"
-    assert "tool: 2 processes running tool_agent" in out
+    assert "tool: 2 processes running tool\n" in out
+    assert 'rest: 1 process running env, user ("*": every agent no other group names)' in out
     assert "agent: openai qwen2.5-7b-instruct at http://127.0.0.1:8000/v1" in out
     assert "default: sim (offline deterministic simulation" in out
 
@@ -171,3 +174,70 @@ def test_config_check_on_a_bad_or_missing_file_is_one_line_and_exit_1(
     assert err.count("\n") == 1
     assert err.startswith(f"faultline: error: {path}: ")
     assert expected in err
+
+
+def test_a_star_group_takes_every_agent_no_other_group_names() -> None:
+    config = parse_config(
+        {
+            "agents": {"triage": {"class": "tests.runtime.toy:Pinger"}},
+            "workers": {"rest": {"agents": ["*"]}, "tools": {"agents": ["tool", "env"], "count": 2}},
+        }
+    )
+    assert worker_groups(config) == {"rest": ("triage", "user"), "tools": ("tool", "env")}
+    assert worker_groups(Config()) == {"main": ("env", "tool", "user")}
+
+
+def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> None:
+    (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[workers.a]\nagents = ["tool"]\n[workers.b]\nagents = ["tool", "user"]\n',
+            "agent 'tool' is in workers.a and workers.b: pick one - at $.workers",
+        ),
+        (
+            '[workers.a]\nagents = ["*"]\n[workers.b]\nagents = ["*"]\n',
+            'workers.a and workers.b both take "*": keep one - at $.workers',
+        ),
+        (
+            '[agents.tool_agent]\nmodel_role = "agent"\n',
+            "agent 'tool_agent' is not a built-in agent (env, tool, user) and has no class:"
+            " set class = 'package.module:ClassName' - at $.agents.tool_agent",
+        ),
+        (
+            '[workers.a]\nagents = ["planner"]\n',
+            "unknown agent 'planner' (known: env, tool, user; or give package.module:Class) - at $.workers.a.agents",
+        ),
+        (
+            '[agents.triage]\nclass = "no_such_package.triage:TriageAgent"\n',
+            "agent class 'no_such_package.triage:TriageAgent': cannot import 'no_such_package.triage'"
+            " (ModuleNotFoundError: No module named 'no_such_package') - at $.agents.triage.class",
+        ),
+        (
+            '[agents.triage]\nclass = "broken_agent_module:TriageAgent"\n',
+            "agent class 'broken_agent_module:TriageAgent': cannot import 'broken_agent_module'"
+            " (NameError: name 'undefined_name' is not defined) - at $.agents.triage.class",
+        ),
+        (
+            '[agents.triage]\nclass = "tests.runtime.toy:SlowCountingBackend"\n',
+            "agent class 'tests.runtime.toy:SlowCountingBackend' is not a faultline Agent subclass with a name"
+            " - at $.agents.triage.class",
+        ),
+    ],
+)
+def test_config_check_and_run_refuse_the_same_configurations_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    write_module(tmp_path, monkeypatch, "broken_agent_module", "undefined_name.attribute = 1\n")
+    path = write(tmp_path, text)
+    assert main(["config", "check", "--config", str(path)]) == 1
+    assert main(["run", "--config", str(path), "--journal", str(tmp_path / "j.sqlite")]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    check, run = err.splitlines()
+    assert check == run == f"faultline: error: {path}: {message}"
+    assert not (tmp_path / ".faultline").exists(), "run refused before it started anything"

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
-from faultline.bus import EpisodeCompleted
+from faultline.bus import EpisodeCompleted, free_port
 from faultline.envs import ERROR_CATEGORIES
 from faultline.journal import JournalReader, verify
+from faultline.runtime._lock import hold_directories
+from faultline.runtime.cli import _run as cli_run
 from faultline.runtime.cli import main
-from tests.openai_server import OpenAIServer
+from tests.openai_server import OpenAIServer, Status
 
 pytestmark = pytest.mark.slow
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "faultline.example.toml"
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]
@@ -120,3 +126,141 @@ def test_an_episode_past_its_time_limit_completes_as_timeout(
     assert summary["outcomes"] == {"timeout": 3}
     causes = [c.cause for c in completions(journal) if c.outcome == "timeout"]
     assert causes == ["no completion within 0.001s"] * 3
+
+
+def test_the_example_configuration_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "j.sqlite"
+    with OpenAIServer() as server:
+        summary = run(
+            capsys, "--config", str(EXAMPLE), "--base-url", server.url, "--tasks", "2", "--max-turns", "2",
+            "--journal", str(journal),
+        )  # fmt: skip
+        models = {request["model"] for request in server.chat_requests}
+    assert summary["episodes"] == 2 and summary["outcomes"] == {"failure": 2}
+    assert models == {"qwen2.5-7b-instruct"}, "the tool agent's role asks the endpoint; the user simulator is sim"
+    logs = {path.name for path in (tmp_path / ".faultline" / "logs").iterdir()}
+    assert {"worker-tool-0.log", "worker-tool-1.log", "worker-rest-0.log"} <= logs
+    assert verify(journal).ok
+    assert main(["replay", str(journal)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "0"], "run: argument --workers: must be at least 1, got 0"),
+        (["--max-turns", "0"], "run: argument --max-turns: must be at least 1, got 0"),
+        (["--concurrency", "-2"], "run: argument --concurrency: must be at least 1, got -2"),
+        (["--trials", "two"], "run: argument --trials: expected a whole number, got 'two'"),
+        (["--episode-timeout", "-1"], "run: argument --episode-timeout: must be a number of seconds above 0, got -1"),
+        (["--episode-timeout", "inf"], "run: argument --episode-timeout: must be a number of seconds above 0, got inf"),
+        (["--error-rates", "1.5"], "run: argument --error-rates: must be between 0 and 1, got 1.5"),
+        (
+            ["--error-rates", "1.0"],
+            "--error-rates, --error-rate: rates add up to 4, more than 1; a decision makes at most one mistake,"
+            " so --error-rates is at most 0.25",
+        ),
+        (
+            ["--error-rate", "wrong_value=0.7", "--error-rate", "early_stop=0.4"],
+            "--error-rates, --error-rate: rates add up to 1.1, more than 1; a decision makes at most one mistake,"
+            " so --error-rates is at most 0.25",
+        ),
+        (
+            ["--error-rate", "early_stop=-0.1"],
+            "--error-rate 'early_stop=-0.1': the rate must be between 0 and 1, got -0.1",
+        ),
+        (
+            ["--error-rates", "0.1", "--model", "openai", "--model-name", "m"],
+            "--error-rates and --error-rate set the sim model's mistakes, but the tool agent's model role 'tool'"
+            " uses openai",
+        ),
+        (
+            ["--model", "sim", "--base-url", "http://127.0.0.1:1/v1"],
+            "--base-url and --model-name set the openai endpoint; with --model sim no role uses one",
+        ),
+        (
+            ["--model-name", "m"],
+            "--base-url and --model-name set the openai endpoint, but no model role uses openai: add --model openai",
+        ),
+    ],
+)
+def test_flags_out_of_range_are_one_line_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert main(["run", *flags, "--journal", str(tmp_path / "j.sqlite")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"faultline: usage error: {message}\n"
+    assert not (tmp_path / ".faultline").exists()
+
+
+def test_the_highest_error_rate_runs_and_fails_episodes_without_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = run(capsys, "--tasks", "6", "--error-rates", "0.25", "--journal", str(tmp_path / "j.sqlite"))
+    assert summary["outcomes"]["failure"] >= 3 and "error" not in summary["outcomes"]
+    assert summary["errors"] == {}
+
+
+def run_failing(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[dict, str]:  # type: ignore[type-arg]
+    """A run expected to exit 1: its JSON summary and its one line on stderr."""
+    code = main(["run", "--json", "--model", "openai", "--model-name", "m", "--tasks", "2", *args])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    [line] = err.splitlines()
+    return json.loads(out), line
+
+
+def test_a_run_with_no_model_server_exits_1_and_says_why_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{free_port('127.0.0.1')}/v1"
+    summary, line = run_failing(capsys, "--base-url", url, "--journal", str(tmp_path / "j.sqlite"))
+    assert summary["outcomes"] == {"error": 2}
+    assert line.startswith("faultline: error: all 2 episodes ended in error: ModelError in user: ")
+    assert f"openai endpoint {url} (model m): gave up after 4 attempts, last error: cannot connect" in line
+    assert line.count(url) == 1
+
+
+def test_a_run_the_model_server_refuses_exits_1_with_status_and_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with OpenAIServer() as server:
+        server.reply(*[Status(404, "The model `m` does not exist")] * 20)
+        summary, line = run_failing(capsys, "--base-url", server.url, "--journal", str(tmp_path / "j.sqlite"))
+        assert len(server.chat_requests) == 2, "a 404 is not retried"
+        assert line == (
+            f"faultline: error: all 2 episodes ended in error: ModelError in user: openai endpoint {server.url}"
+            " (model m): HTTP 404 (The model `m` does not exist)"
+        )
+    assert summary["outcomes"] == {"error": 2}
+
+
+def test_a_slow_run_says_what_it_is_waiting_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_run, "PROGRESS_TICK_S", 0.1)
+    monkeypatch.setattr(cli_run, "PROGRESS_LINE_S", 0.5)
+    code = main(["run", "--json", "--fault", "cycle", "--tasks", "2", "--episode-timeout", "3",
+                 "--journal", str(tmp_path / "j.sqlite")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["outcomes"] == {"timeout": 2}
+    waiting = [line for line in err.splitlines() if "waiting for" in line]
+    assert len(waiting) >= 3, err
+    pattern = r"0 of 2 episodes done; waiting for 2 running episodes, the oldest for (\d+)s; each still running at 3s ends as timeout"
+    ages = [int(re.fullmatch(pattern, line).group(1)) for line in waiting]  # type: ignore[union-attr]
+    assert ages == sorted(ages) and ages[-1] >= 2
+
+
+def test_a_second_run_in_the_same_journal_folder_names_the_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / ".faultline"
+    with hold_directories([state], "run"):
+        assert main(["run", "--tasks", "1", "--journal", str(tmp_path / "j.sqlite")]) == 1
+    pid = os.getpid()
+    assert capsys.readouterr().err == (
+        f"faultline: error: {state} is in use by `faultline run` (pid {pid}): stop it first (kill -TERM {pid})"
+        " or use another directory\n"
+    )
+    assert not (tmp_path / "j.sqlite").exists()

@@ -1,0 +1,57 @@
+"""Which agents run in which worker processes, checked before any process starts.
+
+`check_system` is the one check behind `faultline config check`, `run` and
+`up`: a configuration it accepts starts, and one it rejects fails with one line
+before nats-server or any worker is started.
+"""
+
+from __future__ import annotations
+
+from faultline._errors import ConfigError
+from faultline.runtime._config import ALL_AGENTS, Config
+from faultline.runtime._services import BUILTIN_AGENTS, agent_names, resolve_agents
+
+
+def worker_groups(config: Config, source: str = "faultline.toml") -> dict[str, tuple[str, ...]]:
+    """The agents each `[workers.<name>]` group runs: the ones it names, or for `"*"` every agent no other group names.
+
+    An agent named by two groups, or two groups that both take `"*"`, is a ConfigError.
+    """
+    owner: dict[str, str] = {}
+    wildcard = ""
+    for group, worker in config.workers.items():
+        if ALL_AGENTS in worker.agents:
+            if wildcard:
+                raise ConfigError(
+                    f'{source}: workers.{wildcard} and workers.{group} both take "*": keep one - at $.workers'
+                )
+            wildcard = group
+            continue
+        for agent in worker.agents:
+            if agent in owner:
+                raise ConfigError(
+                    f"{source}: agent {agent!r} is in workers.{owner[agent]} and workers.{group}: pick one - at $.workers"
+                )
+            owner[agent] = group
+    rest = tuple(name for name in agent_names(config) if name not in owner)
+    return {group: rest if group == wildcard else worker.agents for group, worker in config.workers.items()}
+
+
+def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tuple[str, ...]]:
+    """Check that every agent has a class that imports and exactly one worker group; return the groups."""
+    for name, settings in config.agents.items():
+        if not settings.class_ and name not in BUILTIN_AGENTS:
+            builtin = ", ".join(sorted(BUILTIN_AGENTS))
+            raise ConfigError(
+                f"{source}: agent {name!r} is not a built-in agent ({builtin}) and has no class:"
+                f" set class = 'package.module:ClassName' - at $.agents.{name}"
+            )
+    groups = worker_groups(config, source)
+    where = {agent: f"$.workers.{group}.agents" for group, agents in groups.items() for agent in agents}
+    where |= {name: f"$.agents.{name}.class" for name, settings in config.agents.items() if settings.class_}
+    for agent, path in where.items():
+        try:
+            resolve_agents([agent], config)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc} - at {path}") from None
+    return groups
