@@ -99,17 +99,20 @@ class Journal:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append(self, rows: Iterable[Incoming]) -> int:
+    def append(self, rows: Iterable[Incoming], *, new_episode: str = "") -> int:
         """Append (stream, stream_seq, subject, envelope) rows in one transaction; return how many.
 
         A row whose (stream, stream_seq) is already journaled, or repeated in the batch, is
         skipped, so a redelivered batch never duplicates anything. stream_seq 0 means "not
-        from a stream" and is never skipped.
+        from a stream" and is never skipped. With `new_episode`, the batch is written only
+        if no row of that episode is journaled yet (a fork run twice), else JournalError.
         """
         batch = rows if isinstance(rows, list) else list(rows)
         if not batch:
             return 0
         with _transaction(self._conn, self.path) as conn:
+            if new_episode and conn.execute("SELECT 1 FROM messages WHERE episode = ?", (new_episode,)).fetchone():
+                raise JournalError(f"{self.path}: episode {new_episode!r} is journaled already; nothing written")
             last_pos, head = self._tail()
             fresh = _drop_journaled(conn, batch)
             sealed = seal(fresh, last_pos, head)

@@ -1,7 +1,7 @@
 """Replay: exact re-execution of a journal, divergence reports, forks and failure attribution."""
 
 from faultline.replay._attribution import Attribution, Decision, attribute, categorize, decisions
-from faultline.replay._fork import Change, Drop, ForkResult, Keep, Replace, UndoFault, fork_episode, fork_id
+from faultline.replay._fork import Change, Drop, ForkResult, Keep, Replace, UndoFault, fork_episode, fork_id, forks_path
 from faultline.replay._replay import Divergence, Replayer, ReplayReport, comparable, replay_agent
 
 __all__ = [
@@ -22,5 +22,6 @@ __all__ = [
     "decisions",
     "fork_episode",
     "fork_id",
+    "forks_path",
     "replay_agent",
 ]

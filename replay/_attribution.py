@@ -22,7 +22,7 @@ from faultline._errors import FaultlineError
 from faultline.bus import AssistantTurn, Recording, ToolCall
 from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE, Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
-from faultline.replay._fork import Keep, fork_episode
+from faultline.replay._fork import Keep, fork_episode, forks_path
 from faultline.replay._replay import AgentLookup
 from faultline.runtime.models import ModelBackend
 
@@ -50,6 +50,8 @@ class Attribution(msgspec.Struct, frozen=True, kw_only=True):
     forks: int = 0
     decisions: int = 0
     evidence: list[str] = []
+    journal: str = ""
+    """The journal that holds the repair forks."""
 
 
 def decisions(rows: list[JournalRow], agent: str = TOOL_AGENT) -> list[Decision]:
@@ -128,11 +130,12 @@ async def attribute(
     *,
     lookup: AgentLookup,
     backends: Callable[[str], ModelBackend],
-    scratch: str | Path,
+    scratch: str | Path | None = None,
 ) -> Attribution:
     """Find the decisive tool-agent decision of a failed episode by bisection over repairs.
 
-    Forks are written to `scratch` (a journal file of their own), not to `journal`.
+    The repair forks go to `scratch` (default `forks_path(journal)`); forks already
+    there from an earlier attribution are reused, not run again.
     """
     verify(journal, facts=False).raise_if_broken()
     with JournalReader(journal) as reader:
@@ -146,6 +149,7 @@ async def attribute(
     if not made:
         raise FaultlineError(f"episode {episode!r} has no decision of the {TOOL_AGENT!r} agent to repair")
     forks: dict[int, Any] = {}
+    destination = Path(scratch) if scratch is not None else forks_path(journal)
 
     async def rescued(i: int) -> bool:
         if i not in forks:
@@ -156,7 +160,7 @@ async def attribute(
                 Keep(),
                 lookup=lookup,
                 backends=backends,
-                out=scratch,
+                out=destination,
                 settings={"repair_from_decision": i},
                 verified=True,
             )
@@ -173,6 +177,7 @@ async def attribute(
             forks=len(forks),
             decisions=len(made),
             evidence=evidence,
+            journal=str(destination),
         )
     lo, hi = 1, len(made)
     while lo < hi:
@@ -182,7 +187,7 @@ async def attribute(
         else:
             hi = mid - 1
     decisive = made[lo - 1]
-    right = _repaired_action(scratch, forks[lo].episode, lo, decisive.action)
+    right = _repaired_action(destination, forks[lo].episode, lo, decisive.action)
     domain = load_domain(summary.domain) if summary.domain else None
     task = domain.task(summary.task) if domain and summary.task else None
     evidence.append(f"repair at decision {lo} rescues the episode ({forks[lo].episode})")
@@ -201,6 +206,7 @@ async def attribute(
         forks=len(forks),
         decisions=len(made),
         evidence=evidence,
+        journal=str(destination),
     )
 
 

@@ -6,10 +6,17 @@ from the journal (no model is called again). Then the message at the position
 is changed (kept, dropped, replaced, or restored from the fault that altered
 it) and the episode carries on live: agents handle messages in the order they
 are appended to the journal, models are called through the configured
-backends, and every row lands in the journal under a new episode id whose
-`episode started` event names `forked_from` and `forked_at`. When no message is
-left in flight and no one completed the episode, the fork has stalled and is
-completed as a failure.
+backends, and every row goes under a new episode id whose `episode started`
+event names `forked_from` and `forked_at`. When no message is left in flight
+and no one completed the episode, the fork has stalled and is completed as a
+failure.
+
+The fork's rows, its copied history and then what it ran, are written in one
+transaction when it ends, to a journal of forks beside the source
+(`forks_path`) unless told otherwise; that journal replays on its own. The fork
+id is derived from what was forked, so a fork already in the destination is
+reported and neither run nor written again, and an interrupted fork leaves no
+rows. The source is written only when it is named as the destination.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from faultline._errors import BusError, FaultlineError
+from faultline._errors import BusError, FaultlineError, JournalError
 from faultline.bus import (
     Envelope,
     EpisodeCompleted,
@@ -70,6 +77,8 @@ Change = Keep | Drop | Replace | UndoFault
 
 
 class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How a fork ended, and where its rows are; `existing`: it was there already, nothing ran."""
+
     episode: str
     forked_from: str
     at: int
@@ -79,6 +88,8 @@ class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
     rows: int
     live_messages: int
     seconds: float
+    journal: str = ""
+    existing: bool = False
 
 
 def fork_id(episode: str, at: int, change: Change, settings: Mapping[str, Any] | None = None) -> str:
@@ -86,6 +97,11 @@ def fork_id(episode: str, at: int, change: Change, settings: Mapping[str, Any] |
     tag = zlib.crc32(msgspec.json.encode([episode, at, msgspec.to_builtins(change), settings or {}]))
     base = episode if len(episode) <= 48 else episode[:48]
     return f"{base}-f{at}-{tag:08x}"
+
+
+def forks_path(journal: str | Path) -> Path:
+    """Where forks of the journal at `journal` go by default: `<stem>.forks.sqlite` beside it."""
+    return Path(journal).with_suffix(".forks.sqlite")
 
 
 @dataclass
@@ -104,32 +120,31 @@ class _LiveServices:
 
 @dataclass
 class _Fork:
-    """The in-process continuation: a queue of messages in journal order, one instance per agent."""
+    """The in-process continuation: a queue of messages in journal order, one instance per agent.
+
+    Rows are held in `pending` until the fork ends, then written in one transaction.
+    """
 
     episode: str
     classes: dict[str, type[Agent]]
     services: _LiveServices
-    journal: Journal
     stream: str
+    pending: list[Incoming] = field(default_factory=list)
     subjects: Subjects = field(default_factory=Subjects)
     instances: dict[str, Agent] = field(default_factory=dict)
     queue: deque[Envelope] = field(default_factory=deque)
     completed: EpisodeCompleted | None = None
-    rows: int = 0
     handled: int = 0
 
     def record(self, envelopes: list[Envelope], bodies: list[bytes | None] | None = None) -> None:
-        """Append to the journal only; `bodies` keeps copied history byte for byte where given."""
-        if not envelopes:
-            return
-        rows: list[Incoming] = []
+        """Add rows for the journal only; `bodies` keeps copied history byte for byte where given."""
         for env, body in zip(envelopes, bodies or [None] * len(envelopes), strict=True):
             subject = self.subjects.for_envelope(env)
-            rows.append((self.stream, 0, subject, env, body) if body is not None else (self.stream, 0, subject, env))
-        self.rows += self.journal.append(rows)
+            row: Incoming = (self.stream, 0, subject, env, body) if body is not None else (self.stream, 0, subject, env)
+            self.pending.append(row)
 
     def write(self, envelopes: list[Envelope]) -> None:
-        """Append to the journal and put deliverable messages in flight."""
+        """Record for the journal and put deliverable messages in flight."""
         self.record(envelopes)
         for env in envelopes:
             if isinstance(env.body, EpisodeCompleted):
@@ -225,9 +240,11 @@ async def fork_episode(
 ) -> ForkResult:
     """Fork `episode` at journal position `at`; see the module docstring.
 
-    `settings` override keys of every agent's Start data in the fork (attribution
-    uses this to switch the simulator's mistakes off from a decision on). The
-    journal's chain is checked first unless the caller `verified` it already.
+    The fork is written to `out` (default `forks_path(journal_path)`; the source
+    itself only when named). `settings` override keys of every agent's Start data
+    in the fork (attribution uses this to switch the simulator's mistakes off from
+    a decision on). The journal's chain is checked first unless the caller
+    `verified` it already.
     """
     started = time.perf_counter()
     if not verified:
@@ -244,6 +261,23 @@ async def fork_episode(
         )
     delivered_original = _delivered(target, change, episode)
     new = fork_id(episode, at, change, settings)
+    destination = Path(out) if out is not None else forks_path(journal_path)
+    found = _existing(destination, new, target)
+    if found is not None:
+        rows_there, outcome = found
+        return ForkResult(
+            episode=new,
+            forked_from=episode,
+            at=at,
+            change=type(change).__struct_config__.tag,  # type: ignore[arg-type]
+            original=summary_outcome(summary),
+            outcome=outcome,
+            rows=rows_there,
+            live_messages=0,
+            seconds=time.perf_counter() - started,
+            journal=str(destination),
+            existing=True,
+        )
     prefix = [r for r in rows if r.pos < at and r.id not in _undone(target, change)]
     tracks = _tracks(prefix, lookup)
     classes: dict[str, type[Agent]] = {}
@@ -275,8 +309,8 @@ async def fork_episode(
 
     # Outputs that already exist (or that the change governs) are not sent again.
     skip = {r.id for r in prefix} | {target.id} | ({delivered_original.id} if delivered_original else set())
-    with Journal.open(out or journal_path) as journal:
-        fork = _Fork(new, classes, _LiveServices(backends), journal, stream=f"fork:{new}")
+    with Journal.open(destination) as journal:
+        fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}")
         fork.record(history, bodies)
         for name, cls in classes.items():
             fork.instances[name] = cls()
@@ -291,6 +325,7 @@ async def fork_episode(
             fork.write([_runner_completion(new, "failure", "stalled: no message in flight after the fork")])
         for backend in fork.services.cache.values():
             await backend.aclose()
+        written = journal.append(fork.pending, new_episode=new)
     assert fork.completed is not None
     return ForkResult(
         episode=new,
@@ -299,10 +334,37 @@ async def fork_episode(
         change=type(change).__struct_config__.tag,  # type: ignore[arg-type]
         original=summary_outcome(summary),
         outcome=fork.completed,
-        rows=fork.rows,
+        rows=written,
         live_messages=fork.handled,
         seconds=time.perf_counter() - started,
+        journal=str(destination),
     )
+
+
+def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, EpisodeCompleted] | None:
+    """(rows, outcome) of fork `fork` when `destination` holds it already, else None.
+
+    Raises JournalError when an episode of that id is there but is not this fork, or never completed.
+    """
+    if not destination.exists():
+        return None
+    with JournalReader(destination) as reader:
+        if not reader.has_episode(fork):
+            return None
+        rows = list(reader.episode_rows(fork))
+    started = next((r.envelope().body for r in rows if r.kind == "episode_started"), None)
+    outcome = next((r.envelope().body for r in rows if r.kind == "episode_completed"), None)
+    if not isinstance(started, EpisodeStarted) or started.fork.get("target") != target.id:
+        raise JournalError(
+            f"{destination}: holds an episode {fork!r} that is not this fork of message {target.id};"
+            " write the fork to another journal"
+        )
+    if not isinstance(outcome, EpisodeCompleted):
+        raise JournalError(
+            f"{destination}: holds fork {fork!r} without its end (written by an earlier version);"
+            " write the fork to another journal"
+        )
+    return len(rows), outcome
 
 
 def summary_outcome(summary: Any) -> EpisodeCompleted | None:

@@ -158,6 +158,7 @@ PUBLIC = {
         "decisions",
         "fork_episode",
         "fork_id",
+        "forks_path",
         "replay_agent",
     },
     "faultline.agents": {

@@ -15,7 +15,18 @@ from rich.table import Table
 from faultline._errors import JournalError, UsageError
 from faultline.bus import EpisodeCompleted, MessageBody
 from faultline.journal import JournalReader
-from faultline.replay import Attribution, Change, Drop, ForkResult, Keep, Replace, UndoFault, attribute, fork_episode
+from faultline.replay import (
+    Attribution,
+    Change,
+    Drop,
+    ForkResult,
+    Keep,
+    Replace,
+    UndoFault,
+    attribute,
+    fork_episode,
+    forks_path,
+)
 from faultline.runtime._config import make_backend
 from faultline.runtime._services import agent_lookup
 from faultline.runtime.cli._run import add_model_flags, effective_config
@@ -26,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "fork",
         help="re-run an episode from a position with one message changed",
         description="History before POS is served from the journal (no model is called again); "
-        "the message at POS is changed; the rest runs live as a new episode.",
+        "the message at POS is changed; the rest runs live as a new episode. The fork is written, "
+        "all at once when it ends, to JOURNAL's forks file (JOURNAL with the suffix .forks.sqlite) "
+        "or --out, never to JOURNAL unless --into-source; a fork already there is reported, not run again.",
     )
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", required=True)
@@ -38,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     how.add_argument("--undo-fault", action="store_true", help="POS is a fault event: deliver the original message")
     how.add_argument("--keep", action="store_true", help="deliver the message as it was (re-run the rest live)")
-    p.add_argument("--out", type=Path, help="write the fork to this journal instead of JOURNAL")
+    _add_destination(p, "the fork")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=JSON", help="override an episode setting in the fork"
     )
@@ -55,10 +68,33 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", action="append", default=[], help="episode to attribute (repeatable)")
     p.add_argument("--all-failed", action="store_true", help="every failed episode of the journal")
-    p.add_argument("--scratch", type=Path, help="journal for the repair forks (default: JOURNAL.forks.sqlite)")
+    _add_destination(p, "the repair forks", "--scratch")
     p.add_argument("--json", action="store_true")
     add_model_flags(p)
     p.set_defaults(handler=_attribute)
+
+
+def _add_destination(parser: argparse.ArgumentParser, what: str, *aliases: str) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--out",
+        *aliases,
+        type=Path,
+        metavar="FILE",
+        help=f"journal to write {what} to (default: JOURNAL with the suffix .forks.sqlite, beside it)",
+    )
+    where.add_argument(
+        "--into-source",
+        action="store_true",
+        help=f"append {what} to JOURNAL itself (one transaction per fork; a fork already there is reported, "
+        "not written again)",
+    )
+
+
+def _destination(args: argparse.Namespace) -> Path:
+    if args.into_source:
+        return Path(args.journal)
+    return args.out or forks_path(args.journal)
 
 
 def _change(args: argparse.Namespace) -> Change:
@@ -103,18 +139,25 @@ def _fork(args: argparse.Namespace) -> int:
             _change(args),
             lookup=agent_lookup(config),
             backends=lambda role: make_backend(config, role),
-            out=args.out,
+            out=_destination(args),
             settings=_settings(args.set) or None,
         )
     )
     if args.json:
         print(msgspec.json.encode(result).decode())
+        return 0
+    console = Console()
+    console.print(_fork_table(result))
+    if result.existing:
+        console.print(
+            f"{result.journal} holds this fork already ({result.rows} rows): nothing run or written", soft_wrap=True
+        )
     else:
-        Console().print(_fork_table(result, args.out or args.journal))
+        console.print(f"{result.rows} rows written to {result.journal}", soft_wrap=True)
     return 0
 
 
-def _fork_table(result: ForkResult, journal: Path) -> Table:
+def _fork_table(result: ForkResult) -> Table:
     table = Table(title=f"fork of {result.forked_from} at position {result.at} ({result.change})")
     table.add_column("")
     table.add_column("original")
@@ -124,8 +167,9 @@ def _fork_table(result: ForkResult, journal: Path) -> Table:
     table.add_row("outcome", original.outcome, result.outcome.outcome)
     table.add_row("reward", f"{original.reward:g}", f"{result.outcome.reward:g}")
     table.add_row("cause", original.cause or "-", result.outcome.cause or "-")
-    table.add_row("live messages", "", str(result.live_messages))
-    table.add_row("journal", "", f"{journal} ({result.rows} rows, {result.seconds * 1000:.0f} ms)")
+    if not result.existing:
+        table.add_row("live messages", "", str(result.live_messages))
+        table.add_row("seconds", "", f"{result.seconds:.3f}")
     return table
 
 
@@ -140,7 +184,7 @@ def _attribute(args: argparse.Namespace) -> int:
     if not episodes:
         raise UsageError("name an episode with --episode E, or pass --all-failed")
     config = effective_config(args)
-    scratch = args.scratch or args.journal.with_suffix(".forks.sqlite")
+    scratch = _destination(args)
 
     async def main() -> list[Attribution]:
         lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
@@ -155,12 +199,13 @@ def _attribute(args: argparse.Namespace) -> int:
     for r in results:
         if r.decision is None:
             console.print(
-                f"[bold]{r.episode}[/bold]: no single decision decides it ({r.forks} forks) — {'; '.join(r.evidence)}"
+                f"[bold]{r.episode}[/bold]: no single decision decides it ({r.forks} forks in {r.journal})"
+                f" — {'; '.join(r.evidence)}"
             )
             continue
         console.print(
             f"[bold]{r.episode}[/bold]: decisive step = agent [bold]{r.agent}[/bold], decision {r.decision} of {r.decisions} "
-            f"(position {r.position}), category [bold]{r.category or '?'}[/bold]; {r.forks} forks\n"
+            f"(position {r.position}), category [bold]{r.category or '?'}[/bold]; {r.forks} forks in {r.journal}\n"
             f"  wrong: {json.dumps(r.wrong, sort_keys=True)}\n  right: {json.dumps(r.right, sort_keys=True)}"
         )
     return 0

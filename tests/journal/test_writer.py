@@ -285,3 +285,15 @@ def test_opening_a_journal_that_no_longer_reaches_its_head_record_warns(
         f"{head_path(cut)}: tail cut: the head record names 18 rows ending in chain {recorded(cut)[1]},"
         " the journal holds 16; run `faultline journal verify` before appending"
     ]
+
+
+def test_a_new_episode_is_written_whole_once_and_refused_whole_after(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    fork = [(stream, 0, subject, env) for stream, _, subject, env in incoming(episode_envelopes("fork-1"))]
+    with Journal.open(path) as journal:
+        assert journal.append(fork, new_episode="fork-1") == 9
+        with pytest.raises(JournalError, match="episode 'fork-1' is journaled already; nothing written"):
+            journal.append(fork, new_episode="fork-1")
+        assert journal.last_pos == 9
+    assert positions_and_seqs(path) == [(pos, 0) for pos in range(1, 10)]
+    assert verify(path).ok

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from faultline.journal import JournalReader
-from faultline.replay import decisions
+from faultline.replay import decisions, forks_path
 from faultline.runtime.cli import main
 
 
@@ -30,7 +30,7 @@ def test_attribution_finds_the_known_mistake(
 ) -> None:
     known = single_mistake_failures(journal_copy, 4)
     assert known, "the sim journal has failed episodes with one mistake"
-    args = ["attribute", str(journal_copy), "--scratch", str(tmp_path / "forks.sqlite"), "--json"]
+    args = ["attribute", str(journal_copy), "--out", str(tmp_path / "forks.sqlite"), "--json"]
     for episode in known:
         args += ["--episode", episode]
     assert main(args) == 0
@@ -48,3 +48,25 @@ def test_a_successful_episode_has_nothing_to_attribute(journal_copy: Path, capsy
         ok = next(s.episode for s in reader.episodes() if s.outcome == "success")
     assert main(["attribute", str(journal_copy), "--episode", ok]) == 1
     assert "succeeded: there is no failure to attribute" in capsys.readouterr().err
+
+
+def test_attributing_again_reuses_the_repair_forks_and_leaves_the_source_alone(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    episode = next(iter(single_mistake_failures(journal_copy, 1)))
+    with JournalReader(journal_copy) as reader:
+        source = list(reader.rows())
+    assert main(["attribute", str(journal_copy), "--episode", episode, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    forks = forks_path(journal_copy)
+    assert first["journal"] == str(forks)
+    with JournalReader(forks) as reader:
+        written = list(reader.rows())
+    assert len({row.episode for row in written}) == first["forks"]
+    assert main(["attribute", str(journal_copy), "--episode", episode, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == first
+    with JournalReader(forks) as reader, JournalReader(journal_copy) as unchanged:
+        assert list(reader.rows()) == written
+        assert list(unchanged.rows()) == source
+    assert main(["replay", str(forks)]) == 0
+    assert main(["replay", str(journal_copy)]) == 0

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
 from faultline.bus import Envelope
-from faultline.journal import JournalReader
-from faultline.replay import Replayer, decisions
-from faultline.runtime._config import Config
+from faultline.journal import JournalReader, JournalRow
+from faultline.replay import Keep, Replayer, decisions, fork_episode, forks_path
+from faultline.runtime._config import Config, make_backend
 from faultline.runtime._services import agent_lookup
 from faultline.runtime.cli import main
+from faultline.runtime.models import LlmRequest, LlmResponse
 
 
 def fork(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]
@@ -53,13 +56,14 @@ def test_replacing_the_wrong_call_turns_failure_into_success(
     result = fork(capsys, str(journal_copy), "--episode", episode, "--at", str(pos), "--replace", str(body))
     assert result["original"]["outcome"] == "failure"
     assert (result["outcome"]["outcome"], result["outcome"]["reward"]) == ("success", 1.0)
-    with JournalReader(journal_copy) as reader:
+    assert result["journal"] == str(forks_path(journal_copy))
+    with JournalReader(result["journal"]) as reader:
         started = next(r for r in reader.episode_rows(result["episode"]) if r.kind == "episode_started").envelope().body
         rows = list(reader.episode_rows(result["episode"]))
     assert (started.forked_from, started.forked_at) == (episode, pos)  # type: ignore[union-attr]
     history = [r for r in rows if r.stream.startswith("fork:")]
-    assert len(history) == len(rows)
-    assert Replayer(agent_lookup(Config())).replay(journal_copy).identical
+    assert len(history) == len(rows) == result["rows"]
+    assert Replayer(agent_lookup(Config())).replay(result["journal"]).identical
 
 
 def test_dropping_a_needed_message_ends_in_failure(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,7 +74,7 @@ def test_dropping_a_needed_message_ends_in_failure(journal_copy: Path, capsys: p
     assert result["original"]["outcome"] == "success"
     assert result["outcome"]["outcome"] == "failure"
     assert "stalled" in result["outcome"]["cause"]
-    assert main(["replay", str(journal_copy)]) == 0
+    assert main(["replay", result["journal"]]) == 0
 
 
 def test_history_before_the_fork_calls_no_model(
@@ -117,9 +121,106 @@ def test_undoing_a_fault_delivers_the_original_and_replays(tmp_path: Path, capsy
     body = applied.envelope().body
     faulted_ids = {result["id"] for result in body.results}  # type: ignore[union-attr]
     result = fork(capsys, str(journal), "--episode", episode, "--at", str(applied.pos), "--undo-fault")
-    with JournalReader(journal) as reader:
+    with JournalReader(result["journal"]) as reader:
         forked = list(reader.episode_rows(result["episode"]))
     calls = [r.envelope().body for r in forked if r.kind == "tool_call" and r.id in faulted_ids]
     assert calls == [msgspec.convert(body.original, Envelope).body]  # type: ignore[union-attr]
     assert result["outcome"]["outcome"] == "success"
-    assert main(["replay", str(journal)]) == 0
+    assert main(["replay", result["journal"]]) == 0
+
+
+def a_late_position(journal: Path) -> tuple[str, int]:
+    """A successful episode and the position of its last user turn: a short live remainder."""
+    with JournalReader(journal) as reader:
+        ok = next(s for s in reader.episodes() if s.outcome == "success")
+        return ok.episode, [r.pos for r in reader.episode_rows(ok.episode) if r.kind == "user_turn"][-1]
+
+
+def rows_of(path: Path) -> list[JournalRow]:
+    with JournalReader(path) as reader:
+        return list(reader.rows())
+
+
+def test_a_fork_leaves_its_source_untouched_and_writes_a_journal_that_replays_alone(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    episode, pos = a_late_position(journal_copy)
+    before = rows_of(journal_copy)
+    assert main(["fork", str(journal_copy), "-e", episode, "--at", str(pos), "--keep"]) == 0
+    forks = journal_copy.with_name("copy.forks.sqlite")
+    assert capsys.readouterr().out.endswith(f" rows written to {forks}\n")
+    assert rows_of(journal_copy) == before
+    assert main(["journal", "verify", str(forks)]) == 0
+    assert main(["replay", str(forks)]) == 0
+    assert "identical: 1 episodes" in capsys.readouterr().out
+
+
+def test_forking_twice_reports_the_fork_there_and_writes_nothing(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    episode, pos = a_late_position(journal_copy)
+    first = fork(capsys, str(journal_copy), "-e", episode, "--at", str(pos), "--keep")
+    forks = Path(first["journal"])
+    written = rows_of(forks)
+    second = fork(capsys, str(journal_copy), "-e", episode, "--at", str(pos), "--keep")
+    assert rows_of(forks) == written
+    assert (first["existing"], second["existing"]) == (False, True)
+    assert (second["episode"], second["outcome"], second["rows"]) == (first["episode"], first["outcome"], first["rows"])
+    assert main(["fork", str(journal_copy), "-e", episode, "--at", str(pos), "--keep"]) == 0
+    said = f"{forks} holds this fork already ({first['rows']} rows): nothing run or written\n"
+    assert capsys.readouterr().out.endswith(said)
+
+
+def test_into_source_appends_a_fork_once_and_the_source_still_replays(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    episode, pos = a_late_position(journal_copy)
+    before = rows_of(journal_copy)
+    first = fork(capsys, str(journal_copy), "-e", episode, "--at", str(pos), "--keep", "--into-source")
+    assert first["journal"] == str(journal_copy) and not forks_path(journal_copy).exists()
+    after = rows_of(journal_copy)
+    assert after[: len(before)] == before and len(after) == len(before) + first["rows"]
+    assert fork(capsys, str(journal_copy), "-e", episode, "--at", str(pos), "--keep", "--into-source")["existing"]
+    assert rows_of(journal_copy) == after
+    assert Replayer(agent_lookup(Config())).replay(journal_copy).identical
+    assert (
+        main(["fork", str(journal_copy), "-e", episode, "--at", str(pos), "--keep", "--into-source", "--out", "x"]) == 2
+    )
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+class StuckModel:
+    """A model that never answers, so a fork can be cancelled in the middle of its live part."""
+
+    def __init__(self) -> None:
+        self.asked = anyio.Event()
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        self.asked.set()
+        await anyio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_fork_cancelled_midway_leaves_no_rows_and_can_be_run_again(journal_copy: Path) -> None:
+    with JournalReader(journal_copy) as reader:
+        episode = next(s.episode for s in reader.episodes() if s.outcome == "success")
+        pos = decisions(list(reader.episode_rows(episode)))[0].input_pos  # the tool agent asks its model next
+    stuck = StuckModel()
+    forks = forks_path(journal_copy)
+    lookup = agent_lookup(Config())
+    async with anyio.create_task_group() as group:
+        group.start_soon(
+            partial(fork_episode, journal_copy, episode, pos, Keep(), lookup=lookup, backends=lambda role: stuck)
+        )
+        with anyio.fail_after(30):
+            await stuck.asked.wait()
+        group.cancel_scope.cancel()
+    assert rows_of(forks) == []
+    result = await fork_episode(
+        journal_copy, episode, pos, Keep(), lookup=lookup, backends=lambda role: make_backend(Config(), role)
+    )
+    assert not result.existing and result.outcome.outcome == "success"
+    assert len(rows_of(forks)) == result.rows > 0
