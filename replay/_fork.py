@@ -259,6 +259,11 @@ async def fork_episode(
         raise FaultlineError(
             f"position {at} is not a message of episode {episode!r} (its rows span {rows[0].pos}..{rows[-1].pos})"
         )
+    if not (target.recipient or target.topic or isinstance(change, UndoFault)):
+        raise FaultlineError(
+            f"position {at} holds a {target.kind}, which no agent receives: fork at a message "
+            "(`faultline journal show` lists an episode's messages with their positions)"
+        )
     delivered_original = _delivered(target, change, episode)
     new = fork_id(episode, at, change, settings)
     destination = Path(out) if out is not None else forks_path(journal_path)

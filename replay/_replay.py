@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from faultline._errors import ChainError, NonDeterminismError
+from faultline._errors import ChainError, JournalError, NonDeterminismError
 from faultline.bus import (
     CONTROL_EPISODE,
     OPERATOR,
@@ -289,8 +289,11 @@ class Replayer:
         self.jobs = max(1, jobs)
 
     def replay(self, path: str | Path, episodes: Iterable[str] | None = None) -> ReplayReport:
+        """Replay `episodes` (default: all); an episode the journal does not hold is a JournalError."""
         started = time.perf_counter()
         wanted = list(episodes) if episodes else None
+        if wanted:
+            _check_episodes(path, wanted)
         if self.jobs == 1 or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
             verify(path, facts=False).raise_if_broken()
             report = self._replay_episodes(path, wanted)
@@ -355,6 +358,17 @@ class Replayer:
                         break
         report.skipped_agents = sorted(skipped - {"runner", "bus", OPERATOR})
         return report
+
+
+def _check_episodes(path: str | Path, episodes: list[str]) -> None:
+    """An episode that is not in the journal is an error, not an empty replay reported as identical."""
+    with JournalReader(path) as reader:
+        missing = [episode for episode in dict.fromkeys(episodes) if not reader.has_episode(episode)]
+    if missing:
+        names = ", ".join(repr(episode) for episode in missing)
+        raise JournalError(
+            f"{path}: no episode {names} in this journal; `faultline journal episodes {path}` lists them"
+        )
 
 
 _active: Replayer | None = None

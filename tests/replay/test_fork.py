@@ -83,7 +83,7 @@ def test_history_before_the_fork_calls_no_model(
     with JournalReader(journal_copy) as reader:
         ok = next(s for s in reader.episodes() if s.outcome == "success")
         rows = list(reader.episode_rows(ok.episode))
-    last = rows[-3]
+    last = [r for r in rows if r.recipient or r.topic][-1]
     out = tmp_path / "fork.sqlite"
     result = fork(
         capsys, str(journal_copy), "--episode", ok.episode, "--at", str(last.pos), "--keep", "--out", str(out)
@@ -107,6 +107,14 @@ def test_bad_fork_requests_are_one_line(journal_copy: Path, tmp_path: Path, caps
     assert main(["fork", str(journal_copy), "--episode", episode, "--at", "1", "--undo-fault"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("faultline: ") for line in err)
+
+
+def test_a_fork_at_a_row_no_agent_receives_is_refused(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with JournalReader(journal_copy) as reader:
+        recording = next(r for r in reader.rows() if r.kind == "recording")
+    assert main(["fork", str(journal_copy), "--episode", recording.episode, "--at", str(recording.pos), "--keep"]) == 1
+    [err] = capsys.readouterr().err.strip().splitlines()
+    assert f"position {recording.pos} holds a recording, which no agent receives" in err
 
 
 def test_undoing_a_fault_delivers_the_original_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

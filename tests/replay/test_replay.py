@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from faultline._errors import ChainError
+from faultline._errors import ChainError, JournalError
 from faultline.agents import ToolAgent
 from faultline.bus import AssistantTurn, Envelope
 from faultline.journal import JournalReader
@@ -128,3 +128,5 @@ def test_replaying_an_unknown_episode_says_it_does_not_exist(
     ]
     assert main(["replay", str(sim_journal), "-e", known]) == 0
     assert "identical" in capsys.readouterr().out
+    with pytest.raises(JournalError, match="no episode 'no-such-episode'"):
+        Replayer(agent_lookup(Config())).replay(sim_journal, ["no-such-episode"])
