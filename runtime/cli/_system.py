@@ -258,7 +258,11 @@ def _up(args: argparse.Namespace) -> int:
             f"stopped, but the journal did not catch up: {problem}; the stream {where} keeps the rest,"
             " which the next `faultline up` journals"
         )
-    console.print(f"stopped: workers drained, journal caught up ({_rows(journal)} rows in {journal})")
+    console.print(
+        f"stopped: workers drained, journal caught up ({_rows(journal)} rows in {journal})",
+        soft_wrap=True,
+        highlight=False,
+    )
     return 0
 
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from nats.aio.msg import Msg
 
+from faultline._errors import JournalError
 from faultline.bus import Bus, EpisodeStarted, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, start_episode
@@ -143,43 +146,216 @@ async def test_sigkilled_worker_recovers_by_replay_with_identical_journal(
     assert len(crash_calls) - len(clean_calls) in (0, 1)
 
 
-async def test_up_then_sigterm_stops_everything_and_loses_nothing(tmp_path: Path) -> None:
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_up_config(tmp_path: Path) -> Path:
+    """The ping-pong config for `faultline up`, with its journal, store and worker groups in `tmp_path`."""
     config = write_config(tmp_path)
     with config.open("a") as f:
         f.write(f'\n[journal]\npath = "{tmp_path / "up.sqlite"}"\n[nats]\nstore_dir = "{tmp_path / "nats"}"\n')
         f.write('\n[workers.ping]\nagents = ["pinger"]\n[workers.pong]\nagents = ["ponger"]\n')
-    process = subprocess.Popen(
-        [sys.executable, "-m", "faultline.runtime.cli", "up", "--config", str(config)],
+    return config
+
+
+def faultline(*args: str, cwd: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """`faultline ARGS` as a child process in `cwd`; the test agents import from the repository."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **popen.pop("env", {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "faultline.runtime.cli", *args],
+        cwd=cwd,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        **popen,
     )
+
+
+async def finish(process: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    """Wait for `process` to exit (killing it if it does not) and return its stderr."""
     try:
-        state = Path(".faultline/up.json")
-        with anyio.fail_after(30):
-            while not state.exists():
-                await anyio.sleep(0.05)
-        bus = await Bus.connect(json.loads(state.read_text())["url"])
+        _, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=timeout))
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return err.decode()
+
+
+async def wait_until_up(cwd: Path, process: subprocess.Popen[bytes]) -> str:
+    """The NATS URL of the `faultline up` running in `cwd`, once its state file is written."""
+    state = cwd / ".faultline" / "up.json"
+    with anyio.fail_after(30):
+        while not state.exists():
+            assert process.poll() is None, "faultline up exited"
+            await anyio.sleep(0.05)
+    return str(json.loads(state.read_text())["url"])
+
+
+def children(pid: int) -> dict[int, str]:
+    """The live child processes of `pid` with their command lines, from /proc."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if int(ppid) == pid and state != "Z":
+            found[int(stat.parent.name)] = command
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def completed_in(journal: Path) -> int:
+    """Episodes completed in a journal that another process may be writing (0 before it has rows)."""
+    try:
+        with JournalReader(journal) as reader:
+            return sum(1 for r in reader.rows() if r.kind == "episode_completed")
+    except JournalError:
+        return 0
+
+
+async def run_episodes_on(url: str, episodes: list[str]) -> int:
+    """Run ping-pong episodes on the system at `url`; return the stream's last sequence after them."""
+    bus = await Bus.connect(url)
+    try:
         async with Completions(bus) as completions:
-            for e in ("u1", "u2"):
+            for e in episodes:
                 await start_episode(bus, e, "pinger", EpisodeStarted(), Start())
             with anyio.fail_after(30):
-                await completions.wait(["u1", "u2"])
+                await completions.wait(episodes)
+        info = await bus.js.stream_info(bus.subjects.stream)
+        return int(info.state.last_seq)
+    finally:
+        await bus.close()
+
+
+async def test_up_then_sigterm_stops_everything_and_loses_nothing(tmp_path: Path) -> None:
+    process = faultline("up", "--config", str(write_up_config(tmp_path)), cwd=tmp_path)
+    try:
+        url = await wait_until_up(tmp_path, process)
+        await run_episodes_on(url, ["u1", "u2"])
+        bus = await Bus.connect(url)
         await start_episode(bus, "u3", "pinger", EpisodeStarted(), Start())
         info = await bus.js.stream_info(bus.subjects.stream)
         last_seq = info.state.last_seq
         await bus.close()
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=10)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 0, err.decode()[-2000:]
+        err = await finish(process)
+    assert process.returncode == 0, err[-2000:]
     with JournalReader(tmp_path / "up.sqlite") as reader:
         assert reader.last_pos >= last_seq
+        rows = reader.last_pos
         kinds = {r.kind for r in reader.episode_rows("u3")}
     assert {"episode_started", "start"} <= kinds
     assert verify(tmp_path / "up.sqlite").ok
+    assert (
+        err.splitlines()[-1] == f"stopped: workers drained, journal caught up ({rows} rows in {tmp_path / 'up.sqlite'})"
+    )
+    assert not (tmp_path / ".faultline" / "up.json").exists()
+
+
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same directory", "same config elsewhere"])
+async def test_a_second_up_names_the_process_that_holds_the_system(tmp_path: Path, elsewhere: bool) -> None:
+    config = write_up_config(tmp_path)
+    first = faultline("up", "--config", str(config), cwd=tmp_path)
+    try:
+        await wait_until_up(tmp_path, first)
+        cwd = tmp_path / "elsewhere" if elsewhere else tmp_path
+        cwd.mkdir(exist_ok=True)
+        second = faultline("up", "--config", str(config), cwd=cwd)
+        second_err = await finish(second)
+        assert first.poll() is None, "the first system runs on"
+        first.send_signal(signal.SIGTERM)
+    finally:
+        first_err = await finish(first)
+    assert second.returncode == 1
+    state = tmp_path / ".faultline"
+    assert second_err == (
+        f"faultline: error: {state} is in use by `faultline up` (pid {first.pid}):"
+        f" stop it first (kill -TERM {first.pid}) or use another directory\n"
+    )
+    assert first.returncode == 0 and "journal caught up" in first_err.splitlines()[-1]
+
+
+async def test_up_says_when_the_journal_did_not_catch_up_and_the_next_up_journals_the_rest(tmp_path: Path) -> None:
+    config = write_up_config(tmp_path)
+    process = faultline("up", "--config", str(config), cwd=tmp_path)
+    try:
+        url = await wait_until_up(tmp_path, process)
+        await run_episodes_on(url, ["c1"])
+        [journal_pid] = [pid for pid, command in children(process.pid).items() if " journal serve " in command]
+        os.kill(journal_pid, signal.SIGSTOP)
+        last_seq = await run_episodes_on(url, ["c2"])
+        process.send_signal(signal.SIGTERM)
+    finally:
+        err = await finish(process)
+    assert process.returncode == 1
+    assert err.splitlines()[-1] == (
+        "faultline: error: stopped, but the journal did not catch up: the journal service was ended by SIGKILL"
+        f" (see {tmp_path / 'logs' / 'journal.log'}); the stream in {tmp_path / 'nats'} keeps the rest,"
+        " which the next `faultline up` journals"
+    )
+    assert completed_in(tmp_path / "up.sqlite") < 2
+
+    process = faultline("up", "--config", str(config), cwd=tmp_path)
+    try:
+        await wait_until_up(tmp_path, process)
+        process.send_signal(signal.SIGTERM)
+    finally:
+        err = await finish(process)
+    assert process.returncode == 0 and "journal caught up" in err.splitlines()[-1], err[-2000:]
+    with JournalReader(tmp_path / "up.sqlite") as reader:
+        assert reader.last_pos >= last_seq
+    assert completed_in(tmp_path / "up.sqlite") == 2
+    assert verify(tmp_path / "up.sqlite").ok
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_stop_signal_ends_run_cleanly_with_a_journal_that_verifies(tmp_path: Path, signum: int) -> None:
+    journal = tmp_path / "j.sqlite"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    # A session of its own, so that SIGINT can go to its process group as a terminal's Ctrl-C does.
+    process = faultline(
+        "run", "--tasks", "1000", "--trials", "50", "--journal", str(journal),
+        cwd=tmp_path, env={"TMPDIR": str(temp)}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        with anyio.fail_after(60):
+            while completed_in(journal) < 3:
+                assert process.poll() is None, "faultline run exited"
+                await anyio.sleep(0.1)
+        kids = children(process.pid)
+        if signum == signal.SIGINT:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+    finally:
+        err = await finish(process)
+    commands = " | ".join(kids.values())
+    assert "nats-server" in commands and " journal serve " in commands and " worker " in commands
+    assert process.returncode == 128 + signum, err[-2000:]
+    last = err.splitlines()[-1]
+    stopped = re.fullmatch(
+        rf"faultline: stopped by {signal.Signals(signum).name}: (\d+) of 3250 episodes completed, \d+ were running;"
+        rf" nats-server, the journal service and the workers are stopped, and {re.escape(str(journal))} holds all"
+        " they published",
+        last,
+    )
+    assert stopped, last
+    assert [pid for pid in kids if alive(pid)] == []
+    assert list(temp.iterdir()) == [], "the embedded server's store is removed"
+    assert completed_in(journal) >= int(stopped.group(1)) >= 3
+    assert verify(journal).ok
 
 
 async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
