@@ -72,7 +72,11 @@ class RuntimeConfig(_Section, frozen=True):
 
 
 class WorkerConfig(_Section, frozen=True):
-    """One kind of worker process: the agents it runs (`"*"` for every agent) and how many processes."""
+    """One kind of worker process: the agents it runs and how many processes.
+
+    `"*"` stands for every agent that no other kind names; an agent named by two kinds, or two
+    kinds with `"*"`, is refused by `check_system` (runtime/_layout.py), before anything starts.
+    """
 
     agents: tuple[str, ...] = (ALL_AGENTS,)
     count: Annotated[int, msgspec.Meta(ge=1)] = 1

@@ -326,6 +326,8 @@ class _Display:
     result: RunResult
     limit_s: float
     lines: bool
+    after: str = ""
+    """What the run waits for once no episode runs any more."""
 
     def on_done(self, _episode: str, _done: EpisodeCompleted) -> None:
         ok = sum(c.outcome == "success" for c in self.result.completed.values())
@@ -337,9 +339,9 @@ class _Display:
         while True:
             await anyio.sleep(PROGRESS_TICK_S)
             now = anyio.current_time()
-            waiting = self.result.waiting_for(now, self.limit_s)
+            waiting = self.result.waiting_for(now, self.limit_s) or self.after
             self.progress.update(self.bar, waiting=waiting)
-            if self.lines and now - last_line >= PROGRESS_LINE_S:
+            if self.lines and waiting and now - last_line >= PROGRESS_LINE_S:
                 last_line = now
                 done = f"{len(self.result.completed)} of {len(self.result.planned)} episodes done"
                 self.progress.console.print(f"{done}; {waiting}", soft_wrap=True, highlight=False)
@@ -385,7 +387,9 @@ async def _run_local(
         if config.memory.mode != "off":
             from faultline.agents.memory import wait_for_memory
 
+            display.after = "waiting for the memory service to take in the episodes"
             await wait_for_memory(supervisor.bus)
+        display.after = "waiting for the journal to copy the stream"
         await wait_for_journal(supervisor.bus)
 
     _, request = await run_supervised(supervisor, work, display.show)

@@ -245,7 +245,7 @@ def test_a_slow_run_says_what_it_is_waiting_for(
     out, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(out)["outcomes"] == {"timeout": 2}
-    waiting = [line for line in err.splitlines() if "waiting for" in line]
+    waiting = [line for line in err.splitlines() if "running episodes" in line]
     assert len(waiting) >= 3, err
     pattern = r"0 of 2 episodes done; waiting for 2 running episodes, the oldest for (\d+)s; each still running at 3s ends as timeout"
     ages = [int(re.fullmatch(pattern, line).group(1)) for line in waiting]  # type: ignore[union-attr]
