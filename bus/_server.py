@@ -85,6 +85,29 @@ class EmbeddedServer:
             self._tmp = tempfile.TemporaryDirectory(prefix="faultline-nats-")
             self.store_dir = Path(self._tmp.name)
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._launch(binary)
+        except ServerError:
+            self.stop()
+            raise
+        return self
+
+    def restart(self) -> EmbeddedServer:
+        """Start again after the process died, on the same port and store.
+
+        Clients reconnect to the same URL and find their streams and consumers.
+        """
+        self._release()
+        self._launch(find_nats_server())
+        return self
+
+    def wait(self) -> int | None:
+        """Block until the server process exits; its exit code, or None when none runs."""
+        process = self._process
+        return process.wait() if process is not None else None
+
+    def _launch(self, binary: Path) -> None:
+        assert self.store_dir is not None
         args = [str(binary), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
         self._process = subprocess.Popen(
             [*args, *self.extra_args],
@@ -94,17 +117,16 @@ class EmbeddedServer:
             start_new_session=True,
         )
         ready = threading.Event()
-        self._reader = threading.Thread(target=self._read_log, args=(ready,), daemon=True)
+        self._reader = threading.Thread(target=self._read_log, args=(self._process, ready), daemon=True)
         self._reader.start()
         if not ready.wait(self.ready_timeout_s) or self._process.poll() is not None:
             reason = self._last_error()
-            self.stop()
+            self._release()
             raise ServerError(f"nats-server did not start on {self.host}:{self.port}: {reason}")
-        return self
 
-    def _read_log(self, ready: threading.Event) -> None:
-        assert self._process is not None and self._process.stderr is not None
-        for raw in self._process.stderr:
+    def _read_log(self, process: subprocess.Popen[bytes], ready: threading.Event) -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
             line = raw.decode(errors="replace").rstrip()
             self._log.append(line)
             if _READY_LINE in line:
@@ -117,6 +139,14 @@ class EmbeddedServer:
         return line.split("] ", 1)[-1] if "] " in line else line
 
     def stop(self) -> None:
+        self._release()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self.store_dir = None
+
+    def _release(self) -> None:
+        """Stop the process if it runs (SIGTERM, then SIGKILL), join its log reader, close its pipe; keep the store."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -130,10 +160,6 @@ class EmbeddedServer:
             self._reader = None
         if process is not None and process.stderr is not None:
             process.stderr.close()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-            self.store_dir = None
 
     def __enter__(self) -> EmbeddedServer:
         return self.start()

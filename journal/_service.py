@@ -9,9 +9,10 @@ subject, and come back through the stream to be journaled there; so does a
 message SQLite refuses to store.
 
 When the file cannot be written (disk full, read-only, I/O error) the service
-says so once, answers every question with the reason (the runner then refuses
-new episodes), leaves every message in the stream, and retries the same batch
-with backoff; once it is written, the service resumes from the file and catches up.
+says so once (in its log, and on `<prefix>.svc.journal.state`), answers every
+question with the reason (the runner then refuses new episodes), leaves every
+message in the stream, and retries the same batch with backoff; once it is
+written, the service says so, resumes from the file and catches up.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 
-from faultline._errors import JournalStorageError
+from faultline._errors import JournalError, JournalStorageError
 from faultline.bus import Bus, Consumer, Delivery
 from faultline.bus._messages import body_bytes
 from faultline.journal._rows import Incoming
@@ -72,6 +73,7 @@ class JournalService:
         self._stopping.set()
 
     async def run(self) -> None:
+        """Copy until stopped, then catch up; JournalError if the file refused what the stream held by then."""
         journal = Journal.open(self.path)
         try:
             stream = await self.bus.stream_incarnation()
@@ -81,7 +83,7 @@ class JournalService:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._copy, journal, stream)
                     await self._stopping.wait()
-                    await self._catch_up()
+                    target = await self._catch_up()
                     tg.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
@@ -89,6 +91,11 @@ class JournalService:
                     await sub.unsubscribe()
         finally:
             journal.close()
+        if self.last_seq < target:
+            raise JournalError(
+                f"stopped behind the stream, at sequence {self.last_seq} of {target}: {self.stuck}; the stream"
+                " keeps the rest, which the next start journals"
+            )
 
     async def _copy(self, journal: Journal, stream: str) -> None:
         """Copy batches; when the file refuses one, hold it until it is written, then resume from the file."""
@@ -170,17 +177,15 @@ class JournalService:
         await self._set_stuck("")
         await self._advance(seq)
 
-    async def _catch_up(self) -> None:
-        """Wait until everything the stream held when asked to stop is in the file (or the file refuses it)."""
+    async def _catch_up(self) -> int:
+        """Wait until everything the stream held when asked to stop is in the file, or the file refuses it.
+
+        Returns the stream's last sequence at that moment.
+        """
         info = await self.bus.js.stream_info(self.bus.subjects.stream)
-        await self._until(lambda: self.last_seq >= info.state.last_seq or bool(self.stuck))
-        if self.stuck:
-            log.error(
-                "%s: stopping behind the stream, at sequence %d of %d; the next start journals the rest",
-                self.path,
-                self.last_seq,
-                info.state.last_seq,
-            )
+        last: int = info.state.last_seq
+        await self._until(lambda: self.last_seq >= last or bool(self.stuck))
+        return last
 
     async def wait_for(self, seq: int) -> None:
         """Wait until the file holds everything up to `seq`, however long it refuses writes meanwhile."""
@@ -195,9 +200,15 @@ class JournalService:
         await self._notify()
 
     async def _set_stuck(self, reason: str) -> None:
+        """Change the state, and say so on `<prefix>.svc.journal.state` (`up` tells its user)."""
         if reason != self.stuck:
             self.stuck = reason
             await self._notify()
+            state = msgspec.json.encode({"stuck": self.stuck, "last_seq": self.last_seq})
+            try:
+                await self.bus.nc.publish(self.bus.subjects.svc("journal.state"), state)
+            except nats.errors.Error:
+                pass  # nobody hears it now; whoever asks gets the same answer
 
     async def _notify(self) -> None:
         self._changed.set()

@@ -30,8 +30,11 @@ JOURNAL_ASK_TIMEOUT_S = 2.0
 """How long a runner waits for the journal service to say whether it can write."""
 
 
-class _JournalState(msgspec.Struct):
+class JournalState(msgspec.Struct):
+    """What the journal service says of itself: why it cannot write ("" when it can), and how far it is."""
+
     stuck: str = ""
+    last_seq: int = 0
 
 
 def started_envelope(episode: str, started: EpisodeStarted) -> Envelope:
@@ -66,7 +69,7 @@ async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> N
         reply = await bus.nc.request(bus.subjects.svc("journal"), b"{}", timeout=timeout_s)
     except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
         return
-    stuck = msgspec.json.decode(reply.data, type=_JournalState).stuck
+    stuck = msgspec.json.decode(reply.data, type=JournalState).stuck
     if stuck:
         raise JournalError(
             f"new episodes are refused while the journal cannot write ({stuck}); nothing is lost: the stream"

@@ -19,9 +19,10 @@ from typing import Any
 import anyio
 import msgspec
 
+from faultline._errors import JournalError
 from faultline.bus import Bus, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
 from faultline.envs import Domain
-from faultline.runtime._episodes import RUNNER, Completions, started_envelope
+from faultline.runtime._episodes import RUNNER, Completions, check_journal, started_envelope
 
 AGENTS = ("env", "tool", "user")
 """Who gets a Start, in this order: the environment and the agent are ready before the user speaks."""
@@ -140,7 +141,10 @@ class RunResult:
 async def run_plan(
     bus: Bus, plan: RunPlan, result: RunResult, on_done: Callable[[str, EpisodeCompleted], None]
 ) -> None:
-    """Run every episode of `result.planned`, `plan.concurrency` at a time, recording them in `result`."""
+    """Run every episode of `result.planned`, `plan.concurrency` at a time, recording them in `result`.
+
+    JournalError, and no further episode starts, once the journal reports it cannot write.
+    """
     limiter = anyio.CapacityLimiter(plan.concurrency)
     started = anyio.current_time()
     try:
@@ -148,6 +152,7 @@ async def run_plan(
 
             async def one(p: PlannedEpisode) -> None:
                 async with limiter:
+                    await check_journal(bus)
                     result.running[p.episode] = anyio.current_time()
                     await bus.publish_all(start_envelopes(plan, p))
                     with anyio.move_on_after(plan.episode_timeout_s) as scope:
@@ -172,6 +177,8 @@ async def run_plan(
 
             for p in result.planned:
                 tg.start_soon(one, p)
+    except* JournalError as refused:
+        raise refused.exceptions[0] from None
     finally:
         result.seconds = anyio.current_time() - started
 

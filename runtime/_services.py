@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from faultline._errors import ConfigError
+from faultline._errors import ConfigError, JournalError
 from faultline.bus import Bus, BusSettings
 from faultline.runtime._agent import Agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
@@ -134,4 +134,7 @@ async def run_journal(url: str, prefix: str, path: Path, name: str, replicas: in
     async def body(bus: Bus) -> None:
         await serve_until_signal(bus, name, JournalService(bus, path))
 
-    await _with_bus(url, prefix, body, replicas)
+    try:
+        await _with_bus(url, prefix, body, replicas)
+    except* JournalError as failed:  # one line on stderr, not a traceback
+        raise failed.exceptions[0] from None

@@ -4,11 +4,14 @@ Order of start: nats-server (embedded, unless a URL is given), the journal
 service, other services (memory), then the workers. Order of stop: workers
 first (each drains what it holds), then the services (they finish the events
 already in the stream), then the journal (it catches up with the stream), then
-the server. A process that dies unasked is restarted with exponential backoff.
+the server. A process that dies unasked, nats-server included, is restarted
+with exponential backoff for as long as the system runs: a restart that fails is
+logged with the process's name and tried again later, and the rest keeps running.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -24,11 +27,16 @@ from nats.aio.msg import Msg
 
 from faultline._errors import FaultlineError, ServerError
 from faultline.bus import Bus, BusSettings, EmbeddedServer
+from faultline.runtime._episodes import JournalState
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 RESTART_BACKOFF_S = 0.5
 RESTART_BACKOFF_MAX_S = 10.0
+STABLE_AFTER_S = 30.0
+"""A process that ran this long before it exited is restarted after the shortest backoff again."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +53,7 @@ class _Child:
     process: Process | None = None
     restarts: int = 0
     log: IO[bytes] | None = None
+    started: float = 0.0
 
 
 def ready_subject(prefix: str) -> str:
@@ -85,9 +94,11 @@ class Supervisor:
         if not self.nats_url:
             self.server = EmbeddedServer(store_dir=self.store_dir)
             await anyio.to_thread.run_sync(self.server.start)
+            tg.start_soon(self._watch_server, self.server)
         self.bus = await Bus.connect(self.url, prefix=self.prefix, settings=BusSettings(replicas=self.replicas))
         await self.bus.ensure_stream()
         await self.bus.nc.subscribe(ready_subject(self.prefix), cb=self._on_ready)
+        await self.bus.nc.subscribe(self.bus.subjects.svc("journal.state"), cb=self._on_journal_state)
         journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)))
         await self._spawn(tg, journal)
         for spec in (*self.services, *self.workers):
@@ -98,12 +109,34 @@ class Supervisor:
         if name in self._ready:
             self._ready[name].set()
 
+    async def _on_journal_state(self, msg: Msg) -> None:
+        """Tell the user when the journal cannot write, and when it can again."""
+        try:
+            state = msgspec.json.decode(msg.data, type=JournalState)
+        except msgspec.DecodeError:
+            return
+        if state.stuck:
+            log.error(
+                "the journal cannot write (%s): new episodes are refused until it can; the stream keeps every message",
+                state.stuck,
+            )
+        else:
+            log.warning("the journal writes again from stream sequence %d and catches up", state.last_seq + 1)
+
     def _argv(self, spec: ProcessSpec) -> list[str]:
         common = ["--nats", self.url, "--prefix", self.prefix, "--name", spec.name, *self.extra_args]
         return [sys.executable, "-m", "faultline.runtime.cli", *spec.args, *common]
 
     async def _spawn(self, tg: anyio.abc.TaskGroup, spec: ProcessSpec) -> None:
+        """Start `spec` and return once it is ready, then keep it running; ServerError if it is not ready."""
         child = self._children.setdefault(spec.name, _Child(spec))
+        if not await self._launch(child):
+            raise ServerError(f"process {spec.name} did not become ready{self._see_log(spec.name)}")
+        tg.start_soon(self._watch, child)
+
+    async def _launch(self, child: _Child) -> bool:
+        """Start the child's process; True once it announced it is ready, False if it died or timed out first."""
+        spec = child.spec
         self._ready[spec.name] = anyio.Event()
         if self.log_dir is not None and child.log is None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -112,6 +145,8 @@ class Supervisor:
         child.process = await anyio.open_process(
             self._argv(spec), stdin=None, stdout=child.log, stderr=child.log, start_new_session=True
         )
+        process = child.process
+        child.started = anyio.current_time()
         ready = self._ready[spec.name]
         with anyio.move_on_after(READY_TIMEOUT_S) as timeout:
             async with anyio.create_task_group() as wait:
@@ -121,23 +156,73 @@ class Supervisor:
                     wait.cancel_scope.cancel()
 
                 wait.start_soon(until_ready)
-                await child.process.wait()  # returns only if the child dies first
+                await process.wait()  # returns only if the child dies first
                 wait.cancel_scope.cancel()
-        if timeout.cancelled_caught or child.process.returncode is not None:
-            where = f" (see {self.log_dir / (spec.name + '.log')})" if self.log_dir else ""
-            raise ServerError(f"process {spec.name} did not become ready{where}")
-        tg.start_soon(self._watch, tg, child, child.process)
+        if timeout.cancelled_caught and process.returncode is None:
+            process.kill()
+            await process.wait()
+        return process.returncode is None
 
-    async def _watch(self, tg: anyio.abc.TaskGroup, child: _Child, process: Process) -> None:
-        """Restart `child` with backoff if it exits while the system is meant to run."""
-        await process.wait()
-        if self._stopping or child.process is not process:
-            return
-        child.restarts += 1
-        delay = min(RESTART_BACKOFF_S * 2 ** (child.restarts - 1), RESTART_BACKOFF_MAX_S)
-        await anyio.sleep(delay)
-        if not self._stopping:
-            await self._spawn(tg, child.spec)
+    def _stopped(self) -> bool:
+        """Whether `stop()` began; a call, so that a check after an await is not taken for a repeat."""
+        return self._stopping
+
+    def _see_log(self, name: str) -> str:
+        return f" (see {self.log_dir / (name + '.log')})" if self.log_dir else ""
+
+    async def _watch(self, child: _Child) -> None:
+        """Restart `child` whenever it exits unasked, with backoff, until the system stops.
+
+        A restart that fails (the process dies or is not ready in time) is logged and
+        tried again after a longer wait; the other processes run on meanwhile.
+        """
+        failures = 0
+        while True:
+            process = child.process
+            assert process is not None
+            await process.wait()
+            if self._stopped():
+                return
+            failures = 1 if anyio.current_time() - child.started >= STABLE_AFTER_S else failures + 1
+            delay = _backoff(failures)
+            log.error(
+                "%s is down (exit code %s); restarting it in %.1fs%s",
+                child.spec.name,
+                process.returncode,
+                delay,
+                self._see_log(child.spec.name),
+            )
+            await anyio.sleep(delay)
+            if self._stopped():
+                return
+            await process.aclose()
+            child.restarts += 1
+            if await self._launch(child):
+                assert child.process is not None
+                log.warning(
+                    "%s is running again (pid %d, restart %d)", child.spec.name, child.process.pid, child.restarts
+                )
+
+    async def _watch_server(self, server: EmbeddedServer) -> None:
+        """Restart the embedded nats-server on its port and store when it dies; clients reconnect by themselves."""
+        failures = 0
+        while True:
+            started = anyio.current_time()
+            code = await anyio.to_thread.run_sync(server.wait, abandon_on_cancel=True)
+            if self._stopped():
+                return
+            failures = 1 if anyio.current_time() - started >= STABLE_AFTER_S else failures + 1
+            delay = _backoff(failures)
+            log.error("nats-server is down (exit code %s); restarting it on %s in %.1fs", code, server.url, delay)
+            await anyio.sleep(delay)
+            if self._stopped():
+                return
+            try:
+                await anyio.to_thread.run_sync(server.restart)
+            except ServerError as exc:
+                log.error("%s", exc)
+            else:
+                log.warning("nats-server is running again on %s (pid %s)", server.url, server.pid)
 
     def pid(self, name: str) -> int | None:
         child = self._children.get(name)
@@ -185,6 +270,11 @@ class Supervisor:
             }
             for n, c in self._children.items()
         ]
+
+
+def _backoff(failures: int) -> float:
+    """The wait before restart attempt `failures` (1, 2, ...) of a process that keeps failing."""
+    return float(min(RESTART_BACKOFF_S * 2 ** (failures - 1), RESTART_BACKOFF_MAX_S))
 
 
 def check_journal_path(path: Path) -> Path:

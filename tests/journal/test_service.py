@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ import anyio
 import msgspec
 import pytest
 
+from faultline._errors import JournalError
 from faultline.bus import Bus, DeadLetter, EmbeddedServer, Envelope, Note, UserTurn, encode
 from faultline.journal import Journal, JournalReader, verify
 from faultline.journal._service import JournalService
@@ -211,4 +213,45 @@ async def test_a_full_disk_holds_the_journal_loses_nothing_and_it_catches_up(bus
         rows = list(reader.rows())
     assert [r.stream_seq for r in rows] == list(range(1, total + 1))
     assert [r.id for r in rows] == [f"m{i}" for i in range(total)]
+    assert verify(path).ok
+
+
+async def test_stopped_while_the_disk_is_full_it_says_so_and_the_next_start_catches_up(
+    bus: Bus, small_disk: Path
+) -> None:
+    path = small_disk / "j.sqlite"
+    first, total = 100, 600
+    service = JournalService(bus, path)
+    failure: list[JournalError] = []
+
+    async def serve() -> None:
+        try:
+            await service.run()
+        except JournalError as exc:
+            failure.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        await service.wait_ready()
+        await bus.publish_all(note(i) for i in range(first))
+        with anyio.fail_after(20):
+            await service.wait_for(first)
+        filler = fill(small_disk)
+        await bus.publish_all(note(i) for i in range(first, total))
+        assert (await ask_journal(bus, until=total))["stuck"]
+        service.stop()
+    (error,) = failure
+    behind = re.match(
+        rf"stopped behind the stream, at sequence (\d+) of {total}: .*database or disk is full", str(error)
+    )
+    assert behind is not None and first <= int(behind[1]) < total, error
+    filler.unlink()
+    service = JournalService(bus, path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(20):
+            await service.wait_for(total)
+        service.stop()
+    with JournalReader(path) as reader:
+        assert [r.stream_seq for r in reader.rows()] == list(range(1, total + 1))
     assert verify(path).ok
