@@ -65,7 +65,7 @@ class EmbeddedServer:
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log: deque[str] = field(default_factory=lambda: deque(maxlen=50), init=False, repr=False)
     _reader: threading.Thread | None = field(default=None, init=False, repr=False)
-    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
+    _tmp: Path | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -82,8 +82,7 @@ class EmbeddedServer:
         else:
             self.port = free_port(self.host)
         if self.store_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="faultline-nats-")
-            self.store_dir = Path(self._tmp.name)
+            self._tmp = self.store_dir = Path(tempfile.mkdtemp(prefix="faultline-nats-"))
         self.store_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._launch(binary)
@@ -138,12 +137,19 @@ class EmbeddedServer:
         line = (errors or list(self._log) or ["no output"])[-1]
         return line.split("] ", 1)[-1] if "] " in line else line
 
-    def stop(self) -> None:
+    @property
+    def temporary(self) -> bool:
+        """Whether the store is a directory of its own, removed by `stop()`."""
+        return self._tmp is not None
+
+    def stop(self, *, keep_store: bool = False) -> None:
+        """Stop the server; a temporary store goes too, unless `keep_store` (it holds what is not copied yet)."""
         self._release()
         if self._tmp is not None:
-            self._tmp.cleanup()
+            if not keep_store:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self.store_dir = None
             self._tmp = None
-            self.store_dir = None
 
     def _release(self) -> None:
         """Stop the process if it runs (SIGTERM, then SIGKILL), join its log reader, close its pipe; keep the store."""

@@ -73,7 +73,7 @@ async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> N
     if stuck:
         raise JournalError(
             f"new episodes are refused while the journal cannot write ({stuck}); nothing is lost: the stream"
-            " keeps every message and the journal catches up by itself once its file can be written again"
+            " keeps every message for the journal to take in once its file can be written again"
         )
 
 

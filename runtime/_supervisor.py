@@ -11,6 +11,7 @@ logged with the process's name and tried again later, and the rest keeps running
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -22,6 +23,8 @@ from typing import IO, Any
 
 import anyio
 import msgspec
+import nats.errors
+import nats.js.errors
 from anyio.abc import Process
 from nats.aio.msg import Msg
 
@@ -229,12 +232,16 @@ class Supervisor:
         return child.process.pid if child and child.process else None
 
     async def stop(self) -> None:
-        """Drain workers, let the journal catch up, stop the server. Safe to call twice."""
+        """Drain workers, let the journal catch up, stop the server. Safe to call twice.
+
+        A temporary stream store that holds what the journal did not take in is kept, and the log says where.
+        """
         self._stopping = True
         services = {spec.name for spec in self.services}
         await self._terminate([c for name, c in self._children.items() if name != "journal" and name not in services])
         await self._terminate([c for name, c in self._children.items() if name in services])
         await self._terminate([c for name, c in self._children.items() if name == "journal"])
+        kept = await self._store_to_keep()
         for child in self._children.values():
             if child.log is not None:
                 child.log.close()
@@ -243,8 +250,29 @@ class Supervisor:
             await self.bus.close()
             self.bus = None
         if self.server is not None:
-            await anyio.to_thread.run_sync(self.server.stop)
+            await anyio.to_thread.run_sync(functools.partial(self.server.stop, keep_store=kept is not None))
             self.server = None
+        if kept is not None:
+            log.error(
+                "the journal did not take in the whole stream, so the stream's store is kept in %s: run"
+                " `faultline up` with nats.store_dir = %s and journal.path = %s to journal the rest",
+                kept,
+                kept,
+                self.journal_path,
+            )
+
+    async def _store_to_keep(self) -> Path | None:
+        """The temporary stream store, if the journal service did not end cleanly and the stream holds messages."""
+        journal = self._children.get("journal")
+        if self.server is None or not self.server.temporary or self.bus is None:
+            return None
+        if journal is not None and journal.process is not None and journal.process.returncode == 0:
+            return None  # it exits 0 only after taking in the whole stream
+        try:
+            info = await self.bus.js.stream_info(self.bus.subjects.stream)
+        except (nats.errors.Error, nats.js.errors.Error):
+            return self.server.store_dir  # cannot tell: keep it
+        return self.server.store_dir if info.state.messages else None
 
     async def _terminate(self, children: list[_Child]) -> None:
         live = [c.process for c in children if c.process is not None and c.process.returncode is None]

@@ -22,14 +22,19 @@ JOURNAL_TIMEOUT_S = 30.0
 
 
 @asynccontextmanager
-async def live_system(tmp_path: Path, journal: Path | None = None) -> AsyncIterator[Supervisor]:
-    """`faultline up` with one worker of env, tool and user on the sim model; stopped (drained, journaled) after."""
+async def live_system(
+    tmp_path: Path, journal: Path | None = None, *, temporary_store: bool = False
+) -> AsyncIterator[Supervisor]:
+    """`faultline up` with one worker of env, tool and user on the sim model; stopped (drained, journaled) after.
+
+    With `temporary_store` the stream lives in a directory of its own, as under `faultline run`.
+    """
     config = tmp_path / "faultline.toml"
     config.write_text("")  # defaults only, whatever the working directory holds
     supervisor = Supervisor(
         journal_path=journal or tmp_path / "journal.sqlite",
         workers=[ProcessSpec("worker", ("worker", "--agents", "env,tool,user", "--config", str(config)))],
-        store_dir=tmp_path / "nats",
+        store_dir=None if temporary_store else tmp_path / "nats",
         log_dir=tmp_path / "logs",
     )
     async with anyio.create_task_group() as tg:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,9 @@ import anyio
 import pytest
 
 from faultline._errors import JournalError
+from faultline.bus import Bus, EmbeddedServer
 from faultline.journal import JournalReader, verify
+from faultline.journal._service import JournalService
 from faultline.runtime._episodes import check_journal
 from faultline.runtime._supervisor import Supervisor
 from tests.disk import fill
@@ -162,4 +165,40 @@ async def test_a_full_journal_disk_refuses_new_episodes_loses_nothing_and_catche
     seqs, episodes = journal_content(journal)
     assert seqs == list(range(1, len(seqs) + 1))
     assert {episode_of("before"), episode_of("full"), episode_of("after")} <= episodes
+    assert verify(journal).ok
+
+
+async def test_a_temporary_stream_the_journal_did_not_take_in_is_kept(tmp_path: Path, small_disk: Path) -> None:
+    journal = small_disk / "journal.sqlite"
+    with supervisor_log() as said:
+        async with live_system(tmp_path, journal, temporary_store=True) as supervisor:
+            bus = supervisor.bus
+            assert bus is not None
+            assert (await run_episode(bus, "before")).outcome == "success"
+            await journal_everything(bus)
+            filler = fill(small_disk)
+            assert (await run_episode(bus, "full")).outcome == "success"
+            await said.wait_for("the journal cannot write (")
+            last = (await bus.js.stream_info(bus.subjects.stream)).state.last_seq
+    (line,) = [line for line in said.lines if "store is kept in" in line]
+    kept = Path(line.split("nats.store_dir = ")[1].split(" and ")[0])
+    assert kept.is_dir() and str(journal) in line
+    filler.unlink()
+    try:
+        with EmbeddedServer(store_dir=kept) as server:
+            bus = await Bus.connect(server.url)
+            try:
+                service = JournalService(bus, journal)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(service.run)
+                    with anyio.fail_after(30):
+                        await service.wait_for(last)
+                    service.stop()
+            finally:
+                await bus.close()
+    finally:
+        shutil.rmtree(kept)
+    seqs, episodes = journal_content(journal)
+    assert seqs == list(range(1, last + 1))
+    assert {episode_of("before"), episode_of("full")} <= episodes
     assert verify(journal).ok
