@@ -19,6 +19,7 @@ class EnvironmentHost(Agent):
     """
 
     name = "env"
+    environment = True
 
     def __init__(self) -> None:
         self.spec: EpisodeSpec | None = None

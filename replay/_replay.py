@@ -82,6 +82,8 @@ class ReplayReport(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
     divergences: list[Divergence] = []
     skipped_agents: list[str] = []
+    served_agents: list[str] = []
+    """Environment agents whose outputs were served from the journal, not re-executed."""
     unhandled: int = 0
     """Journaled inputs that no agent had handled when the journal was written (not compared)."""
 
@@ -282,11 +284,17 @@ class Replayer:
     """
 
     def __init__(
-        self, lookup: AgentLookup, settings: Mapping[str, Mapping[str, Any]] | None = None, *, jobs: int = 1
+        self,
+        lookup: AgentLookup,
+        settings: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        jobs: int = 1,
+        reexecute_tools: bool = False,
     ) -> None:
         self.lookup = lookup
         self.settings = settings or {}
         self.jobs = max(1, jobs)
+        self.reexecute_tools = reexecute_tools
 
     def replay(self, path: str | Path, episodes: Iterable[str] | None = None) -> ReplayReport:
         """Replay `episodes` (default: all); an episode the journal does not hold is a JournalError."""
@@ -326,6 +334,7 @@ class Replayer:
             report.unhandled += part.unhandled
             report.divergences.extend(part.divergences)
             report.skipped_agents = sorted({*report.skipped_agents, *part.skipped_agents})
+            report.served_agents = sorted({*report.served_agents, *part.served_agents})
         order = {name: i for i, name in enumerate(names)}
         report.divergences.sort(key=lambda d: order.get(d.episode, 0))
         return report
@@ -333,6 +342,7 @@ class Replayer:
     def _replay_episodes(self, path: str | Path, wanted: list[str] | None) -> ReplayReport:
         report = ReplayReport(journal=str(path))
         skipped: set[str] = set()
+        served: set[str] = set()
 
         def lookup(name: str) -> type[Agent] | None:
             cls = self.lookup(name)
@@ -349,6 +359,9 @@ class Replayer:
                 for name, track in _tracks(rows, lookup).items():
                     cls = self.lookup(name)
                     assert cls is not None
+                    if cls.environment and not self.reexecute_tools:
+                        served.add(name)
+                        continue
                     report.agents += 1
                     report.unhandled += len(track.received) - track.reached()
                     handled, divergence = replay_agent(episode, name, cls, track, self.settings.get(name), injected)
@@ -357,6 +370,7 @@ class Replayer:
                         report.divergences.append(divergence)
                         break
         report.skipped_agents = sorted(skipped - {"runner", "bus", OPERATOR})
+        report.served_agents = sorted(served)
         return report
 
 

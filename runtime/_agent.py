@@ -25,6 +25,14 @@ class Agent:
 
     name: ClassVar[str]
     topics: ClassVar[tuple[str, ...]] = ()
+    environment: ClassVar[bool] = False
+    """True for an agent that stands for the world (it runs tools against a domain's state).
+
+    Its outputs are inputs to every other agent, so replay serves them from the
+    journal by default, like model answers, instead of running the world again;
+    `faultline replay --reexecute-tools` runs it too, which is how a changed
+    environment is found.
+    """
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -26,6 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
     p.add_argument("--config", type=Path, help="faultline.toml naming custom agent classes")
     p.add_argument("--jobs", "-j", type=int, default=1, help="replay in N processes (episodes are independent)")
+    p.add_argument(
+        "--reexecute-tools",
+        action="store_true",
+        help="run the environment's tools again instead of serving their journaled results "
+        "(slower; finds a changed environment)",
+    )
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.set_defaults(handler=_replay)
 
@@ -33,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _replay(args: argparse.Namespace) -> int:
     if not args.journal.is_file():
         raise JournalError(f"{args.journal}: no such journal file")
-    report = Replayer(agent_lookup(load_config(args.config)), jobs=args.jobs).replay(args.journal, args.episode or None)
+    report = Replayer(
+        agent_lookup(load_config(args.config)), jobs=args.jobs, reexecute_tools=args.reexecute_tools
+    ).replay(args.journal, args.episode or None)
     if args.json:
         print(msgspec.json.encode(_as_data(report)).decode())
     else:
@@ -56,6 +64,8 @@ def _print(report: ReplayReport) -> None:
     )
     if report.skipped_agents:
         summary += f"; not replayed (unknown agents): {', '.join(report.skipped_agents)}"
+    if report.served_agents:
+        summary += f"; served from the journal: {', '.join(report.served_agents)} (--reexecute-tools runs them)"
     if report.unhandled:
         summary += f"; {report.unhandled} input(s) journaled after their agent's last handled one, not compared"
     if report.identical:

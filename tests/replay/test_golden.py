@@ -23,8 +23,10 @@ HEAD = "109f12063fc7471616a1e2427e6211a4"
 def test_the_golden_run_journal_replays_identical(tmp_path: Path) -> None:
     copy = Path(shutil.copy(GOLDEN, tmp_path / "runs.db"))
     assert verify(copy, anchor=HEAD).ok
-    report = Replayer(agent_lookup(Config())).replay(copy)
+    report = Replayer(agent_lookup(Config()), reexecute_tools=True).replay(copy)
     assert report.identical, report.divergences[0].what if report.divergences else ""
     # Written before handlers left a `NoOutput` marker: the 7 quiet inputs at the ends
     # of agents' histories cannot be told from inputs never reached, so they are not compared.
     assert (report.episodes, report.messages, report.unhandled) == (7, 104, 7)
+    served = Replayer(agent_lookup(Config())).replay(copy)
+    assert served.identical and served.served_agents == ["env"] and served.messages < report.messages

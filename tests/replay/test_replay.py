@@ -5,11 +5,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from faultline._errors import ChainError, JournalError
-from faultline.agents import ToolAgent
-from faultline.bus import AssistantTurn, Envelope
+from faultline.agents import EnvironmentHost, ToolAgent
+from faultline.bus import AssistantTurn, Envelope, ToolCall, ToolResult
 from faultline.journal import JournalReader
 from faultline.replay import Replayer
 from faultline.runtime import Agent, Context
@@ -51,8 +52,20 @@ class PoliterTool(ToolAgent):
         )
 
 
+class ChangedWorld(EnvironmentHost):
+    """The environment with a changed tool: every result says one more thing."""
+
+    def _execute(self, call: ToolCall) -> ToolResult:
+        result = super()._execute(call)
+        return msgspec.structs.replace(result, output={"changed": True, "was": result.output})
+
+
 def with_tool(cls: type[Agent]):  # type: ignore[no-untyped-def]
     return lambda name: cls if name == "tool" else builtin(name)
+
+
+def with_env(cls: type[Agent]):  # type: ignore[no-untyped-def]
+    return lambda name: cls if name == "env" else builtin(name)
 
 
 def test_a_run_journal_replays_identical(sim_journal: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,6 +74,22 @@ def test_a_run_journal_replays_identical(sim_journal: Path, capsys: pytest.Captu
     assert report.episodes == 48 and report.messages > 48 * 10
     assert main(["replay", str(sim_journal)]) == 0
     assert capsys.readouterr().out.startswith("identical: 48 episodes")
+
+
+def test_tools_are_served_by_default_and_reexecuted_on_request(sim_journal: Path) -> None:
+    served = Replayer(builtin).replay(sim_journal)
+    rerun = Replayer(builtin, reexecute_tools=True).replay(sim_journal)
+    assert served.identical and rerun.identical
+    assert served.served_agents == ["env"] and rerun.served_agents == []
+    assert rerun.messages > served.messages
+
+
+def test_a_changed_environment_is_found_only_when_tools_are_reexecuted(sim_journal: Path) -> None:
+    assert Replayer(with_env(ChangedWorld)).replay(sim_journal).identical
+    report = Replayer(with_env(ChangedWorld), reexecute_tools=True).replay(sim_journal)
+    assert not report.identical
+    first = report.divergences[0]
+    assert (first.agent, first.input_kind, first.what) == ("env", "tool_call", "output #0 differs")
 
 
 def test_a_changed_reply_is_reported_at_the_right_agent_and_input(sim_journal: Path) -> None:
