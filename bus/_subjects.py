@@ -72,28 +72,42 @@ class Subjects:
 
     def for_envelope(self, env: Envelope) -> str:
         """The one subject an envelope travels on, from its body's route."""
-        return ".".join((self.prefix, *(token for token, _ in _route(env))))
+        return ".".join((self.prefix, *_route(env)))
 
 
-def _route(env: Envelope) -> list[tuple[str, str]]:
-    """The tokens after the prefix of the subject `env` travels on, each with the field it comes from."""
+def _route(env: Envelope) -> tuple[str, ...]:
+    """The tokens after the prefix of the subject `env` travels on (`_FIELDS` says where each comes from)."""
     body = env.body
     route = type(body).route
     if route == "direct":
         if env.recipient:
-            return [("ep", "$.recipient"), (env.episode, "$.episode"), (env.recipient, "$.recipient")]
+            return ("ep", env.episode, env.recipient)
         if env.topic:
-            return [("tp", "$.topic"), (env.episode, "$.episode"), (env.topic, "$.topic")]
+            return ("tp", env.episode, env.topic)
         raise SubjectError(f"message {env.id} has neither a recipient nor a topic")
     if route == "rec":
-        return [("rec", "$.body.kind"), (env.episode, "$.episode"), (env.sender, "$.sender")]
+        return ("rec", env.episode, env.sender)
     if route.startswith("event:"):
-        return [("ev", "$.body.kind"), (route.removeprefix("event:"), "$.body.kind"), (env.episode, "$.episode")]
+        return ("ev", route.removeprefix("event:"), env.episode)
     if route == "ctl" and isinstance(body, Control):
-        return [("ctl", "$.body.kind"), (body.name, "$.body.name")]
+        return ("ctl", body.name)
     if route == "dlq":
-        return [("dlq", "$.body.kind")]
+        return ("dlq",)
     raise SubjectError(f"unknown route {route!r} for {type(body).__name__}")
+
+
+_FIELDS = {
+    "ep": ("$.recipient", "$.episode", "$.recipient"),
+    "tp": ("$.topic", "$.episode", "$.topic"),
+    "rec": ("$.body.kind", "$.episode", "$.sender"),
+    "ev": ("$.body.kind", "$.body.kind", "$.episode"),
+    "ctl": ("$.body.kind", "$.body.name"),
+    "dlq": ("$.body.kind",),
+}
+"""For each subject family, the envelope field each token of `_route` comes from."""
+
+_NAMES = re.compile(r"[A-Za-z0-9_-]{1,64}\0[A-Za-z0-9_-]{1,64}\0[A-Za-z0-9_-]{0,64}\0[A-Za-z0-9_-]{0,64}")
+"""Episode, sender, recipient and topic joined by NULs: each a token, the last two possibly empty."""
 
 
 def validate_envelope(env: Envelope) -> None:
@@ -114,30 +128,41 @@ def check_delivered(env: Envelope, subject: str) -> Envelope:
     the subject (a message cannot name one episode or agent and travel on another's).
     The reason reads like msgspec's: what was expected, what came, and where.
     """
+    if (
+        _NAMES.fullmatch(f"{env.episode}\0{env.sender}\0{env.recipient}\0{env.topic}")
+        and 0.0 <= env.ts < math.inf  # False for NaN too
+        and 0 <= env.hops <= MAX_HOPS
+        and (env.recipient or env.topic or type(env.body).route != "direct")
+        and subject == ".".join((subject[: subject.find(".")], *_route(env)))
+    ):
+        return env
+    _refuse(*_problem(env, subject))
+
+
+def _problem(env: Envelope, subject: str) -> tuple[str, str, str]:
+    """What `check_delivered` expected of a refused envelope, what it got, and where."""
     names = [("$.episode", env.episode), ("$.sender", env.sender)]
     names += [(path, value) for path, value in (("$.recipient", env.recipient), ("$.topic", env.topic)) if value]
     for path, value in names:
         if not _TOKEN.match(value):
-            _refuse("a subject token (1-64 letters, digits, '-' or '_')", _show(repr(value)), path)
-    if not (math.isfinite(env.ts) and env.ts >= 0):
-        _refuse("a finite `float` >= 0", _show(repr(env.ts)), "$.ts")
+            return "a subject token (1-64 letters, digits, '-' or '_')", _show(repr(value)), path
+    if not 0.0 <= env.ts < math.inf:
+        return "a finite `float` >= 0", _show(repr(env.ts)), "$.ts"
     if not 0 <= env.hops <= MAX_HOPS:
-        _refuse(f"`int` in 0..{MAX_HOPS}", _show(str(env.hops)), "$.hops")
+        return f"`int` in 0..{MAX_HOPS}", _show(str(env.hops)), "$.hops"
     try:
         expected = _route(env)
     except SubjectError:
-        _refuse("a recipient or a topic", "neither", "$.recipient")
+        return "a recipient or a topic", "neither", "$.recipient"
     got = subject.split(".")[1:]
-    for i, (token, path) in enumerate(expected):
-        if i < len(got) and got[i] == token:
-            continue
-        if i == 0 and got and got[0] not in ("ep", "tp"):
-            path = "$.body.kind"  # a direct body on an event, control or dead-letter subject
-        shown = ".".join((subject.split(".", 1)[0], *(t for t, _ in expected)))
-        _refuse(f"subject `{_show(shown)}` from the envelope's fields", f"`{_show(subject)}`", path)
-    if len(got) > len(expected):
-        _refuse("no subject tokens past the envelope's fields", f"`{_show(subject)}`", expected[-1][1])
-    return env
+    shown = f"subject `{_show('.'.join((subject.split('.', 1)[0], *expected)))}` from the envelope's fields"
+    fields = _FIELDS[expected[0]]
+    for i, (token, path) in enumerate(zip(expected, fields, strict=True)):
+        if i >= len(got) or got[i] != token:
+            if i == 0 and got and got[0] not in ("ep", "tp"):
+                path = "$.body.kind"  # a direct body on an event, control or dead-letter subject
+            return shown, f"`{_show(subject)}`", path
+    return "no subject tokens past the envelope's fields", f"`{_show(subject)}`", fields[-1]
 
 
 def _refuse(expected: str, got: str, path: str) -> NoReturn:
