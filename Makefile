@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	@mkdir -p $(TOOLS)/typecheck && ln -sfn "$(CURDIR)" $(TOOLS)/typecheck/faultline
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest -q

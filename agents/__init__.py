@@ -6,4 +6,10 @@ from faultline.agents._episode import EpisodeSpec
 from faultline.agents._tool import HELPERS_TOPIC, ToolAgent
 from faultline.agents._user import UserSimulator
 
-__all__ = ["HELPERS_TOPIC", "EnvironmentHost", "EpisodeSpec", "ToolAgent", "UserSimulator"]
+__all__ = [
+    "HELPERS_TOPIC",
+    "EnvironmentHost",
+    "EpisodeSpec",
+    "ToolAgent",
+    "UserSimulator",
+]

@@ -6,9 +6,8 @@ import sqlite3
 from typing import Any
 
 from faultline.agents._episode import END, TALLY, EpisodeSpec
-from faultline.bus import Envelope, EpisodeCompleted, Note, Start, ToolCall, ToolResult
+from faultline.core import Agent, Context, Envelope, EpisodeCompleted, Note, Start, ToolCall, ToolResult
 from faultline.envs import Action, Domain, Task, load_domain, score
-from faultline.runtime import Agent, Context
 
 
 class EnvironmentHost(Agent):

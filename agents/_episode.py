@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from faultline.bus import Start
+from faultline.core import Start
 
 
 class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,12 +7,17 @@ from typing import Any
 
 from faultline._errors import FaultlineError
 from faultline.agents._episode import TALLY, EpisodeSpec
-from faultline.bus import (
+from faultline.core import (
+    Agent,
     AssistantTurn,
+    ChatMessage,
+    Context,
     ContextReply,
     ContextRequest,
     Envelope,
     EpisodeCompleted,
+    LlmRequest,
+    LlmToolCall,
     Note,
     Start,
     ToolCall,
@@ -20,8 +25,6 @@ from faultline.bus import (
     UserTurn,
 )
 from faultline.envs import Domain, load_domain
-from faultline.runtime import Agent, Context
-from faultline.runtime.models import ChatMessage, LlmRequest, LlmToolCall
 
 HELPERS_TOPIC = "helpers"
 
@@ -87,7 +90,8 @@ class ToolAgent(Agent):
         assert self.spec is not None
         if not self.spec.memory or self.spec.memory.get("mode", "off") == "off":
             return
-        from faultline.agents.memory import memory_examples, retrieval_mode, tool_name  # FAISS only when used
+        from faultline.agents.memory._client import memory_examples, retrieval_mode
+        from faultline.agents.memory._preference import tool_name
 
         mode = retrieval_mode(self.spec.memory)
         if mode is None:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from faultline.agents._episode import END, EpisodeSpec
-from faultline.bus import AssistantTurn, Envelope, Note, Start, UserTurn
+from faultline.core import Agent, AssistantTurn, ChatMessage, Context, Envelope, LlmRequest, Note, Start, UserTurn
 from faultline.envs import Task, load_domain
-from faultline.runtime import Agent, Context
-from faultline.runtime.models import ChatMessage, LlmRequest
 
 STOP = "###STOP###"
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from faultline.bus import Envelope, EpisodeCompleted, Note, Start
-from faultline.runtime import Agent, Context
+from faultline.core import Agent, Context, Envelope, EpisodeCompleted, Note, Start
 
 RING_SIZE = 4
 

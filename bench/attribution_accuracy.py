@@ -20,11 +20,10 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from faultline.cli import main as cli
 from faultline.journal import JournalReader
 from faultline.replay import attribute, decisions
-from faultline.runtime._config import Config, make_backend
-from faultline.runtime._services import agent_lookup
-from faultline.runtime.cli import main as cli
+from faultline.runtime import Config, agent_lookup, make_backend
 
 
 def campaign(journal: Path, trials: int, rate: float) -> None:

@@ -54,10 +54,11 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from faultline.bus import Bus, Envelope, Interceptor, InterceptorChain, Note, derive_id, encode
+from faultline.bus import Bus
+from faultline.core import Envelope, Interceptor, InterceptorChain, Note, derive_id, encode
 from faultline.journal import JournalReader
-from faultline.journal._service import JournalService
-from faultline.runtime._supervisor import Supervisor
+from faultline.runtime import Supervisor
+from faultline.runtime._journal_service import JournalService
 
 RAW_STREAM = "RAW"
 PLAIN = "bus_to_journal_process"

@@ -31,7 +31,7 @@ TARGET_MS_PER_CALL = 5.0
 
 
 def run(journal: Path, workers: int, tasks: int, trials: int, concurrency: int) -> dict:  # type: ignore[type-arg]
-    args = [sys.executable, "-m", "faultline.runtime.cli", "run", "--tasks", str(tasks), "--trials", str(trials)]
+    args = [sys.executable, "-m", "faultline.cli", "run", "--tasks", str(tasks), "--trials", str(trials)]
     args += ["--concurrency", str(concurrency), "--workers", str(workers), "--journal", str(journal), "--json"]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return json.loads(out)  # type: ignore[no-any-return]

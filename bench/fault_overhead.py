@@ -35,21 +35,16 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from faultline.bus import (
+from faultline.bus import Bus, EmbeddedServer
+from faultline.core import Envelope, InterceptorChain, Note, Start, derive_id
+from faultline.faults import (
     DEFENSE_ORDER,
-    Bus,
     DefenseInterceptor,
     DefenseSettings,
-    EmbeddedServer,
-    Envelope,
     FaultInterceptor,
     FaultRule,
-    InterceptorChain,
-    Note,
     RuleSet,
-    Start,
     add_rule_control,
-    derive_id,
 )
 
 EPISODES = 100

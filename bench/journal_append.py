@@ -18,7 +18,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from faultline.bus import AssistantTurn, Envelope, Subjects, derive_id, encode
+from faultline.core import AssistantTurn, Envelope, Subjects, derive_id, encode
 from faultline.journal import GENESIS, Journal
 from faultline.journal._rows import seal
 

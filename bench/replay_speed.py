@@ -21,8 +21,7 @@ from rich.table import Table
 
 from faultline.journal import JournalReader
 from faultline.replay import Replayer
-from faultline.runtime._config import Config
-from faultline.runtime._services import agent_lookup
+from faultline.runtime import Config, agent_lookup
 
 
 def main() -> None:
@@ -32,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         journal = Path(tmp) / "j.sqlite"
-        cmd = [sys.executable, "-m", "faultline.runtime.cli", "run", "--tasks", "65", "--trials", str(args.trials)]
+        cmd = [sys.executable, "-m", "faultline.cli", "run", "--tasks", "65", "--trials", str(args.trials)]
         cmd += ["--error-rates", "0.03", "--concurrency", "32", "--journal", str(journal), "--json"]
         live = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         with JournalReader(journal) as reader:

@@ -49,10 +49,10 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from faultline.bus import Bus, Envelope, EpisodeStarted, Note, Start, derive_id, encode
+from faultline.bus import Bus
+from faultline.core import Envelope, EpisodeStarted, Note, Start, derive_id, encode
 from faultline.journal import JournalReader
-from faultline.runtime import Completions, start_episode
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
+from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_SUBJECT = "bench.echo"

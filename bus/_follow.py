@@ -20,9 +20,9 @@ import msgspec
 from nats.aio.msg import Msg
 
 from faultline._errors import BusError, DecodeError
-from faultline.bus._faults import FAULTS_CONTROL, RuleSet
-from faultline.bus._messages import Control, Envelope, FaultApplied, encode
 from faultline.bus._transport import MSG_ID, Bus, Consumer
+from faultline.core import Control, Envelope, FaultApplied, encode
+from faultline.faults import FAULTS_CONTROL, RuleSet
 
 TAKEN = "taken"
 

@@ -24,9 +24,18 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from faultline._errors import BusError, DecodeError
-from faultline.bus._interceptors import InterceptorChain
-from faultline.bus._messages import DeadLetter, Envelope, decode_envelope, digest, encode
-from faultline.bus._subjects import DEFAULT_PREFIX, Subjects, check_delivered, validate_envelope
+from faultline.core import (
+    DEFAULT_PREFIX,
+    DeadLetter,
+    Envelope,
+    InterceptorChain,
+    Subjects,
+    check_delivered,
+    decode_envelope,
+    digest,
+    encode,
+    validate_envelope,
+)
 
 MSG_ID = "Nats-Msg-Id"
 DLQ_SENDER = "bus"

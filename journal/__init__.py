@@ -1,27 +1,27 @@
 """The journal: an append-only SQLite copy of the stream, hash-chained, for replay and analysis.
 
 `Journal` appends (one writer per file), `JournalReader` reads (any number, read-only),
-`verify` recomputes the chain, `export_jsonl` / `import_jsonl` move a journal as text.
-"""
+`verify` recomputes the chain, `export_jsonl` / `import_jsonl` move a journal as text."""
 
 from faultline.journal._describe import DESCRIBE_WIDTH, describe_body
 from faultline.journal._export import ExportedRow, export_jsonl, export_row, import_jsonl
 from faultline.journal._reader import EpisodeSummary, JournalReader
-from faultline.journal._rows import GENESIS, JournalRow
+from faultline.journal._rows import GENESIS, Incoming, JournalRow
 from faultline.journal._schema import SCHEMA_VERSION, JournalSettings
 from faultline.journal._verify import VerifyReport, verify
 from faultline.journal._writer import Journal
 
 __all__ = [
     "DESCRIBE_WIDTH",
-    "GENESIS",
-    "SCHEMA_VERSION",
     "EpisodeSummary",
     "ExportedRow",
+    "GENESIS",
+    "Incoming",
     "Journal",
     "JournalReader",
     "JournalRow",
     "JournalSettings",
+    "SCHEMA_VERSION",
     "VerifyReport",
     "describe_body",
     "export_jsonl",

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from faultline.bus._messages import (
+from faultline.core import (
     AssistantTurn,
     Body,
     ContextReply,

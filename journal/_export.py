@@ -26,7 +26,7 @@ from typing import TextIO
 import msgspec
 
 from faultline._errors import ChainError, DecodeError, JournalError
-from faultline.bus._messages import Envelope, MessageBody, decode_body
+from faultline.core import Envelope, MessageBody, decode_body
 from faultline.journal._head import head_path
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import Incoming, JournalRow, seal

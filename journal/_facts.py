@@ -12,15 +12,7 @@ from typing import Any
 
 import msgspec
 
-from faultline.bus._messages import (
-    Body,
-    DefenseFired,
-    EpisodeCompleted,
-    EpisodeStarted,
-    ErrorRaised,
-    FaultApplied,
-    Recording,
-)
+from faultline.core import Body, DefenseFired, EpisodeCompleted, EpisodeStarted, ErrorRaised, FaultApplied, Recording
 
 FACT_KINDS = frozenset(
     {"episode_started", "episode_completed", "error_raised", "fault_applied", "defense_fired", "recording"}

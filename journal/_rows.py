@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from faultline.bus._messages import Envelope, MessageBody, decode_body, digest, encode
+from faultline.core import Envelope, MessageBody, decode_body, digest, encode
 from faultline.journal._facts import FACT_KINDS, facts_of
 
 GENESIS = "0" * 32

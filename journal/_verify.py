@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from faultline._errors import ChainError, DecodeError
-from faultline.bus._messages import decode_body, digest
+from faultline.core import decode_body, digest
 from faultline.journal._facts import FACT_KINDS, facts_of
 from faultline.journal._head import cut_problem, head_path, read_head
 from faultline.journal._rows import COLUMNS, GENESIS, chain_next, row_digest

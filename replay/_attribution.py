@@ -19,12 +19,11 @@ from typing import Any
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.bus import AssistantTurn, Recording, ToolCall
+from faultline.core import AssistantTurn, ModelBackend, Recording, ToolCall
 from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE, Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay._fork import Keep, fork_episode, forks_path
 from faultline.replay._replay import AgentLookup
-from faultline.runtime.models import ModelBackend
 
 TOOL_AGENT = "tool"
 

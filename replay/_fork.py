@@ -32,24 +32,24 @@ from typing import Any
 import msgspec
 
 from faultline._errors import BusError, FaultlineError, JournalError
-from faultline.bus import (
+from faultline.core import (
+    RUNNER,
+    Agent,
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
     FaultApplied,
+    Handling,
     MessageBody,
+    ModelBackend,
+    Recorder,
     Recording,
     Start,
     Subjects,
     derive_id,
 )
-from faultline.journal import Journal, JournalReader, JournalRow, verify
-from faultline.journal._rows import Incoming
+from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
 from faultline.replay._replay import AgentLookup, _tracks
-from faultline.runtime import Handling, Recorder
-from faultline.runtime._agent import Agent
-from faultline.runtime._episodes import RUNNER
-from faultline.runtime.models import ModelBackend
 
 MAX_FORK_MESSAGES = 5_000
 """A fork that handles more messages than this is stopped and failed (a loop)."""

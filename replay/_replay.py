@@ -33,24 +33,20 @@ from typing import Any
 import msgspec
 
 from faultline._errors import ChainError, JournalError, NonDeterminismError
-from faultline.bus import (
-    CONTROL_EPISODE,
-    OPERATOR,
-    Defense,
+from faultline.core import (
+    Agent,
     DefenseFired,
     Envelope,
     EpisodeStarted,
     ErrorRaised,
     FaultApplied,
+    Handling,
     NoOutput,
+    Recorder,
     Recording,
-    build_defenses,
-    screen,
-    settings_from,
 )
+from faultline.faults import CONTROL_EPISODE, OPERATOR, Defense, build_defenses, screen, settings_from
 from faultline.journal import JournalReader, JournalRow, verify
-from faultline.runtime import Handling, Recorder
-from faultline.runtime._agent import Agent
 
 AgentLookup = Callable[[str], type[Agent] | None]
 
@@ -201,15 +197,20 @@ def replay_agent(
     track: _AgentTrack,
     settings: Mapping[str, Any] | None = None,
     injected: frozenset[str] = frozenset(),
+    *,
+    served: bool = False,
 ) -> tuple[int, Divergence | None]:
     """Feed one agent the inputs it reached live; return how many were handled and the first divergence.
 
     `injected` are ids of messages a fork changed: the one the agent had produced and the
-    one delivered instead; neither counts as an output of the agent.
+    one delivered instead; neither counts as an output of the agent. A `served` agent's
+    outputs are taken from the journal: only the defenses in front of it run again.
     """
     agent = cls()
     handled = 0
     defenses = _defenses_of(track)
+    if served and not defenses:
+        return 0, None
     for row in track.received[: track.reached()]:
         message = row.envelope()
 
@@ -235,6 +236,8 @@ def replay_agent(
                 return handled, diverged(f"defense decision differs: live {was}; now {is_}")
             if drop:
                 continue
+        if served:
+            continue
         recorder = Recorder(recorded=track.recordings.get(message.id, {}))
         try:
             produced = Handling(agent, name, message, recorder, settings=settings).run_served()
@@ -359,12 +362,15 @@ class Replayer:
                 for name, track in _tracks(rows, lookup).items():
                     cls = self.lookup(name)
                     assert cls is not None
-                    if cls.environment and not self.reexecute_tools:
+                    serve = cls.environment and not self.reexecute_tools
+                    if serve:
                         served.add(name)
-                        continue
-                    report.agents += 1
-                    report.unhandled += len(track.received) - track.reached()
-                    handled, divergence = replay_agent(episode, name, cls, track, self.settings.get(name), injected)
+                    else:
+                        report.agents += 1
+                        report.unhandled += len(track.received) - track.reached()
+                    handled, divergence = replay_agent(
+                        episode, name, cls, track, self.settings.get(name), injected, served=serve
+                    )
                     report.messages += handled
                     if divergence is not None:
                         report.divergences.append(divergence)

@@ -21,9 +21,9 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from faultline._errors import ConfigError, SubjectError
-from faultline.bus import DEFAULT_PREFIX, check_defenses, check_token
+from faultline.core import DEFAULT_PREFIX, ModelBackend, check_token
+from faultline.faults import check_defenses
 from faultline.runtime.models._openai import OpenAIBackend, OpenAISettings
-from faultline.runtime.models._types import ModelBackend
 
 DEFAULT_CONFIG_FILE = Path("faultline.toml")
 """Read by `load_config(None)` when it exists in the working directory."""

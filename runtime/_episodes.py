@@ -12,9 +12,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from faultline._errors import DecodeError, JournalError
-from faultline.bus import (
+from faultline.bus import Bus
+from faultline.core import (
+    RUNNER,
     Body,
-    Bus,
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
@@ -23,8 +24,6 @@ from faultline.bus import (
     decode_envelope,
     derive_id,
 )
-
-RUNNER = "runner"
 
 JOURNAL_ASK_TIMEOUT_S = 2.0
 """How long a runner waits for the journal service to say whether it can write."""

@@ -22,19 +22,16 @@ import anyio
 import msgspec
 
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
-from faultline.bus import (
-    Bus,
+from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
+from faultline.faults import (
     DefenseInterceptor,
     DefenseSettings,
     FaultInterceptor,
     FaultRule,
-    FollowSettings,
     RuleSet,
     add_rule_control,
     check_defenses,
     fault_type,
-    follow_rules,
-    publish_controls,
     remove_rule_control,
 )
 from faultline.runtime._config import ALL_AGENTS, Config, DefensesConfig

@@ -6,7 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from faultline._errors import DecodeError
-from faultline.bus import Bus, Envelope, Recording
+from faultline.bus import Bus
+from faultline.core import Envelope, Recording
 
 HISTORY_TIMEOUT_S = 10.0
 

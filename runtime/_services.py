@@ -15,7 +15,7 @@ import anyio
 
 from faultline._errors import ConfigError, JournalError
 from faultline.bus import Bus, BusSettings
-from faultline.runtime._agent import Agent, load_agent_class
+from faultline.core import Agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._faulting import faults_and_defenses
 from faultline.runtime._supervisor import announce_ready
@@ -129,7 +129,7 @@ async def run_worker(
 
 
 async def run_journal(url: str, prefix: str, path: Path, name: str, replicas: int = 1) -> None:
-    from faultline.journal._service import JournalService  # SQLite tooling stays out of workers
+    from faultline.runtime._journal_service import JournalService
 
     async def body(bus: Bus) -> None:
         await serve_until_signal(bus, name, JournalService(bus, path))

@@ -128,7 +128,7 @@ class Supervisor:
 
     def _argv(self, spec: ProcessSpec) -> list[str]:
         common = ["--nats", self.url, "--prefix", self.prefix, "--name", spec.name, *self.extra_args]
-        return [sys.executable, "-m", "faultline.runtime.cli", *spec.args, *common]
+        return [sys.executable, "-m", "faultline.cli", *spec.args, *common]
 
     async def _spawn(self, tg: anyio.abc.TaskGroup, spec: ProcessSpec) -> None:
         """Start `spec` and return once it is ready, then keep it running; ServerError if it is not ready."""

@@ -29,17 +29,9 @@ import nats.js.errors
 from anyio.abc import TaskGroup
 
 from faultline._errors import BusError, NonDeterminismError
-from faultline.bus import (
-    Bus,
-    Delivery,
-    Envelope,
-    Recording,
-)
-from faultline.runtime._agent import Agent
-from faultline.runtime._context import Recorder, failure_envelopes
-from faultline.runtime._handling import Handling
+from faultline.bus import Bus, Delivery
+from faultline.core import Agent, Envelope, Handling, ModelBackend, Recorder, Recording, failure_envelopes
 from faultline.runtime._recovery import load_history
-from faultline.runtime.models import ModelBackend
 
 log = logging.getLogger(__name__)
 

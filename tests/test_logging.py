@@ -10,7 +10,7 @@ import os
 import pytest
 
 from faultline._logging import configure, resolve_level
-from faultline.runtime.cli import main
+from faultline.cli import main
 
 
 @pytest.fixture(autouse=True)

@@ -23,8 +23,8 @@ from faultline.agents.memory._protocol import (
     SyncRequest,
 )
 from faultline.agents.memory._retrieval import Dynamic, RetrievalMode, TopK
-from faultline.bus import Bus, encode
-from faultline.runtime import Context
+from faultline.bus import Bus
+from faultline.core import Context, encode
 
 WAIT_TIMEOUT_S = 90.0
 """How long `wait_for_memory` waits for the service's answer (the service itself gives up after 60 s)."""

@@ -11,8 +11,9 @@ from faultline._errors import MemoryStoreError
 from faultline.agents.memory._embed import Embedder, HashingEmbedder
 from faultline.agents.memory._index import IndexSettings
 from faultline.agents.memory._store import MemorySettings, MemoryStore
-from faultline.runtime._config import Config, MemoryConfig, make_backend
-from faultline.runtime.models import ModelBackend, OpenAIEmbedder
+from faultline.core import ModelBackend
+from faultline.runtime import Config, MemoryConfig, make_backend
+from faultline.runtime.models import OpenAIEmbedder
 
 
 async def make_embedder(config: MemoryConfig, *, store_path: str | Path | None = None) -> Embedder:

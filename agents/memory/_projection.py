@@ -31,11 +31,13 @@ import msgspec
 
 from faultline.agents.memory._entry import MemoryEntry, ToolCallRecord
 from faultline.agents.memory._prompts import ExtractionInput, ToolExchange, sim_reflection
-from faultline.bus import (
+from faultline.core import (
     AssistantTurn,
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
+    LlmRequest,
+    LlmResponse,
     Recording,
     Start,
     ToolCall,
@@ -45,7 +47,6 @@ from faultline.bus import (
     digest,
     encode,
 )
-from faultline.runtime.models import LlmRequest, LlmResponse
 
 MEMORY_AGENT = "memory"
 """The sender of the memory service's recordings; they travel on `fl.rec.<episode>.memory`."""

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import msgspec
 
 from faultline.agents.memory._entry import MemoryEntry, ScoredEntry, ToolCallRecord
-from faultline.runtime.models import ChatMessage, LlmRequest
+from faultline.core import ChatMessage, LlmRequest
 
 
 class ToolExchange(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,7 +11,7 @@ from faultline._errors import DecodeError
 from faultline.agents.memory._entry import MemoryEntry
 from faultline.agents.memory._projection import entry_from_facts, episode_facts, recorded_reflection
 from faultline.agents.memory._store import MemoryStore
-from faultline.bus import Envelope
+from faultline.core import Envelope
 from faultline.journal import JournalReader, JournalRow
 
 REBUILD_BATCH = 256

@@ -65,11 +65,10 @@ from faultline.agents.memory._protocol import (
     SyncRequest,
 )
 from faultline.agents.memory._store import MemoryStore
-from faultline.bus import Bus, Consumer, Delivery, Envelope, EpisodeCompleted, Recording, encode
+from faultline.bus import Bus, Consumer, Delivery
+from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, encode
 from faultline.envs import load_domain
-from faultline.runtime._config import Config
-from faultline.runtime._services import serve_until_signal
-from faultline.runtime.models import ModelBackend
+from faultline.runtime import Config, serve_until_signal
 
 
 class MemoryServiceSettings(msgspec.Struct, frozen=True, kw_only=True):

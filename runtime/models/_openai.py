@@ -21,7 +21,7 @@ import anyio
 import msgspec
 
 from faultline._errors import ConfigError, ModelError
-from faultline.runtime.models._types import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
+from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
 
 if TYPE_CHECKING:
     import numpy as np

@@ -55,6 +55,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from faultline._errors import ConfigError, FaultlineError, ModelError
+from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
 from faultline.envs import (
     EARLY_STOP,
     ERROR_CATEGORIES,
@@ -66,7 +67,6 @@ from faultline.envs import (
     Task,
     load_domain,
 )
-from faultline.runtime.models._types import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
 
 MAX_RETRIES: Final = 2
 """How often the simulated agent retries a tool call that failed before moving on."""

@@ -6,9 +6,8 @@ import pytest
 
 from faultline.agents import EnvironmentHost, EpisodeSpec
 from faultline.agents._episode import END
-from faultline.bus import EpisodeCompleted, Note, ToolCall, ToolResult
+from faultline.core import AgentHarness, EpisodeCompleted, Note, ToolCall, ToolResult
 from faultline.envs import Task, load_domain
-from faultline.runtime import AgentHarness
 
 
 async def play(

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from faultline.agents import EpisodeSpec, UserSimulator
 from faultline.agents._episode import END
-from faultline.bus import Note, UserTurn
+from faultline.core import AgentHarness, Note, UserTurn
 from faultline.envs import load_domain
-from faultline.runtime import AgentHarness
 from faultline.runtime.models import SimBackend
 
 

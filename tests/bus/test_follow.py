@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import anyio
 
-from faultline.bus import (
-    Bus,
-    FaultApplied,
+from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls, read_rules
+from faultline.core import FaultApplied
+from faultline.faults import (
     FaultInterceptor,
     FaultRule,
-    FollowSettings,
     RuleSet,
     add_rule_control,
     clear_rules_control,
-    follow_rules,
-    publish_controls,
-    read_rules,
     remove_rule_control,
 )
-from tests.bus.test_faults import env, through
+from tests.faults.test_faults import env, through
 
 
 async def test_a_starting_worker_reads_the_rules_in_force(bus: Bus) -> None:

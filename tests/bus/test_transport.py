@@ -9,20 +9,8 @@ import anyio
 import pytest
 
 from faultline._errors import BusError, ServerError
-from faultline.bus import (
-    Bus,
-    DeadLetter,
-    EmbeddedServer,
-    Envelope,
-    Interceptor,
-    Note,
-    Outbound,
-    UserTurn,
-    _server,
-    decode_envelope,
-    digest,
-    encode,
-)
+from faultline.bus import Bus, EmbeddedServer, _server
+from faultline.core import DeadLetter, Envelope, Interceptor, Note, Outbound, UserTurn, decode_envelope, digest, encode
 
 
 def note(i: int, episode: str = "e1") -> Envelope:

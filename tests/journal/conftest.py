@@ -10,7 +10,7 @@ from typing import Literal
 
 import pytest
 
-from faultline.bus import (
+from faultline.core import (
     AssistantTurn,
     DefenseFired,
     Envelope,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from faultline.cli import main
 from faultline.journal import Journal, JournalReader
-from faultline.runtime.cli import main
 
 from .conftest import episode_envelopes, incoming
 

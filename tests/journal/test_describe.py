@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultline.bus import (
+from faultline.core import (
     Body,
     ContextReply,
     ContextRequest,

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 from faultline._errors import ChainError, JournalError
-from faultline.bus import Envelope, Note
+from faultline.cli import main
+from faultline.core import Envelope, Note
 from faultline.journal import Journal, JournalReader, export_jsonl, import_jsonl, verify
-from faultline.runtime.cli import main
 
 from .conftest import STREAM
 

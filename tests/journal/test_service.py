@@ -17,9 +17,10 @@ import msgspec
 import pytest
 
 from faultline._errors import JournalError
-from faultline.bus import Bus, DeadLetter, EmbeddedServer, Envelope, Note, UserTurn, encode
+from faultline.bus import Bus, EmbeddedServer
+from faultline.core import DeadLetter, Envelope, Note, UserTurn, encode
 from faultline.journal import Journal, JournalReader, verify
-from faultline.journal._service import JournalService
+from faultline.runtime._journal_service import JournalService
 from tests.disk import fill
 
 
@@ -78,7 +79,7 @@ async def test_malformed_messages_are_dead_lettered_and_journaled(bus: Bus, tmp_
 
 def _serve(url: str, path: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "faultline.runtime.cli", "journal", "serve", str(path), "--nats", url],
+        [sys.executable, "-m", "faultline.cli", "journal", "serve", str(path), "--nats", url],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

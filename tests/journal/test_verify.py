@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from faultline._errors import ChainError, JournalError
-from faultline.bus import UserTurn, digest, encode
+from faultline.core import UserTurn, digest, encode
 from faultline.journal import GENESIS, Journal, JournalReader, verify
 from faultline.journal._head import HeadRecord, head_path
 

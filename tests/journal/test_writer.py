@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faultline._errors import JournalError
-from faultline.bus import Envelope, Note, digest, encode
+from faultline.core import Envelope, Note, digest, encode
 from faultline.journal import GENESIS, Journal, JournalReader, JournalSettings, verify
 from faultline.journal._head import head_path
 from faultline.journal._rows import chain_next, row_digest

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from faultline.runtime.cli import main
+from faultline.cli import main
 
 
 @pytest.fixture(scope="session")

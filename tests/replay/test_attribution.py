@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from faultline.cli import main
 from faultline.journal import JournalReader
 from faultline.replay import decisions, forks_path
-from faultline.runtime.cli import main
 
 
 def single_mistake_failures(journal: Path, limit: int) -> dict[str, tuple[list[int], str]]:

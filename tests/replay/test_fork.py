@@ -10,13 +10,11 @@ import anyio
 import msgspec
 import pytest
 
-from faultline.bus import Envelope
+from faultline.cli import main
+from faultline.core import Envelope, LlmRequest, LlmResponse
 from faultline.journal import JournalReader, JournalRow
 from faultline.replay import Keep, Replayer, decisions, fork_episode, forks_path
-from faultline.runtime._config import Config, make_backend
-from faultline.runtime._services import agent_lookup
-from faultline.runtime.cli import main
-from faultline.runtime.models import LlmRequest, LlmResponse
+from faultline.runtime import Config, agent_lookup, make_backend
 
 
 def fork(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from faultline.journal import verify
 from faultline.replay import Replayer
-from faultline.runtime._config import Config
-from faultline.runtime._services import agent_lookup
+from faultline.runtime import Config, agent_lookup
 
 GOLDEN = Path(__file__).parent / "golden" / "runs.db"
 HEAD = "109f12063fc7471616a1e2427e6211a4"

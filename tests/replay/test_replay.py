@@ -10,13 +10,11 @@ import pytest
 
 from faultline._errors import ChainError, JournalError
 from faultline.agents import EnvironmentHost, ToolAgent
-from faultline.bus import AssistantTurn, Envelope, ToolCall, ToolResult
+from faultline.cli import main
+from faultline.core import Agent, AssistantTurn, Context, Envelope, ToolCall, ToolResult
 from faultline.journal import JournalReader
 from faultline.replay import Replayer
-from faultline.runtime import Agent, Context
-from faultline.runtime._config import Config
-from faultline.runtime._services import agent_lookup
-from faultline.runtime.cli import main
+from faultline.runtime import Config, agent_lookup
 
 builtin = agent_lookup(Config())
 

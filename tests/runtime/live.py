@@ -11,11 +11,11 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from faultline.bus import Bus, EpisodeCompleted
+from faultline.bus import Bus
+from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
+from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
-from faultline.runtime import Completions
-from faultline.runtime._run import RunPlan, plan_episodes, start_envelopes
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
+from faultline.runtime import Completions, ProcessSpec, Supervisor
 
 EPISODE_TIMEOUT_S = 30.0
 JOURNAL_TIMEOUT_S = 30.0

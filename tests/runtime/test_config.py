@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 
 from faultline._errors import ConfigError
+from faultline.cli import main
 from faultline.runtime import (
     AgentConfig,
     Config,
     ModelConfig,
     WorkerConfig,
+    check_system,
     load_config,
     make_backend,
     parse_config,
 )
-from faultline.runtime._layout import check_system, worker_groups
-from faultline.runtime.cli import main
+from faultline.runtime._layout import worker_groups
 from faultline.runtime.models import OpenAIBackend
 from tests.openai_server import OpenAIServer, Text
 
@@ -117,7 +118,7 @@ def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 async def test_make_backend_builds_the_openai_backend_for_a_role(openai_server: OpenAIServer) -> None:
-    from faultline.runtime.models import ChatMessage, LlmRequest
+    from faultline.core import ChatMessage, LlmRequest
 
     config = parse_config(
         {"models": {"agent": {"backend": "openai", "base_url": openai_server.url, "api_key_env": "", "model": "m7"}}}

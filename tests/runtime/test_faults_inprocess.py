@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import anyio
 
-from faultline.bus import (
-    Bus,
-    DefenseFired,
-    DefenseInterceptor,
-    DefenseSettings,
-    Envelope,
-    EpisodeStarted,
-    FaultApplied,
-    FaultInterceptor,
-    FaultRule,
-    Note,
-    RuleSet,
-    add_rule_control,
-)
-from faultline.runtime import Agent, Completions, Context, Worker, start_episode
+from faultline.bus import Bus
+from faultline.core import Agent, Context, DefenseFired, Envelope, EpisodeStarted, FaultApplied, Note
+from faultline.faults import DefenseInterceptor, DefenseSettings, FaultInterceptor, FaultRule, RuleSet, add_rule_control
+from faultline.runtime import Completions, Worker, start_episode
 from tests.runtime.test_worker_inprocess import collect
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 

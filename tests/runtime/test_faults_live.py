@@ -11,7 +11,9 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from faultline.bus import (
+from faultline.cli import main
+from faultline.cli._run_plan import wait_for_journal
+from faultline.core import (
     DefenseFired,
     Envelope,
     EpisodeCompleted,
@@ -20,17 +22,13 @@ from faultline.bus import (
     Start,
     ToolCall,
     UserTurn,
-    fault_types,
 )
-from faultline.bus._defenses import Dedup
 from faultline.envs import load_domain
+from faultline.faults import fault_types
+from faultline.faults._defenses import Dedup
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay import Replayer
-from faultline.runtime import Config, start_episode
-from faultline.runtime._run import wait_for_journal
-from faultline.runtime._services import agent_lookup
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
-from faultline.runtime.cli import main
+from faultline.runtime import Config, ProcessSpec, Supervisor, agent_lookup, start_episode
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from faultline._errors import DirectoryBusyError
-from faultline.runtime._lock import LOCK_FILE, hold_directories
+from faultline.runtime import hold_directories
+from faultline.runtime._lock import LOCK_FILE
 
 HOLDER = """
 import sys

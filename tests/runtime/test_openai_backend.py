@@ -9,15 +9,8 @@ import pytest
 
 from faultline._errors import ConfigError, ModelError
 from faultline.bus import free_port
-from faultline.runtime.models import (
-    ChatMessage,
-    LlmRequest,
-    LlmToolCall,
-    OpenAIBackend,
-    OpenAIEmbedder,
-    OpenAISettings,
-    parse_tool_arguments,
-)
+from faultline.core import ChatMessage, LlmRequest, LlmToolCall
+from faultline.runtime.models import OpenAIBackend, OpenAIEmbedder, OpenAISettings, parse_tool_arguments
 from tests.openai_server import Call, Delay, OpenAIServer, Status, Text, ToolCalls
 
 LOOKUP_TOOL = {

@@ -16,7 +16,7 @@ import nats
 import pytest
 
 from faultline._errors import SubjectError
-from faultline.bus import (
+from faultline.core import (
     Control,
     DeadLetter,
     Envelope,
@@ -28,7 +28,7 @@ from faultline.bus import (
     digest,
     encode,
 )
-from faultline.bus._subjects import MAX_HOPS
+from faultline.core._subjects import MAX_HOPS
 from faultline.journal import JournalReader, verify
 from tests.runtime.live import episode_of, journal_everything, live_system, processes, run_episode
 

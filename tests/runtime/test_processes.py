@@ -18,10 +18,10 @@ import pytest
 from nats.aio.msg import Msg
 
 from faultline._errors import JournalError
-from faultline.bus import Bus, EpisodeStarted, Recording, Start
+from faultline.bus import Bus
+from faultline.core import EpisodeStarted, Recording, Start
 from faultline.journal import JournalReader, verify
-from faultline.runtime import Completions, start_episode
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
+from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
 
 pytestmark = pytest.mark.slow
 
@@ -162,7 +162,7 @@ def faultline(*args: str, cwd: Path, **popen: Any) -> subprocess.Popen[bytes]:
     """`faultline ARGS` as a child process in `cwd`; the test agents import from the repository."""
     env = {**os.environ, "PYTHONPATH": str(REPO), **popen.pop("env", {})}
     return subprocess.Popen(
-        [sys.executable, "-m", "faultline.runtime.cli", *args],
+        [sys.executable, "-m", "faultline.cli", *args],
         cwd=cwd,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -359,8 +359,8 @@ async def test_a_stop_signal_ends_run_cleanly_with_a_journal_that_verifies(tmp_p
 
 
 async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from faultline.runtime.cli import main
-    from faultline.runtime.cli._system import gather_status
+    from faultline.cli import main
+    from faultline.cli._system import gather_status
 
     async with system(tmp_path, "s") as supervisor:
         await run_episodes(supervisor, ["s1"])
@@ -378,7 +378,7 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
 def test_status_without_a_system_is_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from faultline.runtime.cli import main
+    from faultline.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["status"]) == 2

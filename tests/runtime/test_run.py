@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from faultline.bus import EpisodeCompleted, free_port
+from faultline.bus import free_port
+from faultline.cli import _run as cli_run
+from faultline.cli import main
+from faultline.core import EpisodeCompleted
 from faultline.envs import ERROR_CATEGORIES
 from faultline.journal import JournalReader, verify
-from faultline.runtime._lock import hold_directories
-from faultline.runtime.cli import _run as cli_run
-from faultline.runtime.cli import main
+from faultline.runtime import hold_directories
 from tests.openai_server import OpenAIServer, Status
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from faultline.cli import main
 from faultline.journal import JournalReader
-from faultline.runtime.cli import main
 
 pytestmark = pytest.mark.slow
 

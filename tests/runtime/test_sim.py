@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from faultline._errors import ConfigError, ModelError
+from faultline.core import ChatMessage, LlmRequest, LlmResponse
 from faultline.envs import ERROR_CATEGORIES, Action, Domain, Score, Task, load_domain, score
-from faultline.runtime.models import ChatMessage, LlmRequest, LlmResponse, SimBackend, sim_metadata
+from faultline.runtime.models import SimBackend, sim_metadata
 from faultline.runtime.models._sim import _play_user
 
 MAX_REPLIES = 120

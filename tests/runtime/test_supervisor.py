@@ -17,9 +17,8 @@ import pytest
 from faultline._errors import JournalError
 from faultline.bus import Bus, EmbeddedServer
 from faultline.journal import JournalReader, verify
-from faultline.journal._service import JournalService
-from faultline.runtime._episodes import check_journal
-from faultline.runtime._supervisor import Supervisor
+from faultline.runtime import Supervisor, check_journal
+from faultline.runtime._journal_service import JournalService
 from tests.disk import fill
 from tests.runtime.live import episode_of, journal_everything, live_system, processes, run_episode
 
@@ -143,7 +142,7 @@ async def test_a_full_journal_disk_refuses_new_episodes_loses_nothing_and_catche
                 [
                     sys.executable,
                     "-m",
-                    "faultline.runtime.cli",
+                    "faultline.cli",
                     "run",
                     "--nats",
                     supervisor.url,

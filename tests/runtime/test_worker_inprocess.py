@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import anyio
 
-from faultline.bus import Bus, Envelope, EpisodeStarted, Note, Recording
+from faultline.bus import Bus
+from faultline.core import Envelope, EpisodeStarted, Note, Recording
 from faultline.runtime import Completions, Worker, start_episode
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 

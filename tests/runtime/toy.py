@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from faultline.bus import Envelope, EpisodeCompleted, Note, Start
-from faultline.runtime import Agent, Context
-from faultline.runtime.models import ChatMessage, LlmRequest, LlmResponse, Usage
+from faultline.core import (
+    Agent,
+    ChatMessage,
+    Context,
+    Envelope,
+    EpisodeCompleted,
+    LlmRequest,
+    LlmResponse,
+    Note,
+    Start,
+    Usage,
+)
 
 ROUNDS = 5
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from faultline.bus import (
+from faultline.core import (
     AssistantTurn,
     Envelope,
     EpisodeCompleted,

@@ -11,9 +11,9 @@ import pytest
 
 from faultline.agents.memory import HashingEmbedder, MemoryStore, TopK, retrieval_body, wait_for_memory
 from faultline.bus import EmbeddedServer
+from faultline.cli import main
 from faultline.journal import JournalReader
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
-from faultline.runtime.cli import main
+from faultline.runtime import ProcessSpec, Supervisor
 from tests.agents.memory.episodes import sample_episodes, write_journal
 
 

@@ -6,8 +6,7 @@ import msgspec
 
 from faultline.agents.memory import MEMORY_AGENT, ToolCallRecord, entry_from_episode, episode_facts, sim_reflection
 from faultline.agents.memory._projection import reflection_recording
-from faultline.bus import Envelope, EpisodeCompleted, UserTurn, derive_id
-from faultline.runtime.models import ChatMessage, LlmRequest, LlmResponse
+from faultline.core import ChatMessage, Envelope, EpisodeCompleted, LlmRequest, LlmResponse, UserTurn, derive_id
 from tests.agents.memory.episodes import episode, mistake
 
 

@@ -13,7 +13,7 @@ from faultline.agents.memory import (
     format_examples,
     sim_reflection,
 )
-from faultline.runtime.models import LlmRequest
+from faultline.core import LlmRequest
 
 PAST_FAILURE = MemoryEntry(
     id="old-1",

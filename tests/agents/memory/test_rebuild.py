@@ -17,9 +17,10 @@ from faultline.agents.memory import (
     rebuild,
     wait_for_memory,
 )
-from faultline.bus import Bus, Envelope, EpisodeCompleted
+from faultline.bus import Bus
+from faultline.core import Envelope, EpisodeCompleted
 from faultline.journal import JournalReader, verify
-from faultline.journal._service import JournalService
+from faultline.runtime._journal_service import JournalService
 from faultline.runtime.models import OpenAIBackend
 from tests.agents.memory.episodes import episode, mistake, sample_episodes, write_journal
 from tests.openai_server import OpenAIServer, Text

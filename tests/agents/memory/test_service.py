@@ -28,8 +28,9 @@ from faultline.agents.memory import (
     wait_for_memory,
 )
 from faultline.agents.memory._service import read_episode
-from faultline.bus import Bus, Envelope, EpisodeCompleted, Recording, Start, encode, free_port
-from faultline.runtime import Context, MemoryConfig, Recorder
+from faultline.bus import Bus, free_port
+from faultline.core import Context, Envelope, EpisodeCompleted, Recorder, Recording, Start, encode
+from faultline.runtime import MemoryConfig
 from faultline.runtime.models import OpenAIBackend, OpenAIEmbedder, OpenAISettings
 from tests.agents.memory.episodes import episode, mistake, sample_episodes
 from tests.openai_server import OpenAIServer, Text

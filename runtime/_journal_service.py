@@ -28,9 +28,8 @@ from nats.aio.msg import Msg
 
 from faultline._errors import JournalError, JournalStorageError
 from faultline.bus import Bus, Consumer, Delivery
-from faultline.bus._messages import body_bytes
-from faultline.journal._rows import Incoming
-from faultline.journal._writer import Journal
+from faultline.core import body_bytes
+from faultline.journal import Incoming, Journal
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from faultline.bus._messages import Envelope
+from faultline.core._messages import Envelope
 
 
 @dataclass(slots=True)

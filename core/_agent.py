@@ -6,10 +6,11 @@ import importlib
 from typing import TYPE_CHECKING, ClassVar
 
 from faultline._errors import ConfigError
-from faultline.bus import Envelope, check_token
+from faultline.core._messages import Envelope
+from faultline.core._subjects import check_token
 
 if TYPE_CHECKING:
-    from faultline.runtime._context import Context
+    from faultline.core._context import Context
 
 
 class Agent:

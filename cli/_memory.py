@@ -27,9 +27,9 @@ from faultline.agents.memory import (
     retrieval_mode,
     serve_memory,
 )
+from faultline.cli._system import _common, _prefix, _url
 from faultline.journal import JournalReader
-from faultline.runtime._config import Config, load_config
-from faultline.runtime.cli._system import _common, _prefix, _url
+from faultline.runtime import Config, load_config
 
 PIPE_WIDTH = 200
 """Console width when output is not a terminal, so piped tables are not wrapped at 80 columns."""

@@ -62,7 +62,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     modules = [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
     for name in modules:
-        importlib.import_module(f"faultline.runtime.cli.{name}").register(sub)
+        importlib.import_module(f"faultline.cli.{name}").register(sub)
     return parser
 
 

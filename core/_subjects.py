@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from faultline._errors import DecodeError, SubjectError
-from faultline.bus._messages import Control, Envelope
+from faultline.core._messages import Control, Envelope
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 

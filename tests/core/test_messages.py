@@ -8,9 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from faultline._errors import DecodeError, SubjectError
-from faultline.bus import (
+from faultline.core import (
     AssistantTurn,
     Envelope,
+    MessageBody,
     Note,
     Recording,
     Subjects,
@@ -23,7 +24,6 @@ from faultline.bus import (
     derive_id,
     encode,
 )
-from faultline.bus._messages import MessageBody
 
 tokens = st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True)
 json_values = st.recursive(

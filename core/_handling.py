@@ -23,9 +23,9 @@ from typing import Any
 import anyio
 
 from faultline._errors import NonDeterminismError
-from faultline.bus import Envelope, NoOutput, derive_id
-from faultline.runtime._agent import Agent
-from faultline.runtime._context import Context, Recorder, Services, failure_envelopes
+from faultline.core._agent import Agent
+from faultline.core._context import Context, Recorder, Services, failure_envelopes
+from faultline.core._messages import Envelope, NoOutput, derive_id
 
 log = logging.getLogger(__name__)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from faultline._errors import BusError
-from faultline.bus import Body, Envelope, Recording, derive_id
-from faultline.runtime._agent import Agent
-from faultline.runtime._context import Context, Recorder
-from faultline.runtime.models import ModelBackend
+from faultline.core._agent import Agent
+from faultline.core._context import Context, Recorder
+from faultline.core._messages import Body, Envelope, Recording, derive_id
+from faultline.core._models import ModelBackend
 
 
 class AgentHarness:

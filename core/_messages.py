@@ -17,6 +17,9 @@ import msgspec
 
 from faultline._errors import DecodeError
 
+RUNNER = "runner"
+"""The sender name of messages the runtime itself writes (episode starts, time-outs)."""
+
 
 class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True, omit_defaults=True):
     """Base of every message body; the tag (`kind`) names the type on the wire.

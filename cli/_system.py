@@ -19,12 +19,18 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.bus import Bus
-from faultline.runtime._config import Config, load_config
-from faultline.runtime._faulting import apply_defense_flags
-from faultline.runtime._layout import check_system
-from faultline.runtime._lock import hold_directories, state_dir
-from faultline.runtime._services import run_journal, run_worker
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
+from faultline.runtime import (
+    Config,
+    ProcessSpec,
+    Supervisor,
+    apply_defense_flags,
+    check_system,
+    hold_directories,
+    load_config,
+    run_journal,
+    run_worker,
+    state_dir,
+)
 
 STATE_FILE = Path(".faultline/up.json")
 STATUS_WINDOW_S = 0.5

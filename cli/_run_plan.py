@@ -20,9 +20,11 @@ import anyio
 import msgspec
 
 from faultline._errors import JournalError
-from faultline.bus import Bus, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
+from faultline.agents import EpisodeSpec
+from faultline.bus import Bus
+from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
 from faultline.envs import Domain
-from faultline.runtime._episodes import RUNNER, Completions, check_journal, started_envelope
+from faultline.runtime import Completions, check_journal, started_envelope
 
 AGENTS = ("env", "tool", "user")
 """Who gets a Start, in this order: the environment and the agent are ready before the user speaks."""
@@ -77,8 +79,6 @@ def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
 
 def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
     """The episode-started event and one Start per agent."""
-    from faultline.agents import EpisodeSpec
-
     spec = EpisodeSpec(
         domain=plan.domain,
         task=planned.task,

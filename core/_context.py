@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import msgspec
 
 from faultline._errors import FaultlineError, ModelError, NonDeterminismError
-from faultline.bus import Body, Envelope, EpisodeCompleted, ErrorRaised, Recording, derive_id, digest, encode
-from faultline.runtime.models import LlmRequest, LlmResponse, ModelBackend
+from faultline.core._messages import Body, Envelope, EpisodeCompleted, ErrorRaised, Recording, derive_id, digest, encode
+from faultline.core._models import LlmRequest, LlmResponse, ModelBackend
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 

@@ -17,20 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from faultline._errors import ConfigError, JournalError, RunError, UsageError
-from faultline.bus import Bus, EpisodeCompleted, FaultRule
-from faultline.envs import ERROR_CATEGORIES, load_domain
-from faultline.runtime._config import Config, MemoryConfig, load_config
-from faultline.runtime._faulting import (
-    apply_defense_flags,
-    follow_settings,
-    parse_fault_spec,
-    rules_in_force,
-    scoped_to_run,
-)
-from faultline.runtime._lock import hold_directories, state_dir
-from faultline.runtime._run import RunPlan, RunResult, Summary, plan_episodes, run_plan, summarize, wait_for_journal
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
-from faultline.runtime.cli._system import (
+from faultline.bus import Bus
+from faultline.cli._run_plan import RunPlan, RunResult, Summary, plan_episodes, run_plan, summarize, wait_for_journal
+from faultline.cli._system import (
     StopRequest,
     add_defense_flag,
     config_source,
@@ -38,6 +27,23 @@ from faultline.runtime.cli._system import (
     run_supervised,
     stop_on_signal,
     worker_specs,
+)
+from faultline.core import EpisodeCompleted
+from faultline.envs import ERROR_CATEGORIES, load_domain
+from faultline.faults import FaultRule
+from faultline.runtime import (
+    Config,
+    MemoryConfig,
+    ProcessSpec,
+    Supervisor,
+    apply_defense_flags,
+    follow_settings,
+    hold_directories,
+    load_config,
+    parse_fault_spec,
+    rules_in_force,
+    scoped_to_run,
+    state_dir,
 )
 from faultline.runtime.models import sim_metadata
 

@@ -7,17 +7,11 @@ from typing import Any
 import pytest
 
 from faultline._errors import ConfigError
-from faultline.bus import (
+from faultline.core import AssistantTurn, DefenseFired, Envelope, InterceptorChain, Note, Start, UserTurn
+from faultline.faults import (
     DEFENSE_ORDER,
-    AssistantTurn,
-    DefenseFired,
     DefenseInterceptor,
     DefenseSettings,
-    Envelope,
-    InterceptorChain,
-    Note,
-    Start,
-    UserTurn,
     build_defenses,
     check_defenses,
     settings_from,

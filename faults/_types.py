@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from faultline.bus._faults import FaultSite, FaultType, register_fault
-from faultline.bus._messages import Envelope, ToolCall, derive_id
+from faultline.core import Envelope, ToolCall, derive_id
+from faultline.faults._rules import FaultSite, FaultType, register_fault
 
 MAX_COPIES = 100
 """Most copies one `storm` or `broadcast` may add to a message."""

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from faultline._errors import DecodeError
-from faultline.bus import (
+from faultline.core import (
     Control,
     DeadLetter,
     Envelope,
@@ -18,7 +18,7 @@ from faultline.bus import (
     ToolCall,
     check_delivered,
 )
-from faultline.bus._subjects import MAX_HOPS
+from faultline.core._subjects import MAX_HOPS
 
 CALL = ToolCall(call_id="c1", name="get_order")
 

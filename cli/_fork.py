@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
-from faultline.bus import EpisodeCompleted, MessageBody
+from faultline.cli._run import add_model_flags, effective_config
+from faultline.core import EpisodeCompleted, MessageBody
 from faultline.journal import JournalReader
 from faultline.replay import (
     Attribution,
@@ -27,9 +28,7 @@ from faultline.replay import (
     fork_episode,
     forks_path,
 )
-from faultline.runtime._config import make_backend
-from faultline.runtime._services import agent_lookup
-from faultline.runtime.cli._run import add_model_flags, effective_config
+from faultline.runtime import agent_lookup, make_backend
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

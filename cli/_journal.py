@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from faultline._errors import DecodeError, JournalError
-from faultline.bus._messages import EpisodeCompleted, ToolResult
+from faultline.cli._system import add_journal_serve
+from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
     EpisodeSummary,
     JournalReader,
@@ -28,7 +29,6 @@ from faultline.journal import (
     import_jsonl,
     verify,
 )
-from faultline.runtime.cli._system import add_journal_serve
 
 TAIL_ROWS = 20
 """Rows `tail` prints when -n is not given."""

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from faultline._errors import ConfigError
-from faultline.bus._interceptors import Inbound, Interceptor
-from faultline.bus._messages import DefenseFired, Envelope, Start, derive_id, encode
+from faultline.core import DefenseFired, Envelope, Inbound, Interceptor, Start, derive_id, encode
 
 DEFENSE_ORDER = ("scope", "cycle", "dedup", "rate")
 ALL_AGENTS = "*"
@@ -50,7 +49,7 @@ class DefenseSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Drop:
+class Rejection:
     """Why a defense drops a message. `redelivery`: the agent already received this very
     message (same id); the journal holds it once, so replay has no second copy to drop."""
 
@@ -59,7 +58,7 @@ class Drop:
 
 
 class Defense:
-    """One defense for one agent; `check` returns a Drop, or None to pass the message."""
+    """One defense for one agent; `check` returns a Rejection, or None to pass the message."""
 
     name: ClassVar[str]
 
@@ -70,7 +69,7 @@ class Defense:
         """The settings this defense depends on, as journaled with each drop."""
         return {}
 
-    def check(self, env: Envelope, agent: str) -> Drop | None:
+    def check(self, env: Envelope, agent: str) -> Rejection | None:
         raise NotImplementedError
 
     def forget(self, episode: str) -> None:
@@ -84,12 +83,12 @@ class ScopeFilter(Defense):
         super().__init__(settings)
         self._joined: set[str] = set()
 
-    def check(self, env: Envelope, agent: str) -> Drop | None:
+    def check(self, env: Envelope, agent: str) -> Rejection | None:
         if isinstance(env.body, Start):
             self._joined.add(env.episode)
             return None
         if env.recipient and env.episode not in self._joined:
-            return Drop(f"{agent} takes no part in episode {env.episode} (it received no start there)")
+            return Rejection(f"{agent} takes no part in episode {env.episode} (it received no start there)")
         return None
 
     def forget(self, episode: str) -> None:
@@ -102,11 +101,11 @@ class CycleBreaker(Defense):
     def recorded(self) -> dict[str, Any]:
         return {"max_hops": self.settings.max_hops, "echo": self.settings.echo}
 
-    def check(self, env: Envelope, agent: str) -> Drop | None:
+    def check(self, env: Envelope, agent: str) -> Rejection | None:
         if env.hops > self.settings.max_hops:
-            return Drop(f"hop {env.hops} is past the limit of {self.settings.max_hops}")
+            return Rejection(f"hop {env.hops} is past the limit of {self.settings.max_hops}")
         if self.settings.echo and env.recipient and env.sender == agent:
-            return Drop(f"{agent} sent this message and it came back to it")
+            return Rejection(f"{agent} sent this message and it came back to it")
         return None
 
 
@@ -118,16 +117,16 @@ class Dedup(Defense):
         self._ids: dict[str, set[str]] = {}
         self._bodies: dict[str, set[tuple[str, str, int]]] = {}
 
-    def check(self, env: Envelope, agent: str) -> Drop | None:
+    def check(self, env: Envelope, agent: str) -> Rejection | None:
         ids = self._ids.setdefault(env.episode, set())
         if env.id in ids:
-            return Drop(f"id {env.id} was delivered before", redelivery=True)
+            return Rejection(f"id {env.id} was delivered before", redelivery=True)
         ids.add(env.id)
         key = (env.sender, env.causation, zlib.crc32(encode(env.body)))
         bodies = self._bodies.setdefault(env.episode, set())
         if key in bodies:
             answer = env.causation or "nothing"
-            return Drop(f"the same {env.kind} from {env.sender} in answer to {answer} was delivered before")
+            return Rejection(f"the same {env.kind} from {env.sender} in answer to {answer} was delivered before")
         bodies.add(key)
         return None
 
@@ -146,7 +145,7 @@ class RateLimit(Defense):
     def recorded(self) -> dict[str, Any]:
         return {"rate_limit": self.settings.rate_limit, "rate_window_hops": self.settings.rate_window_hops}
 
-    def check(self, env: Envelope, agent: str) -> Drop | None:
+    def check(self, env: Envelope, agent: str) -> Rejection | None:
         window = env.hops // self.settings.rate_window_hops
         counts = self._counts.setdefault(env.episode, {})
         n = counts.get((env.sender, window), 0) + 1
@@ -154,7 +153,9 @@ class RateLimit(Defense):
         if n > self.settings.rate_limit:
             first = window * self.settings.rate_window_hops
             last = first + self.settings.rate_window_hops - 1
-            return Drop(f"{env.sender} sent more than {self.settings.rate_limit} messages within hops {first}-{last}")
+            return Rejection(
+                f"{env.sender} sent more than {self.settings.rate_limit} messages within hops {first}-{last}"
+            )
         return None
 
     def forget(self, episode: str) -> None:
@@ -183,7 +184,7 @@ def settings_from(recorded: Mapping[str, Any]) -> DefenseSettings:
     return DefenseSettings(**known)
 
 
-def fired_event(defense: Defense, env: Envelope, agent: str, drop: Drop) -> Envelope:
+def fired_event(defense: Defense, env: Envelope, agent: str, drop: Rejection) -> Envelope:
     return Envelope(
         id=derive_id(f"{env.id}/{agent}", 0, "defense"),
         episode=env.episode,
@@ -202,7 +203,7 @@ def fired_event(defense: Defense, env: Envelope, agent: str, drop: Drop) -> Enve
     )
 
 
-def screen(defenses: Sequence[Defense], env: Envelope, agent: str) -> tuple[Defense, Drop] | None:
+def screen(defenses: Sequence[Defense], env: Envelope, agent: str) -> tuple[Defense, Rejection] | None:
     """The first defense that drops `env` for `agent`, and why; None if all pass it."""
     for defense in defenses:
         drop = defense.check(env, agent)

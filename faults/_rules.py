@@ -33,8 +33,18 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import msgspec
 
 from faultline._errors import FaultRuleError
-from faultline.bus._interceptors import Inbound, Interceptor, Outbound
-from faultline.bus._messages import Control, Envelope, FaultApplied, Start, ToolCall, body_kind, derive_id
+from faultline.core import (
+    Control,
+    Envelope,
+    FaultApplied,
+    Inbound,
+    Interceptor,
+    Outbound,
+    Start,
+    ToolCall,
+    body_kind,
+    derive_id,
+)
 
 FAULTS_CONTROL = "faults"
 """The control name of fault rules: they travel on `fl.ctl.faults`."""

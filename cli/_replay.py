@@ -11,8 +11,7 @@ from rich.syntax import Syntax
 
 from faultline._errors import JournalError
 from faultline.replay import Replayer, ReplayReport
-from faultline.runtime._config import load_config
-from faultline.runtime._services import agent_lookup
+from faultline.runtime import agent_lookup, load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

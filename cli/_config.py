@@ -6,9 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from faultline.runtime._config import ALL_AGENTS, DEFAULT_CONFIG_FILE, Config, ModelConfig, load_config
-from faultline.runtime._layout import check_system
-from faultline.runtime.cli._system import config_source
+from faultline.cli._system import config_source
+from faultline.runtime import ALL_AGENTS, DEFAULT_CONFIG_FILE, Config, ModelConfig, check_system, load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

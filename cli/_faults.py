@@ -21,20 +21,11 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
-from faultline.bus import (
-    Bus,
-    Envelope,
-    FaultRule,
-    RuleSet,
-    add_rule_control,
-    clear_rules_control,
-    fault_types,
-    publish_controls,
-    read_rules,
-    remove_rule_control,
-)
-from faultline.runtime._faulting import follow_settings, make_rule, parse_duration
-from faultline.runtime.cli._system import STATE_FILE, _common, _config, _url
+from faultline.bus import Bus, publish_controls, read_rules
+from faultline.cli._system import STATE_FILE, _common, _config, _url
+from faultline.core import Envelope
+from faultline.faults import FaultRule, RuleSet, add_rule_control, clear_rules_control, fault_types, remove_rule_control
+from faultline.runtime import follow_settings, make_rule, parse_duration
 
 T = TypeVar("T")
 
