@@ -267,9 +267,8 @@ async def fork_episode(
     delivered_original = _delivered(target, change, episode)
     new = fork_id(episode, at, change, settings)
     destination = Path(out) if out is not None else forks_path(journal_path)
-    found = _existing(destination, new, target)
-    if found is not None:
-        rows_there, outcome = found
+
+    def result(outcome: EpisodeCompleted, rows: int, live_messages: int, existing: bool = False) -> ForkResult:
         return ForkResult(
             episode=new,
             forked_from=episode,
@@ -277,12 +276,17 @@ async def fork_episode(
             change=type(change).__struct_config__.tag,  # type: ignore[arg-type]
             original=summary_outcome(summary),
             outcome=outcome,
-            rows=rows_there,
-            live_messages=0,
+            rows=rows,
+            live_messages=live_messages,
             seconds=time.perf_counter() - started,
             journal=str(destination),
-            existing=True,
+            existing=existing,
         )
+
+    found = _existing(destination, new, target)
+    if found is not None:
+        rows_there, outcome = found
+        return result(outcome, rows_there, 0, existing=True)
     prefix = [r for r in rows if r.pos < at and r.id not in _undone(target, change)]
     tracks = _tracks(prefix, lookup)
     classes: dict[str, type[Agent]] = {}
@@ -332,18 +336,7 @@ async def fork_episode(
             await backend.aclose()
         written = journal.append(fork.pending, new_episode=new)
     assert fork.completed is not None
-    return ForkResult(
-        episode=new,
-        forked_from=episode,
-        at=at,
-        change=type(change).__struct_config__.tag,  # type: ignore[arg-type]
-        original=summary_outcome(summary),
-        outcome=fork.completed,
-        rows=written,
-        live_messages=fork.handled,
-        seconds=time.perf_counter() - started,
-        journal=str(destination),
-    )
+    return result(fork.completed, written, fork.handled)
 
 
 def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, EpisodeCompleted] | None:
