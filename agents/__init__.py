@@ -2,12 +2,13 @@
 environment host), and the memory service."""
 
 from faultline.agents._env import EnvironmentHost
-from faultline.agents._episode import EpisodeSpec
+from faultline.agents._episode import PROTOCOL, EpisodeSpec
 from faultline.agents._tool import HELPERS_TOPIC, ToolAgent
 from faultline.agents._user import UserSimulator
 
 __all__ = [
     "HELPERS_TOPIC",
+    "PROTOCOL",
     "EnvironmentHost",
     "EpisodeSpec",
     "ToolAgent",

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
-from faultline.agents._episode import END, TALLY, EpisodeSpec
-from faultline.core import Agent, Context, Envelope, EpisodeCompleted, Note, Start, ToolCall, ToolResult
+from faultline.agents._episode import EpisodeSpec, as_end, as_tally
+from faultline.core import (
+    Agent,
+    Context,
+    ConversationEnded,
+    Envelope,
+    EpisodeCompleted,
+    Start,
+    Tally,
+    ToolCall,
+    ToolResult,
+)
 from faultline.envs import Action, Domain, Task, load_domain, score
 
 
@@ -26,7 +35,7 @@ class EnvironmentHost(Agent):
         self.task: Task | None = None
         self.db: sqlite3.Connection | None = None
         self.started_at = 0.0
-        self.tally: dict[str, Any] = {}
+        self.tally = Tally()
         self.calls = 0
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
@@ -39,10 +48,10 @@ class EnvironmentHost(Agent):
             self.started_at = await ctx.now()
         elif isinstance(body, ToolCall):
             ctx.send(msg.sender, self._execute(body))
-        elif isinstance(body, Note) and body.text == TALLY:
-            self.tally = dict(body.data)
-        elif isinstance(body, Note) and body.text == END:
-            await self._complete(ctx, body.data)
+        elif (tally := as_tally(body)) is not None:
+            self.tally = tally
+        elif (end := as_end(body)) is not None:
+            await self._complete(ctx, end)
 
     def _execute(self, call: ToolCall) -> ToolResult:
         if self.db is None or self.domain is None:
@@ -55,13 +64,13 @@ class EnvironmentHost(Agent):
         outcome = self.domain.call(self.db, Action(name=call.name, arguments=call.arguments))
         return ToolResult(call_id=call.call_id, name=call.name, output=outcome.output, error=outcome.error)
 
-    async def _complete(self, ctx: Context, end: dict[str, Any]) -> None:
+    async def _complete(self, ctx: Context, end: ConversationEnded) -> None:
         if self.db is None or self.domain is None or self.task is None or self.spec is None:
             return
-        result = score(self.domain, self.task, self.db, list(end.get("told", [])))
+        result = score(self.domain, self.task, self.db, end.told)
         self.db.close()
         self.db = None
-        cause = str(end.get("cause", ""))
+        cause = end.cause
         if not cause and result.reward < 1.0:
             cause = (
                 "final database differs from the ground truth"
@@ -73,8 +82,8 @@ class EnvironmentHost(Agent):
                 outcome="success" if result.reward >= 1.0 else "failure",
                 reward=result.reward,
                 cause=cause,
-                turns=int(end.get("turns", 0)),
-                tokens=int(end.get("tokens", 0)) + int(self.tally.get("tokens", 0)),
+                turns=end.turns,
+                tokens=end.tokens + self.tally.tokens,
                 latency_s=max(0.0, await ctx.now() - self.started_at),
                 details={
                     "domain": self.spec.domain,
@@ -83,7 +92,7 @@ class EnvironmentHost(Agent):
                     "db_match": result.db_match,
                     "missing_outputs": result.missing_outputs,
                     "tool_calls": self.calls,
-                    "mistakes": list(self.tally.get("mistakes", [])),
+                    "mistakes": list(self.tally.mistakes),
                 },
             )
         )

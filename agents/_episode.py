@@ -1,4 +1,4 @@
-"""What every agent of an episode is told at the start, and the end-of-episode tally."""
+"""What every agent of an episode is told at the start, and what they hand the environment at the end."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from faultline.core import Start
+from faultline.core import Body, ConversationEnded, Note, Start, Tally
 
 
 class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +31,10 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     repair_from_decision: int | None = None
     helpers: list[str] = []
     memory: dict[str, Any] = {}
+    protocol: int = 1
+    """How the episode's agents speak to the environment: 1, as journals written before
+    `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types. New
+    episodes are planned at `PROTOCOL`; a journaled episode replays as it was recorded."""
 
     @classmethod
     def from_start(cls, body: Start) -> EpisodeSpec:
@@ -40,8 +44,45 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
         return Start(data=msgspec.to_builtins(self))
 
 
+PROTOCOL = 2
+"""The protocol new episodes are planned at (see `EpisodeSpec.protocol`)."""
+
 TALLY = "tally"
-"""Note text: the tool agent's running totals (tokens, the simulator's mistakes) for the environment."""
+"""Protocol 1: the text of the `Note` that carried a `Tally`."""
 
 END = "end"
-"""Note text: the user simulator ends the conversation and hands over what it was told."""
+"""Protocol 1: the text of the `Note` that carried a `ConversationEnded`."""
+
+
+def tally_message(spec: EpisodeSpec, tally: Tally) -> Body:
+    """The tally as this episode's protocol sends it."""
+    if spec.protocol >= 2:
+        return tally
+    return Note(text=TALLY, data={"tokens": tally.tokens, "mistakes": tally.mistakes})
+
+
+def end_message(spec: EpisodeSpec, end: ConversationEnded) -> Body:
+    """The end of the conversation as this episode's protocol sends it."""
+    if spec.protocol >= 2:
+        return end
+    return Note(text=END, data={"told": end.told, "turns": end.turns, "tokens": end.tokens, "cause": end.cause})
+
+
+def as_tally(body: Body) -> Tally | None:
+    """A tally in either protocol, else None."""
+    if isinstance(body, Note) and body.text == TALLY:
+        return Tally(tokens=int(body.data.get("tokens", 0)), mistakes=list(body.data.get("mistakes", [])))
+    return body if isinstance(body, Tally) else None
+
+
+def as_end(body: Body) -> ConversationEnded | None:
+    """The end of the conversation in either protocol, else None."""
+    if isinstance(body, Note) and body.text == END:
+        data = body.data
+        return ConversationEnded(
+            told=list(data.get("told", [])),
+            turns=int(data.get("turns", 0)),
+            tokens=int(data.get("tokens", 0)),
+            cause=str(data.get("cause", "")),
+        )
+    return body if isinstance(body, ConversationEnded) else None

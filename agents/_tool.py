@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from faultline._errors import FaultlineError
-from faultline.agents._episode import TALLY, EpisodeSpec
+from faultline.agents._episode import EpisodeSpec, tally_message
 from faultline.core import (
     Agent,
     AssistantTurn,
@@ -18,8 +18,8 @@ from faultline.core import (
     EpisodeCompleted,
     LlmRequest,
     LlmToolCall,
-    Note,
     Start,
+    Tally,
     ToolCall,
     ToolResult,
     UserTurn,
@@ -132,7 +132,7 @@ class ToolAgent(Agent):
             return
         done = bool(response.metadata.get("done"))
         self.transcript.append(ChatMessage(role="assistant", content=response.content))
-        ctx.send("env", Note(text=TALLY, data={"tokens": self.tokens, "mistakes": self.mistakes}))
+        ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
         ctx.send("user", AssistantTurn(text=response.content, done=done))
 
     def _request(self) -> LlmRequest:

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from faultline.agents._episode import END, EpisodeSpec
-from faultline.core import Agent, AssistantTurn, ChatMessage, Context, Envelope, LlmRequest, Note, Start, UserTurn
+from faultline.agents._episode import EpisodeSpec, end_message
+from faultline.core import (
+    Agent,
+    AssistantTurn,
+    ChatMessage,
+    Context,
+    ConversationEnded,
+    Envelope,
+    LlmRequest,
+    Start,
+    UserTurn,
+)
 from faultline.envs import Task, load_domain
 
 STOP = "###STOP###"
@@ -70,9 +80,9 @@ class UserSimulator(Agent):
     def _end(self, ctx: Context, cause: str = "") -> None:
         self.ended = True
         ctx.send("tool", UserTurn(text="", done=True))
-        ctx.send(
-            "env", Note(text=END, data={"told": self.told, "turns": self.turns, "tokens": self.tokens, "cause": cause})
-        )
+        assert self.spec is not None
+        end = ConversationEnded(told=self.told, turns=self.turns, tokens=self.tokens, cause=cause)
+        ctx.send("env", end_message(self.spec, end))
 
     def _request(self) -> LlmRequest:
         assert self.spec is not None and self.task is not None

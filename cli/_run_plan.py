@@ -20,7 +20,7 @@ import anyio
 import msgspec
 
 from faultline._errors import JournalError
-from faultline.agents import EpisodeSpec
+from faultline.agents import PROTOCOL, EpisodeSpec
 from faultline.bus import Bus
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
 from faultline.envs import Domain
@@ -91,6 +91,7 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         error_rates=plan.error_rates,
         helpers=plan.helpers,
         memory=plan.memory,
+        protocol=PROTOCOL,
     )
     started = EpisodeStarted(
         domain=plan.domain,

@@ -89,6 +89,23 @@ class Note(Body, frozen=True, tag="note"):
     data: dict[str, Any] = {}
 
 
+class Tally(Body, frozen=True, tag="tally"):
+    """An agent's running totals, handed to whoever scores the episode: tokens spent, and
+    the mistakes an offline simulator recorded (a simulator's own labels, for its tests)."""
+
+    tokens: int = 0
+    mistakes: list[dict[str, Any]] = []
+
+
+class ConversationEnded(Body, frozen=True, tag="conversation_ended"):
+    """The user ends the conversation and hands over what it was told, so the episode can be scored."""
+
+    told: list[str] = []
+    turns: int = 0
+    tokens: int = 0
+    cause: str = ""
+
+
 # -- recorded nondeterminism ------------------------------------------------------------------
 
 
@@ -222,6 +239,8 @@ MessageBody = Union[
     ContextRequest,
     ContextReply,
     Note,
+    Tally,
+    ConversationEnded,
     Recording,
     NoOutput,
     EpisodeStarted,

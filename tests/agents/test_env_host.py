@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from faultline.agents import EnvironmentHost, EpisodeSpec
-from faultline.agents._episode import END
-from faultline.core import AgentHarness, EpisodeCompleted, Note, ToolCall, ToolResult
+from faultline.agents._episode import END, TALLY
+from faultline.core import AgentHarness, ConversationEnded, EpisodeCompleted, Note, Tally, ToolCall, ToolResult
 from faultline.envs import Task, load_domain
 
 
@@ -20,7 +21,7 @@ async def play(
         [out] = await env.deliver(call, sender="tool")
         assert out.recipient == "tool" and isinstance(out.body, ToolResult)
         results.append(out.body)
-    [done] = await env.deliver(Note(text=END, data={"told": told, "turns": 1}), sender="user")
+    [done] = await env.deliver(ConversationEnded(told=told, turns=1), sender="user")
     assert isinstance(done.body, EpisodeCompleted)
     return results, done.body
 
@@ -73,3 +74,24 @@ async def test_a_refusal_task_is_failed_by_a_forbidden_write() -> None:
     calls = ground_truth(task) + [ToolCall(call_id="f", name=forbidden.name, arguments=dict(forbidden.arguments))]
     results, done = await play("retail", task, calls, told=list(task.outputs))
     assert done.reward == 0.0 or results[-1].error, "a forbidden write is refused by the tool or fails the episode"
+
+
+async def test_the_protocol_1_notes_of_older_journals_still_score() -> None:
+    """Journals written before `Tally` and `ConversationEnded` carried both as notes."""
+    task = load_domain("retail").tasks()[0]
+    done = []
+    for tally, end in [
+        (Tally(tokens=7), ConversationEnded(told=list(task.outputs), turns=2, tokens=5)),
+        (
+            Note(text=TALLY, data={"tokens": 7, "mistakes": []}),
+            Note(text=END, data={"told": list(task.outputs), "turns": 2, "tokens": 5}),
+        ),
+    ]:
+        env = AgentHarness(EnvironmentHost())
+        await env.deliver(EpisodeSpec(domain="retail", task=task.id).start())
+        for call in ground_truth(task):
+            await env.deliver(call, sender="tool")
+        assert await env.deliver(tally, sender="tool") == []
+        [completed] = await env.deliver(end, sender="user")
+        done.append(msgspec.structs.replace(completed.body, latency_s=0.0))
+    assert done[0] == done[1] and (done[0].reward, done[0].turns, done[0].tokens) == (1.0, 2, 12)

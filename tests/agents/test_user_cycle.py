@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from faultline.agents import EpisodeSpec, UserSimulator
-from faultline.agents._episode import END
-from faultline.core import AgentHarness, Note, UserTurn
+from faultline.agents import PROTOCOL, EpisodeSpec, UserSimulator
+from faultline.core import AgentHarness, ConversationEnded, UserTurn
 from faultline.envs import load_domain
 from faultline.runtime.models import SimBackend
 
@@ -12,7 +11,7 @@ from faultline.runtime.models import SimBackend
 async def test_a_turn_echoed_back_is_answered_until_the_turn_limit() -> None:
     task = load_domain("retail").tasks()[0]
     user = AgentHarness(UserSimulator(), backend=SimBackend())
-    [first] = await user.deliver(EpisodeSpec(domain="retail", task=task.id, max_turns=4).start())
+    [first] = await user.deliver(EpisodeSpec(domain="retail", task=task.id, max_turns=4, protocol=PROTOCOL).start())
     assert isinstance(first.body, UserTurn) and first.recipient == "tool"
     turns = [first.body]
     while True:
@@ -25,6 +24,6 @@ async def test_a_turn_echoed_back_is_answered_until_the_turn_limit() -> None:
     assert "To repeat" in turns[1].text
     done, end = out
     assert isinstance(done.body, UserTurn) and done.body.done
-    assert isinstance(end.body, Note) and end.body.text == END and end.recipient == "env"
-    assert end.body.data["cause"] == "turn limit reached (4 user turns)"
-    assert end.body.data["told"] == []
+    assert isinstance(end.body, ConversationEnded) and end.recipient == "env"
+    assert end.body.cause == "turn limit reached (4 user turns)"
+    assert end.body.told == []
