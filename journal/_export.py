@@ -30,12 +30,16 @@ from faultline.core import Envelope, MessageBody, decode_body
 from faultline.journal._head import head_path
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import Incoming, JournalRow, seal
-from faultline.journal._schema import JournalSettings
+from faultline.journal._schema import BODY_DIGEST, CHAIN, DIGEST, POS, JournalSettings
 from faultline.journal._writer import Journal
 
 
 class ExportedRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One line of an export; see the module docstring for what each field guarantees."""
+    """One line of an export; see the module docstring for what each field guarantees.
+
+    The fields are `_schema.ROW_COLUMNS` with `body` decoded (and placed before `body_digest`),
+    then `body_raw` (a test keeps them so).
+    """
 
     pos: int
     stream: str
@@ -67,26 +71,7 @@ def export_row(row: JournalRow, *, raw: bool = False) -> str:
         body = row.decoded_body()
     except DecodeError as exc:
         raise JournalError(f"row {row.pos}: body does not decode with this version ({exc})") from None
-    exported = ExportedRow(
-        pos=row.pos,
-        stream=row.stream,
-        stream_seq=row.stream_seq,
-        subject=row.subject,
-        id=row.id,
-        episode=row.episode,
-        sender=row.sender,
-        recipient=row.recipient,
-        topic=row.topic,
-        kind=row.kind,
-        causation=row.causation,
-        hops=row.hops,
-        ts=row.ts,
-        body=body,
-        body_digest=row.body_digest,
-        digest=row.digest,
-        chain=row.chain,
-        body_raw=row.body if raw else None,
-    )
+    exported = ExportedRow(**{**msgspec.structs.asdict(row), "body": body, "body_raw": row.body if raw else None})
     return _encoder.encode(exported).decode()
 
 
@@ -187,20 +172,20 @@ def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> No
     incoming = [_incoming(number, row) for number, row in batch]
     sealed = seal(incoming, journal.last_pos, journal.head)
     for (number, row), item, values in zip(batch, incoming, sealed, strict=True):
-        pos = values[0]
+        pos = values[POS]
         where = f"line {number} (row {row.pos})"
         if row.pos != pos:
             raise ChainError(f"{where}: expected position {pos}; exports hold every row in order", pos)
         if row.body_raw is not None and _encoder.encode(item[3].body) != _encoder.encode(row.body):
             raise ChainError(f"{where}: body differs from body_raw (one of them edited)", pos)
-        if row.body_digest != values[13]:
+        if row.body_digest != values[BODY_DIGEST]:
             raise ChainError(
                 f"{where}: body digest differs from the exported one"
                 " (body edited, or JSON lost a value type: export with raw bodies)",
                 pos,
             )
-        if row.digest != values[15]:
+        if row.digest != values[DIGEST]:
             raise ChainError(f"{where}: row digest differs from the exported one (a column edited)", pos)
-        if row.chain != values[16]:
+        if row.chain != values[CHAIN]:
             raise ChainError(f"{where}: chain differs from the exported one (row removed or reordered before it)", pos)
     journal._write_sealed(sealed)

@@ -15,8 +15,8 @@ from types import TracebackType
 import msgspec
 
 from faultline._errors import JournalError
-from faultline.journal._rows import GENESIS, ROW_SELECT, JournalRow
-from faultline.journal._schema import JournalSettings, connect_readonly
+from faultline.journal._rows import GENESIS, JournalRow
+from faultline.journal._schema import ROW_SELECT, JournalSettings, connect_readonly
 
 
 class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):

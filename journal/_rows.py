@@ -1,7 +1,6 @@
 """A journal row, its digest, and the hash chain that links each row to the one before.
 
-row digest = digest(msgpack[pos, stream, stream_seq, subject, id, episode, sender,
-                            recipient, topic, kind, causation, hops, ts, body_digest])
+row digest = digest(msgpack[the digested columns of `_schema.MESSAGE_COLUMNS`, pos ... body_digest])
 chain_i    = digest(chain_{i-1} || row digest_i), chain_0 = GENESIS (hex text, concatenated)
 
 These definitions are part of the file format: changing one breaks every journal
@@ -12,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -21,31 +21,8 @@ from faultline.journal._facts import FACT_KINDS, facts_of
 GENESIS = "0" * 32
 """The chain value before the first row."""
 
-COLUMNS = (
-    "pos",
-    "stream",
-    "stream_seq",
-    "subject",
-    "id",
-    "episode",
-    "sender",
-    "recipient",
-    "topic",
-    "kind",
-    "causation",
-    "hops",
-    "ts",
-    "body_digest",
-    "body",
-    "digest",
-    "chain",
-)
-"""Stored columns in `JournalRow` order; the first 14 (up to body_digest) make the row digest."""
-
-ROW_SELECT = ", ".join(COLUMNS)
-
-SealedRow = tuple[int, str, int, str, str, str, str, str, str, str, str, int, float, str, bytes, str, str, str | None]
-"""COLUMNS plus the derived `facts` column, ready for INSERT."""
+SealedRow = tuple[Any, ...]
+"""One row's values in `_schema.COLUMNS` order, ready for INSERT; read them at the `_schema` positions."""
 
 Incoming = tuple[str, int, str, Envelope] | tuple[str, int, str, Envelope, bytes]
 """What the writer appends: (stream, stream_seq, subject, envelope[, body bytes as received]).
@@ -55,7 +32,10 @@ version does not know included; without them the body is encoded here."""
 
 
 class JournalRow(msgspec.Struct, frozen=True):
-    """One stored message, exactly as the journal holds it; the body stays encoded until asked."""
+    """One stored message, exactly as the journal holds it; the body stays encoded until asked.
+
+    The fields are `_schema.ROW_COLUMNS`, in order (a test keeps them so).
+    """
 
     pos: int
     stream: str
@@ -106,7 +86,7 @@ def _kind(body_type: type) -> str:
 
 
 def row_digest(key: Sequence[object]) -> str:
-    """Digest of the first 14 columns (pos ... body_digest)."""
+    """Digest of the digested columns, `COLUMNS[:DIGESTED]` (pos ... body_digest)."""
     return digest(encode(tuple(key)))
 
 
@@ -133,7 +113,7 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str) -> list[Seal
         body_hex = blake2b(data, digest_size=16).hexdigest()
         kind = _kind(type(body))
         pos += 1
-        key = (
+        key = (  # the digested columns, in table order (a test keeps them so)
             pos,
             stream,
             stream_seq,

@@ -42,26 +42,59 @@ class JournalSettings(msgspec.Struct, frozen=True, kw_only=True):
     head_record_interval_s: float = 0.1
 
 
-_MESSAGE_COLUMNS: dict[str, type] = {
-    "pos": int,
-    "stream": str,
-    "stream_seq": int,
-    "subject": str,
-    "id": str,
-    "episode": str,
-    "sender": str,
-    "recipient": str,
-    "topic": str,
-    "kind": str,
-    "causation": str,
-    "hops": int,
-    "ts": float,
-    "body_digest": str,
-    "body": bytes,
-    "digest": str,
-    "chain": str,
-    "facts": str,
-}
+class Column(msgspec.Struct, frozen=True):
+    """One column of `messages`: its name, the Python type sqlite-utils makes its SQL type from, and its part.
+
+    "digested" columns come first and make the row digest, in this order; "stored" ones are
+    kept as written (the body is covered by `body_digest`, the digests by the chain); a
+    "derived" one is recomputed from the body, may be NULL, is in no digest and not in `JournalRow`.
+    """
+
+    name: str
+    type: type
+    part: Literal["digested", "stored", "derived"]
+
+
+MESSAGE_COLUMNS = (
+    Column("pos", int, "digested"),
+    Column("stream", str, "digested"),
+    Column("stream_seq", int, "digested"),
+    Column("subject", str, "digested"),
+    Column("id", str, "digested"),
+    Column("episode", str, "digested"),
+    Column("sender", str, "digested"),
+    Column("recipient", str, "digested"),
+    Column("topic", str, "digested"),
+    Column("kind", str, "digested"),
+    Column("causation", str, "digested"),
+    Column("hops", int, "digested"),
+    Column("ts", float, "digested"),
+    Column("body_digest", str, "digested"),
+    Column("body", bytes, "stored"),
+    Column("digest", str, "stored"),
+    Column("chain", str, "stored"),
+    Column("facts", str, "derived"),
+)
+"""The row layout, the one place it is written: the table, the writer's INSERT, the reader's SELECT,
+`JournalRow`, the export and `verify` all follow it. Part of the file format: it changes only with
+a new schema version."""
+
+COLUMNS = tuple(column.name for column in MESSAGE_COLUMNS)
+"""Every column in table order: the order of a sealed row, of INSERT values and of `verify`'s SELECT."""
+
+ROW_COLUMNS = tuple(column.name for column in MESSAGE_COLUMNS if column.part != "derived")
+"""The columns a `JournalRow` holds, in its field order."""
+
+DIGESTED = sum(column.part == "digested" for column in MESSAGE_COLUMNS)
+"""The row digest covers `COLUMNS[:DIGESTED]` (pos ... body_digest)."""
+
+POS, KIND, BODY_DIGEST, BODY, DIGEST, CHAIN, FACTS = (
+    COLUMNS.index(name) for name in ("pos", "kind", "body_digest", "body", "digest", "chain", "facts")
+)
+"""Positions in a sealed row or a `verify` row."""
+
+ROW_SELECT = ", ".join(ROW_COLUMNS)
+INSERT = f"INSERT INTO messages ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 
 _TRIGGERS = [
     f"CREATE TRIGGER {table}_no_{action} BEFORE {action.upper()} ON {table} "
@@ -173,7 +206,12 @@ def create(conn: sqlite3.Connection) -> None:
     """Create every table, index, trigger and view; the caller holds the write transaction."""
     db = sqlite_utils.Database(conn)
     meta = db.create_table("meta", {"key": str, "value": str}, pk="key", not_null={"value"})
-    messages = db.create_table("messages", _MESSAGE_COLUMNS, pk="pos", not_null=set(_MESSAGE_COLUMNS) - {"facts"})
+    messages = db.create_table(
+        "messages",
+        {column.name: column.type for column in MESSAGE_COLUMNS},
+        pk="pos",
+        not_null={column.name for column in MESSAGE_COLUMNS if column.part != "derived"},
+    )
     messages.create_index(["episode", "pos"])
     messages.create_index(["kind"])
     db.execute(_STREAM_SEQ_INDEX)

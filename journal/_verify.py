@@ -22,8 +22,20 @@ from faultline._errors import ChainError, DecodeError
 from faultline.core import decode_body, digest
 from faultline.journal._facts import FACT_KINDS, facts_of
 from faultline.journal._head import cut_problem, head_path, read_head
-from faultline.journal._rows import COLUMNS, GENESIS, chain_next, row_digest
-from faultline.journal._schema import JournalSettings, connect_readonly
+from faultline.journal._rows import GENESIS, chain_next, row_digest
+from faultline.journal._schema import (
+    BODY,
+    BODY_DIGEST,
+    CHAIN,
+    COLUMNS,
+    DIGEST,
+    DIGESTED,
+    FACTS,
+    KIND,
+    POS,
+    JournalSettings,
+    connect_readonly,
+)
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,7 +92,7 @@ def verify(
     # A tampered body may have been rewritten as text (even text that is not UTF-8): read it as bytes.
     select = ", ".join("CAST(body AS BLOB)" if column == "body" else column for column in COLUMNS)
     try:
-        cursor = conn.execute(f"SELECT {select}, facts FROM messages ORDER BY pos")
+        cursor = conn.execute(f"SELECT {select} FROM messages ORDER BY pos")
         expected = 1
         previous = GENESIS
         anchor_pos = 0
@@ -90,19 +102,19 @@ def verify(
             return VerifyReport(path=str(path), rows=expected - 1, head=previous, problem=problem, position=position)
 
         for values in cursor:
-            pos = values[0]
+            pos = values[POS]
             if pos != expected:
                 if pos > expected:
                     return broken(expected, f"gap: position {expected} missing")
                 return broken(pos, f"row {pos}: position out of range (positions start at 1)")
-            stored_body_digest, body, stored_digest, stored_chain, stored_facts = values[13:18]
-            if not isinstance(body, bytes) or digest(body) != stored_body_digest:
+            body, stored_digest, stored_chain = values[BODY], values[DIGEST], values[CHAIN]
+            if not isinstance(body, bytes) or digest(body) != values[BODY_DIGEST]:
                 return broken(pos, f"row {pos}: body digest mismatch (body edited)")
             if chain_next(previous, stored_digest) != stored_chain:
                 return broken(pos, f"row {pos}: chain mismatch (row removed or reordered before it)")
-            if row_digest(values[:14]) != stored_digest:
+            if row_digest(values[:DIGESTED]) != stored_digest:
                 return broken(pos, f"row {pos}: row digest mismatch (a column edited)")
-            problem = _facts_problem(pos, values[9], body, stored_facts) if facts else ""
+            problem = _facts_problem(pos, values[KIND], body, values[FACTS]) if facts else ""
             if problem:
                 return broken(pos, problem)
             previous = stored_chain

@@ -22,9 +22,7 @@ from types import TracebackType
 from faultline._errors import JournalError, JournalStorageError
 from faultline.journal._head import HeadRecord, cut_problem, head_path, read_head, write_head
 from faultline.journal._rows import GENESIS, Incoming, SealedRow, seal
-from faultline.journal._schema import JournalSettings, check, configure, create, table_names
-
-_INSERT = f"INSERT INTO messages VALUES ({', '.join('?' * 18)})"
+from faultline.journal._schema import CHAIN, INSERT, POS, JournalSettings, check, configure, create, table_names
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +115,9 @@ class Journal:
             fresh = _drop_journaled(conn, batch)
             sealed = seal(fresh, last_pos, head)
             if sealed:
-                conn.executemany(_INSERT, sealed)
+                conn.executemany(INSERT, sealed)
         if sealed:
-            self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
+            self._last_pos, self._head = sealed[-1][POS], sealed[-1][CHAIN]
             self._record_head(throttled=True)
         return len(sealed)
 
@@ -128,10 +126,10 @@ class Journal:
         if not sealed:
             return
         with _transaction(self._conn, self.path) as conn:
-            if self._tail() != (sealed[0][0] - 1, self._head):
+            if self._tail() != (sealed[0][POS] - 1, self._head):
                 raise JournalError(f"{self.path}: journal was appended to while rows were being sealed")
-            conn.executemany(_INSERT, sealed)
-        self._last_pos, self._head = sealed[-1][0], sealed[-1][16]
+            conn.executemany(INSERT, sealed)
+        self._last_pos, self._head = sealed[-1][POS], sealed[-1][CHAIN]
         self._record_head(throttled=True)
 
     def _tail(self) -> tuple[int, str]:

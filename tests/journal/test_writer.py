@@ -18,6 +18,7 @@ from faultline.core import Envelope, Note, digest, encode
 from faultline.journal import GENESIS, Journal, JournalReader, JournalSettings, verify
 from faultline.journal._head import head_path
 from faultline.journal._rows import chain_next, row_digest
+from faultline.journal._schema import COLUMNS, DIGESTED
 
 from .conftest import STREAM, episode_envelopes, incoming, two_episodes
 
@@ -51,7 +52,7 @@ def test_rows_are_appended_in_order_with_contiguous_positions_and_a_valid_chain(
     chain = GENESIS
     for row in rows:
         assert row.body_digest == digest(row.body) == digest(encode(row.envelope().body))
-        chain = chain_next(chain, row_digest([getattr(row, name) for name in row.__struct_fields__[:14]]))
+        chain = chain_next(chain, row_digest([getattr(row, name) for name in COLUMNS[:DIGESTED]]))
         assert row.chain == chain
     assert chain == head
     report = verify(path)
