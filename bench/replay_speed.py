@@ -2,7 +2,8 @@
 
     python bench/replay_speed.py [--trials 16] [--json out.json]
 
-Targets: at least 20k messages/s, and at least 10x faster than the live run.
+Targets: at least 20k messages/s, and at least 10x faster than the live run. Tools are
+served from the journal by default; `--reexecute-tools` rows run the environment again.
 "messages" are the handled inputs replay feeds to agents; journal rows (which
 also count recordings and events) are reported too.
 """
@@ -36,12 +37,14 @@ def main() -> None:
         live = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         with JournalReader(journal) as reader:
             rows = reader.last_pos
+        size = journal.stat().st_size
         results = []
-        for jobs in (1, 2):
-            report = Replayer(agent_lookup(Config()), jobs=jobs).replay(journal)
+        for reexecute, jobs in ((False, 1), (False, 2), (True, 1), (True, 2)):
+            report = Replayer(agent_lookup(Config()), jobs=jobs, reexecute_tools=reexecute).replay(journal)
             assert report.identical, report.divergences[:1]
             results.append(
                 {
+                    "tools": "re-executed" if reexecute else "served",
                     "jobs": jobs,
                     "episodes": report.episodes,
                     "messages": report.messages,
@@ -52,15 +55,26 @@ def main() -> None:
                     "episodes_per_s": report.episodes / report.seconds,
                     "live_seconds": live["seconds"],
                     "speedup_vs_live": live["seconds"] / report.seconds,
+                    "bytes_per_episode": size / report.episodes,
                 }
             )
     table = Table(
-        title=f"replay of {results[0]['episodes']} episodes ({rows} journal rows); live run {live['seconds']:.1f} s"
+        title=f"replay of {results[0]['episodes']} episodes ({rows} journal rows, "
+        f"{results[0]['bytes_per_episode'] / 1024:.0f} KB per episode); live run {live['seconds']:.1f} s"
     )
-    for column in ("jobs", "seconds", "messages/s (target 20k)", "rows/s", "episodes/s", "x live (target 10x)"):
+    for column in (
+        "tools",
+        "jobs",
+        "seconds",
+        "messages/s (target 20k)",
+        "rows/s",
+        "episodes/s",
+        "x live (target 10x)",
+    ):
         table.add_column(column)
     for r in results:
         table.add_row(
+            str(r["tools"]),
             str(r["jobs"]),
             f"{r['seconds']:.2f}",
             f"{r['messages_per_s']:,.0f}",
