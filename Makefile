@@ -17,7 +17,7 @@ $(UV):
 	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
 
 $(STAMP): uv.lock pyproject.toml | $(UV)
-	$(UV) sync --frozen --quiet --python $(PYTHON) --extra test --extra lint
+	$(UV) sync --locked --quiet --python $(PYTHON) --extra test --extra lint
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -44,7 +44,7 @@ lock: | $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
 
 bench: $(STAMP)
-	$(UV) sync --frozen --quiet --python $(PYTHON) --extra test --extra lint --extra bench
+	$(UV) sync --locked --quiet --python $(PYTHON) --extra test --extra lint --extra bench
 	$(BIN)/python bench/run_all.py
 
 clean:
