@@ -4,7 +4,9 @@ FaultlineError
  ├── ConfigError              a setting or config file is wrong
  ├── SubjectError             an episode id, agent or topic name is not a safe subject token
  ├── ServerError              the embedded nats-server could not be found or started
- ├── BusError                 a publish or subscribe on NATS failed
+ ├── BusError                 a publish, subscribe or request on NATS failed
+ │    ├── NoResponderError    a request found nobody subscribed to its subject
+ │    └── ReplyTimeoutError   a request's answer did not come within its timeout
  ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
  ├── FaultRuleError           a fault rule names an unknown type or has bad parameters
  ├── JournalError             the journal file cannot be opened or written
@@ -43,6 +45,14 @@ class ServerError(FaultlineError):
 
 class BusError(FaultlineError):
     """A NATS or JetStream operation failed."""
+
+
+class NoResponderError(BusError):
+    """A request found nobody subscribed to its subject: the service that answers there is not running."""
+
+
+class ReplyTimeoutError(BusError):
+    """A request reached a subscriber, but no answer came within the request's timeout."""
 
 
 class DecodeError(FaultlineError):

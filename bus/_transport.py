@@ -4,14 +4,16 @@ Publishing always goes through JetStream with the envelope id as `Nats-Msg-Id`,
 so a message published twice within the duplicate window is stored once.
 Consumers are push consumers with explicit acks; a consumer hands out whatever
 has arrived as one batch, which keeps latency low when traffic is light and
-batches large when it is heavy.
+batches large when it is heavy. Beside the stream, core NATS carries what is
+never stored: requests and their answers, announcements (`subscribe`, `notify`,
+`request`); every failure of either is a BusError.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,7 +25,8 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import api
 
-from faultline._errors import BusError, DecodeError
+from faultline._errors import BusError, DecodeError, NoResponderError, ReplyTimeoutError
+from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.core import (
     DEFAULT_PREFIX,
     DeadLetter,
@@ -74,6 +77,14 @@ class Delivery:
         return check_delivered(decode_envelope(self.data), self.subject)
 
 
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """How many messages the stream holds, and the sequence of the last one stored."""
+
+    messages: int
+    last_seq: int
+
+
 def _parse_ack_subject(reply: str) -> tuple[int, int, int]:
     """(stream sequence, delivery count, messages still pending) from a JetStream ack subject."""
     tokens = reply.split(".")
@@ -93,15 +104,17 @@ class Consumer:
         self._deliver_subject = deliver_subject
         self._queue: deque[Delivery] = deque()
         self._arrived = asyncio.Event()
-        self._sub: Any = None
+        self._sub: Subscription | None = None
 
     async def _start(self) -> None:
-        self._sub = await self.bus.nc.subscribe(
-            self._deliver_subject,
-            cb=self._on_msg,
-            pending_msgs_limit=self.bus.settings.pending_msgs_limit,
-            pending_bytes_limit=-1,
-        )
+        with nats_failure(f"subscribing to consumer {self.name}"):
+            sub = await self.bus.nc.subscribe(
+                self._deliver_subject,
+                cb=self._on_msg,
+                pending_msgs_limit=self.bus.settings.pending_msgs_limit,
+                pending_bytes_limit=-1,
+            )
+        self._sub = Subscription(sub, self.bus.nc)
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
@@ -129,7 +142,7 @@ class Consumer:
         Each delivery says how many are still pending after it, so the read ends at
         the first one that says none, without waiting for a quiet period.
         """
-        info = await self.info()
+        info = await self._info()
         if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
             return []
         got: list[Delivery] = []
@@ -143,14 +156,32 @@ class Consumer:
 
     async def ack(self, delivery: Delivery) -> None:
         """Acknowledge; with an ack-all consumer this also acknowledges everything before it."""
-        await self.bus.nc.publish(delivery.reply, b"+ACK")
+        await self._tell(delivery, b"+ACK")
 
     async def nak(self, delivery: Delivery, delay_s: float | None = None) -> None:
         payload = b"-NAK" if delay_s is None else f'-NAK {{"delay": {int(delay_s * 1e9)}}}'.encode()
-        await self.bus.nc.publish(delivery.reply, payload)
+        await self._tell(delivery, payload)
 
-    async def info(self) -> api.ConsumerInfo:
-        info: api.ConsumerInfo = await self.bus.js.consumer_info(self.bus.subjects.stream, self.name)
+    async def in_progress(self, delivery: Delivery) -> None:
+        """Say the delivery is still being worked on, so that it is not delivered again after the ack wait."""
+        await self._tell(delivery, b"+WPI")
+
+    async def _tell(self, delivery: Delivery, verdict: bytes) -> None:
+        try:  # a plain try, not `nats_failure`: this runs once a message, and a context manager costs 2.5 us
+            await self.bus.nc.publish(delivery.reply, verdict)
+        except nats.errors.Error as exc:
+            raise BusError(
+                f"{verdict!r} for stream sequence {delivery.stream_seq} on {self.name} failed: {exc}"
+            ) from None
+
+    async def settled(self) -> bool:
+        """True when the consumer has nothing left to deliver and nothing delivered is unacknowledged."""
+        info = await self._info()
+        return info.num_pending == 0 and info.num_ack_pending == 0
+
+    async def _info(self) -> api.ConsumerInfo:
+        with nats_failure(f"asking for the state of consumer {self.name}"):
+            info: api.ConsumerInfo = await self.bus.js.consumer_info(self.bus.subjects.stream, self.name)
         return info
 
     async def close(self, *, delete: bool = False) -> None:
@@ -158,10 +189,11 @@ class Consumer:
             await self._sub.unsubscribe()
             self._sub = None
         if delete or not self.durable:
-            try:
-                await self.bus.js.delete_consumer(self.bus.subjects.stream, self.name)
-            except nats.js.errors.NotFoundError:
-                pass
+            with nats_failure(f"deleting consumer {self.name}"):
+                try:
+                    await self.bus.js.delete_consumer(self.bus.subjects.stream, self.name)
+                except nats.js.errors.NotFoundError:
+                    pass
 
 
 StartAt = Literal["all", "new"] | int
@@ -225,6 +257,74 @@ class Bus:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    # -- core NATS: messages for whoever listens now, never stored ------------------------
+
+    async def subscribe(
+        self, subject: str, handler: Callable[[Message], Awaitable[None]] | None = None, *, queue: str = ""
+    ) -> Subscription:
+        """Receive what is sent on `subject` from now on: each message handed to `handler`, one at a time,
+        or, without a handler, by iterating the subscription. Subscribers in one `queue` share the messages."""
+
+        deliver: Callable[[Msg], Awaitable[None]] | None = None
+        if handler is not None:
+            take = handler
+
+            async def deliver(msg: Msg) -> None:
+                await take(Message._of(msg, self.nc))
+
+        with nats_failure(f"subscribing to {subject}"):
+            sub = await self.nc.subscribe(subject, queue=queue, cb=deliver)
+        return Subscription(sub, self.nc)
+
+    async def notify(self, subject: str, data: bytes) -> None:
+        """Send `data` to whoever subscribes to `subject` now; nothing is stored, nobody answers."""
+        with nats_failure(f"sending on {subject}"):
+            await self.nc.publish(subject, data)
+
+    async def flush(self) -> None:
+        """Return once the server has received everything this connection sent before."""
+        with nats_failure("flushing the connection to NATS"):
+            await self.nc.flush()
+
+    async def request(self, subject: str, payload: bytes, timeout_s: float) -> bytes:
+        """Send `payload` to a subscriber of `subject` and return its answer.
+
+        NoResponderError when nobody subscribes to `subject`, ReplyTimeoutError when
+        no answer comes within `timeout_s`, BusError when NATS cannot be reached.
+        """
+        try:
+            reply = await self.nc.request(subject, payload, timeout=timeout_s)
+        except nats.errors.NoRespondersError:
+            raise NoResponderError(
+                f"nobody answers requests on {subject}: start the process that serves it, then ask again"
+            ) from None
+        except nats.errors.TimeoutError:
+            raise ReplyTimeoutError(
+                f"no answer on {subject} within {timeout_s:g}s: the process that serves it is busy or stuck"
+                " (see its log), or give it more time"
+            ) from None
+        except nats.errors.Error as exc:
+            raise BusError(f"request on {subject} failed: {exc or type(exc).__name__}") from None
+        return bytes(reply.data)
+
+    async def request_all(self, subject: str, payload: bytes, window_s: float) -> list[bytes]:
+        """Ask every subscriber of `subject` and return the answers that arrive within `window_s`, however many."""
+        answers: list[bytes] = []
+
+        async def collect(msg: Msg) -> None:
+            if not (msg.headers and msg.headers.get(api.Header.STATUS) == api.StatusCode.SERVICE_UNAVAILABLE):
+                answers.append(msg.data)  # not the server's "no responders" notice
+
+        inbox = self.nc.new_inbox()
+        with nats_failure(f"asking on {subject}"):
+            sub = Subscription(await self.nc.subscribe(inbox, cb=collect), self.nc)
+            try:
+                await self.nc.publish(subject, payload, reply=inbox)
+                await anyio.sleep(window_s)  # no count to wait for: whoever answers in time is counted
+            finally:
+                await sub.unsubscribe()
+        return answers
+
     # -- stream ---------------------------------------------------------------------------
 
     async def ensure_stream(self) -> api.StreamInfo:
@@ -237,22 +337,32 @@ class Bus:
             duplicate_window=self.settings.duplicate_window_s,
             num_replicas=self.settings.replicas,
         )
-        try:
-            info = await self.js.stream_info(self.subjects.stream)
-        except nats.js.errors.NotFoundError:
+        with nats_failure(f"setting up stream {self.subjects.stream}"):
             try:
-                return await self.js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                return await self.js.stream_info(self.subjects.stream)  # created concurrently
-        if sorted(info.config.subjects or []) != sorted(config.subjects or []):
-            return await self.js.update_stream(config)
-        return info
+                info = await self.js.stream_info(self.subjects.stream)
+            except nats.js.errors.NotFoundError:
+                try:
+                    return await self.js.add_stream(config)
+                except nats.js.errors.BadRequestError:
+                    return await self.js.stream_info(self.subjects.stream)  # created concurrently
+            if sorted(info.config.subjects or []) != sorted(config.subjects or []):
+                return await self.js.update_stream(config)
+            return info
 
     async def stream_incarnation(self) -> str:
         """An id of this stream's life: a journal must not mix sequences of two streams."""
-        info = await self.js.stream_info(self.subjects.stream)
+        info = await self._stream_info()
         created = getattr(info, "created", None) or ""
         return f"{self.subjects.stream}@{created}"
+
+    async def stream_state(self) -> StreamState:
+        """How many messages the stream holds now, and the sequence of the last one."""
+        info = await self._stream_info()
+        return StreamState(messages=info.state.messages, last_seq=info.state.last_seq)
+
+    async def _stream_info(self) -> api.StreamInfo:
+        with nats_failure(f"asking for the state of stream {self.subjects.stream}"):
+            return await self.js.stream_info(self.subjects.stream)
 
     # -- publishing -----------------------------------------------------------------------
 
@@ -297,7 +407,7 @@ class Bus:
             raise BusError(
                 f"JetStream did not confirm {len(pending)} publish(es) within {self.settings.publish_timeout_s}s"
             ) from None
-        except nats.js.errors.Error as exc:
+        except nats.errors.Error as exc:
             raise BusError(f"JetStream refused a publish: {exc}") from None
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
@@ -323,6 +433,16 @@ class Bus:
         finally:
             await consumer.close()
 
+    async def ack_floor(self, name: str) -> int | None:
+        """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first
+        acknowledgement); None when no consumer of that name exists. A consumer replacing it resumes after it."""
+        with nats_failure(f"asking for the state of consumer {name}"):
+            try:
+                info = await self.js.consumer_info(self.subjects.stream, name)
+            except nats.js.errors.NotFoundError:
+                return None
+        return info.ack_floor.stream_seq if info.ack_floor else 0
+
     async def consumer(
         self,
         name: str | None,
@@ -339,37 +459,38 @@ class Bus:
         A named (durable) consumer survives restarts and is reused as it is unless
         `replace` asks for a fresh one at `start`. An unnamed one is deleted on close.
         """
-        stream = self.subjects.stream
-        if name is not None and not replace:
-            try:
-                info = await self.js.consumer_info(stream, name)
-                assert info.config.deliver_subject is not None
-                consumer = Consumer(self, name, info.config.deliver_subject, durable=True)
-                await consumer._start()
-                return consumer
-            except nats.js.errors.NotFoundError:
-                pass
-        if name is not None and replace:
-            try:
-                await self.js.delete_consumer(stream, name)
-            except nats.js.errors.NotFoundError:
-                pass
-        deliver_subject = self.nc.new_inbox()
-        config = api.ConsumerConfig(
-            durable_name=name,
-            deliver_subject=deliver_subject,
-            ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
-            ack_wait=ack_wait_s or self.settings.ack_wait_s,
-            max_ack_pending=max_ack_pending or self.settings.max_ack_pending,
-            filter_subjects=list(filter_subjects) if len(filter_subjects) > 1 else None,
-            filter_subject=filter_subjects[0] if len(filter_subjects) == 1 else None,
-            inactive_threshold=None if name else 30.0,
-            **_start_policy(start),
-        )
-        info = await self.js.add_consumer(stream, config)
-        consumer = Consumer(self, info.name, deliver_subject, durable=name is not None)
-        await consumer._start()
-        return consumer
+        with nats_failure(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
+            stream = self.subjects.stream
+            if name is not None and not replace:
+                try:
+                    info = await self.js.consumer_info(stream, name)
+                    assert info.config.deliver_subject is not None
+                    consumer = Consumer(self, name, info.config.deliver_subject, durable=True)
+                    await consumer._start()
+                    return consumer
+                except nats.js.errors.NotFoundError:
+                    pass
+            if name is not None and replace:
+                try:
+                    await self.js.delete_consumer(stream, name)
+                except nats.js.errors.NotFoundError:
+                    pass
+            deliver_subject = self.nc.new_inbox()
+            config = api.ConsumerConfig(
+                durable_name=name,
+                deliver_subject=deliver_subject,
+                ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
+                ack_wait=ack_wait_s or self.settings.ack_wait_s,
+                max_ack_pending=max_ack_pending or self.settings.max_ack_pending,
+                filter_subjects=list(filter_subjects) if len(filter_subjects) > 1 else None,
+                filter_subject=filter_subjects[0] if len(filter_subjects) == 1 else None,
+                inactive_threshold=None if name else 30.0,
+                **_start_policy(start),
+            )
+            info = await self.js.add_consumer(stream, config)
+            consumer = Consumer(self, info.name, deliver_subject, durable=name is not None)
+            await consumer._start()
+            return consumer
 
     async def decode_or_dead_letter(self, delivery: Delivery) -> Envelope | None:
         """The envelope, or None after sending the bytes to the dead-letter subject."""

@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-import nats.errors
 
-from faultline._errors import BusError, ConfigError, MemoryStoreError
+from faultline._errors import BusError, ConfigError, MemoryStoreError, NoResponderError, ReplyTimeoutError
 from faultline.agents.memory._prompts import format_examples
 from faultline.agents.memory._protocol import (
     MEMORY_SERVICE,
@@ -87,15 +86,19 @@ async def wait_for_memory(bus: Bus, *, timeout_s: float = WAIT_TIMEOUT_S) -> Mem
     Call it between a run that fills the memory and a run that reads it.
     `caught_up` is False when an entry keeps failing (see `last_error`).
     """
-    info = await bus.js.stream_info(bus.subjects.stream)
+    until = (await bus.stream_state()).last_seq
     subject = bus.subjects.svc(SYNC_SERVICE)
     try:
-        reply = await bus.nc.request(subject, encode(SyncRequest(until=info.state.last_seq)), timeout=timeout_s)
-    except nats.errors.NoRespondersError:
-        raise BusError(f"no memory service answers on {subject}") from None
-    except nats.errors.TimeoutError:
-        raise BusError(f"the memory service did not answer within {timeout_s:g}s") from None
+        reply = await bus.request(subject, encode(SyncRequest(until=until)), timeout_s)
+    except NoResponderError:
+        raise NoResponderError(
+            f"no memory service answers on {subject}: start one (`faultline memory serve`)"
+        ) from None
+    except ReplyTimeoutError:
+        raise ReplyTimeoutError(
+            f"the memory service did not answer within {timeout_s:g}s: it may still be taking in episodes (see its log)"
+        ) from None
     try:
-        return msgspec.msgpack.decode(reply.data, type=MemorySync)
+        return msgspec.msgpack.decode(reply, type=MemorySync)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise BusError(f"the memory service answered {subject} with something else: {exc}") from None

@@ -39,12 +39,8 @@ from typing import Any, Literal
 
 import anyio
 import msgspec
-import nats.errors
-import nats.js.errors
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
-from faultline._errors import DecodeError, FaultlineError
+from faultline._errors import BusError, DecodeError, FaultlineError
 from faultline.agents.memory._configured import extractor_backend, open_memory
 from faultline.agents.memory._entry import MemoryEntry
 from faultline.agents.memory._preference import hidden_tools
@@ -65,7 +61,7 @@ from faultline.agents.memory._protocol import (
     SyncRequest,
 )
 from faultline.agents.memory._store import MemoryStore
-from faultline.bus import Bus, Consumer, Delivery
+from faultline.bus import Bus, Consumer, Delivery, Message, Subscription
 from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, encode
 from faultline.envs import load_domain
 from faultline.runtime import Config, serve_until_signal
@@ -152,9 +148,9 @@ class MemoryService:
         self._consumer = consumer
         subscriptions: list[Subscription] = []
         try:
-            requests = await self.bus.nc.subscribe(s.svc(MEMORY_SERVICE), queue=MEMORY_SERVICE)
+            requests = await self.bus.subscribe(s.svc(MEMORY_SERVICE), queue=MEMORY_SERVICE)
             subscriptions.append(requests)
-            syncs = await self.bus.nc.subscribe(s.svc(SYNC_SERVICE))
+            syncs = await self.bus.subscribe(s.svc(SYNC_SERVICE))
             subscriptions.append(syncs)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._ingest, consumer)
@@ -176,11 +172,8 @@ class MemoryService:
         An event in hand when the last run ended (stopped, or killed) so comes
         again at once, not after the ack wait.
         """
-        try:
-            info = await self.bus.js.consumer_info(self.bus.subjects.stream, self.settings.consumer)
-        except nats.js.errors.NotFoundError:
-            return "all"
-        return info.ack_floor.stream_seq + 1 if info.ack_floor else 1
+        floor = await self.bus.ack_floor(self.settings.consumer)
+        return "all" if floor is None else floor + 1
 
     # -- ingestion --------------------------------------------------------------------------
 
@@ -225,7 +218,7 @@ class MemoryService:
             try:
                 await self.ingest(completed)
                 break
-            except (FaultlineError, nats.errors.Error) as exc:
+            except FaultlineError as exc:
                 attempt += 1
                 self.failures += 1
                 self.last_error = f"episode {completed.episode}: {exc}"
@@ -240,12 +233,12 @@ class MemoryService:
                     self._notify()
                     return
                 self._notify()
-                await self.bus.nc.publish(delivery.reply, b"+WPI")
+                await consumer.in_progress(delivery)
                 delay = min(self.settings.retry_delay_s * 2 ** (attempt - 1), self.settings.retry_delay_max_s)
                 with anyio.move_on_after(delay):
                     await self._stopping.wait()
         await consumer.ack(delivery)
-        await self.bus.nc.flush()
+        await self.bus.flush()
         self.handled += 1
         self.last_seq = delivery.stream_seq
         self._notify()
@@ -272,10 +265,9 @@ class MemoryService:
         """True when the consumer has nothing left to deliver and nothing unacknowledged."""
         assert self._consumer is not None
         try:
-            info = await self._consumer.info()
-        except nats.errors.Error:
+            return await self._consumer.settled()
+        except BusError:
             return False  # NATS is away; the next event handled or failed asks again
-        return info.num_pending == 0 and info.num_ack_pending == 0
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -304,14 +296,16 @@ class MemoryService:
             hidden_tools=sorted(hidden),
         )
 
-    async def _serve(self, sub: Subscription, handler: Callable[[Msg], Awaitable[None]]) -> None:
+    async def _serve(self, sub: Subscription, handler: Callable[[Message], Awaitable[None]]) -> None:
         slots = anyio.Semaphore(self.settings.request_concurrency)
         async with anyio.create_task_group() as tg:
-            async for msg in sub.messages:
+            async for msg in sub:
                 await slots.acquire()
                 tg.start_soon(self._answer_one, handler, msg, slots)
 
-    async def _answer_one(self, handler: Callable[[Msg], Awaitable[None]], msg: Msg, slots: anyio.Semaphore) -> None:
+    async def _answer_one(
+        self, handler: Callable[[Message], Awaitable[None]], msg: Message, slots: anyio.Semaphore
+    ) -> None:
         try:
             await handler(msg)
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the service down
@@ -321,11 +315,11 @@ class MemoryService:
         finally:
             slots.release()
 
-    async def _on_request(self, msg: Msg) -> None:
+    async def _on_request(self, msg: Message) -> None:
         if msg.reply:
             await msg.respond(await self.answer(msg.data))
 
-    async def _on_sync(self, msg: Msg) -> None:
+    async def _on_sync(self, msg: Message) -> None:
         try:
             until = _sync_decoder.decode(msg.data).until if msg.data else 0
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
