@@ -186,10 +186,9 @@ async def run_plan(
 
 async def wait_for_journal(bus: Bus, timeout_s: float = 60.0) -> int:
     """Block until the journal service holds everything the stream holds now; return that sequence."""
-    info = await bus.js.stream_info(bus.subjects.stream)
-    last = info.state.last_seq
-    reply = await bus.nc.request(bus.subjects.svc("journal"), msgspec.json.encode({"until": last}), timeout=timeout_s)
-    return int(msgspec.json.decode(reply.data)["last_seq"])
+    last = (await bus.stream_state()).last_seq
+    reply = await bus.request(bus.subjects.svc("journal"), msgspec.json.encode({"until": last}), timeout_s)
+    return int(msgspec.json.decode(reply)["last_seq"])
 
 
 def pass_hat_k(successes: Sequence[int], trials: int, k: int) -> float:

@@ -291,19 +291,11 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
 async def gather_status(url: str, prefix: str, window_s: float = STATUS_WINDOW_S) -> list[dict[str, Any]]:
     """Ask every worker for its status and collect the answers that arrive within `window_s`."""
     bus = await Bus.connect(url, prefix=prefix)
-    replies: list[dict[str, Any]] = []
     try:
-        inbox = bus.nc.new_inbox()
-
-        async def on_reply(msg: Any) -> None:
-            replies.append(msgspec.json.decode(msg.data))
-
-        sub = await bus.nc.subscribe(inbox, cb=on_reply)
-        await bus.nc.publish(bus.subjects.svc("status"), b"", reply=inbox)
-        await anyio.sleep(window_s)
-        await sub.unsubscribe()
+        answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
     finally:
         await bus.close()
+    replies: list[dict[str, Any]] = [msgspec.json.decode(answer) for answer in answers]
     return sorted(replies, key=lambda r: r["worker"])
 
 

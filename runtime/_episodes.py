@@ -7,12 +7,9 @@ from collections.abc import Iterable
 
 import anyio
 import msgspec
-import nats.errors
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
-from faultline._errors import DecodeError, JournalError
-from faultline.bus import Bus
+from faultline._errors import DecodeError, JournalError, NoResponderError, ReplyTimeoutError
+from faultline.bus import Bus, Message, Subscription
 from faultline.core import (
     RUNNER,
     Body,
@@ -65,10 +62,10 @@ async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> N
     to refuse: the stream keeps every message until it is back.
     """
     try:
-        reply = await bus.nc.request(bus.subjects.svc("journal"), b"{}", timeout=timeout_s)
-    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        reply = await bus.request(bus.subjects.svc("journal"), b"{}", timeout_s)
+    except (NoResponderError, ReplyTimeoutError):
         return
-    stuck = msgspec.json.decode(reply.data, type=JournalState).stuck
+    stuck = msgspec.json.decode(reply, type=JournalState).stuck
     if stuck:
         raise JournalError(
             f"new episodes are refused while the journal cannot write ({stuck}); nothing is lost: the stream"
@@ -86,14 +83,14 @@ class Completions:
         self._sub: Subscription | None = None
 
     async def __aenter__(self) -> Completions:
-        self._sub = await self.bus.nc.subscribe(self.bus.subjects.event("completed", "*"), cb=self._on_msg)
+        self._sub = await self.bus.subscribe(self.bus.subjects.event("completed", "*"), self._on_msg)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._sub is not None:
             await self._sub.unsubscribe()
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg(self, msg: Message) -> None:
         try:
             env = check_delivered(decode_envelope(msg.data), msg.subject)
         except DecodeError:

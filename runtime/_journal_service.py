@@ -23,11 +23,9 @@ from pathlib import Path
 
 import anyio
 import msgspec
-import nats.errors
-from nats.aio.msg import Msg
 
-from faultline._errors import JournalError, JournalStorageError
-from faultline.bus import Bus, Consumer, Delivery
+from faultline._errors import BusError, JournalError, JournalStorageError
+from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import body_bytes
 from faultline.journal import Incoming, Journal
 
@@ -63,7 +61,7 @@ class JournalService:
         self._ready = anyio.Event()
         self._stopping = anyio.Event()
         self._changed = anyio.Event()
-        self._waiting: list[tuple[int, Msg]] = []
+        self._waiting: list[tuple[int, Message]] = []
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -77,7 +75,7 @@ class JournalService:
         try:
             stream = await self.bus.stream_incarnation()
             self.last_seq = journal.last_seq(stream)
-            sub = await self.bus.nc.subscribe(self.bus.subjects.svc("journal"), cb=self._on_ask)
+            sub = await self.bus.subscribe(self.bus.subjects.svc("journal"), self._on_ask)
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._copy, journal, stream)
@@ -181,8 +179,7 @@ class JournalService:
 
         Returns the stream's last sequence at that moment.
         """
-        info = await self.bus.js.stream_info(self.bus.subjects.stream)
-        last: int = info.state.last_seq
+        last = (await self.bus.stream_state()).last_seq
         await self._until(lambda: self.last_seq >= last or bool(self.stuck))
         return last
 
@@ -205,8 +202,8 @@ class JournalService:
             await self._notify()
             state = msgspec.json.encode({"stuck": self.stuck, "last_seq": self.last_seq})
             try:
-                await self.bus.nc.publish(self.bus.subjects.svc("journal.state"), state)
-            except nats.errors.Error:
+                await self.bus.notify(self.bus.subjects.svc("journal.state"), state)
+            except BusError:
                 pass  # nobody hears it now; whoever asks gets the same answer
 
     async def _notify(self) -> None:
@@ -214,7 +211,7 @@ class JournalService:
         self._changed = anyio.Event()
         await self._answer()
 
-    async def _on_ask(self, msg: Msg) -> None:
+    async def _on_ask(self, msg: Message) -> None:
         """Answer `{"until": seq}` once the journal holds everything up to `seq`, or at once if it is stuck.
 
         The answer is `{"last_seq", "rows", "stuck"}`; `{}` asks for it right away.
@@ -229,8 +226,8 @@ class JournalService:
     async def _answer(self, *, everyone: bool = False) -> None:
         """Answer the questions that can be answered now (all of them when stopping)."""
         done = everyone or bool(self.stuck)
-        answered: list[Msg] = []
-        waiting: list[tuple[int, Msg]] = []
+        answered: list[Message] = []
+        waiting: list[tuple[int, Message]] = []
         for until, msg in self._waiting:
             if done or until <= self.last_seq:
                 answered.append(msg)
@@ -241,5 +238,5 @@ class JournalService:
         for msg in answered:
             try:
                 await msg.respond(reply)
-            except nats.errors.Error:
-                pass  # the connection is gone; whoever asked asks again
+            except BusError:
+                pass  # the connection is gone, or nobody waits for the answer; whoever asked asks again

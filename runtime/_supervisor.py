@@ -23,13 +23,10 @@ from typing import IO, Any
 
 import anyio
 import msgspec
-import nats.errors
-import nats.js.errors
 from anyio.abc import Process
-from nats.aio.msg import Msg
 
-from faultline._errors import FaultlineError, ServerError
-from faultline.bus import Bus, BusSettings, EmbeddedServer
+from faultline._errors import BusError, FaultlineError, ServerError
+from faultline.bus import Bus, BusSettings, EmbeddedServer, Message
 from faultline.runtime._episodes import JournalState
 
 READY_TIMEOUT_S = 30.0
@@ -65,8 +62,8 @@ def ready_subject(prefix: str) -> str:
 
 async def announce_ready(bus: Bus, name: str) -> None:
     """Tell a waiting supervisor that process `name` serves now."""
-    await bus.nc.publish(ready_subject(bus.subjects.prefix), msgspec.json.encode({"name": name, "pid": os.getpid()}))
-    await bus.nc.flush()
+    await bus.notify(ready_subject(bus.subjects.prefix), msgspec.json.encode({"name": name, "pid": os.getpid()}))
+    await bus.flush()
 
 
 @dataclass
@@ -100,19 +97,19 @@ class Supervisor:
             tg.start_soon(self._watch_server, self.server)
         self.bus = await Bus.connect(self.url, prefix=self.prefix, settings=BusSettings(replicas=self.replicas))
         await self.bus.ensure_stream()
-        await self.bus.nc.subscribe(ready_subject(self.prefix), cb=self._on_ready)
-        await self.bus.nc.subscribe(self.bus.subjects.svc("journal.state"), cb=self._on_journal_state)
+        await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
+        await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
         journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)))
         await self._spawn(tg, journal)
         for spec in (*self.services, *self.workers):
             await self._spawn(tg, spec)
 
-    async def _on_ready(self, msg: Msg) -> None:
+    async def _on_ready(self, msg: Message) -> None:
         name = msgspec.json.decode(msg.data).get("name", "")
         if name in self._ready:
             self._ready[name].set()
 
-    async def _on_journal_state(self, msg: Msg) -> None:
+    async def _on_journal_state(self, msg: Message) -> None:
         """Tell the user when the journal cannot write, and when it can again."""
         try:
             state = msgspec.json.decode(msg.data, type=JournalState)
@@ -269,10 +266,10 @@ class Supervisor:
         if journal is not None and journal.process is not None and journal.process.returncode == 0:
             return None  # it exits 0 only after taking in the whole stream
         try:
-            info = await self.bus.js.stream_info(self.bus.subjects.stream)
-        except (nats.errors.Error, nats.js.errors.Error):
+            state = await self.bus.stream_state()
+        except BusError:
             return self.server.store_dir  # cannot tell: keep it
-        return self.server.store_dir if info.state.messages else None
+        return self.server.store_dir if state.messages else None
 
     async def _terminate(self, children: list[_Child]) -> None:
         live = [c.process for c in children if c.process is not None and c.process.returncode is None]

@@ -24,12 +24,10 @@ from typing import Any
 
 import anyio
 import msgspec
-import nats.errors
-import nats.js.errors
 from anyio.abc import TaskGroup
 
-from faultline._errors import BusError, NonDeterminismError
-from faultline.bus import Bus, Delivery
+from faultline._errors import NonDeterminismError
+from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import Agent, Envelope, Handling, ModelBackend, Recorder, Recording, failure_envelopes
 from faultline.runtime._recovery import load_history
 
@@ -89,13 +87,7 @@ class Worker:
         return self._backends[role]
 
     async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
-        try:
-            reply = await self.bus.nc.request(self.bus.subjects.svc(service), payload, timeout=timeout_s)
-        except nats.errors.NoRespondersError:
-            raise BusError(f"no service answers on {self.bus.subjects.svc(service)}") from None
-        except nats.errors.TimeoutError:
-            raise BusError(f"service {service!r} did not answer within {timeout_s}s") from None
-        return bytes(reply.data)
+        return await self.bus.request(self.bus.subjects.svc(service), payload, timeout_s)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -104,8 +96,8 @@ class Worker:
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
         s = self.bus.subjects
         subs = [
-            await self.bus.nc.subscribe(s.svc("status"), cb=self._on_status),
-            await self.bus.nc.subscribe(s.event("completed", "*"), cb=self._on_completed),
+            await self.bus.subscribe(s.svc("status"), self._on_status),
+            await self.bus.subscribe(s.event("completed", "*"), self._on_completed),
         ]
         try:
             async with anyio.create_task_group() as serving:
@@ -150,26 +142,22 @@ class Worker:
         s = self.bus.subjects
         return [s.direct("*", cls.name), *(s.topic("*", t) for t in cls.topics)]
 
-    async def _open_consumer(self, cls: type[Agent]) -> Any:
+    async def _open_consumer(self, cls: type[Agent]) -> Consumer:
         name = self._consumer_name(cls)
-        try:
-            info = await self.bus.js.consumer_info(self.bus.subjects.stream, name)
-        except nats.js.errors.NotFoundError:
-            info = None  # first start of this shard
-        if info is None:
+        floor = await self.bus.ack_floor(name)
+        if floor is None:  # first start of this shard
             return await self.bus.consumer(name, self._filters(cls), start="new", ack_wait_s=self.settings.ack_wait_s)
-        resume = info.ack_floor.stream_seq + 1 if info.ack_floor else 1
         self._recovering.add(cls.name)
         return await self.bus.consumer(
-            name, self._filters(cls), start=resume, ack_wait_s=self.settings.ack_wait_s, replace=True
+            name, self._filters(cls), start=floor + 1, ack_wait_s=self.settings.ack_wait_s, replace=True
         )
 
-    async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Any) -> None:
+    async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer) -> None:
         while not self._stopping.is_set():
             for delivery in await consumer.batch():
                 await self._dispatch(tg, cls, consumer, delivery)
 
-    async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Any, delivery: Delivery) -> None:
+    async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
         env = await self.bus.decode_or_dead_letter(delivery)
         if (
             env is None
@@ -186,7 +174,7 @@ class Worker:
             tg.start_soon(self._serve, cls, consumer, instance)
         await instance.send.send((delivery, env))
 
-    async def _serve(self, cls: type[Agent], consumer: Any, instance: _Instance) -> None:
+    async def _serve(self, cls: type[Agent], consumer: Consumer, instance: _Instance) -> None:
         assert self._limiter is not None
         async with instance.receive:
             async for delivery, env in instance.receive:
@@ -244,7 +232,7 @@ class Worker:
                 outputs = failure_envelopes(cls.name, message, exc)
             await self.bus.publish_all(outputs)
 
-    async def _on_completed(self, msg: Any) -> None:
+    async def _on_completed(self, msg: Message) -> None:
         self._finished[msg.subject.rsplit(".", 1)[-1]] = anyio.current_time()
 
     async def _evict_finished(self, scope: anyio.CancelScope) -> None:
@@ -261,7 +249,7 @@ class Worker:
                 self._instances.pop(key).send.close()
             self.bus.interceptors.forget(episode)
 
-    async def _on_status(self, msg: Any) -> None:
+    async def _on_status(self, msg: Message) -> None:
         episodes = sorted({episode for episode, _ in self._instances} - self._finished.keys())
         status = {
             "worker": self.name,
