@@ -20,7 +20,8 @@ import msgspec
 from nats.aio.msg import Msg
 
 from faultline._errors import BusError, DecodeError
-from faultline.bus._transport import MSG_ID, Bus, Consumer
+from faultline.bus._consumer import Consumer
+from faultline.bus._transport import MSG_ID, Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
 

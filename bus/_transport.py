@@ -2,18 +2,15 @@
 
 Publishing always goes through JetStream with the envelope id as `Nats-Msg-Id`,
 so a message published twice within the duplicate window is stored once.
-Consumers are push consumers with explicit acks; a consumer hands out whatever
-has arrived as one batch, which keeps latency low when traffic is light and
-batches large when it is heavy. Beside the stream, core NATS carries what is
-never stored: requests and their answers, announcements (`subscribe`, `notify`,
-`request`); every failure of either is a BusError.
+Consumers (`_consumer.py`) are push consumers with explicit acks. Beside the
+stream, core NATS carries what is never stored: requests and their answers,
+announcements (`subscribe`, `notify`, `request`). Every failure is a BusError.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from faultline._errors import BusError, DecodeError, NoResponderError, ReplyTimeoutError
+from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.core import (
     DEFAULT_PREFIX,
@@ -33,8 +31,6 @@ from faultline.core import (
     Envelope,
     InterceptorChain,
     Subjects,
-    check_delivered,
-    decode_envelope,
     digest,
     encode,
     validate_envelope,
@@ -61,139 +57,12 @@ class BusSettings:
     """How much of a refused message its dead letter keeps (it keeps the size and digest of all of it)."""
 
 
-@dataclass(slots=True)
-class Delivery:
-    """One message handed out by a consumer, not yet acknowledged."""
-
-    subject: str
-    data: bytes
-    reply: str
-    stream_seq: int
-    delivered: int
-    pending: int = 0
-
-    def envelope(self) -> Envelope:
-        """The envelope, checked against the subject it came on; DecodeError if it is refused."""
-        return check_delivered(decode_envelope(self.data), self.subject)
-
-
 @dataclass(frozen=True, slots=True)
 class StreamState:
     """How many messages the stream holds, and the sequence of the last one stored."""
 
     messages: int
     last_seq: int
-
-
-def _parse_ack_subject(reply: str) -> tuple[int, int, int]:
-    """(stream sequence, delivery count, messages still pending) from a JetStream ack subject."""
-    tokens = reply.split(".")
-    # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>, or the
-    # longer form with domain and account hash before the stream name.
-    offset = 2 if len(tokens) == 9 else 4
-    return int(tokens[offset + 3]), int(tokens[offset + 2]), int(tokens[offset + 6])
-
-
-class Consumer:
-    """A JetStream push consumer read as batches of deliveries."""
-
-    def __init__(self, bus: Bus, name: str, deliver_subject: str, durable: bool) -> None:
-        self.bus = bus
-        self.name = name
-        self.durable = durable
-        self._deliver_subject = deliver_subject
-        self._queue: deque[Delivery] = deque()
-        self._arrived = asyncio.Event()
-        self._sub: Subscription | None = None
-
-    async def _start(self) -> None:
-        with nats_failure(f"subscribing to consumer {self.name}"):
-            sub = await self.bus.nc.subscribe(
-                self._deliver_subject,
-                cb=self._on_msg,
-                pending_msgs_limit=self.bus.settings.pending_msgs_limit,
-                pending_bytes_limit=-1,
-            )
-        self._sub = Subscription(sub, self.bus.nc)
-
-    async def _on_msg(self, msg: Msg) -> None:
-        if not msg.reply:
-            return  # flow-control or heartbeat status message
-        seq, delivered, pending = _parse_ack_subject(msg.reply)
-        self._queue.append(Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending))
-        self._arrived.set()
-
-    async def batch(self, limit: int = 1000) -> list[Delivery]:
-        """Wait for at least one delivery, then return all that have arrived (at most `limit`)."""
-        while not self._queue:
-            self._arrived.clear()
-            await self._arrived.wait()
-        n = min(limit, len(self._queue))
-        return [self._queue.popleft() for _ in range(n)]
-
-    async def __aiter__(self) -> AsyncIterator[Delivery]:
-        while True:
-            for delivery in await self.batch():
-                yield delivery
-
-    async def backlog(self, timeout_s: float) -> list[Delivery]:
-        """Every message stored for this consumer when called, in stream order.
-
-        Each delivery says how many are still pending after it, so the read ends at
-        the first one that says none, without waiting for a quiet period.
-        """
-        info = await self._info()
-        if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
-            return []
-        got: list[Delivery] = []
-        try:
-            with anyio.fail_after(timeout_s):
-                while not got or got[-1].pending:
-                    got.extend(await self.batch())
-        except TimeoutError:
-            raise BusError(f"reading the stream through {self.name} took over {timeout_s:g}s") from None
-        return got
-
-    async def ack(self, delivery: Delivery) -> None:
-        """Acknowledge; with an ack-all consumer this also acknowledges everything before it."""
-        await self._tell(delivery, b"+ACK")
-
-    async def nak(self, delivery: Delivery, delay_s: float | None = None) -> None:
-        payload = b"-NAK" if delay_s is None else f'-NAK {{"delay": {int(delay_s * 1e9)}}}'.encode()
-        await self._tell(delivery, payload)
-
-    async def in_progress(self, delivery: Delivery) -> None:
-        """Say the delivery is still being worked on, so that it is not delivered again after the ack wait."""
-        await self._tell(delivery, b"+WPI")
-
-    async def _tell(self, delivery: Delivery, verdict: bytes) -> None:
-        try:  # a plain try, not `nats_failure`: this runs once a message, and a context manager costs 2.5 us
-            await self.bus.nc.publish(delivery.reply, verdict)
-        except nats.errors.Error as exc:
-            raise BusError(
-                f"{verdict!r} for stream sequence {delivery.stream_seq} on {self.name} failed: {exc}"
-            ) from None
-
-    async def settled(self) -> bool:
-        """True when the consumer has nothing left to deliver and nothing delivered is unacknowledged."""
-        info = await self._info()
-        return info.num_pending == 0 and info.num_ack_pending == 0
-
-    async def _info(self) -> api.ConsumerInfo:
-        with nats_failure(f"asking for the state of consumer {self.name}"):
-            info: api.ConsumerInfo = await self.bus.js.consumer_info(self.bus.subjects.stream, self.name)
-        return info
-
-    async def close(self, *, delete: bool = False) -> None:
-        if self._sub is not None:
-            await self._sub.unsubscribe()
-            self._sub = None
-        if delete or not self.durable:
-            with nats_failure(f"deleting consumer {self.name}"):
-                try:
-                    await self.bus.js.delete_consumer(self.bus.subjects.stream, self.name)
-                except nats.js.errors.NotFoundError:
-                    pass
 
 
 StartAt = Literal["all", "new"] | int
