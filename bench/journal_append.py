@@ -19,13 +19,13 @@ from functools import partial
 from pathlib import Path
 
 from faultline.core import AssistantTurn, Envelope, Subjects, derive_id, encode
-from faultline.journal import GENESIS, Journal
+from faultline.journal import GENESIS, Incoming, Journal
 from faultline.journal._rows import seal
 
 STREAM = "FL_JOURNAL@bench"
 
 
-def make_batch(first_seq: int, size: int, body_bytes: int, episodes: int) -> list[tuple[str, int, str, Envelope]]:
+def make_batch(first_seq: int, size: int, body_bytes: int, episodes: int) -> list[Incoming]:
     subjects = Subjects()
     overhead = len(encode(AssistantTurn(text="")))
     text = "x" * max(body_bytes - overhead - 2, 0)
@@ -42,7 +42,7 @@ def make_batch(first_seq: int, size: int, body_bytes: int, episodes: int) -> lis
             hops=3,
             ts=1_767_225_600.0 + seq / 1000,
         )
-        batch.append((STREAM, seq, subjects.for_envelope(env), env))
+        batch.append(Incoming(STREAM, seq, subjects.for_envelope(env), env))
     return batch
 
 
@@ -59,7 +59,9 @@ def main() -> None:
         make_batch(1 + i * args.batch_size, args.batch_size, args.body_bytes, args.episodes)
         for i in range(args.batches)
     ]
-    print(f"body: {len(encode(batches[0][0][3].body))} bytes encoded; {args.batches} batches of {args.batch_size} rows")
+    print(
+        f"body: {len(encode(batches[0][0].envelope.body))} bytes encoded; {args.batches} batches of {args.batch_size} rows"
+    )
 
     seal_s = min(_timed(lambda: seal(batches[0], 0, GENESIS)) for _ in range(5))
     print(f"seal only      : {args.batch_size / seal_s:>10,.0f} rows/s")

@@ -163,9 +163,9 @@ def _incoming(number: int, row: ExportedRow) -> Incoming:
         hops=row.hops,
         ts=row.ts,
     )
-    if row.body_raw is not None:
-        return (row.stream, row.stream_seq, row.subject, envelope, row.body_raw)
-    return (row.stream, row.stream_seq, row.subject, envelope)
+    return Incoming(
+        stream=row.stream, stream_seq=row.stream_seq, subject=row.subject, envelope=envelope, body=row.body_raw
+    )
 
 
 def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> None:
@@ -176,7 +176,7 @@ def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> No
         where = f"line {number} (row {row.pos})"
         if row.pos != pos:
             raise ChainError(f"{where}: expected position {pos}; exports hold every row in order", pos)
-        if row.body_raw is not None and _encoder.encode(item[3].body) != _encoder.encode(row.body):
+        if row.body_raw is not None and _encoder.encode(item.envelope.body) != _encoder.encode(row.body):
             raise ChainError(f"{where}: body differs from body_raw (one of them edited)", pos)
         if row.body_digest != values[BODY_DIGEST]:
             raise ChainError(

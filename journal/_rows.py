@@ -24,11 +24,19 @@ GENESIS = "0" * 32
 SealedRow = tuple[Any, ...]
 """One row's values in `_schema.COLUMNS` order, ready for INSERT; read them at the `_schema` positions."""
 
-Incoming = tuple[str, int, str, Envelope] | tuple[str, int, str, Envelope, bytes]
-"""What the writer appends: (stream, stream_seq, subject, envelope[, body bytes as received]).
 
-With the body bytes the journal keeps exactly what was on the wire, fields this
-version does not know included; without them the body is encoded here."""
+class Incoming(msgspec.Struct, frozen=True):
+    """What the writer appends: a message and where the stream held it (`stream_seq` 0: not from a stream).
+
+    With `body`, the bytes as received, the journal keeps exactly what was on the wire,
+    fields this version does not know included; without it the body is encoded here.
+    """
+
+    stream: str
+    stream_seq: int
+    subject: str
+    envelope: Envelope
+    body: bytes | None = None
 
 
 class JournalRow(msgspec.Struct, frozen=True):
@@ -107,17 +115,19 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str) -> list[Seal
     pos = last_pos
     chain = last_chain
     for item in batch:
-        stream, stream_seq, subject, env = item[:4]
+        env = item.envelope
         body = env.body
-        data = item[4] if len(item) == 5 else pack(body)
+        data = item.body
+        if data is None:
+            data = pack(body)
         body_hex = blake2b(data, digest_size=16).hexdigest()
         kind = _kind(type(body))
         pos += 1
         key = (  # the digested columns, in table order (a test keeps them so)
             pos,
-            stream,
-            stream_seq,
-            subject,
+            item.stream,
+            item.stream_seq,
+            item.subject,
             env.id,
             env.episode,
             env.sender,

@@ -98,7 +98,7 @@ class Journal:
     # -- appending -----------------------------------------------------------------------------
 
     def append(self, rows: Iterable[Incoming], *, new_episode: str = "") -> int:
-        """Append (stream, stream_seq, subject, envelope) rows in one transaction; return how many.
+        """Append incoming messages in one transaction; return how many rows that made.
 
         A row whose (stream, stream_seq) is already journaled, or repeated in the batch, is
         skipped, so a redelivered batch never duplicates anything. stream_seq 0 means "not
@@ -248,8 +248,10 @@ def _drop_journaled(conn: sqlite3.Connection, batch: list[Incoming]) -> list[Inc
     """
     ranges: dict[str, list[int]] = {}
     ascending = True
-    for stream, seq, *_ in batch:
+    for row in batch:
+        seq = row.stream_seq
         if seq > 0:
+            stream = row.stream
             bounds = ranges.get(stream)
             if bounds is None:
                 ranges[stream] = [seq, seq]
@@ -273,8 +275,8 @@ def _drop_journaled(conn: sqlite3.Connection, batch: list[Incoming]) -> list[Inc
         return batch
     fresh: list[Incoming] = []
     for row in batch:
-        key = (row[0], row[1])
-        if row[1] > 0:
+        key = (row.stream, row.stream_seq)
+        if row.stream_seq > 0:
             if key in journaled:
                 continue
             journaled.add(key)

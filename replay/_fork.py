@@ -140,8 +140,7 @@ class _Fork:
         """Add rows for the journal only; `bodies` keeps copied history byte for byte where given."""
         for env, body in zip(envelopes, bodies or [None] * len(envelopes), strict=True):
             subject = self.subjects.for_envelope(env)
-            row: Incoming = (self.stream, 0, subject, env, body) if body is not None else (self.stream, 0, subject, env)
-            self.pending.append(row)
+            self.pending.append(Incoming(stream=self.stream, stream_seq=0, subject=subject, envelope=env, body=body))
 
     def write(self, envelopes: list[Envelope]) -> None:
         """Record for the journal and put deliverable messages in flight."""

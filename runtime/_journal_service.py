@@ -125,7 +125,13 @@ class JournalService:
             for delivery in batch:
                 env = await self.bus.decode_or_dead_letter(delivery)
                 if env is not None:
-                    row = (stream, delivery.stream_seq, delivery.subject, env, body_bytes(delivery.data))
+                    row = Incoming(
+                        stream=stream,
+                        stream_seq=delivery.stream_seq,
+                        subject=delivery.subject,
+                        envelope=env,
+                        body=body_bytes(delivery.data),
+                    )
                     rows.append((delivery, row))
             try:
                 await self._append(journal, rows)

@@ -25,11 +25,10 @@ from faultline.core import (
     UserTurn,
     derive_id,
 )
-from faultline.journal import Journal
+from faultline.journal import Incoming, Journal
 from faultline.journal._head import head_path
 
 STREAM = "FL_JOURNAL@2026-01-01T00:00:00Z"
-Incoming = tuple[str, int, str, Envelope]
 
 
 Outcome = Literal["success", "failure", "error", "timeout"]
@@ -83,7 +82,7 @@ def episode_envelopes(episode: str, *, outcome: Outcome = "success", t0: float =
 
 def incoming(envelopes: list[Envelope], *, stream: str = STREAM, first_seq: int = 1) -> list[Incoming]:
     subjects = Subjects()
-    return [(stream, first_seq + i, subjects.for_envelope(env), env) for i, env in enumerate(envelopes)]
+    return [Incoming(stream, first_seq + i, subjects.for_envelope(env), env) for i, env in enumerate(envelopes)]
 
 
 def two_episodes() -> list[Incoming]:

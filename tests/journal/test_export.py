@@ -13,7 +13,7 @@ import pytest
 from faultline._errors import ChainError, JournalError
 from faultline.cli import main
 from faultline.core import Envelope, Note
-from faultline.journal import Journal, JournalReader, export_jsonl, import_jsonl, verify
+from faultline.journal import Incoming, Journal, JournalReader, export_jsonl, import_jsonl, verify
 
 from .conftest import STREAM
 
@@ -96,7 +96,7 @@ def test_bodies_json_cannot_carry_round_trip_through_their_stored_bytes(tmp_path
     env = Envelope(id="n1", episode="ep", sender="a", recipient="b", body=Note(data=data))
     with Journal.open(path) as journal:
         # As a worker publishes it: keys in insertion order, not the journal's own sorted encoding.
-        journal.append([(STREAM, 1, "fl.ep.ep.b", env, msgspec.msgpack.encode(env.body))])
+        journal.append([Incoming(STREAM, 1, "fl.ep.ep.b", env, msgspec.msgpack.encode(env.body))])
     assert import_jsonl(exported(path).splitlines(), tmp_path / "exact.db") == 1
     assert all_rows(tmp_path / "exact.db") == all_rows(path)
     with pytest.raises(ChainError, match="JSON lost a value type"):

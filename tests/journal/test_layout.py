@@ -11,7 +11,7 @@ import msgspec
 from sqlite_utils.db import COLUMN_TYPE_MAPPING
 
 from faultline.core import Envelope, EpisodeCompleted
-from faultline.journal import GENESIS, ExportedRow, Journal, JournalRow, export_jsonl
+from faultline.journal import GENESIS, ExportedRow, Incoming, Journal, JournalRow, export_jsonl
 from faultline.journal._rows import seal
 from faultline.journal._schema import COLUMNS, DIGESTED, MESSAGE_COLUMNS, ROW_COLUMNS
 
@@ -75,7 +75,7 @@ def test_seal_puts_every_value_in_its_named_column() -> None:
         hops=7,
         ts=1_767_225_600.5,
     )
-    (sealed,) = seal([(STREAM, 42, "the-subject", env)], 9, GENESIS)
+    (sealed,) = seal([Incoming(STREAM, 42, "the-subject", env)], 9, GENESIS)
     row = dict(zip(COLUMNS, sealed, strict=True))
     assert {name: row[name] for name in ("pos", "stream", "stream_seq", "subject", "kind")} == {
         "pos": 10,

@@ -18,7 +18,7 @@ def test_rows_rebuild_the_envelopes_that_were_appended(journal_file: Path) -> No
         rows = list(reader.rows())
         assert reader.last_pos == 18
         assert reader.head == rows[-1].chain
-    assert [row.envelope() for row in rows] == [env for _, _, _, env in two_episodes()]
+    assert [row.envelope() for row in rows] == [item.envelope for item in two_episodes()]
     assert all(isinstance(row, JournalRow) for row in rows)
     assert rows[2].kind == "recording" and rows[2].subject == "fl.rec.ep-a.tool_agent"
 

@@ -9,13 +9,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faultline._errors import JournalError
 from faultline.core import Envelope, Note, digest, encode
-from faultline.journal import GENESIS, Journal, JournalReader, JournalSettings, verify
+from faultline.journal import GENESIS, Incoming, Journal, JournalReader, JournalSettings, verify
 from faultline.journal._head import head_path
 from faultline.journal._rows import chain_next, row_digest
 from faultline.journal._schema import COLUMNS, DIGESTED
@@ -23,7 +24,7 @@ from faultline.journal._schema import COLUMNS, DIGESTED
 from .conftest import STREAM, episode_envelopes, incoming, two_episodes
 
 
-def notes(count: int, *, first_seq: int = 1, stream: str = STREAM) -> list[tuple[str, int, str, Envelope]]:
+def notes(count: int, *, first_seq: int = 1, stream: str = STREAM) -> list[Incoming]:
     envs = [
         Envelope(id=f"n{first_seq + i}", episode="ep", sender="a", recipient="b", body=Note(text=str(first_seq + i)))
         for i in range(count)
@@ -47,8 +48,8 @@ def test_rows_are_appended_in_order_with_contiguous_positions_and_a_valid_chain(
     with JournalReader(path) as reader:
         rows = list(reader.rows())
     assert [row.pos for row in rows] == list(range(1, 19))
-    assert [row.envelope() for row in rows] == [env for _, _, _, env in batch]
-    assert [row.subject for row in rows] == [subject for _, _, subject, _ in batch]
+    assert [row.envelope() for row in rows] == [item.envelope for item in batch]
+    assert [row.subject for row in rows] == [item.subject for item in batch]
     chain = GENESIS
     for row in rows:
         assert row.body_digest == digest(row.body) == digest(encode(row.envelope().body))
@@ -110,7 +111,7 @@ def test_repeats_inside_one_batch_are_journaled_once(tmp_path: Path) -> None:
 def test_seq_zero_rows_are_never_skipped(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     row = notes(1)[0]
-    unstreamed = ("", 0, row[2], row[3])
+    unstreamed = Incoming("", 0, row.subject, row.envelope)
     with Journal.open(path) as journal:
         assert journal.append([unstreamed, unstreamed]) == 2
         assert journal.last_seq("") == 0
@@ -131,7 +132,7 @@ def test_a_batch_that_fails_is_rolled_back_whole(tmp_path: Path) -> None:
     with Journal.open(path) as journal:
         journal.append(notes(2))
         with pytest.raises(TypeError):
-            journal.append([*notes(2, first_seq=3), (STREAM, 5, "fl.ep.ep.b", bad)])
+            journal.append([*notes(2, first_seq=3), Incoming(STREAM, 5, "fl.ep.ep.b", bad)])
         assert journal.last_pos == 2
         assert journal.append(notes(2, first_seq=3)) == 2
     assert [seq for _, seq in positions_and_seqs(path)] == [1, 2, 3, 4]
@@ -290,7 +291,7 @@ def test_opening_a_journal_that_no_longer_reaches_its_head_record_warns(
 
 def test_a_new_episode_is_written_whole_once_and_refused_whole_after(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
-    fork = [(stream, 0, subject, env) for stream, _, subject, env in incoming(episode_envelopes("fork-1"))]
+    fork = [msgspec.structs.replace(item, stream_seq=0) for item in incoming(episode_envelopes("fork-1"))]
     with Journal.open(path) as journal:
         assert journal.append(fork, new_episode="fork-1") == 9
         with pytest.raises(JournalError, match="episode 'fork-1' is journaled already; nothing written"):

@@ -20,7 +20,7 @@ from faultline.core import (
     UserTurn,
     derive_id,
 )
-from faultline.journal import Journal
+from faultline.journal import Incoming, Journal
 
 STREAM = "FL_JOURNAL@test"
 
@@ -145,5 +145,5 @@ def write_journal(path: Path, episodes: Iterable[list[Envelope]]) -> int:
     subjects = Subjects()
     rows = [env for envs in episodes for env in envs]
     with Journal.open(path) as journal:
-        journal.append((STREAM, seq, subjects.for_envelope(env), env) for seq, env in enumerate(rows, start=1))
+        journal.append(Incoming(STREAM, seq, subjects.for_envelope(env), env) for seq, env in enumerate(rows, start=1))
     return len(rows)
