@@ -1,7 +1,8 @@
 """The journal file: tables, append-only triggers, derived views, and how connections are opened.
 
 A journal is one SQLite file in WAL mode. `messages` holds one row per journaled
-message at a contiguous position `pos` (1, 2, 3 ...); `meta` says what the file is.
+message at a contiguous position `pos` (1, 2, 3 ...), laid out as `MESSAGE_COLUMNS`;
+`meta` says what the file is.
 Triggers reject UPDATE and DELETE, so the database itself refuses to rewrite
 history; `verify` catches anyone who drops the triggers first.
 """
