@@ -24,6 +24,7 @@ from faultline.cli import main as cli
 from faultline.journal import JournalReader
 from faultline.replay import attribute, decisions
 from faultline.runtime import Config, agent_lookup, make_backend
+from faultline.runtime.models import SimBackend
 
 
 def campaign(journal: Path, trials: int, rate: float) -> None:
@@ -32,7 +33,7 @@ def campaign(journal: Path, trials: int, rate: float) -> None:
 
 
 def mistakes_of(rows: list) -> list[str]:  # type: ignore[type-arg]
-    return sorted({json.dumps(d.mistake, sort_keys=True) for d in decisions(rows) if d.mistake})
+    return sorted({json.dumps(d.mistake, sort_keys=True) for d in decisions(rows, "tool") if d.mistake})
 
 
 async def evaluate(journal: Path, scratch: Path, want: int) -> dict[str, dict[str, float]]:
@@ -50,10 +51,12 @@ async def evaluate(journal: Path, scratch: Path, want: int) -> dict[str, dict[st
         group = "one mistake" if len(known) == 1 else "several mistakes"
         if group == "one mistake" and len(groups[group]) >= want:
             continue
-        result = await attribute(journal, episode, lookup=lookup, backends=backends, scratch=scratch)
-        carrying = [d.index for d in decisions(rows) if d.mistake]
+        result = await attribute(
+            journal, episode, lookup=lookup, backends=backends, agent="tool", repair=SimBackend(), scratch=scratch
+        )
+        carrying = [d.index for d in decisions(rows, "tool") if d.mistake]
         step_ok = result.decision in carrying
-        made = decisions(rows)[result.decision - 1] if result.decision else None
+        made = decisions(rows, "tool")[result.decision - 1] if result.decision else None
         category_ok = bool(made and made.mistake and made.mistake.get("category") == result.category)
         groups[group].append(
             (result.agent == "tool" and result.decision is not None, step_ok, category_ok, result.forks)

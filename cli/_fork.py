@@ -14,7 +14,7 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.cli._run import add_model_flags, effective_config
-from faultline.core import EpisodeCompleted, MessageBody
+from faultline.core import EpisodeCompleted, FollowsGroundTruth, MessageBody
 from faultline.journal import JournalReader
 from faultline.replay import (
     Attribution,
@@ -61,11 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "attribute",
         help="find the decision that made a failed episode fail (by forks with repairs)",
-        description="Bisects over the tool agent's decisions: a repair replaces a decision by the ground-truth "
-        "action and lets the rest run without simulator mistakes.",
+        description="Bisects over one agent's decisions: a repair replaces a decision by the ground-truth "
+        "action and lets the rest run with the agent's model following the ground truth. Needs a model backend "
+        "that can follow it (sim can; openai cannot yet).",
     )
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", action="append", default=[], help="episode to attribute (repeatable)")
+    p.add_argument("--agent", default="tool", help="the agent whose decisions are repaired (default: tool)")
     p.add_argument("--all-failed", action="store_true", help="every failed episode of the journal")
     _add_destination(p, "the repair forks", "--scratch")
     p.add_argument("--json", action="store_true")
@@ -185,9 +187,22 @@ def _attribute(args: argparse.Namespace) -> int:
     config = effective_config(args)
     scratch = _destination(args)
 
+    role = config.role_of(args.agent)
+    repair = make_backend(config, role)
+    if not isinstance(repair, FollowsGroundTruth):
+        raise UsageError(
+            f"attribution by repair needs a model that can be told to follow the ground truth; the backend for "
+            f"role {role!r} ({type(repair).__name__}) cannot: attribute with --model sim"
+        )
+
     async def main() -> list[Attribution]:
         lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
-        return [await attribute(args.journal, e, lookup=lookup, backends=backends, scratch=scratch) for e in episodes]
+        return [
+            await attribute(
+                args.journal, e, lookup=lookup, backends=backends, agent=args.agent, repair=repair, scratch=scratch
+            )
+            for e in episodes
+        ]
 
     results = anyio.run(main)
     if args.json:

@@ -41,7 +41,15 @@ from faultline.core._messages import (
     digest,
     encode,
 )
-from faultline.core._models import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelBackend, Usage
+from faultline.core._models import (
+    ChatMessage,
+    FollowsGroundTruth,
+    LlmRequest,
+    LlmResponse,
+    LlmToolCall,
+    ModelBackend,
+    Usage,
+)
 from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
 
 __all__ = [
@@ -50,6 +58,7 @@ __all__ = [
     "AssistantTurn",
     "Body",
     "ChatMessage",
+    "FollowsGroundTruth",
     "Context",
     "ContextReply",
     "ContextRequest",

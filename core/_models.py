@@ -8,7 +8,7 @@ defaults, and defaults are left out of the encoding.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -71,3 +71,15 @@ class ModelBackend(Protocol):
     async def complete(self, request: LlmRequest) -> LlmResponse: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class FollowsGroundTruth(Protocol):
+    """A backend that can be told to follow a task's ground truth from a decision on.
+
+    Attribution by repair asks for this: the settings it returns go into the start data
+    of a fork, and from that decision of `agent` on the backend takes the right action.
+    None: it cannot do that for this agent.
+    """
+
+    def repair_settings(self, agent: str, decision: int) -> dict[str, Any] | None: ...

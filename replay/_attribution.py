@@ -1,10 +1,10 @@
-"""Failure attribution: which tool-agent decision made a failed episode fail.
+"""Failure attribution: which decision of an agent made a failed episode fail.
 
-A repair of decision i is a fork at the message the tool agent was handling when
-it made decision i: everything before is served from the journal, and from
-decision i on the simulator runs without mistakes (`repair_from_decision`), so
-decision i is replaced by the ground-truth action and one repair can decide the
-outcome. A repair at i rescues the episode exactly when no decision before i was
+A repair of decision i is a fork at the message the agent was handling when it
+made decision i: everything before is served from the journal, and from decision
+i on its model backend follows the task's ground truth (the backend says how, as
+`FollowsGroundTruth.repair_settings`), so decision i is replaced by the
+ground-truth action and one repair can decide the outcome. A repair at i rescues the episode exactly when no decision before i was
 decisive, so "rescued" is true up to the first decisive decision and false after
 it. The decisive decision is the last one whose repair still rescues the
 episode; bisection finds it in about log2(n) + 1 forks.
@@ -19,13 +19,11 @@ from typing import Any
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.core import AssistantTurn, ModelBackend, Recording, ToolCall
+from faultline.core import AssistantTurn, FollowsGroundTruth, ModelBackend, Recording, ToolCall
 from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE, Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay._fork import Keep, fork_episode, forks_path
 from faultline.replay._replay import AgentLookup
-
-TOOL_AGENT = "tool"
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,7 +51,7 @@ class Attribution(msgspec.Struct, frozen=True, kw_only=True):
     """The journal that holds the repair forks."""
 
 
-def decisions(rows: list[JournalRow], agent: str = TOOL_AGENT) -> list[Decision]:
+def decisions(rows: list[JournalRow], agent: str) -> list[Decision]:
     """The agent's model calls in order, each with the action it led to."""
     by_id = {r.id: r for r in rows}
     outputs: dict[str, list[JournalRow]] = {}
@@ -129,12 +127,15 @@ async def attribute(
     *,
     lookup: AgentLookup,
     backends: Callable[[str], ModelBackend],
+    agent: str,
+    repair: FollowsGroundTruth,
     scratch: str | Path | None = None,
 ) -> Attribution:
-    """Find the decisive tool-agent decision of a failed episode by bisection over repairs.
+    """Find the decisive decision of `agent` in a failed episode by bisection over repairs.
 
-    The repair forks go to `scratch` (default `forks_path(journal)`); forks already
-    there from an earlier attribution are reused, not run again.
+    `repair` is the backend that follows the ground truth from a decision on. The
+    repair forks go to `scratch` (default `forks_path(journal)`); forks already there
+    from an earlier attribution are reused, not run again.
     """
     verify(journal, facts=False).raise_if_broken()
     with JournalReader(journal) as reader:
@@ -144,9 +145,11 @@ async def attribute(
         raise FaultlineError(f"episode {episode!r} is not in {journal}")
     if summary.outcome == "success":
         raise FaultlineError(f"episode {episode!r} succeeded: there is no failure to attribute")
-    made = decisions(rows)
+    if repair.repair_settings(agent, 1) is None:
+        raise FaultlineError(f"the model backend {type(repair).__name__} cannot repair decisions of agent {agent!r}")
+    made = decisions(rows, agent)
     if not made:
-        raise FaultlineError(f"episode {episode!r} has no decision of the {TOOL_AGENT!r} agent to repair")
+        raise FaultlineError(f"episode {episode!r} has no decision of the {agent!r} agent to repair")
     forks: dict[int, Any] = {}
     destination = Path(scratch) if scratch is not None else forks_path(journal)
 
@@ -160,7 +163,7 @@ async def attribute(
                 lookup=lookup,
                 backends=backends,
                 out=destination,
-                settings={"repair_from_decision": i},
+                settings=repair.repair_settings(agent, i),
                 verified=True,
             )
         return bool(forks[i].outcome.outcome == "success")
@@ -170,7 +173,7 @@ async def attribute(
         evidence.append("repairing every decision from the first one on does not rescue the episode")
         return Attribution(
             episode=episode,
-            agent=TOOL_AGENT,
+            agent=agent,
             decision=None,
             position=None,
             forks=len(forks),
@@ -186,7 +189,7 @@ async def attribute(
         else:
             hi = mid - 1
     decisive = made[lo - 1]
-    right = _repaired_action(destination, forks[lo].episode, lo, decisive.action)
+    right = _repaired_action(destination, forks[lo].episode, agent, lo, decisive.action)
     domain = load_domain(summary.domain) if summary.domain else None
     task = domain.task(summary.task) if domain and summary.task else None
     evidence.append(f"repair at decision {lo} rescues the episode ({forks[lo].episode})")
@@ -196,7 +199,7 @@ async def attribute(
         )
     return Attribution(
         episode=episode,
-        agent=TOOL_AGENT,
+        agent=agent,
         decision=lo,
         position=decisive.recording_pos,
         wrong=decisive.action,
@@ -209,11 +212,13 @@ async def attribute(
     )
 
 
-def _repaired_action(journal: str | Path, fork: str, index: int, wrong: dict[str, Any]) -> dict[str, Any] | None:
+def _repaired_action(
+    journal: str | Path, fork: str, agent: str, index: int, wrong: dict[str, Any]
+) -> dict[str, Any] | None:
     """What the repair did at decision `index`; for a wrong call, the call it made (past its confirmation question)."""
     with JournalReader(journal) as reader:
         rows = list(reader.episode_rows(fork))
-    made = decisions(rows)[index - 1 :]
+    made = decisions(rows, agent)[index - 1 :]
     if not made:
         return None
     if wrong.get("name") not in ("reply", "(nothing)"):

@@ -35,6 +35,7 @@ PUBLIC = {
         "AssistantTurn",
         "Body",
         "ChatMessage",
+        "FollowsGroundTruth",
         "Context",
         "ContextReply",
         "ContextRequest",

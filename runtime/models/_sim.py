@@ -135,6 +135,11 @@ class SimBackend:
     async def aclose(self) -> None:
         return None
 
+    def repair_settings(self, agent: str, decision: int) -> dict[str, Any] | None:
+        """The simulated tool agent makes no mistakes from `decision` on (see `EpisodeSpec`);
+        the simulated user makes none at all, so there is nothing of it to repair."""
+        return {"repair_from_decision": decision} if agent == "tool" else None
+
     def respond(self, request: LlmRequest) -> LlmResponse:
         """The reply to `request`, computed synchronously (the same request always gives the same reply)."""
         spec = _spec(request.metadata)

@@ -18,7 +18,7 @@ def single_mistake_failures(journal: Path, limit: int) -> dict[str, tuple[list[i
         for summary in reader.episodes():
             if summary.outcome != "failure" or len(found) >= limit:
                 continue
-            made = decisions(list(reader.episode_rows(summary.episode)))
+            made = decisions(list(reader.episode_rows(summary.episode)), "tool")
             carrying = [d for d in made if d.mistake]
             if len({json.dumps(d.mistake, sort_keys=True) for d in carrying}) == 1:
                 found[summary.episode] = ([d.index for d in carrying], carrying[0].mistake["category"])  # type: ignore[index]
@@ -70,3 +70,36 @@ def test_attributing_again_reuses_the_repair_forks_and_leaves_the_source_alone(
         assert list(unchanged.rows()) == source
     assert main(["replay", str(forks)]) == 0
     assert main(["replay", str(journal_copy)]) == 0
+
+
+def test_a_backend_that_cannot_follow_the_ground_truth_is_refused_in_one_line(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    episode = next(iter(single_mistake_failures(journal_copy, 1)))
+    code = main(
+        [
+            "attribute",
+            str(journal_copy),
+            "--episode",
+            episode,
+            "--model",
+            "openai",
+            "--model-name",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ]
+    )
+    assert code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "cannot: attribute with --model sim" in line
+
+
+def test_the_repaired_agent_is_named_and_the_backend_says_whether_it_can(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    episode = next(iter(single_mistake_failures(journal_copy, 1)))
+    assert main(["attribute", str(journal_copy), "--episode", episode, "--agent", "user"]) == 1
+    assert "SimBackend cannot repair decisions of agent 'user'" in capsys.readouterr().err
+    assert main(["attribute", str(journal_copy), "--episode", episode, "--agent", "nobody"]) == 1
+    assert "SimBackend cannot repair decisions of agent 'nobody'" in capsys.readouterr().err

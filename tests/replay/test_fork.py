@@ -31,7 +31,7 @@ def one_wrong_call(journal: Path) -> tuple[str, int, dict]:  # type: ignore[type
             if summary.outcome != "failure":
                 continue
             rows = list(reader.episode_rows(summary.episode))
-            wrong = [d for d in decisions(rows) if d.mistake]
+            wrong = [d for d in decisions(rows, "tool") if d.mistake]
             mistakes = {json.dumps(d.mistake, sort_keys=True) for d in wrong}
             calls = [d for d in wrong if d.action["name"] not in ("reply", "(nothing)")]
             if len(mistakes) == 1 and calls:
@@ -213,7 +213,7 @@ class StuckModel:
 async def test_a_fork_cancelled_midway_leaves_no_rows_and_can_be_run_again(journal_copy: Path) -> None:
     with JournalReader(journal_copy) as reader:
         episode = next(s.episode for s in reader.episodes() if s.outcome == "success")
-        pos = decisions(list(reader.episode_rows(episode)))[0].input_pos  # the tool agent asks its model next
+        pos = decisions(list(reader.episode_rows(episode)), "tool")[0].input_pos  # the tool agent asks its model next
     stuck = StuckModel()
     forks = forks_path(journal_copy)
     lookup = agent_lookup(Config())
