@@ -60,6 +60,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a record comes (a test or a CLI may swap it)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 def resolve_level(level: str | int | None = None) -> int:
     """A level from the argument, else `FAULTLINE_LOG`, else WARNING; a bad name is a ValueError."""
     chosen = level if level is not None else os.environ.get(ENV_LEVEL) or DEFAULT_LEVEL
@@ -72,15 +84,15 @@ def resolve_level(level: str | int | None = None) -> int:
 
 
 def configure(level: str | int | None = None, *, stream: TextIO | None = None, as_json: bool | None = None) -> None:
-    """Send the `faultline` loggers to `stream` (stderr) at `level`; calling it again replaces the set-up."""
-    stream = stream or sys.stderr
+    """Send the `faultline` loggers to `stream` (default: the current stderr) at `level`; calling it again
+    replaces the set-up."""
     if as_json is None:
-        as_json = not stream.isatty()
+        as_json = not (stream or sys.stderr).isatty()
     root = logging.getLogger("faultline")
     root.setLevel(resolve_level(level))
     for handler in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(handler)
-    handler = logging.StreamHandler(stream)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
     root.addHandler(handler)

@@ -57,3 +57,15 @@ def test_the_cli_flag_sets_the_level_for_child_processes(
     assert main(["--log-level", "shout", "journal", "verify", "missing.sqlite"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown log level 'shout'" in err
+
+
+def test_records_go_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI configures logging once per command; a stderr swapped later (a test's capture) still gets lines."""
+    configure("WARNING", as_json=False)
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    logging.getLogger("faultline.bus").warning("one")
+    first.close()
+    monkeypatch.setattr("sys.stderr", second)
+    logging.getLogger("faultline.bus").warning("two")
+    assert second.getvalue().rstrip().endswith("faultline.bus: two")

@@ -141,9 +141,9 @@ async def test_sigkilled_worker_recovers_by_replay_with_identical_journal(
     assert clean.keys() == crashed.keys() == set(episodes)
     for episode in episodes:
         assert crashed[episode] == clean[episode], episode
-    # A call cut off by the kill may be made again; no recorded call is.
+    # A call cut off by the kill may be made again (at most one per episode in flight); no recorded call is.
     assert len(clean_calls) == 3 * ROUNDS
-    assert len(crash_calls) - len(clean_calls) in (0, 1)
+    assert 0 <= len(crash_calls) - len(clean_calls) <= len(episodes)
 
 
 REPO = Path(__file__).resolve().parents[2]
