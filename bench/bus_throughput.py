@@ -303,18 +303,12 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         root = Path(scratch)
         journal = root / "journal.sqlite"
         supervisor = Supervisor(journal_path=journal, workers=[], store_dir=root / "nats", log_dir=root / "logs")
-        async with anyio.create_task_group() as tg:
-            try:
-                await supervisor.start(tg)
-                assert supervisor.server is not None and supervisor.server.pid is not None
-                pids = {"bench": os.getpid(), "nats-server": supervisor.server.pid}
-                journal_pid = supervisor.pid("journal")
-                assert journal_pid is not None
-                return await measure(args, console, supervisor.url, pids, journal_pid, journal, root)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await supervisor.stop()
-                tg.cancel_scope.cancel()
+        async with supervisor.running():
+            assert supervisor.server is not None and supervisor.server.pid is not None
+            pids = {"bench": os.getpid(), "nats-server": supervisor.server.pid}
+            journal_pid = supervisor.pid("journal")
+            assert journal_pid is not None
+            return await measure(args, console, supervisor.url, pids, journal_pid, journal, root)
 
 
 async def measure(

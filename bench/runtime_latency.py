@@ -232,14 +232,8 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             store_dir=root / "nats",
             log_dir=root / "logs",
         )
-        async with anyio.create_task_group() as tg:
-            try:
-                await supervisor.start(tg)
-                return await measure(args, console, supervisor, journal)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await supervisor.stop()
-                tg.cancel_scope.cancel()
+        async with supervisor.running():
+            return await measure(args, console, supervisor, journal)
 
 
 async def measure(args: argparse.Namespace, console: Console, supervisor: Supervisor, journal: Path) -> dict[str, Any]:

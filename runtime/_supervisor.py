@@ -16,7 +16,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -227,6 +228,18 @@ class Supervisor:
     def pid(self, name: str) -> int | None:
         child = self._children.get(name)
         return child.process.pid if child and child.process else None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Supervisor]:
+        """Every process started for the block, and stopped in order after it, also after an error."""
+        async with anyio.create_task_group() as tg:
+            try:
+                await self.start(tg)
+                yield self
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.stop()
+                tg.cancel_scope.cancel()
 
     async def stop(self) -> None:
         """Drain workers, let the journal catch up, stop the server. Safe to call twice.

@@ -37,14 +37,8 @@ async def live_system(
         store_dir=None if temporary_store else tmp_path / "nats",
         log_dir=tmp_path / "logs",
     )
-    async with anyio.create_task_group() as tg:
-        try:
-            await supervisor.start(tg)
-            yield supervisor
-        finally:
-            with anyio.CancelScope(shield=True):
-                await supervisor.stop()
-            tg.cancel_scope.cancel()
+    async with supervisor.running():
+        yield supervisor
 
 
 @functools.cache

@@ -241,29 +241,24 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_within_200_ms(
         assert main([*args, "--nats", supervisor.url]) == 0
         return capsys.readouterr().out
 
-    async with anyio.create_task_group() as tg:
-        try:
-            await supervisor.start(tg)
-            bus = supervisor.bus
-            assert bus is not None
-            await bus.nc.subscribe(bus.subjects.direct("live", "pinger"), cb=on_pong)
-            await start_episode(bus, "live", "pinger", EpisodeStarted(task="toy"), Start(data={"rounds": 10**6}))
-            await more_pongs(50)
-            said = await anyio.to_thread.run_sync(
-                cli, "inject", "broadcast", "--from", "ponger", "--targets", "bystander", "--id", "amp"
-            )
-            assert "taken in by 1/1 worker(s)" in said
-            await more_pongs(100)
-            [listed] = json.loads(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))
-            assert (listed["id"], listed["fault"], listed["sender"]) == ("amp", "broadcast", "ponger")
-            assert listed["applied"] > 0
-            assert "removed" in await anyio.to_thread.run_sync(cli, "faults", "clear", "amp")
-            await more_pongs(100)
-            assert json.loads(await anyio.to_thread.run_sync(cli, "faults", "list", "--json")) == []
-            await wait_for_journal(bus)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await supervisor.stop()
+    async with supervisor.running():
+        bus = supervisor.bus
+        assert bus is not None
+        await bus.nc.subscribe(bus.subjects.direct("live", "pinger"), cb=on_pong)
+        await start_episode(bus, "live", "pinger", EpisodeStarted(task="toy"), Start(data={"rounds": 10**6}))
+        await more_pongs(50)
+        said = await anyio.to_thread.run_sync(
+            cli, "inject", "broadcast", "--from", "ponger", "--targets", "bystander", "--id", "amp"
+        )
+        assert "taken in by 1/1 worker(s)" in said
+        await more_pongs(100)
+        [listed] = json.loads(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))
+        assert (listed["id"], listed["fault"], listed["sender"]) == ("amp", "broadcast", "ponger")
+        assert listed["applied"] > 0
+        assert "removed" in await anyio.to_thread.run_sync(cli, "faults", "clear", "amp")
+        await more_pongs(100)
+        assert json.loads(await anyio.to_thread.run_sync(cli, "faults", "list", "--json")) == []
+        await wait_for_journal(bus)
 
     with JournalReader(journal) as reader:
         [add, clear] = [r.envelope() for r in reader.episode_rows("control")]

@@ -58,13 +58,8 @@ async def system(tmp_path: Path, name: str) -> AsyncIterator[Supervisor]:
         store_dir=tmp_path / f"{name}-nats",
         log_dir=tmp_path / f"{name}-logs",
     )
-    async with anyio.create_task_group() as tg:
-        try:
-            await supervisor.start(tg)
-            yield supervisor
-        finally:
-            with anyio.CancelScope(shield=True):
-                await supervisor.stop()
+    async with supervisor.running():
+        yield supervisor
 
 
 def content(path: Path) -> dict[str, list[tuple[object, ...]]]:

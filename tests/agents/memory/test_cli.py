@@ -134,22 +134,17 @@ async def test_serve_runs_under_the_supervisor(nats_server: EmbeddedServer, tmp_
         nats_url=nats_server.url,
         log_dir=tmp_path / "logs",
     )
-    async with anyio.create_task_group() as tg:
-        try:
-            await supervisor.start(tg)
-            bus = supervisor.bus
-            assert bus is not None
-            for envelopes in sample_episodes():
-                await bus.publish_all(envelopes)
-            with anyio.fail_after(30):
-                state = await wait_for_memory(bus)
-            assert (state.caught_up, state.entries) == (True, 7)
-            body = retrieval_body(domain="phone", query="suspend my line", mode=TopK(k=1))
-            reply = await bus.nc.request(bus.subjects.svc("memory"), msgspec.msgpack.encode(body), timeout=10)
-            assert [s["entry"]["id"] for s in msgspec.msgpack.decode(reply.data)["entries"]] == ["ep-5"]
-        finally:
-            with anyio.CancelScope(shield=True):
-                await supervisor.stop()
+    async with supervisor.running():
+        bus = supervisor.bus
+        assert bus is not None
+        for envelopes in sample_episodes():
+            await bus.publish_all(envelopes)
+        with anyio.fail_after(30):
+            state = await wait_for_memory(bus)
+        assert (state.caught_up, state.entries) == (True, 7)
+        body = retrieval_body(domain="phone", query="suspend my line", mode=TopK(k=1))
+        reply = await bus.nc.request(bus.subjects.svc("memory"), msgspec.msgpack.encode(body), timeout=10)
+        assert [s["entry"]["id"] for s in msgspec.msgpack.decode(reply.data)["entries"]] == ["ep-5"]
     assert supervisor.status()[1]["restarts"] == 0
     with MemoryStore(store, HashingEmbedder()) as memory:
         assert len(memory) == 7
