@@ -10,7 +10,8 @@ from typing import NoReturn
 from faultline._errors import DecodeError, SubjectError
 from faultline.core._messages import Control, Envelope
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOKEN_CHARS = "[A-Za-z0-9_-]"
+_TOKEN = re.compile(rf"^{_TOKEN_CHARS}{{1,64}}$")
 
 DEFAULT_PREFIX = "fl"
 
@@ -106,7 +107,7 @@ _FIELDS = {
 }
 """For each subject family, the envelope field each token of `_route` comes from."""
 
-_NAMES = re.compile(r"[A-Za-z0-9_-]{1,64}\0[A-Za-z0-9_-]{1,64}\0[A-Za-z0-9_-]{0,64}\0[A-Za-z0-9_-]{0,64}")
+_NAMES = re.compile("\0".join(rf"{_TOKEN_CHARS}{{{least},64}}" for least in (1, 1, 0, 0)))
 """Episode, sender, recipient and topic joined by NULs: each a token, the last two possibly empty."""
 
 
