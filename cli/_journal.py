@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from faultline._errors import DecodeError, JournalError
+from faultline.cli._run import whole_number
 from faultline.cli._system import add_journal_serve
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
@@ -69,6 +70,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("file", type=Path)
     p.add_argument(
         "--anchor", default="", metavar="HEX", help="a head value saved earlier that must still be in the chain"
+    )
+    p.add_argument(
+        "--jobs",
+        type=whole_number(1),
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="check ranges of a large journal in N processes (default: the number of CPUs)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="check only the rows after the last check that held (FILE.verified), as replay does;"
+        " without it every row is checked",
     )
     p.set_defaults(handler=_pipe_safe(_verify))
 
@@ -137,7 +151,7 @@ def _console() -> Console:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = verify(args.file, anchor=args.anchor)
+    report = verify(args.file, anchor=args.anchor, jobs=args.jobs, resume=args.resume)
     report.raise_if_broken()
     print(report.summary())
     return 0

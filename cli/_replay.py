@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from faultline._errors import JournalError
+from faultline.cli._run import whole_number
 from faultline.replay import Replayer, ReplayReport
 from faultline.runtime import agent_lookup, load_config
 
@@ -24,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
     p.add_argument("--config", type=Path, help="faultline.toml naming custom agent classes")
-    p.add_argument("--jobs", "-j", type=int, default=1, help="replay in N processes (episodes are independent)")
+    p.add_argument(
+        "--jobs", "-j", type=whole_number(1), default=1, help="replay in N processes (episodes are independent)"
+    )
     p.add_argument(
         "--reexecute-tools",
         action="store_true",

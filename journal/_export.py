@@ -66,7 +66,7 @@ _decoder = msgspec.json.Decoder(ExportedRow)
 
 
 def export_row(row: JournalRow, *, raw: bool = False) -> str:
-    """One row as a JSON object on one line (no newline); `raw` adds the stored body bytes, as exports do."""
+    """One row as a JSON object on one line (no newline); `raw` adds the body bytes as received, as exports do."""
     try:
         body = row.decoded_body()
     except DecodeError as exc:
@@ -170,7 +170,7 @@ def _incoming(number: int, row: ExportedRow) -> Incoming:
 
 def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> None:
     incoming = [_incoming(number, row) for number, row in batch]
-    sealed = seal(incoming, journal.last_pos, journal.head)
+    sealed = seal(incoming, journal.last_pos, journal.head, blobs := journal._new_blobs())
     for (number, row), item, values in zip(batch, incoming, sealed, strict=True):
         pos = values[POS]
         where = f"line {number} (row {row.pos})"
@@ -188,4 +188,4 @@ def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> No
             raise ChainError(f"{where}: row digest differs from the exported one (a column edited)", pos)
         if row.chain != values[CHAIN]:
             raise ChainError(f"{where}: chain differs from the exported one (row removed or reordered before it)", pos)
-    journal._write_sealed(sealed)
+    journal._write_sealed(sealed, blobs)

@@ -1,4 +1,4 @@
-"""The head record: a journal's row count and last chain value, kept in a file beside it.
+"""The head record: a journal's row count and last chain value, kept in a file beside it; and the checkpoint.
 
 A hash chain shows that the rows it covers were not edited, removed or reordered,
 but a journal cut short at the end is still a valid, shorter chain. So the writer
@@ -14,6 +14,10 @@ before it closed, or two writers racing): rows appended after it are fine. It is
 like the journal in its default `synchronous=NORMAL` mode: after a power loss it
 can name batches the journal lost, which `verify` reports as a cut until the
 journal service has re-journaled them from the stream.
+
+The checkpoint (`<journal>.verified`) has the same form and is written by `verify`
+after a check that held: the rows up to it need not be checked again by a resumed
+check, as long as the chain still passes through it.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import msgspec
 from faultline._errors import JournalError
 
 HEAD_FORMAT = "faultline-journal-head"
+CHECKPOINT_FORMAT = "faultline-journal-verified"
 
 
 class HeadRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """What a writer saw committed: `rows` rows, the last with chain value `head`."""
+    """What a writer saw committed (or `verify` found to hold): `rows` rows, the last with chain value `head`."""
 
     rows: int
     head: str
@@ -44,15 +49,42 @@ def head_path(journal: Path) -> Path:
     return journal.with_name(journal.name + ".head")
 
 
+def checkpoint_path(journal: Path) -> Path:
+    """Where `verify` keeps the last checked (rows, head) of the journal at `journal`."""
+    return journal.with_name(journal.name + ".verified")
+
+
 def write_head(journal: Path, record: HeadRecord, temporary: Path) -> None:
     """Replace the head record atomically: write `temporary`, then rename it over the record."""
+    _replace(head_path(journal), record, temporary)
+
+
+def write_checkpoint(journal: Path, rows: int, head: str) -> None:
+    path = checkpoint_path(journal)
+    _replace(
+        path, HeadRecord(rows=rows, head=head, format=CHECKPOINT_FORMAT), path.with_name(f".{path.name}.{os.getpid()}")
+    )
+
+
+def _replace(path: Path, record: HeadRecord, temporary: Path) -> None:
     temporary.write_bytes(msgspec.json.encode(record))
-    os.replace(temporary, head_path(journal))
+    os.replace(temporary, path)
 
 
 def read_head(journal: Path) -> HeadRecord | None:
     """The head record of `journal`, or None when there is none; JournalError if it is not one."""
-    path = head_path(journal)
+    return _read(head_path(journal), HEAD_FORMAT)
+
+
+def read_checkpoint(journal: Path) -> HeadRecord | None:
+    """The checkpoint of `journal`, or None when there is none or it is unreadable (a full check follows)."""
+    try:
+        return _read(checkpoint_path(journal), CHECKPOINT_FORMAT)
+    except JournalError:
+        return None
+
+
+def _read(path: Path, format: str) -> HeadRecord | None:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -63,7 +95,7 @@ def read_head(journal: Path) -> HeadRecord | None:
         record = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise JournalError(f"{path}: not a journal head record ({exc}); remove it to verify without one") from None
-    if record.format != HEAD_FORMAT:
+    if record.format != format:
         raise JournalError(f"{path}: not a journal head record (format is {record.format!r})")
     return record
 

@@ -2,7 +2,9 @@
 
 The reader never writes (its connection is query-only), so it can run beside the
 writer (WAL mode) or on a copy on another machine. Rows keep their bodies encoded; decoding happens only when
-a caller asks for `row.envelope()`.
+a caller asks for `row.envelope()`. Model requests stored content-addressed (`_requests`) are
+expanded to the bodies as received, unless the reader is asked for them as stored: replay
+compares request digests only, and so reads neither the items nor their keys' contents.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import msgspec
 
 from faultline._errors import JournalError
+from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, connect_readonly
 
@@ -53,17 +57,29 @@ class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
 _EPISODE_SELECT = ", ".join(EpisodeSummary.__struct_fields__)
 
 
-def _rows(cursor: sqlite3.Cursor) -> Iterator[JournalRow]:
-    for values in cursor:
-        yield JournalRow(*values)
-
-
 class JournalReader:
-    """A read-only view of a journal file. Raises JournalError if the file is missing or not a journal."""
+    """A read-only view of a journal file. Raises JournalError if the file is missing or not a journal.
 
-    def __init__(self, path: str | Path, settings: JournalSettings | None = None) -> None:
+    `expand_requests=False` yields model recordings in their stored form (see `JournalRow`),
+    which costs nothing to read; rows read that way must not be copied into another journal.
+    """
+
+    def __init__(
+        self, path: str | Path, settings: JournalSettings | None = None, *, expand_requests: bool = True
+    ) -> None:
         self.path = Path(path)
         self._conn = connect_readonly(self.path, settings or JournalSettings())
+        self._blobs = BlobStore(self._conn) if expand_requests else None
+
+    def _row(self, values: tuple[Any, ...]) -> JournalRow:
+        row = JournalRow(*values)
+        if self._blobs is not None and is_compact(row.body):
+            row = msgspec.structs.replace(row, body=self._blobs.expand(row.body, f"{self.path}: row {row.pos}"))
+        return row
+
+    def _rows(self, cursor: sqlite3.Cursor) -> Iterator[JournalRow]:
+        for values in cursor:
+            yield self._row(values)
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
         try:
@@ -89,22 +105,22 @@ class JournalReader:
         values = self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos = ?", (pos,)).fetchone()
         if values is None:
             raise JournalError(f"{self.path}: no row at position {pos}")
-        return JournalRow(*values)
+        return self._row(values)
 
     # -- scans ---------------------------------------------------------------------------------
 
     def rows(self, start: int = 1, stop: int | None = None) -> Iterator[JournalRow]:
         """Rows with start <= pos (< stop), in position order, streamed from one scan."""
         if stop is None:
-            return _rows(self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? ORDER BY pos", (start,)))
-        return _rows(
+            return self._rows(self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? ORDER BY pos", (start,)))
+        return self._rows(
             self._query(f"SELECT {ROW_SELECT} FROM messages WHERE pos >= ? AND pos < ? ORDER BY pos", (start, stop))
         )
 
     def tail(self, n: int) -> list[JournalRow]:
         """The last `n` rows, oldest first."""
         cursor = self._query(f"SELECT {ROW_SELECT} FROM messages ORDER BY pos DESC LIMIT ?", (max(n, 0),))
-        return list(_rows(cursor))[::-1]
+        return list(self._rows(cursor))[::-1]
 
     def has_episode(self, episode: str) -> bool:
         """Whether any row belongs to `episode` (one lookup in the episode index)."""
@@ -112,7 +128,7 @@ class JournalReader:
 
     def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
         """One episode's rows from position `start` on, in position order."""
-        return _rows(
+        return self._rows(
             self._query(
                 f"SELECT {ROW_SELECT} FROM messages WHERE episode = ? AND pos >= ? ORDER BY pos",
                 (episode, start),
@@ -128,7 +144,7 @@ class JournalReader:
         if episodes is None:
             cursor = self._query(f"SELECT {ROW_SELECT} FROM messages ORDER BY episode, pos")
             current: list[JournalRow] = []
-            for row in _rows(cursor):
+            for row in self._rows(cursor):
                 if current and row.episode != current[0].episode:
                     yield current[0].episode, current
                     current = []

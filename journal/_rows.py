@@ -15,8 +15,10 @@ from typing import Any
 
 import msgspec
 
+from faultline._errors import JournalError
 from faultline.core import Envelope, MessageBody, decode_body, digest, encode
 from faultline.journal._facts import FACT_KINDS, facts_of
+from faultline.journal._requests import BlobWriter, is_compact
 
 GENESIS = "0" * 32
 """The chain value before the first row."""
@@ -42,7 +44,9 @@ class Incoming(msgspec.Struct, frozen=True):
 class JournalRow(msgspec.Struct, frozen=True):
     """One stored message, exactly as the journal holds it; the body stays encoded until asked.
 
-    The fields are `_schema.ROW_COLUMNS`, in order (a test keeps them so).
+    The fields are `_schema.ROW_COLUMNS`, in order (a test keeps them so). `body` is the
+    body as received, unless the reader was asked for stored requests (`_requests`): then
+    an `llm` recording's body is its stored form, and its request lists hold item keys.
     """
 
     pos: int
@@ -65,7 +69,7 @@ class JournalRow(msgspec.Struct, frozen=True):
 
     def decoded_body(self) -> MessageBody:
         """The body struct; raises DecodeError for a kind this version does not know."""
-        return decode_body(self.body)
+        return decode_body(self.body[1:] if is_compact(self.body) else self.body)
 
     def envelope(self) -> Envelope:
         """The envelope as it travelled, rebuilt from the columns and the body."""
@@ -73,7 +77,7 @@ class JournalRow(msgspec.Struct, frozen=True):
             id=self.id,
             episode=self.episode,
             sender=self.sender,
-            body=decode_body(self.body),
+            body=self.decoded_body(),
             recipient=self.recipient,
             topic=self.topic,
             causation=self.causation,
@@ -102,11 +106,12 @@ def chain_next(previous: str, row_digest_hex: str) -> str:
     return digest((previous + row_digest_hex).encode("ascii"))
 
 
-def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str) -> list[SealedRow]:
+def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str, blobs: BlobWriter | None = None) -> list[SealedRow]:
     """Give each incoming message its position, digests and chain value, continuing the tail.
 
     The hot path of the writer: one body encoding and three digests per row, nothing else.
     The digests are `faultline.bus.digest` and `encode` inlined (a test keeps them equal).
+    With `blobs`, model requests are stored content-addressed and their blobs added to its batch.
     """
     sealed: list[SealedRow] = []
     add = sealed.append
@@ -120,6 +125,8 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str) -> list[Seal
         data = item.body
         if data is None:
             data = pack(body)
+        elif is_compact(data):
+            raise JournalError("a body in its stored form was given to the writer: read rows expanded to copy them")
         body_hex = blake2b(data, digest_size=16).hexdigest()
         kind = _kind(type(body))
         pos += 1
@@ -142,5 +149,6 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str) -> list[Seal
         row_hex = blake2b(pack(key), digest_size=16).hexdigest()
         chain = blake2b((chain + row_hex).encode("ascii"), digest_size=16).hexdigest()
         facts = facts_of(body, data) if kind in FACT_KINDS else None
-        add((*key, data, row_hex, chain, facts))
+        stored = blobs.compact(data) if blobs is not None and kind == "recording" else None
+        add((*key, stored or data, row_hex, chain, facts))
     return sealed

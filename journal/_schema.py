@@ -2,7 +2,8 @@
 
 A journal is one SQLite file in WAL mode. `messages` holds one row per journaled
 message at a contiguous position `pos` (1, 2, 3 ...), laid out as `MESSAGE_COLUMNS`;
-`meta` says what the file is.
+`blobs` holds the items of model requests, each once (`_requests`); `meta` says what
+the file is.
 Triggers reject UPDATE and DELETE, so the database itself refuses to rewrite
 history; `verify` catches anyone who drops the triggers first.
 """
@@ -20,7 +21,9 @@ import sqlite_utils
 from faultline._errors import JournalError
 
 FORMAT = "faultline-journal"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: bodies as received. 2: adds `blobs`, for model requests stored content-addressed (`_requests`).
+This version reads and appends to both; a journal keeps the version it was created with."""
 
 
 class JournalSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,7 +103,7 @@ INSERT = f"INSERT INTO messages ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 
 _TRIGGERS = [
     f"CREATE TRIGGER {table}_no_{action} BEFORE {action.upper()} ON {table} "
     f"BEGIN SELECT RAISE(ABORT, 'journal is append-only: {table} rows cannot be {action}d'); END"
-    for table in ("messages", "meta")
+    for table in ("messages", "meta", "blobs")
     for action in ("update", "delete")
 ]
 
@@ -213,6 +216,7 @@ def create(conn: sqlite3.Connection) -> None:
         pk="pos",
         not_null={column.name for column in MESSAGE_COLUMNS if column.part != "derived"},
     )
+    db.execute("CREATE TABLE blobs (key BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID")
     messages.create_index(["episode", "pos"])
     messages.create_index(["kind"])
     db.execute(_STREAM_SEQ_INDEX)
@@ -230,8 +234,8 @@ def create(conn: sqlite3.Connection) -> None:
     )
 
 
-def check(conn: sqlite3.Connection, path: Path) -> None:
-    """Raise JournalError unless the file is a journal this version can read and write."""
+def check(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version; JournalError unless it is a journal this version can read and write."""
     if not {"meta", "messages"} <= table_names(conn, path):
         raise JournalError(f"{path}: not a Faultline journal (no meta and messages tables)")
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -244,8 +248,9 @@ def check(conn: sqlite3.Connection, path: Path) -> None:
         raise JournalError(
             f"{path}: journal schema {version} is newer than this Faultline reads ({SCHEMA_VERSION}); upgrade Faultline"
         )
-    if int(version) < SCHEMA_VERSION:
-        raise JournalError(f"{path}: journal schema {version} is older than {SCHEMA_VERSION} and has no migration")
+    if int(version) < 1:
+        raise JournalError(f"{path}: journal schema {version} is not one this Faultline reads")
+    return int(version)
 
 
 def connect_readonly(path: str | Path, settings: JournalSettings) -> sqlite3.Connection:

@@ -10,18 +10,36 @@ were cut from the end. What it cannot prove: that nobody rewrote the rows with a
 recomputed chain together with the head record, or cut the end and deleted the
 record (then verify says the end is unchecked). For that, keep a head value
 somewhere else and pass it as `anchor`: it must still be in the chain.
+
+Every row is checked on its own against the stored chain value of the row before
+it, so ranges of rows are checked in parallel (`jobs`). A check that holds leaves a
+checkpoint beside the file (`_head`); a resumed check (`resume=True`, what replay,
+forks and attribution use) starts after it when the chain still passes through it.
+It proves the rows appended since; an edit to a row before the checkpoint that left
+the stored chain values alone is found by the next full check (`faultline journal verify`).
 """
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
+import sqlite3
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import msgspec
 
-from faultline._errors import ChainError, DecodeError
+from faultline._errors import ChainError, DecodeError, JournalError
 from faultline.core import decode_body, digest
 from faultline.journal._facts import FACT_KINDS, facts_of
-from faultline.journal._head import cut_problem, head_path, read_head
+from faultline.journal._head import (
+    cut_problem,
+    head_path,
+    read_checkpoint,
+    read_head,
+    write_checkpoint,
+)
+from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, chain_next, row_digest
 from faultline.journal._schema import (
     BODY,
@@ -36,6 +54,11 @@ from faultline.journal._schema import (
     JournalSettings,
     connect_readonly,
 )
+
+log = logging.getLogger(__name__)
+
+PARALLEL_ROWS = 20_000
+"""Below this many rows to check, extra processes cost more than they save."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +76,8 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     position: int = 0
     anchor_pos: int = 0
     recorded_rows: int | None = None
+    resumed_at: int = 0
+    """Rows a resumed check took from the checkpoint instead of checking them again."""
 
     @property
     def ok(self) -> bool:
@@ -62,6 +87,8 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
         if not self.ok:
             return self.problem
         anchored = f", anchor found at row {self.anchor_pos}" if self.anchor_pos else ""
+        if self.resumed_at:
+            anchored += f" (rows up to {self.resumed_at} checked earlier)"
         if self.recorded_rows is None:
             tail = f"; no head record ({head_path(Path(self.path)).name}): the end is unchecked, pass --anchor"
         else:
@@ -75,31 +102,164 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def verify(
-    path: str | Path, *, anchor: str = "", settings: JournalSettings | None = None, facts: bool = True
+    path: str | Path,
+    *,
+    anchor: str = "",
+    settings: JournalSettings | None = None,
+    facts: bool = True,
+    jobs: int = 1,
+    resume: bool = False,
 ) -> VerifyReport:
     """Recompute the journal at `path` row by row; report the first row that does not hold.
 
     `facts=False` skips the derived `facts` column (not part of any digest; only the
     SQL views read it), for callers such as replay that read bodies themselves.
+    `jobs` > 1 checks ranges of a large journal in that many processes. `resume` starts
+    after the checkpoint a earlier check left, if the chain still passes through it
+    (never with an `anchor`, which may lie before it).
     """
-    conn = connect_readonly(path, settings or JournalSettings())
-    # Read the record before the rows: a writer commits rows before it records them.
+    path = Path(path)
+    settings = settings or JournalSettings()
+    conn = connect_readonly(path, settings)
     try:
-        record = read_head(Path(path))
-    except BaseException:
+        # Read the record before the rows: a writer commits rows before it records them.
+        record = read_head(path)
+        start, previous = _resume_point(conn, path) if resume and not anchor else (1, GENESIS)
+        (last,) = conn.execute("SELECT coalesce(max(pos), 0) FROM messages").fetchone()
+        if record is not None and record.rows < start:
+            chain_at_record = _stored_chain(conn, record.rows)
+        else:
+            chain_at_record = GENESIS
+    finally:
         conn.close()
-        raise
-    # A tampered body may have been rewritten as text (even text that is not UTF-8): read it as bytes.
-    select = ", ".join("CAST(body AS BLOB)" if column == "body" else column for column in COLUMNS)
+    ranges = _split(start, last, jobs if multiprocessing.get_start_method(allow_none=True) in (None, "fork") else 1)
+    task = _RangeTask(str(path), settings, anchor, record.rows if record else -1, facts)
+    if len(ranges) == 1:
+        checked = [task.check(ranges[0][0], ranges[0][1], previous)]
+    else:
+        with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("fork")) as pool:
+            checked = list(pool.map(task.check_range, ranges))
+    rows, head, anchor_pos = start - 1, previous, 0
+    for part in checked:
+        if part.problem:
+            return VerifyReport(
+                path=str(path),
+                rows=rows + part.rows,
+                head=part.head or head,
+                problem=part.problem,
+                position=part.position,
+            )
+        rows += part.rows
+        head = part.head or head
+        anchor_pos = anchor_pos or part.anchor_pos
+        chain_at_record = part.chain_at_record or chain_at_record
+    if anchor and not anchor_pos:
+        return VerifyReport(
+            path=str(path),
+            rows=rows,
+            head=head,
+            position=rows + 1,
+            problem=f"anchor {anchor} not in the chain (rows removed from the end, or the journal rewritten)",
+        )
+    if record is not None:
+        problem = cut_problem(record, rows, chain_at_record)
+        if problem:
+            return VerifyReport(
+                path=str(path), rows=rows, head=head, problem=problem, position=min(record.rows, rows + 1)
+            )
     try:
-        cursor = conn.execute(f"SELECT {select} FROM messages ORDER BY pos")
-        expected = 1
-        previous = GENESIS
-        anchor_pos = 0
-        chain_at_record = GENESIS
+        write_checkpoint(path, rows, head)
+    except OSError as exc:
+        log.debug("%s: no checkpoint written (%s); the next resumed check starts at row 1", path, exc)
+    return VerifyReport(
+        path=str(path),
+        rows=rows,
+        head=head,
+        anchor_pos=anchor_pos,
+        recorded_rows=None if record is None else record.rows,
+        resumed_at=start - 1,
+    )
 
-        def broken(position: int, problem: str) -> VerifyReport:
-            return VerifyReport(path=str(path), rows=expected - 1, head=previous, problem=problem, position=position)
+
+def _resume_point(conn: sqlite3.Connection, path: Path) -> tuple[int, str]:
+    """(first row to check, chain value before it): after the checkpoint if the chain still passes through it."""
+    checkpoint = read_checkpoint(path)
+    if checkpoint is None or checkpoint.rows < 1 or _stored_chain(conn, checkpoint.rows) != checkpoint.head:
+        return 1, GENESIS
+    return checkpoint.rows + 1, checkpoint.head
+
+
+def _stored_chain(conn: sqlite3.Connection, pos: int) -> str:
+    row = conn.execute("SELECT chain FROM messages WHERE pos = ?", (pos,)).fetchone()
+    return str(row[0]) if row else GENESIS
+
+
+def _split(start: int, last: int, jobs: int) -> list[tuple[int, int | None]]:
+    """Ranges [first, stop) covering `start`..end; the last is open, so rows appended meanwhile are checked too."""
+    count = last - start + 1
+    if jobs <= 1 or count < PARALLEL_ROWS:
+        return [(start, None)]
+    size = -(-count // jobs)
+    bounds = [start + i * size for i in range(jobs)]
+    return [(first, bounds[i + 1] if i + 1 < jobs else None) for i, first in enumerate(bounds)]
+
+
+class _Range(msgspec.Struct):
+    """What checking one range found: rows that held, the chain value after them, and any problem."""
+
+    rows: int = 0
+    head: str = ""
+    problem: str = ""
+    position: int = 0
+    anchor_pos: int = 0
+    chain_at_record: str = ""
+
+
+class _RangeTask(msgspec.Struct, frozen=True):
+    """Checks ranges of one journal; picklable, so each process opens its own connection."""
+
+    path: str
+    settings: JournalSettings
+    anchor: str
+    record_rows: int
+    facts: bool
+
+    def check_range(self, bounds: tuple[int, int | None]) -> _Range:
+        first, stop = bounds
+        if first == 1:
+            return self.check(first, stop, GENESIS)
+        conn = connect_readonly(self.path, self.settings)
+        try:
+            previous = _stored_chain(conn, first - 1)
+        finally:
+            conn.close()
+        return self.check(first, stop, previous)
+
+    def check(self, first: int, stop: int | None, previous: str) -> _Range:
+        """Check rows first..stop-1 (to the end when `stop` is None), the row before having chain `previous`."""
+        conn = connect_readonly(self.path, self.settings)
+        try:
+            return self._check(conn, first, stop, previous)
+        finally:
+            conn.close()
+
+    def _check(self, conn: sqlite3.Connection, first: int, stop: int | None, previous: str) -> _Range:
+        # A tampered body may have been rewritten as text (even text that is not UTF-8): read it as bytes.
+        select = ", ".join("CAST(body AS BLOB)" if column == "body" else column for column in COLUMNS)
+        # The first range has no lower bound, so it also finds rows below position 1, which no writer makes.
+        bounds = [("pos >= ?", first)] if first > 1 else []
+        if stop is not None:
+            bounds.append(("pos < ?", stop))
+        where = " AND ".join(condition for condition, _ in bounds) or "1"
+        params = tuple(value for _, value in bounds)
+        cursor = conn.execute(f"SELECT {select} FROM messages WHERE {where} ORDER BY pos", params)
+        blobs = BlobStore(conn)
+        found = _Range()
+        expected = first
+
+        def broken(position: int, problem: str) -> _Range:
+            found.rows, found.head, found.problem, found.position = expected - first, previous, problem, position
+            return found
 
         for values in cursor:
             pos = values[POS]
@@ -108,38 +268,30 @@ def verify(
                     return broken(expected, f"gap: position {expected} missing")
                 return broken(pos, f"row {pos}: position out of range (positions start at 1)")
             body, stored_digest, stored_chain = values[BODY], values[DIGEST], values[CHAIN]
+            if isinstance(body, bytes) and is_compact(body):
+                try:
+                    body = blobs.expand(body, f"row {pos}")
+                except JournalError as exc:
+                    return broken(pos, str(exc))
             if not isinstance(body, bytes) or digest(body) != values[BODY_DIGEST]:
                 return broken(pos, f"row {pos}: body digest mismatch (body edited)")
             if chain_next(previous, stored_digest) != stored_chain:
                 return broken(pos, f"row {pos}: chain mismatch (row removed or reordered before it)")
             if row_digest(values[:DIGESTED]) != stored_digest:
                 return broken(pos, f"row {pos}: row digest mismatch (a column edited)")
-            problem = _facts_problem(pos, values[KIND], body, values[FACTS]) if facts else ""
+            problem = _facts_problem(pos, values[KIND], body, values[FACTS]) if self.facts else ""
             if problem:
                 return broken(pos, problem)
             previous = stored_chain
-            if stored_chain == anchor:
-                anchor_pos = pos
-            if record is not None and pos == record.rows:
-                chain_at_record = stored_chain
+            if stored_chain == self.anchor:
+                found.anchor_pos = pos
+            if pos == self.record_rows:
+                found.chain_at_record = stored_chain
             expected += 1
-        if anchor and not anchor_pos:
-            return broken(
-                expected, f"anchor {anchor} not in the chain (rows removed from the end, or the journal rewritten)"
-            )
-        if record is not None:
-            problem = cut_problem(record, expected - 1, chain_at_record)
-            if problem:
-                return broken(min(record.rows, expected), problem)
-        return VerifyReport(
-            path=str(path),
-            rows=expected - 1,
-            head=previous,
-            anchor_pos=anchor_pos,
-            recorded_rows=None if record is None else record.rows,
-        )
-    finally:
-        conn.close()
+        if stop is not None and expected != stop:
+            return broken(expected, f"gap: position {expected} missing")
+        found.rows, found.head = expected - first, previous if expected > first else ""
+        return found
 
 
 def _facts_problem(pos: int, kind: str, body: bytes, stored: str | None) -> str:

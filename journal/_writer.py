@@ -21,6 +21,7 @@ from types import TracebackType
 
 from faultline._errors import JournalError, JournalStorageError
 from faultline.journal._head import HeadRecord, cut_problem, head_path, read_head, write_head
+from faultline.journal._requests import INSERT_BLOB, BlobWriter
 from faultline.journal._rows import GENESIS, Incoming, SealedRow, seal
 from faultline.journal._schema import CHAIN, INSERT, POS, JournalSettings, check, configure, create, table_names
 
@@ -30,9 +31,10 @@ log = logging.getLogger(__name__)
 class Journal:
     """An open journal file, for appending. Use `Journal.open(path)`."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, settings: JournalSettings) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, settings: JournalSettings, version: int) -> None:
         self.path = path
         self._conn = conn
+        self._blobs = BlobWriter() if version >= 2 else None
         self._last_pos, self._head = self._tail()
         self._head_temporary = path.with_name(f".{path.name}.head.{os.getpid()}-{id(self):x}")
         self._head_interval_s = settings.head_record_interval_s
@@ -62,11 +64,11 @@ class Journal:
                     if not table_names(conn, path):
                         create(conn)
                         created = True
-            check(conn, path)
+            version = check(conn, path)
             configure(conn, settings)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {settings.synchronous}")
-            journal = cls(path, conn, settings)
+            journal = cls(path, conn, settings, version)
         except BaseException:
             conn.close()
             raise
@@ -113,24 +115,40 @@ class Journal:
                 raise JournalError(f"{self.path}: episode {new_episode!r} is journaled already; nothing written")
             last_pos, head = self._tail()
             fresh = _drop_journaled(conn, batch)
-            sealed = seal(fresh, last_pos, head)
-            if sealed:
-                conn.executemany(INSERT, sealed)
+            sealed = seal(fresh, last_pos, head, blobs := self._new_blobs())
+            self._insert(conn, sealed, blobs)
         if sealed:
-            self._last_pos, self._head = sealed[-1][POS], sealed[-1][CHAIN]
-            self._record_head(throttled=True)
+            self._committed(sealed)
         return len(sealed)
 
-    def _write_sealed(self, sealed: Sequence[SealedRow]) -> None:
+    def _new_blobs(self) -> BlobWriter | None:
+        """Where `seal` puts request blobs, or None for a version 1 journal (requests stored as received)."""
+        if self._blobs is not None:
+            self._blobs.start_batch()
+        return self._blobs
+
+    def _insert(self, conn: sqlite3.Connection, sealed: Sequence[SealedRow], blobs: BlobWriter | None) -> None:
+        """INSERT sealed rows and the request blobs they refer to, in the caller's transaction."""
+        if blobs is not None:
+            conn.executemany(INSERT_BLOB, blobs.batch())
+        if sealed:
+            conn.executemany(INSERT, sealed)
+
+    def _committed(self, sealed: Sequence[SealedRow]) -> None:
+        if self._blobs is not None:
+            self._blobs.committed()
+        self._last_pos, self._head = sealed[-1][POS], sealed[-1][CHAIN]
+        self._record_head(throttled=True)
+
+    def _write_sealed(self, sealed: Sequence[SealedRow], blobs: BlobWriter | None) -> None:
         """Insert rows sealed elsewhere (import) against this journal's current tail."""
         if not sealed:
             return
         with _transaction(self._conn, self.path) as conn:
             if self._tail() != (sealed[0][POS] - 1, self._head):
                 raise JournalError(f"{self.path}: journal was appended to while rows were being sealed")
-            conn.executemany(INSERT, sealed)
-        self._last_pos, self._head = sealed[-1][POS], sealed[-1][CHAIN]
-        self._record_head(throttled=True)
+            self._insert(conn, sealed, blobs)
+        self._committed(sealed)
 
     def _tail(self) -> tuple[int, str]:
         row = self._conn.execute("SELECT pos, chain FROM messages ORDER BY pos DESC LIMIT 1").fetchone()

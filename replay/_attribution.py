@@ -137,7 +137,7 @@ async def attribute(
     repair forks go to `scratch` (default `forks_path(journal)`); forks already there
     from an earlier attribution are reused, not run again.
     """
-    verify(journal, facts=False).raise_if_broken()
+    verify(journal, facts=False, resume=True).raise_if_broken()
     with JournalReader(journal) as reader:
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)

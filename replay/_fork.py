@@ -247,7 +247,7 @@ async def fork_episode(
     """
     started = time.perf_counter()
     if not verified:
-        verify(journal_path, facts=False).raise_if_broken()
+        verify(journal_path, facts=False, resume=True).raise_if_broken()
     with JournalReader(journal_path) as reader:
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)

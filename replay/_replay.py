@@ -306,7 +306,7 @@ class Replayer:
         if wanted:
             _check_episodes(path, wanted)
         if self.jobs == 1 or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
-            verify(path, facts=False).raise_if_broken()
+            verify(path, facts=False, resume=True).raise_if_broken()
             report = self._replay_episodes(path, wanted)
         else:
             report = self._replay_parallel(path, wanted)
@@ -323,7 +323,7 @@ class Replayer:
         with ProcessPoolExecutor(max_workers=len(chunks) or 1, mp_context=context) as pool:
             futures = [pool.submit(_replay_chunk, str(path), chunk) for chunk in chunks]
             try:
-                verify(path, facts=False).raise_if_broken()
+                verify(path, facts=False, resume=True).raise_if_broken()
             except ChainError:
                 for future in futures:
                     future.cancel()
@@ -353,7 +353,7 @@ class Replayer:
                 skipped.add(name)
             return cls
 
-        with JournalReader(path) as reader:
+        with JournalReader(path, expand_requests=False) as reader:  # requests are compared by digest only
             for episode, rows in reader.by_episode(wanted):
                 if episode == CONTROL_EPISODE:
                     continue  # fault rules and other commands: no agent handles them

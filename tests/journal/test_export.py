@@ -106,9 +106,9 @@ def test_bodies_json_cannot_carry_round_trip_through_their_stored_bytes(tmp_path
 def test_an_import_brings_its_head_record_and_verifies(journal_file: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy.db"
     import_jsonl(exported(journal_file).splitlines(), copy)
+    assert sorted(p.name for p in tmp_path.glob("copy.db*")) == ["copy.db", "copy.db.head"]
     report = verify(copy)
     assert report.ok and report.recorded_rows == 18 and report.head == verify(journal_file).head
-    assert sorted(p.name for p in tmp_path.glob("copy.db*")) == ["copy.db", "copy.db.head"]
 
 
 def test_import_never_overwrites(journal_file: Path) -> None:

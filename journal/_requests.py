@@ -1,0 +1,189 @@
+"""Model requests stored content-addressed, so a journal grows linearly with the turns.
+
+Every model call is journaled with its request, and a chat request repeats the whole
+conversation so far: stored as received, requests grow with the square of the turns.
+From schema version 2 the writer stores each message and each tool schema of an `llm`
+recording once, in the `blobs` table under the digest of its bytes, and each list as a
+list blob: the key of a list stored before that is its prefix (the conversation up to
+the previous call, usually) and the keys of the items after it. A list's key is a
+digest chained over its item keys, so equal lists have equal keys wherever they occur.
+The row's body is the recording with each list replaced by its key, after a first byte
+that msgpack never uses (`MARK`).
+
+Expanding a stored body rebuilds the body as received, byte for byte. The row's
+`body_digest`, its row digest and the chain are those of the received body, so the
+chain does not depend on how requests are stored, and `verify` checks every expansion.
+A body is stored this way only when encoding what was decoded from it gives its bytes
+back (true for everything Faultline encodes); any other body is stored as received.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from typing import Any
+
+import msgspec
+
+from faultline._errors import JournalError
+
+MARK = b"\xc1"
+"""First byte of a stored body whose request lists are keys (0xc1 is never used by msgpack)."""
+
+LISTS = ("messages", "tools")
+"""The request fields stored one item per blob."""
+
+Blob = tuple[bytes, bytes]
+"""(key, data): an item keyed by the digest of its bytes, or a list blob keyed by `list_key`."""
+
+_encode = msgspec.msgpack.Encoder().encode  # keeps map order as decoded, so decode + encode is the identity
+_decode = msgspec.msgpack.Decoder().decode
+_LIST_PERSON = b"faultline-list"  # separates list keys from item keys
+
+
+def item_key(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def list_key(previous: bytes, item: bytes) -> bytes:
+    """The key of a list, chained over its item keys: key(items + [item]) = list_key(key(items), item)."""
+    return hashlib.blake2b(previous + item, digest_size=16, person=_LIST_PERSON).digest()
+
+
+def is_compact(stored: bytes) -> bool:
+    return stored[:1] == MARK
+
+
+class BlobWriter:
+    """What the writer knows is stored: the keys it wrote lately, and those of the batch being written.
+
+    Only a list known to be stored serves as another's prefix. A batch that fails is
+    forgotten when the next one starts; a cleared memory costs only longer list blobs.
+    """
+
+    def __init__(self, *, remember: int = 65536) -> None:
+        self._stored: set[bytes] = set()
+        self._batch: dict[bytes, bytes] = {}
+        self._remember = remember
+
+    def start_batch(self) -> None:
+        self._batch = {}
+
+    def known(self, key: bytes) -> bool:
+        return key in self._stored or key in self._batch
+
+    def add(self, key: bytes, data: bytes) -> None:
+        if key not in self._stored:
+            self._batch.setdefault(key, data)
+
+    def batch(self) -> list[Blob]:
+        """The blobs of this batch that this writer has not stored lately, each once."""
+        return list(self._batch.items())
+
+    def committed(self) -> None:
+        if len(self._stored) > self._remember:
+            self._stored.clear()
+        self._stored.update(self._batch)
+        self._batch = {}
+
+    def compact(self, data: bytes) -> bytes | None:
+        """The stored form of a received `llm` recording, its blobs added to the batch; None: store `data` as is."""
+        body = _decode(data)
+        request = body.get("request") if isinstance(body, dict) and body.get("call") == "llm" else None
+        if not isinstance(request, dict):
+            return None
+        lists = {name: items for name in LISTS if isinstance(items := request.get(name), list) and items}
+        if not lists or _encode(body) != data:
+            return None
+        for name, items in lists.items():
+            request[name] = self._store_list(items)
+        return MARK + _encode(body)
+
+    def _store_list(self, items: list[Any]) -> bytes:
+        keys: list[bytes] = []
+        heads: list[bytes] = []
+        head = b""
+        for item in items:
+            raw = _encode(item)
+            key = item_key(raw)
+            self.add(key, raw)
+            keys.append(key)
+            head = list_key(head, key)
+            heads.append(head)
+        if not self.known(head):
+            start = next((i + 1 for i in range(len(heads) - 2, -1, -1) if self.known(heads[i])), 0)
+            self.add(head, _encode([heads[start - 1] if start else None, keys[start:]]))
+        return head
+
+
+class BlobStore:
+    """Expands stored bodies for one connection, keeping the blobs and lists read lately.
+
+    The same system prompt and tool schemas open every request of a run, and each
+    request's list continues the one before, so most lookups never reach SQLite.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, *, cache_items: int = 8192) -> None:
+        self._conn = conn
+        self._blobs: dict[bytes, bytes] = {}
+        self._lists: dict[bytes, list[bytes]] = {}
+        self._cache_items = cache_items
+
+    def expand(self, stored: bytes, where: str) -> bytes:
+        """The received body of a stored one; JournalError naming `where` if it cannot be rebuilt."""
+        try:
+            body = _decode(stored[1:])
+            request = body["request"]
+            for name in LISTS:
+                if name in request:
+                    keys = self._list(request[name])
+                    self._need(keys)
+                    request[name] = [msgspec.Raw(self._blobs[key]) for key in keys]
+            return _encode(body)
+        except KeyError as exc:
+            key = exc.args[0]
+            item = key.hex() if isinstance(key, bytes) else repr(key)
+            raise JournalError(f"{where}: request item {item} is missing from blobs (blobs edited)") from None
+        except (msgspec.DecodeError, TypeError, ValueError, AttributeError) as exc:
+            raise JournalError(f"{where}: stored request does not decode (body or blobs edited: {exc})") from None
+        except JournalError as exc:
+            raise JournalError(f"{where}: {exc}") from None
+
+    def _list(self, head: bytes) -> list[bytes]:
+        """The item keys of the list stored under `head`, following prefixes back to the first."""
+        parts: list[list[bytes]] = []
+        key: bytes | None = head
+        while key is not None and key not in self._lists:
+            self._need([key])
+            prefix, tail = _decode(self._blobs[key])
+            parts.append(tail)
+            key = prefix
+        keys = list(self._lists[key]) if key is not None else []
+        for tail in reversed(parts):
+            keys.extend(tail)
+        if len(self._lists) > self._cache_items:
+            self._lists.clear()
+        self._lists[head] = keys
+        return keys
+
+    def _need(self, keys: list[bytes]) -> None:
+        blobs = self._blobs
+        missing = [key for key in keys if key not in blobs]
+        if not missing:
+            return
+        missing = list(dict.fromkeys(missing))
+        if len(blobs) + len(missing) > self._cache_items:
+            blobs.clear()
+            missing = list(dict.fromkeys(keys))
+        for start in range(0, len(missing), 500):
+            chunk = missing[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            try:
+                self._blobs.update(
+                    self._conn.execute(f"SELECT key, CAST(data AS BLOB) FROM blobs WHERE key IN ({marks})", chunk)
+                )
+            except sqlite3.Error as exc:  # a version 1 journal has no blobs table, so no stored requests either
+                raise JournalError(f"cannot read request items ({exc})") from None
+
+
+INSERT_BLOB = "INSERT OR IGNORE INTO blobs (key, data) VALUES (?, ?)"
