@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -117,17 +118,21 @@ class BlobWriter:
 
 
 class BlobStore:
-    """Expands stored bodies for one connection, keeping the blobs and lists read lately.
+    """Expands stored bodies for one connection, keeping the blobs and lists it read.
 
     The same system prompt and tool schemas open every request of a run, and each
     request's list continues the one before, so most lookups never reach SQLite.
+    Blobs are about a tenth of a journal: when they fit in `cache_bytes`, the first
+    expansion reads them all in one scan instead of a query per request.
     """
 
-    def __init__(self, conn: sqlite3.Connection, *, cache_items: int = 8192) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, cache_bytes: int = 256 << 20) -> None:
         self._conn = conn
         self._blobs: dict[bytes, bytes] = {}
         self._lists: dict[bytes, list[bytes]] = {}
-        self._cache_items = cache_items
+        self._cache_bytes = cache_bytes
+        self._cached_bytes = 0
+        self._scanned = False
 
     def expand(self, stored: bytes, where: str) -> bytes:
         """The received body of a stored one; JournalError naming `where` if it cannot be rebuilt."""
@@ -161,8 +166,6 @@ class BlobStore:
         keys = list(self._lists[key]) if key is not None else []
         for tail in reversed(parts):
             keys.extend(tail)
-        if len(self._lists) > self._cache_items:
-            self._lists.clear()
         self._lists[head] = keys
         return keys
 
@@ -171,19 +174,32 @@ class BlobStore:
         missing = [key for key in keys if key not in blobs]
         if not missing:
             return
-        missing = list(dict.fromkeys(missing))
-        if len(blobs) + len(missing) > self._cache_items:
+        if self._cached_bytes > self._cache_bytes:  # start over, never in the middle of fetching what is needed
             blobs.clear()
-            missing = list(dict.fromkeys(keys))
+            self._lists.clear()
+            self._cached_bytes = 0
+            missing = keys
+        if not self._scanned:
+            self._scanned = True
+            if self._query("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()[0] <= self._cache_bytes:
+                self._keep(self._query("SELECT key, CAST(data AS BLOB) FROM blobs"))
+                return
+        missing = list(dict.fromkeys(missing))
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]
             marks = ", ".join("?" * len(chunk))
-            try:
-                self._blobs.update(
-                    self._conn.execute(f"SELECT key, CAST(data AS BLOB) FROM blobs WHERE key IN ({marks})", chunk)
-                )
-            except sqlite3.Error as exc:  # a version 1 journal has no blobs table, so no stored requests either
-                raise JournalError(f"cannot read request items ({exc})") from None
+            self._keep(self._query(f"SELECT key, CAST(data AS BLOB) FROM blobs WHERE key IN ({marks})", chunk))
+
+    def _keep(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        for key, data in rows:
+            self._blobs[key] = data
+            self._cached_bytes += len(data)
+
+    def _query(self, sql: str, params: Sequence[bytes] = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.Error as exc:  # a version 1 journal has no blobs table, so no stored requests either
+            raise JournalError(f"cannot read request items ({exc})") from None
 
 
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (key, data) VALUES (?, ?)"
