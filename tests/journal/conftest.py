@@ -107,12 +107,17 @@ def tamper(journal_file: Path, tmp_path: Path) -> Callable[[str], Path]:
         copy = tmp_path / "tampered.db"
         shutil.copy(journal_file, copy)
         shutil.copy(head_path(journal_file), head_path(copy))
-        conn = sqlite3.connect(copy)
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-            conn.execute(f"DROP TRIGGER {name}")
-        conn.executescript(sql)
-        conn.commit()
-        conn.close()
+        edit_as_attacker(copy, sql)
         return copy
 
     return run
+
+
+def edit_as_attacker(path: Path, sql: str) -> None:
+    """Drop the append-only triggers, as anyone with write access can, and run `sql` on the file."""
+    conn = sqlite3.connect(path)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.executescript(sql)
+    conn.commit()
+    conn.close()

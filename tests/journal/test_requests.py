@@ -24,7 +24,7 @@ from faultline.core import (
 )
 from faultline.journal import Incoming, Journal, JournalReader, export_jsonl, import_jsonl, verify
 
-from .conftest import STREAM
+from .conftest import STREAM, edit_as_attacker
 from .test_golden import golden_copy
 
 POLICY = "You are a retail agent. " * 40
@@ -164,12 +164,7 @@ def test_export_and_import_round_trip_stored_requests(tmp_path: Path) -> None:
 def test_verify_names_the_row_whose_request_items_were_edited(tmp_path: Path, edit: str, problem: str) -> None:
     path = tmp_path / "j.db"
     append(path, recording_envelopes("e1", 3))
-    conn = sqlite3.connect(path)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-    conn.execute(edit)
-    conn.commit()
-    conn.close()
+    edit_as_attacker(path, edit)
     report = verify(path)
     assert not report.ok and problem in report.problem
 

@@ -13,7 +13,7 @@ from faultline.journal import Journal, verify
 from faultline.journal import _verify as verify_module
 from faultline.journal._head import checkpoint_path, write_checkpoint
 
-from .conftest import episode_envelopes, incoming
+from .conftest import edit_as_attacker, episode_envelopes, incoming
 
 Tamper = Callable[[str], Path]
 
@@ -67,21 +67,23 @@ def test_a_resumed_check_checks_only_the_rows_after_the_last_check_that_held(jou
 def test_a_resumed_check_finds_an_edit_after_the_checkpoint(journal_file: Path) -> None:
     verify(journal_file)
     append_episode(journal_file, "ep-c", 100)
-    edit(journal_file, "UPDATE messages SET sender = 'mallory' WHERE pos = 20")
+    edit_as_attacker(journal_file, "UPDATE messages SET sender = 'mallory' WHERE pos = 20")
     assert verify(journal_file, resume=True).problem == "row 20: row digest mismatch (a column edited)"
 
 
 def test_an_edit_before_the_checkpoint_is_left_to_the_full_check(journal_file: Path) -> None:
     """What the checkpoint trades: a body edited in place under it is found only by a full check."""
     verify(journal_file)
-    edit(journal_file, f"UPDATE messages SET body = x'{encode(UserTurn(text='forged')).hex()}' WHERE pos = 2")
+    edit_as_attacker(
+        journal_file, f"UPDATE messages SET body = x'{encode(UserTurn(text='forged')).hex()}' WHERE pos = 2"
+    )
     assert verify(journal_file, resume=True).ok
     assert verify(journal_file).problem == "row 2: body digest mismatch (body edited)"
 
 
 def test_a_checkpoint_the_chain_no_longer_passes_through_is_ignored(journal_file: Path) -> None:
     write_checkpoint(journal_file, 9, "0" * 32)
-    edit(journal_file, "UPDATE messages SET sender = 'mallory' WHERE pos = 3")
+    edit_as_attacker(journal_file, "UPDATE messages SET sender = 'mallory' WHERE pos = 3")
     report = verify(journal_file, resume=True)
     assert report.resumed_at == 0 and report.problem == "row 3: row digest mismatch (a column edited)"
 
@@ -92,12 +94,3 @@ def test_an_anchor_is_looked_for_in_every_row(journal_file: Path) -> None:
     verify(journal_file)
     report = verify(journal_file, anchor=anchor, resume=True)
     assert report.ok and report.anchor_pos == 4 and report.resumed_at == 0
-
-
-def edit(path: Path, sql: str) -> None:
-    conn = sqlite3.connect(path)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-    conn.execute(sql)
-    conn.commit()
-    conn.close()
