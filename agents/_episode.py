@@ -31,6 +31,8 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     repair_from_decision: int | None = None
     helpers: list[str] = []
     memory: dict[str, Any] = {}
+    tool_calls: str = "native"
+    """How the tool agent offers tools to its model: "native" (OpenAI `tools`) or "text"."""
     protocol: int = 1
     """How the episode's agents speak to the environment: 1, as journals written before
     `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types. New

@@ -7,6 +7,7 @@ from typing import Any
 
 from faultline._errors import FaultlineError
 from faultline.agents._episode import EpisodeSpec, tally_message
+from faultline.agents._text_tools import parse_tool_text, tools_prompt
 from faultline.core import (
     Agent,
     AssistantTurn,
@@ -41,7 +42,9 @@ class ToolAgent(Agent):
     """Decides each step with one model call, after the active helpers (if any) replied.
 
     With an empty roster no context request is sent at all, so helpers cost nothing
-    until they are switched on.
+    until they are switched on. With the episode's `tool_calls` "text" the tools are
+    offered in the prompt and calls read from the answer (`_text_tools`), for
+    servers without OpenAI `tools`.
     """
 
     name = "tool"
@@ -78,7 +81,12 @@ class ToolAgent(Agent):
             await self._next_step(ctx)
         elif isinstance(body, ToolResult):
             content = f"Error: {body.error}" if body.error else _as_text(body.output)
-            self.transcript.append(ChatMessage(role="tool", content=content, tool_call_id=body.call_id, name=body.name))
+            if self.spec.tool_calls == "text":
+                self.transcript.append(ChatMessage(role="user", content=f"Result of {body.name}: {content}"))
+            else:
+                self.transcript.append(
+                    ChatMessage(role="tool", content=content, tool_call_id=body.call_id, name=body.name)
+                )
             await self._next_step(ctx)
         elif isinstance(body, ContextReply) and body.step == self.step:
             self.context[body.helper] = body.text
@@ -130,6 +138,11 @@ class ToolAgent(Agent):
             self.transcript.append(ChatMessage(role="assistant", content=response.content, tool_calls=[call]))
             ctx.send("env", _tool_call(call))
             return
+        written = parse_tool_text(response.content, f"text-{self.step}") if self.spec.tool_calls == "text" else None
+        if written is not None:
+            self.transcript.append(ChatMessage(role="assistant", content=response.content))
+            ctx.send("env", _tool_call(written))
+            return
         done = bool(response.metadata.get("done"))
         self.transcript.append(ChatMessage(role="assistant", content=response.content))
         ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
@@ -140,6 +153,8 @@ class ToolAgent(Agent):
         system = self.system = self.system or SYSTEM.format(policy=self.domain.policy)
         if self.examples:
             system += "\n\n# Past episodes\n" + self.examples
+        if self.spec.tool_calls == "text":
+            system += "\n\n" + tools_prompt(self.tools)
         if self.context:
             system += "\n\n# Notes from your helpers\n" + "\n".join(
                 f"[{k}] {v}" for k, v in sorted(self.context.items())
@@ -157,7 +172,7 @@ class ToolAgent(Agent):
         return LlmRequest(
             role=self.spec.tool_role,
             messages=[ChatMessage(role="system", content=system), *self.transcript],
-            tools=self.tools,
+            tools=[] if self.spec.tool_calls == "text" else self.tools,
             metadata=metadata,
         )
 

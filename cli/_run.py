@@ -6,9 +6,11 @@ import argparse
 import contextlib
 import math
 import os
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
@@ -32,6 +34,7 @@ from faultline.core import EpisodeCompleted
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.faults import FaultRule
 from faultline.runtime import (
+    ALL_ROLES,
     Config,
     MemoryConfig,
     ProcessSpec,
@@ -48,6 +51,10 @@ from faultline.runtime import (
 from faultline.runtime.models import sim_metadata
 
 SIM_NOTE = "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime, they say nothing about models"
+SIM_CONCURRENCY, SIM_EPISODE_TIMEOUT_S = 8, 120.0
+"""`run`'s defaults when every role is simulated: sim answers at once."""
+OPENAI_CONCURRENCY, OPENAI_EPISODE_TIMEOUT_S = 2, 600.0
+"""`run`'s defaults with an openai role: a model server, often a small local one, answers slowly."""
 PROGRESS_TICK_S = 1.0
 """How often the progress display refreshes what the run is waiting for."""
 PROGRESS_LINE_S = 10.0
@@ -126,7 +133,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="CATEGORY=P",
         help=f"sim: one category's rate ({', '.join(ERROR_CATEGORIES)}); all rates add up to at most 1",
     )
-    p.add_argument("--concurrency", type=whole_number(1), default=8, help="episodes in flight at once (default 8)")
+    p.add_argument(
+        "--concurrency",
+        type=whole_number(1),
+        default=None,
+        help="episodes in flight at once (default from config's [run], else by backend: sim 8, openai 2)",
+    )
     p.add_argument(
         "--workers",
         type=whole_number(1),
@@ -137,9 +149,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--episode-timeout",
         type=seconds,
-        default=120.0,
+        default=None,
         metavar="S",
-        help="complete an episode as timeout after S seconds (default 120)",
+        help="complete an episode as timeout after S seconds (default from config's [run], else by backend: sim"
+        " 120, openai at least 600 and twice the longest call a role's retries allow)",
     )
     p.add_argument(
         "--max-turns", type=whole_number(1), default=30, help="user turns before an episode fails (default 30)"
@@ -175,6 +188,15 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "--base-url", default="", help="OpenAI-compatible endpoint of the openai roles (every role with --model openai)"
     )
     p.add_argument("--model-name", default="", help="model name of the openai roles (every role with --model openai)")
+    p.add_argument(
+        "--model-setting",
+        action="append",
+        default=[],
+        metavar="[ROLE.]KEY=VALUE",
+        help="a key of [models.ROLE] (every role without ROLE.), over the config file's: max_tokens=256,"
+        ' timeout_s=300, max_retries=1, temperature=0, stop=["\\n\\n"], retry_on=["timeout"], tool_calls=text;'
+        " VALUE is TOML, or else a string; repeatable",
+    )
     p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
 
 
@@ -209,9 +231,25 @@ def _error_rates(args: argparse.Namespace, config: Config) -> dict[str, float]:
     return rates
 
 
+def model_settings(items: list[str]) -> dict[str, dict[str, Any]]:
+    """`--model-setting` items as settings per role (`*` for every role); VALUE is TOML, else a string."""
+    settings: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, equals, text = item.partition("=")
+        role, _, name = key.strip().rpartition(".")
+        if not equals or not name:
+            raise UsageError(f"--model-setting {item!r}: expected [ROLE.]KEY=VALUE, e.g. tool.max_tokens=256")
+        try:
+            value = tomllib.loads(f"value = {text}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        settings.setdefault(role or ALL_ROLES, {})[name] = value
+    return settings
+
+
 def effective_config(args: argparse.Namespace) -> Config:
     """The config file with the command line's model and worker choices applied."""
-    config = load_config(args.config)
+    config = load_config(args.config, models=model_settings(args.model_setting))
     endpoint = bool(args.base_url or args.model_name)
     if args.model == "sim":
         if endpoint:
@@ -253,6 +291,22 @@ def _with_memory(config: Config, mode: str | None, journal: Path) -> Config:
     return msgspec.structs.replace(config, memory=memory)
 
 
+def run_limits(args: argparse.Namespace, config: Config) -> tuple[int, float]:
+    """Episodes in flight and the episode timeout: the command line's, else the config's `[run]`, else by backend.
+
+    With an openai role, the timeout is at least twice the longest call its retries allow, so
+    a call that fails for good ends its episode as a journaled model error, not as a timeout.
+    """
+    remote = [m for m in (config.model(config.role_of(a)) for a in ("tool", "user")) if m.backend == "openai"]
+    by_backend = (
+        (OPENAI_CONCURRENCY, max(OPENAI_EPISODE_TIMEOUT_S, *(2 * m.call_budget_s for m in remote)))
+        if remote
+        else (SIM_CONCURRENCY, SIM_EPISODE_TIMEOUT_S)
+    )
+    concurrency = args.concurrency or config.run.concurrency or by_backend[0]
+    return concurrency, args.episode_timeout or config.run.episode_timeout_s or by_backend[1]
+
+
 def _uses_sim(config: Config) -> bool:
     return any(m.backend == "sim" for m in config.models.values()) or not config.models
 
@@ -266,19 +320,21 @@ def _run(args: argparse.Namespace) -> int:
     domain = load_domain(args.domain)
     run_id = args.run_id or f"r{os.urandom(3).hex()}"
     rules = [scoped_to_run(parse_fault_spec(spec), run_id) for spec in args.fault]
+    concurrency, episode_timeout_s = run_limits(args, config)
     plan = RunPlan(
         domain=args.domain,
         tasks=args.tasks,
         trials=args.trials,
         seed=args.seed,
-        concurrency=args.concurrency,
-        episode_timeout_s=args.episode_timeout,
+        concurrency=concurrency,
+        episode_timeout_s=episode_timeout_s,
         max_turns=args.max_turns,
         error_rates=_error_rates(args, config),
         run_id=run_id,
         memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},
         tool_role=config.role_of("tool"),
         user_role=config.role_of("user"),
+        tool_calls=config.model(config.role_of("tool")).tool_calls,
     )
     result = RunResult(plan_episodes(plan, domain))
     run_dir = state_dir(journal)

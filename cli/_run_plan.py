@@ -24,10 +24,13 @@ from faultline.agents import PROTOCOL, EpisodeSpec
 from faultline.bus import Bus
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
 from faultline.envs import Domain
-from faultline.runtime import Completions, check_journal, started_envelope
+from faultline.runtime import CallInFlight, Completions, check_journal, model_calls_in_flight, started_envelope
 
 AGENTS = ("env", "tool", "user")
 """Who gets a Start, in this order: the environment and the agent are ready before the user speaks."""
+
+MODEL_CALLS_POLL_S = 1.0
+"""How often a run asks the workers which model calls they are waiting on, for its progress line."""
 
 
 class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +50,8 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     """The model role of the tool agent's requests (its `[agents.tool] model_role`)."""
     user_role: str = "user"
     """The model role of the user simulator's requests (its `[agents.user] model_role`)."""
+    tool_calls: str = "native"
+    """How the tool agent offers tools to its model role: "native" or "text" (`tool_calls` of that role)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,7 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         max_steps=plan.max_steps,
         tool_role=plan.tool_role,
         user_role=plan.user_role,
+        tool_calls=plan.tool_calls,
         error_rates=plan.error_rates,
         helpers=plan.helpers,
         memory=plan.memory,
@@ -119,10 +125,19 @@ class RunResult:
     completed: dict[str, EpisodeCompleted] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
     """Episodes started and not completed yet, with the `anyio.current_time()` of their start."""
+    model_calls: list[CallInFlight] = field(default_factory=list)
+    """The model calls the workers were waiting on when last asked, the oldest first."""
     seconds: float = 0.0
 
     def outcomes(self) -> list[tuple[PlannedEpisode, EpisodeCompleted]]:
         return [(p, self.completed[p.episode]) for p in self.planned if p.episode in self.completed]
+
+    def waiting_in(self, episode: str) -> str:
+        """What `episode` waits for, in words, as the workers last said (for the cause of a timeout)."""
+        calls = [call.describe() for call in self.model_calls if call.episode == episode]
+        if calls:
+            return "still waiting for " + ", ".join(calls)
+        return "no model call was in flight when last asked"
 
     def waiting_for(self, now: float, limit_s: float) -> str:
         """What the run waits for, in words: how many episodes run, for how long the oldest has, and its limit.
@@ -133,10 +148,17 @@ class RunResult:
             return "" if len(self.completed) == len(self.planned) else "starting episodes"
         oldest = now - min(self.running.values())
         count = len(self.running)
-        return (
+        text = (
             f"waiting for {count} running episode{'s' if count > 1 else ''}, the oldest for {oldest:.0f}s;"
             f" each still running at {limit_s:g}s ends as timeout"
         )
+        if self.model_calls:
+            calls = len(self.model_calls)
+            text += (
+                f"; {calls} model call{'s' if calls > 1 else ''} in flight,"
+                f" the slowest {self.model_calls[0].describe()}"
+            )
+        return text
 
 
 async def run_plan(
@@ -150,6 +172,13 @@ async def run_plan(
     started = anyio.current_time()
     try:
         async with Completions(bus) as completions, anyio.create_task_group() as tg:
+            watching = anyio.CancelScope()
+
+            async def watch_model_calls() -> None:
+                with watching:
+                    while True:
+                        result.model_calls = await model_calls_in_flight(bus)
+                        await anyio.sleep(MODEL_CALLS_POLL_S)
 
             async def one(p: PlannedEpisode) -> None:
                 async with limiter:
@@ -160,7 +189,8 @@ async def run_plan(
                         done = await completions.wait([p.episode])
                     if scope.cancelled_caught:
                         timeout = EpisodeCompleted(
-                            outcome="timeout", cause=f"no completion within {plan.episode_timeout_s:g}s"
+                            outcome="timeout",
+                            cause=f"no completion within {plan.episode_timeout_s:g}s; {result.waiting_in(p.episode)}",
                         )
                         await bus.publish(
                             Envelope(
@@ -175,7 +205,11 @@ async def run_plan(
                 del result.running[p.episode]
                 result.completed[p.episode] = done[p.episode]
                 on_done(p.episode, done[p.episode])
+                if len(result.completed) == len(result.planned):
+                    watching.cancel()
 
+            if result.planned:
+                tg.start_soon(watch_model_calls)
             for p in result.planned:
                 tg.start_soon(one, p)
     except* JournalError as refused:

@@ -21,13 +21,15 @@ import msgspec
 
 from faultline._errors import FaultlineError, ModelError, NonDeterminismError
 from faultline.core._messages import Body, Envelope, EpisodeCompleted, ErrorRaised, Recording, derive_id, digest, encode
-from faultline.core._models import LlmRequest, LlmResponse, ModelBackend
+from faultline.core._models import LlmRequest, LlmResponse, ModelAttempt, ModelBackend, ModelCall, ReportsAttempts
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 
 
 class Services(Protocol):
-    """What live calls need from the worker around them."""
+    """What live calls need from the worker around them; `model_calls` holds the model calls in flight."""
+
+    model_calls: set[ModelCall]
 
     def backend_for(self, role: str) -> ModelBackend: ...
 
@@ -54,9 +56,11 @@ class Recorder:
         call: str,
         request: Any,
         execute: Callable[[], Awaitable[Any]],
+        attempts: list[ModelAttempt] | None = None,
     ) -> Any:
         """Serve or make call #n of this handler. `request` is digested as it is encoded
-        (a Struct in field order), so replay never converts it to plain data."""
+        (a Struct in field order), so replay never converts it to plain data. `attempts`
+        is filled in by `execute` (a retrying backend) and journaled with the outcome."""
         index = len(self.made)
         request_digest = digest(encode(request))
         recorded = self.recorded.get(index)
@@ -88,6 +92,7 @@ class Recorder:
             request=request,
             response=response,
             error=error,
+            attempts=list(attempts or ()),
         )
         self.made.append(recording)
         if self.store is not None:
@@ -160,13 +165,22 @@ class Context:
     # -- recorded nondeterminism --------------------------------------------------------------
 
     async def llm(self, request: LlmRequest) -> LlmResponse:
-        """A model call through the backend configured for `request.role`."""
+        """A model call through the backend configured for `request.role`, listed in flight while it runs."""
+        call = ModelCall(episode=self.episode, agent=self.agent, role=request.role)
 
         async def execute() -> LlmResponse:
-            assert self._services is not None
-            return await self._services.backend_for(request.role).complete(request)
+            services = self._services
+            assert services is not None
+            backend = services.backend_for(request.role)
+            services.model_calls.add(call)
+            try:
+                if isinstance(backend, ReportsAttempts):
+                    return await backend.complete_call(request, call)
+                return await backend.complete(request)
+            finally:
+                services.model_calls.discard(call)
 
-        raw = await self._recorder.call(self, "llm", request, execute)
+        raw = await self._recorder.call(self, "llm", request, execute, call.attempts)
         return raw if isinstance(raw, LlmResponse) else msgspec.convert(raw, LlmResponse)
 
     async def request(self, service: str, body: Any, *, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Any:

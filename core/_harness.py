@@ -6,7 +6,7 @@ from faultline._errors import BusError
 from faultline.core._agent import Agent
 from faultline.core._context import Context, Recorder
 from faultline.core._messages import Body, Envelope, Recording, derive_id
-from faultline.core._models import ModelBackend
+from faultline.core._models import ModelBackend, ModelCall
 
 
 class AgentHarness:
@@ -21,6 +21,7 @@ class AgentHarness:
         self.episode = episode
         self.backend = backend
         self.recordings: list[Recording] = []
+        self.model_calls: set[ModelCall] = set()
         self._count = 0
 
     def backend_for(self, role: str) -> ModelBackend:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, Union
 import msgspec
 
 from faultline._errors import DecodeError
+from faultline.core._models import ModelAttempt
 
 RUNNER = "runner"
 """The sender name of messages the runtime itself writes (episode starts, time-outs)."""
@@ -110,7 +111,11 @@ class ConversationEnded(Body, frozen=True, tag="conversation_ended"):
 
 
 class Recording(Body, frozen=True, tag="recording"):
-    """One nondeterministic call of an agent: its request digest and what it returned."""
+    """One nondeterministic call of an agent: its request digest and what it returned.
+
+    `attempts` lists every request a retrying backend sent for the call, failed ones
+    included; replay serves `response` or `error`, the final outcome, and ignores them.
+    """
 
     route: ClassVar[str] = "rec"
 
@@ -120,6 +125,7 @@ class Recording(Body, frozen=True, tag="recording"):
     request: Any = None
     response: Any = None
     error: str = ""
+    attempts: list[ModelAttempt] = []
 
 
 class NoOutput(Body, frozen=True, tag="no_output"):

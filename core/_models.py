@@ -8,6 +8,8 @@ defaults, and defaults are left out of the encoding.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -65,12 +67,60 @@ class LlmResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     metadata: dict[str, Any] = {}
 
 
+class ModelAttempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One request a backend sent for a model call, and how it ended; journaled with the call's recording.
+
+    `request_digest` is taken over what went on the wire (the backend's own settings
+    included), so two runs that asked differently can be told apart. `wait_s` is the
+    backoff before the next attempt; `error` is empty for the attempt that answered.
+    """
+
+    number: int
+    request_digest: str = ""
+    latency_s: float = 0.0
+    error: str = ""
+    wait_s: float = 0.0
+    finish_reason: str = ""
+    completion_tokens: int = 0
+
+
+@dataclass(eq=False)
+class ModelCall:
+    """A model call in flight: whose it is, which attempt runs and since when (monotonic seconds).
+
+    The worker lists the calls in flight for progress displays; a backend that
+    retries appends each finished attempt to `attempts`, which the recording keeps.
+    """
+
+    episode: str
+    agent: str
+    role: str
+    started: float = field(default_factory=time.monotonic)
+    attempt: int = 1
+    attempt_started: float = field(default_factory=time.monotonic)
+    attempts: list[ModelAttempt] = field(default_factory=list)
+
+    def begin(self, number: int) -> None:
+        self.attempt = number
+        self.attempt_started = time.monotonic()
+
+    def end(self, attempt: ModelAttempt) -> None:
+        self.attempts.append(attempt)
+
+
 class ModelBackend(Protocol):
     """A source of model replies. Backends raise ModelError when they give up."""
 
     async def complete(self, request: LlmRequest) -> LlmResponse: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ReportsAttempts(Protocol):
+    """A backend that makes several attempts per call and reports each one on `call` as it goes."""
+
+    async def complete_call(self, request: LlmRequest, call: ModelCall) -> LlmResponse: ...
 
 
 @runtime_checkable

@@ -54,6 +54,9 @@ def _args(arguments: dict[str, Any]) -> str:
 
 def _recording(body: Recording) -> str:
     head = f"{body.call}#{body.index}"
+    failed = [f"#{attempt.number} {attempt.error}" for attempt in body.attempts if attempt.error]
+    if failed:
+        head += f" [{len(body.attempts)} attempts; {'; '.join(failed)}]"
     if body.error:
         return f"{head} error: {body.error}"
     response = msgspec.to_builtins(body.response)

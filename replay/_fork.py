@@ -42,6 +42,7 @@ from faultline.core import (
     Handling,
     MessageBody,
     ModelBackend,
+    ModelCall,
     Recorder,
     Recording,
     Start,
@@ -108,6 +109,7 @@ def forks_path(journal: str | Path) -> Path:
 class _LiveServices:
     backends: Callable[[str], ModelBackend]
     cache: dict[str, ModelBackend] = field(default_factory=dict)
+    model_calls: set[ModelCall] = field(default_factory=set)
 
     def backend_for(self, role: str) -> ModelBackend:
         if role not in self.cache:

@@ -2,6 +2,7 @@
 
 from faultline.runtime._config import (
     ALL_AGENTS,
+    ALL_ROLES,
     DEFAULT_CONFIG_FILE,
     AgentConfig,
     Config,
@@ -9,13 +10,21 @@ from faultline.runtime._config import (
     MemoryConfig,
     ModelConfig,
     NatsConfig,
+    RunDefaults,
     RuntimeConfig,
     WorkerConfig,
     load_config,
     make_backend,
     parse_config,
 )
-from faultline.runtime._episodes import Completions, check_journal, start_episode, started_envelope
+from faultline.runtime._episodes import (
+    CallInFlight,
+    Completions,
+    check_journal,
+    model_calls_in_flight,
+    start_episode,
+    started_envelope,
+)
 from faultline.runtime._faulting import (
     apply_defense_flags,
     follow_settings,
@@ -33,7 +42,9 @@ from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
 __all__ = [
     "ALL_AGENTS",
+    "ALL_ROLES",
     "AgentConfig",
+    "CallInFlight",
     "Completions",
     "Config",
     "DEFAULT_CONFIG_FILE",
@@ -42,6 +53,7 @@ __all__ = [
     "ModelConfig",
     "NatsConfig",
     "ProcessSpec",
+    "RunDefaults",
     "RuntimeConfig",
     "Supervisor",
     "Worker",
@@ -56,6 +68,7 @@ __all__ = [
     "load_config",
     "make_backend",
     "make_rule",
+    "model_calls_in_flight",
     "parse_config",
     "parse_duration",
     "parse_fault_spec",

@@ -15,6 +15,7 @@ import json
 import re
 import tomllib
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -32,6 +33,7 @@ T = TypeVar("T")
 
 DEFAULT_MODEL_ROLE = "default"
 ALL_AGENTS = "*"
+ALL_ROLES = "*"
 
 _CLASS_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -96,9 +98,26 @@ class AgentConfig(_Section, frozen=True):
 class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A model role: the offline `sim` stand-in, an OpenAI-compatible endpoint with these
     settings, or a backend class of your own given as `package.module:Class` (built with no arguments).
+
+    `tool_calls` says how the tool agent offers its tools to this role's model: "native"
+    (OpenAI `tools`), or "text" for servers that lack tool calling (the tools described in
+    the prompt, a call answered as a JSON object in the text; see docs/models.md).
     """
 
     backend: str = "sim"
+    tool_calls: Literal["native", "text"] = "native"
+
+
+class RunDefaults(_Section, frozen=True):
+    """What `faultline run` uses when its command line does not say; 0 means "by backend".
+
+    By backend: `sim` answers at once (8 episodes in flight, 120 s each); with an
+    `openai` role, 2 in flight and an episode timeout of at least twice the longest
+    call that role can make with its retries (`faultline doctor` measures better ones).
+    """
+
+    concurrency: Annotated[int, msgspec.Meta(ge=0)] = 0
+    episode_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
 
 
 class MemoryConfig(_Section, frozen=True):
@@ -168,6 +187,7 @@ class Config(_Section, frozen=True):
     memory: MemoryConfig = MemoryConfig()
     defenses: DefensesConfig = DefensesConfig()
     faults: FaultsConfig = FaultsConfig()
+    run: RunDefaults = RunDefaults()
 
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""
@@ -181,14 +201,18 @@ class Config(_Section, frozen=True):
         return settings.model_role if settings and settings.model_role else agent
 
 
-def load_config(path: Path | None = None) -> Config:
+def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
     """Read a config file; with no path, `./faultline.toml` if it exists, else the defaults.
 
     Relative paths in the file (journal, NATS store) are taken relative to the file's folder.
+    `models` are settings per model role laid over the file's `[models.<role>]` tables (the
+    command line's); role `*` sets a key for every role.
     """
     if path is None:
         if not DEFAULT_CONFIG_FILE.is_file():
-            return Config()
+            if not models:
+                return Config()
+            return parse_config(with_model_settings({}, models), source="--model-setting")
         path = DEFAULT_CONFIG_FILE
     source = str(path)
     try:
@@ -201,7 +225,28 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"{source}: cannot read the file ({exc})") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+    if models:
+        raw, source = with_model_settings(raw, models), f"{source} with --model-setting"
     return _relative_to(parse_config(raw, source=source), path.parent)
+
+
+def with_model_settings(raw: dict[str, Any], models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Parsed TOML with `models` laid over its `[models.<role>]` tables; role `*` reaches every role.
+
+    A key set for every role is also set in each role table the file has, so it wins
+    over the file there as it does everywhere else.
+    """
+    tables = raw.get("models", {})
+    if not isinstance(tables, dict):
+        return raw
+    merged = {role: dict(table) if isinstance(table, dict) else table for role, table in tables.items()}
+    for role, settings in models.items():
+        targets = [DEFAULT_MODEL_ROLE, *merged] if role == ALL_ROLES else [role]
+        for target in dict.fromkeys(targets):
+            table = merged.setdefault(target, {})
+            if isinstance(table, dict):
+                table.update(settings)
+    return {**raw, "models": merged}
 
 
 def parse_config(raw: dict[str, Any], *, source: str = "faultline.toml") -> Config:

@@ -16,6 +16,7 @@ from faultline.core import (
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
+    ModelCall,
     Start,
     check_delivered,
     decode_envelope,
@@ -25,12 +26,50 @@ from faultline.core import (
 JOURNAL_ASK_TIMEOUT_S = 2.0
 """How long a runner waits for the journal service to say whether it can write."""
 
+STATUS_WINDOW_S = 0.5
+"""How long a runner collects the workers' answers when it asks what they are doing."""
+
 
 class JournalState(msgspec.Struct):
     """What the journal service says of itself: why it cannot write ("" when it can), and how far it is."""
 
     stuck: str = ""
     last_seq: int = 0
+
+
+class CallInFlight(msgspec.Struct, frozen=True, kw_only=True):
+    """A model call a worker is waiting on, as its status reports it."""
+
+    episode: str
+    agent: str
+    role: str
+    attempt: int
+    age_s: float
+    """Since the call began, its earlier attempts and waits included."""
+
+    def describe(self) -> str:
+        return f"{self.agent}'s model call (role {self.role}, attempt {self.attempt}, {self.age_s:.0f}s)"
+
+
+def in_flight(call: ModelCall) -> CallInFlight:
+    return CallInFlight(
+        episode=call.episode,
+        agent=call.agent,
+        role=call.role,
+        attempt=call.attempt,
+        age_s=time.monotonic() - call.started,
+    )
+
+
+class _Status(msgspec.Struct):
+    model_calls: list[CallInFlight] = []
+
+
+async def model_calls_in_flight(bus: Bus, window_s: float = STATUS_WINDOW_S) -> list[CallInFlight]:
+    """Every model call the workers on `bus` are waiting on, the oldest first."""
+    answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
+    calls = [call for answer in answers for call in msgspec.json.decode(answer, type=_Status).model_calls]
+    return sorted(calls, key=lambda call: -call.age_s)
 
 
 def started_envelope(episode: str, started: EpisodeStarted) -> Envelope:

@@ -28,7 +28,8 @@ from anyio.abc import TaskGroup
 
 from faultline._errors import NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message
-from faultline.core import Agent, Envelope, Handling, ModelBackend, Recorder, Recording, failure_envelopes
+from faultline.core import Agent, Envelope, Handling, ModelBackend, ModelCall, Recorder, Recording, failure_envelopes
+from faultline.runtime._episodes import in_flight
 from faultline.runtime._recovery import load_history
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class Worker:
     agent_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     name: str = field(default_factory=lambda: f"worker-{os.getpid()}")
     handled: int = 0
+    model_calls: set[ModelCall] = field(default_factory=set)
     _instances: dict[tuple[str, str], _Instance] = field(default_factory=dict)
     _recovering: set[str] = field(default_factory=set)
     _backends: dict[str, ModelBackend] = field(default_factory=dict)
@@ -258,5 +260,6 @@ class Worker:
             "shard": f"{self.settings.shard}/{self.settings.shards}",
             "episodes": episodes,
             "handled": self.handled,
+            "model_calls": [in_flight(call) for call in self.model_calls],
         }
         await msg.respond(msgspec.json.encode(status))

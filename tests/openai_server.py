@@ -22,7 +22,11 @@ or whatever `server.fallback` returns)::
 Scripted replies: `Text(content)`, `ToolCalls([Call(name, {...})])`,
 `Call(name, "not json")` for a malformed call (a string is sent verbatim),
 `Status(code)` for an HTTP error, `Delay(seconds, then)` to make a client time
-out. `reply_embeddings` scripts `Status` and `Delay` for the embeddings route;
+out, `Endless(seconds_per_token)` for a model that never stops talking: it
+writes `max_tokens` words when the request caps the answer (finish reason
+`length`), and without a cap sends a byte now and then forever, so only a
+deadline on the whole request ends it. `OpenAIServer(tools=False)` answers any
+request that offers `tools` with HTTP 400, as servers without tool calling do. `reply_embeddings` scripts `Status` and `Delay` for the embeddings route;
 embedding vectors are otherwise derived from the text: a sum of one hashed
 random vector per word, so texts that share words point the same way, and
 deliberately not of unit length. Every request received is in `requests`
@@ -53,6 +57,7 @@ from faultline.runtime.models import OpenAISettings
 __all__ = [
     "Call",
     "Delay",
+    "Endless",
     "OpenAIServer",
     "RecordedRequest",
     "Status",
@@ -99,6 +104,12 @@ class Status(msgspec.Struct, frozen=True):
     retry_after: float | None = None
 
 
+class Endless(msgspec.Struct, frozen=True):
+    """A model that talks until it is cut off: at `max_tokens` if the request has one, else never."""
+
+    seconds_per_token: float = 0.001
+
+
 class Delay(msgspec.Struct, frozen=True):
     """Wait `seconds` before answering with `then` (the default reply when None)."""
 
@@ -106,7 +117,7 @@ class Delay(msgspec.Struct, frozen=True):
     then: Text | ToolCalls | Status | None = None
 
 
-Reply = Text | ToolCalls | Status | Delay
+Reply = Text | ToolCalls | Status | Delay | Endless
 
 
 class _Answer(msgspec.Struct, frozen=True):
@@ -114,6 +125,8 @@ class _Answer(msgspec.Struct, frozen=True):
     payload: dict[str, Any]
     delay: float = 0.0
     retry_after: float | None = None
+    forever: float = 0.0
+    """Seconds between the bytes of an answer that never ends (0: a normal answer)."""
 
 
 class RecordedRequest(msgspec.Struct, frozen=True):
@@ -139,11 +152,14 @@ class OpenAIServer:
         embedding_dim: int = DEFAULT_EMBEDDING_DIM,
         api_key: str | None = None,
         fallback: Callable[[dict[str, Any]], Text | ToolCalls] = echo,
+        tools: bool = True,
     ) -> None:
-        """`api_key`, when set, must arrive as the bearer token or the reply is 401."""
+        """`api_key`, when set, must arrive as the bearer token or the reply is 401; `tools` False
+        refuses requests that offer tools."""
         self.embedding_dim = embedding_dim
         self.api_key = api_key
         self.fallback = fallback
+        self.tools = tools
         self._lock = threading.Lock()
         self._received = threading.Condition(self._lock)
         self._chat: deque[Reply] = deque()
@@ -260,6 +276,8 @@ class OpenAIServer:
             self._requests.append(RecordedRequest(path=path, body=body, headers=headers))
             self._received.notify_all()
             index = len(self._requests)
+            if not self.tools and body.get("tools"):  # refused before the model sees it: no scripted reply used
+                return _Answer(400, _error("tools are not supported by this server", "invalid_request_error"))
             if path == "/v1/chat/completions":
                 scripted: Reply | None = self._chat.popleft() if self._chat else None
             elif path == "/v1/embeddings":
@@ -274,6 +292,12 @@ class OpenAIServer:
             return _Answer(scripted.code, _error(message, "scripted"), delay, scripted.retry_after)
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
             return _Answer(401, _error("invalid api key", "invalid_api_key"), delay)
+        if isinstance(scripted, Endless):
+            cap = body.get("max_tokens")
+            if not cap:
+                return _Answer(200, {}, delay, forever=scripted.seconds_per_token)
+            talk = Text(" ".join(["word"] * cap), finish_reason="length")
+            return _Answer(200, self._chat_reply(body, talk, index), delay + cap * scripted.seconds_per_token)
         try:
             if path == "/v1/embeddings":
                 return _Answer(200, self._embeddings_reply(body), delay)
@@ -378,7 +402,19 @@ class _Handler(BaseHTTPRequestHandler):
         answer = owner._handle(self.path, body if isinstance(body, dict) else {}, headers)
         if answer.delay and owner._stopping.wait(answer.delay):
             return
+        if answer.forever:
+            self._send_forever(answer.forever)
+            return
         self._send(answer.status, answer.payload, answer.retry_after)
+
+    def _send_forever(self, interval: float) -> None:
+        """Headers, then a space (valid leading JSON whitespace) every `interval`, until the client hangs up."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        while not self.server.owner._stopping.wait(interval):
+            self.wfile.write(b" ")
+            self.wfile.flush()
 
     def _send(self, status: int, payload: dict[str, Any], retry_after: float | None) -> None:
         data = json.dumps(payload).encode()

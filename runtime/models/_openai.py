@@ -1,8 +1,10 @@
 """The `openai` backend: chat completions and embeddings from any OpenAI-compatible endpoint.
 
 The `openai` client's own retries are switched off so that the policy here is
-the only one: timeouts, connection errors, HTTP 429 and 5xx are retried with
-exponential backoff and full jitter; any other 4xx fails at once. A tool call
+the only one: timeouts, connection errors, HTTP 429 and 5xx are retried (those
+of them `retry_on` names) with exponential backoff and full jitter; any other
+4xx fails at once. Every attempt of a chat call is reported on its `ModelCall`,
+so the journal keeps each one with the call's recording. A tool call
 whose arguments are not a JSON object is returned with `arguments_error` set,
 so the agent sees the mistake instead of the worker crashing on it.
 """
@@ -15,13 +17,23 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeVar
 
 import anyio
 import msgspec
 
 from faultline._errors import ConfigError, ModelError
-from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
+from faultline.core import (
+    ChatMessage,
+    LlmRequest,
+    LlmResponse,
+    LlmToolCall,
+    ModelAttempt,
+    ModelCall,
+    Usage,
+    digest,
+    encode,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,21 +50,53 @@ DEFAULT_EMBED_BATCH = 128
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
-class OpenAISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Where an OpenAI-compatible endpoint is, which model to ask, and how patiently.
+RetryOn = Literal["timeout", "connection", "rate_limit", "server_error"]
+"""The failures a retry policy may retry: a request past its time, no connection, HTTP 429, HTTP 5xx."""
 
-    `max_retries` counts retries after the first attempt. The wait before retry
-    n is drawn uniformly from [0, min(backoff_cap_s, backoff_base_s * 2**(n-1))].
+RETRY_ON_ALL: tuple[RetryOn, ...] = ("timeout", "connection", "rate_limit", "server_error")
+
+DEFAULT_MAX_TOKENS = 512
+"""Answer tokens a chat request asks for at most: enough for a turn of a chat agent, and a bound on
+how long a slow model can take to write it. 0 sends no limit."""
+
+
+class OpenAISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where an OpenAI-compatible endpoint is, which model to ask, how long its answers may be, and how patiently.
+
+    `timeout_s` bounds each attempt as a whole, however slowly the server keeps
+    sending. `max_retries` counts retries after the first attempt, for the failures
+    in `retry_on`; any other failure ends the call at once. The wait before retry n
+    is drawn uniformly from [0, min(backoff_cap_s, backoff_base_s * 2**(n-1))].
+    `temperature`, `max_tokens` and `stop` are for chat; a request's own values win.
     """
 
     base_url: str = "https://api.openai.com/v1"
     api_key_env: str = "OPENAI_API_KEY"
     model: str = ""
     temperature: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_MAX_TOKENS
+    stop: tuple[str, ...] = ()
     timeout_s: Annotated[float, msgspec.Meta(gt=0.0)] = 60.0
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 3
     backoff_base_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.5
     backoff_cap_s: Annotated[float, msgspec.Meta(ge=0.0)] = 8.0
+    retry_on: tuple[RetryOn, ...] = RETRY_ON_ALL
+
+    @property
+    def call_budget_s(self) -> float:
+        """The longest one call can take: every attempt timing out, with the longest backoff between."""
+        waits = sum(
+            min(self.backoff_cap_s, self.backoff_base_s * 2.0 ** (n - 1)) for n in range(1, self.max_retries + 1)
+        )
+        return (self.max_retries + 1) * self.timeout_s + waits
+
+
+class _Failure(msgspec.Struct, frozen=True):
+    """A failed attempt: what kind of failure (a `RetryOn`, or "fatal"), in words, and the server's Retry-After."""
+
+    kind: str
+    text: str
+    retry_after: float = 0.0
 
 
 class _Endpoint:
@@ -73,35 +117,64 @@ class _Endpoint:
         )
         self._rng = random.Random()
 
-    async def call(self, operation: Callable[[], Awaitable[T]]) -> tuple[T, int]:
-        """Run `operation` under the retry policy; return its result and the attempts it took."""
+    async def call(
+        self, operation: Callable[[], Awaitable[T]], report: ModelCall | None = None, sent: str = ""
+    ) -> tuple[T, int]:
+        """Run `operation` under the retry policy; return its result and the attempts it took.
+
+        Each attempt is reported on `report` as it begins and ends; `sent` is the digest
+        of the request, for those reports.
+        """
         import openai
 
         attempts = self.settings.max_retries + 1
         last = ""
-        for attempt in range(1, attempts + 1):
-            retry_after = 0.0
+        for number in range(1, attempts + 1):
+            if report is not None:
+                report.begin(number)
+            started = time.perf_counter()
             try:
-                return await operation(), attempt
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                if status != 429 and status < 500:
-                    raise ModelError(f"{self.describe()}: {self._status_text(exc)}", retryable=False) from exc
-                last = self._status_text(exc)
-                retry_after = _retry_after(exc)
-            except openai.APITimeoutError:
-                last = f"timed out after {self.settings.timeout_s:g}s"
-            except openai.APIConnectionError as exc:
-                last = f"cannot connect ({exc.__cause__ or exc})"
-            except openai.OpenAIError as exc:
-                raise ModelError(f"{self.describe()}: {exc}", retryable=False) from exc
-            if attempt < attempts:
-                await anyio.sleep(self._backoff(attempt, retry_after))
+                with anyio.fail_after(self.settings.timeout_s):
+                    result = await operation()
+            except (TimeoutError, openai.OpenAIError) as exc:
+                failure = self._failure(exc)
+            else:
+                if report is not None:
+                    report.end(
+                        ModelAttempt(number=number, request_digest=sent, latency_s=time.perf_counter() - started)
+                    )
+                return result, number
+            retried = failure.kind in self.settings.retry_on and number < attempts
+            wait = self._backoff(number, failure.retry_after) if retried else 0.0
+            if report is not None:
+                latency = time.perf_counter() - started
+                report.end(
+                    ModelAttempt(number=number, request_digest=sent, latency_s=latency, error=failure.text, wait_s=wait)
+                )
+            if failure.kind not in self.settings.retry_on:
+                raise ModelError(f"{self.describe()}: {failure.text}", retryable=failure.kind != "fatal")
+            last = failure.text
+            if retried:
+                await anyio.sleep(wait)
         noun = "attempt" if attempts == 1 else "attempts"
         raise ModelError(f"{self.describe()}: gave up after {attempts} {noun}, last error: {last}", retryable=True)
 
     def describe(self) -> str:
         return f"openai endpoint {self.settings.base_url} (model {self.settings.model})"
+
+    def _failure(self, exc: Exception) -> _Failure:
+        """What went wrong with one attempt, and whether a retry policy may retry it."""
+        import openai
+
+        if isinstance(exc, TimeoutError | openai.APITimeoutError):
+            return _Failure("timeout", f"timed out after {self.settings.timeout_s:g}s")
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            kind = "rate_limit" if status == 429 else "server_error" if status >= 500 else "fatal"
+            return _Failure(kind, self._status_text(exc), _retry_after(exc))
+        if isinstance(exc, openai.APIConnectionError):
+            return _Failure("connection", f"cannot connect ({exc.__cause__ or exc})")
+        return _Failure("fatal", str(exc))
 
     def _backoff(self, attempt: int, retry_after: float) -> float:
         ceiling = min(self.settings.backoff_cap_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
@@ -151,21 +224,19 @@ class OpenAIBackend(_EndpointUser):
         self._endpoint = _Endpoint(settings)
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        """Ask the endpoint once (plus retries); `latency_s` covers every attempt and the waits between."""
-        params: dict[str, Any] = {
-            "model": self.settings.model,
-            "messages": [_to_openai(message) for message in request.messages],
-        }
-        if request.tools:
-            params["tools"] = request.tools
-        temperature = request.temperature if request.temperature is not None else self.settings.temperature
-        if temperature is not None:
-            params["temperature"] = temperature
-        if request.max_tokens is not None:
-            params["max_tokens"] = request.max_tokens
+        return await self.complete_call(request, None)
+
+    async def complete_call(self, request: LlmRequest, call: ModelCall | None) -> LlmResponse:
+        """Ask the endpoint once (plus retries), reporting each attempt on `call`.
+
+        `latency_s` covers every attempt and the waits between.
+        """
+        params = self.params(request)
         started = time.perf_counter()
         client = self._endpoint.client
-        completion, attempts = await self._endpoint.call(lambda: client.chat.completions.create(**params))
+        completion, attempts = await self._endpoint.call(
+            lambda: client.chat.completions.create(**params), call, digest(encode(params))
+        )
         latency = time.perf_counter() - started
         if not completion.choices:
             raise ModelError(f"{self._endpoint.describe()}: the reply has no choices", retryable=False)
@@ -183,6 +254,24 @@ class OpenAIBackend(_EndpointUser):
             latency_s=latency,
             metadata={"attempts": attempts},
         )
+
+    def params(self, request: LlmRequest) -> dict[str, Any]:
+        """The chat completion request as sent: the request's own values over this role's settings."""
+        params: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": [_to_openai(message) for message in request.messages],
+        }
+        if request.tools:
+            params["tools"] = request.tools
+        temperature = request.temperature if request.temperature is not None else self.settings.temperature
+        if temperature is not None:
+            params["temperature"] = temperature
+        max_tokens = request.max_tokens if request.max_tokens is not None else self.settings.max_tokens
+        if max_tokens:
+            params["max_tokens"] = max_tokens
+        if self.settings.stop:
+            params["stop"] = list(self.settings.stop)
+        return params
 
 
 class OpenAIEmbedder(_EndpointUser):

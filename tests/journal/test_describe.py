@@ -12,6 +12,7 @@ from faultline.core import (
     DeadLetter,
     EpisodeStarted,
     ErrorRaised,
+    ModelAttempt,
     Recording,
     ToolCall,
     ToolResult,
@@ -37,6 +38,16 @@ from faultline.journal import describe_body
         ),
         (Recording(call="now", index=4, request_digest="d", response=1767225600.5), "now#4 → 1767225600.5"),
         (Recording(call="llm", index=1, request_digest="d", error="timeout"), "llm#1 error: timeout"),
+        (
+            Recording(
+                call="llm",
+                index=1,
+                request_digest="d",
+                response={"content": "Hi", "model": "m"},
+                attempts=[ModelAttempt(number=1, error="HTTP 500 (busy)"), ModelAttempt(number=2)],
+            ),
+            "llm#1 [2 attempts; #1 HTTP 500 (busy)] m 0+0 tok → 'Hi'",
+        ),
         (
             Recording(call="llm", index=2, request_digest="d", response={"content": "Done.", "model": "m"}),
             "llm#2 m 0+0 tok → 'Done.'",

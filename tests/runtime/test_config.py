@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from faultline._errors import ConfigError
-from faultline.cli import main
+from faultline.cli import build_parser, main
+from faultline.cli._run import effective_config, run_limits
 from faultline.runtime import (
     AgentConfig,
     Config,
@@ -58,7 +59,7 @@ def test_the_example_file_parses_and_shows_every_section() -> None:
     assert check_system(config) == {"tool": ("tool",), "rest": ("env", "user")}
     assert config.model("unconfigured").backend == "sim"
     example_keys = {line.split("=")[0].strip().lstrip("# ") for line in EXAMPLE.read_text().splitlines() if "=" in line}
-    for section in (config.nats, config.journal, config.runtime, WorkerConfig(), ModelConfig()):
+    for section in (config.nats, config.journal, config.runtime, WorkerConfig(), ModelConfig(), config.run):
         assert set(section.__struct_fields__) <= example_keys
 
 
@@ -242,3 +243,57 @@ def test_config_check_and_run_refuse_the_same_configurations_in_one_line(
     check, run = err.splitlines()
     assert check == run == f"faultline: error: {path}: {message}"
     assert not (tmp_path / ".faultline").exists(), "run refused before it started anything"
+
+
+def test_command_line_model_settings_lie_over_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[models.default]\nmax_tokens = 100\n[models.tool]\nmax_tokens = 50\ntimeout_s = 9.0\n")
+    config = load_config(path, models={"*": {"max_tokens": 64}, "user": {"stop": ["\n\n"], "tool_calls": "text"}})
+    assert config.model("tool").max_tokens == 64, "a setting for every role wins over a role's own table"
+    assert config.model("tool").timeout_s == 9.0
+    assert config.model("user").stop == ("\n\n",) and config.model("user").tool_calls == "text"
+    assert config.model("user").max_tokens == 64, "a role created on the command line inherits the default"
+    assert config.model("other").max_tokens == 64
+
+
+def test_model_settings_without_a_file_and_a_wrong_one_names_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_config(None, models={"tool": {"max_retries": 0}}).model("tool").max_retries == 0
+    with pytest.raises(ConfigError, match=r"^--model-setting: Expected int >= 0 - at \$\.models\.tool\.max_tokens$"):
+        load_config(None, models={"tool": {"max_tokens": -1}})
+    with pytest.raises(
+        ConfigError,
+        match=r"with --model-setting: Invalid enum value 'sometimes' - at \$\.models\.default\.retry_on\[0\]$",
+    ):
+        load_config(write(tmp_path, ""), models={"*": {"retry_on": ["sometimes"]}})
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], (8, 120.0)),
+        (["--model", "openai", "--model-name", "m"], (2, 600.0)),
+        (["--model", "openai", "--model-name", "m", "--model-setting", "timeout_s=200"], (2, 2 * (4 * 200 + 3.5))),
+        (["--model", "openai", "--model-name", "m", "--concurrency", "3", "--episode-timeout", "9"], (3, 9.0)),
+    ],
+)
+def test_run_limits_follow_the_backend_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], expected: tuple[int, float]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = build_parser("run").parse_args(["run", *flags])
+    assert run_limits(args, effective_config(args)) == expected
+
+
+def test_run_limits_from_the_config_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[run]\nconcurrency = 1\nepisode_timeout_s = 900.0\n")
+    args = build_parser("run").parse_args(["run", "--config", str(path), "--model", "openai", "--model-name", "m"])
+    assert run_limits(args, effective_config(args)) == (1, 900.0)
+
+
+def test_a_malformed_model_setting_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--model-setting", "max_tokens"]) == 2
+    assert capsys.readouterr().err == (
+        "faultline: usage error: --model-setting 'max_tokens': expected [ROLE.]KEY=VALUE, e.g. tool.max_tokens=256\n"
+    )

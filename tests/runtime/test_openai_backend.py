@@ -9,9 +9,15 @@ import pytest
 
 from faultline._errors import ConfigError, ModelError
 from faultline.bus import free_port
-from faultline.core import ChatMessage, LlmRequest, LlmToolCall
-from faultline.runtime.models import OpenAIBackend, OpenAIEmbedder, OpenAISettings, parse_tool_arguments
-from tests.openai_server import Call, Delay, OpenAIServer, Status, Text, ToolCalls
+from faultline.core import ChatMessage, LlmRequest, LlmToolCall, ModelCall
+from faultline.runtime.models import (
+    DEFAULT_MAX_TOKENS,
+    OpenAIBackend,
+    OpenAIEmbedder,
+    OpenAISettings,
+    parse_tool_arguments,
+)
+from tests.openai_server import Call, Delay, Endless, OpenAIServer, Status, Text, ToolCalls
 
 LOOKUP_TOOL = {
     "type": "function",
@@ -66,15 +72,77 @@ async def test_default_reply_is_deterministic(openai_server: OpenAIServer, backe
     assert first.usage.total > 0
 
 
-async def test_temperature_and_max_tokens_are_sent(openai_server: OpenAIServer) -> None:
-    async with OpenAIBackend(openai_server.settings(temperature=0.3)) as backend:
+async def test_temperature_max_tokens_and_stop_are_sent(openai_server: OpenAIServer) -> None:
+    async with OpenAIBackend(openai_server.settings(temperature=0.3, stop=("\n\n",))) as backend:
         await backend.complete(ask())
         await backend.complete(ask(temperature=0.9, max_tokens=64))
     configured, overridden = openai_server.chat_requests
     assert configured["temperature"] == 0.3
-    assert "max_tokens" not in configured
+    assert configured["max_tokens"] == DEFAULT_MAX_TOKENS == 512
+    assert configured["stop"] == ["\n\n"]
     assert overridden["temperature"] == 0.9
     assert overridden["max_tokens"] == 64
+
+
+async def test_max_tokens_0_sends_no_limit(openai_server: OpenAIServer) -> None:
+    async with OpenAIBackend(openai_server.settings(max_tokens=0)) as backend:
+        await backend.complete(ask())
+    assert "max_tokens" not in openai_server.chat_requests[0]
+    assert "stop" not in openai_server.chat_requests[0]
+
+
+async def test_a_model_that_never_stops_is_cut_at_max_tokens(openai_server: OpenAIServer) -> None:
+    openai_server.reply(Endless())
+    async with OpenAIBackend(openai_server.settings(max_tokens=16)) as backend:
+        response = await backend.complete(ask())
+    assert response.finish_reason == "length"
+    assert response.usage.completion_tokens == 16
+    assert response.content.split() == ["word"] * 16
+
+
+async def test_an_answer_that_never_ends_is_cut_at_the_timeout_and_every_attempt_reported(
+    openai_server: OpenAIServer,
+) -> None:
+    openai_server.reply(Endless(seconds_per_token=0.02), Endless(seconds_per_token=0.02))
+    call = ModelCall(episode="e", agent="tool", role="agent")
+    async with OpenAIBackend(openai_server.settings(max_tokens=0, timeout_s=0.3, max_retries=1)) as backend:
+        with pytest.raises(ModelError, match=r"gave up after 2 attempts, last error: timed out after 0\.3s"):
+            await backend.complete_call(ask(), call)
+    assert [a.number for a in call.attempts] == [1, 2]
+    assert all(a.error == "timed out after 0.3s" for a in call.attempts)
+    assert all(0.3 <= a.latency_s < 2.0 for a in call.attempts)
+    assert call.attempts[0].request_digest == call.attempts[1].request_digest != ""
+
+
+async def test_every_attempt_is_reported_with_its_error_and_wait(openai_server: OpenAIServer) -> None:
+    openai_server.reply(Status(500, "overloaded"), Status(503), Text("third time"))
+    call = ModelCall(episode="e", agent="tool", role="agent")
+    settings = openai_server.settings(max_retries=3, backoff_base_s=0.01, backoff_cap_s=0.01)
+    async with OpenAIBackend(settings) as backend:
+        response = await backend.complete_call(ask(), call)
+    assert response.content == "third time"
+    first, second, third = call.attempts
+    assert (first.number, first.error) == (1, "HTTP 500 (overloaded)")
+    assert second.error.startswith("HTTP 503")
+    assert 0.0 <= first.wait_s <= 0.01
+    assert (third.number, third.error, third.wait_s) == (3, "", 0.0)
+    assert call.attempt == 3
+
+
+async def test_failures_left_out_of_retry_on_end_the_call_at_once(openai_server: OpenAIServer) -> None:
+    openai_server.reply(Status(500, "overloaded"), Text("never reached"))
+    call = ModelCall(episode="e", agent="tool", role="agent")
+    async with OpenAIBackend(openai_server.settings(max_retries=3, retry_on=("timeout",))) as backend:
+        with pytest.raises(ModelError, match=r"HTTP 500 \(overloaded\)$") as caught:
+            await backend.complete_call(ask(), call)
+    assert caught.value.retryable is True, "a later call may work; this policy just does not retry it"
+    assert len(openai_server.chat_requests) == 1
+    assert [(a.number, a.wait_s) for a in call.attempts] == [(1, 0.0)]
+
+
+def test_call_budget_counts_every_attempt_and_the_longest_waits() -> None:
+    settings = OpenAISettings(timeout_s=10.0, max_retries=2, backoff_base_s=1.0, backoff_cap_s=1.5)
+    assert settings.call_budget_s == 3 * 10.0 + 1.0 + 1.5
 
 
 async def test_tool_call_is_mapped_and_tools_passed_through(

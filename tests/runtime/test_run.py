@@ -126,7 +126,7 @@ def test_an_episode_past_its_time_limit_completes_as_timeout(
     summary = run(capsys, "--tasks", "3", "--episode-timeout", "0.001", "--journal", str(journal))
     assert summary["outcomes"] == {"timeout": 3}
     causes = [c.cause for c in completions(journal) if c.outcome == "timeout"]
-    assert causes == ["no completion within 0.001s"] * 3
+    assert causes == ["no completion within 0.001s; no model call was in flight when last asked"] * 3
 
 
 def test_the_example_configuration_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

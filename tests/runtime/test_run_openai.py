@@ -1,0 +1,145 @@
+"""`faultline run` on the openai backend against the scripted server: bounded answers, journaled retries,
+the text fallback for servers without tool calling, and what a slow run says it waits for."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from faultline.cli import _run as cli_run
+from faultline.cli import _run_plan as run_plan
+from faultline.cli import main
+from faultline.core import EpisodeCompleted, LlmResponse, Recording, ToolCall
+from faultline.journal import JournalReader
+from tests.openai_server import Delay, Endless, OpenAIServer, Status, Text
+
+pytestmark = pytest.mark.slow
+
+EMAIL = "omar.johnson9361@example.com"
+
+
+def run(capsys: pytest.CaptureFixture[str], server: OpenAIServer, journal: Path, *args: str) -> dict:  # type: ignore[type-arg]
+    code = main(
+        ["run", "--json", "--model", "openai", "--base-url", server.url, "--model-name", "m", "--tasks", "1",
+         "--max-turns", "1", "--journal", str(journal), "--model-setting", "backoff_base_s=0", *args]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def bodies(journal: Path, kind: type) -> list:  # type: ignore[type-arg]
+    with JournalReader(journal) as reader:
+        return [body for r in reader.rows() if isinstance(body := r.envelope().body, kind)]
+
+
+def model_calls(journal: Path) -> list[Recording]:
+    return [r for r in bodies(journal, Recording) if r.call == "llm"]
+
+
+def test_a_call_that_fails_twice_is_retried_and_every_attempt_journaled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    with OpenAIServer() as server:
+        server.reply(Status(500, "overloaded"), Status(502, "bad gateway"))
+        summary = run(capsys, server, journal)
+    assert summary["outcomes"] == {"failure": 1}
+    first = model_calls(journal)[0]
+    assert [(a.number, a.error) for a in first.attempts] == [
+        (1, "HTTP 500 (overloaded)"),
+        (2, "HTTP 502 (bad gateway)"),
+        (3, ""),
+    ]
+    assert len({a.request_digest for a in first.attempts}) == 1
+    assert first.error == "" and first.response["content"].startswith("echo: ")
+    assert main(["replay", str(journal)]) == 0
+    assert "identical" in capsys.readouterr().out
+
+
+def test_an_answer_that_never_ends_fails_the_episode_with_the_journaled_model_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    with OpenAIServer() as server:
+        server.reply(Endless(0.01), Endless(0.01))
+        summary = run(
+            capsys, server, journal, "--model-setting", "max_tokens=0", "--model-setting", "timeout_s=0.3",
+            "--model-setting", "max_retries=1",
+        )  # fmt: skip
+    assert summary["outcomes"] == {"error": 1}
+    [call] = model_calls(journal)
+    assert call.error.endswith("gave up after 2 attempts, last error: timed out after 0.3s")
+    assert [(a.number, a.error) for a in call.attempts] == [(1, "timed out after 0.3s"), (2, "timed out after 0.3s")]
+    [completed] = bodies(journal, EpisodeCompleted)
+    assert completed.outcome == "error"
+    assert completed.cause.startswith("ModelError in user: ")
+    assert "timed out after 0.3s" in completed.cause
+    assert main(["replay", str(journal)]) == 0
+
+
+def test_a_talkative_model_is_cut_at_max_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "j.sqlite"
+    with OpenAIServer() as server:
+        server.reply(Endless())
+        run(capsys, server, journal, "--model-setting", "user.max_tokens=8")
+        assert server.chat_requests[0]["max_tokens"] == 8
+        assert server.chat_requests[1]["max_tokens"] == 512, "the tool agent's role keeps the default"
+    answer = msgspec.convert(model_calls(journal)[0].response, LlmResponse)
+    assert answer.finish_reason == "length" and answer.usage.completion_tokens == 8
+
+
+def test_a_server_without_tool_calling_gets_tools_in_the_prompt_and_calls_in_the_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    with OpenAIServer(tools=False) as server:
+        server.reply(
+            Text(f"Cancel my order please, my email is {EMAIL}"),
+            Text(f'I will look you up.\n```json\n{{"tool": "find_user_id_by_email", "arguments": {{"email": "{EMAIL}"}}}}\n```'),
+            Text('{"tool": "get_user_details", "arguments": {"user_id": '),
+            Text("Sorry, I could not read your details."),
+        )  # fmt: skip
+        summary = run(capsys, server, journal, "--model-setting", "tool_calls=text")
+        requests = server.chat_requests
+    assert summary["outcomes"] == {"failure": 1}
+    assert all("tools" not in request for request in requests)
+    assert "# Tools" in requests[1]["messages"][0]["content"]
+    assert "find_user_id_by_email:" in requests[1]["messages"][0]["content"]
+    found, broken = bodies(journal, ToolCall)
+    assert (found.name, found.arguments, found.arguments_error) == ("find_user_id_by_email", {"email": EMAIL}, "")
+    assert broken.arguments_error.startswith("the tool call written in the answer does not parse")
+    assert requests[2]["messages"][-1]["content"].startswith("Result of find_user_id_by_email: ")
+    assert "does not parse" in requests[3]["messages"][-1]["content"], "the model reads why its call failed"
+    assert main(["replay", str(journal)]) == 0
+
+
+def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_run, "PROGRESS_TICK_S", 0.1)
+    monkeypatch.setattr(cli_run, "PROGRESS_LINE_S", 0.5)
+    monkeypatch.setattr(run_plan, "MODEL_CALLS_POLL_S", 0.1)
+    journal = tmp_path / "j.sqlite"
+    with OpenAIServer() as server:
+        server.reply(Delay(60.0))  # the call is cut at its own timeout, after the episode's
+        code = main(
+            ["run", "--json", "--model", "openai", "--base-url", server.url, "--model-name", "m", "--tasks", "1",
+             "--episode-timeout", "6", "--journal", str(journal), "--model-setting", "timeout_s=10",
+             "--model-setting", "max_retries=0"]
+        )  # fmt: skip
+        out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["outcomes"] == {"timeout": 1}
+    pattern = r"1 model call in flight, the slowest user's model call \(role user, attempt 1, \d+s\)"
+    assert any(re.search(pattern, line) for line in err.splitlines()), err
+    completed, late = bodies(journal, EpisodeCompleted)
+    assert "timed out after 10s" in late.cause, "the call's own failure is journaled too, after the timeout"
+    assert re.fullmatch(
+        r"no completion within 6s; still waiting for user's model call \(role user, attempt 1, \d+s\)",
+        completed.cause,
+    ), completed.cause
