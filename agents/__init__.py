@@ -3,6 +3,7 @@ environment host), and the memory service."""
 
 from faultline.agents._env import EnvironmentHost
 from faultline.agents._episode import PROTOCOL, EpisodeSpec
+from faultline.agents._text_tools import parse_tool_text, tools_prompt
 from faultline.agents._tool import HELPERS_TOPIC, ToolAgent
 from faultline.agents._user import UserSimulator
 
@@ -13,4 +14,6 @@ __all__ = [
     "EpisodeSpec",
     "ToolAgent",
     "UserSimulator",
+    "parse_tool_text",
+    "tools_prompt",
 ]

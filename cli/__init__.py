@@ -30,6 +30,7 @@ _COMMANDS = {
     "inject": "_faults",
     "faults": "_faults",
     "config": "_config",
+    "doctor": "_doctor",
     "journal": "_journal",
     "memory": "_memory",
 }

@@ -212,6 +212,8 @@ PUBLIC = {
         "PROTOCOL",
         "ToolAgent",
         "UserSimulator",
+        "parse_tool_text",
+        "tools_prompt",
     },
 }
 

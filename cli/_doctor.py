@@ -1,0 +1,212 @@
+"""`faultline doctor`: measure a model endpoint before running episodes on it.
+
+Two requests to the tool agent's role, each made once (no retries, so the
+numbers are the endpoint's own): one that offers a tool natively, one that
+offers it in the text format (`tool_calls = "text"`). From their latency and
+speed it recommends the settings a run needs on this endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import anyio
+import msgspec
+
+from faultline._errors import ModelError, UsageError
+from faultline.agents import parse_tool_text, tools_prompt
+from faultline.cli._run import add_model_flags, effective_config
+from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall
+from faultline.runtime import ModelConfig
+from faultline.runtime.models import OpenAIBackend
+
+CALLS_PER_EPISODE = 20
+"""Model calls a typical episode makes (user and tool agent turns together), for the episode timeout."""
+
+PROBE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "find_user_id_by_email",
+        "description": "Find a user id by email address.",
+        "parameters": {
+            "type": "object",
+            "properties": {"email": {"type": "string", "description": "The email address."}},
+            "required": ["email"],
+        },
+    },
+}
+SYSTEM = "You are a customer support agent. Use a tool whenever one can answer the question."
+QUESTION = "Hi, what is the user id for my email anna.berg@example.com?"
+
+
+class Probe(msgspec.Struct, kw_only=True):
+    """One request of the doctor and what came of it."""
+
+    name: str
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_per_s: float = 0.0
+    finish_reason: str = ""
+    tool_call: str = ""
+    """The valid call of the probe tool the answer made, as `name(arguments)`; empty if none."""
+    answer: str = ""
+    error: str = ""
+
+
+class Advice(msgspec.Struct, kw_only=True):
+    role: str
+    tool_calls: str
+    timeout_s: float
+    concurrency: int
+    episode_timeout_s: float
+
+
+class Report(msgspec.Struct, kw_only=True):
+    endpoint: str
+    probes: list[Probe]
+    advice: Advice | None = None
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "doctor",
+        help="measure a model endpoint: latency, tokens/s, whether tool calls work; print the settings to use",
+        description="Send two requests to the tool agent's model role, one offering a tool natively (OpenAI"
+        " tools), one offering it in the text format, each once without retries. Print their latency, tokens"
+        " per second and whether the tool call worked, then recommended settings as TOML. Exit 1 when"
+        " neither request was answered.",
+    )
+    add_model_flags(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_doctor)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    config = effective_config(args)
+    role = config.role_of("tool")
+    settings = config.model(role)
+    if settings.backend != "openai":
+        raise UsageError(f"doctor measures an openai endpoint, but the tool agent's role {role!r} uses"
+                         f" {settings.backend}: add --model openai")  # fmt: skip
+    report = anyio.run(examine, settings, role)
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        print("\n".join(render(report)))
+    if report.advice is None:
+        raise ModelError(f"{report.endpoint}: " + "; ".join(f"{p.name}: {p.error}" for p in report.probes))
+    return 0
+
+
+async def examine(settings: ModelConfig, role: str) -> Report:
+    """Both probes, one after the other (so neither slows the other), and the advice they support."""
+    once = msgspec.structs.replace(settings, max_retries=0)
+    endpoint = f"openai endpoint {settings.base_url} (model {settings.model})"
+    native_request = LlmRequest(role=role, messages=_messages(SYSTEM), tools=[PROBE_TOOL])
+    text_request = LlmRequest(role=role, messages=_messages(SYSTEM + "\n\n" + tools_prompt([PROBE_TOOL])))
+    async with OpenAIBackend(once) as backend:
+        native = await _probe(backend, "native tools", native_request, endpoint)
+        text = await _probe(backend, "text format", text_request, endpoint)
+    return Report(endpoint=endpoint, probes=[native, text], advice=advise(settings, role, native, text))
+
+
+def advise(settings: ModelConfig, role: str, native: Probe, text: Probe) -> Advice | None:
+    """Settings for this endpoint, from what the probes measured; None when neither was answered.
+
+    A call may need a whole `max_tokens` answer at the measured speed; the timeout allows twice
+    that. A slow server serves parallel requests slower still, so it gets fewer episodes at once,
+    and an episode's timeout covers its calls at that pace and, at least, twice one call's retries.
+    """
+    answered = [p for p in (native, text) if not p.error]
+    if not answered:
+        return None
+    speed = min(max(p.tokens_per_s, 0.1) for p in answered)
+    latency = max(p.latency_s for p in answered)
+    longest = latency + (settings.max_tokens or 2048) / speed
+    timeout_s = max(30.0, _round_up(2 * longest, 10))
+    concurrency = 1 if speed < 20 else 2 if speed < 60 else 8
+    budget = (settings.max_retries + 1) * timeout_s
+    episode = _round_up(max(CALLS_PER_EPISODE * latency * concurrency, 2 * budget), 60)
+    tool_calls = "native" if native.tool_call or not text.tool_call else "text"
+    return Advice(
+        role=role, tool_calls=tool_calls, timeout_s=timeout_s, concurrency=concurrency, episode_timeout_s=episode
+    )
+
+
+def render(report: Report) -> list[str]:
+    lines = [f"doctor: {report.endpoint}"]
+    for p in report.probes:
+        if p.error:
+            lines.append(f"  {p.name:<13} failed: {p.error}")
+            continue
+        said = f"tool call {p.tool_call}" if p.tool_call else f"no tool call, answered {_clip(p.answer)!r}"
+        lines.append(
+            f"  {p.name:<13} {p.latency_s:6.2f} s  {p.prompt_tokens}+{p.completion_tokens} tokens"
+            f"  {p.tokens_per_s:.1f} tokens/s  finish {p.finish_reason or '?'}  {said}"
+        )
+    native, text = report.probes
+    if native.tool_call:
+        lines.append("tool calls: native tool calls work")
+    elif text.tool_call:
+        lines.append('tool calls: native tool calls do not work, the text format does: use tool_calls = "text"')
+    else:
+        lines.append("tool calls: the model made no valid tool call either way; episodes will fail at tools")
+    advice = report.advice
+    if advice is None:
+        lines.append("no recommendation: neither request was answered")
+        return lines
+    lines += [
+        "recommended (faultline.toml, or --model-setting / --concurrency / --episode-timeout):",
+        f"  [models.{advice.role}]",
+        f'  tool_calls = "{advice.tool_calls}"',
+        f"  timeout_s = {advice.timeout_s:g}",
+        "  [run]",
+        f"  concurrency = {advice.concurrency}",
+        f"  episode_timeout_s = {advice.episode_timeout_s:g}",
+    ]
+    return lines
+
+
+async def _probe(backend: OpenAIBackend, name: str, request: LlmRequest, endpoint: str) -> Probe:
+    """One request; a failure is told by its attempt's own error, without the endpoint named again."""
+    attempt = ModelCall(episode="doctor", agent="doctor", role=request.role)
+    try:
+        response = await backend.complete_call(request, attempt)
+    except ModelError as exc:
+        failed = [a.error for a in attempt.attempts if a.error]
+        return Probe(name=name, error=failed[-1] if failed else str(exc).removeprefix(f"{endpoint}: "))
+    seconds = max(response.latency_s, 1e-6)
+    call = _probe_call(response)
+    return Probe(
+        name=name,
+        latency_s=response.latency_s,
+        prompt_tokens=response.usage.prompt_tokens,
+        completion_tokens=response.usage.completion_tokens,
+        tokens_per_s=response.usage.completion_tokens / seconds,
+        finish_reason=response.finish_reason,
+        tool_call=f"{call.name}({msgspec.json.encode(call.arguments).decode()})" if call else "",
+        answer=response.content,
+    )
+
+
+def _probe_call(response: LlmResponse) -> LlmToolCall | None:
+    """The answer's valid call of the probe tool, native or written in the text format."""
+    calls = response.tool_calls or [c for c in [parse_tool_text(response.content, "probe")] if c is not None]
+    name = PROBE_TOOL["function"]["name"]
+    return next((c for c in calls if c.name == name and not c.arguments_error and c.arguments.get("email")), None)
+
+
+def _messages(system: str) -> list[ChatMessage]:
+    return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=QUESTION)]
+
+
+def _round_up(value: float, step: int) -> float:
+    return float(math.ceil(value / step) * step)
+
+
+def _clip(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"

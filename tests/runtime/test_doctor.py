@@ -1,0 +1,90 @@
+"""`faultline doctor` against the scripted server: each kind of endpoint gets the report and advice it should."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from faultline.cli import main
+from tests.openai_server import Call, Endless, OpenAIServer, Status, Text, ToolCalls
+
+EMAIL = "anna.berg@example.com"
+TEXT_CALL = f'{{"tool": "find_user_id_by_email", "arguments": {{"email": "{EMAIL}"}}}}'
+
+
+def doctor(capsys: pytest.CaptureFixture[str], server: OpenAIServer, *args: str) -> tuple[int, str, str]:
+    code = main(["doctor", "--model", "openai", "--base-url", server.url, "--model-name", "m", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_server_with_tool_calling_is_told_to_use_it(
+    openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    openai_server.reply(ToolCalls([Call("find_user_id_by_email", {"email": EMAIL})]), Text("I would look it up."))
+    code, out, err = doctor(capsys, openai_server)
+    assert code == 0, err
+    native, text = openai_server.chat_requests
+    assert native["tools"][0]["function"]["name"] == "find_user_id_by_email"
+    assert "tools" not in text and "# Tools" in text["messages"][0]["content"]
+    lines = out.splitlines()
+    assert lines[0] == f"doctor: openai endpoint {openai_server.url} (model m)"
+    assert f'tool call find_user_id_by_email({{"email":"{EMAIL}"}})' in lines[1]
+    assert "no tool call, answered 'I would look it up.'" in lines[2]
+    assert "tool calls: native tool calls work" in lines
+    assert '  tool_calls = "native"' in lines and "  [models.tool]" in lines
+
+
+def test_a_server_without_tool_calling_is_told_to_use_the_text_format(capsys: pytest.CaptureFixture[str]) -> None:
+    with OpenAIServer(tools=False) as server:
+        server.reply(Text(f"Sure.\n{TEXT_CALL}"))
+        code, out, err = doctor(capsys, server)
+        assert len(server.chat_requests) == 2
+    assert code == 0, err
+    assert "native tools  failed: HTTP 400 (tools are not supported by this server)" in out
+    assert 'the text format does: use tool_calls = "text"' in out
+    assert '  tool_calls = "text"' in out.splitlines()
+
+
+def test_a_slow_talkative_model_gets_one_episode_at_a_time_and_long_timeouts(
+    openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    openai_server.reply(Endless(0.1), Endless(0.1))
+    code, out, err = doctor(capsys, openai_server, "--json", "--model-setting", "max_tokens=8")
+    assert code == 0, err
+    report = json.loads(out)
+    for probe in report["probes"]:
+        assert probe["finish_reason"] == "length" and probe["completion_tokens"] == 8
+        assert 0.8 <= probe["latency_s"] < 3.0
+        assert 2.0 < probe["tokens_per_s"] <= 10.0
+    assert report["advice"]["concurrency"] == 1
+    assert report["advice"]["timeout_s"] == 30.0
+    assert report["advice"]["episode_timeout_s"] == 240.0, "twice four attempts of 30 s, rounded to minutes"
+    assert report["advice"]["tool_calls"] == "native", "no valid call either way: native, the default, stays"
+
+
+def test_an_endpoint_that_answers_neither_request_fails_with_both_causes(
+    openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    openai_server.reply(Status(500, "overloaded"), Endless(0.02))
+    code, out, err = doctor(
+        capsys, openai_server, "--model-setting", "max_tokens=0", "--model-setting", "timeout_s=0.3"
+    )
+    assert code == 1
+    assert len(openai_server.chat_requests) == 2, "the doctor measures once: no retries"
+    assert "native tools  failed: HTTP 500 (overloaded)" in out
+    assert "text format   failed: timed out after 0.3s" in out
+    assert "no recommendation: neither request was answered" in out
+    assert err == (
+        f"faultline: error: openai endpoint {openai_server.url} (model m): native tools: HTTP 500 (overloaded);"
+        " text format: timed out after 0.3s\n"
+    )
+
+
+def test_doctor_on_sim_is_one_usage_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor"]) == 2
+    assert capsys.readouterr().err == (
+        "faultline: usage error: doctor measures an openai endpoint, but the tool agent's role 'tool' uses sim:"
+        " add --model openai\n"
+    )
