@@ -5,6 +5,7 @@ The pieces live in subpackages (`faultline.bus`, `faultline.journal`, `faultline
 """
 
 from faultline._errors import (
+    AccessError,
     BusError,
     ChainError,
     ConfigError,
@@ -19,6 +20,7 @@ from faultline._errors import (
     ModelError,
     NonDeterminismError,
     NoResponderError,
+    PublishRefusedError,
     ReplyTimeoutError,
     RunError,
     ServerError,
@@ -28,6 +30,7 @@ from faultline._errors import (
 )
 
 __all__ = [
+    "AccessError",
     "BusError",
     "ChainError",
     "ConfigError",
@@ -42,6 +45,7 @@ __all__ = [
     "ModelError",
     "NoResponderError",
     "NonDeterminismError",
+    "PublishRefusedError",
     "ReplyTimeoutError",
     "RunError",
     "ServerError",

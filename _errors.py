@@ -6,7 +6,9 @@ FaultlineError
  ├── ServerError              the embedded nats-server could not be found or started
  ├── BusError                 a publish, subscribe or request on NATS failed
  │    ├── NoResponderError    a request found nobody subscribed to its subject
- │    └── ReplyTimeoutError   a request's answer did not come within its timeout
+ │    ├── ReplyTimeoutError   a request's answer did not come within its timeout
+ │    ├── AccessError         NATS refused this process's credential, or it has none where one is needed
+ │    └── PublishRefusedError NATS refused a publish this identity has no permission for
  ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
  ├── FaultRuleError           a fault rule names an unknown type or has bad parameters
  ├── JournalError             the journal file cannot be opened or written
@@ -53,6 +55,14 @@ class NoResponderError(BusError):
 
 class ReplyTimeoutError(BusError):
     """A request reached a subscriber, but no answer came within the request's timeout."""
+
+
+class AccessError(BusError):
+    """NATS refused to let this process in: no credential, a wrong one, or a credential file that cannot be read."""
+
+
+class PublishRefusedError(BusError):
+    """NATS refused a publish: the identity this process connected as may not publish on that subject."""
 
 
 class DecodeError(FaultlineError):

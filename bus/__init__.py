@@ -1,7 +1,19 @@
 """The NATS side: the transport (JetStream publish and consume; requests, answers and notices on
-core NATS), the embedded server, and following fault rules live. The only package that talks to
+core NATS), the embedded server, who may speak on which subject, and following fault rules live. The only package that talks to
 NATS: everything else uses these names, and neither imports the NATS client nor catches its errors."""
 
+from faultline.bus._access import (
+    JOURNAL,
+    OPERATOR,
+    Access,
+    Credential,
+    Identity,
+    agent_identity,
+    journal_identity,
+    load_credential,
+    operator_identity,
+    recorder_identity,
+)
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._follow import FollowSettings, follow_rules, publish_controls, read_rules
 from faultline.bus._messaging import Message, Subscription
@@ -9,18 +21,28 @@ from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
 from faultline.bus._transport import Bus, BusSettings, StreamState
 
 __all__ = [
+    "JOURNAL",
+    "OPERATOR",
+    "Access",
     "Bus",
     "BusSettings",
     "Consumer",
+    "Credential",
     "Delivery",
     "EmbeddedServer",
     "FollowSettings",
+    "Identity",
     "Message",
     "StreamState",
     "Subscription",
+    "agent_identity",
     "find_nats_server",
     "follow_rules",
     "free_port",
+    "journal_identity",
+    "load_credential",
+    "operator_identity",
+    "recorder_identity",
     "publish_controls",
     "read_rules",
 ]

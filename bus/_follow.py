@@ -1,6 +1,6 @@
 """Keeping a worker's fault rules current, and telling the operator when they are.
 
-A worker reads `fl.ctl.faults` and `fl.ev.fault.*` from the start of the stream
+A worker reads `fl.ctl.faults` and `fl.ev.fault.*.*` from the start of the stream
 (the rules in force and the budget they used), then follows both live through
 one push consumer, so a rule added or removed reaches it within milliseconds.
 It answers `fl.svc.faults` with the stream sequence it has taken in, and
@@ -19,9 +19,9 @@ import anyio
 import msgspec
 from nats.aio.msg import Msg
 
-from faultline._errors import BusError, DecodeError
+from faultline._errors import DecodeError
 from faultline.bus._consumer import Consumer
-from faultline.bus._transport import MSG_ID, Bus
+from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
 
@@ -150,11 +150,7 @@ async def publish_controls(
         started = anyio.current_time()
         last = 0
         for env in controls:
-            try:
-                ack = await bus.js.publish(s.for_envelope(env), encode(env), headers={MSG_ID: env.id})
-            except Exception as exc:  # noqa: BLE001 - nats raises several unrelated types
-                raise BusError(f"could not publish the fault rule change: {exc}") from None
-            last = ack.seq
+            last = await bus.publish_raw(s.for_envelope(env), encode(env), env.id)
         seq = last
         await bus.nc.publish(s.svc(FAULTS_CONTROL), b"", reply=inbox)
         grace = started + settings.confirm_grace_s

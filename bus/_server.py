@@ -60,6 +60,8 @@ class EmbeddedServer:
     port: int = 0
     host: str = "127.0.0.1"
     store_dir: Path | None = None
+    config_file: Path | None = None
+    """A server configuration (`Access.server_config`: users and their permissions); None lets anyone in."""
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = READY_TIMEOUT_S
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -108,6 +110,8 @@ class EmbeddedServer:
     def _launch(self, binary: Path) -> None:
         assert self.store_dir is not None
         args = [str(binary), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+        if self.config_file is not None:
+            args += ["-c", str(self.config_file)]
         self._process = subprocess.Popen(
             [*args, *self.extra_args],
             stdin=subprocess.DEVNULL,

@@ -10,6 +10,9 @@ announcements (`subscribe`, `notify`, `request`). Every failure is a BusError.
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,7 +25,15 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import api
 
-from faultline._errors import BusError, DecodeError, NoResponderError, ReplyTimeoutError
+from faultline._errors import (
+    AccessError,
+    BusError,
+    DecodeError,
+    NoResponderError,
+    PublishRefusedError,
+    ReplyTimeoutError,
+)
+from faultline.bus._access import Credential
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.core import (
@@ -38,6 +49,12 @@ from faultline.core import (
 
 MSG_ID = "Nats-Msg-Id"
 DLQ_SENDER = "bus"
+_REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]+)", re.IGNORECASE)
+
+log = logging.getLogger(__name__)
+
+_Pending = tuple[str, "asyncio.Future[api.PubAck]"]
+"""A publish on its way: its subject, and the future of JetStream's confirmation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +96,7 @@ class Bus:
 
     def __post_init__(self) -> None:
         self.js = self.nc.jetstream(publish_async_max_pending=self.settings.publish_max_pending)
+        self._refusals = _Refusals("faultline")
 
     @classmethod
     async def connect(
@@ -89,14 +107,17 @@ class Bus:
         settings: BusSettings | None = None,
         interceptors: InterceptorChain | None = None,
         name: str = "faultline",
+        credential: Credential | None = None,
     ) -> Bus:
-        """Connect to `url`: one server, or several separated by commas (the nodes of a cluster)."""
+        """Connect to `url`: one server, or several separated by commas (the nodes of a cluster).
+
+        With `credential` the connection is that NATS user's, and every publish it is
+        not allowed is refused by the server: logged here and raised as PublishRefusedError.
+        """
         settings = settings or BusSettings()
-
-        async def quiet(_exc: Exception) -> None:
-            """Connection hiccups surface as BusError at the call that suffers them."""
-
+        refusals = _Refusals(name)
         servers = [part.strip() for part in url.split(",") if part.strip()]
+        login = {"user": credential.user, "password": credential.password} if credential else {}
         try:
             nc = await nats.connect(
                 servers,
@@ -105,13 +126,18 @@ class Bus:
                 max_reconnect_attempts=1,
                 reconnect_time_wait=0.2,
                 allow_reconnect=True,
-                error_cb=quiet,
+                error_cb=refusals.on_error,
+                **login,
             )
         except (TimeoutError, OSError, nats.errors.Error) as exc:
+            if refusals.login_refused or isinstance(exc, nats.errors.AuthorizationError):
+                raise AccessError(_refused_login(url, credential)) from None
             raise BusError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
         # Fail fast on the first connect, but once connected ride out server restarts.
         nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
-        return cls(nc, Subjects(prefix), settings, interceptors or InterceptorChain())
+        bus = cls(nc, Subjects(prefix), settings, interceptors or InterceptorChain())
+        bus._refusals = refusals
+        return bus
 
     async def close(self) -> None:
         if not self.nc.is_closed:
@@ -241,7 +267,7 @@ class Bus:
 
     async def publish_all(self, envelopes: Iterable[Envelope]) -> None:
         """Publish many envelopes pipelined; returns once JetStream stored all of them."""
-        pending = []
+        pending: list[_Pending] = []
         chain = self.interceptors
         for envelope in envelopes:
             if len(chain):
@@ -251,12 +277,14 @@ class Bus:
                 outgoing = (envelope,)
             for message in outgoing:
                 validate_envelope(message)
-                pending.append(await self._send(self.subjects.for_envelope(message), encode(message), message.id))
+                subject = self.subjects.for_envelope(message)
+                pending.append((subject, await self._send(subject, encode(message), message.id)))
         await self._settle(pending)
 
-    async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> None:
-        """Publish bytes as they are (dead letters, tests of malformed input)."""
-        await self._settle([await self._send(subject, data, msg_id)])
+    async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> int:
+        """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
+        acks = await self._settle([(subject, await self._send(subject, data, msg_id))])
+        return acks[0].seq
 
     async def _send(self, subject: str, data: bytes, msg_id: str) -> asyncio.Future[api.PubAck]:
         headers = {MSG_ID: msg_id} if msg_id else None
@@ -265,19 +293,28 @@ class Bus:
         except (nats.errors.Error, nats.js.errors.Error) as exc:
             raise BusError(f"publish to {subject} failed: {exc}") from None
 
-    async def _settle(self, pending: list[asyncio.Future[api.PubAck]]) -> None:
+    async def _settle(self, pending: list[_Pending]) -> list[api.PubAck]:
+        """Wait until JetStream confirmed every publish; PublishRefusedError as soon as NATS refuses one of them."""
         if not pending:
-            return
+            return []
+        confirmed = asyncio.gather(*(future for _, future in pending))
         try:
             with anyio.fail_after(self.settings.publish_timeout_s):
-                for future in pending:
-                    await future
+                while not confirmed.done():
+                    refused = self._refusals.next()
+                    await asyncio.wait((confirmed, refused), return_when=asyncio.FIRST_COMPLETED)
+                    self._refusals.check({subject for subject, _ in pending})
+            return confirmed.result()
         except TimeoutError:
             raise BusError(
                 f"JetStream did not confirm {len(pending)} publish(es) within {self.settings.publish_timeout_s}s"
             ) from None
         except nats.errors.Error as exc:
             raise BusError(f"JetStream refused a publish: {exc}") from None
+        finally:
+            if not confirmed.done():
+                confirmed.add_done_callback(_retrieved)
+                confirmed.cancel()  # frees each publish's slot in the client's window of unconfirmed ones
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Send refused bytes to `fl.dlq` with the reason; the id makes repeats harmless."""
@@ -376,3 +413,57 @@ def _start_policy(start: StartAt) -> dict[str, Any]:
     if start == "new":
         return {"deliver_policy": api.DeliverPolicy.NEW}
     return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": int(start)}
+
+
+class _Refusals:
+    """Publishes the server refused on this connection: logged as they come, and told to the publishers waiting."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.subjects: deque[str] = deque(maxlen=256)
+        self.login_refused = False
+        self._next: asyncio.Future[None] | None = None
+
+    async def on_error(self, exc: Exception) -> None:
+        """NATS's asynchronous errors: a refused login or publish; connection hiccups surface where they hurt."""
+        if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
+            self.login_refused = True
+            return
+        found = _REFUSED_PUBLISH.search(str(exc))
+        if found is None:
+            return
+        subject = found.group(1)
+        log.error("NATS refused %s permission to publish on %s", self.name, subject)
+        self.subjects.append(subject)
+        if self._next is not None and not self._next.done():
+            self._next.set_result(None)
+        self._next = None
+
+    def next(self) -> asyncio.Future[None]:
+        """A future done at the next refusal."""
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        return self._next
+
+    def check(self, subjects: set[str]) -> None:
+        """PublishRefusedError if the server refused a publish on one of `subjects`."""
+        for subject in self.subjects:
+            if subject in subjects:
+                raise PublishRefusedError(
+                    f"NATS refused {self.name} permission to publish on {subject}: the credential it connected with"
+                    " may not publish there (only the operator publishes controls; a worker speaks only as its agents)"
+                )
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark the outcome of an abandoned wait as seen, so that asyncio does not report it."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _refused_login(url: str, credential: Credential | None) -> str:
+    if credential is None:
+        return (
+            f"NATS at {url} wants a credential: pass --creds FILE (written by `faultline up`), or start it --insecure"
+        )
+    return f"NATS at {url} refused the credential of user {credential.user!r}: wrong user or password"

@@ -27,7 +27,7 @@ from faultline.agents.memory import (
     retrieval_mode,
     serve_memory,
 )
-from faultline.cli._system import _common, _prefix, _url
+from faultline.cli._system import _common, _prefix, _url, credential
 from faultline.journal import JournalReader
 from faultline.runtime import Config, load_config
 
@@ -232,5 +232,6 @@ def _search(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    anyio.run(serve_memory, config, _url(args, config), _prefix(args, config), args.name, args.store)
+    url = _url(args, config)
+    anyio.run(serve_memory, config, url, _prefix(args, config), args.name, args.store, credential(args, config))
     return 0

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import math
 import os
+import tempfile
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,15 +20,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from faultline._errors import ConfigError, JournalError, RunError, UsageError
-from faultline.bus import Bus
+from faultline.bus import OPERATOR, Access, Bus, Credential
 from faultline.cli._run_plan import RunPlan, RunResult, Summary, plan_episodes, run_plan, summarize, wait_for_journal
 from faultline.cli._system import (
     StopRequest,
     add_defense_flag,
+    add_insecure_flag,
     config_source,
+    credential,
     journal_problem,
     run_supervised,
     stop_on_signal,
+    warn_insecure,
     worker_specs,
 )
 from faultline.core import EpisodeCompleted
@@ -35,11 +39,13 @@ from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.faults import FaultRule
 from faultline.runtime import (
     ALL_ROLES,
+    MEMORY_IDENTITY,
     Config,
     MemoryConfig,
     ProcessSpec,
     Supervisor,
     apply_defense_flags,
+    check_system,
     follow_settings,
     hold_directories,
     load_config,
@@ -47,6 +53,7 @@ from faultline.runtime import (
     rules_in_force,
     scoped_to_run,
     state_dir,
+    system_access,
 )
 from faultline.runtime.models import sim_metadata
 
@@ -167,6 +174,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--nats", default="", metavar="URL", help="use the system already running at URL (its workers and journal)"
     )
+    p.add_argument(
+        "--creds",
+        type=Path,
+        metavar="FILE",
+        help="with --nats: the operator's credential (default: nats.credentials, else that of the `up` running here)",
+    )
+    add_insecure_flag(p)
     p.add_argument(
         "--fault", action="append", default=[], metavar="TYPE[:k=v,...]",
         help="a fault rule for the length of the run, on its episodes (e.g. storm:copies=3,kind=tool_call); repeatable",
@@ -314,6 +328,8 @@ def _uses_sim(config: Config) -> bool:
 def _run(args: argparse.Namespace) -> int:
     if args.defense and args.nats:
         raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
+    if args.insecure and args.nats:
+        raise UsageError("--insecure sets up the system `run` starts; with --nats, give it to `faultline up`")
     config = apply_defense_flags(effective_config(args), args.defense)
     journal = args.journal or Path(config.journal.path)
     config = _with_memory(config, args.memory, journal)
@@ -339,15 +355,19 @@ def _run(args: argparse.Namespace) -> int:
     result = RunResult(plan_episodes(plan, domain))
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"
-    workers = [] if args.nats else worker_specs(config, effective, config_source(args.config))
+    groups = {} if args.nats else check_system(config, config_source(args.config))
+    workers = worker_specs(config, groups, effective)
     console = Console(stderr=True)
     supervisor: Supervisor | None = None
-    with hold_directories([] if args.nats else [run_dir], "run"):
+    with hold_directories([] if args.nats else [run_dir], "run"), _throwaway_access(args, config, groups) as access:
         if _uses_sim(config) and not args.json:
             console.print(f"[dim]note: {SIM_NOTE}[/dim]")
+        if args.insecure:
+            warn_insecure(console, "on its local port")
         with _display(console, result, plan, quiet=args.json) as display:
             if args.nats:
-                request = anyio.run(_run_remote, args.nats, config, plan, result, display, rules)
+                login = credential(args, config, args.nats)
+                request = anyio.run(_run_remote, args.nats, config, plan, result, display, rules, login)
             else:
                 effective.write_bytes(msgspec.json.encode(config))
                 supervisor = Supervisor(
@@ -356,6 +376,7 @@ def _run(args: argparse.Namespace) -> int:
                     services=_services(config, effective),
                     prefix=config.nats.prefix,
                     log_dir=run_dir / "logs",
+                    access=access,
                 )
                 request = anyio.run(_run_local, supervisor, config, plan, result, display, rules)
     problem = journal_problem(supervisor) if supervisor else ""
@@ -428,10 +449,22 @@ def _display(console: Console, result: RunResult, plan: RunPlan, *, quiet: bool)
         yield _Display(progress, bar, result, plan.episode_timeout_s, lines=not terminal)
 
 
+@contextlib.contextmanager
+def _throwaway_access(
+    args: argparse.Namespace, config: Config, groups: dict[str, tuple[str, ...]]
+) -> Iterator[Access | None]:
+    """Credentials for the system `run` starts, made for this run and deleted after it; None with --nats or --insecure."""
+    if args.nats or args.insecure:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="faultline-access-") as folder:
+        yield system_access(Path(folder), config.nats.prefix, groups).prepare()
+
+
 def _services(config: Config, effective: Path) -> list[ProcessSpec]:
     if config.memory.mode == "off":
         return []
-    return [ProcessSpec("memory", ("memory", "serve", "--config", str(effective)))]
+    return [ProcessSpec("memory", ("memory", "serve", "--config", str(effective)), MEMORY_IDENTITY)]
 
 
 async def _run_local(
@@ -459,11 +492,17 @@ async def _run_local(
 
 
 async def _run_remote(
-    url: str, config: Config, plan: RunPlan, result: RunResult, display: _Display, rules: list[FaultRule]
+    url: str,
+    config: Config,
+    plan: RunPlan,
+    result: RunResult,
+    display: _Display,
+    rules: list[FaultRule],
+    login: Credential | None,
 ) -> StopRequest:
     """Run the episodes on the system already running at `url` (its workers and journal)."""
     async with stop_on_signal(display.show) as request:
-        bus = await Bus.connect(url, prefix=config.nats.prefix)
+        bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, credential=login)
         try:
             async with rules_in_force(bus, rules, workers=None, settings=follow_settings(config)):
                 await run_plan(bus, plan, result, display.on_done)

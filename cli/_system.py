@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
-from faultline.bus import Bus
+from faultline.bus import OPERATOR, Bus, Credential, load_credential
 from faultline.runtime import (
     Config,
     ProcessSpec,
@@ -30,6 +30,8 @@ from faultline.runtime import (
     run_journal,
     run_worker,
     state_dir,
+    system_access,
+    worker_identity,
 )
 
 STATE_FILE = Path(".faultline/up.json")
@@ -44,12 +46,36 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
     parser.add_argument("--nats", default="", metavar="URL", help="use this NATS server instead of an embedded one")
     parser.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
+    parser.add_argument(
+        "--creds",
+        type=Path,
+        metavar="FILE",
+        help="NATS credential to connect with (default: nats.credentials, else the operator's of the `up` running here)",
+    )
+
+
+def add_insecure_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="run NATS without credentials or permissions (anyone who reaches its port may publish anything); for debugging",
+    )
+
+
+def warn_insecure(console: Console, port_or_url: str) -> None:
+    console.print(
+        f"[bold yellow]warning:[/bold yellow] --insecure: NATS {port_or_url} takes no credentials, so anyone who reaches"
+        " it may publish fault rules, completions and messages as any agent; use it for debugging only",
+        soft_wrap=True,
+        highlight=False,
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("up", help="start nats-server, the journal service and the workers; Ctrl-C stops")
     _common(p)
     p.add_argument("--journal", type=Path, help="journal file (default from config)")
+    add_insecure_flag(p)
     add_defense_flag(p)
     p.set_defaults(handler=_up)
 
@@ -99,6 +125,17 @@ def _url(args: argparse.Namespace, config: Config, *, state: bool = False) -> st
     return url
 
 
+def credential(args: argparse.Namespace, config: Config, url: str = "") -> Credential | None:
+    """The credential a command connects with: --creds, else nats.credentials, else the operator's of the
+    `faultline up` running here when `url` is its server; None when there is none (an --insecure system)."""
+    path = args.creds or (Path(config.nats.credentials) if config.nats.credentials else None)
+    if path is None and url and STATE_FILE.exists():
+        state = json.loads(STATE_FILE.read_text())
+        if state.get("url") == url and state.get("credentials"):
+            path = Path(state["credentials"])
+    return load_credential(path) if path else None
+
+
 def _prefix(args: argparse.Namespace, config: Config) -> str:
     return args.prefix or config.nats.prefix
 
@@ -117,13 +154,19 @@ def _worker(args: argparse.Namespace) -> int:
     config = apply_defense_flags(_config(args), args.defense)
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
     name = args.name or f"worker-{os.getpid()}"
-    anyio.run(run_worker, config, _url(args, config), _prefix(args, config), agents, name, _shard(args.shard))
+    url = _url(args, config)
+    anyio.run(
+        run_worker, config, url, _prefix(args, config), agents, name, _shard(args.shard), credential(args, config)
+    )
     return 0
 
 
 def _journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
-    anyio.run(run_journal, _url(args, config), _prefix(args, config), args.file, args.name, config.nats.replicas)
+    url = _url(args, config)
+    anyio.run(
+        run_journal, url, _prefix(args, config), args.file, args.name, config.nats.replicas, credential(args, config)
+    )
     return 0
 
 
@@ -132,15 +175,15 @@ def config_source(path: Path | None) -> str:
     return str(path) if path else "built-in defaults"
 
 
-def worker_specs(config: Config, config_path: Path | None, source: str) -> list[ProcessSpec]:
-    """One process per configured worker instance, after `check_system` accepted the configuration."""
+def worker_specs(config: Config, groups: dict[str, tuple[str, ...]], config_path: Path | None) -> list[ProcessSpec]:
+    """One process per configured worker instance of `groups` (what `check_system` accepted)."""
     specs = []
-    for group, names in check_system(config, source).items():
+    for group, names in groups.items():
         count = config.workers[group].count
         extra = ("--config", str(config_path)) if config_path else ()
         for i in range(count if names else 0):
             args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *extra)
-            specs.append(ProcessSpec(f"worker-{group}-{i}", args))
+            specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group)))
     return specs
 
 
@@ -231,21 +274,28 @@ def _up(args: argparse.Namespace) -> int:
     apply_defense_flags(config, args.defense)  # a wrong flag fails here, not in every worker
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
-    workers = worker_specs(config, args.config, config_source(args.config))
+    groups = check_system(config, config_source(args.config))
+    workers = worker_specs(config, groups, args.config)
+    prefix = _prefix(args, config)
     store_dir = Path(config.nats.store_dir)
     supervisor = Supervisor(
         journal_path=journal,
-        workers=[ProcessSpec(s.name, (*s.args, *defenses)) for s in workers],
+        workers=[ProcessSpec(s.name, (*s.args, *defenses), s.identity) for s in workers],
         nats_url=args.nats or config.nats.url,
-        prefix=_prefix(args, config),
+        prefix=prefix,
         replicas=config.nats.replicas,
         store_dir=store_dir,
         log_dir=journal.parent / "logs",
+        access=None if args.insecure else system_access(state_dir(journal) / "credentials", prefix, groups).prepare(),
     )
     console = Console(stderr=True)
+    if args.insecure:
+        warn_insecure(console, supervisor.nats_url or "on its local port")
+    operator = str(supervisor.access.credential_file(OPERATOR).resolve()) if supervisor.access else ""
 
     async def serve(supervisor: Supervisor) -> None:
-        STATE_FILE.write_text(json.dumps({"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid()}))
+        state = {"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid(), "credentials": operator}
+        STATE_FILE.write_text(json.dumps(state))
         try:
             console.print(_process_table(supervisor.status(), supervisor.url, journal))
             console.print("running; Ctrl-C drains the workers and stops")
@@ -288,9 +338,11 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
     return table
 
 
-async def gather_status(url: str, prefix: str, window_s: float = STATUS_WINDOW_S) -> list[dict[str, Any]]:
+async def gather_status(
+    url: str, prefix: str, window_s: float = STATUS_WINDOW_S, credential: Credential | None = None
+) -> list[dict[str, Any]]:
     """Ask every worker for its status and collect the answers that arrive within `window_s`."""
-    bus = await Bus.connect(url, prefix=prefix)
+    bus = await Bus.connect(url, prefix=prefix, credential=credential)
     try:
         answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
     finally:
@@ -301,7 +353,8 @@ async def gather_status(url: str, prefix: str, window_s: float = STATUS_WINDOW_S
 
 def _status(args: argparse.Namespace) -> int:
     config = _config(args)
-    replies = anyio.run(gather_status, _url(args, config, state=True), _prefix(args, config))
+    url = _url(args, config, state=True)
+    replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, credential(args, config, url))
     if args.json:
         print(json.dumps(replies))
         return 0

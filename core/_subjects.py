@@ -39,17 +39,21 @@ class Subjects:
     def __post_init__(self) -> None:
         check_token(self.prefix, "subject prefix")
 
-    def direct(self, episode: str, agent: str) -> str:
-        return f"{self.prefix}.ep.{episode}.{agent}"
+    def direct(self, episode: str, agent: str, sender: str = "*") -> str:
+        return f"{self.prefix}.ep.{episode}.{agent}.{sender}"
 
-    def topic(self, episode: str, topic: str) -> str:
-        return f"{self.prefix}.tp.{episode}.{topic}"
+    def topic(self, episode: str, topic: str, sender: str = "*") -> str:
+        return f"{self.prefix}.tp.{episode}.{topic}.{sender}"
 
     def rec(self, episode: str, agent: str) -> str:
         return f"{self.prefix}.rec.{episode}.{agent}"
 
-    def event(self, event: str, episode: str) -> str:
-        return f"{self.prefix}.ev.{event}.{episode}"
+    def event(self, event: str, episode: str, sender: str = "*") -> str:
+        return f"{self.prefix}.ev.{event}.{episode}.{sender}"
+
+    def event_episode(self, subject: str) -> str:
+        """The episode an event subject (`event()`) is about."""
+        return subject.split(".")[-2]
 
     def ctl(self, name: str) -> str:
         return f"{self.prefix}.ctl.{name}"
@@ -82,14 +86,14 @@ def _route(env: Envelope) -> tuple[str, ...]:
     route = type(body).route
     if route == "direct":
         if env.recipient:
-            return ("ep", env.episode, env.recipient)
+            return ("ep", env.episode, env.recipient, env.sender)
         if env.topic:
-            return ("tp", env.episode, env.topic)
+            return ("tp", env.episode, env.topic, env.sender)
         raise SubjectError(f"message {env.id} has neither a recipient nor a topic")
     if route == "rec":
         return ("rec", env.episode, env.sender)
     if route.startswith("event:"):
-        return ("ev", route.removeprefix("event:"), env.episode)
+        return ("ev", route.removeprefix("event:"), env.episode, env.sender)
     if route == "ctl" and isinstance(body, Control):
         return ("ctl", body.name)
     if route == "dlq":
@@ -98,10 +102,10 @@ def _route(env: Envelope) -> tuple[str, ...]:
 
 
 _FIELDS = {
-    "ep": ("$.recipient", "$.episode", "$.recipient"),
-    "tp": ("$.topic", "$.episode", "$.topic"),
+    "ep": ("$.recipient", "$.episode", "$.recipient", "$.sender"),
+    "tp": ("$.topic", "$.episode", "$.topic", "$.sender"),
     "rec": ("$.body.kind", "$.episode", "$.sender"),
-    "ev": ("$.body.kind", "$.body.kind", "$.episode"),
+    "ev": ("$.body.kind", "$.body.kind", "$.episode", "$.sender"),
     "ctl": ("$.body.kind", "$.body.name"),
     "dlq": ("$.body.kind",),
 }

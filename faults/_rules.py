@@ -310,7 +310,7 @@ class RuleSet:
 
 
 def fault_event(rule: FaultRule, original: Envelope, results: Sequence[Envelope]) -> Envelope:
-    """The `FaultApplied` event of one applied fault, on `fl.ev.fault.<episode>`."""
+    """The `FaultApplied` event of one applied fault, on `fl.ev.fault.<episode>.<sender>`."""
     return Envelope(
         id=derive_id(original.id, 0, "fault"),
         episode=original.episode,

@@ -34,7 +34,7 @@ from faultline.runtime._faulting import (
     rules_in_force,
     scoped_to_run,
 )
-from faultline.runtime._layout import check_system
+from faultline.runtime._layout import MEMORY_IDENTITY, check_system, system_access, worker_identity
 from faultline.runtime._lock import hold_directories, state_dir
 from faultline.runtime._services import agent_lookup, run_journal, run_worker, serve_until_signal
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
@@ -48,6 +48,7 @@ __all__ = [
     "Completions",
     "Config",
     "DEFAULT_CONFIG_FILE",
+    "MEMORY_IDENTITY",
     "JournalConfig",
     "MemoryConfig",
     "ModelConfig",
@@ -81,4 +82,6 @@ __all__ = [
     "start_episode",
     "started_envelope",
     "state_dir",
+    "system_access",
+    "worker_identity",
 ]

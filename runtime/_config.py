@@ -52,6 +52,8 @@ class NatsConfig(_Section, frozen=True):
     store_dir: str = "runs/nats"
     replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
     """Copies of the journal stream kept by a NATS cluster (1 on a single server)."""
+    credentials: str = ""
+    """The NATS credential file this host's processes connect with (`--creds` overrides it); empty for none."""
 
 
 class JournalConfig(_Section, frozen=True):
@@ -371,7 +373,11 @@ def _relative_to(config: Config, folder: Path) -> Config:
 
     return msgspec.structs.replace(
         config,
-        nats=msgspec.structs.replace(config.nats, store_dir=place(config.nats.store_dir)),
+        nats=msgspec.structs.replace(
+            config.nats,
+            store_dir=place(config.nats.store_dir),
+            credentials=place(config.nats.credentials) if config.nats.credentials else "",
+        ),
         journal=msgspec.structs.replace(config.journal, path=place(config.journal.path)),
         memory=msgspec.structs.replace(config.memory, store=place(config.memory.store)),
     )

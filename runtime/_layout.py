@@ -2,12 +2,18 @@
 
 `check_system` is the one check behind `faultline config check`, `run` and
 `up`: a configuration it accepts starts, and one it rejects fails with one line
-before nats-server or any worker is started.
+before nats-server or any worker is started. The same groups are the NATS
+identities of `system_access`: one per worker group, speaking only as its agents.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
 from faultline._errors import ConfigError
+from faultline.bus import Access, agent_identity, journal_identity, operator_identity, recorder_identity
+from faultline.core import Subjects
 from faultline.runtime._config import ALL_AGENTS, Config
 from faultline.runtime._services import BUILTIN_AGENTS, agent_names, resolve_agents
 
@@ -55,3 +61,26 @@ def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tu
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc} - at {path}") from None
     return groups
+
+
+MEMORY_IDENTITY = "memory"
+"""The memory service's NATS user; it records its reflections as the agent of the same name."""
+
+
+def worker_identity(group: str) -> str:
+    """The NATS user every worker process of `[workers.<group>]` connects as."""
+    return f"worker-{group}"
+
+
+def system_access(folder: Path, prefix: str, groups: Mapping[str, Sequence[str]]) -> Access:
+    """The credentials of a system with these worker groups: the operator's, the journal's, one per group, memory's."""
+    subjects = Subjects(prefix)
+    return Access(
+        folder,
+        (
+            operator_identity(),
+            journal_identity(subjects),
+            *(agent_identity(subjects, worker_identity(group), agents) for group, agents in groups.items()),
+            recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY),
+        ),
+    )

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import anyio
 
 from faultline._errors import ConfigError, JournalError
-from faultline.bus import Bus, BusSettings
+from faultline.bus import Bus, BusSettings, Credential
 from faultline.core import Agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._faulting import faults_and_defenses
@@ -111,9 +111,17 @@ def _tune_collector() -> None:
     gc.set_threshold(COLLECT_EVERY, 20, 20)
 
 
-async def _with_bus(url: str, prefix: str, body: Callable[[Bus], Awaitable[None]], replicas: int = 1) -> None:
+async def _with_bus(
+    url: str,
+    prefix: str,
+    body: Callable[[Bus], Awaitable[None]],
+    name: str,
+    replicas: int = 1,
+    credential: Credential | None = None,
+) -> None:
     _tune_collector()
-    bus = await Bus.connect(url, prefix=prefix, settings=BusSettings(replicas=replicas))
+    settings = BusSettings(replicas=replicas)
+    bus = await Bus.connect(url, prefix=prefix, settings=settings, name=name, credential=credential)
     try:
         await bus.ensure_stream()
         await body(bus)
@@ -122,7 +130,13 @@ async def _with_bus(url: str, prefix: str, body: Callable[[Bus], Awaitable[None]
 
 
 async def run_worker(
-    config: Config, url: str, prefix: str, agents: list[str], name: str, shard: tuple[int, int]
+    config: Config,
+    url: str,
+    prefix: str,
+    agents: list[str],
+    name: str,
+    shard: tuple[int, int],
+    credential: Credential | None = None,
 ) -> None:
     classes = resolve_agents(agents, config)
     r = config.runtime
@@ -142,16 +156,18 @@ async def run_worker(
             worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
             await serve_until_signal(bus, name, worker)
 
-    await _with_bus(url, prefix, body, config.nats.replicas)
+    await _with_bus(url, prefix, body, name, config.nats.replicas, credential)
 
 
-async def run_journal(url: str, prefix: str, path: Path, name: str, replicas: int = 1) -> None:
+async def run_journal(
+    url: str, prefix: str, path: Path, name: str, replicas: int = 1, credential: Credential | None = None
+) -> None:
     from faultline.runtime._journal_service import JournalService
 
     async def body(bus: Bus) -> None:
         await serve_until_signal(bus, name, JournalService(bus, path))
 
     try:
-        await _with_bus(url, prefix, body, replicas)
+        await _with_bus(url, prefix, body, name, replicas, credential)
     except* JournalError as failed:  # one line on stderr, not a traceback
         raise failed.exceptions[0] from None

@@ -27,7 +27,7 @@ import msgspec
 from anyio.abc import Process
 
 from faultline._errors import BusError, FaultlineError, ServerError
-from faultline.bus import Bus, BusSettings, EmbeddedServer, Message
+from faultline.bus import JOURNAL, OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Message
 from faultline.runtime._episodes import JournalState
 
 READY_TIMEOUT_S = 30.0
@@ -42,10 +42,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ProcessSpec:
-    """A child process: its name (also its ready announcement) and its `faultline` arguments."""
+    """A child process: its name (also its ready announcement), its `faultline` arguments, and the NATS
+    identity it connects as (its credential file is passed with `--creds` when the system has access control)."""
 
     name: str
     args: tuple[str, ...]
+    identity: str = ""
 
 
 @dataclass
@@ -80,6 +82,8 @@ class Supervisor:
     store_dir: Path | None = None
     log_dir: Path | None = None
     extra_args: tuple[str, ...] = ()
+    access: Access | None = None
+    """Credentials and permissions (prepared); None runs without access control (`--insecure`)."""
     bus: Bus | None = None
     server: EmbeddedServer | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
@@ -92,15 +96,23 @@ class Supervisor:
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Start everything and return once every process announced it is ready."""
+        access = self.access
         if not self.nats_url:
-            self.server = EmbeddedServer(store_dir=self.store_dir)
+            config_file = access.server_config if access else None
+            self.server = EmbeddedServer(store_dir=self.store_dir, config_file=config_file)
             await anyio.to_thread.run_sync(self.server.start)
             tg.start_soon(self._watch_server, self.server)
-        self.bus = await Bus.connect(self.url, prefix=self.prefix, settings=BusSettings(replicas=self.replicas))
+        self.bus = await Bus.connect(
+            self.url,
+            prefix=self.prefix,
+            settings=BusSettings(replicas=self.replicas),
+            name=OPERATOR,
+            credential=access.credential(OPERATOR) if access else None,
+        )
         await self.bus.ensure_stream()
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
-        journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)))
+        journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)), JOURNAL)
         await self._spawn(tg, journal)
         for spec in (*self.services, *self.workers):
             await self._spawn(tg, spec)
@@ -126,6 +138,8 @@ class Supervisor:
 
     def _argv(self, spec: ProcessSpec) -> list[str]:
         common = ["--nats", self.url, "--prefix", self.prefix, "--name", spec.name, *self.extra_args]
+        if self.access is not None and spec.identity:
+            common += ["--creds", str(self.access.credential_file(spec.identity))]
         return [sys.executable, "-m", "faultline.cli", *spec.args, *common]
 
     async def _spawn(self, tg: anyio.abc.TaskGroup, spec: ProcessSpec) -> None:

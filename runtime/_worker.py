@@ -235,7 +235,7 @@ class Worker:
             await self.bus.publish_all(outputs)
 
     async def _on_completed(self, msg: Message) -> None:
-        self._finished[msg.subject.rsplit(".", 1)[-1]] = anyio.current_time()
+        self._finished[self.bus.subjects.event_episode(msg.subject)] = anyio.current_time()
 
     async def _evict_finished(self, scope: anyio.CancelScope) -> None:
         """Forget instances of episodes completed `linger_s` ago (late messages still find them until then)."""

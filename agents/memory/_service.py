@@ -1,11 +1,11 @@
 """The memory service: one entry per completed episode, and retrieval over `fl.svc.memory`.
 
-Ingestion. A durable JetStream consumer (`memory`) reads `fl.ev.completed.*`
+Ingestion. A durable JetStream consumer (`memory`) reads `fl.ev.completed.*.*`
 with one event in flight, so events are handled strictly in stream order and
 none is missed across restarts (each start resumes right after the last
 acknowledged event). For each event the service reads the
-episode's subjects back from the stream (`fl.ep.<e>.>`, `fl.tp.<e>.>`,
-`fl.rec.<e>.>`, `fl.ev.*.<e>`, one ordered read) and builds the entry with
+episode's subjects back from the stream (`fl.ep.<e>.*.*`, `fl.tp.<e>.*.*`,
+`fl.rec.<e>.*`, `fl.ev.*.<e>.*`, one ordered read) and builds the entry with
 `entry_from_episode`, the function `rebuild` applies to a journal file. The
 event is acknowledged only after the entry is stored. Any failure (an
 embeddings endpoint that is down, a model error, NATS trouble) is retried on
@@ -61,7 +61,7 @@ from faultline.agents.memory._protocol import (
     SyncRequest,
 )
 from faultline.agents.memory._store import MemoryStore
-from faultline.bus import Bus, Consumer, Delivery, Message, Subscription
+from faultline.bus import Bus, Consumer, Credential, Delivery, Message, Subscription
 from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, encode
 from faultline.envs import load_domain
 from faultline.runtime import Config, serve_until_signal
@@ -341,7 +341,7 @@ class MemoryService:
 async def read_episode(bus: Bus, episode: str, timeout_s: float) -> list[Envelope]:
     """Every envelope of `episode` the stream holds, in stream order (undecodable ones left out)."""
     s = bus.subjects
-    subjects = [s.direct(episode, ">"), s.topic(episode, ">"), s.rec(episode, ">"), s.event("*", episode)]
+    subjects = [s.direct(episode, "*"), s.topic(episode, "*"), s.rec(episode, "*"), s.event("*", episode)]
     envelopes: list[Envelope] = []
     for delivery in await bus.read_stored(subjects, timeout_s):
         try:
@@ -351,9 +351,16 @@ async def read_episode(bus: Bus, episode: str, timeout_s: float) -> list[Envelop
     return envelopes
 
 
-async def serve_memory(config: Config, url: str, prefix: str, name: str, store: str | Path | None = None) -> None:
+async def serve_memory(
+    config: Config,
+    url: str,
+    prefix: str,
+    name: str,
+    store: str | Path | None = None,
+    credential: Credential | None = None,
+) -> None:
     """The `faultline memory serve` process: serve until SIGTERM/SIGINT, announced ready as `name`."""
-    bus = await Bus.connect(url, prefix=prefix)
+    bus = await Bus.connect(url, prefix=prefix, name=name, credential=credential)
     try:
         await bus.ensure_stream()
         async with open_memory(config.memory, store) as memory:

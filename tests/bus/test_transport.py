@@ -31,7 +31,7 @@ async def test_published_messages_arrive_in_stream_order(bus: Bus) -> None:
     got = await drain(consumer, 500)
     assert [d.envelope().id for d in got] == [f"m{i}" for i in range(500)]
     assert [d.stream_seq for d in got] == list(range(1, 501))
-    assert {d.subject for d in got} == {"fl.ep.e1.b"}
+    assert {d.subject for d in got} == {"fl.ep.e1.b.a"}
 
 
 async def test_same_id_is_stored_once(bus: Bus) -> None:
@@ -49,8 +49,8 @@ async def test_ensure_stream_is_idempotent(bus: Bus) -> None:
 
 async def test_garbage_is_dead_lettered_and_the_consumer_goes_on(bus: Bus) -> None:
     consumer = await bus.consumer(None, bus.subjects.journaled)
-    await bus.publish_raw("fl.ep.e1.b", b"\xc1not msgpack")
-    await bus.publish_raw("fl.ep.e1.b", b"\x81\xa2id\x01")  # msgpack, wrong shape
+    await bus.publish_raw("fl.ep.e1.b.a", b"\xc1not msgpack")
+    await bus.publish_raw("fl.ep.e1.b.a", b"\x81\xa2id\x01")  # msgpack, wrong shape
     await bus.publish(note(7))
     envelopes = []
     for delivery in await drain(consumer, 3):
@@ -66,7 +66,7 @@ async def test_garbage_is_dead_lettered_and_the_consumer_goes_on(bus: Bus) -> No
 async def test_a_dead_letter_is_bounded_however_large_the_refused_message(bus: Bus) -> None:
     consumer = await bus.consumer(None, bus.subjects.journaled)
     garbage = (bytes(range(256)) * 5000)[: bus.nc.max_payload - 64]  # any wrapper around it is over the limit
-    await bus.publish_raw("fl.ep.e1.b", garbage)
+    await bus.publish_raw("fl.ep.e1.b.a", garbage)
     (delivery,) = await drain(consumer, 1)
     assert await bus.decode_or_dead_letter(delivery) is None
     (letter,) = await drain(consumer, 1)
@@ -79,14 +79,14 @@ async def test_a_dead_letter_is_bounded_however_large_the_refused_message(bus: B
 
 async def test_an_envelope_on_another_agents_subject_is_dead_lettered(bus: Bus) -> None:
     consumer = await bus.consumer(None, bus.subjects.journaled)
-    await bus.publish_raw("fl.ep.e1.c", encode(note(1)), "m1")  # addressed to b
+    await bus.publish_raw("fl.ep.e1.c.a", encode(note(1)), "m1")  # addressed to b
     (delivery,) = await drain(consumer, 1)
     assert await bus.decode_or_dead_letter(delivery) is None
     (letter,) = await drain(consumer, 1)
     body = decode_envelope(letter.data).body
     assert isinstance(body, DeadLetter) and body.data == encode(note(1))
     assert body.reason == (
-        "envelope refused: Expected subject `fl.ep.e1.b` from the envelope's fields, got `fl.ep.e1.c` - at `$.recipient`"
+        "envelope refused: Expected subject `fl.ep.e1.b.a` from the envelope's fields, got `fl.ep.e1.c.a` - at `$.recipient`"
     )
 
 

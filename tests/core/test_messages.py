@@ -102,10 +102,12 @@ def test_derived_ids_depend_only_on_parent_and_index() -> None:
 
 def test_subjects_follow_the_design_and_the_prefix() -> None:
     s = Subjects("xy")
-    assert s.direct("e1", "tool") == "xy.ep.e1.tool"
-    assert s.topic("e1", "news") == "xy.tp.e1.news"
+    assert s.direct("e1", "tool") == "xy.ep.e1.tool.*"
+    assert s.direct("e1", "tool", "user") == "xy.ep.e1.tool.user"
+    assert s.topic("e1", "news") == "xy.tp.e1.news.*"
     assert s.rec("e1", "tool") == "xy.rec.e1.tool"
-    assert s.event("completed", "e1") == "xy.ev.completed.e1"
+    assert s.event("completed", "e1") == "xy.ev.completed.e1.*"
+    assert s.event_episode(s.event("completed", "e1", "env")) == "e1"
     assert s.dlq == "xy.dlq"
     assert "xy.svc.>" not in s.journaled
 

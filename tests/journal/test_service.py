@@ -54,8 +54,8 @@ async def test_malformed_messages_are_dead_lettered_and_journaled(bus: Bus, tmp_
         tg.start_soon(service.run)
         await service.wait_ready()
         await bus.publish(note(0))
-        await bus.publish_raw("fl.ep.e0.b", b"\xc1 not msgpack")
-        await bus.publish_raw("fl.ep.e0.b", b"\x81\xa4body\x01")  # msgpack of the wrong shape
+        await bus.publish_raw("fl.ep.e0.b.a", b"\xc1 not msgpack")
+        await bus.publish_raw("fl.ep.e0.b.a", b"\x81\xa4body\x01")  # msgpack of the wrong shape
         await bus.publish(
             Envelope(id="after", episode="e0", sender="a", recipient="b", body=UserTurn(text="still here"))
         )
@@ -131,9 +131,9 @@ async def test_envelopes_the_journal_cannot_take_are_dead_lettered_and_it_goes_o
     path = tmp_path / "j.sqlite"
     service = JournalService(bus, path)
     refused = {
-        "fl.ep.e0.b": msgspec.structs.replace(note(0), ts=math.nan),
-        "fl.ep.e1.b": msgspec.structs.replace(note(1), hops=2**63),
-        "fl.ep.e0.c": note(3),  # addressed to b
+        "fl.ep.e0.b.a": msgspec.structs.replace(note(0), ts=math.nan),
+        "fl.ep.e1.b.a": msgspec.structs.replace(note(1), hops=2**63),
+        "fl.ep.e0.c.a": note(3),  # addressed to b
     }
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
@@ -150,9 +150,9 @@ async def test_envelopes_the_journal_cannot_take_are_dead_lettered_and_it_goes_o
     letters = [r.envelope().body for r in rows if r.kind == "dead_letter"]
     reasons = {letter.data: letter.reason for letter in letters if isinstance(letter, DeadLetter)}
     assert reasons.keys() == {encode(env) for env in refused.values()}
-    assert reasons[encode(refused["fl.ep.e0.b"])].endswith("got nan - at `$.ts`")
-    assert reasons[encode(refused["fl.ep.e1.b"])].endswith(f"got {2**63} - at `$.hops`")
-    assert reasons[encode(refused["fl.ep.e0.c"])].endswith("got `fl.ep.e0.c` - at `$.recipient`")
+    assert reasons[encode(refused["fl.ep.e0.b.a"])].endswith("got nan - at `$.ts`")
+    assert reasons[encode(refused["fl.ep.e1.b.a"])].endswith(f"got {2**63} - at `$.hops`")
+    assert reasons[encode(refused["fl.ep.e0.c.a"])].endswith("got `fl.ep.e0.c.a` - at `$.recipient`")
     assert verify(path).ok
 
 

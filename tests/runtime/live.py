@@ -4,38 +4,69 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
+import nats
+from nats.aio.client import Client as NatsClient
 
-from faultline.bus import Bus
+from faultline.bus import OPERATOR, Access, Bus
 from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
-from faultline.runtime import Completions, ProcessSpec, Supervisor
+from faultline.runtime import Completions, ProcessSpec, Supervisor, system_access, worker_identity
 
 EPISODE_TIMEOUT_S = 30.0
 JOURNAL_TIMEOUT_S = 30.0
 
 
+WORKER_AGENTS = ("env", "tool", "user")
+
+
+def live_access(tmp_path: Path, groups: Mapping[str, tuple[str, ...]] | None = None) -> Access:
+    """The credentials of `live_system` (as `faultline up` makes them): the worker group `main` of WORKER_AGENTS,
+    and `groups` beside it (credentials only: no process of theirs is started)."""
+    return system_access(tmp_path / "credentials", "fl", {"main": WORKER_AGENTS, **(groups or {})}).prepare()
+
+
+async def raw_client(
+    supervisor: Supervisor, identity: str = OPERATOR, error_cb: Callable[[Exception], Awaitable[None]] | None = None
+) -> NatsClient:
+    """A plain nats-py client on the system's server, logged in as `identity`, as any program could connect."""
+    assert supervisor.access is not None
+    login = supervisor.access.credential(identity)
+    options: dict[str, Any] = {"error_cb": error_cb} if error_cb else {}
+    return await nats.connect(
+        supervisor.url, user=login.user, password=login.password, max_reconnect_attempts=1, **options
+    )
+
+
 @asynccontextmanager
 async def live_system(
-    tmp_path: Path, journal: Path | None = None, *, temporary_store: bool = False
+    tmp_path: Path,
+    journal: Path | None = None,
+    *,
+    temporary_store: bool = False,
+    groups: Mapping[str, tuple[str, ...]] | None = None,
 ) -> AsyncIterator[Supervisor]:
     """`faultline up` with one worker of env, tool and user on the sim model; stopped (drained, journaled) after.
 
-    With `temporary_store` the stream lives in a directory of its own, as under `faultline run`.
+    Access control is on, as by default: `live_access` holds the credentials. With `temporary_store`
+    the stream lives in a directory of its own, as under `faultline run`.
     """
     config = tmp_path / "faultline.toml"
     config.write_text("")  # defaults only, whatever the working directory holds
+    args = ("worker", "--agents", ",".join(WORKER_AGENTS), "--config", str(config))
     supervisor = Supervisor(
         journal_path=journal or tmp_path / "journal.sqlite",
-        workers=[ProcessSpec("worker", ("worker", "--agents", "env,tool,user", "--config", str(config)))],
+        workers=[ProcessSpec("worker", args, worker_identity("main"))],
         store_dir=None if temporary_store else tmp_path / "nats",
         log_dir=tmp_path / "logs",
+        access=live_access(tmp_path, groups),
     )
     async with supervisor.running():
         yield supervisor

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-import nats
 import pytest
 
 from faultline._errors import SubjectError
@@ -30,7 +29,7 @@ from faultline.core import (
 )
 from faultline.core._subjects import MAX_HOPS
 from faultline.journal import JournalReader, verify
-from tests.runtime.live import episode_of, journal_everything, live_system, processes, run_episode
+from tests.runtime.live import episode_of, journal_everything, live_system, processes, raw_client, run_episode
 
 pytestmark = pytest.mark.slow
 
@@ -47,22 +46,23 @@ Poison = Callable[[str, int], tuple[str, bytes, str]]
 """(episode, NATS max payload) -> (subject, bytes, how the dead letter's reason ends or begins)."""
 
 POISON: dict[str, Poison] = {
-    "sender-is-not-a-name": lambda e, _: (f"fl.ep.{e}.env", tool_call(e, sender="evil.sender"), "at `$.sender`"),
-    "ts-is-nan": lambda e, _: (f"fl.ep.{e}.env", tool_call(e, ts=math.nan), "at `$.ts`"),
-    "hops-is-2**63": lambda e, _: (f"fl.ep.{e}.env", tool_call(e, hops=2**63), "at `$.hops`"),
-    "a-megabyte-of-garbage": lambda e, limit: (f"fl.ep.{e}.env", b"\xc1" * (limit - 64), "not msgpack"),
-    "episode-disagrees-with-subject": lambda e, _: (f"fl.ep.{e}.env", tool_call("other"), "at `$.episode`"),
+    "sender-is-not-a-name": lambda e, _: (f"fl.ep.{e}.env.tool", tool_call(e, sender="evil.sender"), "at `$.sender`"),
+    "ts-is-nan": lambda e, _: (f"fl.ep.{e}.env.tool", tool_call(e, ts=math.nan), "at `$.ts`"),
+    "hops-is-2**63": lambda e, _: (f"fl.ep.{e}.env.tool", tool_call(e, hops=2**63), "at `$.hops`"),
+    "a-megabyte-of-garbage": lambda e, limit: (f"fl.ep.{e}.env.tool", b"\xc1" * (limit - 64), "not msgpack"),
+    "episode-disagrees-with-subject": lambda e, _: (f"fl.ep.{e}.env.tool", tool_call("other"), "at `$.episode`"),
     "recipient-disagrees-with-subject": lambda e, _: (
-        f"fl.ep.{e}.env",
+        f"fl.ep.{e}.env.tool",
         tool_call(e, recipient="user"),
         "at `$.recipient`",
     ),
     "kind-disagrees-with-subject": lambda e, _: (
-        f"fl.ep.{e}.env",
+        f"fl.ep.{e}.env.tool",
         tool_call(e, recipient="", body=EpisodeCompleted(outcome="success")),
         "at `$.body.kind`",
     ),
-    "sender-disagrees-with-subject": lambda e, _: (
+    "sender-disagrees-with-subject": lambda e, _: (f"fl.ep.{e}.env.user", tool_call(e), "at `$.sender`"),
+    "recorder-disagrees-with-subject": lambda e, _: (
         f"fl.rec.{e}.user",
         tool_call(e, recipient="", body=Recording(call="now", index=0, request_digest="d", response=1.0)),
         "at `$.sender`",
@@ -78,7 +78,7 @@ async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: 
         assert bus is not None
         assert (await run_episode(bus, "before")).outcome == "success"
         before = processes(supervisor)
-        raw = await nats.connect(supervisor.url)
+        raw = await raw_client(supervisor)
         try:
             subject, data, reason = POISON[poison](episode_of("before"), raw.max_payload)
             seq = (await raw.jetstream().publish(subject, data)).seq
@@ -186,7 +186,7 @@ async def test_hundreds_of_random_and_mutated_messages_take_nothing_down(tmp_pat
         assert (await run_episode(bus, "before")).outcome == "success"
         before = processes(supervisor)
         bases = [(d.subject, d.data) for d in await bus.read_stored(bus.subjects.journaled, 10)]
-        raw = await nats.connect(supervisor.url)
+        raw = await raw_client(supervisor)
         try:
             js = raw.jetstream()
             published = [

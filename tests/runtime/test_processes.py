@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from faultline._errors import JournalError
-from faultline.bus import Bus
+from faultline.bus import Bus, Credential, load_credential
 from faultline.core import EpisodeStarted, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
@@ -177,14 +178,26 @@ async def finish(process: subprocess.Popen[bytes], timeout: float = 60) -> str:
     return err.decode()
 
 
-async def wait_until_up(cwd: Path, process: subprocess.Popen[bytes]) -> str:
-    """The NATS URL of the `faultline up` running in `cwd`, once its state file is written."""
+@dataclass(frozen=True)
+class Up:
+    """Where the `faultline up` of a test serves, and the operator credential it made."""
+
+    url: str
+    operator: Credential
+
+    async def connect(self) -> Bus:
+        return await Bus.connect(self.url, credential=self.operator)
+
+
+async def wait_until_up(cwd: Path, process: subprocess.Popen[bytes]) -> Up:
+    """The `faultline up` running in `cwd`, once its state file is written."""
     state = cwd / ".faultline" / "up.json"
     with anyio.fail_after(30):
         while not state.exists():
             assert process.poll() is None, "faultline up exited"
             await anyio.sleep(0.05)
-    return str(json.loads(state.read_text())["url"])
+    written = json.loads(state.read_text())
+    return Up(written["url"], load_credential(Path(written["credentials"])))
 
 
 def children(pid: int) -> dict[int, str]:
@@ -217,9 +230,9 @@ def completed_in(journal: Path) -> int:
         return 0
 
 
-async def run_episodes_on(url: str, episodes: list[str]) -> int:
-    """Run ping-pong episodes on the system at `url`; return the stream's last sequence after them."""
-    bus = await Bus.connect(url)
+async def run_episodes_on(up: Up, episodes: list[str]) -> int:
+    """Run ping-pong episodes on the system `up`; return the stream's last sequence after them."""
+    bus = await up.connect()
     try:
         async with Completions(bus) as completions:
             for e in episodes:
@@ -235,9 +248,9 @@ async def run_episodes_on(url: str, episodes: list[str]) -> int:
 async def test_up_then_sigterm_stops_everything_and_loses_nothing(tmp_path: Path) -> None:
     process = faultline("up", "--config", str(write_up_config(tmp_path)), cwd=tmp_path)
     try:
-        url = await wait_until_up(tmp_path, process)
-        await run_episodes_on(url, ["u1", "u2"])
-        bus = await Bus.connect(url)
+        up = await wait_until_up(tmp_path, process)
+        await run_episodes_on(up, ["u1", "u2"])
+        bus = await up.connect()
         await start_episode(bus, "u3", "pinger", EpisodeStarted(), Start())
         info = await bus.js.stream_info(bus.subjects.stream)
         last_seq = info.state.last_seq
@@ -285,11 +298,11 @@ async def test_up_says_when_the_journal_did_not_catch_up_and_the_next_up_journal
     config = write_up_config(tmp_path)
     process = faultline("up", "--config", str(config), cwd=tmp_path)
     try:
-        url = await wait_until_up(tmp_path, process)
-        await run_episodes_on(url, ["c1"])
+        up = await wait_until_up(tmp_path, process)
+        await run_episodes_on(up, ["c1"])
         [journal_pid] = [pid for pid, command in children(process.pid).items() if " journal serve " in command]
         os.kill(journal_pid, signal.SIGSTOP)
-        last_seq = await run_episodes_on(url, ["c2"])
+        last_seq = await run_episodes_on(up, ["c2"])
         process.send_signal(signal.SIGTERM)
     finally:
         err = await finish(process)
@@ -303,11 +316,12 @@ async def test_up_says_when_the_journal_did_not_catch_up_and_the_next_up_journal
 
     process = faultline("up", "--config", str(config), cwd=tmp_path)
     try:
-        await wait_until_up(tmp_path, process)
+        again = await wait_until_up(tmp_path, process)
         process.send_signal(signal.SIGTERM)
     finally:
         err = await finish(process)
     assert process.returncode == 0 and "journal caught up" in err.splitlines()[-1], err[-2000:]
+    assert again.operator == up.operator  # the credentials made by the first start are reused
     with JournalReader(tmp_path / "up.sqlite") as reader:
         assert reader.last_pos >= last_seq
     assert completed_in(tmp_path / "up.sqlite") == 2

@@ -110,6 +110,17 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len(err) == 3 and all(line.startswith("faultline: ") for line in err)
 
 
+def test_insecure_runs_without_credentials_and_says_so_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "--insecure", "--tasks", "1", "--json", "--journal", str(tmp_path / "j.sqlite")])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["outcomes"] == {"success": 1}
+    assert captured.err.startswith("warning: --insecure: NATS on its local port takes no credentials"), captured.err
+    assert main(["run", "--insecure", "--nats", "nats://127.0.0.1:4222"]) == 2
+    assert "--insecure sets up the system `run` starts" in capsys.readouterr().err
+
+
 def test_two_workers_per_agent_share_episodes_and_keep_their_order(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,12 +15,12 @@ import anyio
 import pytest
 
 from faultline._errors import JournalError
-from faultline.bus import Bus, EmbeddedServer
+from faultline.bus import OPERATOR, Bus, EmbeddedServer
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Supervisor, check_journal
 from faultline.runtime._journal_service import JournalService
 from tests.disk import fill
-from tests.runtime.live import episode_of, journal_everything, live_system, processes, run_episode
+from tests.runtime.live import episode_of, journal_everything, live_access, live_system, processes, run_episode
 
 pytestmark = pytest.mark.slow
 
@@ -146,6 +146,8 @@ async def test_a_full_journal_disk_refuses_new_episodes_loses_nothing_and_catche
                     "run",
                     "--nats",
                     supervisor.url,
+                    "--creds",
+                    str(live_access(tmp_path).credential_file(OPERATOR)),
                     "--tasks",
                     "1",
                     "--json",

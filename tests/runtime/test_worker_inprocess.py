@@ -11,7 +11,7 @@ from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
 
 async def collect(bus: Bus, episode: str) -> list:  # type: ignore[type-arg]
-    consumer = await bus.consumer(None, [f"fl.ep.{episode}.>", f"fl.rec.{episode}.>", f"fl.ev.*.{episode}"])
+    consumer = await bus.consumer(None, [f"fl.ep.{episode}.>", f"fl.rec.{episode}.>", f"fl.ev.*.{episode}.*"])
     got: list = []
     pending = 1
     with anyio.fail_after(5):

@@ -1,0 +1,131 @@
+"""Credentials and permissions: made once, private, enforced by nats-server, refused in one line."""
+
+from __future__ import annotations
+
+import logging
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from faultline._errors import AccessError, PublishRefusedError
+from faultline.bus import (
+    OPERATOR,
+    Access,
+    Bus,
+    Credential,
+    EmbeddedServer,
+    agent_identity,
+    journal_identity,
+    operator_identity,
+)
+from faultline.core import Envelope, Note, Subjects
+
+S = Subjects()
+REFUSAL_TIMEOUT_S = 5.0
+
+
+def access(folder: Path) -> Access:
+    return Access(
+        folder, (operator_identity(), journal_identity(S), agent_identity(S, "worker-main", ("tool",)))
+    ).prepare()
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[tuple[EmbeddedServer, Access]]:
+    """A nats-server that lets in only the users of `access`, with their permissions."""
+    granted = access(tmp_path / "credentials")
+    with EmbeddedServer(store_dir=tmp_path / "nats", config_file=granted.server_config) as server:
+        yield server, granted
+
+
+@pytest.fixture
+async def operator_bus(secured: tuple[EmbeddedServer, Access]) -> AsyncIterator[Bus]:
+    server, granted = secured
+    bus = await Bus.connect(server.url, credential=granted.credential(OPERATOR))
+    await bus.ensure_stream()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+def test_credentials_are_made_once_readable_by_their_owner_only(tmp_path: Path) -> None:
+    first = access(tmp_path / "credentials")
+    passwords = {name: first.credential(name).password for name in (OPERATOR, "journal", "worker-main")}
+    again = access(tmp_path / "credentials")
+    assert {name: again.credential(name).password for name in passwords} == passwords
+    assert len(set(passwords.values())) == 3
+    assert stat.S_IMODE(first.folder.stat().st_mode) == 0o700
+    for path in [first.server_config, *(first.credential_file(name) for name in passwords)]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    users = msgspec.json.decode(first.server_config.read_bytes())["authorization"]["users"]
+    assert {(u["user"], u["password"]) for u in users} == {(name, p) for name, p in passwords.items()}
+
+
+async def test_a_publish_outside_the_permissions_is_refused_at_once_and_logged(
+    secured: tuple[EmbeddedServer, Access], operator_bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, granted = secured
+    worker = await Bus.connect(server.url, name="worker-main", credential=granted.credential("worker-main"))
+    try:
+        await worker.publish(Envelope(id="ok", episode="e1", sender="tool", recipient="user", body=Note()))
+        forged = Envelope(id="forged", episode="e1", sender="user", recipient="tool", body=Note())
+        with anyio.fail_after(REFUSAL_TIMEOUT_S), pytest.raises(PublishRefusedError) as refused:
+            await worker.publish(forged)
+    finally:
+        await worker.close()
+    assert "NATS refused worker-main permission to publish on fl.ep.e1.tool.user" in str(refused.value)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["NATS refused worker-main permission to publish on fl.ep.e1.tool.user"]
+    assert (await operator_bus.stream_state()).messages == 1
+
+
+@pytest.mark.parametrize(
+    ("login", "says"),
+    [
+        (None, "wants a credential: pass --creds FILE"),
+        (Credential(user="worker-main", password="guessed"), "refused the credential of user 'worker-main'"),
+    ],
+)
+async def test_a_missing_or_wrong_credential_is_refused(
+    secured: tuple[EmbeddedServer, Access], login: Credential | None, says: str
+) -> None:
+    server, _ = secured
+    with pytest.raises(AccessError) as refused:
+        await Bus.connect(server.url, credential=login)
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("creds", ["none", "wrong", "missing-file"])
+def test_a_worker_without_its_credential_cannot_connect_and_says_so_in_one_line(
+    secured: tuple[EmbeddedServer, Access], tmp_path: Path, creds: str
+) -> None:
+    server, granted = secured
+    wrong = tmp_path / "wrong.json"
+    wrong.write_bytes(
+        msgspec.json.encode(Credential(user="worker-main", password=granted.credential(OPERATOR).password))
+    )
+    flags = {"none": [], "wrong": ["--creds", str(wrong)], "missing-file": ["--creds", str(tmp_path / "nowhere.json")]}
+    config = tmp_path / "faultline.toml"
+    config.write_text("")
+    run = subprocess.run(
+        [sys.executable, "-m", "faultline.cli", "worker", "--nats", server.url, "--agents", "tool"]
+        + ["--config", str(config), *flags[creds]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    expected = {
+        "none": "wants a credential",
+        "wrong": "refused the credential of user 'worker-main': wrong user or password",
+        "missing-file": "nowhere.json does not exist",
+    }[creds]
+    assert run.stderr.startswith("faultline: error: ") and expected in run.stderr, run.stderr

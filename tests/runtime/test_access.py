@@ -1,0 +1,134 @@
+"""Only who may speak on a subject can: forbidden publishes against a running system, from a plain NATS client.
+
+Each case is something a process with a credential of the system tries beyond its
+rights. The server refuses what the identity's permissions exclude; what it lets
+through on the identity's own subjects but under another sender's name, the
+receivers refuse (a dead letter). Either way the episode run meanwhile ends as it
+would have, and the journal holds nothing forged but dead letters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+
+from faultline.bus import JOURNAL
+from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
+from faultline.core import (
+    DeadLetter,
+    Envelope,
+    EpisodeCompleted,
+    Subjects,
+    ToolCall,
+    encode,
+)
+from faultline.faults import add_rule_control
+from faultline.journal import JournalReader, verify
+from faultline.runtime import Completions, parse_fault_spec, worker_identity
+from tests.runtime.live import EPISODE_TIMEOUT_S, journal_everything, live_system, raw_client, retail
+
+REFUSAL_TIMEOUT_S = 5.0
+OUTSIDER = worker_identity("helpers")
+"""A worker group of the system that runs the agent `auditor` and none of the episode's agents."""
+
+S = Subjects()
+
+
+@dataclass(frozen=True)
+class Forgery:
+    identity: str
+    forge: Callable[[str], tuple[str, Envelope]]
+    """Episode -> (subject, envelope) to publish."""
+    refused_by: str
+    """"server" (the publish never reaches the stream) or "receiver" (stored, then dead-lettered)."""
+
+
+def _call(episode: str, sender: str) -> Envelope:
+    body = ToolCall(call_id="forged", name="cancel_pending_order", arguments={"order_id": "#W0000000"})
+    return Envelope(id="forged-call", episode=episode, sender=sender, recipient="env", body=body)
+
+
+def _completion(episode: str, sender: str) -> Envelope:
+    body = EpisodeCompleted(outcome="failure", cause="forged")
+    return Envelope(id="forged-completion", episode=episode, sender=sender, body=body)
+
+
+def _fault_rule(_episode: str) -> tuple[str, Envelope]:
+    control = add_rule_control(parse_fault_spec("storm:copies=3"), "forged")
+    return S.ctl("faults"), control
+
+
+FORGERIES = {
+    "control-plane-without-the-operator": Forgery(OUTSIDER, _fault_rule, "server"),
+    "worker-as-another-agent": Forgery(OUTSIDER, lambda e: (S.direct(e, "env", "tool"), _call(e, "tool")), "server"),
+    "worker-as-another-agent-on-its-own-subject": Forgery(
+        OUTSIDER, lambda e: (S.direct(e, "env", "auditor"), _call(e, "tool")), "receiver"
+    ),
+    "forged-completion": Forgery(OUTSIDER, lambda e: (S.event("completed", e, "env"), _completion(e, "env")), "server"),
+    "forged-completion-on-its-own-subject": Forgery(
+        OUTSIDER, lambda e: (S.event("completed", e, "auditor"), _completion(e, "env")), "receiver"
+    ),
+    "journal-service-speaking": Forgery(
+        JOURNAL, lambda e: (S.event("completed", e, "env"), _completion(e, "env")), "server"
+    ),
+    "journal-service-controlling": Forgery(JOURNAL, _fault_rule, "server"),
+}
+
+
+@pytest.mark.parametrize("case", FORGERIES)
+async def test_a_forbidden_publish_is_refused_and_the_run_is_unchanged(case: str, tmp_path: Path) -> None:
+    forgery = FORGERIES[case]
+    journal = tmp_path / "journal.sqlite"
+    plan = RunPlan(tasks=1, run_id="forged")
+    (planned,) = plan_episodes(plan, retail())
+    subject, forged = forgery.forge(planned.episode)
+    async with live_system(tmp_path, journal, groups={"helpers": ("auditor",)}) as supervisor:
+        bus = supervisor.bus
+        assert bus is not None
+        refusals: list[str] = []
+        refused = anyio.Event()
+
+        async def on_error(exc: Exception) -> None:
+            refusals.append(str(exc))
+            refused.set()
+
+        raw = await raw_client(supervisor, forgery.identity, error_cb=on_error)
+        async with Completions(bus) as completions:
+            await bus.publish_all(start_envelopes(plan, planned)[:1])  # the episode exists: its start is journaled
+            try:
+                if forgery.refused_by == "server":
+                    await raw.publish(subject, encode(forged))
+                    with anyio.fail_after(REFUSAL_TIMEOUT_S):
+                        await refused.wait()
+                    assert refusals == [f'nats: permissions violation for publish to "{subject}"']
+                    forged_seq = 0
+                else:
+                    forged_seq = (await raw.jetstream().publish(subject, encode(forged))).seq
+            finally:
+                await raw.close()
+            await bus.publish_all(start_envelopes(plan, planned)[1:])
+            with anyio.fail_after(EPISODE_TIMEOUT_S):
+                done = await completions.wait([planned.episode])
+        assert (done[planned.episode].outcome, done[planned.episode].cause) == ("success", "")
+        await journal_everything(bus)
+
+    with JournalReader(journal) as reader:
+        rows = list(reader.rows())
+    completions_journaled = [
+        (r.sender, body.outcome)
+        for r in rows
+        if r.episode == planned.episode and isinstance(body := r.decoded_body(), EpisodeCompleted)
+    ]
+    assert completions_journaled == [("env", "success")]  # what the run printed is the journal's truth
+    assert forged.id not in {r.id for r in rows}
+    letters = [body for r in rows if isinstance(body := r.decoded_body(), DeadLetter)]
+    if forgery.refused_by == "server":
+        assert letters == []
+    else:
+        assert [(letter.stream_seq, letter.subject) for letter in letters] == [(forged_seq, subject)]
+        assert letters[0].reason.endswith("at `$.sender`"), letters[0].reason
+    assert verify(journal).ok
