@@ -16,7 +16,7 @@ from faultline.core import (
     ToolCall,
     ToolResult,
 )
-from faultline.envs import Action, Domain, Task, load_domain, score
+from faultline.envs import Action, Domain, Task, borrow_database, load_domain, return_database, score
 
 
 class EnvironmentHost(Agent):
@@ -44,7 +44,7 @@ class EnvironmentHost(Agent):
             self.spec = EpisodeSpec.from_start(body)
             self.domain = load_domain(self.spec.domain)
             self.task = self.domain.task(self.spec.task)
-            self.db = self.domain.open_database()
+            self.db = borrow_database(self.domain)
             self.started_at = await ctx.now()
         elif isinstance(body, ToolCall):
             ctx.send(msg.sender, self._execute(body))
@@ -68,7 +68,7 @@ class EnvironmentHost(Agent):
         if self.db is None or self.domain is None or self.task is None or self.spec is None:
             return
         result = score(self.domain, self.task, self.db, end.told)
-        self.db.close()
+        return_database(self.domain, self.db)
         self.db = None
         cause = end.cause
         if not cause and result.reward < 1.0:

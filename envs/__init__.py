@@ -5,6 +5,7 @@ contacts, reminders on a device). Third-party domains subclass `Domain` and
 are found by `load_domain("package.module:ClassName")`.
 """
 
+from faultline.envs._databases import borrow_database, return_database
 from faultline.envs._domain import Domain, score, tool
 from faultline.envs._loader import BUILTIN_DOMAINS, load_domain
 from faultline.envs._schema import arguments_schema, check_arguments
@@ -35,8 +36,10 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "arguments_schema",
+    "borrow_database",
     "check_arguments",
     "load_domain",
+    "return_database",
     "score",
     "tool",
 ]

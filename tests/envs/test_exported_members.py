@@ -23,8 +23,10 @@ def test_the_public_names_are_exactly_these() -> None:
             "ToolOutcome",
             "ToolSpec",
             "arguments_schema",
+            "borrow_database",
             "check_arguments",
             "load_domain",
+            "return_database",
             "score",
             "tool",
         ]
