@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "replay",
         help="re-execute a journal with no NATS and no model; exit 1 at the first divergence",
         description="Feed every agent its journaled inputs, serve every recorded call from the journal, "
-        "and compare every output. Needs only the journal file.",
+        "and compare every output. Needs only the journal file. The hash chain is checked first: in full the "
+        "first time, then only the rows appended since the last check that held (JOURNAL.verified); "
+        "`faultline journal verify` checks every row again.",
     )
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
