@@ -122,9 +122,13 @@ class BlobStore:
 
     The same system prompt and tool schemas open every request of a run, and each
     request's list continues the one before, so most lookups never reach SQLite.
-    Blobs are about a tenth of a journal: when they fit in `cache_bytes`, the first
-    expansion reads them all in one scan instead of a query per request.
+    A few expansions (one episode shown) query what they need; a long run of them
+    (verify, export, a whole journal read) reads every blob in one scan instead, once
+    they fit in `cache_bytes` (blobs are about a tenth of a journal).
     """
+
+    SCAN_AFTER = 32
+    """Queries after which reading every blob at once is the cheaper way."""
 
     def __init__(self, conn: sqlite3.Connection, *, cache_bytes: int = 256 << 20) -> None:
         self._conn = conn
@@ -132,6 +136,7 @@ class BlobStore:
         self._lists: dict[bytes, list[bytes]] = {}
         self._cache_bytes = cache_bytes
         self._cached_bytes = 0
+        self._queries = 0
         self._scanned = False
 
     def expand(self, stored: bytes, where: str) -> bytes:
@@ -179,7 +184,8 @@ class BlobStore:
             self._lists.clear()
             self._cached_bytes = 0
             missing = keys
-        if not self._scanned:
+        self._queries += 1
+        if self._queries > self.SCAN_AFTER and not self._scanned:
             self._scanned = True
             if self._query("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()[0] <= self._cache_bytes:
                 self._keep(self._query("SELECT key, CAST(data AS BLOB) FROM blobs"))

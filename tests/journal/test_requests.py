@@ -31,10 +31,10 @@ POLICY = "You are a retail agent. " * 40
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object"}}} for i in range(5)]
 
 
-def conversation(turns: int) -> list[ChatMessage]:
+def conversation(turns: int, who: str = "") -> list[ChatMessage]:
     messages = [ChatMessage(role="system", content=POLICY)]
     for turn in range(turns):
-        messages.append(ChatMessage(role="user", content=f"user turn {turn}: " + "details " * 20))
+        messages.append(ChatMessage(role="user", content=f"{who} turn {turn}: " + "details " * 20))
         messages.append(ChatMessage(role="assistant", content=f"assistant turn {turn}: " + "answer " * 20))
     return messages
 
@@ -43,7 +43,7 @@ def recording_envelopes(episode: str, turns: int) -> list[Envelope]:
     """What an agent holding a conversation of `turns` turns journals: one model call per turn."""
     envelopes = []
     for turn in range(turns):
-        request = LlmRequest(role="agent", messages=conversation(turn + 1), tools=TOOLS, metadata={"seed": 3})
+        request = LlmRequest(role="agent", messages=conversation(turn + 1, episode), tools=TOOLS, metadata={"seed": 3})
         body = Recording(
             call="llm",
             index=0,
@@ -189,3 +189,17 @@ def test_a_user_turn_is_never_stored_another_way(tmp_path: Path) -> None:
     with Journal.open(path) as journal:
         journal.append([Incoming(STREAM, 1, "fl.msg.e1.tool_agent", env, received(env))])
     assert stored(path)[2] == [received(env)[:1]]
+
+
+def test_one_episode_queries_its_blobs_and_a_whole_journal_reads_them_in_one_scan(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    append(path, [env for i in range(40) for env in recording_envelopes(f"e{i}", 3)])
+    statements: list[str] = []
+    with JournalReader(path) as reader:
+        reader._conn.set_trace_callback(statements.append)
+        assert len(list(reader.episode_rows("e7"))) == 3
+        scans = [sql for sql in statements if sql.startswith("SELECT key") and "WHERE" not in sql]
+        assert not scans and any("WHERE key IN" in sql for sql in statements)
+        assert len(list(reader.rows())) == 120
+        scans = [sql for sql in statements if sql.startswith("SELECT key") and "WHERE" not in sql]
+    assert len(scans) == 1
