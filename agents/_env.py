@@ -16,7 +16,7 @@ from faultline.core import (
     ToolCall,
     ToolResult,
 )
-from faultline.envs import Action, Domain, Task, borrow_database, load_domain, return_database, score
+from faultline.envs import Action, Domain, Task, borrow_database, load_domain, return_database
 
 
 class EnvironmentHost(Agent):
@@ -67,7 +67,7 @@ class EnvironmentHost(Agent):
     async def _complete(self, ctx: Context, end: ConversationEnded) -> None:
         if self.db is None or self.domain is None or self.task is None or self.spec is None:
             return
-        result = score(self.domain, self.task, self.db, end.told)
+        result = self.domain.score(self.task, self.db, end.told)
         return_database(self.domain, self.db)
         self.db = None
         cause = end.cause

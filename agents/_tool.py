@@ -150,7 +150,7 @@ class ToolAgent(Agent):
 
     def _request(self) -> LlmRequest:
         assert self.spec is not None and self.domain is not None
-        system = self.system = self.system or SYSTEM.format(policy=self.domain.policy)
+        system = self.system = self.system or _system_prompt(self.domain)
         if self.examples:
             system += "\n\n# Past episodes\n" + self.examples
         if self.spec.tool_calls == "text":
@@ -178,6 +178,11 @@ class ToolAgent(Agent):
 
     def _transcript_data(self) -> list[dict[str, Any]]:
         return [{"role": m.role, "content": m.content} for m in self.transcript]
+
+
+def _system_prompt(domain: Domain) -> str:
+    """The policy inside Faultline's own rules, or alone when the domain says it is the whole prompt."""
+    return domain.policy if domain.policy_is_system_prompt else SYSTEM.format(policy=domain.policy)
 
 
 _schemas: dict[int, list[dict[str, Any]]] = {}

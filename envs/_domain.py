@@ -8,20 +8,21 @@ state hashing, expected states and decisive mistakes for the simulator.
 
 from __future__ import annotations
 
+import copy
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from random import Random
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
 from faultline._errors import DomainError, ToolError
 from faultline.envs._schema import arguments_schema, check_arguments
 from faultline.envs._state import state_digest, track_changes
-from faultline.envs._types import EARLY_STOP, POLICY_VIOLATION, Action, Score, Task, ToolOutcome, ToolSpec
+from faultline.envs._types import EARLY_STOP, POLICY_VIOLATION, Action, Budgets, Score, Task, ToolOutcome, ToolSpec
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 _TOOL_ATTR = "__faultline_tool__"
@@ -72,6 +73,15 @@ class Domain(ABC):
 
     name: ClassVar[str] = ""
     policy: ClassVar[str] = ""
+    policy_is_system_prompt: ClassVar[bool] = False
+    """True: `policy` is the tool agent's whole system prompt, with none of Faultline's own rules around it."""
+    failing_gold_steps: ClassVar[Literal["fail", "ignore"]] = "fail"
+    """What a ground-truth step that errors means: "fail" raises DomainError (a broken task);
+    "ignore" scores the state after it as is (benchmarks whose gold includes refused calls)."""
+    rollback_on_error: ClassVar[bool] = True
+    """Whether a call that ends in an error leaves the database as it was (False: its writes stay)."""
+    budgets: ClassVar[Budgets] = Budgets()
+    """The episode limits a run uses unless its command line sets others."""
     _tool_specs: ClassVar[dict[str, ToolSpec]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -102,6 +112,18 @@ class Domain(ABC):
     def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
         """Plausible wrong actions for ground-truth step `step`; `mistake` keeps the decisive ones."""
         return []
+
+    def output_error(self, output: Any) -> str:
+        """The error a tool's returned `output` stands for, or "" when it is a normal result.
+
+        For benchmarks whose tools return error strings instead of raising; such
+        an error is treated like a raised `ToolError` (see `rollback_on_error`).
+        """
+        return ""
+
+    def output_told(self, output: str, told: str) -> bool:
+        """Whether the required `output` appears in `told`, all the agent said; case is ignored."""
+        return output.casefold() in told.casefold()
 
     @property
     def data_key(self) -> Hashable:
@@ -146,15 +168,15 @@ class Domain(ABC):
             db.execute("SAVEPOINT tool_call")
         except sqlite3.Error as exc:
             return ToolOutcome(error=f"database unavailable: {exc}")
+        # A copy: a tool that changes its arguments must not change the caller's (a task's ground truth).
+        arguments = copy.deepcopy(action.arguments)
         try:
-            output = msgspec.to_builtins(getattr(self, spec.name)(db, **action.arguments))
+            output = msgspec.to_builtins(getattr(self, spec.name)(db, **arguments))
+            error = self.output_error(output)
         except Exception as exc:  # noqa: BLE001 - a tool call must never take its caller down
-            _rollback(db)
-            if isinstance(exc, ToolError):
-                return ToolOutcome(error=str(exc))
-            return ToolOutcome(error=f"{spec.name} failed: {type(exc).__name__}: {exc}")
-        db.execute("RELEASE tool_call")
-        return ToolOutcome(output=output)
+            error = str(exc) if isinstance(exc, ToolError) else f"{spec.name} failed: {type(exc).__name__}: {exc}"
+        _end_call(db, keep=not error or not self.rollback_on_error)
+        return ToolOutcome(error=error) if error else ToolOutcome(output=output)
 
     def state_hash(self, db: sqlite3.Connection) -> str:
         """A digest of every table's name, columns and rows; row order does not matter.
@@ -164,7 +186,8 @@ class Domain(ABC):
         return state_digest(db)
 
     def expected_hash(self, task: Task) -> str:
-        """The state hash after the task's ground truth; raises DomainError if a step fails."""
+        """The state hash after the task's ground truth; a step that fails raises DomainError
+        unless the domain's `failing_gold_steps` is "ignore"."""
         key = (task.id, msgspec.msgpack.encode(task.actions))
         memo = self._memo()
         if key not in memo.expected:
@@ -172,7 +195,7 @@ class Domain(ABC):
             try:
                 for index, action in enumerate(task.actions):
                     outcome = self.call(db, action)
-                    if outcome.error:
+                    if outcome.error and self.failing_gold_steps == "fail":
                         raise DomainError(
                             f"task {task.id!r}: ground-truth step {index} ({action.name}) fails: {outcome.error}"
                         )
@@ -180,6 +203,16 @@ class Domain(ABC):
             finally:
                 db.close()
         return memo.expected[key]
+
+    def score(self, task: Task, db: sqlite3.Connection, told: list[str]) -> Score:
+        """Reward 1.0 iff the final state is the expected one and `output_told` finds every output.
+
+        `told` is every message the agent sent the user, in order.
+        """
+        db_match = self.state_hash(db) == self.expected_hash(task)
+        text = "\n".join(told)
+        missing = [output for output in task.outputs if not self.output_told(output, text)]
+        return Score(reward=1.0 if db_match and not missing else 0.0, db_match=db_match, missing_outputs=missing)
 
     def mistake(self, task: Task, step: int, category: str, rng: Random) -> Action | None:
         """A wrong action in `category` at ground-truth step `step`, or None if there is no decisive one.
@@ -245,20 +278,11 @@ class Domain(ABC):
         return memo
 
 
-def _rollback(db: sqlite3.Connection) -> None:
+def _end_call(db: sqlite3.Connection, *, keep: bool) -> None:
+    """Close the call's savepoint, keeping or undoing its writes."""
     try:
-        db.execute("ROLLBACK TO tool_call")
+        if not keep:
+            db.execute("ROLLBACK TO tool_call")
         db.execute("RELEASE tool_call")
     except sqlite3.Error:
         pass
-
-
-def score(domain: Domain, task: Task, db: sqlite3.Connection, told: list[str]) -> Score:
-    """Reward 1.0 iff the final state is the expected one and every output appears in what the agent told.
-
-    Outputs are matched as substrings of the agent's messages, ignoring case.
-    """
-    db_match = domain.state_hash(db) == domain.expected_hash(task)
-    text = "\n".join(told).casefold()
-    missing = [output for output in task.outputs if output.casefold() not in text]
-    return Score(reward=1.0 if db_match and not missing else 0.0, db_match=db_match, missing_outputs=missing)

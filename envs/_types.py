@@ -20,6 +20,18 @@ ERROR_CATEGORIES: Final = (POLICY_VIOLATION, WRONG_VALUE, WRONG_ENTITY, EARLY_ST
 """The four FAMA error categories, in the order the simulator draws them."""
 
 
+class Budgets(msgspec.Struct, frozen=True, kw_only=True):
+    """How long an episode may go on before it fails, in the domain's own terms.
+
+    A *turn* is one message of the user simulator. A *step* is one decision of
+    the tool agent: one model call, answered by a tool call or by a message to
+    the user (so "30 agent steps" is `agent_steps=30`).
+    """
+
+    user_turns: int = 30
+    agent_steps: int = 60
+
+
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A tool as a model sees it; `writes` says whether it can change the database."""
 
@@ -67,6 +79,8 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     refusal: bool = False
     forbidden: list[Action] = []
     tags: list[str] = []
+    extra: dict[str, Any] = {}
+    """Whatever else the source benchmark keeps with a task (a user id, an annotator), kept as is."""
 
 
 class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,7 +18,6 @@ from faultline.envs import (
     Task,
     ToolOutcome,
     load_domain,
-    score,
     tool,
 )
 from faultline.envs.retail import Retail
@@ -179,12 +178,12 @@ def test_the_state_hash_ignores_row_order_but_not_content(ledger: Ledger) -> Non
 def test_score_needs_the_expected_state_and_every_output(ledger: Ledger) -> None:
     task = ledger.task("pay-bob")
     db = ledger.open_database()
-    assert score(ledger, task, db, ["Bob now has 12 dollars."]).db_match is False
+    assert ledger.score(task, db, ["Bob now has 12 dollars."]).db_match is False
     for action in task.actions:
         ledger.call(db, action)
-    assert score(ledger, task, db, ["Done."]).missing_outputs == ["12"]
-    assert score(ledger, task, db, ["Done."]).reward == 0.0
-    good = score(ledger, task, db, ["Done.", "Bob now has 12 dollars."])
+    assert ledger.score(task, db, ["Done."]).missing_outputs == ["12"]
+    assert ledger.score(task, db, ["Done."]).reward == 0.0
+    good = ledger.score(task, db, ["Done.", "Bob now has 12 dollars."])
     assert (good.reward, good.db_match, good.missing_outputs) == (1.0, True, [])
 
 
@@ -243,8 +242,8 @@ def test_load_domain_by_builtin_name_and_import_path() -> None:
     ("spec", "message"),
     [
         ("shop", "unknown domain 'shop': use a built-in (retail, phone) or 'package.module:ClassName'"),
-        ("no_such_package.domains:Shop", "cannot import domain module 'no_such_package.domains'"),
-        (f"{__name__}:Missing", f"domain module '{__name__}' has no attribute 'Missing'"),
+        ("no_such_package.domains:Shop", "cannot import domain no_such_package.domains:Shop: ModuleNotFoundError"),
+        (f"{__name__}:Missing", f"cannot import domain {__name__}:Missing: module '{__name__}' has no attribute"),
         (f"{__name__}:NotADomain", "is a type, not a Domain subclass"),
         (f"{__name__}:pytest", "is a module, not a Domain subclass"),
         (f"{__name__}:Abstract", "cannot instantiate domain"),

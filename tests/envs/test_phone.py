@@ -7,7 +7,7 @@ from random import Random
 
 import pytest
 
-from faultline.envs import ERROR_CATEGORIES, Action, load_domain, score
+from faultline.envs import ERROR_CATEGORIES, Action, load_domain
 from faultline.envs.phone import CAPACITY, Phone
 
 
@@ -39,7 +39,7 @@ def test_the_domain_has_enough_tasks_and_tools(phone: Phone) -> None:
 def test_every_ground_truth_succeeds_and_scores_one(phone: Phone) -> None:
     for task in phone.tasks():
         db = _run(phone, *task.actions)
-        assert score(phone, task, db, task.outputs).reward == 1.0, task.id
+        assert phone.score(task, db, task.outputs).reward == 1.0, task.id
 
 
 def test_every_mistake_the_simulator_can_make_breaks_its_task(phone: Phone) -> None:
@@ -54,7 +54,7 @@ def test_every_mistake_the_simulator_can_make_breaks_its_task(phone: Phone) -> N
                 db = phone.open_database()
                 for action in [*task.actions[:step], wrong, *task.actions[step + 1 :]]:
                     phone.call(db, action)
-                assert score(phone, task, db, task.outputs).reward == 0.0, (task.id, step, category)
+                assert phone.score(task, db, task.outputs).reward == 0.0, (task.id, step, category)
     assert seen == {"policy_violation", "wrong_value", "wrong_entity"}
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faultline.envs import ERROR_CATEGORIES, Action, Task, load_domain, score
+from faultline.envs import ERROR_CATEGORIES, Action, Task, load_domain
 from faultline.envs.retail import Retail
 from faultline.envs.retail._data import generate, write
 
@@ -95,9 +95,9 @@ def test_the_domain_is_rich_enough(retail: Retail) -> None:
 def test_every_ground_truth_succeeds_and_scores_one(retail: Retail) -> None:
     for task in retail.tasks():
         db = _run(retail, task.actions)
-        assert score(retail, task, db, [" / ".join(task.outputs)]).reward == 1.0, task.id
+        assert retail.score(task, db, [" / ".join(task.outputs)]).reward == 1.0, task.id
         if task.outputs:
-            assert score(retail, task, db, ["I could not find out."]).reward == 0.0, task.id
+            assert retail.score(task, db, ["I could not find out."]).reward == 0.0, task.id
 
 
 def test_a_wrong_write_scores_zero(retail: Retail) -> None:
@@ -108,7 +108,7 @@ def test_a_wrong_write_scores_zero(retail: Retail) -> None:
         arguments = {"order_id": unrelated.order_id, "reason": "no longer needed"}
         extra = Action(name="cancel_pending_order", arguments=arguments)
         db = _run(retail, [*task.actions, extra])
-        result = score(retail, task, db, task.outputs)
+        result = retail.score(task, db, task.outputs)
         assert (result.reward, result.db_match) == (0.0, False), task.id
 
 
@@ -126,7 +126,7 @@ def test_every_mistake_the_simulator_can_make_breaks_its_task(retail: Retail) ->
                 db = retail.open_database()
                 for action in actions:
                     retail.call(db, action)
-                assert score(retail, task, db, task.outputs).reward == 0.0, (task.id, step, category)
+                assert retail.score(task, db, task.outputs).reward == 0.0, (task.id, step, category)
     assert made["policy_violation"] >= 10
     assert made["wrong_value"] >= 20
     assert made["wrong_entity"] >= 10
@@ -179,7 +179,7 @@ def test_policy_only_rules_are_left_to_the_agent(retail: Retail) -> None:
     late = next(t for t in retail.tasks() if "refuse-late-return" in t.tags)
     db = retail.open_database()
     assert retail.call(db, late.forbidden[0]).ok
-    assert score(retail, late, db, late.outputs).reward == 0.0
+    assert retail.score(late, db, late.outputs).reward == 0.0
     modified = next(t for t in retail.tasks() if "refuse-modified-cancel" in t.tags)
     assert retail.call(retail.open_database(), modified.forbidden[0]).ok
 

@@ -10,7 +10,7 @@ import pytest
 
 from faultline._errors import ConfigError, ModelError
 from faultline.core import ChatMessage, LlmRequest, LlmResponse
-from faultline.envs import ERROR_CATEGORIES, Action, Domain, Score, Task, load_domain, score
+from faultline.envs import ERROR_CATEGORIES, Action, Domain, Score, Task, load_domain
 from faultline.runtime.models import SimBackend, sim_metadata
 from faultline.runtime.models._sim import _play_user
 
@@ -74,7 +74,7 @@ async def run_episode(
         going = await user_speaks()
     mistakes = [reply.metadata["mistake"] for reply in tool_replies if "mistake" in reply.metadata]
     return Episode(
-        score=score(domain, task, db, told),
+        score=domain.score(task, db, told),
         mistakes=mistakes,
         tool_replies=tool_replies,
         user_replies=user_replies,
