@@ -11,6 +11,8 @@ from rich.syntax import Syntax
 
 from faultline._errors import JournalError
 from faultline.cli._run import whole_number
+from faultline.cli._system import add_plugin_flag, check_domains, with_plugin_path
+from faultline.journal import JournalReader
 from faultline.replay import Replayer, ReplayReport
 from faultline.runtime import agent_lookup, load_config
 
@@ -27,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
     p.add_argument("--config", type=Path, help="faultline.toml naming custom agent classes")
+    add_plugin_flag(p)
     p.add_argument(
         "--jobs", "-j", type=whole_number(1), default=1, help="replay in N processes (episodes are independent)"
     )
@@ -43,9 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _replay(args: argparse.Namespace) -> int:
     if not args.journal.is_file():
         raise JournalError(f"{args.journal}: no such journal file")
-    report = Replayer(
-        agent_lookup(load_config(args.config)), jobs=args.jobs, reexecute_tools=args.reexecute_tools
-    ).replay(args.journal, args.episode or None)
+    config = with_plugin_path(load_config(args.config), args.plugin_path)
+    with JournalReader(args.journal) as reader:
+        wanted = set(args.episode)
+        check_domains(e.domain for e in reader.episodes() if e.domain and (not wanted or e.episode in wanted))
+    report = Replayer(agent_lookup(config), jobs=args.jobs, reexecute_tools=args.reexecute_tools).replay(
+        args.journal, args.episode or None
+    )
     if args.json:
         print(msgspec.json.encode(_as_data(report)).decode())
     else:

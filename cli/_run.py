@@ -26,16 +26,18 @@ from faultline.cli._system import (
     StopRequest,
     add_defense_flag,
     add_insecure_flag,
+    add_plugin_flag,
     config_source,
     credential,
     journal_problem,
     run_supervised,
     stop_on_signal,
     warn_insecure,
+    with_plugin_path,
     worker_specs,
 )
 from faultline.core import EpisodeCompleted
-from faultline.envs import ERROR_CATEGORIES, load_domain
+from faultline.envs import ERROR_CATEGORIES, Domain, load_domain
 from faultline.faults import FaultRule
 from faultline.runtime import (
     ALL_ROLES,
@@ -114,9 +116,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         + SIM_NOTE
         + ".",
     )
-    p.add_argument("--domain", default="retail", help="retail, phone, or package.module:Class (default retail)")
     p.add_argument(
-        "--tasks", type=whole_number(1), default=10, metavar="N", help="the first N tasks of the domain (default 10)"
+        "--domain",
+        default="retail",
+        help="retail, phone, or package.module:Class, each with ?key=value parameters for the domain"
+        " (e.g. mybench.airline:Airline?split=test; default retail)",
+    )
+    selection = p.add_mutually_exclusive_group()
+    selection.add_argument(
+        "--tasks", type=whole_number(1), default=None, metavar="N", help="the first N tasks of the domain (default 10)"
+    )
+    selection.add_argument("--task-ids", metavar="ID,ID,...", help="these tasks, by id, in this order")
+    selection.add_argument(
+        "--task-range", metavar="FROM:TO", help="the tasks at positions FROM to TO-1 of the domain's list (from 0)"
     )
     p.add_argument(
         "--trials", type=whole_number(1), default=1, metavar="K", help="runs per task, for pass^1..pass^K (default 1)"
@@ -162,7 +174,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         " 120, openai at least 600 and twice the longest call a role's retries allow)",
     )
     p.add_argument(
-        "--max-turns", type=whole_number(1), default=30, help="user turns before an episode fails (default 30)"
+        "--max-turns",
+        type=whole_number(1),
+        default=None,
+        help="user turns before an episode fails (default: the domain's budget, 30 for the built-ins)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=whole_number(1),
+        default=None,
+        help="tool-agent steps (model calls) before an episode fails (default: the domain's budget, 60 for the built-ins)",
     )
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
     p.add_argument(
@@ -191,7 +212,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
-    """Which model every role uses: shared by the commands that call models."""
+    """Which config, plugins and model every role uses: shared by the commands that call models."""
     p.add_argument(
         "--model",
         choices=["sim", "openai"],
@@ -212,6 +233,25 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         " VALUE is TOML, or else a string; repeatable",
     )
     p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    add_plugin_flag(p)
+
+
+def _task_ids(args: argparse.Namespace, domain: Domain) -> list[str]:
+    """The ids `--task-ids` or `--task-range` select (checked against the domain), or [] for `--tasks`."""
+    if args.task_ids:
+        ids = [part.strip() for part in args.task_ids.split(",") if part.strip()]
+        for task_id in ids:
+            domain.task(task_id)
+        return ids
+    if not args.task_range:
+        return []
+    start, colon, stop = args.task_range.partition(":")
+    if not (colon and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
+        raise UsageError(f"--task-range {args.task_range!r}: use FROM:TO with whole numbers, FROM < TO, e.g. 10:20")
+    tasks = domain.tasks()
+    if int(stop) > len(tasks):
+        raise UsageError(f"--task-range {args.task_range!r}: domain {args.domain!r} has {len(tasks)} tasks")
+    return [task.id for task in tasks[int(start) : int(stop)]]
 
 
 def _error_rates(args: argparse.Namespace, config: Config) -> dict[str, float]:
@@ -263,7 +303,7 @@ def model_settings(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def effective_config(args: argparse.Namespace) -> Config:
     """The config file with the command line's model and worker choices applied."""
-    config = load_config(args.config, models=model_settings(args.model_setting))
+    config = with_plugin_path(load_config(args.config, models=model_settings(args.model_setting)), args.plugin_path)
     endpoint = bool(args.base_url or args.model_name)
     if args.model == "sim":
         if endpoint:
@@ -333,18 +373,20 @@ def _run(args: argparse.Namespace) -> int:
     config = apply_defense_flags(effective_config(args), args.defense)
     journal = args.journal or Path(config.journal.path)
     config = _with_memory(config, args.memory, journal)
-    domain = load_domain(args.domain)
+    domain = load_domain(args.domain)  # before any process starts: a domain that cannot import is one line
     run_id = args.run_id or f"r{os.urandom(3).hex()}"
     rules = [scoped_to_run(parse_fault_spec(spec), run_id) for spec in args.fault]
     concurrency, episode_timeout_s = run_limits(args, config)
     plan = RunPlan(
         domain=args.domain,
-        tasks=args.tasks,
+        tasks=args.tasks or 10,
+        task_ids=_task_ids(args, domain),
         trials=args.trials,
         seed=args.seed,
         concurrency=concurrency,
         episode_timeout_s=episode_timeout_s,
-        max_turns=args.max_turns,
+        max_turns=args.max_turns or domain.budgets.user_turns,
+        max_steps=args.max_steps or domain.budgets.agent_steps,
         error_rates=_error_rates(args, config),
         run_id=run_id,
         memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},

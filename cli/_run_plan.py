@@ -36,6 +36,8 @@ MODEL_CALLS_POLL_S = 1.0
 class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     domain: str = "retail"
     tasks: int = 10
+    """The first this many tasks of the domain, unless `task_ids` names them."""
+    task_ids: list[str] = []
     trials: int = 1
     seed: int = 0
     concurrency: int = 8
@@ -69,7 +71,7 @@ def episode_id(run_id: str, task: str, trial: int) -> str:
 
 
 def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
-    tasks = domain.tasks()[: plan.tasks]
+    tasks = [domain.task(i) for i in plan.task_ids] if plan.task_ids else domain.tasks()[: plan.tasks]
     return [
         PlannedEpisode(
             episode=episode_id(plan.run_id, task.id, trial),

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.bus import OPERATOR, Bus, Credential, load_credential
+from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
     Config,
     ProcessSpec,
@@ -101,6 +102,34 @@ def add_defense_flag(p: argparse.ArgumentParser) -> None:
         metavar="[AGENT=]NAMES",
         help="inbound defenses (scope,cycle,dedup,rate) for every agent, or AGENT=... for one; 'none' for off",
     )
+
+
+def add_plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin-path",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="a folder to import domains and classes from, for this process and the workers it starts"
+        " (repeatable; adds to the config's plugins.path)",
+    )
+
+
+def with_plugin_path(config: Config, folders: list[Path]) -> Config:
+    """The config with the `--plugin-path` folders added to `plugins.path`, which are put on the import path."""
+    for folder in folders:
+        if not folder.is_dir():
+            raise UsageError(f"--plugin-path {folder}: no such folder")
+    path = (*config.plugins.path, *(str(folder.resolve()) for folder in folders))
+    use_plugin_path(path)
+    return msgspec.structs.replace(config, plugins=msgspec.structs.replace(config.plugins, path=path))
+
+
+def check_domains(specs: Iterable[str]) -> None:
+    """Import every domain in `specs` now, so that one that cannot be found is one line before anything starts."""
+    for spec in dict.fromkeys(specs):
+        load_domain(spec)
 
 
 def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -2,12 +2,13 @@
 
 Built-ins: `retail` (orders, returns, exchanges) and `phone` (messages,
 contacts, reminders on a device). Third-party domains subclass `Domain` and
-are found by `load_domain("package.module:ClassName")`.
+are found by `load_domain("package.module:ClassName")`, from folders named
+by `use_plugin_path` if they are not installed.
 """
 
 from faultline.envs._databases import borrow_database, return_database
-from faultline.envs._domain import Domain, score, tool
-from faultline.envs._loader import BUILTIN_DOMAINS, load_domain
+from faultline.envs._domain import Domain, tool
+from faultline.envs._loader import BUILTIN_DOMAINS, load_domain, use_plugin_path
 from faultline.envs._schema import arguments_schema, check_arguments
 from faultline.envs._types import (
     EARLY_STOP,
@@ -16,6 +17,7 @@ from faultline.envs._types import (
     WRONG_ENTITY,
     WRONG_VALUE,
     Action,
+    Budgets,
     Score,
     Task,
     ToolOutcome,
@@ -30,6 +32,7 @@ __all__ = [
     "WRONG_ENTITY",
     "WRONG_VALUE",
     "Action",
+    "Budgets",
     "Domain",
     "Score",
     "Task",
@@ -40,6 +43,6 @@ __all__ = [
     "check_arguments",
     "load_domain",
     "return_database",
-    "score",
     "tool",
+    "use_plugin_path",
 ]

@@ -1,9 +1,17 @@
-"""Finding a domain by name: a built-in, or any `package.module:ClassName` on the path."""
+"""Finding a domain by name: a built-in, or any `package.module:ClassName` on the path, with parameters.
+
+A spec may end in `?key=value&...`, the domain's parameters (`mybench.domains:Airline?split=test`):
+they are passed to the class as keyword arguments, as strings, so one class serves every split.
+"""
 
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import parse_qsl
 
 from faultline._errors import DomainError
 from faultline.envs._domain import Domain
@@ -19,11 +27,12 @@ _lock = threading.Lock()
 
 
 def load_domain(spec: str) -> Domain:
-    """The domain named by `spec`: a built-in name or `package.module:ClassName`.
+    """The domain named by `spec`: a built-in name or `package.module:ClassName`, each with `?parameters`.
 
-    The class is instantiated without arguments; an attribute that is already a
-    `Domain` instance is used as is. Domains are stateless, so one shared
-    instance per spec is returned for the life of the process.
+    The class is instantiated with the parameters as keyword arguments (none
+    by default); an attribute that is already a `Domain` instance is used as
+    is and takes no parameters. Domains are stateless, so one shared instance
+    per spec is returned for the life of the process.
     """
     with _lock:
         domain = _loaded.get(spec)
@@ -32,26 +41,42 @@ def load_domain(spec: str) -> Domain:
     return domain
 
 
+def use_plugin_path(folders: Iterable[str | Path]) -> None:
+    """Put `folders` in front of the import path, so that domains (and classes) in them import by name."""
+    added = False
+    for folder in reversed([str(Path(f).resolve()) for f in folders]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+            added = True
+    if added:
+        importlib.invalidate_caches()
+
+
 def _load(spec: str) -> Domain:
-    path = BUILTIN_DOMAINS.get(spec, spec)
+    name, _, query = spec.partition("?")
+    path = BUILTIN_DOMAINS.get(name, name)
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         names = ", ".join(BUILTIN_DOMAINS)
         raise DomainError(f"unknown domain {spec!r}: use a built-in ({names}) or 'package.module:ClassName'")
     try:
+        parameters = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+    except ValueError:
+        raise DomainError(f"domain {spec!r}: parameters must look like ?key=value&key2=value2") from None
+    try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise DomainError(f"cannot import domain module {module_name!r}: {exc}") from None
-    except Exception as exc:
-        raise DomainError(f"importing domain module {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the plugin raises, the user needs it in one line
+        raise DomainError(f"cannot import domain {path}: {type(exc).__name__}: {exc}") from None
     target = getattr(module, attribute, None)
     if target is None:
-        raise DomainError(f"domain module {module_name!r} has no attribute {attribute!r}")
+        raise DomainError(f"cannot import domain {path}: module {module_name!r} has no attribute {attribute!r}")
     if isinstance(target, Domain):
+        if parameters:
+            raise DomainError(f"domain {path} is an instance and takes no parameters, got {query!r}")
         return target
     if not (isinstance(target, type) and issubclass(target, Domain)):
         raise DomainError(f"{path} is a {type(target).__name__}, not a Domain subclass")
     try:
-        return target()
-    except TypeError as exc:
-        raise DomainError(f"cannot instantiate domain {path}: {exc}") from None
+        return target(**parameters)
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"cannot instantiate domain {spec}: {exc}") from None

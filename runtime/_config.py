@@ -23,6 +23,7 @@ import msgspec
 
 from faultline._errors import ConfigError, SubjectError
 from faultline.core import DEFAULT_PREFIX, ModelBackend, check_token
+from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
 from faultline.runtime.models._openai import OpenAIBackend, OpenAISettings
 
@@ -177,6 +178,14 @@ class FaultsConfig(_Section, frozen=True):
     """Longest `faultline inject`, `faults clear` and `run --fault` wait for workers to confirm."""
 
 
+class PluginsConfig(_Section, frozen=True):
+    """Folders of code that is not installed: every process that reads this config (workers,
+    services, `replay`) puts them in front of its import path, so that a domain, agent class or
+    model backend given as `package.module:Class` is found there."""
+
+    path: tuple[str, ...] = ()
+
+
 class Config(_Section, frozen=True):
     """The whole file. Every field has a default, so `Config()` is a working offline setup."""
 
@@ -190,6 +199,7 @@ class Config(_Section, frozen=True):
     defenses: DefensesConfig = DefensesConfig()
     faults: FaultsConfig = FaultsConfig()
     run: RunDefaults = RunDefaults()
+    plugins: PluginsConfig = PluginsConfig()
 
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""
@@ -206,9 +216,10 @@ class Config(_Section, frozen=True):
 def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
     """Read a config file; with no path, `./faultline.toml` if it exists, else the defaults.
 
-    Relative paths in the file (journal, NATS store) are taken relative to the file's folder.
-    `models` are settings per model role laid over the file's `[models.<role>]` tables (the
-    command line's); role `*` sets a key for every role.
+    Relative paths in the file (journal, NATS store, plugins) are taken relative to the file's
+    folder; the plugin folders are put on the import path at once. `models` are settings per
+    model role laid over the file's `[models.<role>]` tables (the command line's); role `*` sets
+    a key for every role.
     """
     if path is None:
         if not DEFAULT_CONFIG_FILE.is_file():
@@ -229,7 +240,9 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
         raise ConfigError(f"{source}: invalid TOML: {exc}") from None
     if models:
         raw, source = with_model_settings(raw, models), f"{source} with --model-setting"
-    return _relative_to(parse_config(raw, source=source), path.parent)
+    config = _relative_to(parse_config(raw, source=source), path.parent)
+    use_plugin_path(config.plugins.path)
+    return config
 
 
 def with_model_settings(raw: dict[str, Any], models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -380,4 +393,5 @@ def _relative_to(config: Config, folder: Path) -> Config:
         ),
         journal=msgspec.structs.replace(config.journal, path=place(config.journal.path)),
         memory=msgspec.structs.replace(config.memory, store=place(config.memory.store)),
+        plugins=PluginsConfig(path=tuple(map(place, config.plugins.path))),
     )

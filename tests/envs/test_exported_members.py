@@ -17,6 +17,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "WRONG_ENTITY",
             "WRONG_VALUE",
             "Action",
+            "Budgets",
             "Domain",
             "Score",
             "Task",
@@ -27,8 +28,8 @@ def test_the_public_names_are_exactly_these() -> None:
             "check_arguments",
             "load_domain",
             "return_database",
-            "score",
-            "tool",
+                    "tool",
+            "use_plugin_path",
         ]
     )
     assert sorted(retail.__all__) == ["CANCEL_REASONS", "POLICY", "Retail"]
