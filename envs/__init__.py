@@ -7,9 +7,10 @@ by `use_plugin_path` if they are not installed.
 """
 
 from faultline.envs._databases import borrow_database, return_database
+from faultline.envs._documents import Collection, Documents, document_tool, seed_documents
 from faultline.envs._domain import Domain, tool
 from faultline.envs._loader import BUILTIN_DOMAINS, load_domain, use_plugin_path
-from faultline.envs._schema import arguments_schema, check_arguments
+from faultline.envs._schema import arguments_schema, check_arguments, schema_problem
 from faultline.envs._types import (
     EARLY_STOP,
     ERROR_CATEGORIES,
@@ -33,6 +34,8 @@ __all__ = [
     "WRONG_VALUE",
     "Action",
     "Budgets",
+    "Collection",
+    "Documents",
     "Domain",
     "Score",
     "Task",
@@ -41,8 +44,11 @@ __all__ = [
     "arguments_schema",
     "borrow_database",
     "check_arguments",
+    "document_tool",
     "load_domain",
     "return_database",
+    "schema_problem",
+    "seed_documents",
     "tool",
     "use_plugin_path",
 ]

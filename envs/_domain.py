@@ -12,7 +12,7 @@ import copy
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any, ClassVar, Literal, TypeVar
@@ -20,7 +20,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 import msgspec
 
 from faultline._errors import DomainError, ToolError
-from faultline.envs._schema import arguments_schema, check_arguments
+from faultline.core import Agent
+from faultline.envs._schema import arguments_schema, check_arguments, schema_problem
 from faultline.envs._state import state_digest, track_changes
 from faultline.envs._types import EARLY_STOP, POLICY_VIOLATION, Action, Budgets, Score, Task, ToolOutcome, ToolSpec
 
@@ -32,27 +33,47 @@ _templates_lock = threading.Lock()
 
 
 def tool(
-    description: str, /, *, writes: bool = False, optional: tuple[str, ...] = (), **fields: tuple[str, str]
+    description: str,
+    /,
+    *,
+    writes: bool = False,
+    terminal: bool = False,
+    called: str = "",
+    schema: dict[str, Any] | None = None,
+    optional: tuple[str, ...] = (),
+    **fields: tuple[str, str],
 ) -> Callable[[_Method], _Method]:
-    """Mark a `Domain` method as a tool named after the method.
+    """Mark a `Domain` method as a tool, named after the method unless `called` names it.
 
-    `fields` are `name=(json_type, description)` (any name but `writes` and
-    `optional`; see `arguments_schema` for the types); the method is called as
-    `method(db, **arguments)` once the arguments fit. It signals a refusal by
-    raising `ToolError`, which the caller receives as the outcome's error.
+    The arguments are `schema`, a JSON Schema given whole (enums, nested
+    objects, optional arrays: what the model is shown is what is checked), or
+    `fields`, `name=(json_type, description)` pairs (see `arguments_schema`).
+    The method is called as `method(db, **arguments)` once the arguments fit,
+    and refuses by raising `ToolError`. A `terminal` tool ends the episode
+    once it succeeded (a transfer to a human): no tool runs after it.
     """
 
     def mark(method: _Method) -> _Method:
+        if schema is not None and fields:
+            raise DomainError(f"tool {method.__name__}: give a schema or fields, not both")
         spec = ToolSpec(
-            name=method.__name__,
+            name=called or method.__name__,
             description=description,
-            parameters=arguments_schema(optional, **fields),
+            parameters=schema if schema is not None else arguments_schema(optional, **fields),
             writes=writes,
+            terminal=terminal,
         )
+        problem = schema_problem(spec.parameters)
+        if problem:
+            raise DomainError(f"tool {spec.name}: {problem}")
         setattr(method, _TOOL_ATTR, spec)
         return method
 
     return mark
+
+
+ToolFunction = Callable[..., Any]
+"""A tool's code, called as `function(db, **arguments)`."""
 
 
 @dataclass
@@ -60,6 +81,7 @@ class _Memo:
     """Per-instance caches; created lazily so subclasses need not call `super().__init__`."""
 
     tasks: dict[str, Task] | None = None
+    tools: dict[str, tuple[ToolSpec, ToolFunction]] | None = None
     expected: dict[tuple[str, bytes], str] = field(default_factory=dict)
     mistakes: dict[tuple[str, bytes, int, str], list[Action]] = field(default_factory=dict)
 
@@ -82,18 +104,28 @@ class Domain(ABC):
     """Whether a call that ends in an error leaves the database as it was (False: its writes stay)."""
     budgets: ClassVar[Budgets] = Budgets()
     """The episode limits a run uses unless its command line sets others."""
-    _tool_specs: ClassVar[dict[str, ToolSpec]] = {}
+    hidden_instructions: ClassVar[bool] = False
+    """True: task instructions are a brief for the user simulator (often in the second person) that
+    must never reach the agent as written; the default user paraphrases instead of quoting."""
+    user_agent: ClassVar[type[Agent] | None] = None
+    """The agent class that plays the user in this domain's episodes (None: `UserSimulator`)."""
+    hashed_tables: ClassVar[frozenset[str] | None] = None
+    """The tables the state hash covers (None: every table); the others are scratch space."""
+    _tool_methods: ClassVar[dict[str, tuple[ToolSpec, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        specs = dict(cls._tool_specs)
-        for value in vars(cls).values():
+        methods = dict(cls._tool_methods)
+        for attribute, value in vars(cls).items():
             spec = getattr(value, _TOOL_ATTR, None)
             if isinstance(spec, ToolSpec):
-                if hasattr(Domain, spec.name):
-                    raise DomainError(f"{cls.__name__}: tool name {spec.name!r} clashes with a Domain method")
-                specs[spec.name] = spec
-        cls._tool_specs = specs
+                if hasattr(Domain, attribute):
+                    raise DomainError(
+                        f"{cls.__name__}: tool method {attribute!r} clashes with a Domain method;"
+                        f" rename the method and give the tool's name as @tool(..., called={attribute!r})"
+                    )
+                methods[spec.name] = (spec, attribute)
+        cls._tool_methods = methods
 
     # -- what a domain provides ---------------------------------------------------------------
 
@@ -105,13 +137,30 @@ class Domain(ABC):
     def tasks(self) -> list[Task]:
         """Every task, in a stable order."""
 
+    def registered_tools(self) -> Iterable[tuple[ToolSpec, ToolFunction]]:
+        """Tools that are not `@tool` methods: a spec and the function that runs it (see `ToolFunction`).
+
+        For tools that exist already, such as a benchmark's functions over
+        dicts wrapped by `document_tool`; their names may be anything.
+        """
+        return ()
+
     def tools(self) -> list[ToolSpec]:
-        """The tools, in the order they are defined."""
-        return list(self._tool_specs.values())
+        """The tools: `@tool` methods in the order they are defined, then the registered ones."""
+        return [spec for spec, _ in self._toolbox().values()]
 
     def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
         """Plausible wrong actions for ground-truth step `step`; `mistake` keeps the decisive ones."""
         return []
+
+    def user_prompt(self, task: Task) -> str:
+        """The system prompt of the default user simulator for `task`; "" for Faultline's own."""
+        return ""
+
+    def is_terminal(self, tool_name: str) -> bool:
+        """Whether a successful call of `tool_name` ends the episode."""
+        found = self._toolbox().get(tool_name)
+        return found is not None and found[0].terminal
 
     def output_error(self, output: Any) -> str:
         """The error a tool's returned `output` stands for, or "" when it is a normal result.
@@ -157,10 +206,12 @@ class Domain(ABC):
 
     def call(self, db: sqlite3.Connection, action: Action) -> ToolOutcome:
         """Run one tool call in its own transaction. Never raises: every problem is the outcome's error."""
-        spec = self._tool_specs.get(action.name) if isinstance(action.name, str) else None
-        if spec is None:
-            known = ", ".join(self._tool_specs)
+        toolbox = self._toolbox()
+        found = toolbox.get(action.name) if isinstance(action.name, str) else None
+        if found is None:
+            known = ", ".join(toolbox)
             return ToolOutcome(error=f"unknown tool {action.name!r}; the tools are: {known}")
+        spec, function = found
         problem = check_arguments(spec.parameters, action.arguments)
         if problem:
             return ToolOutcome(error=f"invalid arguments for {spec.name}: {problem}")
@@ -171,7 +222,7 @@ class Domain(ABC):
         # A copy: a tool that changes its arguments must not change the caller's (a task's ground truth).
         arguments = copy.deepcopy(action.arguments)
         try:
-            output = msgspec.to_builtins(getattr(self, spec.name)(db, **arguments))
+            output = msgspec.to_builtins(function(db, **arguments))
             error = self.output_error(output)
         except Exception as exc:  # noqa: BLE001 - a tool call must never take its caller down
             error = str(exc) if isinstance(exc, ToolError) else f"{spec.name} failed: {type(exc).__name__}: {exc}"
@@ -181,9 +232,10 @@ class Domain(ABC):
     def state_hash(self, db: sqlite3.Connection) -> str:
         """A digest of every table's name, columns and rows; row order does not matter.
 
-        Tables whose names start with `_fl_` are bookkeeping and left out.
+        Tables whose names start with `_fl_` are bookkeeping and left out, and so
+        is every table that `hashed_tables` does not name.
         """
-        return state_digest(db)
+        return state_digest(db, self.hashed_tables)
 
     def expected_hash(self, task: Task) -> str:
         """The state hash after the task's ground truth; a step that fails raises DomainError
@@ -270,6 +322,18 @@ class Domain(ABC):
                 template.execute("COMMIT")
                 _templates[key] = template
         return template
+
+    def _toolbox(self) -> dict[str, tuple[ToolSpec, ToolFunction]]:
+        memo = self._memo()
+        if memo.tools is None:
+            tools = {name: (spec, getattr(self, attribute)) for name, (spec, attribute) in self._tool_methods.items()}
+            for spec, function in self.registered_tools():
+                problem = "a tool of that name exists" if spec.name in tools else schema_problem(spec.parameters)
+                if problem:
+                    raise DomainError(f"domain {self.name!r}: tool {spec.name}: {problem}")
+                tools[spec.name] = (spec, function)
+            memo.tools = tools
+        return memo.tools
 
     def _memo(self) -> _Memo:
         memo: _Memo | None = vars(self).get("_faultline_memo")

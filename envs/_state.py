@@ -48,21 +48,23 @@ def track_changes(db: sqlite3.Connection, template_id: str) -> None:
         _bases[template_id] = sums
 
 
-def state_digest(db: sqlite3.Connection) -> str:
-    """The content digest of every domain table (bookkeeping tables excluded)."""
+def state_digest(db: sqlite3.Connection, tables: frozenset[str] | None = None) -> str:
+    """The content digest of the domain tables named in `tables` (default every one; bookkeeping excluded)."""
     sums = _tracked_sums(db)
     if sums is None:
-        sums = full_sums(db)
+        sums = full_sums(db, tables)
     digest = hashlib.blake2b(digest_size=16)
-    for table in sorted(sums):
+    for table in sorted(sums if tables is None else tables & sums.keys()):
         columns, count, total = sums[table]
         digest.update(msgspec.msgpack.encode([table, columns, count, total.to_bytes(16, "big")]))
     return digest.hexdigest()
 
 
-def full_sums(db: sqlite3.Connection) -> TableSums:
+def full_sums(db: sqlite3.Connection, tables: frozenset[str] | None = None) -> TableSums:
     sums: TableSums = {}
     for table in _tables(db):
+        if tables is not None and table not in tables:
+            continue
         cursor = db.execute(f'SELECT * FROM "{table}"')
         columns = [column[0] for column in cursor.description]
         rows = cursor.fetchall()

@@ -33,12 +33,26 @@ class Budgets(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool as a model sees it; `writes` says whether it can change the database."""
+    """A tool as a model sees it; `writes` says whether it can change the database, `terminal`
+    whether a successful call ends the episode."""
 
     name: str
     description: str
     parameters: dict[str, Any] = {}
     writes: bool = False
+    terminal: bool = False
+
+    @classmethod
+    def from_openai(cls, tool: dict[str, Any], *, writes: bool, terminal: bool = False) -> ToolSpec:
+        """A spec from a tool in the OpenAI `tools` format, as many benchmarks define theirs."""
+        function = tool.get("function", tool)
+        return cls(
+            name=function["name"],
+            description=function.get("description", ""),
+            parameters=function.get("parameters", {}),
+            writes=writes,
+            terminal=terminal,
+        )
 
     def openai(self) -> dict[str, Any]:
         """The tool in the OpenAI `tools` format."""

@@ -19,7 +19,7 @@ from faultline.envs.retail._policy import POLICY
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 
 _ADDRESS_FIELDS = ("address1", "address2", "city", "state", "country", "zip")
-_ADDRESS_ARGS: dict[str, tuple[str, str]] = {
+_ADDRESS_ARGS: dict[str, Any] = {  # Any: spread into @tool's keywords, which are not all fields
     "address1": ("string", "Street and number, such as '200 Cedar Lane'."),
     "address2": ("string", "Suite or apartment, such as 'Apt 12'; empty if none."),
     "city": ("string", "City."),

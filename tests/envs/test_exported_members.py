@@ -18,6 +18,8 @@ def test_the_public_names_are_exactly_these() -> None:
             "WRONG_VALUE",
             "Action",
             "Budgets",
+            "Collection",
+            "Documents",
             "Domain",
             "Score",
             "Task",
@@ -26,9 +28,12 @@ def test_the_public_names_are_exactly_these() -> None:
             "arguments_schema",
             "borrow_database",
             "check_arguments",
+            "document_tool",
             "load_domain",
             "return_database",
-                    "tool",
+            "schema_problem",
+            "seed_documents",
+            "tool",
             "use_plugin_path",
         ]
     )
