@@ -23,7 +23,8 @@ class EnvironmentHost(Agent):
     """Owns one fresh database per episode; completes the episode when the user ends it.
 
     Tool problems (bad arguments, unknown tools, refused actions) come back to the
-    caller as error results; they never fail the episode by themselves.
+    caller as error results; they never fail the episode by themselves. After a
+    terminal tool no tool runs, so the state scored is the state it left.
     """
 
     name = "env"
@@ -37,6 +38,7 @@ class EnvironmentHost(Agent):
         self.started_at = 0.0
         self.tally = Tally()
         self.calls = 0
+        self.ended_by = ""
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         body = msg.body
@@ -54,7 +56,7 @@ class EnvironmentHost(Agent):
             await self._complete(ctx, end)
 
     def _execute(self, call: ToolCall) -> ToolResult:
-        if self.db is None or self.domain is None:
+        if self.db is None or self.domain is None or self.ended_by:
             return ToolResult(call_id=call.call_id, name=call.name, error="the episode is over; no tool runs now")
         self.calls += 1
         if call.arguments_error:
@@ -62,7 +64,11 @@ class EnvironmentHost(Agent):
                 call_id=call.call_id, name=call.name, error=f"arguments are not valid JSON: {call.arguments_error}"
             )
         outcome = self.domain.call(self.db, Action(name=call.name, arguments=call.arguments))
-        return ToolResult(call_id=call.call_id, name=call.name, output=outcome.output, error=outcome.error)
+        if outcome.ok and self.domain.is_terminal(call.name):
+            self.ended_by = call.name
+        return ToolResult(
+            call_id=call.call_id, name=call.name, output=outcome.output, error=outcome.error, ends=bool(self.ended_by)
+        )
 
     async def _complete(self, ctx: Context, end: ConversationEnded) -> None:
         if self.db is None or self.domain is None or self.task is None or self.spec is None:

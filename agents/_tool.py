@@ -87,6 +87,9 @@ class ToolAgent(Agent):
                 self.transcript.append(
                     ChatMessage(role="tool", content=content, tool_call_id=body.call_id, name=body.name)
                 )
+            if body.ends:
+                self._end(ctx)
+                return
             await self._next_step(ctx)
         elif isinstance(body, ContextReply) and body.step == self.step:
             self.context[body.helper] = body.text
@@ -147,6 +150,13 @@ class ToolAgent(Agent):
         self.transcript.append(ChatMessage(role="assistant", content=response.content))
         ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
         ctx.send("user", AssistantTurn(text=response.content, done=done))
+
+    def _end(self, ctx: Context) -> None:
+        """A terminal tool ran: hand the environment the tally and tell the user the episode is over."""
+        assert self.spec is not None
+        self.finished = True
+        ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
+        ctx.send("user", AssistantTurn(text="", done=True, ends=True))
 
     def _request(self) -> LlmRequest:
         assert self.spec is not None and self.domain is not None

@@ -28,31 +28,54 @@ Facts you know, to share only when asked:
 Write one short message per turn. Do not invent facts you were not given. When your goal is met,
 or the agent cannot help further, reply with exactly {stop}."""
 
+SYSTEM_HIDDEN = """You play a customer talking to a support agent. The brief below is for you alone: never
+copy or quote it. Say what you want in your own words, a piece at a time, as a customer would.
+
+{instruction}
+
+Facts you know, to share only when asked:
+{facts}
+
+Write one short message per turn. Do not invent facts you were not given. When your goal is met,
+or the agent cannot help further, reply with exactly {stop}."""
+
 
 class UserSimulator(Agent):
     """Plays the customer; the conversation ends when it says so or the turn limit is reached.
 
     From the simulator's side the agent's messages are the `user` role and its own are
-    `assistant`, as a model playing a part expects.
+    `assistant`, as a model playing a part expects. A domain with a user agent of its own
+    (`Domain.user_agent`) gets it: every message of the episode is handed to that instead.
     """
 
     name = "user"
 
     def __init__(self) -> None:
         self.spec: EpisodeSpec | None = None
-        self.task: Task | None = None
         self.transcript: list[ChatMessage] = []
         self.told: list[str] = []
         self.turns = 0
         self.tokens = 0
         self.ended = False
+        self.system = ""
+        self.stand_in: Agent | None = None
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         body = msg.body
-        if isinstance(body, Start):
+        if self.stand_in is not None:
+            await self.stand_in.on_message(msg, ctx)
+        elif isinstance(body, Start):
             self.spec = EpisodeSpec.from_start(body)
-            self.task = load_domain(self.spec.domain).task(self.spec.task)
+            domain = load_domain(self.spec.domain)
+            if domain.user_agent is not None:
+                self.stand_in = domain.user_agent()
+                await self.stand_in.on_message(msg, ctx)
+                return
+            task = domain.task(self.spec.task)
+            self.system = domain.user_prompt(task) or _default_prompt(task, domain.hidden_instructions)
             await self._speak(ctx)
+        elif isinstance(body, AssistantTurn) and body.ends and not self.ended:
+            self._end(ctx)
         elif isinstance(body, AssistantTurn) and not self.ended:
             self.told.append(body.text)
             self.transcript.append(ChatMessage(role="user", content=body.text))
@@ -85,11 +108,14 @@ class UserSimulator(Agent):
         ctx.send("env", end_message(self.spec, end))
 
     def _request(self) -> LlmRequest:
-        assert self.spec is not None and self.task is not None
-        facts = "\n".join(f"- {k}: {v}" for k, v in self.task.user_facts.items()) or "- (none)"
-        system = SYSTEM.format(instruction=self.task.instruction, facts=facts, stop=STOP)
+        assert self.spec is not None
         return LlmRequest(
             role=self.spec.user_role,
-            messages=[ChatMessage(role="system", content=system), *self.transcript],
+            messages=[ChatMessage(role="system", content=self.system), *self.transcript],
             metadata={"sim": "user", "domain": self.spec.domain, "task": self.spec.task, "seed": self.spec.seed},
         )
+
+
+def _default_prompt(task: Task, hidden: bool) -> str:
+    facts = "\n".join(f"- {k}: {v}" for k, v in task.user_facts.items()) or "- (none)"
+    return (SYSTEM_HIDDEN if hidden else SYSTEM).format(instruction=task.instruction, facts=facts, stop=STOP)

@@ -50,6 +50,8 @@ class UserTurn(Body, frozen=True, tag="user_turn"):
 class AssistantTurn(Body, frozen=True, tag="assistant_turn"):
     text: str
     done: bool = False
+    ends: bool = False
+    """The agent ended the episode (a terminal tool ran): the user says nothing more."""
 
 
 class ToolCall(Body, frozen=True, tag="tool_call"):
@@ -66,6 +68,8 @@ class ToolResult(Body, frozen=True, tag="tool_result"):
     name: str
     output: Any = None
     error: str = ""
+    ends: bool = False
+    """The tool is terminal (a transfer to a human): the episode ends here and no tool runs after it."""
 
 
 class ContextRequest(Body, frozen=True, tag="context_request"):

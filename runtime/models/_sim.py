@@ -23,7 +23,9 @@ ignored (put helper notes there), user turns are `user`, the agent's own turns
 `assistant` (tool calls in `tool_calls`), tool results `tool` with the call's
 `tool_call_id` and content that starts with "Error" when the call failed.
 User role: the conversation from the customer's side, its own turns
-`assistant` and the agent's turns `user`.
+`assistant` and the agent's turns `user`. The user opens with the task's
+instruction, or, in a domain with `hidden_instructions`, with a fixed request
+that quotes nothing of it, and reveals only `user_facts` when asked.
 
 Decision steps. Step k < len(task.actions) is ground-truth action k; step
 len(task.actions) is the final answer. The step in progress is the number of
@@ -78,6 +80,7 @@ RESPOND: Final = "respond"
 GREETING = "Hello! How can I help you today?"
 _YES = "Yes, please go ahead."
 _BYE = "Thank you, that's all I needed."
+_HIDDEN_REQUEST = "Hello, I need some help with my account. Please ask me for whatever you need."
 _EXPLICIT_CONFIRM = ("yes/no", "shall i proceed", "do you confirm", "should i proceed")
 _CONFIRM_WORDS = ("confirm", "proceed", "go ahead", "shall i", "should i", "would you like me to", "do you want me to")
 _WEAK_WORDS = frozenset({"the", "and", "your", "new", "other", "first", "last", "code", "number"})
@@ -149,7 +152,10 @@ class SimBackend:
         except FaultlineError as exc:
             raise ModelError(f"sim: {exc}") from None
         messages = [m for m in request.messages if m.role != "system"]
-        reply = _play_user(task, messages) if spec.sim == "user" else _play_tool(spec, domain, task, messages)
+        if spec.sim == "user":
+            reply = _play_user(task, messages, _opening(task, domain.hidden_instructions))
+        else:
+            reply = _play_tool(spec, domain, task, messages)
         calls = []
         if reply.action is not None:
             arguments = dict(reply.action.arguments)
@@ -352,16 +358,21 @@ def _leaves(value: Any) -> list[str]:
 # -- the simulated user --------------------------------------------------------------------------
 
 
-def _play_user(task: Task, messages: list[ChatMessage]) -> _Reply:
+def _opening(task: Task, hidden: bool) -> str:
+    """What the simulated user asks for: the instruction, unless it is a brief the agent must not see."""
+    return _HIDDEN_REQUEST if hidden else task.instruction
+
+
+def _play_user(task: Task, messages: list[ChatMessage], request: str) -> _Reply:
     own = [m.content for m in messages if m.role == "assistant"]
     if not own:
-        return _Reply(task.instruction, metadata={"phase": "request", "done": False})
+        return _Reply(request, metadata={"phase": "request", "done": False})
     heard = [m.content for m in messages if m.role == "user"]
     text = heard[-1].casefold() if heard else ""
     if len(own) >= MAX_USER_TURNS:
         return _Reply(_BYE, metadata={"phase": "end", "done": True})
     if heard and heard[-1] in own:
-        return _clarify(task)  # its own words came back: the agent's answer went astray
+        return _clarify(request)  # its own words came back: the agent's answer went astray
     if "?" not in text:
         return _Reply(_BYE, metadata={"phase": "end", "done": True})
     said = " ".join(own).casefold()
@@ -378,11 +389,11 @@ def _play_user(task: Task, messages: list[ChatMessage]) -> _Reply:
         return _reveal(task, asked)
     if "anything else" in text:
         return _Reply(_BYE, metadata={"phase": "end", "done": True})
-    return _clarify(task)
+    return _clarify(request)
 
 
-def _clarify(task: Task) -> _Reply:
-    return _Reply(f"I'm not sure what you need from me. To repeat: {task.instruction}",
+def _clarify(request: str) -> _Reply:
+    return _Reply(f"I'm not sure what you need from me. To repeat: {request}",
                   metadata={"phase": "clarify", "done": False})  # fmt: skip
 
 

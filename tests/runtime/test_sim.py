@@ -260,7 +260,7 @@ def test_the_simulated_user_answers_a_free_form_agent(agent_says: str, phase: st
     )
     facts = {**task.user_facts, "instruction": task.instruction}
     messages = [ChatMessage(role="assistant", content=task.instruction), ChatMessage(role="user", content=agent_says)]
-    answer = _play_user(task, messages)
+    answer = _play_user(task, messages, task.instruction)
     assert answer.metadata["phase"] == phase
     assert answer.content == reply.format(**facts)
     assert answer.metadata["done"] is (phase == "end")
