@@ -1,5 +1,6 @@
-"""A domain that is not installed: found through --plugin-path or `[plugins] path` by `run`, its workers
-and `replay`, selected by parameters and task ids, and named in one line when it cannot be imported."""
+"""A domain that is not installed (the worked example of docs/domains.md): found through --plugin-path or
+`[plugins] path` by `run`, its workers and `replay`, selected by parameters and task positions, and named
+in one line when it cannot be imported."""
 
 from __future__ import annotations
 
@@ -7,86 +8,64 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from faultline.cli import main
 from faultline.journal import JournalReader
 
-PLUGIN = """
-import sqlite3
-from faultline.envs import Action, Budgets, Domain, Task, tool
-
-
-class Shelf(Domain):
-    name = "shelf"
-    policy = "Shelve only the books the user names."
-    budgets = Budgets(user_turns=7, agent_steps=21)
-
-    def __init__(self, split: str = "all") -> None:
-        self.split = split
-
-    def seed_database(self, db: sqlite3.Connection) -> None:
-        db.execute("CREATE TABLE books (title TEXT PRIMARY KEY, shelf INTEGER)")
-
-    @tool("Put a book on a shelf.", writes=True, title=("string", "The title."), shelf=("integer", "The shelf."))
-    def shelve(self, db: sqlite3.Connection, title: str, shelf: int) -> str:
-        db.execute("INSERT OR REPLACE INTO books VALUES (?, ?)", (title, shelf))
-        return "shelved"
-
-    def tasks(self) -> list[Task]:
-        tasks = [
-            Task(id=str(i), instruction=f"Put book {i} on shelf {i}.",
-                 actions=[Action(name="shelve", arguments={"title": f"book {i}", "shelf": i})])
-            for i in range(6)
-        ]
-        return tasks if self.split == "all" else tasks[::2]
-"""
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+"""The worked example of docs/domains.md: lendbench, a benchmark of its own, and its adapter."""
+DOMAIN = "lendbench_faultline:LendBench?split=test"
 
 
 @pytest.fixture
 def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder holding the plugin, which the test process cannot import until it is put on the path."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    (folder / "shelf_plugin.py").write_text(PLUGIN)
+    """The examples folder, which this process cannot import from until it is put on the path."""
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.chdir(tmp_path)
-    return folder
+    return EXAMPLES
 
 
-def started(journal: Path) -> list[dict[str, object]]:
+def journaled(journal: Path, kind: str) -> list[Any]:
     with JournalReader(journal) as reader:
-        return [
-            r.envelope().body.settings  # type: ignore[attr-defined]
-            for r in reader.rows()
-            if r.kind == "episode_started"
-        ]
+        return [r.envelope() for r in reader.rows() if r.kind == kind]
 
 
 @pytest.mark.slow
-def test_a_plugin_runs_in_the_workers_and_replays_only_where_it_imports(
+def test_the_worked_example_runs_in_the_workers_and_replays_only_where_it_imports(
     plugins: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     journal = tmp_path / "j.sqlite"
-    domain = "shelf_plugin:Shelf?split=even"
-    args = ["run", "--json", "--plugin-path", str(plugins), "--domain", domain, "--task-range", "1:3"]
+    args = ["run", "--json", "--plugin-path", str(plugins), "--domain", DOMAIN, "--task-range", "0:4"]
     assert main([*args, "--journal", str(journal)]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert (summary["episodes"], summary["pass_k"]) == (2, {"1": 1.0})
-    settings = started(journal)
-    assert sorted(s["task"] for s in settings) == ["2", "4"]
-    assert {(s["domain"], s["max_turns"], s["max_steps"]) for s in settings} == {(domain, 7, 21)}
+    assert (summary["episodes"], summary["pass_k"]) == (4, {"1": 1.0})
+    settings = [e.body.settings for e in journaled(journal, "episode_started")]
+    assert sorted(s["task"] for s in settings) == ["0", "1", "2", "3"]
+    assert {(s["domain"], s["max_turns"], s["max_steps"]) for s in settings} == {(DOMAIN, 30, 30)}
+    turns = [e.body for e in journaled(journal, "user_turn") if e.sender == "user"]
+    instructions = [t["instruction"] for t in lendbench_tasks()]
+    assert turns and not any(i in t.text for t in turns for i in instructions)
 
     replay = [sys.executable, "-m", "faultline.cli", "replay", str(journal)]
     missing = subprocess.run(replay, capture_output=True, text=True, cwd=tmp_path, check=False)
     assert missing.returncode == 1
-    assert missing.stderr.startswith("faultline: error: cannot import domain shelf_plugin:Shelf: ModuleNotFoundError")
+    assert missing.stderr.startswith(
+        "faultline: error: cannot import domain lendbench_faultline:LendBench: ModuleNotFoundError"
+    )
     assert len(missing.stderr.splitlines()) == 1
-    (tmp_path / "faultline.toml").write_text(f'[plugins]\npath = ["{plugins.name}"]\n')
+    (tmp_path / "faultline.toml").write_text(f'[plugins]\npath = ["{plugins}"]\n')
     found = subprocess.run(replay, capture_output=True, text=True, cwd=tmp_path, check=False)
     assert found.returncode == 0, found.stderr
     assert "identical" in found.stdout
+
+
+def lendbench_tasks() -> list[dict[str, Any]]:
+    from lendbench.tasks import TEST  # importable once the run put the examples on the path
+
+    return TEST
 
 
 @pytest.mark.parametrize(
