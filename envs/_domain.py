@@ -21,6 +21,7 @@ import msgspec
 
 from faultline._errors import DomainError, ToolError
 from faultline.core import Agent
+from faultline.envs._mistakes import KeyIndex, derived_candidates, key_index
 from faultline.envs._schema import arguments_schema, check_arguments, schema_problem
 from faultline.envs._state import state_digest, track_changes
 from faultline.envs._types import EARLY_STOP, POLICY_VIOLATION, Action, Budgets, Score, Task, ToolOutcome, ToolSpec
@@ -82,6 +83,7 @@ class _Memo:
 
     tasks: dict[str, Task] | None = None
     tools: dict[str, tuple[ToolSpec, ToolFunction]] | None = None
+    keys: KeyIndex | None = None
     expected: dict[tuple[str, bytes], str] = field(default_factory=dict)
     mistakes: dict[tuple[str, bytes, int, str], list[Action]] = field(default_factory=dict)
 
@@ -150,8 +152,13 @@ class Domain(ABC):
         return [spec for spec, _ in self._toolbox().values()]
 
     def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
-        """Plausible wrong actions for ground-truth step `step`; `mistake` keeps the decisive ones."""
-        return []
+        """Plausible wrong actions for ground-truth step `step`; `mistake` keeps the decisive ones.
+
+        By default they are derived from the gold action, the tool schemas and
+        the data (see `_mistakes`); a domain that knows its own likely errors says so here.
+        """
+        tools = {name: spec for name, (spec, _) in self._toolbox().items()}
+        return derived_candidates(task, step, category, tools, self._key_index())
 
     def user_prompt(self, task: Task) -> str:
         """The system prompt of the default user simulator for `task`; "" for Faultline's own."""
@@ -322,6 +329,14 @@ class Domain(ABC):
                 template.execute("COMMIT")
                 _templates[key] = template
         return template
+
+    def _key_index(self) -> KeyIndex:
+        memo = self._memo()
+        if memo.keys is None:
+            template = self._template()
+            with _templates_lock:
+                memo.keys = key_index(template)
+        return memo.keys
 
     def _toolbox(self) -> dict[str, tuple[ToolSpec, ToolFunction]]:
         memo = self._memo()
