@@ -94,19 +94,18 @@ def check_arguments(schema: dict[str, Any], arguments: Any) -> str:
 
 
 def _check(schema: dict[str, Any], value: Any, path: str) -> str:
-    if "type" in schema:
-        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_is(kind, value) for kind in kinds):
-            return f"expected {' or '.join(kinds)}, got {_json_type(value)} - at {path}"
+    kind = schema.get("type")
+    if kind is not None and not (_is(kind, value) if isinstance(kind, str) else any(_is(k, value) for k in kind)):
+        expected = kind if isinstance(kind, str) else " or ".join(kind)
+        return f"expected {expected}, got {_json_type(value)} - at {path}"
     if "enum" in schema and value not in schema["enum"]:
         return f"expected one of {schema['enum']}, got {value!r} - at {path}"
     if "const" in schema and value != schema["const"]:
         return f"expected {schema['const']!r}, got {value!r} - at {path}"
-    for keyword in ("anyOf", "oneOf"):
-        if keyword in schema:
-            fits = sum(not _check(option, value, path) for option in schema[keyword])
-            if fits == 0 or (keyword == "oneOf" and fits > 1):
-                return f"fits {fits} of the {len(schema[keyword])} allowed shapes - at {path}"
+    if "anyOf" in schema or "oneOf" in schema:
+        problem = _check_options(schema, value, path)
+        if problem:
+            return problem
     if isinstance(value, dict):
         return _check_object(schema, value, path)
     if isinstance(value, list):
@@ -118,6 +117,15 @@ def _check(schema: dict[str, Any], value: Any, path: str) -> str:
             return f"expected at least {schema['minimum']}, got {value} - at {path}"
         if "maximum" in schema and value > schema["maximum"]:
             return f"expected at most {schema['maximum']}, got {value} - at {path}"
+    return ""
+
+
+def _check_options(schema: dict[str, Any], value: Any, path: str) -> str:
+    for keyword in ("anyOf", "oneOf"):
+        if keyword in schema:
+            fits = sum(not _check(option, value, path) for option in schema[keyword])
+            if fits == 0 or (keyword == "oneOf" and fits > 1):
+                return f"fits {fits} of the {len(schema[keyword])} allowed shapes - at {path}"
     return ""
 
 
