@@ -24,6 +24,7 @@ _COMMANDS = {
     "replay": "_replay",
     "fork": "_fork",
     "attribute": "_fork",
+    "diff": "_diff",
     "up": "_system",
     "worker": "_system",
     "status": "_system",

@@ -1,9 +1,11 @@
 """The journal: an append-only SQLite copy of the stream, hash-chained, for replay and analysis.
 
 `Journal` appends (one writer per file), `JournalReader` reads (any number, read-only),
-`verify` recomputes the chain, `export_jsonl` / `import_jsonl` move a journal as text."""
+`verify` recomputes the chain, `export_jsonl` / `import_jsonl` move a journal as text,
+`diff_episodes` aligns two episodes and finds where they part ways."""
 
 from faultline.journal._describe import DESCRIBE_WIDTH, describe_body
+from faultline.journal._diff import EpisodeDiff, Step, diff_episodes, forked_from
 from faultline.journal._export import ExportedRow, export_jsonl, export_row, import_jsonl
 from faultline.journal._reader import EpisodeSummary, JournalReader
 from faultline.journal._rows import GENESIS, Incoming, JournalRow
@@ -13,6 +15,7 @@ from faultline.journal._writer import Journal
 
 __all__ = [
     "DESCRIBE_WIDTH",
+    "EpisodeDiff",
     "EpisodeSummary",
     "ExportedRow",
     "GENESIS",
@@ -22,10 +25,13 @@ __all__ = [
     "JournalRow",
     "JournalSettings",
     "SCHEMA_VERSION",
+    "Step",
     "VerifyReport",
     "describe_body",
+    "diff_episodes",
     "export_jsonl",
     "export_row",
+    "forked_from",
     "import_jsonl",
     "verify",
 ]
