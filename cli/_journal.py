@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from faultline._errors import DecodeError, JournalError
+from faultline._errors import DecodeError, JournalError, UsageError
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_journal_serve
 from faultline.core import EpisodeCompleted, ToolResult
@@ -86,6 +86,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(handler=_pipe_safe(_verify))
 
+    p = commands.add_parser(
+        "otel",
+        help="send episodes as OpenTelemetry traces (OTLP/HTTP) to Jaeger, Tempo, Langfuse, Phoenix ...",
+        description="One trace per episode: the episode, an invoke_agent span per agent, a chat span per model call "
+        "and an execute_tool span per tool call (OpenTelemetry GenAI conventions), injected faults as events. Ids "
+        "derive from the journal, so sending twice sends the same spans.",
+    )
+    p.add_argument("file", type=Path)
+    p.add_argument(
+        "--endpoint", required=True, metavar="URL", help="the traces endpoint, e.g. http://localhost:4318/v1/traces"
+    )
+    p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
+    p.add_argument("--header", action="append", default=[], metavar="K=V", help="an HTTP header to send (repeatable)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="give up on the endpoint after S seconds")
+    p.set_defaults(handler=_otel)
+
     p = commands.add_parser("tail", help="print the last rows, optionally following new ones")
     p.add_argument("file", type=Path)
     p.add_argument("-n", type=int, default=TAIL_ROWS, metavar="N", help=f"rows to print (default {TAIL_ROWS})")
@@ -145,6 +161,29 @@ def _pipe_safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argpar
 
 def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
+
+
+# -- otel --------------------------------------------------------------------------------------
+
+
+def _otel(args: argparse.Namespace) -> int:
+    headers = {}
+    for item in args.header:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"journal otel: --header {item!r}: write KEY=VALUE")
+        headers[key.strip()] = value.strip()
+    with JournalReader(args.file) as reader:
+        for episode in args.episode:
+            if not reader.has_episode(episode):
+                raise JournalError(f"{args.file}: no episode {episode!r}")
+    from faultline.journal.otel import export_otel  # OpenTelemetry loads only for this command
+
+    episodes, spans = export_otel(
+        args.file, args.endpoint, episodes=args.episode, headers=headers, timeout_s=args.timeout
+    )
+    print(f"{spans} spans of {episodes} episodes sent to {args.endpoint}")
+    return 0
 
 
 # -- verify ------------------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""A journal sent as OTLP/HTTP traces to a receiver the test runs, decoded with the OpenTelemetry protobufs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from faultline.cli import main
+from faultline.journal.otel import export_otel
+
+from .conftest import episode_envelopes
+from .test_diff import journal_of
+
+
+class Receiver(ThreadingHTTPServer):
+    """An OTLP/HTTP traces endpoint: keeps every request's spans and headers."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.spans: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(self.rfile.read(int(self.headers["Content-Length"])))
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                self.server.spans.extend(scope_spans.spans)
+        self.server.headers.append({key.lower(): value for key, value in self.headers.items()})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+        self.wfile.write(b"")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def attributes(span: Any) -> dict[str, Any]:
+    return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes}
+
+
+def test_an_episode_becomes_one_trace_with_agent_chat_and_tool_spans(receiver: Receiver, tmp_path: Path) -> None:
+    path = journal_of(tmp_path / "j.db", episode_envelopes("ep-a"), episode_envelopes("ep-b", outcome="failure"))
+    assert export_otel(path, receiver.url, episodes=["ep-a"]) == (1, len(receiver.spans))
+    spans = {span.name: span for span in receiver.spans}
+    root = spans["episode retail/t7"]
+    assert attributes(root)["faultline.episode"] == "ep-a" and attributes(root)["faultline.outcome"] == "success"
+    assert [event.name for event in root.events] == ["faultline.fault_applied"]
+    assert {span.trace_id for span in receiver.spans} == {root.trace_id}
+    agent = spans["invoke_agent tool_agent"]
+    assert agent.parent_span_id == root.span_id
+    chat, tool = spans["chat sim-1"], spans["execute_tool get_order"]
+    assert chat.parent_span_id == agent.span_id and tool.parent_span_id == agent.span_id
+    expected = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "sim-1",
+        "gen_ai.usage.input_tokens": 120,
+        "gen_ai.usage.output_tokens": 30,
+        "faultline.journal.pos": 3,
+    }
+    assert {key: attributes(chat)[key] for key in expected} == expected
+    assert attributes(tool)["gen_ai.tool.call.id"] == "c1"
+    assert tool.end_time_unix_nano - tool.start_time_unix_nano == 1_000_000_000  # call at t0+1.5 s, result at t0+2.5 s
+
+
+def test_exporting_twice_sends_the_same_ids(receiver: Receiver, tmp_path: Path) -> None:
+    path = journal_of(tmp_path / "j.db", episode_envelopes("ep-a"))
+    export_otel(path, receiver.url)
+    first = sorted((span.trace_id, span.span_id, span.parent_span_id) for span in receiver.spans)
+    receiver.spans.clear()
+    export_otel(path, receiver.url)
+    assert sorted((span.trace_id, span.span_id, span.parent_span_id) for span in receiver.spans) == first
+
+
+def test_the_cli_sends_headers_and_says_what_it_sent(
+    receiver: Receiver, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = journal_of(tmp_path / "j.db", episode_envelopes("ep-a"), episode_envelopes("ep-b"))
+    assert main(["journal", "otel", str(path), "--endpoint", receiver.url, "--header", "Authorization=Bearer k"]) == 0
+    assert f"of 2 episodes sent to {receiver.url}" in capsys.readouterr().out
+    assert {headers["authorization"] for headers in receiver.headers} == {"Bearer k"}
+
+
+def test_an_endpoint_that_cannot_be_reached_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = journal_of(tmp_path / "j.db", episode_envelopes("ep-a"))
+    server = Receiver()
+    url = server.url
+    server.server_close()
+    assert main(["journal", "otel", str(path), "--endpoint", url, "--timeout", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("faultline: error:") and url in err[-1]
