@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from faultline._errors import DecodeError, JournalError, UsageError
+from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_journal_serve
 from faultline.core import EpisodeCompleted, ToolResult
@@ -100,6 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
     p.add_argument("--header", action="append", default=[], metavar="K=V", help="an HTTP header to send (repeatable)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="give up on the endpoint after S seconds")
+    add_episode_filters(p)
     p.set_defaults(handler=_otel)
 
     p = commands.add_parser("tail", help="print the last rows, optionally following new ones")
@@ -143,6 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser("episodes", help="episodes with outcome, reward and counts")
     p.add_argument("file", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object per episode")
+    add_episode_filters(p)
     p.set_defaults(handler=_pipe_safe(_episodes))
 
 
@@ -179,9 +182,8 @@ def _otel(args: argparse.Namespace) -> int:
                 raise JournalError(f"{args.file}: no episode {episode!r}")
     from faultline.journal.otel import export_otel  # OpenTelemetry loads only for this command
 
-    episodes, spans = export_otel(
-        args.file, args.endpoint, episodes=args.episode, headers=headers, timeout_s=args.timeout
-    )
+    chosen = filtered_episodes(args.file, args, args.episode)
+    episodes, spans = export_otel(args.file, args.endpoint, episodes=chosen, headers=headers, timeout_s=args.timeout)
     print(f"{spans} spans of {episodes} episodes sent to {args.endpoint}")
     return 0
 
@@ -341,8 +343,9 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _episodes(args: argparse.Namespace) -> int:
+    wanted = episode_filter(args)
     with JournalReader(args.file) as reader:
-        episodes = reader.episodes()
+        episodes = reader.episodes() if wanted is None else reader.select(wanted)
     if args.json:
         for episode in episodes:
             print(msgspec.json.encode(_episode_json(episode)).decode())

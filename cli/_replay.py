@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from faultline._errors import JournalError
+from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_plugin_flag, check_domains, with_plugin_path
 from faultline.journal import JournalReader
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "(slower; finds a changed environment)",
     )
     p.add_argument("--json", action="store_true", help="the report as JSON")
+    add_episode_filters(p)
     p.set_defaults(handler=_replay)
 
 
@@ -47,11 +49,12 @@ def _replay(args: argparse.Namespace) -> int:
     if not args.journal.is_file():
         raise JournalError(f"{args.journal}: no such journal file")
     config = with_plugin_path(load_config(args.config), args.plugin_path)
+    chosen = filtered_episodes(args.journal, args, args.episode)
     with JournalReader(args.journal) as reader:
-        wanted = set(args.episode)
+        wanted = set(chosen or ())
         check_domains(e.domain for e in reader.episodes() if e.domain and (not wanted or e.episode in wanted))
     report = Replayer(agent_lookup(config), jobs=args.jobs, reexecute_tools=args.reexecute_tools).replay(
-        args.journal, args.episode or None
+        args.journal, chosen
     )
     if args.json:
         print(msgspec.json.encode(_as_data(report)).decode())

@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -52,6 +52,29 @@ class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def duration_s(self) -> float:
         return self.last_ts - self.first_ts
+
+
+class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which episodes a command works on; every field left None matches all.
+
+    `status`: "passed" (success), "failed" (failure or timeout), "errored" (error) or
+    "incomplete" (no completion journaled). `fault`: a fault type applied in the episode.
+    `since`: episodes whose first message is at or after this time (seconds since the epoch).
+    """
+
+    status: Literal["passed", "failed", "errored", "incomplete"] | None = None
+    task: str | None = None
+    domain: str | None = None
+    fault: str | None = None
+    since: float | None = None
+
+
+_STATUS_OUTCOMES: dict[str, tuple[str | None, ...]] = {
+    "passed": ("success",),
+    "failed": ("failure", "timeout"),
+    "errored": ("error",),
+    "incomplete": (None,),
+}
 
 
 _EPISODE_SELECT = ", ".join(EpisodeSummary.__struct_fields__)
@@ -162,6 +185,23 @@ class JournalReader:
         cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes ORDER BY coalesce(started_pos, completed_pos)")
         names = EpisodeSummary.__struct_fields__
         return [EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor]
+
+    def select(self, wanted: EpisodeFilter) -> list[EpisodeSummary]:
+        """The episodes `wanted` matches, in order of first appearance."""
+        faulted: set[str] | None = None
+        if wanted.fault is not None:
+            faulted = {
+                e for (e,) in self._query("SELECT DISTINCT episode FROM faults WHERE fault = ?", (wanted.fault,))
+            }
+        return [
+            e
+            for e in self.episodes()
+            if (wanted.status is None or e.outcome in _STATUS_OUTCOMES[wanted.status])
+            and (wanted.task is None or e.task == wanted.task)
+            and (wanted.domain is None or e.domain == wanted.domain)
+            and (faulted is None or e.episode in faulted)
+            and (wanted.since is None or e.first_ts >= wanted.since)
+        ]
 
     def episode(self, episode: str) -> EpisodeSummary | None:
         cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes WHERE episode = ?", (episode,))

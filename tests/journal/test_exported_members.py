@@ -12,6 +12,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "GENESIS",
             "SCHEMA_VERSION",
             "EpisodeDiff",
+            "EpisodeFilter",
             "EpisodeSummary",
             "ExportedRow",
             "Incoming",

@@ -1,0 +1,51 @@
+"""Episode filters, the same on every command that works on a journal's episodes."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+
+from faultline._errors import UsageError
+from faultline.journal import EpisodeFilter, JournalReader
+
+STATUSES = ("passed", "failed", "errored", "incomplete")
+
+
+def add_episode_filters(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("which episodes (all when none is given; several narrow it down)")
+    group.add_argument("--status", choices=STATUSES, help="passed, failed (failure or timeout), errored, incomplete")
+    group.add_argument("--task", help="only this task id")
+    group.add_argument("--domain", help="only this domain")
+    group.add_argument("--fault", metavar="TYPE", help="only episodes where a fault of this type was applied")
+    group.add_argument(
+        "--since",
+        metavar="TIME",
+        help="only episodes begun at or after TIME (ISO 8601, e.g. 2026-11-23T10:00; local time)",
+    )
+
+
+def episode_filter(args: argparse.Namespace) -> EpisodeFilter | None:
+    """The filter the flags ask for, or None when none was given."""
+    since = None
+    if args.since:
+        try:
+            since = datetime.fromisoformat(args.since).timestamp()
+        except ValueError:
+            raise UsageError(f"--since {args.since!r}: expected a time like 2026-11-23T10:00") from None
+    wanted = EpisodeFilter(status=args.status, task=args.task, domain=args.domain, fault=args.fault, since=since)
+    return None if wanted == EpisodeFilter() else wanted
+
+
+def filtered_episodes(journal: Path, args: argparse.Namespace, named: list[str]) -> list[str] | None:
+    """The episodes named and matching the filter flags; None when neither narrows anything (all of them)."""
+    wanted = episode_filter(args)
+    if wanted is None:
+        return named or None
+    with JournalReader(journal) as reader:
+        chosen = [e.episode for e in reader.select(wanted)]
+    if named:
+        chosen = [episode for episode in named if episode in set(chosen)]
+    if not chosen:
+        raise UsageError(f"{journal}: no episode matches the filters")
+    return chosen
