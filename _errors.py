@@ -19,6 +19,7 @@ FaultlineError
  ├── DomainError              a domain plugin cannot be loaded or is inconsistent
  │    └── ToolError           a domain tool refused an action (returned as the call's error, never raised to callers)
  ├── NonDeterminismError      replayed code asked for something the journal does not hold
+ ├── HandlerTimeoutError      a handler ran past its time limit (names the model call it waited on)
  ├── DirectoryBusyError       another running process holds a state directory (names its pid)
  ├── RunError                 every episode of a run ended in error (names the causes)
  └── UsageError               a command line was wrong (printed as one line, exit 2)
@@ -115,6 +116,10 @@ class ToolError(DomainError):
 
 class NonDeterminismError(FaultlineError):
     """Code under replay asked for a call the journal does not hold at that point."""
+
+
+class HandlerTimeoutError(FaultlineError):
+    """A handler ran past its time limit and was cancelled; its episode fails with this cause."""
 
 
 class DirectoryBusyError(FaultlineError):

@@ -123,6 +123,8 @@ class Context:
         self.message = message
         self.settings: Mapping[str, Any] = settings or {}
         self.outputs: list[Envelope] = []
+        self.model_call: ModelCall | None = None
+        """The model call being made now, if any (for the cause of a handler timeout)."""
         self._recorder = recorder
         self._services = services
 
@@ -173,12 +175,19 @@ class Context:
             assert services is not None
             backend = services.backend_for(request.role)
             services.model_calls.add(call)
+            self.model_call = call  # left set when the handler is cancelled, so its timeout can name the call
             try:
                 if isinstance(backend, ReportsAttempts):
-                    return await backend.complete_call(request, call)
-                return await backend.complete(request)
+                    response = await backend.complete_call(request, call)
+                else:
+                    response = await backend.complete(request)
+            except Exception:
+                self.model_call = None
+                raise
             finally:
                 services.model_calls.discard(call)
+            self.model_call = None
+            return response
 
         raw = await self._recorder.call(self, "llm", request, execute, call.attempts)
         return raw if isinstance(raw, LlmResponse) else msgspec.convert(raw, LlmResponse)

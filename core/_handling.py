@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from faultline._errors import NonDeterminismError
+from faultline._errors import HandlerTimeoutError, NonDeterminismError
 from faultline.core._agent import Agent
 from faultline.core._context import Context, Recorder, Services, failure_envelopes
 from faultline.core._messages import Envelope, NoOutput, derive_id
@@ -63,10 +63,16 @@ class Handling:
         self.ctx = Context(agent=name, message=message, recorder=recorder, services=services, settings=settings)
 
     async def run(self, timeout_s: float = math.inf) -> list[Envelope]:
-        """Run the handler on the event loop; return what it leaves behind, in publishing order."""
+        """Run the handler on the event loop; return what it leaves behind, in publishing order.
+
+        A handler past `timeout_s` is cancelled and fails with a `HandlerTimeoutError`
+        that names the model call it was waiting on, if any.
+        """
         try:
-            with anyio.fail_after(timeout_s):
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout_s) as scope:
                 await self.agent.on_message(self.message, self.ctx)
+            if scope.cancelled_caught:
+                raise HandlerTimeoutError(self._timed_out(timeout_s))
         except NonDeterminismError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing handler fails its episode, never the caller
@@ -103,6 +109,13 @@ class Handling:
             f"agent {self.name!r} handling {self.message.kind} {self.message.id} awaited something "
             "that is not a ctx call"
         )
+
+    def _timed_out(self, timeout_s: float) -> str:
+        text = f"the handler ran past its time limit of {timeout_s:g}s"
+        call = self.ctx.model_call
+        if call is None:
+            return text
+        return f"{text}, waiting for its model call (role {call.role}, attempt {call.attempt})"
 
     def _outputs(self) -> list[Envelope]:
         return self.ctx.outputs or [no_output_marker(self.name, self.message)]

@@ -23,6 +23,7 @@ PUBLIC = {
         "ModelError",
         "NoResponderError",
         "NonDeterminismError",
+        "HandlerTimeoutError",
         "PublishRefusedError",
         "ReplyTimeoutError",
         "RunError",

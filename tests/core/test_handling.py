@@ -1,0 +1,65 @@
+"""A handler past its time limit fails its episode with a cause that says what it waited on."""
+
+from __future__ import annotations
+
+import anyio
+
+from faultline.core import (
+    Agent,
+    AgentHarness,
+    ChatMessage,
+    Context,
+    Envelope,
+    EpisodeCompleted,
+    ErrorRaised,
+    Handling,
+    LlmRequest,
+    LlmResponse,
+    Note,
+    Recorder,
+)
+
+
+class Asks(Agent):
+    name = "asker"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if msg.body.text == "ask":  # type: ignore[union-attr]
+            await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="hi")]))
+        else:
+            await anyio.sleep_forever()
+
+
+class NeverAnswers:
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def failure_of(text: str) -> tuple[ErrorRaised, EpisodeCompleted]:
+    services = AgentHarness(Asks(), backend=NeverAnswers())
+    message = Envelope(id="m1", episode="e", sender="runner", recipient="asker", body=Note(text=text))
+    handling = Handling(Asks(), "asker", message, Recorder(services=services), services=services)
+    error, completed = [env.body for env in await handling.run(timeout_s=0.05)]
+    assert isinstance(error, ErrorRaised) and isinstance(completed, EpisodeCompleted)
+    assert services.model_calls == set(), "a cancelled call is no longer listed in flight"
+    return error, completed
+
+
+async def test_a_handler_stuck_on_a_model_call_names_the_call() -> None:
+    error, completed = await failure_of("ask")
+    assert error.error_type == "HandlerTimeoutError"
+    assert (
+        error.message
+        == "the handler ran past its time limit of 0.05s, waiting for its model call (role slow, attempt 1)"
+    )
+    assert completed.outcome == "error"
+    assert completed.cause == f"HandlerTimeoutError in asker: {error.message}"
+
+
+async def test_a_handler_stuck_elsewhere_says_only_its_limit() -> None:
+    error, _ = await failure_of("wait")
+    assert error.message == "the handler ran past its time limit of 0.05s"
