@@ -62,6 +62,8 @@ class Advice(msgspec.Struct, kw_only=True):
     timeout_s: float
     concurrency: int
     episode_timeout_s: float
+    handler_timeout_s: float = 0.0
+    """Set when a call's whole retry budget outgrows the configured handler time limit; 0 keeps it."""
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -91,7 +93,7 @@ def _doctor(args: argparse.Namespace) -> int:
     if settings.backend != "openai":
         raise UsageError(f"doctor measures an openai endpoint, but the tool agent's role {role!r} uses"
                          f" {settings.backend}: add --model openai")  # fmt: skip
-    report = anyio.run(examine, settings, role)
+    report = anyio.run(examine, settings, role, config.runtime.handler_timeout_s)
     if args.json:
         print(msgspec.json.encode(report).decode())
     else:
@@ -101,7 +103,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-async def examine(settings: ModelConfig, role: str) -> Report:
+async def examine(settings: ModelConfig, role: str, handler_timeout_s: float) -> Report:
     """Both probes, one after the other (so neither slows the other), and the advice they support."""
     once = msgspec.structs.replace(settings, max_retries=0)
     endpoint = f"openai endpoint {settings.base_url} (model {settings.model})"
@@ -110,15 +112,17 @@ async def examine(settings: ModelConfig, role: str) -> Report:
     async with OpenAIBackend(once) as backend:
         native = await _probe(backend, "native tools", native_request, endpoint)
         text = await _probe(backend, "text format", text_request, endpoint)
-    return Report(endpoint=endpoint, probes=[native, text], advice=advise(settings, role, native, text))
+    advice = advise(settings, role, native, text, handler_timeout_s)
+    return Report(endpoint=endpoint, probes=[native, text], advice=advice)
 
 
-def advise(settings: ModelConfig, role: str, native: Probe, text: Probe) -> Advice | None:
+def advise(settings: ModelConfig, role: str, native: Probe, text: Probe, handler_timeout_s: float) -> Advice | None:
     """Settings for this endpoint, from what the probes measured; None when neither was answered.
 
     A call may need a whole `max_tokens` answer at the measured speed; the timeout allows twice
     that. A slow server serves parallel requests slower still, so it gets fewer episodes at once,
     and an episode's timeout covers its calls at that pace and, at least, twice one call's retries.
+    The handler time limit must outlast one call with its retries.
     """
     answered = [p for p in (native, text) if not p.error]
     if not answered:
@@ -131,8 +135,14 @@ def advise(settings: ModelConfig, role: str, native: Probe, text: Probe) -> Advi
     budget = (settings.max_retries + 1) * timeout_s
     episode = _round_up(max(CALLS_PER_EPISODE * latency * concurrency, 2 * budget), 60)
     tool_calls = "native" if native.tool_call or not text.tool_call else "text"
+    handler = _round_up(budget + 60, 60) if budget >= handler_timeout_s else 0.0
     return Advice(
-        role=role, tool_calls=tool_calls, timeout_s=timeout_s, concurrency=concurrency, episode_timeout_s=episode
+        role=role,
+        tool_calls=tool_calls,
+        timeout_s=timeout_s,
+        concurrency=concurrency,
+        episode_timeout_s=episode,
+        handler_timeout_s=handler,
     )
 
 
@@ -167,6 +177,8 @@ def render(report: Report) -> list[str]:
         f"  concurrency = {advice.concurrency}",
         f"  episode_timeout_s = {advice.episode_timeout_s:g}",
     ]
+    if advice.handler_timeout_s:
+        lines += ["  [runtime]", f"  handler_timeout_s = {advice.handler_timeout_s:g}"]
     return lines
 
 

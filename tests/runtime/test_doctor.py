@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,20 @@ def test_a_slow_talkative_model_gets_one_episode_at_a_time_and_long_timeouts(
     assert report["advice"]["timeout_s"] == 30.0
     assert report["advice"]["episode_timeout_s"] == 240.0, "twice four attempts of 30 s, rounded to minutes"
     assert report["advice"]["tool_calls"] == "native", "no valid call either way: native, the default, stays"
+    assert report["advice"]["handler_timeout_s"] == 0.0, "four attempts of 30 s fit in the default 300 s"
+
+
+def test_handlers_are_told_to_outlast_a_call_with_its_retries(
+    openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "faultline.toml"
+    config.write_text("[runtime]\nhandler_timeout_s = 60.0\n", encoding="utf-8")
+    openai_server.reply(Endless(0.1), Endless(0.1))
+    code, out, err = doctor(capsys, openai_server, "--config", str(config), "--model-setting", "max_tokens=8")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "  timeout_s = 30" in lines
+    assert lines[-2:] == ["  [runtime]", "  handler_timeout_s = 180"], "four attempts of 30 s, a minute more"
 
 
 def test_an_endpoint_that_answers_neither_request_fails_with_both_causes(
