@@ -388,11 +388,15 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(replies))
         return 0
     table = Table(title=f"{len(replies)} worker(s)")
-    for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight"):
+    for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight", "model calls"):
         table.add_column(column)
     for r in replies:
         episodes = r["episodes"]
         shown = ", ".join(episodes[:5]) + (f" (+{len(episodes) - 5})" if len(episodes) > 5 else "")
-        table.add_row(r["worker"], str(r["pid"]), ",".join(r["agents"]), r["shard"], str(r["handled"]), shown or "-")
+        calls = r.get("model_calls", [])
+        slowest = f"{len(calls)}, the slowest for {max(c['age_s'] for c in calls):.0f}s" if calls else "-"
+        table.add_row(
+            r["worker"], str(r["pid"]), ",".join(r["agents"]), r["shard"], str(r["handled"]), shown or "-", slowest
+        )
     Console().print(table)
     return 0 if replies else 1
