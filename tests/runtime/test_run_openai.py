@@ -13,8 +13,10 @@ import pytest
 from faultline.cli import _run as cli_run
 from faultline.cli import _run_plan as run_plan
 from faultline.cli import main
+from faultline.cli._run_plan import PlannedEpisode, RunResult
 from faultline.core import EpisodeCompleted, LlmResponse, Recording, ToolCall
 from faultline.journal import JournalReader
+from faultline.runtime import CallInFlight
 from tests.openai_server import Delay, Endless, OpenAIServer, Status, Text
 
 pytestmark = pytest.mark.slow
@@ -126,10 +128,11 @@ def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
     monkeypatch.setattr(run_plan, "MODEL_CALLS_POLL_S", 0.1)
     journal = tmp_path / "j.sqlite"
     with OpenAIServer() as server:
-        server.reply(Delay(60.0))  # the call is cut at its own timeout, after the episode's
+        server.reply(Delay(60.0))  # the call is cut at its own timeout, after the episode's (15 s: time for a
+        # loaded machine to start the system and the call, and for the workers' status to show it)
         code = main(
             ["run", "--json", "--model", "openai", "--base-url", server.url, "--model-name", "m", "--tasks", "1",
-             "--episode-timeout", "6", "--journal", str(journal), "--model-setting", "timeout_s=10",
+             "--episode-timeout", "15", "--journal", str(journal), "--model-setting", "timeout_s=16",
              "--model-setting", "max_retries=0"]
         )  # fmt: skip
         out, err = capsys.readouterr()
@@ -138,8 +141,21 @@ def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
     pattern = r"1 model call in flight, the slowest user's model call \(role user, attempt 1, \d+s\)"
     assert any(re.search(pattern, line) for line in err.splitlines()), err
     completed, late = bodies(journal, EpisodeCompleted)
-    assert "timed out after 10s" in late.cause, "the call's own failure is journaled too, after the timeout"
+    assert "timed out after 16s" in late.cause, "the call's own failure is journaled too, after the timeout"
     assert re.fullmatch(
-        r"no completion within 6s; still waiting for user's model call \(role user, attempt 1, \d+s\)",
+        r"no completion within 15s; still waiting for user's model call \(role user, attempt 1, \d+s\)",
         completed.cause,
     ), completed.cause
+
+
+def test_the_waiting_line_names_the_slowest_call_and_a_timeout_the_episodes_own() -> None:
+    result = RunResult(planned=[PlannedEpisode(episode="e1", task="t", trial=0, seed=0)])
+    result.running = {"e1": 10.0, "e2": 20.0}
+    slow = CallInFlight(episode="e1", agent="tool", role="agent", attempt=2, age_s=95.4)
+    result.model_calls = [slow, CallInFlight(episode="e2", agent="user", role="user", attempt=1, age_s=3.0)]
+    assert result.waiting_for(now=40.0, limit_s=600.0) == (
+        "waiting for 2 running episodes, the oldest for 30s; each still running at 600s ends as timeout;"
+        " 2 model calls in flight, the slowest tool's model call (role agent, attempt 2, 95s)"
+    )
+    assert result.waiting_in("e1") == "still waiting for tool's model call (role agent, attempt 2, 95s)"
+    assert result.waiting_in("e3") == "no model call was in flight when last asked"
