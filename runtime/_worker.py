@@ -78,6 +78,8 @@ class Worker:
     _backends: dict[str, ModelBackend] = field(default_factory=dict)
     _limiter: anyio.CapacityLimiter | None = None
     _finished: dict[str, float] = field(default_factory=dict)
+    _held: dict[tuple[str, int], tuple[Consumer, Delivery]] = field(default_factory=dict)
+    """Deliveries queued or being handled, not acknowledged yet, by (consumer, stream sequence)."""
     _stopping: anyio.Event = field(default_factory=anyio.Event)
     _ready: anyio.Event = field(default_factory=anyio.Event)
 
@@ -103,8 +105,9 @@ class Worker:
         ]
         try:
             async with anyio.create_task_group() as serving:
-                sweeper = anyio.CancelScope()
+                sweeper, keeper = anyio.CancelScope(), anyio.CancelScope()
                 serving.start_soon(self._evict_finished, sweeper)
+                serving.start_soon(self._keep_held, keeper)
                 async with anyio.create_task_group() as reading:
                     consumers = [await self._open_consumer(cls) for cls in self.agents]
                     log.info(
@@ -120,6 +123,7 @@ class Worker:
                     await self._stopping.wait()
                     reading.cancel_scope.cancel()
                 sweeper.cancel()
+                keeper.cancel()
                 for consumer in consumers:
                     await consumer.close()
                 for instance in self._instances.values():
@@ -168,6 +172,10 @@ class Worker:
         ):
             await consumer.ack(delivery)
             return
+        held = (consumer.name, delivery.stream_seq)
+        if held in self._held:
+            return  # delivered again while this worker still holds it: handled once, acknowledged then
+        self._held[held] = (consumer, delivery)
         key = (env.episode, cls.name)
         instance = self._instances.get(key)
         if instance is None:
@@ -185,6 +193,7 @@ class Worker:
                         await self._rebuild(cls, instance, env, delivery.stream_seq)
                     await self._handle(cls, instance, env, delivery.stream_seq)
                     await consumer.ack(delivery)
+                    del self._held[(consumer.name, delivery.stream_seq)]
                     self.handled += 1
 
     async def _rebuild(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
@@ -243,6 +252,19 @@ class Worker:
             while True:
                 await anyio.sleep(self.settings.linger_s / 2)
                 self._evict(anyio.current_time() - self.settings.linger_s)
+
+    async def _keep_held(self, scope: anyio.CancelScope) -> None:
+        """Tell NATS that held deliveries are in progress, several times per ack wait.
+
+        A message waits for its turn behind the handlers of its (episode, agent), and a
+        handler may wait minutes on a slow model: without this, NATS would deliver the
+        message again after `ack_wait_s` and the agent would see it twice.
+        """
+        with scope:
+            while True:
+                await anyio.sleep(self.settings.ack_wait_s / 3)
+                for consumer, delivery in list(self._held.values()):
+                    await consumer.in_progress(delivery)
 
     def _evict(self, cutoff: float) -> None:
         for episode in [e for e, at in self._finished.items() if at < cutoff]:

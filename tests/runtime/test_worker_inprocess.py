@@ -5,8 +5,19 @@ from __future__ import annotations
 import anyio
 
 from faultline.bus import Bus
-from faultline.core import Envelope, EpisodeStarted, Note, Recording
-from faultline.runtime import Completions, Worker, start_episode
+from faultline.core import (
+    Agent,
+    ChatMessage,
+    Context,
+    Envelope,
+    EpisodeCompleted,
+    EpisodeStarted,
+    LlmRequest,
+    LlmResponse,
+    Note,
+    Recording,
+)
+from faultline.runtime import Completions, Worker, WorkerSettings, start_episode
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
 
@@ -89,3 +100,41 @@ async def test_a_handler_that_raised_live_does_not_crash_the_rebuild_after_a_res
     assert done["after"].outcome == "success"
     replies = [e for e in await collect(bus, "bad") if e.causation == "late-1" and isinstance(e.body, Note)]
     assert [r.body.data["count"] for r in replies] == [2]  # the rebuilt instance had counted the first input
+
+
+class SlowModel:
+    """A model that takes longer to answer than NATS waits for an acknowledgement."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        self.calls += 1
+        await anyio.sleep(self.seconds)
+        return LlmResponse(content="done")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class AsksOnce(Agent):
+    name = "asker"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="hi")]))
+        ctx.emit(EpisodeCompleted(outcome="success"))
+
+
+async def test_a_handler_slower_than_the_ack_wait_sees_its_message_once(bus: Bus) -> None:
+    model = SlowModel(seconds=2.5)
+    worker = Worker(bus, [AsksOnce], backends=lambda role: model, settings=WorkerSettings(ack_wait_s=1.0))
+    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await start_episode(bus, "slow", "asker", EpisodeStarted())
+        with anyio.fail_after(20):
+            await completions.wait(["slow"])
+        worker.stop()
+    assert model.calls == 1, "the message was not delivered again while its handler waited on the model"
+    assert worker.handled == 1
