@@ -9,16 +9,13 @@ import pytest
 
 from faultline.cli import main
 
-from .test_fork import fork, one_wrong_call
+from .test_fork import repair_wrong_call
 
 
 def test_a_fork_is_compared_with_its_source_and_differs_from_the_fork_point(
     journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    episode, pos, right = one_wrong_call(journal_copy)
-    body = tmp_path / "right.json"
-    body.write_text(json.dumps(right))
-    result = fork(capsys, str(journal_copy), "--episode", episode, "--at", str(pos), "--replace", str(body))
+    episode, pos, result = repair_wrong_call(journal_copy, tmp_path, capsys)
     assert main(["diff", f"{result['journal']}:{result['episode']}", "--json"]) == 1
     out, err = capsys.readouterr()
     assert not err, err

@@ -45,13 +45,18 @@ def one_wrong_call(journal: Path) -> tuple[str, int, dict]:  # type: ignore[type
     raise AssertionError("the sim journal has no failed episode with a single wrong tool call")
 
 
+def repair_wrong_call(journal: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, int, dict]:  # type: ignore[type-arg]
+    """Fork a failed episode with its one wrong tool call replaced by the right one: (episode, position, fork result)."""
+    episode, pos, right = one_wrong_call(journal)
+    body = tmp_path / "right.json"
+    body.write_text(json.dumps(right))
+    return episode, pos, fork(capsys, str(journal), "--episode", episode, "--at", str(pos), "--replace", str(body))
+
+
 def test_replacing_the_wrong_call_turns_failure_into_success(
     journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    episode, pos, right = one_wrong_call(journal_copy)
-    body = tmp_path / "right.json"
-    body.write_text(json.dumps(right))
-    result = fork(capsys, str(journal_copy), "--episode", episode, "--at", str(pos), "--replace", str(body))
+    episode, pos, result = repair_wrong_call(journal_copy, tmp_path, capsys)
     assert result["original"]["outcome"] == "failure"
     assert (result["outcome"]["outcome"], result["outcome"]["reward"]) == ("success", 1.0)
     assert result["journal"] == str(forks_path(journal_copy))
