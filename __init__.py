@@ -6,6 +6,7 @@ The pieces live in subpackages (`faultline.bus`, `faultline.journal`, `faultline
 
 from faultline._errors import (
     AccessError,
+    AnswerFormatError,
     BusError,
     ChainError,
     ConfigError,
@@ -32,6 +33,7 @@ from faultline._errors import (
 
 __all__ = [
     "AccessError",
+    "AnswerFormatError",
     "BusError",
     "ChainError",
     "ConfigError",

@@ -15,6 +15,7 @@ FaultlineError
  │    ├── ChainError          the hash chain does not verify (names the first bad row)
  │    └── JournalStorageError the file refused a write it may take later (disk full, read-only, I/O error)
  ├── ModelError               a model backend gave up (after its retries)
+ │    └── AnswerFormatError   a model's answer is not in the form its prompt asked for
  ├── MemoryStoreError         the memory store cannot be opened, or its embedder does not fit it
  ├── DomainError              a domain plugin cannot be loaded or is inconsistent
  │    └── ToolError           a domain tool refused an action (returned as the call's error, never raised to callers)
@@ -100,6 +101,10 @@ class ModelError(FaultlineError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class AnswerFormatError(ModelError):
+    """A model answered, but not in the form its prompt asked for (the message says what is missing)."""
 
 
 class MemoryStoreError(FaultlineError):

@@ -1,14 +1,13 @@
 """The agents that ship with Faultline: the episode loop (tool agent, user simulator,
-environment host), and the memory service."""
+environment host), the FAMA helpers (`faultline.agents.helpers`), and the memory service."""
 
 from faultline.agents._env import EnvironmentHost
 from faultline.agents._episode import PROTOCOL, EpisodeSpec
 from faultline.agents._text_tools import parse_tool_text, tools_prompt
-from faultline.agents._tool import HELPERS_TOPIC, ToolAgent
+from faultline.agents._tool import ToolAgent
 from faultline.agents._user import UserSimulator
 
 __all__ = [
-    "HELPERS_TOPIC",
     "PROTOCOL",
     "EnvironmentHost",
     "EpisodeSpec",

@@ -16,7 +16,9 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     real models ignore them. `repair_from_decision` (set by attribution forks)
     switches the simulator's mistakes off from that tool-agent decision on; it
     leaves earlier requests unchanged, so a fork's history still replays.
-    `helpers` is the roster the tool agent waits for.
+    `helpers` is the episode's roster (`faultline.runtime.parse_roster`), taken when it
+    starts and kept to its end; the `helper_*`, `verifier_revisions` and `tor_threshold`
+    settings say how the tool agent and the helpers work with it.
     """
 
     domain: str
@@ -33,6 +35,14 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     memory: dict[str, Any] = {}
     tool_calls: str = "native"
     """How the tool agent offers tools to its model: "native" (OpenAI `tools`) or "text"."""
+    helper_wait_s: float = 10.0
+    """How long the tool agent waits for its helpers before it decides without the missing ones."""
+    verifier_revisions: int = 1
+    """Revised proposals the tool agent makes after a verifier's RECHECK, at most, per decision."""
+    tor_threshold: int = 1500
+    """Tool outputs longer than this many characters are restated by the `tor` helper."""
+    helper_effect: float = 0.5
+    """sim only: the factor on the simulated mistake rates a helper's note addresses (see the sim backend)."""
     protocol: int = 1
     """How the episode's agents speak to the environment: 1, as journals written before
     `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types. New

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from faultline._errors import FaultlineError
 from faultline.agents._episode import EpisodeSpec, tally_message
 from faultline.agents._text_tools import parse_tool_text, tools_prompt
 from faultline.core import (
+    RECHECK,
     Agent,
     AssistantTurn,
     ChatMessage,
@@ -18,16 +21,22 @@ from faultline.core import (
     Envelope,
     EpisodeCompleted,
     LlmRequest,
+    LlmResponse,
     LlmToolCall,
+    Notice,
     Start,
     Tally,
+    Timer,
+    TimerFired,
     ToolCall,
     ToolResult,
     UserTurn,
+    helper_agent,
+    helper_name,
 )
 from faultline.envs import Domain, load_domain
 
-HELPERS_TOPIC = "helpers"
+VERIFIER = "verifier"
 
 SYSTEM = """You are a customer-facing agent that acts through tools. Follow the policy below exactly.
 Call at most one tool at a time and wait for its result. Before any action that changes data,
@@ -39,12 +48,16 @@ refused, tell the user the outcome in plain words.
 
 
 class ToolAgent(Agent):
-    """Decides each step with one model call, after the active helpers (if any) replied.
+    """Decides each step with one model call, after the helpers of its roster replied.
 
-    With an empty roster no context request is sent at all, so helpers cost nothing
-    until they are switched on. With the episode's `tool_calls` "text" the tools are
-    offered in the prompt and calls read from the answer (`_text_tools`), for
-    servers without OpenAI `tools`.
+    Before a decision it asks every helper of the roster but the verifier for context and
+    waits for their replies, at most `helper_wait_s` (a `Timer`); a helper that did not
+    answer in time is named in a `Notice` and the decision is made without it. With a
+    verifier in the roster, a proposed tool call is reviewed before it runs: PASS runs it,
+    RECHECK asks the model for a revised proposal (at most `verifier_revisions` of them),
+    and the last proposal runs. With an empty roster no request is sent at all.
+    With the episode's `tool_calls` "text" the tools are offered in the prompt and calls
+    read from the answer (`_text_tools`), for servers without OpenAI `tools`.
     """
 
     name = "tool"
@@ -58,6 +71,14 @@ class ToolAgent(Agent):
         self.tokens = 0
         self.mistakes: list[dict[str, Any]] = []
         self.context: dict[str, str] = {}
+        self.waiting: set[str] = set()
+        """Helpers whose reply to the current request has not come yet."""
+        self.sent: dict[str, int] = {}
+        """For each helper, how much of the transcript it has been sent."""
+        self.proposal: LlmResponse | None = None
+        self.revision = 0
+        self.rechecks = 0
+        """RECHECKs received in the episode (the simulator draws its mistakes afresh after each)."""
         self.tools: list[dict[str, Any]] = []
         self.examples = ""
         self.system = ""
@@ -91,10 +112,37 @@ class ToolAgent(Agent):
                 self._end(ctx)
                 return
             await self._next_step(ctx)
-        elif isinstance(body, ContextReply) and body.step == self.step:
-            self.context[body.helper] = body.text
-            if set(self.spec.helpers) <= self.context.keys():
+        elif isinstance(body, ContextReply) and self._awaited(body.step, body.revision, body.helper):
+            self.waiting.discard(body.helper)
+            if body.helper == VERIFIER:
+                await self._verdict(ctx, body)
+                return
+            if body.text:
+                self.context[body.helper] = body.text
+            if not self.waiting:
                 await self._decide(ctx)
+        elif isinstance(body, TimerFired) and self._awaited(body.data.get("step"), body.data.get("revision"), ""):
+            missing = sorted(self.waiting)
+            ctx.emit(
+                Notice(
+                    text=f"no answer from {', '.join(missing)} within {self.spec.helper_wait_s:g}s; deciding without",
+                    data={"step": self.step, "revision": self.revision, "missing": missing},
+                )
+            )
+            self.waiting.clear()
+            if self.proposal is not None:
+                await self._act(ctx, self.proposal)
+            else:
+                await self._decide(ctx)
+
+    def _awaited(self, step: Any, revision: Any, helper: str) -> bool:
+        """Whether a reply (or the timer, with no helper) belongs to the request in flight."""
+        return (
+            step == self.step
+            and revision == self.revision
+            and bool(self.waiting)
+            and (not helper or helper in self.waiting)
+        )
 
     async def _recall(self, ctx: Context, query: str) -> None:
         """Past episodes like this one, as in-context examples (MemToolAgent), when memory is on."""
@@ -120,19 +168,62 @@ class ToolAgent(Agent):
             self.finished = True
             ctx.emit(EpisodeCompleted(outcome="failure", cause=f"step limit reached ({self.spec.max_steps} decisions)"))
             return
-        self.context = {}
-        if self.spec.helpers:
-            ctx.publish(
-                HELPERS_TOPIC,
-                ContextRequest(step=self.step, helpers=list(self.spec.helpers), transcript=self._transcript_data()),
-            )
+        self.context, self.proposal, self.revision = {}, None, 0
+        advisers = [entry for entry in self.spec.helpers if helper_name(entry) != VERIFIER]
+        if advisers:
+            self._ask(ctx, [helper_name(entry) for entry in advisers])
             return
         await self._decide(ctx)
 
+    def _ask(self, ctx: Context, helpers: list[str], proposal: dict[str, Any] | None = None) -> None:
+        """Send each helper what is new in the conversation, and set the timer that bounds the wait."""
+        assert self.spec is not None
+        for helper in helpers:
+            start = self.sent.get(helper, 0)
+            self.sent[helper] = len(self.transcript)
+            request = ContextRequest(
+                step=self.step,
+                helpers=list(self.spec.helpers),
+                transcript=[msgspec.to_builtins(m) for m in self.transcript[start:]],
+                proposal=proposal or {},
+                revision=self.revision,
+            )
+            ctx.send(helper_agent(helper), request)
+        self.waiting = set(helpers)
+        ctx.emit(Timer(after_s=self.spec.helper_wait_s, data={"step": self.step, "revision": self.revision}))
+
     async def _decide(self, ctx: Context) -> None:
-        assert self.spec is not None and self.domain is not None
+        """Ask the model for the step's action; a tool call goes to the verifier first, if there is one."""
+        assert self.spec is not None
         response = await ctx.llm(self._request())
         self.tokens += response.usage.total
+        # The last revision allowed runs unreviewed: a RECHECK of it could change nothing.
+        verify = VERIFIER in map(helper_name, self.spec.helpers) and self.revision < max(
+            1, self.spec.verifier_revisions
+        )
+        if response.tool_calls and verify:
+            self.proposal = response
+            call = response.tool_calls[0]
+            self._ask(ctx, [VERIFIER], {"name": call.name, "arguments": call.arguments})
+            return
+        await self._act(ctx, response)
+
+    async def _verdict(self, ctx: Context, reply: ContextReply) -> None:
+        """PASS (or no verdict) runs the proposal; RECHECK asks for a revised one while revisions remain."""
+        assert self.spec is not None and self.proposal is not None
+        if reply.verdict != RECHECK or self.revision >= self.spec.verifier_revisions:
+            await self._act(ctx, self.proposal)
+            return
+        self.revision += 1
+        self.rechecks += 1
+        self.context[VERIFIER] = f"RECHECK of your proposed call: {reply.text}"
+        self.proposal = None
+        await self._decide(ctx)
+
+    async def _act(self, ctx: Context, response: LlmResponse) -> None:
+        """Carry out a decision: send its tool call to the environment, or its text to the user."""
+        assert self.spec is not None
+        self.proposal = None
         mistake = response.metadata.get("mistake")
         if mistake and mistake not in self.mistakes:  # a wrong write shows on its question and its call
             self.mistakes.append(dict(mistake))
@@ -179,15 +270,16 @@ class ToolAgent(Agent):
         repair = self.spec.repair_from_decision
         if repair is not None and self.step >= repair:
             metadata["mistakes_off_from_step"] = 0
+        if self.spec.helpers:
+            metadata |= {"helpers": sorted(self.context), "helper_effect": self.spec.helper_effect}
+            if self.rechecks:
+                metadata["rechecks"] = self.rechecks
         return LlmRequest(
             role=self.spec.tool_role,
             messages=[ChatMessage(role="system", content=system), *self.transcript],
             tools=[] if self.spec.tool_calls == "text" else self.tools,
             metadata=metadata,
         )
-
-    def _transcript_data(self) -> list[dict[str, Any]]:
-        return [{"role": m.role, "content": m.content} for m in self.transcript]
 
 
 def _system_prompt(domain: Domain) -> str:

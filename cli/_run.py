@@ -33,10 +33,11 @@ from faultline.cli._system import (
     run_supervised,
     stop_on_signal,
     warn_insecure,
+    with_helpers,
     with_plugin_path,
     worker_specs,
 )
-from faultline.core import EpisodeCompleted
+from faultline.core import EpisodeCompleted, parse_roster
 from faultline.envs import ERROR_CATEGORIES, Domain, load_domain
 from faultline.faults import FaultRule
 from faultline.runtime import (
@@ -52,6 +53,7 @@ from faultline.runtime import (
     hold_directories,
     load_config,
     parse_fault_spec,
+    read_rosters,
     rules_in_force,
     scoped_to_run,
     state_dir,
@@ -186,6 +188,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="tool-agent steps (model calls) before an episode fails (default: the domain's budget, 60 for the built-ins)",
     )
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
+    p.add_argument(
+        "--helpers",
+        default=None,
+        metavar="LIST",
+        help="FAMA helpers every episode takes: dce,tsa,tor,planner,verifier,memory:K, or none (default from"
+        " config [helpers] roster; with --nats, the running system's roster for the domain)",
+    )
     p.add_argument(
         "--memory",
         default=None,
@@ -377,6 +386,9 @@ def _run(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"r{os.urandom(3).hex()}"
     rules = [scoped_to_run(parse_fault_spec(spec), run_id) for spec in args.fault]
     concurrency, episode_timeout_s = run_limits(args, config)
+    roster = _roster(args.helpers) if args.helpers is not None else parse_roster(config.helpers.roster)
+    if args.nats and args.helpers is None:
+        roster = anyio.run(_live_roster, args.nats, config, args.domain, credential(args, config, args.nats))
     plan = RunPlan(
         domain=args.domain,
         tasks=args.tasks or 10,
@@ -390,6 +402,11 @@ def _run(args: argparse.Namespace) -> int:
         error_rates=_error_rates(args, config),
         run_id=run_id,
         memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},
+        helpers=roster,
+        helper_wait_s=config.helpers.wait_s,
+        verifier_revisions=config.helpers.verifier_revisions,
+        tor_threshold=config.helpers.tor_threshold,
+        helper_effect=config.helpers.sim_effect,
         tool_role=config.role_of("tool"),
         user_role=config.role_of("user"),
         tool_calls=config.model(config.role_of("tool")).tool_calls,
@@ -397,7 +414,7 @@ def _run(args: argparse.Namespace) -> int:
     result = RunResult(plan_episodes(plan, domain))
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"
-    groups = {} if args.nats else check_system(config, config_source(args.config))
+    groups = {} if args.nats else with_helpers(check_system(config, config_source(args.config)), roster)
     workers = worker_specs(config, groups, effective)
     console = Console(stderr=True)
     supervisor: Supervisor | None = None
@@ -552,6 +569,23 @@ async def _run_remote(
             with anyio.CancelScope(shield=True):
                 await bus.close()
     return request
+
+
+def _roster(text: str) -> list[str]:
+    try:
+        return parse_roster(text)
+    except ConfigError as exc:
+        raise UsageError(f"--helpers {text!r}: {exc}") from None
+
+
+async def _live_roster(url: str, config: Config, domain: str, login: Credential | None) -> list[str]:
+    """The roster the system at `url` gives new episodes of `domain` with the tool agent's model."""
+    bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, credential=login)
+    try:
+        rosters = await read_rosters(bus)
+    finally:
+        await bus.close()
+    return rosters.for_episode(domain, config.model(config.role_of("tool")).model)
 
 
 def _stopped(request: StopRequest, result: RunResult, problem: str, url: str, journal: Path) -> str:

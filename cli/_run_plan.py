@@ -22,12 +22,13 @@ import msgspec
 from faultline._errors import JournalError
 from faultline.agents import PROTOCOL, EpisodeSpec
 from faultline.bus import Bus
-from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
+from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id, helper_agent
 from faultline.envs import Domain
 from faultline.runtime import CallInFlight, Completions, check_journal, model_calls_in_flight, started_envelope
 
 AGENTS = ("env", "tool", "user")
-"""Who gets a Start, in this order: the environment and the agent are ready before the user speaks."""
+"""Who gets a Start, in this order: the environment and the agent are ready before the user speaks.
+The roster's helpers get one after them."""
 
 MODEL_CALLS_POLL_S = 1.0
 """How often a run asks the workers which model calls they are waiting on, for its progress line."""
@@ -46,6 +47,11 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     max_steps: int = 60
     error_rates: dict[str, float] = {}
     helpers: list[str] = []
+    """The roster every episode of the run takes (canonical, see `parse_roster`)."""
+    helper_wait_s: float = 10.0
+    verifier_revisions: int = 1
+    tor_threshold: int = 1500
+    helper_effect: float = 0.5
     memory: dict[str, Any] = {}
     run_id: str = "run"
     tool_role: str = "tool"
@@ -98,6 +104,10 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         tool_calls=plan.tool_calls,
         error_rates=plan.error_rates,
         helpers=plan.helpers,
+        helper_wait_s=plan.helper_wait_s,
+        verifier_revisions=plan.verifier_revisions,
+        tor_threshold=plan.tor_threshold,
+        helper_effect=plan.helper_effect,
         memory=plan.memory,
         protocol=PROTOCOL,
     )
@@ -114,7 +124,7 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         Envelope(
             id=derive_id(e, i + 1, "s"), episode=e, sender=RUNNER, recipient=agent, body=spec.start(), ts=time.time()
         )
-        for i, agent in enumerate(AGENTS)
+        for i, agent in enumerate((*AGENTS, *map(helper_agent, plan.helpers)))
     ]
     return [started_envelope(e, started), *starts]
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +19,13 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.bus import OPERATOR, Bus, Credential, load_credential
+from faultline.core import helper_agent
 from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
     Config,
     ProcessSpec,
     Supervisor,
+    WorkerConfig,
     apply_defense_flags,
     check_system,
     hold_directories,
@@ -205,15 +207,25 @@ def config_source(path: Path | None) -> str:
 
 
 def worker_specs(config: Config, groups: dict[str, tuple[str, ...]], config_path: Path | None) -> list[ProcessSpec]:
-    """One process per configured worker instance of `groups` (what `check_system` accepted)."""
+    """One process per worker instance of `groups` (what `check_system` accepted, and `with_helpers`);
+    a group the config does not declare runs one process."""
     specs = []
     for group, names in groups.items():
-        count = config.workers[group].count
+        count = config.workers.get(group, WorkerConfig()).count
         extra = ("--config", str(config_path)) if config_path else ()
         for i in range(count if names else 0):
             args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *extra)
             specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group)))
     return specs
+
+
+HELPER_GROUP = "helpers"
+"""The worker group that runs a run's helpers, in a process of their own."""
+
+
+def with_helpers(groups: dict[str, tuple[str, ...]], roster: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """`groups` and, when the roster names helpers, a group that runs their agents."""
+    return {**groups, HELPER_GROUP: tuple(map(helper_agent, roster))} if roster else groups
 
 
 @dataclass

@@ -26,9 +26,12 @@ from faultline.core._messages import (
     MessageBody,
     NoOutput,
     Note,
+    Notice,
     Recording,
     Start,
     Tally,
+    Timer,
+    TimerFired,
     ToolCall,
     ToolResult,
     UserTurn,
@@ -40,6 +43,7 @@ from faultline.core._messages import (
     derive_id,
     digest,
     encode,
+    timer_fired,
 )
 from faultline.core._models import (
     ChatMessage,
@@ -53,6 +57,8 @@ from faultline.core._models import (
     ReportsAttempts,
     Usage,
 )
+from faultline.core._reflection import PASS, RECHECK, Verdict, parse_verdict, render_verdict
+from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
 from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
 
 __all__ = [
@@ -62,6 +68,7 @@ __all__ = [
     "Body",
     "ChatMessage",
     "FollowsGroundTruth",
+    "HELPERS",
     "Context",
     "ContextReply",
     "ContextRequest",
@@ -88,6 +95,9 @@ __all__ = [
     "ModelCall",
     "NoOutput",
     "Note",
+    "PASS",
+    "RECHECK",
+    "Notice",
     "Outbound",
     "RUNNER",
     "Recorder",
@@ -96,10 +106,13 @@ __all__ = [
     "Services",
     "Start",
     "Tally",
+    "Timer",
+    "TimerFired",
     "Subjects",
     "ToolCall",
     "ToolResult",
     "Usage",
+    "Verdict",
     "UserTurn",
     "body_bytes",
     "body_digest",
@@ -112,6 +125,13 @@ __all__ = [
     "digest",
     "encode",
     "failure_envelopes",
+    "helper_agent",
+    "helper_name",
+    "memory_turns",
+    "parse_roster",
+    "parse_verdict",
+    "render_verdict",
+    "timer_fired",
     "load_agent_class",
     "validate_envelope",
 ]

@@ -11,6 +11,7 @@ reader can read a newer journal.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any, ClassVar, Literal, Union
 
 import msgspec
@@ -73,18 +74,63 @@ class ToolResult(Body, frozen=True, tag="tool_result"):
 
 
 class ContextRequest(Body, frozen=True, tag="context_request"):
-    """The tool agent asks the helpers in `helpers` for context before a decision."""
+    """The tool agent asks a helper for context before decision `step`.
+
+    `transcript` holds the conversation messages this helper has not been sent yet
+    (a helper keeps the conversation it was sent, so each request carries only what is
+    new). `proposal` is set when the verifier is asked to review a proposed tool call
+    ({"name", "arguments"}); `revision` counts the proposals of this step before it.
+    """
 
     step: int
     helpers: list[str] = []
     transcript: list[dict[str, Any]] = []
+    proposal: dict[str, Any] = {}
+    revision: int = 0
 
 
 class ContextReply(Body, frozen=True, tag="context_reply"):
+    """A helper's answer for decision `step`; the verifier's carries a `verdict` and, with
+    RECHECK, the corrected call or final answer it proposes in `data`."""
+
     step: int
     helper: str
     text: str = ""
     verdict: str = ""
+    data: dict[str, Any] = {}
+    revision: int = 0
+
+
+class Timer(Body, frozen=True, tag="timer"):
+    """An agent asks to be sent `TimerFired` after `after_s` seconds: a bounded wait.
+
+    The worker that publishes it holds the timer; a fork fires it once nothing else is
+    in flight. `name` and `data` come back in the `TimerFired`.
+    """
+
+    route: ClassVar[str] = "event:timer"
+
+    after_s: float
+    name: str = ""
+    data: dict[str, Any] = {}
+
+
+class TimerFired(Body, frozen=True, tag="timer_fired"):
+    """A `Timer` ran out; the runtime sends it to the agent that set it, as from that agent (its
+    `causation` is the timer), so the agent's own credentials cover it."""
+
+    name: str = ""
+    data: dict[str, Any] = {}
+
+
+class Notice(Body, frozen=True, tag="notice"):
+    """An agent's remark for the journal, delivered to no one: a helper that did not answer,
+    an answer that could not be read."""
+
+    route: ClassVar[str] = "event:notice"
+
+    text: str
+    data: dict[str, Any] = {}
 
 
 class Note(Body, frozen=True, tag="note"):
@@ -248,6 +294,9 @@ MessageBody = Union[
     ToolResult,
     ContextRequest,
     ContextReply,
+    Timer,
+    TimerFired,
+    Notice,
     Note,
     Tally,
     ConversationEnded,
@@ -284,6 +333,21 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     @property
     def kind(self) -> str:
         return body_kind(self.body)
+
+
+def timer_fired(timer: Envelope) -> Envelope:
+    """The message a `Timer` envelope turns into when it runs out: the same every time it is made."""
+    assert isinstance(timer.body, Timer)
+    return Envelope(
+        id=derive_id(timer.id, 0, "f"),
+        episode=timer.episode,
+        sender=timer.sender,
+        recipient=timer.sender,
+        body=TimerFired(name=timer.body.name, data=timer.body.data),
+        causation=timer.id,
+        hops=timer.hops + 1,
+        ts=time.time(),
+    )
 
 
 def body_kind(body: Body) -> str:

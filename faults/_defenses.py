@@ -11,7 +11,7 @@ the defense ran with (replay rebuilds it from them).
     scope   an agent that has not received a `Start` in an episode takes no
             direct message there: it is not one of the episode's participants
     cycle   a message past the hop limit, or a direct message from the agent to
-            itself (a message echoed back to its sender)
+            itself (a message echoed back to its sender; a timer it set is not one)
     dedup   a message id the agent already received, or the same body (by CRC-32
             of its encoding) from the same sender in answer to the same message
     rate    more than `rate_limit` messages from one sender within one window of
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from faultline._errors import ConfigError
-from faultline.core import DefenseFired, Envelope, Inbound, Interceptor, Start, derive_id, encode
+from faultline.core import DefenseFired, Envelope, Inbound, Interceptor, Start, TimerFired, derive_id, encode
 
 DEFENSE_ORDER = ("scope", "cycle", "dedup", "rate")
 ALL_AGENTS = "*"
@@ -104,7 +104,7 @@ class CycleBreaker(Defense):
     def check(self, env: Envelope, agent: str) -> Rejection | None:
         if env.hops > self.settings.max_hops:
             return Rejection(f"hop {env.hops} is past the limit of {self.settings.max_hops}")
-        if self.settings.echo and env.recipient and env.sender == agent:
+        if self.settings.echo and env.recipient and env.sender == agent and not isinstance(env.body, TimerFired):
             return Rejection(f"{agent} sent this message and it came back to it")
         return None
 

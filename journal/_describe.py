@@ -19,8 +19,11 @@ from faultline.core import (
     ErrorRaised,
     FaultApplied,
     Note,
+    Notice,
     Recording,
     Start,
+    Timer,
+    TimerFired,
     ToolCall,
     ToolResult,
     UserTurn,
@@ -87,8 +90,17 @@ def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
                 line += f" arguments error: {body.arguments_error}"
         case ToolResult():
             line = f"{body.name} error: {body.error}" if body.error else f"{body.name} → {_compact(body.output)}"
+        case ContextRequest() if body.proposal:
+            line = f"step {body.step} proposes {body.proposal.get('name')}({_args(body.proposal.get('arguments', {}))})"
+            line += f" (revision {body.revision})" if body.revision else ""
         case ContextRequest():
             line = f"step {body.step} asks {', '.join(body.helpers) or 'no helpers'}"
+        case Timer():
+            line = f"wait {body.after_s:g}s {_compact(body.data)}"
+        case TimerFired():
+            line = f"wait over {_compact(body.data)}"
+        case Notice():
+            line = repr(body.text)
         case ContextReply():
             verdict = f" {body.verdict}" if body.verdict else ""
             line = f"step {body.step} {body.helper}{verdict}: {body.text!r}"

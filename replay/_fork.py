@@ -9,7 +9,8 @@ are appended to the journal, models are called through the configured
 backends, and every row goes under a new episode id whose `episode started`
 event names `forked_from` and `forked_at`. When no message is left in flight
 and no one completed the episode, the fork has stalled and is completed as a
-failure.
+failure. Timers are virtual: one fires (earliest set first) only when no message is
+in flight, which is the order a live wait that runs out would see.
 
 The fork's rows, its copied history and then what it ran, are written in one
 transaction when it ends, to a journal of forks beside the source
@@ -47,7 +48,9 @@ from faultline.core import (
     Recording,
     Start,
     Subjects,
+    Timer,
     derive_id,
+    timer_fired,
 )
 from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
 from faultline.replay._replay import AgentLookup, _tracks
@@ -135,6 +138,7 @@ class _Fork:
     subjects: Subjects = field(default_factory=Subjects)
     instances: dict[str, Agent] = field(default_factory=dict)
     queue: deque[Envelope] = field(default_factory=deque)
+    timers: deque[Envelope] = field(default_factory=deque)
     completed: EpisodeCompleted | None = None
     handled: int = 0
 
@@ -150,6 +154,8 @@ class _Fork:
         for env in envelopes:
             if isinstance(env.body, EpisodeCompleted):
                 self.completed = self.completed or env.body
+            elif isinstance(env.body, Timer):
+                self.timers.append(env)
             elif env.recipient or env.topic:
                 self.queue.append(env)
 
@@ -171,7 +177,10 @@ class _Fork:
         self.write([e for e in outputs if not skip or e.id not in skip])
 
     async def run(self) -> None:
-        while self.queue and self.completed is None:
+        while (self.queue or self.timers) and self.completed is None:
+            if not self.queue:
+                self.write([timer_fired(self.timers.popleft())])
+                continue
             env = self.queue.popleft()
             for name in self.recipients(env):
                 self.handled += 1
@@ -327,6 +336,7 @@ async def fork_episode(
             track = tracks.get(name)
             for row in track.inputs if track else ():
                 await fork.handle(name, _copy(row.envelope(), new, settings), track.recordings.get(row.id), skip)  # type: ignore[union-attr]
+        fork.timers.extend(t for t in history if isinstance(t.body, Timer) and timer_fired(t).id not in skip)
         delivered = _delivered(target, change, new)
         if delivered is not None:
             fork.write([delivered])

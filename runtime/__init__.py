@@ -6,6 +6,7 @@ from faultline.runtime._config import (
     DEFAULT_CONFIG_FILE,
     AgentConfig,
     Config,
+    HelpersConfig,
     JournalConfig,
     MemoryConfig,
     ModelConfig,
@@ -36,6 +37,7 @@ from faultline.runtime._faulting import (
 )
 from faultline.runtime._layout import MEMORY_IDENTITY, check_system, system_access, worker_identity
 from faultline.runtime._lock import hold_directories, state_dir
+from faultline.runtime._roster import HELPERS_CONTROL, Rosters, read_rosters, roster_control
 from faultline.runtime._services import agent_lookup, run_journal, run_worker, serve_until_signal
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
@@ -43,10 +45,15 @@ from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 __all__ = [
     "ALL_AGENTS",
     "ALL_ROLES",
+    "HELPERS_CONTROL",
+    "Rosters",
+    "read_rosters",
+    "roster_control",
     "AgentConfig",
     "CallInFlight",
     "Completions",
     "Config",
+    "HelpersConfig",
     "DEFAULT_CONFIG_FILE",
     "MEMORY_IDENTITY",
     "JournalConfig",

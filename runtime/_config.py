@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from faultline._errors import ConfigError, SubjectError
-from faultline.core import DEFAULT_PREFIX, ModelBackend, check_token
+from faultline.core import DEFAULT_PREFIX, ModelBackend, check_token, parse_roster
 from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
 from faultline.runtime.models._openai import OpenAIBackend, OpenAISettings
@@ -186,6 +186,24 @@ class PluginsConfig(_Section, frozen=True):
     path: tuple[str, ...] = ()
 
 
+class HelpersConfig(_Section, frozen=True):
+    """The FAMA helpers: the roster `faultline run` uses when `--helpers` is not given, and how
+    the tool agent works with them (see docs/helpers.md).
+
+    `roster` entries are dce, tsa, tor, planner, verifier and memory:K. `wait_s` bounds the
+    tool agent's wait for replies; `verifier_revisions` bounds the revised proposals after a
+    RECHECK; `tor_threshold` is the tool output length (characters) tor restates. `sim_effect`
+    is a parameter of the offline simulator only: the factor by which a helper's note lowers
+    the simulated mistake rate it addresses; it says nothing about real models.
+    """
+
+    roster: tuple[str, ...] = ()
+    wait_s: Seconds = 10.0
+    verifier_revisions: Annotated[int, msgspec.Meta(ge=0)] = 1
+    tor_threshold: Annotated[int, msgspec.Meta(ge=0)] = 1500
+    sim_effect: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+
+
 class Config(_Section, frozen=True):
     """The whole file. Every field has a default, so `Config()` is a working offline setup."""
 
@@ -200,6 +218,7 @@ class Config(_Section, frozen=True):
     faults: FaultsConfig = FaultsConfig()
     run: RunDefaults = RunDefaults()
     plugins: PluginsConfig = PluginsConfig()
+    helpers: HelpersConfig = HelpersConfig()
 
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""
@@ -369,6 +388,10 @@ def _check(config: Config, source: str) -> None:
             )
         if settings.backend == "openai" and not settings.model:
             raise ConfigError(f'{source}: a model name is needed with backend = "openai" - at $.models.{role}.model')
+    try:
+        parse_roster(config.helpers.roster)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc} - at $.helpers.roster") from None
     if config.memory.embedder == "openai" and not config.memory.openai.model:
         raise ConfigError(f'{source}: an embedding model is needed with embedder = "openai" - at $.memory.openai.model')
 

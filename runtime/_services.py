@@ -16,7 +16,7 @@ import anyio
 
 from faultline._errors import ConfigError, JournalError
 from faultline.bus import Bus, BusSettings, Credential
-from faultline.core import Agent, load_agent_class
+from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._faulting import faults_and_defenses
 from faultline.runtime._supervisor import announce_ready
@@ -26,8 +26,16 @@ BUILTIN_AGENTS: dict[str, str] = {
     "tool": "faultline.agents:ToolAgent",
     "user": "faultline.agents:UserSimulator",
     "env": "faultline.agents:EnvironmentHost",
+    "dce": "faultline.agents.helpers:ConstraintsExtractor",
+    "tsa": "faultline.agents.helpers:ToolSuggester",
+    "tor": "faultline.agents.helpers:OutputReformulator",
+    "planner": "faultline.agents.helpers:Planner",
+    "user_context": "faultline.agents.helpers:UserContext",
+    "verifier": "faultline.agents.helpers:Verifier",
 }
 """Agent names the runtime knows without configuration, mapped to their classes."""
+HELPER_AGENTS = frozenset(map(helper_agent, HELPERS))
+"""The helpers among them: they run where the roster asks for them (`helper_workers`), never in a `*` group."""
 
 COLLECT_EVERY = 50_000
 """Allocations between collections of the youngest generation in a service process (Python's default: 700)."""
@@ -42,8 +50,8 @@ class _Service(Protocol):
 
 
 def agent_names(config: Config) -> list[str]:
-    """Every agent a `*` in a worker's agent list stands for."""
-    return sorted({*BUILTIN_AGENTS, *config.agents})
+    """Every agent a `*` in a worker's agent list stands for: all but the helpers."""
+    return sorted({*BUILTIN_AGENTS, *config.agents} - HELPER_AGENTS)
 
 
 def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
@@ -60,7 +68,7 @@ def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
         elif name in BUILTIN_AGENTS:
             spec = BUILTIN_AGENTS[name]
         else:
-            known = ", ".join(agent_names(config)) or "none"
+            known = ", ".join(sorted({*BUILTIN_AGENTS, *config.agents})) or "none"
             raise ConfigError(f"unknown agent {name!r} (known: {known}; or give package.module:Class)")
         classes.append(load_agent_class(spec))
     return classes

@@ -6,6 +6,10 @@ episodes whose id hashes to i (crc32 mod n), acknowledging the others unread. So
 each (episode, agent) belongs to exactly one worker, which handles its messages
 in stream order; a restarted worker resumes its consumer and finds its share.
 
+Timers. A handler that emits a `Timer` (a bounded wait) is sent `TimerFired`
+`after_s` seconds later by the worker that published the timer; a timer held by
+a worker that stops or dies is lost, and the episode's time limit ends the wait.
+
 A restarted worker resumes from its consumer's acknowledgement floor. The first
 time it meets an (episode, agent) it rebuilds the instance by replaying that
 pair's earlier inputs from the stream, serving every recorded call; calls the
@@ -28,7 +32,18 @@ from anyio.abc import TaskGroup
 
 from faultline._errors import NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message
-from faultline.core import Agent, Envelope, Handling, ModelBackend, ModelCall, Recorder, Recording, failure_envelopes
+from faultline.core import (
+    Agent,
+    Envelope,
+    Handling,
+    ModelBackend,
+    ModelCall,
+    Recorder,
+    Recording,
+    Timer,
+    failure_envelopes,
+    timer_fired,
+)
 from faultline.runtime._episodes import in_flight
 from faultline.runtime._recovery import load_history
 
@@ -82,6 +97,7 @@ class Worker:
     """Deliveries queued or being handled, not acknowledged yet, by (consumer, stream sequence)."""
     _stopping: anyio.Event = field(default_factory=anyio.Event)
     _ready: anyio.Event = field(default_factory=anyio.Event)
+    _timers: TaskGroup | None = None
 
     # -- Services, for the contexts ---------------------------------------------------------
 
@@ -104,7 +120,8 @@ class Worker:
             await self.bus.subscribe(s.event("completed", "*"), self._on_completed),
         ]
         try:
-            async with anyio.create_task_group() as serving:
+            # Timers are inner: cancelling them at the stop leaves the handlers in `serving` to drain.
+            async with anyio.create_task_group() as serving, anyio.create_task_group() as self._timers:
                 sweeper, keeper = anyio.CancelScope(), anyio.CancelScope()
                 serving.start_soon(self._evict_finished, sweeper)
                 serving.start_soon(self._keep_held, keeper)
@@ -129,6 +146,7 @@ class Worker:
                 for instance in self._instances.values():
                     instance.send.close()
                 serving.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout_s
+                self._timers.cancel_scope.cancel()
         finally:
             for sub in subs:
                 await sub.unsubscribe()
@@ -242,6 +260,17 @@ class Worker:
             except NonDeterminismError as exc:  # a call recorded before a crash differs from today's
                 outputs = failure_envelopes(cls.name, message, exc)
             await self.bus.publish_all(outputs)
+            self._arm([env for env in outputs if isinstance(env.body, Timer)])
+
+    def _arm(self, timers: list[Envelope]) -> None:
+        assert self._timers is not None
+        for timer in timers:
+            self._timers.start_soon(self._fire, timer)
+
+    async def _fire(self, timer: Envelope) -> None:
+        assert isinstance(timer.body, Timer)
+        await anyio.sleep(timer.body.after_s)
+        await self.bus.publish(timer_fired(timer))
 
     async def _on_completed(self, msg: Message) -> None:
         self._finished[self.bus.subjects.event_episode(msg.subject)] = anyio.current_time()

@@ -17,6 +17,21 @@ Request metadata (build it with `sim_metadata`):
                             decision step one category is drawn with these probabilities
                             (sum <= 1); categories are the four in `faultline.envs.ERROR_CATEGORIES`
     mistakes_off_from_step  int, optional: no mistakes at decision steps >= this
+    helpers                 tool role: the helpers whose notes the request carries
+    helper_effect           float, default 1: each category's rate is multiplied by it when a
+                            note in `helpers` addresses the category (HELPER_ADDRESSES)
+    rechecks                int, default 0: the verifier's RECHECKs so far in the episode;
+                            after each the mistakes are drawn afresh (rng key gets ":r<n>"),
+                            so a step whose call was sent back is not the same mistake again
+
+Helpers. A simulated helper note lowers the rate of the mistakes its helper is
+meant to prevent, by the factor `helper_effect` (the episode's setting): dce
+policy violations, tor wrong values (misread tool outputs), memory and tsa
+wrong entities, planner early stops, the verifier's RECHECK every category of
+the revised proposal. This is a parameter of the simulation, chosen by whoever
+runs it; a pass rate it produces is a property of that parameter, never a
+finding about helpers or models. Requests with `sim` "helper" are answered by
+the stand-ins in `_sim_helpers.py`.
 
 Transcripts. Tool role: `messages` as the agent sees them; system messages are
 ignored (put helper notes there), user turns are `user`, the agent's own turns
@@ -95,6 +110,20 @@ class SimSpec(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 0
     error_rates: dict[str, float] = {}
     mistakes_off_from_step: int | None = None
+    helpers: list[str] = []
+    helper_effect: float = 1.0
+    rechecks: int = 0
+
+
+HELPER_ADDRESSES: Final[dict[str, tuple[str, ...]]] = {
+    "dce": (POLICY_VIOLATION,),
+    "tor": (WRONG_VALUE,),
+    "memory": (WRONG_ENTITY,),
+    "tsa": (WRONG_ENTITY,),
+    "planner": (EARLY_STOP,),
+    "verifier": ERROR_CATEGORIES,
+}
+"""The mistake categories whose simulated rate a helper's note lowers (see the module docstring)."""
 
 
 def sim_metadata(
@@ -119,6 +148,8 @@ def sim_metadata(
     if problem:
         raise ConfigError(problem)
     metadata = msgspec.to_builtins(spec)
+    for key in ("helpers", "helper_effect", "rechecks"):  # the tool agent sets these when it has helpers
+        del metadata[key]
     if mistakes_off_from_step is None:
         del metadata["mistakes_off_from_step"]
     return metadata  # type: ignore[no-any-return]
@@ -145,6 +176,10 @@ class SimBackend:
 
     def respond(self, request: LlmRequest) -> LlmResponse:
         """The reply to `request`, computed synchronously (the same request always gives the same reply)."""
+        if request.metadata.get("sim") == "helper":
+            from faultline.runtime.models._sim_helpers import respond_helper
+
+            return respond_helper(request)
         spec = _spec(request.metadata)
         try:
             domain = load_domain(spec.domain)
@@ -252,7 +287,7 @@ def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMes
         return _Reply(GREETING, metadata={"phase": "greet", "step": step, "done": False})
     if step > last:
         return _final(task, step, task.outputs)
-    rng = Random(f"sim:{spec.seed}:{task.id}:{step}")
+    rng = Random(f"sim:{spec.seed}:{task.id}:{step}" + (f":r{spec.rechecks}" if spec.rechecks else ""))
     category = _draw(spec, step, rng)
     intended = task.actions[step].as_dict() if step < last else _respond(task.outputs)
     writes = {tool.name for tool in domain.tools() if tool.writes}
@@ -310,8 +345,10 @@ def _draw(spec: SimSpec, step: int, rng: Random) -> str | None:
     if spec.mistakes_off_from_step is not None and step >= spec.mistakes_off_from_step:
         return None
     threshold = 0.0
+    addressed = {category for helper in spec.helpers for category in HELPER_ADDRESSES.get(helper, ())}
     for category in ERROR_CATEGORIES:
-        threshold += spec.error_rates.get(category, 0.0)
+        effect = spec.helper_effect if category in addressed else 1.0
+        threshold += spec.error_rates.get(category, 0.0) * effect
         if draw < threshold:
             return category
     return None

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from faultline._errors import ConfigError
-from faultline.core import AssistantTurn, DefenseFired, Envelope, InterceptorChain, Note, Start, UserTurn
+from faultline.core import AssistantTurn, DefenseFired, Envelope, InterceptorChain, Note, Start, TimerFired, UserTurn
 from faultline.faults import (
     DEFENSE_ORDER,
     DefenseInterceptor,
@@ -66,6 +66,12 @@ async def test_cycle_breaker_drops_echoes_and_deep_messages() -> None:
     assert fired[1].settings == {"max_hops": 10, "echo": True}
     no_echo = DefenseInterceptor({"*": ["cycle"]}, DefenseSettings(echo=False))
     assert (await deliver(no_echo, "user", msg("echo", sender="user")))[0] == ["echo"]
+
+
+async def test_a_timer_the_agent_set_is_not_an_echo() -> None:
+    d = DefenseInterceptor({"*": ["cycle"]})
+    fired = msg("wait-over", sender="tool", to="tool", body=TimerFired(data={"step": 1}))
+    assert (await deliver(d, "tool", fired, msg("echo", sender="tool", to="tool")))[0] == ["wait-over"]
 
 
 async def test_scope_filter_drops_direct_messages_to_an_agent_not_started_in_the_episode() -> None:

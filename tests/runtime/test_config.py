@@ -59,7 +59,15 @@ def test_the_example_file_parses_and_shows_every_section() -> None:
     assert check_system(config) == {"tool": ("tool",), "rest": ("env", "user")}
     assert config.model("unconfigured").backend == "sim"
     example_keys = {line.split("=")[0].strip().lstrip("# ") for line in EXAMPLE.read_text().splitlines() if "=" in line}
-    for section in (config.nats, config.journal, config.runtime, WorkerConfig(), ModelConfig(), config.run):
+    for section in (
+        config.nats,
+        config.journal,
+        config.runtime,
+        config.helpers,
+        WorkerConfig(),
+        ModelConfig(),
+        config.run,
+    ):
         assert set(section.__struct_fields__) <= example_keys
 
 
@@ -103,6 +111,15 @@ def test_a_role_inherits_unset_keys_from_the_default_model() -> None:
         ("workers = 3\n", "Expected a table of named entries - at $.workers"),
         ("[faultz]\n", "Object contains unknown field faultz"),
         ("[nats\n", "invalid TOML: Expected ']'"),
+        (
+            '[helpers]\nroster = ["dce", "oracle"]\n',
+            "unknown helper 'oracle': use dce, tsa, tor, planner, memory, verifier",
+        ),
+        (
+            '[helpers]\nroster = ["tor:3"]\n',
+            "only memory takes a number, the user turns it keeps (memory:6) - at $.helpers.roster",
+        ),
+        ("[helpers]\nsim_effect = 2.0\n", "Expected float <= 1.0 - at $.helpers.sim_effect"),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -207,12 +224,14 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
         ),
         (
             '[agents.tool_agent]\nmodel_role = "agent"\n',
-            "agent 'tool_agent' is not a built-in agent (env, tool, user) and has no class:"
+            "agent 'tool_agent' is not a built-in agent (dce, env, planner, tool, tor, tsa, user, user_context,"
+            " verifier) and has no class:"
             " set class = 'package.module:ClassName' - at $.agents.tool_agent",
         ),
         (
-            '[workers.a]\nagents = ["planner"]\n',
-            "unknown agent 'planner' (known: env, tool, user; or give package.module:Class) - at $.workers.a.agents",
+            '[workers.a]\nagents = ["scheduler"]\n',
+            "unknown agent 'scheduler' (known: dce, env, planner, tool, tor, tsa, user, user_context, verifier;"
+            " or give package.module:Class) - at $.workers.a.agents",
         ),
         (
             '[agents.triage]\nclass = "no_such_package.triage:TriageAgent"\n',

@@ -32,8 +32,11 @@ async def run_episode(
     seed: int = 0,
     rates: dict[str, float] | None = None,
     mistakes_off_from_step: int | None = None,
+    helper_notes: dict[str, Any] | None = None,
 ) -> Episode:
-    """User speaks first; the agent answers or calls a tool; the domain runs it; until someone is done."""
+    """User speaks first; the agent answers or calls a tool; the domain runs it; until someone is done.
+
+    `helper_notes` is added to the agent's request metadata (`helpers`, `helper_effect`)."""
     backend = SimBackend()
     domain = load_domain(domain_name)
     db = domain.open_database()
@@ -41,7 +44,7 @@ async def run_episode(
     agent_meta = sim_metadata(
         role="tool", domain=domain_name, task=task.id, seed=seed, error_rates=rates,
         mistakes_off_from_step=mistakes_off_from_step,
-    )  # fmt: skip
+    ) | (helper_notes or {})  # fmt: skip
     user_meta = sim_metadata(role="user", domain=domain_name, task=task.id, seed=seed)
     agent_view = [ChatMessage(role="system", content=domain.policy)]
     user_view = [ChatMessage(role="system", content=task.instruction)]
@@ -137,6 +140,27 @@ async def test_with_error_rates_some_tasks_fail_and_every_failure_has_its_record
                 assert mistake["intended"] != mistake["made"]
     assert failures >= 10
     assert set(categories) == set(ERROR_CATEGORIES)
+
+
+async def test_a_helper_note_scales_the_rate_of_the_mistakes_it_addresses_by_the_effect() -> None:
+    """A parameter of the simulation, tested as such: it says nothing about helpers or models."""
+    rates = dict.fromkeys(ERROR_CATEGORIES, 0.2)
+    tasks = _tasks("retail")[:30]
+
+    async def categories(notes: dict[str, Any] | None) -> Counter[str]:
+        made = Counter[str]()
+        for task in tasks:
+            episode = await run_episode("retail", task, seed=2, rates=rates, helper_notes=notes)
+            made.update(m["category"] for m in episode.mistakes)
+        return made
+
+    without = await categories(None)
+    assert without["policy_violation"] > 0 and without["early_stop"] > 0
+    assert await categories({"helpers": ["dce"], "helper_effect": 1.0}) == without
+    with_dce = await categories({"helpers": ["dce"], "helper_effect": 0.0})
+    assert with_dce["policy_violation"] == 0 and with_dce["early_stop"] > 0
+    with_planner = await categories({"helpers": ["planner"], "helper_effect": 0.0})
+    assert with_planner["early_stop"] == 0
 
 
 async def test_a_mistake_breaks_the_task_and_switching_mistakes_off_from_its_step_repairs_it() -> None:

@@ -1,0 +1,79 @@
+"""The live roster on `fl.ctl.helpers`: which helpers new episodes of a domain take.
+
+It maps a domain, and optionally a model, to a roster (`faultline.core.parse_roster`);
+it is a fold of the `Control` messages on `fl.ctl.helpers`, so it is journaled and
+any process rebuilds it by reading that subject from the stream.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from faultline._errors import DecodeError
+from faultline.bus import Bus
+from faultline.core import Control, Envelope, derive_id
+from faultline.faults import CONTROL_EPISODE, OPERATOR
+
+HELPERS_CONTROL = "helpers"
+"""The control name of the roster: it travels on `fl.ctl.helpers`."""
+ANY_MODEL = "*"
+"""The model key of a roster that applies whatever model the tool agent uses."""
+READ_TIMEOUT_S = 5.0
+
+
+class Rosters(msgspec.Struct, kw_only=True):
+    """The live roster: for each domain, a roster per model name (`*`: any model)."""
+
+    domains: dict[str, dict[str, list[str]]] = {}
+
+    def take(self, control: Control) -> None:
+        """Fold one `fl.ctl.helpers` control in: `set` a (domain, model) roster, or `clear` one domain or all."""
+        data = control.data
+        domain, model = str(data.get("domain", "")), str(data.get("model") or ANY_MODEL)
+        if data.get("action") == "set" and domain:
+            self.domains.setdefault(domain, {})[model] = list(data.get("helpers", []))
+        elif data.get("action") == "clear":
+            if not domain:
+                self.domains.clear()
+            else:
+                self.domains.pop(domain, None)
+
+    def for_episode(self, domain: str, model: str = "") -> list[str]:
+        """The roster a new episode of `domain` with the tool agent's `model` takes."""
+        by_model = self.domains.get(domain, {})
+        return list(by_model.get(model, by_model.get(ANY_MODEL, [])))
+
+    def entries(self) -> set[str]:
+        """Every entry some roster names."""
+        return {entry for rosters in self.domains.values() for roster in rosters.values() for entry in roster}
+
+
+def roster_control(action: str, *, domain: str = "", model: str = "", helpers: list[str] | None = None) -> Envelope:
+    """The control message that sets or clears a roster, from the operator."""
+    data: dict[str, Any] = {"action": action, "domain": domain, "model": model or ANY_MODEL}
+    if helpers is not None:
+        data["helpers"] = helpers
+    nonce = f"{time.time_ns()}"
+    return Envelope(
+        id=derive_id(f"{HELPERS_CONTROL}/{nonce}", 0, "c"),
+        episode=CONTROL_EPISODE,
+        sender=OPERATOR,
+        body=Control(name=HELPERS_CONTROL, data=data),
+        ts=time.time(),
+    )
+
+
+async def read_rosters(bus: Bus, timeout_s: float = READ_TIMEOUT_S) -> Rosters:
+    """The live roster, read from the stream's `fl.ctl.helpers` messages."""
+    rosters = Rosters()
+    for delivery in await bus.read_stored([bus.subjects.ctl(HELPERS_CONTROL)], timeout_s):
+        try:
+            body = delivery.envelope().body
+        except DecodeError:
+            continue  # dead-lettered when it was published
+        if isinstance(body, Control):
+            rosters.take(body)
+    return rosters

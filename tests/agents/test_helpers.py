@@ -1,0 +1,181 @@
+"""The FAMA helpers and the tool agent's side of them, in-process (AgentHarness, sim or a scripted model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from faultline.agents import EpisodeSpec, ToolAgent
+from faultline.agents.helpers import (
+    ConstraintsExtractor,
+    Helper,
+    OutputReformulator,
+    Planner,
+    ToolSuggester,
+    UserContext,
+    Verifier,
+)
+from faultline.core import (
+    AgentHarness,
+    ChatMessage,
+    ContextReply,
+    ContextRequest,
+    Envelope,
+    LlmRequest,
+    LlmResponse,
+    LlmToolCall,
+    Notice,
+    Start,
+    Timer,
+    TimerFired,
+    ToolCall,
+    UserTurn,
+)
+from faultline.envs import load_domain
+from faultline.runtime.models import SimBackend
+
+TASK = load_domain("retail").tasks()[0]
+
+
+def start(helpers: list[str], **settings: Any) -> Start:
+    return EpisodeSpec(domain="retail", task=TASK.id, helpers=helpers, **settings).start()
+
+
+def said(role: str, content: str, **fields: Any) -> dict[str, Any]:
+    return msgspec.to_builtins(ChatMessage(role=role, content=content, **fields))  # type: ignore[arg-type]
+
+
+def reply_of(outputs: list[Envelope]) -> ContextReply:
+    replies = [o.body for o in outputs if isinstance(o.body, ContextReply)]
+    assert len(replies) == 1 and outputs[0].recipient == "tool"
+    return replies[0]
+
+
+class Scripted:
+    """A model that answers from a list, and keeps the requests it got."""
+
+    def __init__(self, *answers: LlmResponse) -> None:
+        self.answers = list(answers)
+        self.requests: list[LlmRequest] = []
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        self.requests.append(request)
+        return self.answers.pop(0)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def call(name: str, **arguments: Any) -> LlmResponse:
+    return LlmResponse(tool_calls=[LlmToolCall(id=f"c-{name}", name=name, arguments=arguments)])
+
+
+async def ask(
+    helper: Helper, *transcript: dict[str, Any], roster: list[str], **fields: Any
+) -> tuple[list[Envelope], int]:
+    """The helper's outputs for one request after its Start, and how many model calls it made."""
+    harness = AgentHarness(helper, backend=SimBackend())
+    assert await harness.deliver(start(roster)) == []
+    request = ContextRequest(step=1, helpers=roster, transcript=list(transcript), **fields)
+    outputs = await harness.deliver(request, sender="tool")
+    return outputs, len(harness.recordings)
+
+
+@pytest.mark.parametrize(
+    ("helper", "expected"),
+    [
+        (ConstraintsExtractor(), "- "),
+        (ToolSuggester(), "cancel_pending_order"),
+        (Planner(), "1. "),
+    ],
+)
+async def test_model_helpers_answer_with_one_recorded_sim_call(helper: Helper, expected: str) -> None:
+    user = said("user", TASK.instruction)
+    outputs, calls = await ask(helper, user, roster=[helper.entry])
+    reply = reply_of(outputs)
+    assert reply.step == 1 and reply.helper == helper.entry
+    assert expected in reply.text
+    assert calls == 1
+
+
+async def test_memory_keeps_the_last_k_user_turns_verbatim_without_a_model() -> None:
+    turns = [said("user", f"turn {i}") for i in range(4)]
+    outputs, calls = await ask(UserContext(), *turns, roster=["memory:2"])
+    reply = reply_of(outputs)
+    assert reply.helper == "memory"
+    assert reply.text.splitlines()[1:] == ["- turn 2", "- turn 3"]
+    assert calls == 0
+
+
+async def test_tor_restates_only_outputs_over_its_threshold() -> None:
+    asked = said("assistant", "", tool_calls=[LlmToolCall(id="c1", name="get_order_details")])
+    short = said("tool", '{"status": "pending"}', tool_call_id="c1", name="get_order_details")
+    outputs, calls = await ask(OutputReformulator(), asked, short, roster=["tor"])
+    assert reply_of(outputs).text == "" and calls == 0
+
+    long = said("tool", '{"order_id": "#W1", "items": ' + str([{"sku": i} for i in range(200)]).replace("'", '"') + "}",
+                tool_call_id="c1", name="get_order_details")  # fmt: skip
+    outputs, calls = await ask(OutputReformulator(), asked, long, roster=["tor"])
+    text = reply_of(outputs).text
+    assert "- order_id: #W1" in text and len(text) < len(long["content"]) / 10
+    assert calls == 1
+
+
+async def test_verifier_passes_the_ground_truth_call_and_rechecks_another_with_the_fix() -> None:
+    user = said("user", TASK.instruction + " " + " ".join(TASK.user_facts.values()))
+    right = TASK.actions[0].as_dict()
+    reply = reply_of((await ask(Verifier(), user, roster=["verifier"], proposal=right))[0])
+    assert reply.verdict == "PASS"
+
+    wrong = {"name": right["name"], "arguments": {k: "nobody" for k in right["arguments"]}}
+    reply = reply_of((await ask(Verifier(), user, roster=["verifier"], proposal=wrong))[0])
+    assert reply.verdict == "RECHECK"
+    assert reply.data == {"call": right}
+
+
+async def test_a_malformed_verifier_answer_is_one_notice_and_no_verdict() -> None:
+    harness = AgentHarness(Verifier(), backend=Scripted(LlmResponse(content="Looks fine to me.")))
+    await harness.deliver(start(["verifier"]))
+    request = ContextRequest(step=3, helpers=["verifier"], proposal={"name": "x", "arguments": {}})
+    outputs = await harness.deliver(request, sender="tool")
+    notices = [o.body for o in outputs if isinstance(o.body, Notice)]
+    assert len(notices) == 1 and "no <reflect>" in notices[0].text
+    assert notices[0].data["answer"] == "Looks fine to me."
+    assert reply_of([o for o in outputs if isinstance(o.body, ContextReply)]).verdict == ""
+
+
+async def test_a_recheck_leads_to_one_revised_call_that_runs() -> None:
+    model = Scripted(call("cancel_pending_order", order_id="#W0"), call("cancel_pending_order", order_id="#W1"))
+    harness = AgentHarness(ToolAgent(), backend=model)
+    await harness.deliver(start(["verifier"], verifier_revisions=1))
+    outputs = await harness.deliver(UserTurn(text="cancel my order"), sender="user")
+    [request] = [o.body for o in outputs if isinstance(o.body, ContextRequest)]
+    assert request.proposal == {"name": "cancel_pending_order", "arguments": {"order_id": "#W0"}}
+    assert any(isinstance(o.body, Timer) for o in outputs)
+
+    recheck = ContextReply(step=1, helper="verifier", verdict="RECHECK", text="wrong order; fix: call with #W1")
+    outputs = await harness.deliver(recheck, sender="verifier")
+    [sent] = [o.body for o in outputs if isinstance(o.body, ToolCall)]
+    assert sent.arguments == {"order_id": "#W1"}
+    revised = model.requests[-1]
+    assert revised.metadata["rechecks"] == 1 and "RECHECK" in revised.messages[0].content
+    assert await harness.deliver(TimerFired(data={"step": 1, "revision": 0}), sender="runner") == []
+
+
+async def test_helpers_that_miss_the_wait_are_named_and_the_decision_goes_on() -> None:
+    model = Scripted(LlmResponse(content="How can I help?"))
+    harness = AgentHarness(ToolAgent(), backend=model)
+    await harness.deliver(start(["dce", "memory:6"]))
+
+    outputs = await harness.deliver(UserTurn(text="hello"), sender="user")
+    assert sorted(o.recipient for o in outputs if isinstance(o.body, ContextRequest)) == ["dce", "user_context"]
+    memory = ContextReply(step=1, helper="memory", text="The user said: hello")
+    assert [o.body for o in await harness.deliver(memory, sender="user_context")] == []
+    outputs = await harness.deliver(TimerFired(data={"step": 1, "revision": 0}), sender="runner")
+    [notice] = [o.body for o in outputs if isinstance(o.body, Notice)]
+    assert notice.data["missing"] == ["dce"]
+    assert "[memory] The user said: hello" in model.requests[0].messages[0].content
+    late = ContextReply(step=1, helper="dce", text="too late")
+    assert await harness.deliver(late, sender="dce") == []
