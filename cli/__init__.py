@@ -30,6 +30,7 @@ _COMMANDS = {
     "status": "_system",
     "inject": "_faults",
     "faults": "_faults",
+    "helpers": "_helpers",
     "config": "_config",
     "doctor": "_doctor",
     "journal": "_journal",

@@ -21,7 +21,16 @@ from rich.table import Table
 
 from faultline._errors import ConfigError, JournalError, RunError, UsageError
 from faultline.bus import OPERATOR, Access, Bus, Credential
-from faultline.cli._run_plan import RunPlan, RunResult, Summary, plan_episodes, run_plan, summarize, wait_for_journal
+from faultline.cli._run_plan import (
+    RunPlan,
+    RunResult,
+    Summary,
+    plan_episodes,
+    run_plan,
+    summarize,
+    wait_for_journal,
+    with_costs,
+)
 from faultline.cli._system import (
     StopRequest,
     add_defense_flag,
@@ -440,10 +449,14 @@ def _run(args: argparse.Namespace) -> int:
                 request = anyio.run(_run_local, supervisor, config, plan, result, display, rules)
     problem = journal_problem(supervisor) if supervisor else ""
     summary = summarize(result, args.trials, "" if args.nats else str(journal))
+    if plan.helpers and not args.nats and not problem:
+        summary = with_costs(summary, journal, run_id, plan.helpers)
     if args.json:
         print(msgspec.json.encode(summary).decode())
     else:
         Console().print(_table(summary, args.domain, run_id))
+        if summary.costs:
+            Console().print(_costs_table(summary, uses_sim=_uses_sim(config)))
     if request.signum is not None:
         console.print(_stopped(request, result, problem, args.nats, journal), soft_wrap=True, highlight=False)
         return 128 + request.signum
@@ -608,6 +621,24 @@ def _causes(errors: dict[str, int]) -> str:
     if len(errors) == 1:
         return next(iter(errors))
     return "; ".join(f"{cause} ({n} episode{'s' if n > 1 else ''})" for cause, n in errors.items())
+
+
+def _costs_table(summary: Summary, *, uses_sim: bool) -> Table:
+    """Model use per agent per episode, and what the helpers add to the tool agent's (FAMA Table 2's shape)."""
+    note = " (sim: tokens are words, latency is the simulator's)" if uses_sim else ""
+    table = Table(title=f"model calls per episode, by agent{note}")
+    for column in ("agent", "calls", "tokens in", "tokens out", "model latency"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for row in summary.costs:
+        table.add_row(
+            row.agent, f"{row.calls:.1f}", f"{row.prompt_tokens:.0f}", f"{row.completion_tokens:.0f}",
+            f"{row.latency_s * 1000:.0f} ms",
+        )  # fmt: skip
+    overhead = summary.helper_overhead
+    tokens = f"+{overhead['tokens']:.0%} tokens" if "tokens" in overhead else "no tool-agent tokens to compare"
+    latency = f", +{overhead['latency']:.0%} model latency" if "latency" in overhead else ""
+    table.caption = f"helpers over the tool agent alone: {tokens}{latency}"
+    return table
 
 
 def _table(summary: Summary, domain: str, run_id: str) -> Table:

@@ -14,6 +14,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -244,6 +245,20 @@ def pass_hat_k(successes: Sequence[int], trials: int, k: int) -> float:
     return sum(math.comb(c, k) / math.comb(trials, k) for c in successes) / len(successes)
 
 
+class AgentCostRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent's model use per episode of a run: calls, tokens in and out, model latency."""
+
+    agent: str
+    calls: float
+    prompt_tokens: float
+    completion_tokens: float
+    latency_s: float
+
+    @property
+    def tokens(self) -> float:
+        return self.prompt_tokens + self.completion_tokens
+
+
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
     episodes: int
     tasks: int
@@ -258,6 +273,11 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     journal: str = ""
     errors: dict[str, int] = {}
     """Causes of the episodes that ended in error, with how many ended with each."""
+    costs: list[AgentCostRow] = []
+    """Per agent, its model use per episode (from the journal; runs with helpers)."""
+    helper_overhead: dict[str, float] = {}
+    """What the helpers' model calls add to the tool agent's, as fractions: `tokens`, `latency`
+    (FAMA's overhead, relative to the same agent without helpers)."""
 
 
 def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
@@ -287,3 +307,31 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         journal=journal,
         errors=dict(sorted(errors.items(), key=lambda item: -item[1])),
     )
+
+
+def with_costs(summary: Summary, journal: Path, run_id: str, roster: Sequence[str]) -> Summary:
+    """The summary with each agent's model use per episode, and the helpers' overhead over the tool agent."""
+    from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
+
+    with JournalReader(journal) as reader:
+        costs = reader.agent_costs(f"{run_id}-")
+    n = max(summary.episodes, 1)
+    rows = [
+        AgentCostRow(
+            agent=c.agent,
+            calls=c.calls / n,
+            prompt_tokens=c.prompt_tokens / n,
+            completion_tokens=c.completion_tokens / n,
+            latency_s=c.latency_s / n,
+        )
+        for c in costs
+    ]
+    helpers = {helper_agent(entry) for entry in roster}
+    tool = next((r for r in rows if r.agent == "tool"), None)
+    extra = [r for r in rows if r.agent in helpers]
+    overhead: dict[str, float] = {}
+    if tool is not None and tool.tokens:
+        overhead["tokens"] = sum(r.tokens for r in extra) / tool.tokens
+    if tool is not None and tool.latency_s:
+        overhead["latency"] = sum(r.latency_s for r in extra) / tool.latency_s
+    return msgspec.structs.replace(summary, costs=rows, helper_overhead=overhead)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.bus import OPERATOR, Bus, Credential, load_credential
-from faultline.core import helper_agent
+from faultline.core import HELPERS, helper_agent
 from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
     Config,
@@ -84,7 +85,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("worker", help="run agents in this process, against a running NATS server")
     _common(p)
-    p.add_argument("--agents", required=True, help="agent names or package.module:Class, comma-separated")
+    p.add_argument("--agents", default="", help="agent names or package.module:Class, comma-separated")
+    p.add_argument(
+        "--follow-roster",
+        action="store_true",
+        help="also serve the FAMA helpers the live roster (fl.ctl.helpers) and the running episodes ask for",
+    )
     p.add_argument("--shard", default="0/1", metavar="I/N", help="serve the episodes of shard I of N (default 0/1)")
     p.add_argument("--name", default="", help="process name announced to the supervisor")
     add_defense_flag(p)
@@ -184,11 +190,12 @@ def _shard(text: str) -> tuple[int, int]:
 def _worker(args: argparse.Namespace) -> int:
     config = apply_defense_flags(_config(args), args.defense)
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
+    if not agents and not args.follow_roster:
+        raise UsageError("worker: give --agents, --follow-roster or both")
     name = args.name or f"worker-{os.getpid()}"
     url = _url(args, config)
-    anyio.run(
-        run_worker, config, url, _prefix(args, config), agents, name, _shard(args.shard), credential(args, config)
-    )
+    run = functools.partial(run_worker, follow_roster=args.follow_roster)
+    anyio.run(run, config, url, _prefix(args, config), agents, name, _shard(args.shard), credential(args, config))
     return 0
 
 
@@ -226,6 +233,12 @@ HELPER_GROUP = "helpers"
 def with_helpers(groups: dict[str, tuple[str, ...]], roster: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """`groups` and, when the roster names helpers, a group that runs their agents."""
     return {**groups, HELPER_GROUP: tuple(map(helper_agent, roster))} if roster else groups
+
+
+def roster_worker(config_path: Path | None) -> ProcessSpec:
+    """The worker of a long-running system that serves the helpers the live roster asks for."""
+    extra = ("--config", str(config_path)) if config_path else ()
+    return ProcessSpec(HELPER_GROUP, ("worker", "--follow-roster", *extra), worker_identity(HELPER_GROUP))
 
 
 @dataclass
@@ -316,7 +329,8 @@ def _up(args: argparse.Namespace) -> int:
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
     groups = check_system(config, config_source(args.config))
-    workers = worker_specs(config, groups, args.config)
+    workers = [*worker_specs(config, groups, args.config), roster_worker(args.config)]
+    groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
     prefix = _prefix(args, config)
     store_dir = Path(config.nats.store_dir)
     supervisor = Supervisor(

@@ -7,7 +7,7 @@
 from faultline.journal._describe import DESCRIBE_WIDTH, describe_body
 from faultline.journal._diff import EpisodeDiff, Step, diff_episodes, forked_from
 from faultline.journal._export import ExportedRow, export_jsonl, export_row, import_jsonl
-from faultline.journal._reader import EpisodeFilter, EpisodeSummary, JournalReader
+from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, JournalReader
 from faultline.journal._rows import GENESIS, Incoming, JournalRow
 from faultline.journal._schema import SCHEMA_VERSION, JournalSettings
 from faultline.journal._verify import VerifyReport, verify
@@ -17,6 +17,7 @@ __all__ = [
     "DESCRIBE_WIDTH",
     "EpisodeDiff",
     "EpisodeFilter",
+    "AgentCost",
     "EpisodeSummary",
     "ExportedRow",
     "GENESIS",

@@ -54,6 +54,17 @@ class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
         return self.last_ts - self.first_ts
 
 
+class AgentCost(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent's model calls over some episodes (the `model_calls` view, summed)."""
+
+    agent: str
+    episodes: int
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+
+
 class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
     """Which episodes a command works on; every field left None matches all.
 
@@ -202,6 +213,17 @@ class JournalReader:
             and (faulted is None or e.episode in faulted)
             and (wanted.since is None or e.first_ts >= wanted.since)
         ]
+
+    def agent_costs(self, episode_prefix: str = "") -> list[AgentCost]:
+        """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`."""
+        cursor = self._query(
+            "SELECT agent, count(DISTINCT episode), count(*), coalesce(sum(prompt_tokens), 0),"
+            " coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0.0) FROM model_calls"
+            " WHERE substr(episode, 1, length(?)) = ? GROUP BY agent ORDER BY agent",
+            (episode_prefix, episode_prefix),
+        )
+        names = AgentCost.__struct_fields__
+        return [AgentCost(**dict(zip(names, values, strict=True))) for values in cursor]
 
     def episode(self, episode: str) -> EpisodeSummary | None:
         cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes WHERE episode = ?", (episode,))

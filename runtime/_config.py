@@ -202,6 +202,8 @@ class HelpersConfig(_Section, frozen=True):
     verifier_revisions: Annotated[int, msgspec.Meta(ge=0)] = 1
     tor_threshold: Annotated[int, msgspec.Meta(ge=0)] = 1500
     sim_effect: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+    confirm_timeout_s: Seconds = 5.0
+    """Longest `faultline helpers set` and `clear` wait for a running system to take the change in."""
 
 
 class Config(_Section, frozen=True):

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import anyio
 import msgspec
 
 from faultline._errors import DecodeError
-from faultline.bus import Bus
+from faultline.bus import Bus, Message
 from faultline.core import Control, Envelope, derive_id
 from faultline.faults import CONTROL_EPISODE, OPERATOR
 
@@ -22,6 +23,8 @@ HELPERS_CONTROL = "helpers"
 ANY_MODEL = "*"
 """The model key of a roster that applies whatever model the tool agent uses."""
 READ_TIMEOUT_S = 5.0
+TAKEN = "taken"
+"""`fl.svc.helpers.taken`: where the helper pool announces each roster change it took in."""
 
 
 class Rosters(msgspec.Struct, kw_only=True):
@@ -77,3 +80,30 @@ async def read_rosters(bus: Bus, timeout_s: float = READ_TIMEOUT_S) -> Rosters:
         if isinstance(body, Control):
             rosters.take(body)
     return rosters
+
+
+async def publish_roster(bus: Bus, control: Envelope, timeout_s: float) -> tuple[dict[str, Any] | None, float]:
+    """Publish a roster control and wait for a running system to take it in.
+
+    Returns that system's announcement (`served`: the helper agents it runs now) and the
+    seconds it took, or None when none answered within `timeout_s` (the control is
+    journaled all the same, and a system started later reads it).
+    """
+    taken = anyio.Event()
+    answer: dict[str, Any] = {}
+
+    async def on_note(msg: Message) -> None:
+        note = msgspec.json.decode(msg.data)
+        if note.get("control") == control.id:
+            answer.update(note)
+            taken.set()
+
+    sub = await bus.subscribe(f"{bus.subjects.svc(HELPERS_CONTROL)}.{TAKEN}", on_note)
+    try:
+        started = anyio.current_time()
+        await bus.publish(control)
+        with anyio.move_on_after(timeout_s):
+            await taken.wait()
+        return (answer if taken.is_set() else None), anyio.current_time() - started
+    finally:
+        await sub.unsubscribe()

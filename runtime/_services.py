@@ -19,6 +19,7 @@ from faultline.bus import Bus, BusSettings, Credential
 from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._faulting import faults_and_defenses
+from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
 
@@ -145,7 +146,10 @@ async def run_worker(
     name: str,
     shard: tuple[int, int],
     credential: Credential | None = None,
+    *,
+    follow_roster: bool = False,
 ) -> None:
+    """Serve `agents`; with `follow_roster`, also the helpers the live roster asks for (`HelperPool`)."""
     classes = resolve_agents(agents, config)
     r = config.runtime
     settings = WorkerSettings(
@@ -162,7 +166,11 @@ async def run_worker(
     async def body(bus: Bus) -> None:
         async with faults_and_defenses(bus, config, agent_names(config), name):
             worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
-            await serve_until_signal(bus, name, worker)
+            if follow_roster:
+                pool = HelperPool(worker, resolve=lambda agent: resolve_agents([agent], config)[0])
+                await serve_until_signal(bus, name, pool)
+            else:
+                await serve_until_signal(bus, name, worker)
 
     await _with_bus(url, prefix, body, name, config.nats.replicas, credential)
 

@@ -98,6 +98,9 @@ class Worker:
     _stopping: anyio.Event = field(default_factory=anyio.Event)
     _ready: anyio.Event = field(default_factory=anyio.Event)
     _timers: TaskGroup | None = None
+    _serving: TaskGroup | None = None
+    _reading: TaskGroup | None = None
+    _readers: dict[str, tuple[Consumer, anyio.CancelScope]] = field(default_factory=dict)
 
     # -- Services, for the contexts ---------------------------------------------------------
 
@@ -121,31 +124,30 @@ class Worker:
         ]
         try:
             # Timers are inner: cancelling them at the stop leaves the handlers in `serving` to drain.
-            async with anyio.create_task_group() as serving, anyio.create_task_group() as self._timers:
+            async with anyio.create_task_group() as self._serving, anyio.create_task_group() as self._timers:
                 sweeper, keeper = anyio.CancelScope(), anyio.CancelScope()
-                serving.start_soon(self._evict_finished, sweeper)
-                serving.start_soon(self._keep_held, keeper)
-                async with anyio.create_task_group() as reading:
-                    consumers = [await self._open_consumer(cls) for cls in self.agents]
+                self._serving.start_soon(self._evict_finished, sweeper)
+                self._serving.start_soon(self._keep_held, keeper)
+                async with anyio.create_task_group() as self._reading:
+                    for cls in self.agents:
+                        await self.serve(cls)
                     log.info(
                         "%s serving %s (shard %d of %d)",
                         self.name,
-                        ", ".join(cls.name for cls in self.agents),
+                        ", ".join(cls.name for cls in self.agents) or "no agent yet",
                         self.settings.shard,
                         self.settings.shards,
                     )
-                    for cls, consumer in zip(self.agents, consumers, strict=True):
-                        reading.start_soon(self._read, serving, cls, consumer)
                     self._ready.set()
                     await self._stopping.wait()
-                    reading.cancel_scope.cancel()
+                    self._reading.cancel_scope.cancel()
                 sweeper.cancel()
                 keeper.cancel()
-                for consumer in consumers:
+                for consumer, _ in self._readers.values():
                     await consumer.close()
                 for instance in self._instances.values():
                     instance.send.close()
-                serving.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout_s
+                self._serving.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout_s
                 self._timers.cancel_scope.cancel()
         finally:
             for sub in subs:
@@ -155,6 +157,27 @@ class Worker:
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
+
+    async def serve(self, cls: type[Agent]) -> None:
+        """Read agent `cls`'s messages from now on; while the worker runs too (helpers follow the roster)."""
+        assert self._reading is not None and self._serving is not None, "serve() needs a running worker"
+        if cls.name in self._readers:
+            return
+        consumer = await self._open_consumer(cls)
+        scope = anyio.CancelScope()
+        self._readers[cls.name] = (consumer, scope)
+        self._reading.start_soon(self._read, self._serving, cls, consumer, scope)
+
+    async def retire(self, name: str) -> None:
+        """Stop reading agent `name`'s messages; the ones in hand are still handled, and its durable
+        consumer is kept, so serving it again resumes where it stopped."""
+        consumer, scope = self._readers.pop(name)
+        scope.cancel()
+        await consumer.close()
+
+    def serving(self) -> set[str]:
+        """The agents whose messages this worker reads now."""
+        return set(self._readers)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -176,10 +199,11 @@ class Worker:
             name, self._filters(cls), start=floor + 1, ack_wait_s=self.settings.ack_wait_s, replace=True
         )
 
-    async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer) -> None:
-        while not self._stopping.is_set():
-            for delivery in await consumer.batch():
-                await self._dispatch(tg, cls, consumer, delivery)
+    async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, scope: anyio.CancelScope) -> None:
+        with scope:
+            while not self._stopping.is_set():
+                for delivery in await consumer.batch():
+                    await self._dispatch(tg, cls, consumer, delivery)
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
         env = await self.bus.decode_or_dead_letter(delivery)
@@ -307,7 +331,7 @@ class Worker:
         status = {
             "worker": self.name,
             "pid": os.getpid(),
-            "agents": [cls.name for cls in self.agents],
+            "agents": sorted(self.serving()),
             "shard": f"{self.settings.shard}/{self.settings.shards}",
             "episodes": episodes,
             "handled": self.handled,

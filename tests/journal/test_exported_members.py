@@ -13,6 +13,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "SCHEMA_VERSION",
             "EpisodeDiff",
             "EpisodeFilter",
+            "AgentCost",
             "EpisodeSummary",
             "ExportedRow",
             "Incoming",

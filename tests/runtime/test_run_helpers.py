@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -18,12 +20,35 @@ ROSTER = ["dce", "tsa", "tor", "planner", "memory:6", "verifier"]
 
 
 @pytest.fixture(scope="module")
-def helped(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run of 6 retail tasks with every helper, the sim making mistakes the verifier can catch."""
+def helped_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # type: ignore[type-arg]
+    """A run of 6 retail tasks with every helper, the sim making mistakes the verifier can catch: its
+    journal and its JSON summary."""
     journal = tmp_path_factory.mktemp("helped") / "j.sqlite"
     args = ["run", "--json", "--tasks", "6", "--error-rates", "0.15", "--seed", "4", "--journal", str(journal)]
-    assert main([*args, "--helpers", "verifier,memory:6,tor,planner,tsa,dce"]) == 0
-    return journal
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main([*args, "--helpers", "verifier,memory:6,tor,planner,tsa,dce"]) == 0
+    return journal, json.loads(out.getvalue())
+
+
+@pytest.fixture
+def helped(helped_run: tuple[Path, dict]) -> Path:  # type: ignore[type-arg]
+    return helped_run[0]
+
+
+def test_the_summary_gives_each_agent_its_model_use_and_the_helpers_overhead(
+    helped_run: tuple[Path, dict],  # type: ignore[type-arg]
+) -> None:
+    _, summary = helped_run
+    costs = {row["agent"]: row for row in summary["costs"]}
+    assert {"tool", "user", "dce", "tsa", "planner", "verifier"} <= costs.keys()
+    assert "user_context" not in costs  # memory asks no model
+    with JournalReader(helped_run[0]) as reader:
+        dce = sum(1 for r in reader.rows() if r.kind == "recording" and r.sender == "dce")
+    assert costs["dce"]["calls"] == pytest.approx(dce / 6)
+    helper_tokens = sum(costs[a]["prompt_tokens"] + costs[a]["completion_tokens"] for a in ("dce", "tsa", "planner",
+                                                                                              "verifier", "tor") if a in costs)  # fmt: skip
+    tool_tokens = costs["tool"]["prompt_tokens"] + costs["tool"]["completion_tokens"]
+    assert summary["helper_overhead"]["tokens"] == pytest.approx(helper_tokens / tool_tokens)
 
 
 def rows(journal: Path) -> list[JournalRow]:

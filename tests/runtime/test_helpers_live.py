@@ -1,0 +1,82 @@
+"""The live roster on a running `faultline up`: `faultline helpers set|list|clear`, real processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from faultline.agents import EpisodeSpec
+from faultline.cli import main
+from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
+from faultline.envs import load_domain
+from faultline.journal import JournalReader
+from faultline.runtime import start_episode
+from tests.runtime.test_processes import faultline, finish, wait_until_up
+
+pytestmark = pytest.mark.slow
+
+
+async def helpers(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]
+    """`faultline helpers ARGS --json`, in a thread: the command runs an event loop of its own."""
+    assert await anyio.to_thread.run_sync(main, ["helpers", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+async def run_on(cwd: Path, url: str, run_id: str) -> None:
+    """`faultline run --nats URL` on two tasks, as a process of its own (it handles signals)."""
+    process = faultline("run", "--nats", url, "--tasks", "2", "--run-id", run_id, "--json", cwd=cwd)
+    err = await finish(process)
+    assert process.returncode == 0, err[-2000:]
+
+
+async def test_a_roster_change_reaches_new_episodes_only_and_helpers_follow_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where `helpers` and `run --nats` find the `up` running here
+    config = tmp_path / "faultline.toml"
+    config.write_text(f'[journal]\npath = "{tmp_path / "up.sqlite"}"\n[nats]\nstore_dir = "{tmp_path / "nats"}"\n')
+    process = faultline("up", "--config", str(config), cwd=tmp_path)
+    try:
+        up = await wait_until_up(tmp_path, process)
+        assert (await helpers(capsys, "list"))["served"] == []
+
+        taken = await helpers(capsys, "set", "retail", "dce,memory:2")
+        assert taken["taken"]["served"] == ["dce", "user_context"] and taken["seconds"] < 1.0
+        await run_on(tmp_path, up.url, "before")
+
+        # An episode that keeps running: it took the planner, and keeps it after the roster moves on.
+        bus = await up.connect()
+        spec = EpisodeSpec(domain="retail", task=load_domain("retail").tasks()[0].id, helpers=["planner"])
+        await start_episode(bus, "held", "planner", EpisodeStarted(domain="retail", roster=["planner"]), spec.start())
+        with anyio.fail_after(5):
+            while "planner" not in (await helpers(capsys, "list"))["served"]:
+                await anyio.sleep(0.05)
+        taken = await helpers(capsys, "set", "retail", "tsa")
+        assert taken["taken"]["served"] == ["planner", "tsa"] and taken["seconds"] < 1.0
+        await run_on(tmp_path, up.url, "after")
+        done = EpisodeCompleted(outcome="failure", cause="ended by the test")
+        await bus.publish(Envelope(id=derive_id("held", 0, "t"), episode="held", sender=RUNNER, body=done))
+        with anyio.fail_after(5):
+            while (await helpers(capsys, "list"))["served"] != ["tsa"]:
+                await anyio.sleep(0.05)
+        await bus.close()
+
+        assert (await helpers(capsys, "clear"))["taken"]["served"] == []
+        listed = await helpers(capsys, "list")
+        assert listed == {"rosters": {}, "served": []}
+    finally:
+        process.terminate()
+        err = await finish(process)
+    assert process.returncode == 0, err[-2000:]
+    with JournalReader(tmp_path / "up.sqlite") as reader:
+        rows = list(reader.rows())
+    rosters = {r.episode.split("-")[0]: r.envelope().body.roster for r in rows if r.kind == "episode_started"}  # type: ignore[union-attr]
+    assert rosters == {"before": ["dce", "memory:2"], "after": ["tsa"], "held": ["planner"]}
+    replies = {(r.episode.split("-")[0], r.sender) for r in rows if r.kind == "context_reply"}
+    assert {("before", "dce"), ("before", "user_context"), ("after", "tsa")} <= replies
+    assert not {s for e, s in replies if e == "after"} - {"tsa"}
+    assert [r for r in rows if r.kind == "control" and r.envelope().body.name == "helpers"]  # type: ignore[union-attr]
+    assert main(["replay", str(tmp_path / "up.sqlite")]) == 0
