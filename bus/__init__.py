@@ -8,6 +8,7 @@ from faultline.bus._access import (
     Access,
     Credential,
     Identity,
+    Login,
     agent_identity,
     journal_identity,
     load_credential,
@@ -18,6 +19,7 @@ from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._follow import FollowSettings, follow_rules, publish_controls, read_rules
 from faultline.bus._messaging import Message, Subscription
 from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
+from faultline.bus._tls import TLSFiles, make_certificates
 from faultline.bus._transport import Bus, BusSettings, StreamState
 
 __all__ = [
@@ -32,15 +34,18 @@ __all__ = [
     "EmbeddedServer",
     "FollowSettings",
     "Identity",
+    "Login",
     "Message",
     "StreamState",
     "Subscription",
+    "TLSFiles",
     "agent_identity",
     "find_nats_server",
     "follow_rules",
     "free_port",
     "journal_identity",
     "load_credential",
+    "make_certificates",
     "operator_identity",
     "recorder_identity",
     "publish_controls",

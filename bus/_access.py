@@ -48,6 +48,15 @@ class Credential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 @dataclass(frozen=True, slots=True)
+class Login:
+    """How a process connects: the NATS user it is (None on an --insecure system) and the CA
+    it checks the server's certificate against (None without TLS)."""
+
+    credential: Credential | None = None
+    tls_ca: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Identity:
     """A NATS user and the subjects it may publish and subscribe to."""
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from faultline._errors import ServerError
+from faultline.bus._tls import TLSFiles
 
 READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -62,6 +63,8 @@ class EmbeddedServer:
     store_dir: Path | None = None
     config_file: Path | None = None
     """A server configuration (`Access.server_config`: users and their permissions); None lets anyone in."""
+    tls: TLSFiles | None = None
+    """The server's certificate and key: clients must then speak TLS and can verify it against `tls.ca`."""
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = READY_TIMEOUT_S
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -112,6 +115,8 @@ class EmbeddedServer:
         args = [str(binary), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
         if self.config_file is not None:
             args += ["-c", str(self.config_file)]
+        if self.tls is not None:
+            args += ["--tls", "--tlscert", str(self.tls.cert), "--tlskey", str(self.tls.key)]
         self._process = subprocess.Popen(
             [*args, *self.extra_args],
             stdin=subprocess.DEVNULL,

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -33,9 +35,10 @@ from faultline._errors import (
     PublishRefusedError,
     ReplyTimeoutError,
 )
-from faultline.bus._access import Credential
+from faultline.bus._access import Credential, Login
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
+from faultline.bus._tls import client_context
 from faultline.core import (
     DEFAULT_PREFIX,
     DeadLetter,
@@ -53,6 +56,7 @@ _REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]
 
 log = logging.getLogger(__name__)
 
+MAX_OUTSTANDING_PINGS = 2
 _Pending = tuple[str, "asyncio.Future[api.PubAck]"]
 """A publish on its way: its subject, and the future of JetStream's confirmation."""
 
@@ -70,6 +74,9 @@ class BusSettings:
     ack_wait_s: float = 30.0
     pending_msgs_limit: int = 1_000_000
     publish_max_pending: int = 4_000
+    ping_interval_s: float = 5.0
+    """How often the client pings its server: after MAX_OUTSTANDING_PINGS unanswered (a server paused or cut
+    off) it moves to another node of the cluster."""
     dead_letter_kept_bytes: int = 4_096
     """How much of a refused message its dead letter keeps (it keeps the size and digest of all of it)."""
 
@@ -107,31 +114,41 @@ class Bus:
         settings: BusSettings | None = None,
         interceptors: InterceptorChain | None = None,
         name: str = "faultline",
-        credential: Credential | None = None,
+        login: Login | None = None,
     ) -> Bus:
         """Connect to `url`: one server, or several separated by commas (the nodes of a cluster).
 
-        With `credential` the connection is that NATS user's, and every publish it is
-        not allowed is refused by the server: logged here and raised as PublishRefusedError.
+        With a credential in `login` the connection is that NATS user's, and every publish
+        it is not allowed is refused by the server: logged here and raised as PublishRefusedError.
+        With a CA in `login` it speaks TLS and accepts only a server certificate that CA signed.
         """
+        credential, tls_ca = (login.credential, login.tls_ca) if login else (None, None)
         settings = settings or BusSettings()
         refusals = _Refusals(name)
         servers = [part.strip() for part in url.split(",") if part.strip()]
-        login = {"user": credential.user, "password": credential.password} if credential else {}
+        options: dict[str, Any] = {"user": credential.user, "password": credential.password} if credential else {}
+        if tls_ca is not None:
+            options["tls"] = client_context(tls_ca)
         try:
-            nc = await nats.connect(
-                servers,
-                name=name,
-                connect_timeout=settings.connect_timeout_s,
-                max_reconnect_attempts=1,
-                reconnect_time_wait=0.2,
-                allow_reconnect=True,
-                error_cb=refusals.on_error,
-                **login,
-            )
+            # The client can keep retrying a TLS handshake it will never pass: bound the whole attempt.
+            with anyio.fail_after(settings.connect_timeout_s * (len(servers) + 1)):
+                nc = await nats.connect(
+                    servers,
+                    name=name,
+                    connect_timeout=settings.connect_timeout_s,
+                    max_reconnect_attempts=1,
+                    reconnect_time_wait=0.2,
+                    allow_reconnect=True,
+                    error_cb=refusals.on_error,
+                    ping_interval=settings.ping_interval_s,
+                    max_outstanding_pings=MAX_OUTSTANDING_PINGS,
+                    **options,
+                )
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             if refusals.login_refused or isinstance(exc, nats.errors.AuthorizationError):
                 raise AccessError(_refused_login(url, credential)) from None
+            if refusals.tls_failure:
+                raise AccessError(_failed_tls(url, tls_ca, refusals.tls_failure)) from None
             raise BusError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
         # Fail fast on the first connect, but once connected ride out server restarts.
         nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
@@ -422,12 +439,16 @@ class _Refusals:
         self.name = name
         self.subjects: deque[str] = deque(maxlen=256)
         self.login_refused = False
+        self.tls_failure = ""
         self._next: asyncio.Future[None] | None = None
 
     async def on_error(self, exc: Exception) -> None:
         """NATS's asynchronous errors: a refused login or publish; connection hiccups surface where they hurt."""
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
             self.login_refused = True
+            return
+        if isinstance(exc, ssl.SSLError):
+            self.tls_failure = getattr(exc, "verify_message", "") or getattr(exc, "reason", "") or str(exc)
             return
         found = _REFUSED_PUBLISH.search(str(exc))
         if found is None:
@@ -459,6 +480,12 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
     """Mark the outcome of an abandoned wait as seen, so that asyncio does not report it."""
     if not future.cancelled():
         future.exception()
+
+
+def _failed_tls(url: str, tls_ca: Path | None, reason: str) -> str:
+    if tls_ca is None:
+        return f"NATS at {url} speaks TLS with a certificate this machine does not trust ({reason}): pass --tls-ca FILE"
+    return f"NATS at {url} failed the TLS check against {tls_ca} ({reason}): is it the CA that signed its certificate?"
 
 
 def _refused_login(url: str, credential: Credential | None) -> str:

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.bus import Bus, publish_controls, read_rules
-from faultline.cli._system import STATE_FILE, _common, _config, _url, credential
+from faultline.cli._system import STATE_FILE, _common, _config, _url, login
 from faultline.core import Envelope
 from faultline.faults import FaultRule, RuleSet, add_rule_control, clear_rules_control, fault_types, remove_rule_control
 from faultline.runtime import follow_settings, make_rule, parse_duration
@@ -103,10 +103,10 @@ def _connect(args: argparse.Namespace, body: Callable[[Bus], Awaitable[T]]) -> T
     prefix = args.prefix or config.nats.prefix
     if not args.prefix and not args.nats and STATE_FILE.exists():
         prefix = json.loads(STATE_FILE.read_text()).get("prefix", prefix)
-    login = credential(args, config, url)
+    connect_as = login(args, config, url)
 
     async def main() -> T:
-        bus = await Bus.connect(url, prefix=prefix, name="faultline-operator", credential=login)
+        bus = await Bus.connect(url, prefix=prefix, name="faultline-operator", login=connect_as)
         try:
             return await body(bus)
         finally:

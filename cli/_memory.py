@@ -27,7 +27,7 @@ from faultline.agents.memory import (
     retrieval_mode,
     serve_memory,
 )
-from faultline.cli._system import _common, _prefix, _url, credential
+from faultline.cli._system import _common, _prefix, _url, login
 from faultline.journal import JournalReader
 from faultline.runtime import Config, load_config
 
@@ -233,5 +233,5 @@ def _search(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     url = _url(args, config)
-    anyio.run(serve_memory, config, url, _prefix(args, config), args.name, args.store, credential(args, config))
+    anyio.run(serve_memory, config, url, _prefix(args, config), args.name, args.store, login(args, config))
     return 0

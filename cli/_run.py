@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from faultline._errors import ConfigError, JournalError, RunError, UsageError
-from faultline.bus import OPERATOR, Access, Bus, Credential
+from faultline.bus import OPERATOR, Access, Bus, Login
 from faultline.cli._run_plan import (
     RunPlan,
     RunResult,
@@ -37,9 +37,10 @@ from faultline.cli._system import (
     add_insecure_flag,
     add_plugin_flag,
     config_source,
-    credential,
     journal_problem,
+    login,
     run_supervised,
+    server_tls,
     stop_on_signal,
     warn_insecure,
     with_helpers,
@@ -219,6 +220,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="FILE",
         help="with --nats: the operator's credential (default: nats.credentials, else that of the `up` running here)",
     )
+    p.add_argument(
+        "--tls-ca",
+        type=Path,
+        metavar="FILE",
+        help="with --nats: speak TLS, trusting the certificates this CA signed (default: nats.tls_ca, else the `up` here's)",
+    )
     add_insecure_flag(p)
     p.add_argument(
         "--fault", action="append", default=[], metavar="TYPE[:k=v,...]",
@@ -386,8 +393,9 @@ def _uses_sim(config: Config) -> bool:
 def _run(args: argparse.Namespace) -> int:
     if args.defense and args.nats:
         raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
-    if args.insecure and args.nats:
-        raise UsageError("--insecure sets up the system `run` starts; with --nats, give it to `faultline up`")
+    if (args.insecure or args.tls) and args.nats:
+        flag = "--insecure" if args.insecure else "--tls"
+        raise UsageError(f"{flag} sets up the system `run` starts; with --nats, give it to `faultline up`")
     config = apply_defense_flags(effective_config(args), args.defense)
     journal = args.journal or Path(config.journal.path)
     config = _with_memory(config, args.memory, journal)
@@ -432,10 +440,11 @@ def _run(args: argparse.Namespace) -> int:
             console.print(f"[dim]note: {SIM_NOTE}[/dim]")
         if args.insecure:
             warn_insecure(console, "on its local port")
+        tls = None if args.nats else server_tls(args, config, run_dir / "tls")
         with _display(console, result, plan, quiet=args.json) as display:
             if args.nats:
-                login = credential(args, config, args.nats)
-                request = anyio.run(_run_remote, args.nats, config, plan, result, display, rules, login)
+                connect_as = login(args, config, args.nats)
+                request = anyio.run(_run_remote, args.nats, config, plan, result, display, rules, connect_as)
             else:
                 effective.write_bytes(msgspec.json.encode(config))
                 supervisor = Supervisor(
@@ -445,6 +454,8 @@ def _run(args: argparse.Namespace) -> int:
                     prefix=config.nats.prefix,
                     log_dir=run_dir / "logs",
                     access=access,
+                    server_tls=tls,
+                    tls_ca=tls.ca if tls else None,
                 )
                 request = anyio.run(_run_local, supervisor, config, plan, result, display, rules)
     problem = journal_problem(supervisor) if supervisor else ""
@@ -570,11 +581,11 @@ async def _run_remote(
     result: RunResult,
     display: _Display,
     rules: list[FaultRule],
-    login: Credential | None,
+    connect_as: Login,
 ) -> StopRequest:
     """Run the episodes on the system already running at `url` (its workers and journal)."""
     async with stop_on_signal(display.show) as request:
-        bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, credential=login)
+        bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
         try:
             async with rules_in_force(bus, rules, workers=None, settings=follow_settings(config)):
                 await run_plan(bus, plan, result, display.on_done)

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
-from faultline.bus import OPERATOR, Bus, Credential, load_credential
+from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential, make_certificates
 from faultline.core import HELPERS, helper_agent
 from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
@@ -56,6 +56,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="NATS credential to connect with (default: nats.credentials, else the operator's of the `up` running here)",
     )
+    parser.add_argument(
+        "--tls-ca",
+        type=Path,
+        metavar="FILE",
+        help="speak TLS, trusting the server certificates this CA signed (default: nats.tls_ca, else the `up` here's)",
+    )
 
 
 def add_insecure_flag(p: argparse.ArgumentParser) -> None:
@@ -64,6 +70,21 @@ def add_insecure_flag(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run NATS without credentials or permissions (anyone who reaches its port may publish anything); for debugging",
     )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="nats-server speaks TLS only, with nats.tls_cert/tls_key/tls_ca, else a CA and certificate made with openssl",
+    )
+
+
+def server_tls(args: argparse.Namespace, config: Config, folder: Path) -> TLSFiles | None:
+    """The embedded server's TLS files with --tls: the configuration's own, else made (once) in `folder`."""
+    n = config.nats
+    if not args.tls:
+        return None
+    if n.tls_cert:
+        return TLSFiles(Path(n.tls_ca), Path(n.tls_cert), Path(n.tls_key))
+    return make_certificates(folder)
 
 
 def warn_insecure(console: Console, port_or_url: str) -> None:
@@ -162,15 +183,18 @@ def _url(args: argparse.Namespace, config: Config, *, state: bool = False) -> st
     return url
 
 
-def credential(args: argparse.Namespace, config: Config, url: str = "") -> Credential | None:
-    """The credential a command connects with: --creds, else nats.credentials, else the operator's of the
-    `faultline up` running here when `url` is its server; None when there is none (an --insecure system)."""
-    path = args.creds or (Path(config.nats.credentials) if config.nats.credentials else None)
-    if path is None and url and STATE_FILE.exists():
-        state = json.loads(STATE_FILE.read_text())
-        if state.get("url") == url and state.get("credentials"):
-            path = Path(state["credentials"])
-    return load_credential(path) if path else None
+def login(args: argparse.Namespace, config: Config, url: str = "") -> Login:
+    """How a command connects: its flags (--creds, --tls-ca), else the `[nats]` keys, else what the `faultline up`
+    running here wrote when `url` is its server (its operator's credential and its CA)."""
+    state = json.loads(STATE_FILE.read_text()) if url and STATE_FILE.exists() else {}
+    ours = state.get("url") == url
+
+    def file(flag: Path | None, key: str, saved: str) -> Path | None:
+        value = flag or getattr(config.nats, key) or (state.get(saved, "") if ours else "")
+        return Path(value) if value else None
+
+    creds = file(args.creds, "credentials", "credentials")
+    return Login(load_credential(creds) if creds else None, file(args.tls_ca, "tls_ca", "tls_ca"))
 
 
 def _prefix(args: argparse.Namespace, config: Config) -> str:
@@ -195,16 +219,14 @@ def _worker(args: argparse.Namespace) -> int:
     name = args.name or f"worker-{os.getpid()}"
     url = _url(args, config)
     run = functools.partial(run_worker, follow_roster=args.follow_roster)
-    anyio.run(run, config, url, _prefix(args, config), agents, name, _shard(args.shard), credential(args, config))
+    anyio.run(run, config, url, _prefix(args, config), agents, name, _shard(args.shard), login(args, config))
     return 0
 
 
 def _journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
-    anyio.run(
-        run_journal, url, _prefix(args, config), args.file, args.name, config.nats.replicas, credential(args, config)
-    )
+    anyio.run(run_journal, url, _prefix(args, config), args.file, args.name, config.nats.replicas, login(args, config))
     return 0
 
 
@@ -333,6 +355,9 @@ def _up(args: argparse.Namespace) -> int:
     groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
     prefix = _prefix(args, config)
     store_dir = Path(config.nats.store_dir)
+    if args.tls and (args.nats or config.nats.url):
+        raise UsageError("--tls sets up the nats-server `up` starts; for a server of your own, pass --tls-ca")
+    tls = server_tls(args, config, state_dir(journal) / "tls")
     supervisor = Supervisor(
         journal_path=journal,
         workers=[ProcessSpec(s.name, (*s.args, *defenses), s.identity) for s in workers],
@@ -342,14 +367,18 @@ def _up(args: argparse.Namespace) -> int:
         store_dir=store_dir,
         log_dir=journal.parent / "logs",
         access=None if args.insecure else system_access(state_dir(journal) / "credentials", prefix, groups).prepare(),
+        server_tls=tls,
+        tls_ca=tls.ca if tls else login(args, config).tls_ca,
     )
     console = Console(stderr=True)
     if args.insecure:
         warn_insecure(console, supervisor.nats_url or "on its local port")
     operator = str(supervisor.access.credential_file(OPERATOR).resolve()) if supervisor.access else ""
+    ca = str(supervisor.tls_ca.resolve()) if supervisor.tls_ca else ""
 
     async def serve(supervisor: Supervisor) -> None:
         state = {"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid(), "credentials": operator}
+        state["tls_ca"] = ca
         STATE_FILE.write_text(json.dumps(state))
         try:
             console.print(_process_table(supervisor.status(), supervisor.url, journal))
@@ -394,10 +423,10 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
 
 
 async def gather_status(
-    url: str, prefix: str, window_s: float = STATUS_WINDOW_S, credential: Credential | None = None
+    url: str, prefix: str, window_s: float = STATUS_WINDOW_S, login: Login | None = None
 ) -> list[dict[str, Any]]:
     """Ask every worker for its status and collect the answers that arrive within `window_s`."""
-    bus = await Bus.connect(url, prefix=prefix, credential=credential)
+    bus = await Bus.connect(url, prefix=prefix, login=login)
     try:
         answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
     finally:
@@ -409,7 +438,7 @@ async def gather_status(
 def _status(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config, state=True)
-    replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, credential(args, config, url))
+    replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, login(args, config, url))
     if args.json:
         print(json.dumps(replies))
         return 0

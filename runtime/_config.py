@@ -55,6 +55,12 @@ class NatsConfig(_Section, frozen=True):
     """Copies of the journal stream kept by a NATS cluster (1 on a single server)."""
     credentials: str = ""
     """The NATS credential file this host's processes connect with (`--creds` overrides it); empty for none."""
+    tls_ca: str = ""
+    """The CA certificate clients check the server's against (`--tls-ca` overrides it); empty: no TLS, or the
+    CA `faultline up --tls` made."""
+    tls_cert: str = ""
+    """The embedded server's own certificate for `--tls` (with `tls_key` and `tls_ca`); empty: one is made."""
+    tls_key: str = ""
 
 
 class JournalConfig(_Section, frozen=True):
@@ -367,6 +373,12 @@ def _convert(value: Any, type_: type[T], path: str, source: str) -> T:
 def _check(config: Config, source: str) -> None:
     """What a type cannot say: names that must be subject tokens, class specs, a model for `openai`."""
     _check_token(config.nats.prefix, "$.nats.prefix", source, "subject prefix")
+    own_tls = (config.nats.tls_cert, config.nats.tls_key, config.nats.tls_ca)
+    if (config.nats.tls_cert or config.nats.tls_key) and not all(own_tls):
+        raise ConfigError(
+            f"{source}: tls_cert, tls_key and tls_ca go together: set all three, or none for `--tls` to make them"
+            " - at $.nats"
+        )
     for name, worker in config.workers.items():
         for agent in worker.agents:
             if agent != ALL_AGENTS:
@@ -405,6 +417,10 @@ def _check_token(value: str, path: str, source: str, what: str) -> None:
         raise ConfigError(f"{source}: {exc} - at {path}") from None
 
 
+_NATS_FILES = ("credentials", "tls_ca", "tls_cert", "tls_key")
+"""Keys of `[nats]` that name files, taken relative to the config file's folder."""
+
+
 def _relative_to(config: Config, folder: Path) -> Config:
     def place(value: str) -> str:
         return value if Path(value).is_absolute() else str(folder / value)
@@ -414,7 +430,7 @@ def _relative_to(config: Config, folder: Path) -> Config:
         nats=msgspec.structs.replace(
             config.nats,
             store_dir=place(config.nats.store_dir),
-            credentials=place(config.nats.credentials) if config.nats.credentials else "",
+            **{key: place(getattr(config.nats, key)) for key in _NATS_FILES if getattr(config.nats, key)},
         ),
         journal=msgspec.structs.replace(config.journal, path=place(config.journal.path)),
         memory=msgspec.structs.replace(config.memory, store=place(config.memory.store)),

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import anyio
 
 from faultline._errors import ConfigError, JournalError
-from faultline.bus import Bus, BusSettings, Credential
+from faultline.bus import Bus, BusSettings, Login
 from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, make_backend
 from faultline.runtime._faulting import faults_and_defenses
@@ -126,11 +126,11 @@ async def _with_bus(
     body: Callable[[Bus], Awaitable[None]],
     name: str,
     replicas: int = 1,
-    credential: Credential | None = None,
+    login: Login | None = None,
 ) -> None:
     _tune_collector()
     settings = BusSettings(replicas=replicas)
-    bus = await Bus.connect(url, prefix=prefix, settings=settings, name=name, credential=credential)
+    bus = await Bus.connect(url, prefix=prefix, settings=settings, name=name, login=login)
     try:
         await bus.ensure_stream()
         await body(bus)
@@ -145,7 +145,7 @@ async def run_worker(
     agents: list[str],
     name: str,
     shard: tuple[int, int],
-    credential: Credential | None = None,
+    login: Login | None = None,
     *,
     follow_roster: bool = False,
 ) -> None:
@@ -172,11 +172,11 @@ async def run_worker(
             else:
                 await serve_until_signal(bus, name, worker)
 
-    await _with_bus(url, prefix, body, name, config.nats.replicas, credential)
+    await _with_bus(url, prefix, body, name, config.nats.replicas, login)
 
 
 async def run_journal(
-    url: str, prefix: str, path: Path, name: str, replicas: int = 1, credential: Credential | None = None
+    url: str, prefix: str, path: Path, name: str, replicas: int = 1, login: Login | None = None
 ) -> None:
     from faultline.runtime._journal_service import JournalService
 
@@ -184,6 +184,6 @@ async def run_journal(
         await serve_until_signal(bus, name, JournalService(bus, path))
 
     try:
-        await _with_bus(url, prefix, body, name, replicas, credential)
+        await _with_bus(url, prefix, body, name, replicas, login)
     except* JournalError as failed:  # one line on stderr, not a traceback
         raise failed.exceptions[0] from None

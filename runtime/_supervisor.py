@@ -27,7 +27,7 @@ import msgspec
 from anyio.abc import Process
 
 from faultline._errors import BusError, FaultlineError, ServerError
-from faultline.bus import JOURNAL, OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Message
+from faultline.bus import JOURNAL, OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles
 from faultline.runtime._episodes import JournalState
 
 READY_TIMEOUT_S = 30.0
@@ -84,6 +84,10 @@ class Supervisor:
     extra_args: tuple[str, ...] = ()
     access: Access | None = None
     """Credentials and permissions (prepared); None runs without access control (`--insecure`)."""
+    server_tls: TLSFiles | None = None
+    """The embedded server's certificate and key, when it speaks TLS."""
+    tls_ca: Path | None = None
+    """The CA every process of the system checks the server's certificate against; None without TLS."""
     bus: Bus | None = None
     server: EmbeddedServer | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
@@ -99,7 +103,7 @@ class Supervisor:
         access = self.access
         if not self.nats_url:
             config_file = access.server_config if access else None
-            self.server = EmbeddedServer(store_dir=self.store_dir, config_file=config_file)
+            self.server = EmbeddedServer(store_dir=self.store_dir, config_file=config_file, tls=self.server_tls)
             await anyio.to_thread.run_sync(self.server.start)
             tg.start_soon(self._watch_server, self.server)
         self.bus = await Bus.connect(
@@ -107,7 +111,7 @@ class Supervisor:
             prefix=self.prefix,
             settings=BusSettings(replicas=self.replicas),
             name=OPERATOR,
-            credential=access.credential(OPERATOR) if access else None,
+            login=Login(access.credential(OPERATOR) if access else None, self.tls_ca),
         )
         await self.bus.ensure_stream()
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
@@ -140,6 +144,8 @@ class Supervisor:
         common = ["--nats", self.url, "--prefix", self.prefix, "--name", spec.name, *self.extra_args]
         if self.access is not None and spec.identity:
             common += ["--creds", str(self.access.credential_file(spec.identity))]
+        if self.tls_ca is not None:
+            common += ["--tls-ca", str(self.tls_ca)]
         return [sys.executable, "-m", "faultline.cli", *spec.args, *common]
 
     async def _spawn(self, tg: anyio.abc.TaskGroup, spec: ProcessSpec) -> None:

@@ -61,7 +61,7 @@ from faultline.agents.memory._protocol import (
     SyncRequest,
 )
 from faultline.agents.memory._store import MemoryStore
-from faultline.bus import Bus, Consumer, Credential, Delivery, Message, Subscription
+from faultline.bus import Bus, Consumer, Delivery, Login, Message, Subscription
 from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, encode
 from faultline.envs import load_domain
 from faultline.runtime import Config, serve_until_signal
@@ -357,10 +357,10 @@ async def serve_memory(
     prefix: str,
     name: str,
     store: str | Path | None = None,
-    credential: Credential | None = None,
+    login: Login | None = None,
 ) -> None:
     """The `faultline memory serve` process: serve until SIGTERM/SIGINT, announced ready as `name`."""
-    bus = await Bus.connect(url, prefix=prefix, name=name, credential=credential)
+    bus = await Bus.connect(url, prefix=prefix, name=name, login=login)
     try:
         await bus.ensure_stream()
         async with open_memory(config.memory, store) as memory:

@@ -20,6 +20,7 @@ from faultline.bus import (
     Bus,
     Credential,
     EmbeddedServer,
+    Login,
     agent_identity,
     journal_identity,
     operator_identity,
@@ -47,7 +48,7 @@ def secured(tmp_path: Path) -> Iterator[tuple[EmbeddedServer, Access]]:
 @pytest.fixture
 async def operator_bus(secured: tuple[EmbeddedServer, Access]) -> AsyncIterator[Bus]:
     server, granted = secured
-    bus = await Bus.connect(server.url, credential=granted.credential(OPERATOR))
+    bus = await Bus.connect(server.url, login=Login(granted.credential(OPERATOR)))
     await bus.ensure_stream()
     try:
         yield bus
@@ -72,7 +73,7 @@ async def test_a_publish_outside_the_permissions_is_refused_at_once_and_logged(
     secured: tuple[EmbeddedServer, Access], operator_bus: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
     server, granted = secured
-    worker = await Bus.connect(server.url, name="worker-main", credential=granted.credential("worker-main"))
+    worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
     try:
         await worker.publish(Envelope(id="ok", episode="e1", sender="tool", recipient="user", body=Note()))
         forged = Envelope(id="forged", episode="e1", sender="user", recipient="tool", body=Note())
@@ -98,7 +99,7 @@ async def test_a_missing_or_wrong_credential_is_refused(
 ) -> None:
     server, _ = secured
     with pytest.raises(AccessError) as refused:
-        await Bus.connect(server.url, credential=login)
+        await Bus.connect(server.url, login=Login(login))
     assert says in str(refused.value)
 
 

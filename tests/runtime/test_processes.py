@@ -19,7 +19,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from faultline._errors import JournalError
-from faultline.bus import Bus, Credential, load_credential
+from faultline.bus import Bus, Credential, Login, load_credential
 from faultline.core import EpisodeStarted, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
@@ -186,7 +186,7 @@ class Up:
     operator: Credential
 
     async def connect(self) -> Bus:
-        return await Bus.connect(self.url, credential=self.operator)
+        return await Bus.connect(self.url, login=Login(self.operator))
 
 
 async def wait_until_up(cwd: Path, process: subprocess.Popen[bytes]) -> Up:

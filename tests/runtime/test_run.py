@@ -121,6 +121,21 @@ def test_insecure_runs_without_credentials_and_says_so_first(
     assert "--insecure sets up the system `run` starts" in capsys.readouterr().err
 
 
+def test_tls_runs_every_process_over_tls_with_certificates_made_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    cas = []
+    for _ in range(2):
+        assert main(["run", "--tls", "--tasks", "1", "--json", "--journal", str(journal)]) == 0
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["outcomes"] == {"success": 1} and captured.err == ""
+        cas.append((tmp_path / ".faultline" / "tls" / "ca.pem").read_bytes())
+    assert cas[0] == cas[1] and b"BEGIN CERTIFICATE" in cas[0]
+    assert main(["run", "--tls", "--nats", "nats://127.0.0.1:4222"]) == 2
+    assert "--tls sets up the system `run` starts" in capsys.readouterr().err
+
+
 def test_two_workers_per_agent_share_episodes_and_keep_their_order(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
