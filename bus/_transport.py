@@ -30,6 +30,7 @@ from nats.js import api
 from faultline._errors import (
     AccessError,
     BusError,
+    ConfigError,
     DecodeError,
     NoResponderError,
     PublishRefusedError,
@@ -57,8 +58,12 @@ _REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]
 log = logging.getLogger(__name__)
 
 MAX_OUTSTANDING_PINGS = 2
-_Pending = tuple[str, "asyncio.Future[api.PubAck]"]
-"""A publish on its way: its subject, and the future of JetStream's confirmation."""
+_Pending = tuple[str, bytes, str, "asyncio.Future[api.PubAck]"]
+"""A publish on its way: subject, bytes, message id, and the future of JetStream's confirmation."""
+
+RETRY_BACKOFF_S = 0.1
+"""First wait before sending unconfirmed publishes again; it doubles up to RETRY_BACKOFF_MAX_S."""
+RETRY_BACKOFF_MAX_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +73,11 @@ class BusSettings:
     connect_timeout_s: float = 5.0
     max_reconnect_attempts: int = -1
     replicas: int = 1
-    publish_timeout_s: float = 10.0
+    publish_timeout_s: float = 5.0
+    """How long one attempt waits for JetStream to confirm a publish."""
+    publish_retry_s: float = 60.0
+    """How long unconfirmed publishes are sent again (same message ids) before the publish fails; under the
+    duplicate window, so that a retry of a message stored after all is dropped as a duplicate."""
     duplicate_window_s: float = 120.0
     max_ack_pending: int = 10_000
     ack_wait_s: float = 30.0
@@ -79,6 +88,13 @@ class BusSettings:
     off) it moves to another node of the cluster."""
     dead_letter_kept_bytes: int = 4_096
     """How much of a refused message its dead letter keeps (it keeps the size and digest of all of it)."""
+
+    def __post_init__(self) -> None:
+        if self.publish_retry_s >= self.duplicate_window_s:
+            raise ConfigError(
+                f"publish_retry_s ({self.publish_retry_s:g}) must be under the duplicate window"
+                f" ({self.duplicate_window_s:g}s), or a message sent again could be stored twice"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +156,7 @@ class Bus:
                     reconnect_time_wait=0.2,
                     allow_reconnect=True,
                     error_cb=refusals.on_error,
+                    reconnected_cb=refusals.on_reconnect,
                     ping_interval=settings.ping_interval_s,
                     max_outstanding_pings=MAX_OUTSTANDING_PINGS,
                     **options,
@@ -192,6 +209,11 @@ class Bus:
         """Send `data` to whoever subscribes to `subject` now; nothing is stored, nobody answers."""
         with nats_failure(f"sending on {subject}"):
             await self.nc.publish(subject, data)
+
+    def next_reconnect(self) -> anyio.Event:
+        """An event set when this connection next comes back after losing its server (core NATS missed
+        what was sent meanwhile: read it from the stream)."""
+        return self._refusals.reconnected
 
     async def flush(self) -> None:
         """Return once the server has received everything this connection sent before."""
@@ -294,13 +316,13 @@ class Bus:
                 outgoing = (envelope,)
             for message in outgoing:
                 validate_envelope(message)
-                subject = self.subjects.for_envelope(message)
-                pending.append((subject, await self._send(subject, encode(message), message.id)))
+                subject, data = self.subjects.for_envelope(message), encode(message)
+                pending.append((subject, data, message.id, await self._send(subject, data, message.id)))
         await self._settle(pending)
 
     async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> int:
         """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
-        acks = await self._settle([(subject, await self._send(subject, data, msg_id))])
+        acks = await self._settle([(subject, data, msg_id, await self._send(subject, data, msg_id))])
         return acks[0].seq
 
     async def _send(self, subject: str, data: bytes, msg_id: str) -> asyncio.Future[api.PubAck]:
@@ -311,27 +333,62 @@ class Bus:
             raise BusError(f"publish to {subject} failed: {exc}") from None
 
     async def _settle(self, pending: list[_Pending]) -> list[api.PubAck]:
-        """Wait until JetStream confirmed every publish; PublishRefusedError as soon as NATS refuses one of them."""
-        if not pending:
-            return []
-        confirmed = asyncio.gather(*(future for _, future in pending))
-        try:
-            with anyio.fail_after(self.settings.publish_timeout_s):
-                while not confirmed.done():
-                    refused = self._refusals.next()
-                    await asyncio.wait((confirmed, refused), return_when=asyncio.FIRST_COMPLETED)
-                    self._refusals.check({subject for subject, _ in pending})
-            return confirmed.result()
-        except TimeoutError:
-            raise BusError(
-                f"JetStream did not confirm {len(pending)} publish(es) within {self.settings.publish_timeout_s}s"
-            ) from None
-        except nats.errors.Error as exc:
-            raise BusError(f"JetStream refused a publish: {exc}") from None
-        finally:
-            if not confirmed.done():
-                confirmed.add_done_callback(_retrieved)
-                confirmed.cancel()  # frees each publish's slot in the client's window of unconfirmed ones
+        """Wait until JetStream confirmed every publish, sending the unconfirmed ones again with the same
+        message ids (the duplicate window stores each once) until `publish_retry_s` has passed.
+
+        PublishRefusedError as soon as NATS refuses one; BusError when the stream said no, or stayed silent.
+        """
+        settings = self.settings
+        deadline = anyio.current_time() + settings.publish_retry_s
+        delay = RETRY_BACKOFF_S
+        while True:
+            unconfirmed = await self._confirm(pending)
+            if not unconfirmed:
+                return [future.result() for *_, future in pending]
+            if anyio.current_time() + delay > deadline:
+                raise BusError(
+                    f"JetStream did not confirm {len(unconfirmed)} publish(es) within {settings.publish_retry_s:g}s"
+                    f" ({unconfirmed[0][1]}): is the stream's cluster down, or without a leader?"
+                )
+            log.warning(
+                "JetStream did not confirm %d publish(es) (%s); sending them again in %.1fs with the same ids",
+                len(unconfirmed),
+                unconfirmed[0][1],
+                delay,
+            )
+            await anyio.sleep(delay)
+            delay = min(2 * delay, RETRY_BACKOFF_MAX_S)
+            again = {id(entry) for entry, _ in unconfirmed}
+            pending = [await self._resend(entry) if id(entry) in again else entry for entry in pending]
+
+    async def _resend(self, entry: _Pending) -> _Pending:
+        subject, data, msg_id, _ = entry
+        return subject, data, msg_id, await self._send(subject, data, msg_id)
+
+    async def _confirm(self, pending: list[_Pending]) -> list[tuple[_Pending, str]]:
+        """Wait up to `publish_timeout_s` for the confirmations; the publishes worth sending again, with why.
+
+        Raises PublishRefusedError when NATS refuses one, BusError when the stream rejects one.
+        """
+        confirmed = asyncio.gather(*(future for *_, future in pending), return_exceptions=True)
+        with anyio.move_on_after(self.settings.publish_timeout_s):
+            while not confirmed.done():
+                refused = self._refusals.next()
+                await asyncio.wait((confirmed, refused), return_when=asyncio.FIRST_COMPLETED)
+                self._refusals.check({subject for subject, *_ in pending})
+        if not confirmed.done():
+            confirmed.add_done_callback(_retrieved)
+            confirmed.cancel()  # frees each publish's slot in the client's window of unconfirmed ones
+        unconfirmed = []
+        for entry in pending:
+            future = entry[3]
+            if future.cancelled():
+                unconfirmed.append((entry, f"no answer within {self.settings.publish_timeout_s:g}s"))
+            elif (exc := future.exception()) is not None:
+                if not _transient(exc):
+                    raise BusError(f"JetStream refused a publish to {entry[0]}: {exc}") from None
+                unconfirmed.append((entry, f"{type(exc).__name__}: {exc}"))
+        return unconfirmed
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Send refused bytes to `fl.dlq` with the reason; the id makes repeats harmless."""
@@ -440,6 +497,8 @@ class _Refusals:
         self.subjects: deque[str] = deque(maxlen=256)
         self.login_refused = False
         self.tls_failure = ""
+        self.reconnected = anyio.Event()
+        """Set at the next reconnect (then replaced): what was sent on core NATS meanwhile never came."""
         self._next: asyncio.Future[None] | None = None
 
     async def on_error(self, exc: Exception) -> None:
@@ -459,6 +518,10 @@ class _Refusals:
         if self._next is not None and not self._next.done():
             self._next.set_result(None)
         self._next = None
+
+    async def on_reconnect(self) -> None:
+        self.reconnected.set()
+        self.reconnected = anyio.Event()
 
     def next(self) -> asyncio.Future[None]:
         """A future done at the next refusal."""
@@ -494,3 +557,13 @@ def _refused_login(url: str, credential: Credential | None) -> str:
             f"NATS at {url} wants a credential: pass --creds FILE (written by `faultline up`), or start it --insecure"
         )
     return f"NATS at {url} refused the credential of user {credential.user!r}: wrong user or password"
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a publish that failed with `exc` may succeed when sent again (a stream between leaders)."""
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return True
+    return isinstance(exc, nats.js.errors.APIError) and exc.code == SERVICE_UNAVAILABLE
+
+
+SERVICE_UNAVAILABLE = 503

@@ -58,6 +58,7 @@ from faultline.runtime import (
     ProcessSpec,
     Supervisor,
     apply_defense_flags,
+    bus_settings,
     check_system,
     follow_settings,
     hold_directories,
@@ -454,6 +455,7 @@ def _run(args: argparse.Namespace) -> int:
                     prefix=config.nats.prefix,
                     log_dir=run_dir / "logs",
                     access=access,
+                    bus_settings=bus_settings(config),
                     server_tls=tls,
                     tls_ca=tls.ca if tls else None,
                 )

@@ -28,6 +28,7 @@ from faultline.runtime import (
     Supervisor,
     WorkerConfig,
     apply_defense_flags,
+    bus_settings,
     check_system,
     hold_directories,
     load_config,
@@ -226,7 +227,7 @@ def _worker(args: argparse.Namespace) -> int:
 def _journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
-    anyio.run(run_journal, url, _prefix(args, config), args.file, args.name, config.nats.replicas, login(args, config))
+    anyio.run(run_journal, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config))
     return 0
 
 
@@ -363,7 +364,7 @@ def _up(args: argparse.Namespace) -> int:
         workers=[ProcessSpec(s.name, (*s.args, *defenses), s.identity) for s in workers],
         nats_url=args.nats or config.nats.url,
         prefix=prefix,
-        replicas=config.nats.replicas,
+        bus_settings=bus_settings(config),
         store_dir=store_dir,
         log_dir=journal.parent / "logs",
         access=None if args.insecure else system_access(state_dir(journal) / "credentials", prefix, groups).prepare(),

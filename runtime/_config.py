@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from faultline._errors import ConfigError, SubjectError
+from faultline.bus import BusSettings
 from faultline.core import DEFAULT_PREFIX, ModelBackend, check_token, parse_roster
 from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
@@ -52,7 +53,14 @@ class NatsConfig(_Section, frozen=True):
     prefix: str = DEFAULT_PREFIX
     store_dir: str = "runs/nats"
     replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
-    """Copies of the journal stream kept by a NATS cluster (1 on a single server)."""
+    """Copies of the journal stream kept by a NATS cluster (1 on a single server; 3 on three nodes)."""
+    publish_timeout_s: Seconds = 5.0
+    """How long one attempt to publish waits for the stream to confirm."""
+    publish_retry_s: Seconds = 60.0
+    """How long unconfirmed publishes are sent again, with the same message ids, before the publish (and its
+    episode) fails; under the stream's 120 s duplicate window, so a retry is never stored twice."""
+    ping_interval_s: Seconds = 5.0
+    """How often a process pings its NATS server; two unanswered and it moves to another node."""
     credentials: str = ""
     """The NATS credential file this host's processes connect with (`--creds` overrides it); empty for none."""
     tls_ca: str = ""
@@ -313,6 +321,18 @@ def parse_config(raw: dict[str, Any], *, source: str = "faultline.toml") -> Conf
     return config
 
 
+def bus_settings(config: Config) -> BusSettings:
+    """The bus's settings from `[nats]`, with the worker's ack wait for every consumer."""
+    n = config.nats
+    return BusSettings(
+        replicas=n.replicas,
+        publish_timeout_s=n.publish_timeout_s,
+        publish_retry_s=n.publish_retry_s,
+        ping_interval_s=n.ping_interval_s,
+        ack_wait_s=config.runtime.ack_wait_s,
+    )
+
+
 def make_backend(config: Config, role: str) -> ModelBackend:
     """The backend for a model role: the offline simulator or an OpenAI-compatible endpoint."""
     settings = config.model(role)
@@ -373,6 +393,10 @@ def _convert(value: Any, type_: type[T], path: str, source: str) -> T:
 def _check(config: Config, source: str) -> None:
     """What a type cannot say: names that must be subject tokens, class specs, a model for `openai`."""
     _check_token(config.nats.prefix, "$.nats.prefix", source, "subject prefix")
+    try:
+        bus_settings(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc} - at $.nats.publish_retry_s") from None
     own_tls = (config.nats.tls_cert, config.nats.tls_key, config.nats.tls_ca)
     if (config.nats.tls_cert or config.nats.tls_key) and not all(own_tls):
         raise ConfigError(

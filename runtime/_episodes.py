@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 
 import anyio
 import msgspec
 
-from faultline._errors import DecodeError, JournalError, NoResponderError, ReplyTimeoutError
+from faultline._errors import BusError, DecodeError, JournalError, NoResponderError, ReplyTimeoutError
 from faultline.bus import Bus, Message, Subscription
 from faultline.core import (
     RUNNER,
@@ -23,6 +24,10 @@ from faultline.core import (
     derive_id,
 )
 
+STORED_READ_TIMEOUT_S = 10.0
+"""How long reading completions back from the stream may take after a reconnect."""
+STORED_READ_RETRY_S = 0.5
+"""How soon a read of completions that failed (a stream between leaders) is tried again."""
 JOURNAL_ASK_TIMEOUT_S = 2.0
 """How long a runner waits for the journal service to say whether it can write."""
 
@@ -134,6 +139,9 @@ class Completions:
             env = check_delivered(decode_envelope(msg.data), msg.subject)
         except DecodeError:
             return  # the dead-letter path records it
+        self._take(env)
+
+    def _take(self, env: Envelope) -> None:
         if isinstance(env.body, EpisodeCompleted) and env.episode not in self.done:
             self.done[env.episode] = env.body
             self._event(env.episode).set()
@@ -144,8 +152,47 @@ class Completions:
         return self._events[episode]
 
     async def wait(self, episodes: Iterable[str]) -> dict[str, EpisodeCompleted]:
-        """Block until every episode in `episodes` has completed."""
+        """Block until every episode in `episodes` has completed.
+
+        Completions arrive on core NATS; after a reconnect (a node of the cluster lost) the ones
+        sent meanwhile are read from the stream instead.
+        """
         wanted = list(episodes)
-        for episode in wanted:
-            await self._event(episode).wait()
+        behind = False
+        while missing := [e for e in wanted if e not in self.done]:
+            if behind:
+                try:
+                    await self._read_stored(missing)
+                    behind = False
+                    continue
+                except BusError:
+                    pass  # the stream has no leader yet: ask again shortly
+            reconnected = self.bus.next_reconnect()
+            await self._completed_or_reconnected(missing, reconnected, STORED_READ_RETRY_S if behind else math.inf)
+            behind |= reconnected.is_set()
         return {e: self.done[e] for e in wanted}
+
+    async def _completed_or_reconnected(self, missing: list[str], reconnected: anyio.Event, limit_s: float) -> None:
+        """Wait until every episode of `missing` completed, the connection came back, or `limit_s` passed."""
+        with anyio.move_on_after(limit_s):
+            async with anyio.create_task_group() as tg:
+
+                async def completed() -> None:
+                    for episode in missing:
+                        await self._event(episode).wait()
+                    tg.cancel_scope.cancel()
+
+                async def until_reconnect() -> None:
+                    await reconnected.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(completed)
+                tg.start_soon(until_reconnect)
+
+    async def _read_stored(self, episodes: list[str]) -> None:
+        subjects = [self.bus.subjects.event("completed", e) for e in episodes]
+        for delivery in await self.bus.read_stored(subjects, STORED_READ_TIMEOUT_S):
+            try:
+                self._take(delivery.envelope())
+            except DecodeError:
+                continue

@@ -17,7 +17,7 @@ import anyio
 from faultline._errors import ConfigError, JournalError
 from faultline.bus import Bus, BusSettings, Login
 from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
-from faultline.runtime._config import ALL_AGENTS, Config, make_backend
+from faultline.runtime._config import ALL_AGENTS, Config, bus_settings, make_backend
 from faultline.runtime._faulting import faults_and_defenses
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._supervisor import announce_ready
@@ -125,11 +125,10 @@ async def _with_bus(
     prefix: str,
     body: Callable[[Bus], Awaitable[None]],
     name: str,
-    replicas: int = 1,
+    settings: BusSettings,
     login: Login | None = None,
 ) -> None:
     _tune_collector()
-    settings = BusSettings(replicas=replicas)
     bus = await Bus.connect(url, prefix=prefix, settings=settings, name=name, login=login)
     try:
         await bus.ensure_stream()
@@ -172,11 +171,11 @@ async def run_worker(
             else:
                 await serve_until_signal(bus, name, worker)
 
-    await _with_bus(url, prefix, body, name, config.nats.replicas, login)
+    await _with_bus(url, prefix, body, name, bus_settings(config), login)
 
 
 async def run_journal(
-    url: str, prefix: str, path: Path, name: str, replicas: int = 1, login: Login | None = None
+    url: str, prefix: str, path: Path, name: str, settings: BusSettings | None = None, login: Login | None = None
 ) -> None:
     from faultline.runtime._journal_service import JournalService
 
@@ -184,6 +183,6 @@ async def run_journal(
         await serve_until_signal(bus, name, JournalService(bus, path))
 
     try:
-        await _with_bus(url, prefix, body, name, replicas, login)
+        await _with_bus(url, prefix, body, name, settings or BusSettings(), login)
     except* JournalError as failed:  # one line on stderr, not a traceback
         raise failed.exceptions[0] from None

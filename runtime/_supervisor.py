@@ -78,7 +78,7 @@ class Supervisor:
     services: Sequence[ProcessSpec] = ()
     nats_url: str = ""
     prefix: str = "fl"
-    replicas: int = 1
+    bus_settings: BusSettings = field(default_factory=BusSettings)
     store_dir: Path | None = None
     log_dir: Path | None = None
     extra_args: tuple[str, ...] = ()
@@ -109,7 +109,7 @@ class Supervisor:
         self.bus = await Bus.connect(
             self.url,
             prefix=self.prefix,
-            settings=BusSettings(replicas=self.replicas),
+            settings=self.bus_settings,
             name=OPERATOR,
             login=Login(access.credential(OPERATOR) if access else None, self.tls_ca),
         )

@@ -71,6 +71,8 @@ class _Instance:
     send: Any
     receive: Any
     rebuilt: bool = False
+    handled_seq: int = 0
+    """The stream sequence of the last input handled: one at or below it is a redelivery (its ack was lost)."""
     broken: str = ""
     failed: bool = False
     recorded: dict[str, dict[int, Recording]] = field(default_factory=dict)
@@ -231,9 +233,16 @@ class Worker:
         async with instance.receive:
             async for delivery, env in instance.receive:
                 async with self._limiter:
+                    if delivery.stream_seq <= instance.handled_seq:
+                        # handled and acknowledged already, the acknowledgement lost on the way (a stream
+                        # leader lost): handling it again would change the instance's state
+                        await consumer.ack(delivery)
+                        del self._held[(consumer.name, delivery.stream_seq)]
+                        continue
                     if not instance.rebuilt:
                         await self._rebuild(cls, instance, env, delivery.stream_seq)
                     await self._handle(cls, instance, env, delivery.stream_seq)
+                    instance.handled_seq = delivery.stream_seq
                     await consumer.ack(delivery)
                     del self._held[(consumer.name, delivery.stream_seq)]
                     self.handled += 1

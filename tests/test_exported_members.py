@@ -193,6 +193,7 @@ PUBLIC = {
         "WorkerSettings",
         "agent_lookup",
         "apply_defense_flags",
+        "bus_settings",
         "check_journal",
         "check_system",
         "follow_settings",

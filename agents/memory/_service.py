@@ -64,7 +64,7 @@ from faultline.agents.memory._store import MemoryStore
 from faultline.bus import Bus, Consumer, Delivery, Login, Message, Subscription
 from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, encode
 from faultline.envs import load_domain
-from faultline.runtime import Config, serve_until_signal
+from faultline.runtime import Config, bus_settings, serve_until_signal
 
 
 class MemoryServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -360,7 +360,7 @@ async def serve_memory(
     login: Login | None = None,
 ) -> None:
     """The `faultline memory serve` process: serve until SIGTERM/SIGINT, announced ready as `name`."""
-    bus = await Bus.connect(url, prefix=prefix, name=name, login=login)
+    bus = await Bus.connect(url, prefix=prefix, settings=bus_settings(config), name=name, login=login)
     try:
         await bus.ensure_stream()
         async with open_memory(config.memory, store) as memory:
