@@ -173,8 +173,9 @@ class Access:
                 _write_private(path, msgspec.json.encode(fresh))
             credential = self.credential(identity.name)
             users.append(_user(credential, identity))
-        # nats-server reads JSON as its own format; encoding it leaves no quoting to chance.
-        _write_private(self.server_config, msgspec.json.encode({"authorization": {"users": users}}))
+        # JSON is nats-server's format too: encoding it leaves no quoting to chance. No braces around
+        # the whole, so that a node's own configuration can `include` the file.
+        _write_private(self.server_config, b"authorization: " + msgspec.json.encode({"users": users}) + b"\n")
         return self
 
 

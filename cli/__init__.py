@@ -28,6 +28,7 @@ _COMMANDS = {
     "up": "_system",
     "worker": "_system",
     "status": "_system",
+    "credentials": "_system",
     "inject": "_faults",
     "faults": "_faults",
     "helpers": "_helpers",

@@ -19,7 +19,7 @@ from rich.text import Text
 from faultline._errors import DecodeError, JournalError, UsageError
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import whole_number
-from faultline.cli._system import add_journal_serve
+from faultline.cli._system import add_journal_health, add_journal_serve
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
     EpisodeSummary,
@@ -141,6 +141,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_pipe_safe(_import))
 
     add_journal_serve(commands)
+    add_journal_health(commands)
 
     p = commands.add_parser("episodes", help="episodes with outcome, reward and counts")
     p.add_argument("file", type=Path)

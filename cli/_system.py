@@ -24,6 +24,7 @@ from faultline.core import HELPERS, helper_agent
 from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
     Config,
+    JournalState,
     ProcessSpec,
     Supervisor,
     WorkerConfig,
@@ -41,6 +42,8 @@ from faultline.runtime import (
 
 STATE_FILE = Path(".faultline/up.json")
 STATUS_WINDOW_S = 0.5
+HEALTH_TIMEOUT_S = 3.0
+"""How long `journal health` waits for the journal service's answer."""
 T = TypeVar("T")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -118,6 +121,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_defense_flag(p)
     p.set_defaults(handler=_worker)
 
+    p = sub.add_parser(
+        "credentials",
+        help="make the NATS credentials and permissions of the configured system (once; reused after), for other hosts",
+    )
+    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    p.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
+    p.add_argument(
+        "--dir", type=Path, help="where to write them (default: .faultline/credentials beside the journal, as `up`)"
+    )
+    p.set_defaults(handler=_credentials)
+
     p = sub.add_parser("status", help="the workers of a running system, their agents and episodes in flight")
     _common(p)
     p.add_argument("--json", action="store_true")
@@ -168,6 +182,44 @@ def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ig
     _common(p)
     p.add_argument("--name", default="journal", help="process name announced to the supervisor")
     p.set_defaults(handler=_journal_serve)
+
+
+def add_journal_health(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "health", help="ask the running journal service how far it is; exit 1 if it cannot write or does not answer"
+    )
+    _common(p)
+    p.set_defaults(handler=_journal_health)
+
+
+def _journal_health(args: argparse.Namespace) -> int:
+    config = _config(args)
+    url = _url(args, config, state=True)
+
+    async def ask() -> JournalState:
+        bus = await Bus.connect(url, prefix=_prefix(args, config), login=login(args, config, url))
+        try:
+            reply = await bus.request(bus.subjects.svc("journal"), b"{}", HEALTH_TIMEOUT_S)
+        finally:
+            await bus.close()
+        return msgspec.json.decode(reply, type=JournalState)
+
+    state = anyio.run(ask)
+    if state.stuck:
+        raise JournalError(f"the journal service cannot write: {state.stuck}")
+    print(f"journal service up: the journal holds the stream up to sequence {state.last_seq}")
+    return 0
+
+
+def _credentials(args: argparse.Namespace) -> int:
+    config = _config(args)
+    groups = check_system(config, config_source(args.config))
+    folder = args.dir or state_dir(Path(config.journal.path)) / "credentials"
+    access = system_access(folder, _prefix(args, config), groups).prepare()
+    print(f"{access.server_config}: every NATS node's users and permissions (include it in each node's configuration)")
+    for identity in access.identities:
+        print(f"{access.credential_file(identity.name)}: {identity.name}")
+    return 0
 
 
 def _config(args: argparse.Namespace) -> Config:

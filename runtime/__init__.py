@@ -22,6 +22,7 @@ from faultline.runtime._config import (
 from faultline.runtime._episodes import (
     CallInFlight,
     Completions,
+    JournalState,
     check_journal,
     model_calls_in_flight,
     start_episode,
@@ -61,6 +62,7 @@ __all__ = [
     "DEFAULT_CONFIG_FILE",
     "MEMORY_IDENTITY",
     "JournalConfig",
+    "JournalState",
     "MemoryConfig",
     "ModelConfig",
     "NatsConfig",

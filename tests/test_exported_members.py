@@ -180,6 +180,7 @@ PUBLIC = {
         "Config",
         "DEFAULT_CONFIG_FILE",
         "JournalConfig",
+        "JournalState",
         "MEMORY_IDENTITY",
         "MemoryConfig",
         "ModelConfig",

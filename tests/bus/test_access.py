@@ -25,6 +25,7 @@ from faultline.bus import (
     journal_identity,
     operator_identity,
 )
+from faultline.cli import main
 from faultline.core import Envelope, Note, Subjects
 
 S = Subjects()
@@ -39,9 +40,12 @@ def access(folder: Path) -> Access:
 
 @pytest.fixture
 def secured(tmp_path: Path) -> Iterator[tuple[EmbeddedServer, Access]]:
-    """A nats-server that lets in only the users of `access`, with their permissions."""
+    """A nats-server that lets in only the users of `access`, with their permissions, included from a node's own
+    configuration as a cluster node's would (`docs/multi-host.md`)."""
     granted = access(tmp_path / "credentials")
-    with EmbeddedServer(store_dir=tmp_path / "nats", config_file=granted.server_config) as server:
+    node = granted.folder / "node.conf"
+    node.write_text(f"server_name: node-1\ninclude ./{granted.server_config.name}\n")
+    with EmbeddedServer(store_dir=tmp_path / "nats", config_file=node) as server:
         yield server, granted
 
 
@@ -65,7 +69,7 @@ def test_credentials_are_made_once_readable_by_their_owner_only(tmp_path: Path) 
     assert stat.S_IMODE(first.folder.stat().st_mode) == 0o700
     for path in [first.server_config, *(first.credential_file(name) for name in passwords)]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    users = msgspec.json.decode(first.server_config.read_bytes())["authorization"]["users"]
+    users = msgspec.json.decode(first.server_config.read_bytes().removeprefix(b"authorization: "))["users"]
     assert {(u["user"], u["password"]) for u in users} == {(name, p) for name, p in passwords.items()}
 
 
@@ -101,6 +105,22 @@ async def test_a_missing_or_wrong_credential_is_refused(
     with pytest.raises(AccessError) as refused:
         await Bus.connect(server.url, login=Login(login))
     assert says in str(refused.value)
+
+
+def test_the_credentials_command_makes_them_once_for_the_configured_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "faultline.toml"
+    config.write_text('[workers.front]\nagents = ["user"]\n[workers.back]\nagents = ["*"]\n')
+    folder = tmp_path / "secrets"
+    passwords = []
+    for _ in range(2):
+        assert main(["credentials", "--config", str(config), "--dir", str(folder)]) == 0
+        passwords.append({p.name: p.read_bytes() for p in folder.glob("*.json")})
+    assert passwords[0] == passwords[1]
+    assert set(passwords[0]) == {f"{n}.json" for n in ("operator", "journal", "memory", "worker-front", "worker-back")}
+    out = capsys.readouterr().out
+    assert f"{folder / 'nats-server.conf'}: every NATS node's users and permissions" in out
 
 
 @pytest.mark.parametrize("creds", ["none", "wrong", "missing-file"])

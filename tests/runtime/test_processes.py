@@ -250,6 +250,11 @@ async def test_up_then_sigterm_stops_everything_and_loses_nothing(tmp_path: Path
     try:
         up = await wait_until_up(tmp_path, process)
         await run_episodes_on(up, ["u1", "u2"])
+        health = await anyio.run_process(
+            [sys.executable, "-m", "faultline.cli", "journal", "health"], cwd=tmp_path, check=False
+        )
+        assert health.returncode == 0, health.stderr
+        assert health.stdout.decode().startswith("journal service up: the journal holds the stream up to sequence")
         bus = await up.connect()
         await start_episode(bus, "u3", "pinger", EpisodeStarted(), Start())
         info = await bus.js.stream_info(bus.subjects.stream)
