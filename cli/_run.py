@@ -406,7 +406,7 @@ def _run(args: argparse.Namespace) -> int:
     concurrency, episode_timeout_s = run_limits(args, config)
     roster = _roster(args.helpers) if args.helpers is not None else parse_roster(config.helpers.roster)
     if args.nats and args.helpers is None:
-        roster = anyio.run(_live_roster, args.nats, config, args.domain, credential(args, config, args.nats))
+        roster = anyio.run(_live_roster, args.nats, config, args.domain, login(args, config, args.nats))
     plan = RunPlan(
         domain=args.domain,
         tasks=args.tasks or 10,
@@ -604,9 +604,9 @@ def _roster(text: str) -> list[str]:
         raise UsageError(f"--helpers {text!r}: {exc}") from None
 
 
-async def _live_roster(url: str, config: Config, domain: str, login: Credential | None) -> list[str]:
+async def _live_roster(url: str, config: Config, domain: str, connect_as: Login) -> list[str]:
     """The roster the system at `url` gives new episodes of `domain` with the tool agent's model."""
-    bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, credential=login)
+    bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
     try:
         rosters = await read_rosters(bus)
     finally:
