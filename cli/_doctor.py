@@ -25,6 +25,9 @@ from faultline.runtime.models import OpenAIBackend
 CALLS_PER_EPISODE = 20
 """Model calls a typical episode makes (user and tool agent turns together), for the episode timeout."""
 
+UNCAPPED_ANSWER_TOKENS = 2048
+"""What an answer of a role with no `max_tokens` is taken to run to, for the timeout."""
+
 PROBE_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -129,7 +132,7 @@ def advise(settings: ModelConfig, role: str, native: Probe, text: Probe, handler
         return None
     speed = min(max(p.tokens_per_s, 0.1) for p in answered)
     latency = max(p.latency_s for p in answered)
-    longest = latency + (settings.max_tokens or 2048) / speed
+    longest = latency + (settings.max_tokens or UNCAPPED_ANSWER_TOKENS) / speed
     timeout_s = max(30.0, _round_up(2 * longest, 10))
     concurrency = 1 if speed < 20 else 2 if speed < 60 else 8
     budget = (settings.max_retries + 1) * timeout_s
