@@ -23,6 +23,7 @@ from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential, make_
 from faultline.core import HELPERS, helper_agent
 from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
+    STATUS_WINDOW_S,
     Config,
     JournalState,
     ProcessSpec,
@@ -41,7 +42,6 @@ from faultline.runtime import (
 )
 
 STATE_FILE = Path(".faultline/up.json")
-STATUS_WINDOW_S = 0.5
 HEALTH_TIMEOUT_S = 3.0
 """How long `journal health` waits for the journal service's answer."""
 T = TypeVar("T")

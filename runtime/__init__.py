@@ -20,6 +20,7 @@ from faultline.runtime._config import (
     parse_config,
 )
 from faultline.runtime._episodes import (
+    STATUS_WINDOW_S,
     CallInFlight,
     Completions,
     JournalState,
@@ -49,6 +50,7 @@ __all__ = [
     "ALL_AGENTS",
     "ALL_ROLES",
     "HELPERS_CONTROL",
+    "STATUS_WINDOW_S",
     "HelperPool",
     "Rosters",
     "publish_roster",

@@ -168,6 +168,7 @@ PUBLIC = {
         "ALL_AGENTS",
         "ALL_ROLES",
         "HELPERS_CONTROL",
+        "STATUS_WINDOW_S",
         "HelperPool",
         "HelpersConfig",
         "Rosters",

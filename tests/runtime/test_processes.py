@@ -378,7 +378,11 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
 
     async with system(tmp_path, "s") as supervisor:
         await run_episodes(supervisor, ["s1"])
-        replies = await gather_status(supervisor.url, "fl")
+        # A worker counts an input once it is acknowledged, which may come just after the episode completes.
+        with anyio.fail_after(10):
+            replies = await gather_status(supervisor.url, "fl")
+            while len(replies) < 2 or any(r["handled"] < ROUNDS for r in replies):
+                replies = await gather_status(supervisor.url, "fl")  # each ask waits its window for the answers
         code = await anyio.to_thread.run_sync(main, ["status", "--nats", supervisor.url])
     assert code == 0
     assert {r["worker"] for r in replies} == {"ping", "pong"}
