@@ -1,0 +1,33 @@
+"""PNG plots for `--plot`: one place that knows matplotlib.
+
+Plots are written with the Agg backend, so they work on a machine with no
+display, and imported lazily, so a command that plots nothing never pays for
+matplotlib's import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from faultline._errors import UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+@contextmanager
+def png(path: str | Path, *, width: float = 8.0, height: float = 4.5) -> Iterator[Figure]:
+    """A figure that is saved to `path` as a PNG when the block ends without error."""
+    target = Path(path)
+    if target.suffix.lower() != ".png":
+        raise UsageError(f"--plot {target}: the file name must end in .png")
+    if not target.parent.is_dir():
+        raise UsageError(f"--plot {target}: folder {target.parent} does not exist")
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    yield figure
+    figure.savefig(target, dpi=120)
