@@ -25,6 +25,7 @@ _COMMANDS = {
     "fork": "_fork",
     "attribute": "_fork",
     "diff": "_diff",
+    "compare": "_compare",
     "up": "_system",
     "worker": "_system",
     "status": "_system",

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -26,6 +26,9 @@ from faultline.bus import Bus
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id, helper_agent
 from faultline.envs import Domain
 from faultline.runtime import CallInFlight, Completions, check_journal, model_calls_in_flight, started_envelope
+
+if TYPE_CHECKING:
+    from faultline.journal import AgentCost
 
 AGENTS = ("env", "tool", "user")
 """Who gets a Start, in this order: the environment and the agent are ready before the user speaks.
@@ -315,6 +318,11 @@ def with_costs(summary: Summary, journal: Path, run_id: str, roster: Sequence[st
 
     with JournalReader(journal) as reader:
         costs = reader.agent_costs(f"{run_id}-")
+    return costed(summary, costs, roster)
+
+
+def costed(summary: Summary, costs: Sequence[AgentCost], roster: Sequence[str]) -> Summary:
+    """The summary with `costs` (sums over its episodes) per episode, and the helpers' overhead over the tool agent."""
     n = max(summary.episodes, 1)
     rows = [
         AgentCostRow(

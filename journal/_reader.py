@@ -10,7 +10,7 @@ compares request digests only, and so reads neither the items nor their keys' co
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -63,6 +63,8 @@ class AgentCost(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
+    models: str = ""
+    """The models it called, comma-separated, in no set order."""
 
 
 class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -214,13 +216,19 @@ class JournalReader:
             and (wanted.since is None or e.first_ts >= wanted.since)
         ]
 
-    def agent_costs(self, episode_prefix: str = "") -> list[AgentCost]:
-        """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`."""
+    def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
+        """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`
+        (and, given `episodes`, is one of them)."""
+        named = "" if episodes is None else " AND episode IN (SELECT value FROM json_each(?))"
+        params: tuple[object, ...] = (episode_prefix, episode_prefix)
+        if episodes is not None:
+            params += (msgspec.json.encode(sorted(episodes)).decode(),)
         cursor = self._query(
             "SELECT agent, count(DISTINCT episode), count(*), coalesce(sum(prompt_tokens), 0),"
-            " coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0.0) FROM model_calls"
-            " WHERE substr(episode, 1, length(?)) = ? GROUP BY agent ORDER BY agent",
-            (episode_prefix, episode_prefix),
+            " coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0.0), coalesce(group_concat(DISTINCT model), '')"
+            " FROM model_calls"
+            f" WHERE substr(episode, 1, length(?)) = ?{named} GROUP BY agent ORDER BY agent",
+            params,
         )
         names = AgentCost.__struct_fields__
         return [AgentCost(**dict(zip(names, values, strict=True))) for values in cursor]

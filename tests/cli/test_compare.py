@@ -1,0 +1,78 @@
+"""`faultline compare`: two journals of the same tasks, summarised over the tasks both hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faultline.cli import main
+from faultline.core import Envelope, EpisodeCompleted, EpisodeStarted, MessageBody, Recording, Subjects, derive_id
+from faultline.journal import Incoming, Journal
+
+TURN_LIMIT = "turn limit reached (30 user turns)"
+
+
+def _episode(name: str, task: str, trial: int, done: EpisodeCompleted, roster: list[str]) -> list[Envelope]:
+    """An episode with one model call per agent (the tool agent and each helper, 100 + 10 tokens each)."""
+    usage = {"prompt_tokens": 100, "completion_tokens": 10}
+    calls: list[tuple[str, MessageBody]] = [
+        (agent, Recording(call="llm", index=0, request_digest="d", response={"usage": usage, "model": "m"}))
+        for agent in ("tool", *roster)
+    ]
+    bodies = [("runner", EpisodeStarted(domain="retail", task=task, trial=trial, roster=roster)), *calls, ("env", done)]
+    return [
+        Envelope(id=derive_id(name, i), episode=name, sender=sender, body=body, ts=1.0 + i)
+        for i, (sender, body) in enumerate(bodies)
+    ]
+
+
+def _journal(path: Path, episodes: list[tuple[str, int, EpisodeCompleted]], roster: list[str]) -> Path:
+    envelopes = [e for task, trial, done in episodes for e in _episode(f"{task}-t{trial}", task, trial, done, roster)]
+    subjects = Subjects()
+    with Journal.open(path) as journal:
+        journal.append([Incoming("S", i + 1, subjects.for_envelope(e), e) for i, e in enumerate(envelopes)])
+    return path
+
+
+OK = EpisodeCompleted(outcome="success", reward=1.0, latency_s=0.5)
+
+
+def test_compare_prints_pass_k_failures_and_costs_per_journal_over_common_tasks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failed = EpisodeCompleted(outcome="failure", cause=TURN_LIMIT, latency_s=1.5)
+    a = _journal(
+        tmp_path / "a.sqlite",
+        [("t1", 0, OK), ("t1", 1, failed), ("t2", 0, OK), ("t2", 1, EpisodeCompleted(outcome="timeout"))],
+        [],
+    )
+    b = _journal(
+        tmp_path / "b.sqlite",
+        [("t1", 0, OK), ("t1", 1, OK), ("t2", 0, OK), ("t2", 1, failed), ("t3", 0, failed)],
+        ["dce"],
+    )
+    plot = tmp_path / "compare.png"
+    assert main(["compare", str(a), str(b), "--json", "--plot", str(plot)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = {(row["type"], row["name"]): row["values"] for row in lines if row["type"] != "summary"}
+    assert rows["pass_k", "pass^1"] == {"a.sqlite": 0.5, "b.sqlite": 0.75}
+    assert rows["pass_k", "pass^2"] == {"a.sqlite": 0.0, "b.sqlite": 0.5}
+    assert rows["failures", "turn limit reached"] == {"a.sqlite": 1.0, "b.sqlite": 1.0}
+    assert rows["failures", "timeout"] == {"a.sqlite": 1.0, "b.sqlite": 0.0}
+    assert rows["agent_tokens", "dce"] == {"a.sqlite": 0.0, "b.sqlite": 110.0}
+    assert rows["tokens", "all agents"] == {"a.sqlite": 110.0, "b.sqlite": 220.0}
+    assert rows["latency_s", "latency / episode"] == {"a.sqlite": 0.625, "b.sqlite": 0.75}
+    summary = lines[-1]
+    assert summary["type"] == "summary" and summary["tasks"] == 2
+    assert summary["left_out"] == {"a.sqlite": [], "b.sqlite": ["t3"]}
+    assert summary["helper_overhead"]["b.sqlite"] == {"tokens": 1.0}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_refuses_journals_with_no_task_in_common(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _journal(tmp_path / "a.sqlite", [("t1", 0, OK)], [])
+    b = _journal(tmp_path / "b.sqlite", [("t2", 0, OK)], [])
+    assert main(["compare", str(a), str(b)]) == 2
+    assert capsys.readouterr().err.strip() == "faultline: usage error: compare: the journals have no task in common"
