@@ -33,6 +33,7 @@ _COMMANDS = {
     "inject": "_faults",
     "faults": "_faults",
     "helpers": "_helpers",
+    "fama": "_fama",
     "config": "_config",
     "doctor": "_doctor",
     "journal": "_journal",

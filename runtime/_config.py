@@ -220,6 +220,23 @@ class HelpersConfig(_Section, frozen=True):
     """Longest `faultline helpers set` and `clear` wait for a running system to take the change in."""
 
 
+class FamaConfig(_Section, frozen=True):
+    """The FAMA controller (docs/fama.md): whether `faultline up` runs it, the model role its judge
+    stages ask, and how it turns analysed failures into a roster.
+
+    Per (domain, model), the last `window` analysed failures count; a helper joins the roster when
+    the mitigation agent recommended it for at least `share` of them, and no roster is chosen before
+    `min_failures`. `dry_run` journals each decision without publishing it on `fl.ctl.helpers`.
+    """
+
+    enabled: bool = False
+    role: str = "judge"
+    window: Annotated[int, msgspec.Meta(ge=1)] = 20
+    share: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.3
+    min_failures: Annotated[int, msgspec.Meta(ge=1)] = 3
+    dry_run: bool = False
+
+
 class Config(_Section, frozen=True):
     """The whole file. Every field has a default, so `Config()` is a working offline setup."""
 
@@ -235,6 +252,7 @@ class Config(_Section, frozen=True):
     run: RunDefaults = RunDefaults()
     plugins: PluginsConfig = PluginsConfig()
     helpers: HelpersConfig = HelpersConfig()
+    fama: FamaConfig = FamaConfig()
 
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""

@@ -31,7 +31,8 @@ wrong entities, planner early stops, the verifier's RECHECK every category of
 the revised proposal. This is a parameter of the simulation, chosen by whoever
 runs it; a pass rate it produces is a property of that parameter, never a
 finding about helpers or models. Requests with `sim` "helper" are answered by
-the stand-ins in `_sim_helpers.py`.
+the stand-ins in `_sim_helpers.py`, requests with `sim` "judge" (the FAMA
+controller's stages) by `_sim_judge.py`.
 
 Transcripts. Tool role: `messages` as the agent sees them; system messages are
 ignored (put helper notes there), user turns are `user`, the agent's own turns
@@ -84,6 +85,7 @@ from faultline.envs import (
     Task,
     load_domain,
 )
+from faultline.runtime.models._sim_judge import respond_judge
 
 MAX_RETRIES: Final = 2
 """How often the simulated agent retries a tool call that failed before moving on."""
@@ -180,6 +182,8 @@ class SimBackend:
             from faultline.runtime.models._sim_helpers import respond_helper
 
             return respond_helper(request)
+        if request.metadata.get("sim") == "judge":
+            return respond_judge(request, _prompt_words(request.messages))
         spec = _spec(request.metadata)
         try:
             domain = load_domain(spec.domain)

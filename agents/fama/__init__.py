@@ -1,0 +1,84 @@
+"""The FAMA controller: failure analysis of completed episodes, and a helper roster chosen from it.
+
+`failure_case` turns a failed episode's messages into what the analysts read (the trajectory and
+the task's ground truth, never a simulator's labels); `FamaController` is the agent that runs the
+four error analysts, the orchestrator and the mitigation agent on it through `ctx.llm`, and keeps
+the roster of its (domain, model) over a window of failures (`faultline.runtime.FamaConfig`).
+"""
+
+from faultline.agents.fama._case import FAILED_OUTCOMES, Deviation, Evidence, FailureCase, failure_case
+from faultline.agents.fama._categories import (
+    CATEGORIES,
+    CATEGORY_IDS,
+    HELPER_FUNCTIONS,
+    MITIGATION,
+    SHORT,
+    Category,
+    category,
+)
+from faultline.agents.fama._controller import (
+    ANALYSIS,
+    CASE,
+    CONTROLLER,
+    FAILED,
+    ROSTER,
+    Analysis,
+    FamaController,
+    analyze,
+    case_message,
+    choose_roster,
+    controller_episode,
+    window_counts,
+)
+from faultline.agents.fama._offline import CaseReport, JournalAnalysis, analyze_cases, failure_cases
+from faultline.agents.fama._prompts import (
+    AnalystVerdict,
+    MainError,
+    Mitigation,
+    analyst_request,
+    mitigation_request,
+    orchestrator_request,
+    parse_analyst,
+    parse_main,
+    parse_mitigation,
+)
+
+__all__ = [
+    "ANALYSIS",
+    "CASE",
+    "CATEGORIES",
+    "CATEGORY_IDS",
+    "CONTROLLER",
+    "FAILED",
+    "FAILED_OUTCOMES",
+    "HELPER_FUNCTIONS",
+    "MITIGATION",
+    "ROSTER",
+    "SHORT",
+    "Analysis",
+    "AnalystVerdict",
+    "CaseReport",
+    "Category",
+    "Deviation",
+    "Evidence",
+    "FailureCase",
+    "FamaController",
+    "JournalAnalysis",
+    "MainError",
+    "Mitigation",
+    "analyst_request",
+    "analyze",
+    "analyze_cases",
+    "case_message",
+    "category",
+    "choose_roster",
+    "controller_episode",
+    "failure_case",
+    "failure_cases",
+    "mitigation_request",
+    "orchestrator_request",
+    "parse_analyst",
+    "parse_main",
+    "parse_mitigation",
+    "window_counts",
+]

@@ -1,0 +1,163 @@
+"""`faultline fama analyze`: the FAMA controller's three stages on the failures of a journal.
+
+Each failure gets four analysts' verdicts, the orchestrator's main error(s) and the mitigation
+agent's helpers; a table of main-error counts per category follows (the FAMA paper's Figure 4),
+and `--plot` draws it. With `--model sim` the judge is the simulator's stand-in, which measures the
+mechanism, not a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from faultline._errors import JournalError, UsageError
+from faultline.agents.fama import CATEGORIES, SHORT, CaseReport, JournalAnalysis, analyze_cases, failure_cases
+from faultline.cli._plots import png
+from faultline.cli._run import add_model_flags, effective_config
+from faultline.runtime import Config, make_backend
+
+SIM_JUDGE_NOTE = "sim judge: a deterministic stand-in that measures the mechanism, not a model"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    fama = sub.add_parser("fama", help="FAMA: failure analysis of episodes, and helper rosters chosen from it")
+    commands = fama.add_subparsers(dest="fama_command", metavar="SUBCOMMAND")
+    commands.required = True
+    p = commands.add_parser(
+        "analyze",
+        help="analyse failed episodes: four error analysts, the main error, the helpers that address it",
+        description="Run the FAMA controller's stages (model role [fama] role, default judge) on failed episodes"
+        " of a journal and count the main errors per category. " + SIM_JUDGE_NOTE + ".",
+    )
+    p.add_argument("journal", type=Path, help="journal file")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--episode", action="append", default=[], metavar="E", help="this failed episode (repeatable)")
+    which.add_argument("--all-failed", action="store_true", help="every failed episode (the default)")
+    p.add_argument("--json", action="store_true", help="JSON lines: one per failure and per category, then a summary")
+    p.add_argument("--plot", type=Path, metavar="OUT.png", help="bar chart of the main-error counts per category")
+    add_model_flags(p)
+    p.set_defaults(handler=_analyze)
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    if not args.journal.is_file():
+        raise JournalError(f"{args.journal}: no such journal file")
+    config = effective_config(args)
+    cases = failure_cases(args.journal, args.episode or None)
+    missing = sorted(set(args.episode) - {c.episode for c in cases})
+    if missing:
+        raise UsageError(f"fama analyze: not a failed episode of {args.journal}: {', '.join(missing)}")
+    result = anyio.run(_run_analysis, config, cases)
+    counts = category_counts(result.cases)
+    if args.plot:
+        plot_categories(args.plot, {"failures": counts}, "Main errors of the analysed failures")
+    if args.json:
+        for line in analysis_lines(result, counts):
+            print(json.dumps(line, sort_keys=True))
+        return 0
+    console = Console()
+    console.print(_cases_table(result.cases))
+    console.print(_counts_table(counts, len(result.cases)))
+    for decision in result.decisions:
+        console.print(
+            f"roster for {decision['domain']} / {decision['model']}: {','.join(decision['roster']) or 'none'}"
+        )
+    if config.model(config.fama.role).backend == "sim":
+        console.print(f"[dim]{SIM_JUDGE_NOTE}[/dim]")
+    return 0
+
+
+async def _run_analysis(config: Config, cases: list[Any]) -> JournalAnalysis:
+    backend = make_backend(config, config.fama.role)
+    try:
+        return await analyze_cases(cases, backend, config.fama)
+    finally:
+        await backend.aclose()
+
+
+def category_counts(cases: list[CaseReport]) -> dict[str, int]:
+    """How many analysed failures name each category among their main errors (every category listed)."""
+    found = Counter(c for case in cases if case.analysis for c in case.analysis.main.main)
+    return {cat.id: found.get(cat.id, 0) for cat in CATEGORIES}
+
+
+def analysis_lines(result: JournalAnalysis, counts: dict[str, int]) -> list[dict[str, Any]]:
+    """The JSON lines of `fama analyze`: cases, categories, decisions, then the summary."""
+    lines: list[dict[str, Any]] = [{"type": "case"} | msgspec.to_builtins(case) for case in result.cases]
+    lines += [{"type": "category", "category": c, "failures": n} for c, n in counts.items()]
+    lines += [{"type": "decision"} | d for d in result.decisions]
+    analysed = [c for c in result.cases if c.analysis is not None]
+    lines.append(
+        {
+            "type": "summary",
+            "failures": len(result.cases),
+            "analysed": len(analysed),
+            "skipped": len(result.cases) - len(analysed),
+            "categories": counts,
+            "helpers": dict(Counter(h for c in analysed if c.analysis for h in c.analysis.mitigation.helpers)),
+            "rosters": {f"{d['domain']}/{d['model']}": d["roster"] for d in result.decisions},
+            "model_calls": sum(c.model_calls for c in result.cases),
+        }
+    )
+    return lines
+
+
+def plot_categories(path: Path, series: dict[str, dict[str, int]], title: str) -> None:
+    """Grouped bars: one group per category, one bar per series (a round, or all failures)."""
+    with png(path) as figure:
+        axes = figure.add_subplot()
+        width = 0.8 / max(len(series), 1)
+        for i, (label, counts) in enumerate(series.items()):
+            xs = [j + i * width for j in range(len(CATEGORIES))]
+            axes.bar(xs, [counts.get(c.id, 0) for c in CATEGORIES], width=width, label=label)
+        axes.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(CATEGORIES))])
+        axes.set_xticklabels([f"{SHORT[c.id]}\n{c.title}" for c in CATEGORIES], fontsize=7)
+        axes.set_ylabel("failures (main error)")
+        axes.set_title(title)
+        if len(series) > 1:
+            axes.legend()
+
+
+def _mark(case: CaseReport, category: str) -> str:
+    assert case.analysis is not None
+    verdict = next(v for v in case.analysis.verdicts if v.category == category)
+    if not verdict.verdict:
+        return "-"
+    return f"yes ({verdict.cause})" + (" rec." if verdict.recovered else "")
+
+
+def _cases_table(cases: list[CaseReport]) -> Table:
+    table = Table(title="FAMA analysis of failed episodes")
+    table.add_column("episode", overflow="fold")
+    for cat in CATEGORIES:
+        table.add_column(SHORT[cat.id], justify="center")
+    table.add_column("main error")
+    table.add_column("helpers")
+    for case in cases:
+        if case.analysis is None:
+            table.add_row(case.episode, *["?"] * len(CATEGORIES), f"[red]not analysed: {case.error}[/red]", "")
+            continue
+        main = ", ".join(case.analysis.main.main) or "none named"
+        helpers = ",".join(case.analysis.mitigation.helpers) or "-"
+        table.add_row(case.episode, *[_mark(case, c.id) for c in CATEGORIES], main, helpers)
+    return table
+
+
+def _counts_table(counts: dict[str, int], failures: int) -> Table:
+    table = Table(title=f"Main errors over {failures} failures")
+    table.add_column("category")
+    table.add_column("failures", justify="right")
+    table.add_column("share", justify="right")
+    for cat in CATEGORIES:
+        n = counts[cat.id]
+        table.add_row(f"{SHORT[cat.id]} {cat.title}", str(n), f"{n / failures:.0%}" if failures else "-")
+    return table

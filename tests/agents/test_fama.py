@@ -1,0 +1,145 @@
+"""The FAMA controller: its stages with the sim judge on real runs, and with the openai backend
+against the test's server (scripted, malformed and refused answers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faultline.agents.fama import (
+    ANALYSIS,
+    CATEGORIES,
+    FAILED,
+    MITIGATION,
+    ROSTER,
+    Evidence,
+    FailureCase,
+    FamaController,
+    case_message,
+    choose_roster,
+)
+from faultline.cli import main
+from faultline.core import AgentHarness, Notice
+from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE
+from faultline.runtime import FamaConfig
+from faultline.runtime.models import OpenAIBackend, SimBackend
+from tests.openai_server import OpenAIServer, Status, Text
+
+CASE = FailureCase(
+    episode="r1-cancel-00-t0",
+    domain="retail",
+    task="cancel-00",
+    model="m",
+    outcome="failure",
+    instruction="Cancel my order #W1.",
+    trajectory=[{"role": "user", "text": "Cancel my order #W1."}, {"role": "agent", "text": "Done. Goodbye."}],
+    gold_actions=[{"name": "cancel_pending_order", "arguments": {"order_id": "#W1"}}],
+    evidence=Evidence(unfinished=[{"name": "cancel_pending_order", "arguments": {"order_id": "#W1"}}]),
+)
+
+
+def _verdict(yes: bool) -> Text:
+    answer = {"verdict": "yes" if yes else "no", "cause": 4 if yes else 0, "rationale": "r", "evidence": ["trajectory"]}
+    return Text("```json\n" + json.dumps(answer) + "\n```")
+
+
+SCRIPT = [
+    _verdict(False),
+    _verdict(False),
+    _verdict(False),
+    _verdict(True),
+    Text(json.dumps({"main": [EARLY_STOP], "recovered": [], "rationale": "it stopped"})),
+    Text(json.dumps({"helpers": ["planner"], "rationale": "plans the rest"})),
+]
+
+
+def _notices(outputs: list[object]) -> list[Notice]:
+    found = [o.body for o in outputs]  # type: ignore[attr-defined]
+    assert all(isinstance(n, Notice) for n in found)
+    return found  # type: ignore[return-value]
+
+
+async def test_the_three_stages_ask_the_model_with_their_own_prompts_and_every_call_is_recorded() -> None:
+    with OpenAIServer() as server:
+        server.reply(*SCRIPT)
+        async with OpenAIBackend(server.settings()) as backend:
+            harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=backend)
+            [analysis] = _notices(await harness.deliver(case_message(CASE)))
+        systems = [r.body["messages"][0]["content"] for r in server.requests]
+    assert analysis.text == ANALYSIS
+    assert [v["verdict"] for v in analysis.data["verdicts"]] == [False, False, False, True]
+    assert analysis.data["main"]["main"] == [EARLY_STOP]
+    assert analysis.data["mitigation"]["helpers"] == ["planner"]
+    assert [c.title in s for c, s in zip(CATEGORIES, systems, strict=False)] == [True] * 4
+    assert "main reason" in systems[4] and "smallest set" in systems[5]
+    assert [r.call for r in harness.recordings] == ["llm"] * 6
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        ([Text("I'm sorry, but I can't help with that.")], "AnswerFormatError: analyst policy_violation"),
+        ([Text('{"verdict": "maybe"}')], "verdict must be yes or no"),
+        ([*SCRIPT[:4], Text('{"main": ["bad_luck"]}')], "unknown categories ['bad_luck']"),
+        ([*SCRIPT[:5], Text('{"helpers": ["oracle"]}')], "unknown helper 'oracle'"),
+        ([Status(500, "down")] * 3, "ModelError"),
+    ],
+    ids=["refused", "malformed-verdict", "unknown-category", "unknown-helper", "model-error"],
+)
+async def test_a_failed_stage_is_journaled_and_skipped_and_the_next_failure_is_analysed(
+    script: list[Text | Status], error: str
+) -> None:
+    with OpenAIServer() as server:
+        server.reply(*script)
+        async with OpenAIBackend(server.settings()) as backend:
+            harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=backend)
+            [failed] = _notices(await harness.deliver(case_message(CASE)))
+            server.reply(*SCRIPT)
+            [analysed] = _notices(await harness.deliver(case_message(CASE)))
+    assert failed.text == FAILED and error in failed.data["error"] and failed.data["episode"] == CASE.episode
+    assert analysed.text == ANALYSIS
+
+
+def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enough_failures() -> None:
+    settings = FamaConfig(window=4, share=0.5, min_failures=3)
+    assert choose_roster([["dce"], ["dce"]], settings) == []
+    assert choose_roster([["dce"], ["dce", "memory:6"], ["tor"]], settings) == ["dce"]
+    assert choose_roster([["memory:6", "dce"], ["dce", "memory:6"], ["tor"]], settings) == ["dce", "memory:6"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("category", [POLICY_VIOLATION, WRONG_VALUE, WRONG_ENTITY, EARLY_STOP])
+def test_on_sim_runs_with_one_category_the_main_error_is_that_category_and_the_roster_its_helper(
+    category: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "journal.sqlite"
+    run = ["run", "--tasks", "24", "--error-rate", f"{category}=0.5", "--journal", str(journal), "--json"]
+    assert main(run) == 0
+    capsys.readouterr()
+    assert main(["fama", "analyze", str(journal), "--model", "sim", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    cases = [line for line in lines if line["type"] == "case"]
+    [summary] = [line for line in lines if line["type"] == "summary"]
+    assert len(cases) >= 3 and summary["skipped"] == 0
+    agreeing = [c for c in cases if c["analysis"]["main"]["main"][:1] == [category]]
+    assert len(agreeing) >= 0.9 * len(cases)
+    assert set(MITIGATION[category]) <= set(summary["rosters"]["retail/sim"])
+    [decision] = [line for line in lines if line["type"] == "decision"]
+    assert decision["counts"]["categories"][category] >= 3
+
+
+async def test_a_roster_decision_is_journaled_with_the_counts_that_chose_it() -> None:
+    harness = AgentHarness(
+        FamaController(), episode="fama-retail-m", backend=SimBackend(), settings={"min_failures": 2}
+    )
+    first = _notices(await harness.deliver(case_message(CASE)))
+    second = _notices(await harness.deliver(case_message(CASE)))
+    third = _notices(await harness.deliver(case_message(CASE)))
+    assert [n.text for n in first] == [ANALYSIS]
+    assert [n.text for n in second] == [ANALYSIS, ROSTER]
+    assert [n.text for n in third] == [ANALYSIS]  # the same roster again is not a change
+    decision = second[1].data
+    assert decision["roster"] == ["planner"] and decision["failures"] == 2
+    assert decision["counts"] == {"categories": {EARLY_STOP: 2}, "helpers": {"planner": 2}}
