@@ -37,6 +37,7 @@ from faultline._errors import (
     ReplyTimeoutError,
 )
 from faultline.bus._access import Credential, Login
+from faultline.bus._acks import Confirmations, Publish, Round
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.bus._tls import client_context
@@ -51,16 +52,12 @@ from faultline.core import (
     validate_envelope,
 )
 
-MSG_ID = "Nats-Msg-Id"
 DLQ_SENDER = "bus"
 _REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]+)", re.IGNORECASE)
 
 log = logging.getLogger(__name__)
 
 MAX_OUTSTANDING_PINGS = 2
-_Pending = tuple[str, bytes, str, "asyncio.Future[api.PubAck]"]
-"""A publish on its way: subject, bytes, message id, and the future of JetStream's confirmation."""
-
 RETRY_BACKOFF_S = 0.1
 """First wait before sending unconfirmed publishes again; it doubles up to RETRY_BACKOFF_MAX_S."""
 RETRY_BACKOFF_MAX_S = 2.0
@@ -118,7 +115,8 @@ class Bus:
     interceptors: InterceptorChain = field(default_factory=InterceptorChain)
 
     def __post_init__(self) -> None:
-        self.js = self.nc.jetstream(publish_async_max_pending=self.settings.publish_max_pending)
+        self.js = self.nc.jetstream()
+        self._acks = Confirmations(self.nc, self.settings.publish_max_pending)
         self._refusals = _Refusals("faultline")
 
     @classmethod
@@ -306,7 +304,8 @@ class Bus:
 
     async def publish_all(self, envelopes: Iterable[Envelope]) -> None:
         """Publish many envelopes pipelined; returns once JetStream stored all of them."""
-        pending: list[_Pending] = []
+        publishes: list[Publish] = []
+        round_ = Round()
         chain = self.interceptors
         for envelope in envelopes:
             if len(chain):
@@ -316,23 +315,19 @@ class Bus:
                 outgoing = (envelope,)
             for message in outgoing:
                 validate_envelope(message)
-                subject, data = self.subjects.for_envelope(message), encode(message)
-                pending.append((subject, data, message.id, await self._send(subject, data, message.id)))
-        await self._settle(pending)
+                publish = Publish(self.subjects.for_envelope(message), encode(message), message.id)
+                publishes.append(publish)
+                await self._acks.send(publish, round_)
+        await self._settle(publishes, round_)
 
     async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> int:
         """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
-        acks = await self._settle([(subject, data, msg_id, await self._send(subject, data, msg_id))])
-        return acks[0].seq
+        publish, round_ = Publish(subject, data, msg_id), Round()
+        await self._acks.send(publish, round_)
+        await self._settle([publish], round_)
+        return publish.seq
 
-    async def _send(self, subject: str, data: bytes, msg_id: str) -> asyncio.Future[api.PubAck]:
-        headers = {MSG_ID: msg_id} if msg_id else None
-        try:
-            return await self.js.publish_async(subject, data, headers=headers)
-        except (nats.errors.Error, nats.js.errors.Error) as exc:
-            raise BusError(f"publish to {subject} failed: {exc}") from None
-
-    async def _settle(self, pending: list[_Pending]) -> list[api.PubAck]:
+    async def _settle(self, publishes: list[Publish], round_: Round) -> None:
         """Wait until JetStream confirmed every publish, sending the unconfirmed ones again with the same
         message ids (the duplicate window stores each once) until `publish_retry_s` has passed.
 
@@ -341,53 +336,53 @@ class Bus:
         settings = self.settings
         deadline = anyio.current_time() + settings.publish_retry_s
         delay = RETRY_BACKOFF_S
-        while True:
-            unconfirmed = await self._confirm(pending)
-            if not unconfirmed:
-                return [future.result() for *_, future in pending]
-            if anyio.current_time() + delay > deadline:
-                raise BusError(
-                    f"JetStream did not confirm {len(unconfirmed)} publish(es) within {settings.publish_retry_s:g}s"
-                    f" ({unconfirmed[0][1]}): is the stream's cluster down, or without a leader?"
+        try:
+            while True:
+                unconfirmed = await self._confirm(publishes, round_)
+                if not unconfirmed:
+                    return
+                if anyio.current_time() + delay > deadline:
+                    raise BusError(
+                        f"JetStream did not confirm {len(unconfirmed)} publish(es) within"
+                        f" {settings.publish_retry_s:g}s ({unconfirmed[0][1]}): is the stream's cluster down,"
+                        " or without a leader?"
+                    )
+                log.warning(
+                    "JetStream did not confirm %d publish(es) (%s); sending them again in %.1fs with the same ids",
+                    len(unconfirmed),
+                    unconfirmed[0][1],
+                    delay,
                 )
-            log.warning(
-                "JetStream did not confirm %d publish(es) (%s); sending them again in %.1fs with the same ids",
-                len(unconfirmed),
-                unconfirmed[0][1],
-                delay,
-            )
-            await anyio.sleep(delay)
-            delay = min(2 * delay, RETRY_BACKOFF_MAX_S)
-            again = {id(entry) for entry, _ in unconfirmed}
-            pending = [await self._resend(entry) if id(entry) in again else entry for entry in pending]
+                await anyio.sleep(delay)
+                delay = min(2 * delay, RETRY_BACKOFF_MAX_S)
+                round_ = Round()
+                for publish, _ in unconfirmed:
+                    await self._acks.send(publish, round_)
+        finally:
+            if not round_.done.done():
+                self._acks.forget(publishes)
 
-    async def _resend(self, entry: _Pending) -> _Pending:
-        subject, data, msg_id, _ = entry
-        return subject, data, msg_id, await self._send(subject, data, msg_id)
-
-    async def _confirm(self, pending: list[_Pending]) -> list[tuple[_Pending, str]]:
-        """Wait up to `publish_timeout_s` for the confirmations; the publishes worth sending again, with why.
+    async def _confirm(self, publishes: list[Publish], round_: Round) -> list[tuple[Publish, str]]:
+        """Wait up to `publish_timeout_s` for the round's answers; the publishes worth sending again, with why.
 
         Raises PublishRefusedError when NATS refuses one, BusError when the stream rejects one.
         """
-        confirmed = asyncio.gather(*(future for *_, future in pending), return_exceptions=True)
+        round_.seal()
         with anyio.move_on_after(self.settings.publish_timeout_s):
-            while not confirmed.done():
+            while not round_.done.done():
                 refused = self._refusals.next()
-                await asyncio.wait((confirmed, refused), return_when=asyncio.FIRST_COMPLETED)
-                self._refusals.check({subject for subject, *_ in pending})
-        if not confirmed.done():
-            confirmed.add_done_callback(_retrieved)
-            confirmed.cancel()  # frees each publish's slot in the client's window of unconfirmed ones
+                await asyncio.wait((round_.done, refused), return_when=asyncio.FIRST_COMPLETED)
+                self._refusals.check({publish.subject for publish in publishes})
+        if not round_.done.done():
+            self._acks.forget(publishes)  # frees each one's place in the window of unconfirmed publishes
         unconfirmed = []
-        for entry in pending:
-            future = entry[3]
-            if future.cancelled():
-                unconfirmed.append((entry, f"no answer within {self.settings.publish_timeout_s:g}s"))
-            elif (exc := future.exception()) is not None:
-                if not _transient(exc):
-                    raise BusError(f"JetStream refused a publish to {entry[0]}: {exc}") from None
-                unconfirmed.append((entry, f"{type(exc).__name__}: {exc}"))
+        for publish in publishes:
+            if not publish.answered:
+                unconfirmed.append((publish, f"no answer within {self.settings.publish_timeout_s:g}s"))
+            elif publish.failure:
+                if not publish.transient:
+                    raise BusError(f"JetStream refused a publish to {publish.subject}: {publish.failure}")
+                unconfirmed.append((publish, publish.failure))
         return unconfirmed
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
@@ -539,12 +534,6 @@ class _Refusals:
                 )
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Mark the outcome of an abandoned wait as seen, so that asyncio does not report it."""
-    if not future.cancelled():
-        future.exception()
-
-
 def _failed_tls(url: str, tls_ca: Path | None, reason: str) -> str:
     if tls_ca is None:
         return f"NATS at {url} speaks TLS with a certificate this machine does not trust ({reason}): pass --tls-ca FILE"
@@ -557,13 +546,3 @@ def _refused_login(url: str, credential: Credential | None) -> str:
             f"NATS at {url} wants a credential: pass --creds FILE (written by `faultline up`), or start it --insecure"
         )
     return f"NATS at {url} refused the credential of user {credential.user!r}: wrong user or password"
-
-
-def _transient(exc: BaseException) -> bool:
-    """Whether a publish that failed with `exc` may succeed when sent again (a stream between leaders)."""
-    if isinstance(exc, nats.js.errors.NoStreamResponseError):
-        return True
-    return isinstance(exc, nats.js.errors.APIError) and exc.code == SERVICE_UNAVAILABLE
-
-
-SERVICE_UNAVAILABLE = 503

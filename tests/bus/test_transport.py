@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import anyio
 import pytest
 
 from faultline._errors import BusError, ServerError
-from faultline.bus import Bus, EmbeddedServer, _server
+from faultline.bus import Bus, BusSettings, EmbeddedServer, _server
 from faultline.core import DeadLetter, Envelope, Interceptor, Note, Outbound, UserTurn, decode_envelope, digest, encode
 
 
@@ -171,3 +172,38 @@ async def test_a_cluster_url_list_reaches_a_live_node(nats_server: EmbeddedServe
         await bus.publish(note(1))
     finally:
         await bus.close()
+
+
+async def test_a_publish_no_stream_answers_is_sent_again_with_its_id_until_one_stores_it(
+    nats_server: EmbeddedServer,
+) -> None:
+    resent = anyio.Event()
+
+    class Resent(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "sending them again" in record.getMessage():
+                resent.set()
+
+    handler = Resent()
+    logging.getLogger("faultline.bus._transport").addHandler(handler)
+    bus = await Bus.connect(nats_server.url, settings=BusSettings(publish_timeout_s=1.0, publish_retry_s=20.0))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.publish_all, [note(1), note(2)])
+            with anyio.fail_after(10):
+                await resent.wait()  # no stream yet: nobody stored them
+            await bus.ensure_stream()
+        assert (await bus.stream_state()).messages == 2
+        await bus.publish(note(1))  # the same id again: a duplicate, stored once
+        assert (await bus.stream_state()).messages == 2
+    finally:
+        logging.getLogger("faultline.bus._transport").removeHandler(handler)
+        await bus.close()
+
+
+async def test_a_publish_the_stream_refuses_fails_at_once(bus: Bus) -> None:
+    config = (await bus.js.stream_info(bus.subjects.stream)).config
+    config.max_msg_size = 16
+    await bus.js.update_stream(config)
+    with anyio.fail_after(bus.settings.publish_timeout_s / 2), pytest.raises(BusError, match="refused a publish"):
+        await bus.publish(note(1))

@@ -1,0 +1,160 @@
+"""JetStream's confirmations of this connection's publishes, collected cheaply.
+
+Every publish asks for its confirmation on its own reply subject, all under one
+wildcard subscription, like nats-py's `publish_async`; but a publish here costs
+a dict entry and a counter, where `publish_async` costs a future, two
+callbacks, a random token and a JSON parse into a dataclass. At the bus's rates
+that difference is a third of the publisher's CPU per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import api
+
+from faultline._errors import BusError
+
+MSG_ID = "Nats-Msg-Id"
+SERVICE_UNAVAILABLE = 503
+_NO_RESPONDERS = str(SERVICE_UNAVAILABLE)
+
+
+class _Refusal(msgspec.Struct):
+    code: int = 0
+    description: str = ""
+
+
+class _Answer(msgspec.Struct):
+    """What JetStream answers a publish: where it stored it, or why it did not."""
+
+    seq: int = 0
+    error: _Refusal | None = None
+
+
+_decode_answer = msgspec.json.Decoder(_Answer).decode
+
+
+@dataclass(slots=True, eq=False)
+class Publish:
+    """One message on its way to the stream, and what became of it."""
+
+    subject: str
+    data: bytes
+    msg_id: str
+    seq: int = 0
+    """Its stream sequence once stored (or found a duplicate of one stored)."""
+    answered: bool = False
+    failure: str = ""
+    """Why JetStream did not store it ("" if it did)."""
+    transient: bool = False
+    """Whether sending it again may succeed (no stream leader for now)."""
+
+
+class Round:
+    """Publishes sent together; `done` completes when JetStream has answered every one of them."""
+
+    __slots__ = ("_left", "_sealed", "done")
+
+    def __init__(self) -> None:
+        self._left = 0
+        self._sealed = False
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def sent(self) -> None:
+        self._left += 1
+
+    def answered(self) -> None:
+        self._left -= 1
+        if self._sealed and not self._left and not self.done.done():
+            self.done.set_result(None)
+
+    def seal(self) -> None:
+        """No more publishes join this round: it is done once those sent are answered."""
+        self._sealed = True
+        self._left += 1
+        self.answered()
+
+
+class Confirmations:
+    """The answers to one connection's publishes, at most `window` awaited at once."""
+
+    def __init__(self, nc: NatsClient, window: int) -> None:
+        self._nc = nc
+        self._window = window
+        self._prefix = ""
+        self._count = 0
+        self._waiting: dict[str, tuple[Publish, Round]] = {}
+        self._room = asyncio.Event()
+        self._starting = asyncio.Lock()
+
+    async def send(self, publish: Publish, round_: Round) -> None:
+        """Publish; its answer completes `round_`. BusError when the connection cannot take it."""
+        if not self._prefix:
+            await self._start()
+        while len(self._waiting) >= self._window:
+            self._room.clear()
+            await self._room.wait()
+        self._count += 1
+        token = str(self._count)
+        publish.answered, publish.failure, publish.transient = False, "", False
+        self._waiting[token] = (publish, round_)
+        round_.sent()
+        try:
+            await self._nc.publish(
+                publish.subject,
+                publish.data,
+                reply=self._prefix + token,
+                headers={MSG_ID: publish.msg_id} if publish.msg_id else None,
+            )
+        except nats.errors.Error as exc:
+            del self._waiting[token]
+            raise BusError(f"publish to {publish.subject} failed: {exc}") from None
+
+    def forget(self, publishes: list[Publish]) -> None:
+        """Stop waiting for the answers of `publishes` not answered yet (one that comes late is dropped)."""
+        unanswered = {id(publish) for publish in publishes if not publish.answered}
+        if unanswered:
+            for token in [token for token, (publish, _) in self._waiting.items() if id(publish) in unanswered]:
+                del self._waiting[token]
+            self._room.set()
+
+    async def _start(self) -> None:
+        async with self._starting:
+            if self._prefix:
+                return
+            prefix = self._nc.new_inbox() + "."
+            try:
+                await self._nc.subscribe(prefix + "*", cb=self._on_answer)
+            except nats.errors.Error as exc:
+                raise BusError(f"subscribing to publish confirmations failed: {exc}") from None
+            self._prefix = prefix
+
+    async def _on_answer(self, msg: Msg) -> None:
+        """Record an answer. Nothing here raises: nats-py would hand it to its error callback, unseen."""
+        entry = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if entry is None:
+            return  # the answer to a publish given up and sent again
+        publish, round_ = entry
+        if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS:
+            publish.failure, publish.transient = "no stream answered (none has a leader now)", True
+        else:
+            try:
+                answer = _decode_answer(msg.data)
+            except msgspec.DecodeError:
+                answer = _Answer(error=_Refusal(description=f"unreadable answer {bytes(msg.data[:120])!r}"))
+            if answer.error is None:
+                publish.seq = answer.seq
+            else:
+                refusal = answer.error
+                publish.failure = f"{refusal.description} (code {refusal.code})"
+                publish.transient = refusal.code == SERVICE_UNAVAILABLE
+        publish.answered = True
+        round_.answered()
+        if len(self._waiting) < self._window:
+            self._room.set()
