@@ -43,6 +43,10 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Tool outputs longer than this many characters are restated by the `tor` helper."""
     helper_effect: float = 0.5
     """sim only: the factor on the simulated mistake rates a helper's note addresses (see the sim backend)."""
+    system_addendum: str = ""
+    """A paragraph appended to the system prompt of the agent this Start goes to (prompt faults)."""
+    instruction: str = ""
+    """The user's task instruction in place of the task's own (prompt faults)."""
     protocol: int = 1
     """How the episode's agents speak to the environment: 1, as journals written before
     `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types. New
@@ -53,7 +57,15 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.convert(body.data, cls)
 
     def start(self) -> Start:
-        return Start(data=msgspec.to_builtins(self))
+        data = msgspec.to_builtins(self)
+        for key in ("system_addendum", "instruction"):  # set by prompt faults only: left out, Starts stay as they were
+            if not data[key]:
+                del data[key]
+        return Start(data=data)
+
+    def system_prompt(self, base: str) -> str:
+        """An agent's system prompt `base` with this Start's addendum, if a prompt fault set one."""
+        return f"{base}\n\n{self.system_addendum}" if self.system_addendum else base
 
 
 PROTOCOL = 2

@@ -251,7 +251,7 @@ class ToolAgent(Agent):
 
     def _request(self) -> LlmRequest:
         assert self.spec is not None and self.domain is not None
-        system = self.system = self.system or _system_prompt(self.domain)
+        system = self.system = self.system or self.spec.system_prompt(_system_prompt(self.domain))
         if self.examples:
             system += "\n\n# Past episodes\n" + self.examples
         if self.spec.tool_calls == "text":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from faultline.agents._episode import EpisodeSpec, end_message
 from faultline.core import (
     Agent,
@@ -72,7 +74,10 @@ class UserSimulator(Agent):
                 await self.stand_in.on_message(msg, ctx)
                 return
             task = domain.task(self.spec.task)
-            self.system = domain.user_prompt(task) or _default_prompt(task, domain.hidden_instructions)
+            if self.spec.instruction:
+                task = msgspec.structs.replace(task, instruction=self.spec.instruction)
+            system = domain.user_prompt(task) or _default_prompt(task, domain.hidden_instructions)
+            self.system = self.spec.system_prompt(system)
             await self._speak(ctx)
         elif isinstance(body, AssistantTurn) and body.ends and not self.ended:
             self._end(ctx)

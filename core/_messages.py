@@ -240,6 +240,18 @@ class FaultApplied(Body, frozen=True, tag="fault_applied"):
     results: list[dict[str, Any]] = []
 
 
+class FaultSkipped(Body, frozen=True, tag="fault_skipped"):
+    """A rule drew a message but its fault could not be made (the injector model's answer was
+    malformed or a refusal): the message went out unchanged and the rule's budget is untouched."""
+
+    route: ClassVar[str] = "event:fault"
+
+    rule_id: str
+    fault: str
+    original: dict[str, Any] = {}
+    reason: str = ""
+
+
 class DefenseFired(Body, frozen=True, tag="defense_fired"):
     """A defense dropped `message_id` before `agent` saw it.
 
@@ -306,6 +318,7 @@ MessageBody = Union[
     EpisodeCompleted,
     ErrorRaised,
     FaultApplied,
+    FaultSkipped,
     DefenseFired,
     Control,
     DeadLetter,

@@ -1,4 +1,8 @@
-"""Fault rules, the shipped fault types and the defenses: pure logic over envelopes, no transport."""
+"""Fault rules, the shipped fault types and the defenses: pure logic over envelopes, no transport.
+
+`MASFIRE_FAULTS` names the 15 MAS-FIRE fault types; `fault_types()` holds every registered
+type (those and the structured-reflection tool-call perturbations), each with its `mechanism`.
+"""
 
 from faultline.faults._defenses import (
     DEFENSE_ORDER,
@@ -12,15 +16,19 @@ from faultline.faults._defenses import (
     screen,
     settings_from,
 )
+from faultline.faults._prompt import INSTRUCTION, SYSTEM_ADDENDUM
 from faultline.faults._rules import (
     CONTROL_EPISODE,
     FAULTS_CONTROL,
+    MASFIRE_FAULTS,
+    MECHANISMS,
     OPERATOR,
     EpisodeCatalog,
     FaultInterceptor,
     FaultRule,
     FaultSite,
     FaultType,
+    Injector,
     RuleSet,
     add_rule_control,
     clear_rules_control,
@@ -29,9 +37,12 @@ from faultline.faults._rules import (
     register_fault,
     remove_rule_control,
 )
+from faultline.faults._semantic import INJECTOR_ROLE, TEMPLATES, simulate
+from faultline.faults._structural import COMPRESSED
 from faultline.faults._types import MAX_COPIES
 
 __all__ = [
+    "COMPRESSED",
     "CONTROL_EPISODE",
     "DEFENSES",
     "DEFENSE_ORDER",
@@ -44,10 +55,17 @@ __all__ = [
     "FaultRule",
     "FaultSite",
     "FaultType",
+    "INJECTOR_ROLE",
+    "INSTRUCTION",
+    "Injector",
+    "MASFIRE_FAULTS",
     "MAX_COPIES",
+    "MECHANISMS",
     "OPERATOR",
     "Rejection",
     "RuleSet",
+    "SYSTEM_ADDENDUM",
+    "TEMPLATES",
     "add_rule_control",
     "build_defenses",
     "check_defenses",
@@ -58,4 +76,5 @@ __all__ = [
     "remove_rule_control",
     "screen",
     "settings_from",
+    "simulate",
 ]

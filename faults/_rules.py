@@ -15,8 +15,15 @@ every random choice of the fault are seeded from (rule id, message id), so a
 campaign is repeatable. Each applied fault is journaled as `FaultApplied` with
 the original message and the messages that went out instead.
 
+A fault whose rewrite needs a model (the semantic ones) overrides `rewrite`
+and asks `site.llm`, the runtime's injector: a model call made through the
+sending agent's context with role `injector`, so it is recorded in the journal.
+When the injector fails (a refusal, a malformed answer, a backend error) the
+message goes out unchanged and `FaultSkipped` is journaled instead: a fault is
+applied whole or not at all.
+
 A new fault type is one class: subclass `FaultType`, give it a `name`, a
-`Params` struct and `apply`, and decorate it with `register_fault`.
+`Params` struct and `apply` (or `rewrite`), and decorate it with `register_fault`.
 """
 
 from __future__ import annotations
@@ -26,19 +33,22 @@ import hashlib
 import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 
-from faultline._errors import FaultRuleError
+from faultline._errors import FaultRuleError, ModelError
 from faultline.core import (
     Control,
     Envelope,
     FaultApplied,
+    FaultSkipped,
     Inbound,
     Interceptor,
+    LlmRequest,
+    LlmResponse,
     Outbound,
     Start,
     ToolCall,
@@ -108,6 +118,13 @@ class EpisodeCatalog(Protocol):
 
     def plan(self, start: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]: ...
 
+    def instruction(self, start: Mapping[str, Any]) -> str: ...
+
+
+Injector = Callable[[Envelope, LlmRequest], Awaitable[LlmResponse]]
+"""The runtime's fault-injector model: asks `request` in the context of the agent that sent the
+envelope, recorded in the journal like the agent's own calls."""
+
 
 @dataclass
 class FaultSite:
@@ -122,12 +139,23 @@ class FaultSite:
     start: Mapping[str, Any] = field(default_factory=dict)
     """The episode's Start data as this worker saw it ({} if it saw none)."""
     catalog: EpisodeCatalog | None = None
+    injector: Injector | None = None
 
     def tools(self) -> list[str]:
         return self.catalog.tools(self.start) if self.catalog and self.start else []
 
     def plan(self) -> list[tuple[str, dict[str, Any]]]:
         return self.catalog.plan(self.start) if self.catalog and self.start else []
+
+    def instruction(self, start: Mapping[str, Any]) -> str:
+        """The task instruction of the episode `start` describes ("" if unknown)."""
+        return self.catalog.instruction(start) if self.catalog and start else ""
+
+    async def llm(self, env: Envelope, request: LlmRequest) -> LlmResponse:
+        """Ask the injector model about `env`; ModelError if this worker has none."""
+        if self.injector is None:
+            raise ModelError("no fault-injector model on this worker")
+        return await self.injector(env, request)
 
 
 class FaultType:
@@ -137,6 +165,8 @@ class FaultType:
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
+    mechanism: ClassVar[str] = ""
+    """How it is injected: one of `MECHANISMS`."""
     Params: ClassVar[type[msgspec.Struct]] = NoParams
     kinds: ClassVar[frozenset[str]] = frozenset()
     """Body kinds the fault applies to; empty means every direct or topic message."""
@@ -150,6 +180,36 @@ class FaultType:
     def apply(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
         raise NotImplementedError
 
+    async def rewrite(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
+        """What the interceptor calls: `apply`, unless the type needs a model (it then raises
+        ModelError when the model cannot make the fault)."""
+        return self.apply(env, params, site)
+
+
+MECHANISMS = ("prompt", "structural", "semantic", "routing", "tool_call")
+"""Injection mechanisms: prompt modification, response rewriting (structural, without a model;
+semantic, by the injector model), message routing, and the structured-reflection tool-call
+perturbations that are not in the MAS-FIRE taxonomy."""
+
+MASFIRE_FAULTS = (
+    "role_ambiguity",
+    "blind_trust",
+    "instruction_logic_conflict",
+    "instruction_ambiguity",
+    "memory_loss",
+    "context_length_violation",
+    "parameter_format_error",
+    "hallucination",
+    "inexecutable_plan",
+    "critical_information_loss",
+    "tool_selection_error",
+    "parameter_filling_error",
+    "cycle",
+    "storm",
+    "broadcast",
+)
+"""The 15 fault types of the MAS-FIRE taxonomy by their registered names, grouped by mechanism
+(prompt, structural, semantic, routing): what a campaign over "all" faults runs."""
 
 _REGISTRY: dict[str, FaultType] = {}
 
@@ -158,6 +218,8 @@ F = TypeVar("F", bound=type[FaultType])
 
 def register_fault(cls: F) -> F:
     """Class decorator: make a fault type available to rules under `cls.name`."""
+    if cls.mechanism not in MECHANISMS:
+        raise FaultRuleError(f"fault type {cls.name!r}: mechanism {cls.mechanism!r} is not one of {MECHANISMS}")
     _REGISTRY[cls.name] = cls()
     return cls
 
@@ -311,6 +373,23 @@ class RuleSet:
 
 def fault_event(rule: FaultRule, original: Envelope, results: Sequence[Envelope]) -> Envelope:
     """The `FaultApplied` event of one applied fault, on `fl.ev.fault.<episode>.<sender>`."""
+    body = FaultApplied(
+        rule_id=rule.id,
+        fault=rule.fault,
+        original=msgspec.to_builtins(original),
+        results=[msgspec.to_builtins(r) for r in results],
+    )
+    return _event(original, body)
+
+
+def skipped_event(rule: FaultRule, original: Envelope, reason: str) -> Envelope:
+    """The `FaultSkipped` event of a fault that could not be made; `original` went out unchanged."""
+    return _event(
+        original, FaultSkipped(rule_id=rule.id, fault=rule.fault, original=msgspec.to_builtins(original), reason=reason)
+    )
+
+
+def _event(original: Envelope, body: FaultApplied | FaultSkipped) -> Envelope:
     return Envelope(
         id=derive_id(original.id, 0, "fault"),
         episode=original.episode,
@@ -318,12 +397,7 @@ def fault_event(rule: FaultRule, original: Envelope, results: Sequence[Envelope]
         causation=original.id,
         hops=original.hops,
         ts=time.time(),
-        body=FaultApplied(
-            rule_id=rule.id,
-            fault=rule.fault,
-            original=msgspec.to_builtins(original),
-            results=[msgspec.to_builtins(r) for r in results],
-        ),
+        body=body,
     )
 
 
@@ -334,10 +408,18 @@ class FaultInterceptor(Interceptor):
     calls for each sender's call history, which some fault types consult.
     """
 
-    def __init__(self, rules: RuleSet, *, agents: Sequence[str] = (), catalog: EpisodeCatalog | None = None) -> None:
+    def __init__(
+        self,
+        rules: RuleSet,
+        *,
+        agents: Sequence[str] = (),
+        catalog: EpisodeCatalog | None = None,
+        injector: Injector | None = None,
+    ) -> None:
         self.rules = rules
         self.agents = tuple(agents)
         self.catalog = catalog
+        self.injector = injector
         self._starts: dict[str, Mapping[str, Any]] = {}
         self._calls: dict[tuple[str, str], list[ToolCall]] = {}
 
@@ -353,14 +435,14 @@ class FaultInterceptor(Interceptor):
         if isinstance(body, ToolCall):
             calls = self._calls.setdefault((env.episode, env.sender), [])
             try:
-                return self._fault(message, calls)
+                return await self._fault(message, calls)
             finally:
                 calls.append(body)
         if not self.rules.in_force or type(body).route != "direct":
             return (env,)
-        return self._fault(message, ())
+        return await self._fault(message, ())
 
-    def _fault(self, message: Outbound, calls: Sequence[ToolCall]) -> Sequence[Envelope]:
+    async def _fault(self, message: Outbound, calls: Sequence[ToolCall]) -> Sequence[Envelope]:
         env = message.envelope
         if not self.rules.in_force:
             return (env,)
@@ -372,8 +454,13 @@ class FaultInterceptor(Interceptor):
                 calls=tuple(calls),
                 start=self._starts.get(env.episode, {}),
                 catalog=self.catalog,
+                injector=self.injector,
             )
-            results = active.type.apply(env, active.params, site)
+            try:
+                results = await active.type.rewrite(env, active.params, site)
+            except ModelError as exc:
+                message.events.append(skipped_event(active.rule, env, str(exc)))
+                return (env,)
             if results is None:
                 continue
             self.rules.use(active.rule.id, env.id)

@@ -161,7 +161,7 @@ def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _Agent
             if row.sender in tracks:
                 tracks[row.sender].quiet.add(row.causation)
             continue
-        if row.kind in ("defense_fired", "control"):
+        if row.kind in ("defense_fired", "control", "fault_skipped"):
             continue
         if row.kind == "fault_applied":
             original = msgspec.convert(row.envelope().body.original, Envelope)  # type: ignore[union-attr]

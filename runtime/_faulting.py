@@ -23,11 +23,13 @@ import msgspec
 
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
+from faultline.core import Context, Control, Envelope, LlmRequest, LlmResponse, Recorder, Services
 from faultline.faults import (
     DefenseInterceptor,
     DefenseSettings,
     FaultInterceptor,
     FaultRule,
+    Injector,
     RuleSet,
     add_rule_control,
     check_defenses,
@@ -45,6 +47,9 @@ class DomainCatalog:
 
     def plan(self, start: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         return [(name, dict(args)) for name, args in _plan(str(start.get("domain", "")), str(start.get("task", "")))]
+
+    def instruction(self, start: Mapping[str, Any]) -> str:
+        return _instruction(str(start.get("domain", "")), str(start.get("task", "")))
 
 
 @lru_cache(maxsize=64)
@@ -67,6 +72,16 @@ def _plan(domain: str, task: str) -> tuple[tuple[str, dict[str, Any]], ...]:
         return ()
 
 
+@lru_cache(maxsize=4096)
+def _instruction(domain: str, task: str) -> str:
+    from faultline.envs import load_domain
+
+    try:
+        return load_domain(domain).task(task).instruction
+    except FaultlineError:
+        return ""
+
+
 def defense_settings(config: DefensesConfig) -> DefenseSettings:
     return DefenseSettings(
         max_hops=config.max_hops,
@@ -82,27 +97,48 @@ def follow_settings(config: Config) -> FollowSettings:
 
 
 @asynccontextmanager
-async def faults_and_defenses(bus: Bus, config: Config, agents: Sequence[str], name: str) -> AsyncIterator[RuleSet]:
-    """Install a worker's defenses and fault interceptor on `bus` and follow the rules until the block ends."""
+async def faults_and_defenses(
+    bus: Bus, config: Config, agents: Sequence[str], name: str
+) -> AsyncIterator[FaultInterceptor]:
+    """Install a worker's defenses and fault interceptor on `bus` and follow the rules until the block ends.
+
+    The caller gives the interceptor its `injector` (`injector_for`) once the worker exists."""
     d = config.defenses
     per_agent: dict[str, Sequence[str]] = {ALL_AGENTS: d.enabled, **d.agents}
     if any(per_agent.values()):
         bus.interceptors.add(DefenseInterceptor(per_agent, defense_settings(d)))
     faults = FaultInterceptor(RuleSet(), agents=agents, catalog=DomainCatalog())
     bus.interceptors.add(faults)
-    async with follow_rules(bus, faults.rules, name=name, settings=follow_settings(config)) as rules:
-        yield rules
+    async with follow_rules(bus, faults.rules, name=name, settings=follow_settings(config)):
+        yield faults
+
+
+def injector_for(bus: Bus, services: Services) -> Injector:
+    """The fault-injector model of a worker: a call made in the context of the agent that sent the
+    faulted message, caused by that message, so its recording is journaled with the agent's own
+    (replay, which compares the agent with the original message, never asks it again)."""
+
+    async def ask(env: Envelope, request: LlmRequest) -> LlmResponse:
+        recorder = Recorder(services=services, store=bus.publish)
+        return await Context(agent=env.sender, message=env, recorder=recorder, services=services).llm(request)
+
+    return ask
 
 
 @asynccontextmanager
 async def rules_in_force(
     bus: Bus, rules: Sequence[FaultRule], *, workers: int | None, settings: FollowSettings
 ) -> AsyncIterator[None]:
-    """Put `rules` in force for the length of the block (confirmed by the workers), then remove them."""
+    """Put `rules` in force for the length of the block (confirmed by the workers), then remove them.
+
+    Prompt faults act at the entry point: on the Starts this bus publishes (`entry_faults`)."""
     if not rules:
         yield
         return
     adds = [add_rule_control(r, os.urandom(8).hex()) for r in rules]
+    entry = entry_faults([add for add, r in zip(adds, rules, strict=True) if fault_type(r.fault).mechanism == "prompt"])
+    if entry is not None:
+        bus.interceptors.add(entry)
     try:
         result = await publish_controls(bus, adds, workers=workers, settings=settings)
         if workers is not None and result["confirmed"] < workers:
@@ -112,9 +148,23 @@ async def rules_in_force(
             )
         yield
     finally:
+        if entry is not None:
+            bus.interceptors.remove(entry)
         removes = [remove_rule_control(r.id, os.urandom(8).hex()) for r in rules]
         with anyio.CancelScope(shield=True):
             await publish_controls(bus, removes, workers=0, settings=settings)
+
+
+def entry_faults(adds: Sequence[Envelope]) -> FaultInterceptor | None:
+    """The fault interceptor of the process that starts episodes, holding the prompt-fault rules
+    of `adds` (their add controls): it rewrites the Start each agent gets. None without such rules."""
+    if not adds:
+        return None
+    rules = RuleSet()
+    for add in adds:
+        assert isinstance(add.body, Control)
+        rules.control(add.body)
+    return FaultInterceptor(rules, catalog=DomainCatalog())
 
 
 def scoped_to_run(rule: FaultRule, run_id: str) -> FaultRule:

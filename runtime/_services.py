@@ -18,7 +18,7 @@ from faultline._errors import ConfigError, JournalError
 from faultline.bus import Bus, BusSettings, Login
 from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, bus_settings, make_backend
-from faultline.runtime._faulting import faults_and_defenses
+from faultline.runtime._faulting import faults_and_defenses, injector_for
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
@@ -163,8 +163,9 @@ async def run_worker(
     agent_settings: dict[str, dict[str, Any]] = {n: {"model_role": a.model_role or n} for n, a in config.agents.items()}
 
     async def body(bus: Bus) -> None:
-        async with faults_and_defenses(bus, config, agent_names(config), name):
+        async with faults_and_defenses(bus, config, agent_names(config), name) as faults:
             worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
+            faults.injector = injector_for(bus, worker)
             if follow_roster:
                 pool = HelperPool(worker, resolve=lambda agent: resolve_agents([agent], config)[0])
                 await serve_until_signal(bus, name, pool)

@@ -9,7 +9,9 @@ Randomness comes from `random.Random(f"sim:{seed}:{task}:{step}")`.
 
 Request metadata (build it with `sim_metadata`):
 
-    sim                     "user" (the simulated customer) or "tool" (the tool-use agent)
+    sim                     "user" (the simulated customer) or "tool" (the tool-use agent); "helper" and
+                            "injector" requests go to the helpers' stand-ins and to the fault-injector
+                            rules (`faultline.faults.simulate`)
     domain                  a built-in domain name or "package.module:ClassName"
     task                    the task id within that domain
     seed                    int, default 0: the episode's seed (vary it per trial)
@@ -85,6 +87,7 @@ from faultline.envs import (
     Task,
     load_domain,
 )
+from faultline.faults import INJECTOR_ROLE, simulate
 from faultline.runtime.models._sim_judge import respond_judge
 
 MAX_RETRIES: Final = 2
@@ -184,6 +187,10 @@ class SimBackend:
             return respond_helper(request)
         if request.metadata.get("sim") == "judge":
             return respond_judge(request, _prompt_words(request.messages))
+        if request.metadata.get("sim") == INJECTOR_ROLE:
+            text = simulate(request)
+            usage = Usage(prompt_tokens=_prompt_words(request.messages), completion_tokens=_words(text))
+            return LlmResponse(content=text, usage=usage, model="sim", finish_reason="stop")
         spec = _spec(request.metadata)
         try:
             domain = load_domain(spec.domain)

@@ -24,6 +24,8 @@ from faultline.core import (
     UserTurn,
 )
 from faultline.faults import (
+    MASFIRE_FAULTS,
+    MECHANISMS,
     FaultInterceptor,
     FaultRule,
     RuleSet,
@@ -61,6 +63,9 @@ class Plan:
     def plan(self, start: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         return [("find_user", {"user": "ann"}), ("get_order", {"order_id": "7"}), ("cancel_order", {"order_id": "7"})]
 
+    def instruction(self, start: Mapping[str, Any]) -> str:
+        return "Cancel order #W2001 for ann@example.com. Ask for a refund of $25 to the gift card."
+
 
 async def through(interceptor: FaultInterceptor, *messages: Envelope) -> tuple[list[Envelope], list[Envelope]]:
     chain = InterceptorChain([interceptor])
@@ -74,9 +79,13 @@ async def through(interceptor: FaultInterceptor, *messages: Envelope) -> tuple[l
 
 
 def test_the_shipped_fault_types_are_registered() -> None:
-    assert set(fault_types()) == {
-        "cycle", "storm", "broadcast", "call_order_swap", "redundant_call", "missing_call", "argument_error",
+    assert set(fault_types()) == {*MASFIRE_FAULTS, "call_order_swap", "redundant_call"}
+    assert len(set(MASFIRE_FAULTS)) == 15
+    assert {n: t.mechanism for n, t in fault_types().items() if t.mechanism in ("routing", "tool_call")} == {
+        "cycle": "routing", "storm": "routing", "broadcast": "routing",
+        "call_order_swap": "tool_call", "redundant_call": "tool_call",
     }  # fmt: skip
+    assert all(t.mechanism in MECHANISMS and t.summary for t in fault_types().values())
 
 
 def test_a_rule_is_validated_and_its_params_made_canonical() -> None:
@@ -213,44 +222,10 @@ async def test_redundant_call_repeats_the_previous_call() -> None:
     assert out[1].body == ToolCall(call_id="call-2", name="find_user", arguments={"order_id": "7"})
 
 
-async def test_missing_call_picks_a_similar_other_tool() -> None:
-    interceptor = FaultInterceptor(rules(FaultRule(id="m", fault="missing_call")), catalog=Plan())
-    await interceptor.inbound(Inbound(env(0, Start(data={"domain": "d", "task": "t"}), to="tool"), "tool"))
-    out, _ = await through(interceptor, call(1, "get_order", order_id="7"))
-    assert out[0].body == ToolCall(call_id="call-1", name="get_order_status", arguments={"order_id": "7"})
-    named = FaultInterceptor(rules(FaultRule(id="m", fault="missing_call", params={"tool": "cancel_order"})))
-    out, _ = await through(named, call(1, "get_order", order_id="7"))
-    assert out[0].body.name == "cancel_order"  # type: ignore[union-attr]
-    unknown = FaultInterceptor(rules(FaultRule(id="m", fault="missing_call")))
-    assert (await through(unknown, call(1)))[1] == []  # no other tool known: not applied
-
-
-@pytest.mark.parametrize(
-    ("mode", "expected"),
-    [
-        ("missing", {"user_id": "u1"}),
-        ("type", {"user_id": "u1", "order_id": 7}),
-        ("alias", {"user_id": "u1", "orderId": "7"}),
-    ],
-)
-async def test_argument_errors(mode: str, expected: dict[str, Any]) -> None:
-    rule = FaultRule(id="a", fault="argument_error", params={"mode": mode, "field": "order_id"})
-    out, _ = await through(FaultInterceptor(rules(rule)), call(1, user_id="u1", order_id="7"))
-    assert out[0].body.arguments == expected  # type: ignore[union-attr]
-
-
-async def test_argument_error_boundary_and_any_are_seeded() -> None:
-    rule = FaultRule(id="a", fault="argument_error", params={"mode": "boundary", "field": "quantity"})
-    out, _ = await through(FaultInterceptor(rules(rule)), call(1, quantity=3))
-    assert out[0].body.arguments["quantity"] in (-1, 0, 2**31 - 1)  # type: ignore[union-attr]
-    anyway = FaultRule(id="a", fault="argument_error")
-    runs = [(await through(FaultInterceptor(rules(anyway)), call(i, a="x", b=2, c=[1])))[0][0].body for i in range(20)]
-    again = [(await through(FaultInterceptor(rules(anyway)), call(i, a="x", b=2, c=[1])))[0][0].body for i in range(20)]
-    assert runs == again and len({msgspec.json.encode(b) for b in runs}) > 3
-
-
 async def test_tool_call_faults_leave_other_kinds_alone() -> None:
-    interceptor = FaultInterceptor(rules(*(FaultRule(id=n, fault=n) for n in ("argument_error", "redundant_call"))))
+    interceptor = FaultInterceptor(
+        rules(*(FaultRule(id=n, fault=n) for n in ("parameter_format_error", "redundant_call")))
+    )
     out, events = await through(interceptor, env(1, Note(text="x")))
     assert out == [env(1, Note(text="x"))] and events == []
 

@@ -126,7 +126,7 @@ def test_a_run_journal_exported_and_imported_verifies_and_replays_identical(
 ) -> None:
     """Bodies as workers published them (dicts in insertion order, faults, recordings) survive the round trip."""
     source, text, copy = tmp_path / "run.sqlite", tmp_path / "run.jsonl", tmp_path / "copy.sqlite"
-    fault = "argument_error:probability=1,budget=1"
+    fault = "parameter_format_error:probability=1,budget=1"
     run = ["run", "--tasks", "3", "--error-rates", "0.2", "--fault", fault, "--journal", str(source), "--json"]
     assert main(run) == 0
     assert main(["journal", "export", str(source), "-o", str(text)]) == 0

@@ -122,7 +122,7 @@ def test_a_fork_at_a_row_no_agent_receives_is_refused(journal_copy: Path, capsys
 
 def test_undoing_a_fault_delivers_the_original_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     journal = tmp_path / "faulted.sqlite"
-    fault = "argument_error:probability=1,budget=1"
+    fault = "parameter_format_error:probability=1,budget=1"
     assert main(["run", "--tasks", "1", "--fault", fault, "--journal", str(journal), "--json"]) == 0
     capsys.readouterr()
     with JournalReader(journal) as reader:

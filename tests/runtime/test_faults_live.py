@@ -77,8 +77,8 @@ def test_every_fault_type_shows_in_the_journal_with_its_original(
         f"broadcast:kind=assistant_turn,budget=1,episode={e[2]}",
         f"call_order_swap:budget=1,episode={e[3]}",
         f"redundant_call:budget=1,episode={e[4]}",
-        f"missing_call:budget=1,episode={e[5]}",
-        f"argument_error:mode=missing,budget=1,episode={e[6]}",
+        f"tool_selection_error:budget=1,episode={e[5]}",
+        f"parameter_format_error:mode=missing,budget=1,episode={e[6]}",
     ]
     summary = run(
         capsys, "--tasks", str(len(TASKS)), "--run-id", "ft", "--journal", str(journal), "--max-turns", "8",

@@ -1,0 +1,273 @@
+"""Response rewriting by the fault-injector model (MAS-FIRE semantic-level mutations).
+
+Each type has one template, written here: the injector model (role `injector`,
+asked through the sending agent's context, so the exchange is journaled and
+replay serves it) gets the message and answers with the faulted one between
+`<rewrite>` tags; a tool call travels as JSON `{"name", "arguments"}`. An
+answer without that block, with JSON that does not parse into a call, or equal
+to the message, is not a fault: the message goes out unchanged and the
+interceptor journals `FaultSkipped`.
+
+The offline `sim` model answers injector requests with `simulate`: one
+deterministic rule per type over the message in the request (a plausible wrong
+id, the sentence holding a constraint removed, a similar but wrong tool, a step
+naming a tool that does not exist). Like the rest of `sim` it exercises the
+mechanism, never a model.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from faultline._errors import AnswerFormatError, ModelError
+from faultline.core import ChatMessage, Envelope, LlmRequest, ToolCall
+from faultline.faults._rules import FaultSite, FaultType, register_fault
+
+INJECTOR_ROLE = "injector"
+"""The model role of the fault-injector model (`[models.injector]` in faultline.toml)."""
+
+_TEXT_KINDS = frozenset({"assistant_turn", "user_turn", "context_reply"})
+_CALL_KINDS = frozenset({"tool_call"})
+
+SYSTEM = (
+    "You inject one fault into a message of a multi-agent system, so that its builders can see how the "
+    "system copes. The fault: {fault}\n"
+    "Keep the message's language, tone, form and length, and change nothing the fault does not need. "
+    "{form}Answer with the faulted message only, between <rewrite> and </rewrite>."
+)
+TEXT_FORM = ""
+CALL_FORM = 'The message is a tool call as JSON {{"name": ..., "arguments": {{...}}}}; answer in the same JSON form. '
+
+TEMPLATES = {
+    "hallucination": (
+        "replace one verified fact (an id, a number, a name, a date or a status) by a plausible but wrong one, "
+        "or state something uncertain as certain; the result must read as confidently as the original."
+    ),
+    "inexecutable_plan": (
+        "make the plan or next step impossible to carry out: refer to a tool or agent that does not exist, "
+        "make two steps wait on each other, or put a step before the one it needs. Tools that exist: {tools}."
+    ),
+    "critical_information_loss": (
+        "remove the one constraint, condition, limit, id or piece of context the reader most needs to act "
+        "correctly, and nothing else."
+    ),
+    "tool_selection_error": (
+        "replace the tool by a semantically similar but wrong one from this list, keeping the arguments: {tools}."
+    ),
+    "parameter_filling_error": (
+        "change one argument's value to a plausible but wrong one of the same type (another id of the same "
+        "form, a nearby number, a similar name), keeping the tool and every other argument."
+    ),
+}
+"""One template per semantic fault type: what the injector is asked to do."""
+
+_REWRITE = re.compile(r"<rewrite>(.*?)</rewrite>", re.DOTALL)
+
+
+def injector_request(fault: str, message: str, *, tools: Sequence[str], call: bool, seed: str) -> LlmRequest:
+    """The injector's request for faulting `message` (text, or a call as JSON)."""
+    system = SYSTEM.format(
+        fault=TEMPLATES[fault].format(tools=", ".join(tools) or "(unknown)"), form=CALL_FORM if call else TEXT_FORM
+    )
+    return LlmRequest(
+        role=INJECTOR_ROLE,
+        messages=[ChatMessage(role="system", content=system), ChatMessage(role="user", content=message)],
+        temperature=0.0,
+        metadata={"sim": INJECTOR_ROLE, "fault": fault, "tools": list(tools), "seed": seed, "call": call},
+    )
+
+
+def rewritten(answer: str) -> str:
+    """The text between the answer's `<rewrite>` tags; AnswerFormatError if there is none."""
+    found = _REWRITE.search(answer)
+    if found is None or not found.group(1).strip():
+        raise AnswerFormatError("the injector's answer holds no <rewrite> block (a refusal or a malformed answer)")
+    return found.group(1).strip()
+
+
+def _call_json(call: ToolCall) -> str:
+    return json.dumps({"name": call.name, "arguments": call.arguments}, sort_keys=True)
+
+
+def _parsed_call(text: str) -> tuple[str, dict[str, Any]]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnswerFormatError(f"the injector's tool call is not JSON: {exc.msg} at character {exc.pos}") from None
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
+        raise AnswerFormatError("the injector's tool call has no name - at $.name")
+    arguments = value.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise AnswerFormatError("the injector's tool call arguments are not an object - at $.arguments")
+    return value["name"], arguments
+
+
+class SemanticFault(FaultType):
+    """A fault the injector model makes; subclasses name it and say which kinds it rewrites."""
+
+    mechanism = "semantic"
+    kinds = _TEXT_KINDS
+
+    def apply(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
+        raise ModelError(f"{self.name} needs the fault-injector model")
+
+    async def rewrite(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
+        body = env.body
+        call = isinstance(body, ToolCall)
+        original = _call_json(body) if isinstance(body, ToolCall) else str(getattr(body, "text", ""))
+        if not original:
+            return None
+        seed = f"{site.rule.id}/{env.id}"
+        tools = site.tools() or sorted({c.name for c in site.calls})
+        request = injector_request(self.name, original, tools=tools, call=call, seed=seed)
+        text = rewritten((await site.llm(env, request)).content)
+        if text == original:
+            raise ModelError("the injector returned the message unchanged")
+        if isinstance(body, ToolCall):
+            name, arguments = _parsed_call(text)
+            faulted: Any = ToolCall(call_id=body.call_id, name=name, arguments=arguments)
+        else:
+            faulted = msgspec.structs.replace(body, text=text)
+        return [msgspec.structs.replace(env, body=faulted)]
+
+
+@register_fault
+class Hallucination(SemanticFault):
+    name = "hallucination"
+    summary = "the injector replaces a verified fact by a plausible wrong one"
+
+
+@register_fault
+class InexecutablePlan(SemanticFault):
+    name = "inexecutable_plan"
+    summary = "the injector makes a plan or next step impossible (a tool that does not exist, a circular step)"
+
+
+@register_fault
+class CriticalInformationLoss(SemanticFault):
+    name = "critical_information_loss"
+    summary = "the injector removes the constraint or fact the reader most needs"
+
+
+@register_fault
+class ToolSelectionError(SemanticFault):
+    name = "tool_selection_error"
+    summary = "the injector replaces the intended tool by a similar but wrong one (same arguments)"
+    kinds = _CALL_KINDS
+
+
+@register_fault
+class ParameterFillingError(SemanticFault):
+    name = "parameter_filling_error"
+    summary = "the injector changes one argument to a plausible wrong value of the same type"
+    kinds = _CALL_KINDS
+
+
+# -- the offline model's rules -------------------------------------------------------------------------------
+
+_FACT = re.compile(r"#?[A-Za-z]*\d[\w-]*")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_CONSTRAINT = re.compile(
+    r"\b(must|only|not|never|unless|before|after|at least|at most|no more|cannot|can't|don't|within)\b", re.I
+)
+"""A sentence that holds a constraint; failing one, the first sentence with a number or id goes."""
+
+
+def _wrong_digit(token: str, rng: random.Random) -> str:
+    digits = [i for i, c in enumerate(token) if c.isdigit()]
+    at = digits[-1] if len(digits) < 2 else rng.choice(digits[1:])
+    return token[:at] + str((int(token[at]) + rng.randint(1, 9)) % 10) + token[at + 1 :]
+
+
+def _hallucinate(text: str, rng: random.Random, tools: Sequence[str]) -> str:
+    facts = list(_FACT.finditer(text))
+    if not facts:
+        return text
+    fact = rng.choice(facts)
+    return text[: fact.start()] + _wrong_digit(fact.group(), rng) + text[fact.end() :]
+
+
+def _inexecutable(text: str, rng: random.Random, tools: Sequence[str]) -> str:
+    known = sorted(tools)
+    ghost = f"{rng.choice(known)}_batch" if known else "escalate_to_backoffice"
+    return f"{text.rstrip()} First, though, run `{ghost}` on the account; nothing else works before it."
+
+
+def _lose_constraint(text: str, rng: random.Random, tools: Sequence[str]) -> str:
+    sentences = _SENTENCE.split(text.strip())
+    held = [i for i, s in enumerate(sentences) if _CONSTRAINT.search(s)]
+    held = held or [i for i, s in enumerate(sentences) if _FACT.search(s)]
+    if len(sentences) < 2 or not held:
+        return text
+    drop = held[0]
+    return " ".join(s for i, s in enumerate(sentences) if i != drop)
+
+
+def _similarity(a: str, b: str) -> int:
+    return len(set(a.split("_")) & set(b.split("_")))
+
+
+def _similar_tool(call: dict[str, Any], rng: random.Random, tools: Sequence[str]) -> dict[str, Any]:
+    candidates = sorted({t for t in tools if t != call["name"]})
+    if not candidates:
+        return call
+    best = max(_similarity(call["name"], t) for t in candidates)
+    return call | {"name": rng.choice([t for t in candidates if _similarity(call["name"], t) == best])}
+
+
+def _wrong_value(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + rng.choice([-1, 1])
+    if isinstance(value, float):
+        return round(value * rng.choice([0.9, 1.1]), 2)
+    return _wrong_digit(str(value), rng)
+
+
+def _changeable(value: Any) -> bool:
+    return isinstance(value, int | float) or (isinstance(value, str) and any(c.isdigit() for c in value))
+
+
+def _wrong_argument(call: dict[str, Any], rng: random.Random, tools: Sequence[str]) -> dict[str, Any]:
+    arguments = call["arguments"]
+    keys = [k for k in sorted(arguments) if _changeable(arguments[k])]
+    if not keys:
+        return call
+    key = rng.choice(keys)
+    return call | {"arguments": arguments | {key: _wrong_value(arguments[key], rng)}}
+
+
+_TEXT_RULES: dict[str, Callable[[str, random.Random, Sequence[str]], str]] = {
+    "hallucination": _hallucinate,
+    "inexecutable_plan": _inexecutable,
+    "critical_information_loss": _lose_constraint,
+}
+_CALL_RULES: dict[str, Callable[[dict[str, Any], random.Random, Sequence[str]], dict[str, Any]]] = {
+    "tool_selection_error": _similar_tool,
+    "parameter_filling_error": _wrong_argument,
+}
+
+
+def simulate(request: LlmRequest) -> str:
+    """The offline injector's answer to `request`: the type's rule applied to the message, in the
+    template's answer form (the message unchanged when the rule finds nothing to fault)."""
+    meta = request.metadata
+    fault = str(meta.get("fault", ""))
+    message = request.messages[-1].content
+    rng = random.Random(str(meta.get("seed", "")))
+    tools = [str(t) for t in meta.get("tools", [])]
+    if fault in _CALL_RULES:
+        call = json.loads(message)
+        answer = json.dumps(_CALL_RULES[fault](call, rng, tools), sort_keys=True)
+    elif fault in _TEXT_RULES:
+        answer = _TEXT_RULES[fault](message, rng, tools)
+    else:
+        raise ModelError(f"sim: no injector rule for fault {fault!r} - at $.metadata.fault")
+    return f"<rewrite>{answer}</rewrite>"
