@@ -23,6 +23,7 @@ FaultlineError
  ├── HandlerTimeoutError      a handler ran past its time limit (names the model call it waited on)
  ├── DirectoryBusyError       another running process holds a state directory (names its pid)
  ├── RunError                 every episode of a run ended in error (names the causes)
+ ├── CampaignError            a folder is not a campaign, or holds one of other settings
  └── UsageError               a command line was wrong (printed as one line, exit 2)
 
 Callers catch what they can act on; the CLI turns any of them into one line.
@@ -137,6 +138,10 @@ class DirectoryBusyError(FaultlineError):
 
 class RunError(FaultlineError):
     """A run produced no result: every episode ended in error, for the causes the message gives."""
+
+
+class CampaignError(FaultlineError):
+    """A folder is not a fault campaign, or holds a campaign of other settings than the ones asked for."""
 
 
 class UsageError(FaultlineError):

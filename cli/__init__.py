@@ -21,6 +21,8 @@ from faultline._logging import ENV_LEVEL, configure, resolve_level
 
 _COMMANDS = {
     "run": "_run",
+    "campaign": "_campaign",
+    "report": "_report",
     "replay": "_replay",
     "fork": "_fork",
     "attribute": "_fork",

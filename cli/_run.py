@@ -16,7 +16,15 @@ from typing import Any
 import anyio
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from faultline._errors import ConfigError, JournalError, RunError, UsageError
@@ -391,7 +399,50 @@ def _uses_sim(config: Config) -> bool:
     return any(m.backend == "sim" for m in config.models.values()) or not config.models
 
 
+@dataclass
+class RunOutcome:
+    """What `execute_run` leaves: the summary, the signal that cut the run short (if one did), and
+    what went wrong with the journal ("" when nothing did)."""
+
+    summary: Summary
+    request: StopRequest
+    problem: str
+    result: RunResult
+    journal: Path
+    run_id: str
+    uses_sim: bool
+
+
 def _run(args: argparse.Namespace) -> int:
+    outcome = execute_run(args)
+    summary, request, problem, journal = outcome.summary, outcome.request, outcome.problem, outcome.journal
+    if args.json:
+        print(msgspec.json.encode(summary).decode())
+    else:
+        Console().print(_table(summary, args.domain, outcome.run_id))
+        if summary.costs:
+            Console().print(_costs_table(summary, uses_sim=outcome.uses_sim))
+    console = Console(stderr=True)
+    if request.signum is not None:
+        console.print(_stopped(request, outcome.result, problem, args.nats, journal), soft_wrap=True, highlight=False)
+        return 128 + request.signum
+    if problem:
+        raise JournalError(f"the run ended, but the journal did not catch up: {problem}")
+    errors = sum(summary.errors.values())
+    if errors and errors == summary.episodes:
+        raise RunError(f"all {errors} episodes ended in error: {_causes(summary.errors)}")
+    if errors:
+        note = f"note: {errors} of {summary.episodes} episodes ended in error: {_causes(summary.errors)}"
+        console.print(note, soft_wrap=True, highlight=False)
+    return 0
+
+
+def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = True) -> RunOutcome:
+    """Run `faultline run`'s episodes as its arguments say, on a system of its own or the one at --nats.
+
+    `label` names the progress bar (default: the domain's episodes); `sim_note` prints what sim's
+    numbers mean when a role uses it. Prints progress only: the caller reports the outcome.
+    """
     if args.defense and args.nats:
         raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
     if (args.insecure or args.tls) and args.nats:
@@ -437,12 +488,12 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     supervisor: Supervisor | None = None
     with hold_directories([] if args.nats else [run_dir], "run"), _throwaway_access(args, config, groups) as access:
-        if _uses_sim(config) and not args.json:
+        if sim_note and _uses_sim(config) and not args.json:
             console.print(f"[dim]note: {SIM_NOTE}[/dim]")
         if args.insecure:
             warn_insecure(console, "on its local port")
         tls = None if args.nats else server_tls(args, config, run_dir / "tls")
-        with _display(console, result, plan, quiet=args.json) as display:
+        with _display(console, result, plan, quiet=args.json, label=label) as display:
             if args.nats:
                 connect_as = login(args, config, args.nats)
                 request = anyio.run(_run_remote, args.nats, config, plan, result, display, rules, connect_as)
@@ -464,24 +515,7 @@ def _run(args: argparse.Namespace) -> int:
     summary = summarize(result, args.trials, "" if args.nats else str(journal))
     if plan.helpers and not args.nats and not problem:
         summary = with_costs(summary, journal, run_id, plan.helpers)
-    if args.json:
-        print(msgspec.json.encode(summary).decode())
-    else:
-        Console().print(_table(summary, args.domain, run_id))
-        if summary.costs:
-            Console().print(_costs_table(summary, uses_sim=_uses_sim(config)))
-    if request.signum is not None:
-        console.print(_stopped(request, result, problem, args.nats, journal), soft_wrap=True, highlight=False)
-        return 128 + request.signum
-    if problem:
-        raise JournalError(f"the run ended, but the journal did not catch up: {problem}")
-    errors = sum(summary.errors.values())
-    if errors and errors == summary.episodes:
-        raise RunError(f"all {errors} episodes ended in error: {_causes(summary.errors)}")
-    if errors:
-        note = f"note: {errors} of {summary.episodes} episodes ended in error: {_causes(summary.errors)}"
-        console.print(note, soft_wrap=True, highlight=False)
-    return 0
+    return RunOutcome(summary, request, problem, result, journal, run_id, _uses_sim(config))
 
 
 @dataclass
@@ -516,8 +550,8 @@ class _Display:
 
 
 @contextlib.contextmanager
-def _display(console: Console, result: RunResult, plan: RunPlan, *, quiet: bool) -> Iterator[_Display]:
-    """The progress display of a run; with `quiet` (JSON output) no bar where stderr is not a terminal."""
+def _display(console: Console, result: RunResult, plan: RunPlan, *, quiet: bool, label: str = "") -> Iterator[_Display]:
+    """The progress display of a run, with an ETA; with `quiet` (JSON output) no bar where stderr is not a terminal."""
     terminal = console.is_terminal
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -525,12 +559,14 @@ def _display(console: Console, result: RunResult, plan: RunPlan, *, quiet: bool)
         MofNCompleteColumn(),
         TextColumn("{task.fields[ok]} ok"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         *([TextColumn("[dim]{task.fields[waiting]}")] if terminal else []),
         console=console,
         transient=False,
         disable=not terminal and quiet,
     ) as progress:
-        bar = progress.add_task(f"{plan.domain} episodes", total=len(result.planned), ok=0, waiting="")
+        bar = progress.add_task(label or f"{plan.domain} episodes", total=len(result.planned), ok=0, waiting="")
         yield _Display(progress, bar, result, plan.episode_timeout_s, lines=not terminal)
 
 

@@ -1,0 +1,174 @@
+"""Fault-tolerant behaviours, detected from journal evidence after an episode's first fault.
+
+A detector reads one episode's messages and names each behaviour it sees, the tier
+it belongs to (MAS-FIRE's four: mechanism, rule, prompt, reasoning) and whether it
+repaired the fault locally. Only evidence at or after the first applied fault counts:
+a behaviour is a response to the fault, not the episode's ordinary course. No detector
+reads the simulator's own mistake labels (the `tally` notes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+from faultline.core import (
+    AssistantTurn,
+    ContextReply,
+    DefenseFired,
+    Envelope,
+    FaultApplied,
+    ToolResult,
+    UserTurn,
+)
+
+Tier = Literal["mechanism", "rule", "prompt", "reasoning"]
+TIERS: tuple[Tier, ...] = ("mechanism", "rule", "prompt", "reasoning")
+"""MAS-FIRE's fault-tolerance tiers, lowest first."""
+
+VERIFIER = "verifier"
+RECHECK = "RECHECK"
+
+
+class Behaviour(msgspec.Struct, frozen=True, kw_only=True):
+    """One fault-tolerant behaviour seen in an episode: which detector, its tier, where, and whether it repaired."""
+
+    name: str
+    tier: Tier
+    pos: int
+    """Journal position of the evidence."""
+    repaired: bool
+
+
+@dataclass
+class EpisodeTrace:
+    """One episode's messages with their journal positions, and what its faults changed."""
+
+    steps: list[tuple[int, Envelope]]
+    fault_pos: int = 0
+    """Position of the first applied fault; 0 when none was applied."""
+    faulted_ids: set[str] = field(default_factory=set)
+    """Ids of the messages the faults sent out instead of the originals."""
+    touched_ids: set[str] = field(default_factory=set)
+    """Those and the originals' ids: a message handled with one of them as its cause answers the fault."""
+
+    @classmethod
+    def of(cls, steps: Iterable[tuple[int, Envelope]]) -> EpisodeTrace:
+        trace = cls(list(steps))
+        for pos, env in trace.steps:
+            if isinstance(env.body, FaultApplied):
+                trace.fault_pos = trace.fault_pos or pos
+                trace.faulted_ids.update(str(r.get("id", "")) for r in env.body.results)
+                trace.touched_ids.add(str(env.body.original.get("id", "")))
+        trace.touched_ids |= trace.faulted_ids
+        return trace
+
+    def after_fault(self) -> list[tuple[int, Envelope]]:
+        return [(pos, env) for pos, env in self.steps if self.fault_pos and pos >= self.fault_pos]
+
+
+Sighting = tuple[int, bool]
+"""Where a detector saw its behaviour (journal position) and whether it repaired the fault there."""
+Detect = Callable[[EpisodeTrace], list[Sighting]]
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    tier: Tier
+    summary: str
+    detect: Detect
+
+
+def _defense_filtered(trace: EpisodeTrace) -> list[Sighting]:
+    """A defense dropped a delivery; it repaired the fault when the drop was a message the fault sent."""
+    return [
+        (pos, env.body.message_id in trace.faulted_ids)
+        for pos, env in trace.after_fault()
+        if isinstance(env.body, DefenseFired)
+    ]
+
+
+def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
+    """A tool call failed and the agent called again; repaired when a later call of that tool succeeded."""
+    steps = trace.after_fault()
+    found = []
+    for i, (pos, env) in enumerate(steps):
+        if isinstance(env.body, ToolResult) and env.body.error:
+            later = [e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)]
+            if later:
+                name = env.body.name
+                repaired = any(r.name == name and not r.error for r in later)
+                found.append((pos, repaired))
+    return found
+
+
+def _asked_user(trace: EpisodeTrace) -> list[Sighting]:
+    """The agent put a question back to the user while handling a faulted message; repaired when the user
+    answered it. (A question in the ordinary course of the episode is not a response to the fault.)"""
+    steps = trace.after_fault()
+    found = []
+    for i, (pos, env) in enumerate(steps):
+        body = env.body
+        if isinstance(body, AssistantTurn) and env.causation in trace.touched_ids and "?" in body.text:
+            answered = any(isinstance(e.body, UserTurn) and e.sender == "user" for _, e in steps[i + 1 :])
+            found.append((pos, answered))
+    return found
+
+
+def _verifier_recheck(trace: EpisodeTrace) -> list[Sighting]:
+    """The verifier answered RECHECK on a proposed call; repaired when the next tool result is not an error."""
+    steps = trace.after_fault()
+    found = []
+    for i, (pos, env) in enumerate(steps):
+        body = env.body
+        if isinstance(body, ContextReply) and body.helper == VERIFIER and body.verdict == RECHECK:
+            after = next((e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)), None)
+            repaired = after is not None and not after.error
+            found.append((pos, repaired))
+    return found
+
+
+DETECTORS: dict[str, Detector] = {
+    d.name: d
+    for d in (
+        Detector(
+            "defense_filtered", "rule", "a defense dropped a delivery (a faulted one: repaired)", _defense_filtered
+        ),
+        Detector(
+            "tool_error_corrected",
+            "mechanism",
+            "a tool call failed and the agent called again (that tool then succeeded: repaired)",
+            _tool_error_corrected,
+        ),
+        Detector(
+            "asked_user",
+            "reasoning",
+            "the agent handled a faulted message by asking the user a question (the user answered: repaired)",
+            _asked_user,
+        ),
+        Detector(
+            "verifier_recheck",
+            "mechanism",
+            "the verifier answered RECHECK (the next tool result is no error: repaired)",
+            _verifier_recheck,
+        ),
+    )
+}
+"""Every behaviour detector by name, each with its tier."""
+
+
+def detect(steps: Sequence[tuple[int, Envelope]], detectors: Iterable[Detector] | None = None) -> list[Behaviour]:
+    """Every behaviour the detectors find in one episode's (position, envelope) steps, in position order."""
+    trace = EpisodeTrace.of(steps)
+    if not trace.fault_pos:
+        return []
+    found = [
+        Behaviour(name=d.name, tier=d.tier, pos=pos, repaired=repaired)
+        for d in (DETECTORS.values() if detectors is None else detectors)
+        for pos, repaired in d.detect(trace)
+    ]
+    return sorted(found, key=lambda b: (b.pos, b.name))

@@ -1,0 +1,46 @@
+"""Hand-made episodes for the report's tests: the messages a detector reads, nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from faultline.core import Envelope, EpisodeCompleted, EpisodeStarted, FaultApplied, MessageBody, derive_id
+from faultline.journal import Journal
+from tests.journal.conftest import incoming
+
+Step = tuple[str, str, MessageBody] | tuple[str, str, MessageBody, str]
+"""(sender, recipient, body) or (sender, recipient, body, causation)."""
+
+
+def faulted(original: str, *results: str, fault: str = "storm") -> FaultApplied:
+    """A fault event that replaced message `original` by messages `results`."""
+    return FaultApplied(rule_id="r1", fault=fault, original={"id": original}, results=[{"id": r} for r in results])
+
+
+def episode(name: str, task: str, steps: list[Step], *, outcome: str = "success", trial: int = 0) -> list[Envelope]:
+    """An episode: started, `steps` (ids m1, m2, ... in order), completed with `outcome`."""
+    bodies: list[Step] = [
+        ("runner", "", EpisodeStarted(domain="retail", task=task, trial=trial)),
+        *steps,
+        ("runner", "", EpisodeCompleted(outcome=outcome)),  # type: ignore[arg-type]
+    ]
+    return [
+        Envelope(
+            id=f"m{i}" if 0 < i < len(bodies) - 1 else derive_id(name, i),
+            episode=name,
+            sender=step[0],
+            recipient=step[1],
+            body=step[2],
+            causation=step[3] if len(step) > 3 else "",  # type: ignore[misc]
+            ts=1_767_225_600.0 + i,
+        )
+        for i, step in enumerate(bodies)
+    ]
+
+
+def write_journal(path: Path, *episodes: list[Envelope]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    envelopes = [env for e in episodes for env in e]
+    with Journal.open(path) as journal:
+        journal.append(incoming(envelopes))
+    return path

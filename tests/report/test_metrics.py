@@ -1,0 +1,111 @@
+"""RS, O, L and S of a hand-made campaign, against counts worked out here from how it was made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from faultline.cli import main
+from faultline.core import AssistantTurn, DefenseFired, ToolResult, UserTurn
+from faultline.report import CampaignManifest, CampaignSettings, campaign_report, plan_cells, write_manifest
+
+from .journals import Step, episode, faulted, write_journal
+
+ASKED: list[Step] = [
+    ("user", "tool", faulted("m9", "m9", "m9-copy")),
+    ("tool", "user", AssistantTurn(text="Did you say order A1?"), "m9-copy"),
+    ("user", "tool", UserTurn(text="Yes.")),
+]
+"""A fault, then a question caused by the faulted message, answered: reasoning, repaired."""
+GAVE_UP: list[Step] = [
+    ("user", "tool", faulted("m9", "m9", "m9-copy")),
+    ("env", "tool", ToolResult(call_id="c1", name="get_order", error="no such order")),
+]
+"""A fault, then a tool error never corrected: no behaviour."""
+SILENT: list[Step] = [("user", "tool", faulted("m9", "m9", "m9-copy"))]
+STRAY_DEFENSE: list[Step] = [
+    ("user", "tool", faulted("m9", "m9", "m9-copy")),
+    ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m5")),
+]
+"""A defense dropped a message the fault did not send: rule tier, not repaired."""
+FILTERED: list[Step] = [
+    ("user", "tool", faulted("m9", "m9", "m9-copy")),
+    ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m9-copy")),
+]
+
+
+def _campaign(folder: Path, *, last_done: bool = True) -> Path:
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1", "t2", "t3", "t4"], trials=1, seed=0, faults=["storm"],
+        defenses=["dedup"],
+    )  # fmt: skip
+    cells = plan_cells(settings.faults, settings.defenses)
+    assert [c.name for c in cells] == ["baseline", "storm", "baseline+dedup", "storm+dedup"]
+    outcomes = {
+        "baseline": [("t1", [], "success"), ("t2", [], "success"), ("t3", [], "success"), ("t4", [], "failure")],
+        "storm": [("t1", ASKED, "success"), ("t2", GAVE_UP, "failure"), ("t3", SILENT, "success"),
+                  ("t4", STRAY_DEFENSE, "success")],
+        "baseline+dedup": [(t, [], "success") for t in settings.tasks],
+        "storm+dedup": [(t, FILTERED, "success") for t in settings.tasks],
+    }  # fmt: skip
+    for cell in cells:
+        episodes = [episode(f"{cell.name}-{t}", t, steps, outcome=o) for t, steps, o in outcomes[cell.name]]
+        write_journal(folder / cell.journal, *episodes)
+    done = [msgspec.structs.replace(c, done=last_done or c.name != "storm+dedup") for c in cells]
+    write_manifest(folder, CampaignManifest(settings=settings, cells=done))
+    return folder
+
+
+def test_rs_o_l_s_per_fault_and_tier_with_their_counts(tmp_path: Path) -> None:
+    report = campaign_report(_campaign(tmp_path / "c"))
+    plain, defended = report.faults
+    # T_base = {t1, t2, t3}; under storm t1 and t3 of them are solved (t4 too, but the baseline failed it)
+    assert (plain.base_solved, plain.solved, plain.rs) == (3, 2, pytest.approx(2 / 3))
+    # injected: all 4; triggered: t1 (asked) and t4 (stray defense); fixed: t1; solved of those: t1, t4
+    assert (plain.injected, plain.triggered, plain.fixed, plain.final_success) == (4, 2, 1, 2)
+    assert (plain.o, plain.l, plain.s) == (0.5, 0.5, 1.0)
+    assert (defended.defense, defended.rs, defended.o, defended.l, defended.s) == ("dedup", 1.0, 1.0, 1.0, 1.0)
+    tiers = {(t.defense, t.tier): (t.triggered, t.fixed, t.final_success, t.o, t.l) for t in report.tiers}
+    assert tiers[("", "reasoning")] == (1, 1, 1, 0.25, 1.0)
+    assert tiers[("", "rule")] == (1, 0, 1, 0.25, 0.0)
+    assert tiers[("", "mechanism")] == (0, 0, 0, 0.0, None)
+    assert tiers[("dedup", "rule")] == (4, 4, 4, 1.0, 1.0)
+    behaviours = {(b.defense, b.behaviour): (b.tier, b.units, b.repaired, b.solved) for b in report.behaviours}
+    assert behaviours == {
+        ("", "asked_user"): ("reasoning", 1, 1, 1),
+        ("", "defense_filtered"): ("rule", 1, 0, 1),
+        ("dedup", "defense_filtered"): ("rule", 4, 4, 4),
+    }
+    [effect] = report.effects
+    assert (effect.fault, effect.defense, effect.delta) == ("storm", "dedup", pytest.approx(1 / 3))
+    assert (report.summary.cells_done, report.summary.episodes) == (4, 16)
+
+
+def test_an_unfinished_cell_is_left_out(tmp_path: Path) -> None:
+    report = campaign_report(_campaign(tmp_path / "c", last_done=False))
+    assert [(r.fault, r.defense) for r in report.faults] == [("storm", "")]
+    assert report.effects == [] and report.summary.cells_done == 3
+
+
+def test_report_command_prints_json_lines_and_writes_html_and_a_heatmap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _campaign(tmp_path / "c")
+    page, plot = tmp_path / "r.html", tmp_path / "r.png"
+    assert main(["report", str(folder), "--json", "--html", str(page), "--plot", str(plot)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["type"] for line in lines].count("fault") == 2 and lines[-1]["type"] == "summary"
+    assert lines[-1]["note"].startswith("sim ")
+    text = page.read_text()
+    assert "asked_user" in text and "http" not in text.replace("http-equiv", "")  # nothing fetched from elsewhere
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_of_a_folder_without_a_campaign_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path)]) == 1
+    assert (
+        capsys.readouterr().err == f"faultline: error: {tmp_path} is not a campaign folder: it has no manifest.json\n"
+    )
