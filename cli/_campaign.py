@@ -1,0 +1,201 @@
+"""`faultline campaign`: the fault-free baseline, then every fault type on the same tasks and seeds.
+
+Each cell is one `faultline run` (the same machinery: a system of its own, one journal)
+with one fault applied once per episode: a rule per episode with a budget of one, so
+every task meets the fault at the same point of its course in every trial. Under
+`--defenses`, the baseline and every fault run again with each defense on its own.
+The campaign folder holds the manifest and `cells/<cell>/journal.sqlite`; a re-run
+skips finished cells and redoes an unfinished one from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
+from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, whole_number
+from faultline.cli._run_plan import episode_id
+from faultline.envs import load_domain
+from faultline.faults import check_defenses, fault_types
+from faultline.report import (
+    BASELINE,
+    CampaignCell,
+    CampaignManifest,
+    CampaignSettings,
+    plan_cells,
+    read_manifest,
+    write_manifest,
+)
+from faultline.report import SIM_NOTE as REPORT_SIM_NOTE
+
+ALL = "all"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "campaign",
+        help="run a fault-free baseline and every fault type on the same tasks; resumable",
+        description="A fault-free baseline cell, then one cell per fault type (each fault applied once per"
+        " episode), on the same tasks, trials and seeds; one journal per cell and a manifest in --out."
+        " Re-running the same command skips finished cells. Read the result with `faultline report`.",
+    )
+    p.add_argument("--domain", default="retail", help="retail, phone, or package.module:Class (default retail)")
+    p.add_argument(
+        "--faults",
+        default=ALL,
+        metavar="all|TYPE,...",
+        help=f"fault types, each a cell (default all: {', '.join(sorted(fault_types()))})",
+    )
+    p.add_argument("--tasks", type=whole_number(1), default=10, metavar="N", help="the first N tasks (default 10)")
+    p.add_argument("--trials", type=whole_number(1), default=1, metavar="K", help="runs per task (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--defenses",
+        default="",
+        metavar="NAME,...",
+        help="also run every cell with each of these defenses on its own (scope, cycle, dedup, rate)",
+    )
+    p.add_argument("--helpers", default=None, metavar="LIST", help="FAMA helpers every episode takes (see `run`)")
+    p.add_argument(
+        "--jobs", type=whole_number(1), default=None, metavar="J", help="episodes in flight at once in a cell"
+    )
+    p.add_argument(
+        "--episode-timeout", type=seconds, default=None, metavar="S", help="an episode's time limit (see `run`)"
+    )
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the campaign folder (made if missing)")
+    add_model_flags(p)
+    p.set_defaults(handler=_campaign)
+
+
+def _faults(text: str) -> list[str]:
+    known = fault_types()
+    if text.strip() == ALL:
+        return sorted(known)
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise UsageError(f"--faults {text!r}: use all or fault types among {', '.join(sorted(known))}")
+    return names
+
+
+def _defenses(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        check_defenses(names)
+    except ConfigError as exc:
+        raise UsageError(f"--defenses {text!r}: {exc}") from None
+    return list(dict.fromkeys(names))
+
+
+def _model(args: argparse.Namespace) -> str:
+    """The tool agent's backend and model, as the campaign names it."""
+    config = effective_config(args)
+    model = config.model(config.role_of("tool"))
+    return model.backend if model.backend == "sim" else f"{model.backend}:{model.model}"
+
+
+def _settings(args: argparse.Namespace) -> CampaignSettings:
+    domain = load_domain(args.domain)
+    return CampaignSettings(
+        domain=args.domain,
+        model=_model(args),
+        tasks=[task.id for task in domain.tasks()[: args.tasks]],
+        trials=args.trials,
+        seed=args.seed,
+        faults=_faults(args.faults),
+        defenses=_defenses(args.defenses),
+        helpers=args.helpers or "",
+    )
+
+
+def _manifest(folder: Path, settings: CampaignSettings) -> CampaignManifest:
+    """The folder's manifest, or a new one; CampaignError when the folder holds a campaign of other settings."""
+    if not (folder / "manifest.json").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest = CampaignManifest(settings=settings, cells=plan_cells(settings.faults, settings.defenses))
+        write_manifest(folder, manifest)
+        return manifest
+    manifest = read_manifest(folder)
+    if manifest.settings != settings:
+        theirs, ours = msgspec.to_builtins(manifest.settings), msgspec.to_builtins(settings)
+        differ = ", ".join(k for k in ours if ours[k] != theirs.get(k))
+        raise CampaignError(f"{folder} holds a campaign with other settings ({differ}): use another --out")
+    return manifest
+
+
+def _run_argv(args: argparse.Namespace, folder: Path, settings: CampaignSettings, cell: CampaignCell) -> list[str]:
+    """`faultline run`'s command line for one cell."""
+    run_id = cell.name
+    argv = [
+        "run", "--domain", settings.domain, "--task-ids", ",".join(settings.tasks), "--trials", str(settings.trials),
+        "--seed", str(settings.seed), "--journal", str(folder / cell.journal), "--run-id", run_id,
+        "--defense", cell.defense or "none",
+    ]  # fmt: skip
+    if cell.fault != BASELINE:
+        for trial in range(settings.trials):
+            for task in settings.tasks:
+                argv += ["--fault", f"{cell.fault}:episode={episode_id(run_id, task, trial)},budget=1"]
+    for flag, value in (
+        ("--model", args.model), ("--base-url", args.base_url), ("--model-name", args.model_name),
+        ("--config", args.config), ("--helpers", args.helpers), ("--concurrency", args.jobs),
+        ("--episode-timeout", args.episode_timeout),
+    ):  # fmt: skip
+        if value:
+            argv += [flag, str(value)]
+    argv += [a for item in args.model_setting for a in ("--model-setting", item)]
+    argv += [a for path in args.plugin_path for a in ("--plugin-path", str(path))]
+    return argv
+
+
+def _campaign(args: argparse.Namespace) -> int:
+    from faultline.cli import build_parser
+
+    folder: Path = args.out
+    settings = _settings(args)
+    manifest = _manifest(folder, settings)
+    console = Console(stderr=True)
+    if settings.model == "sim":
+        console.print(f"[dim]note: {REPORT_SIM_NOTE}[/dim]")
+    todo = [cell for cell in manifest.cells if not cell.done]
+    skipped = len(manifest.cells) - len(todo)
+    if skipped:
+        console.print(f"{skipped} of {len(manifest.cells)} cells already finished in {folder}", highlight=False)
+    parser = build_parser("run")
+    for index, cell in enumerate(todo, start=skipped + 1):
+        shutil.rmtree(folder / Path(cell.journal).parent, ignore_errors=True)  # an unfinished cell starts over
+        run_args = parser.parse_args(_run_argv(args, folder, settings, cell))
+        started = time.monotonic()
+        label = f"cell {index}/{len(manifest.cells)} {cell.name}"
+        outcome = execute_run(run_args, label=label, sim_note=False)
+        if outcome.request.signum is not None:
+            console.print(
+                f"faultline: stopped by {outcome.request.name} in cell {cell.name}; run the same command again to"
+                f" resume: {index - 1} of {len(manifest.cells)} cells are finished",
+                soft_wrap=True,
+                highlight=False,
+            )
+            return 128 + outcome.request.signum
+        if outcome.problem:
+            raise JournalError(f"cell {cell.name} ended, but its journal did not catch up: {outcome.problem}")
+        manifest = manifest.finished(cell, time.monotonic() - started)
+        write_manifest(folder, manifest)
+    Console().print(_cells_table(manifest, folder))
+    return 0
+
+
+def _cells_table(manifest: CampaignManifest, folder: Path) -> Table:
+    s = manifest.settings
+    table = Table(title=f"campaign {folder} — {s.domain}, {len(s.tasks)} tasks x {s.trials} trials, {s.model}")
+    for column in ("cell", "fault", "defense", "wall time"):
+        table.add_column(column, justify="right" if column == "wall time" else "left")
+    for cell in manifest.cells:
+        table.add_row(cell.name, cell.fault, cell.defense or "-", f"{cell.seconds:.1f} s")
+    table.caption = f"read it with: faultline report {folder}"
+    return table

@@ -1,0 +1,215 @@
+"""`faultline report`: RS, O, L and S per fault type of a campaign folder, the behaviours behind them.
+
+Tables on stdout by default; `--json` prints one JSON object per row (each with a `type`)
+and a `summary` last; `--html` writes one self-contained page; `--plot` a heatmap of
+(O, L, S) by tier (MAS-FIRE Figure 4's shape).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import math
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from faultline._errors import UsageError
+from faultline.cli._plots import png
+from faultline.report import DETECTORS, TIERS, CampaignReport, FaultRow, TierRow, campaign_report
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "report",
+        help="a campaign's robustness report: RS, O, L, S per fault type and the behaviours behind them",
+        description="Read a campaign folder (see `faultline campaign`) and report MAS-FIRE's RS_f (equation 1)"
+        " and O_f, L_f, S_f (equation 2) per fault type with their counts, the fault-tolerant behaviours found"
+        " in the journals by tier, and what each defense changes in RS_f.",
+    )
+    p.add_argument("campaign", type=Path, metavar="CAMPAIGN_DIR")
+    p.add_argument("--json", action="store_true", help="one JSON object per row, each with a type, then a summary")
+    p.add_argument("--html", type=Path, metavar="FILE", help="also write the report as one self-contained HTML page")
+    p.add_argument("--plot", type=Path, metavar="FILE", help="also write a heatmap of (O, L, S) by tier as a PNG")
+    p.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    if args.html is not None and not args.html.parent.is_dir():
+        raise UsageError(f"--html {args.html}: folder {args.html.parent} does not exist")
+    report = campaign_report(args.campaign)
+    if args.plot is not None:
+        _heatmap(report, args.plot)
+    if args.html is not None:
+        args.html.write_text(_html(report, str(args.campaign)), encoding="utf-8")
+    if args.json:
+        for line in report.lines():
+            print(msgspec.json.encode(line).decode())
+        return 0
+    console = Console()
+    for table in _tables(report, str(args.campaign)):
+        console.print(table)
+    return 0
+
+
+def _share(value: float | None, num: int, den: int) -> str:
+    return f"{'-' if value is None else f'{value:.2f}'} ({num}/{den})"
+
+
+def _label(row: FaultRow | TierRow) -> str:
+    return f"{row.fault}+{row.defense}" if row.defense else row.fault
+
+
+Grid = list[list[str]]
+
+
+def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
+    head = ["fault", "defense", "RS_f", "O_f", "L_f", "S_f"]
+    rows = [
+        [
+            r.fault,
+            r.defense or "-",
+            _share(r.rs, r.solved, r.base_solved),
+            _share(r.o, r.triggered, r.injected),
+            _share(r.l, r.fixed, r.triggered),
+            _share(r.s, r.final_success, r.triggered),
+        ]  # fmt: skip
+        for r in report.faults
+    ]
+    return head, rows
+
+
+def _behaviour_grid(report: CampaignReport) -> tuple[list[str], Grid]:
+    """Table 2's shape: a row per (fault, behaviour), a column per tier holding units (repaired)."""
+    head = ["fault", "defense", "behaviour", *TIERS, "solved"]
+    rows = [
+        [
+            b.fault,
+            b.defense or "-",
+            b.behaviour,
+            *(f"{b.units} ({b.repaired} repaired)" if tier == b.tier else "" for tier in TIERS),
+            f"{b.solved}/{b.units}",
+        ]  # fmt: skip
+        for b in report.behaviours
+    ]
+    return head, rows
+
+
+def _effect_grid(report: CampaignReport) -> tuple[list[str], Grid]:
+    head = ["fault", "defense", "RS_f without", "RS_f with", "change"]
+
+    def number(value: float | None, sign: bool = False) -> str:
+        return "-" if value is None else f"{value:+.2f}" if sign else f"{value:.2f}"
+
+    rows = [[e.fault, e.defense, number(e.rs_off), number(e.rs_on), number(e.delta, True)] for e in report.effects]
+    return head, rows
+
+
+def _caption(report: CampaignReport) -> str:
+    s = report.summary
+    text = (
+        f"{s.domain}, {s.tasks} tasks x {s.trials} trials, {s.model}; {s.cells_done} of {s.cells} cells finished,"
+        f" {s.episodes} episodes, {s.behaviours} behaviours found"
+    )
+    return f"{text}; {s.note}" if s.note else text
+
+
+def _tables(report: CampaignReport, name: str) -> list[Table]:
+    grids = [
+        (f"robustness of {name}", _metric_grid(report)),
+        ("fault-tolerant behaviours by fault type and tier", _behaviour_grid(report)),
+    ]
+    if report.effects:
+        grids.append(("what each defense changes in RS_f", _effect_grid(report)))
+    tables = []
+    for title, (head, rows) in grids:
+        table = Table(title=title)
+        for column in head:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    tables[0].caption = _caption(report)
+    detectors = ", ".join(f"{d.name} ({d.tier}): {d.summary}" for d in DETECTORS.values())
+    tables[1].caption = f"detectors: {detectors}"
+    return tables
+
+
+def _heat_rows(report: CampaignReport) -> tuple[list[str], list[str], list[list[float]]]:
+    """Rows (fault+defense), columns (tier O/L/S) and values (NaN where a ratio is over nothing)."""
+    columns = [f"{tier} {m}" for tier in TIERS for m in ("O", "L", "S")]
+    labels = list(dict.fromkeys(_label(t) for t in report.tiers))
+    cells = {(_label(t), t.tier): t for t in report.tiers}
+    values = [
+        [
+            math.nan if v is None else v
+            for tier in TIERS
+            for v in (cells[(label, tier)].o, cells[(label, tier)].l, cells[(label, tier)].s)
+        ]
+        for label in labels
+    ]
+    return labels, columns, values
+
+
+def _heatmap(report: CampaignReport, path: Path) -> None:
+    labels, columns, values = _heat_rows(report)
+    if not labels:
+        raise UsageError(f"--plot {path}: the campaign has no finished fault cell to plot")
+    import numpy as np
+
+    with png(path, width=10.0, height=1.5 + 0.4 * len(labels)) as figure:
+        axes = figure.subplots()
+        grid = np.ma.masked_invalid(np.array(values, dtype=float))
+        image = axes.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        axes.set_xticks(range(len(columns)), columns, rotation=45, ha="right")
+        axes.set_yticks(range(len(labels)), labels)
+        for i, row in enumerate(values):
+            for j, value in enumerate(row):
+                if not math.isnan(value):
+                    axes.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=7)
+        axes.set_title("(O, L, S) by fault-tolerance tier; blank: no behaviour of that tier")
+        figure.colorbar(image, ax=axes)
+
+
+def _html(report: CampaignReport, name: str) -> str:
+    """One page, no script, no stylesheet from elsewhere: the three tables and the heat grid."""
+
+    def table(title: str, head: list[str], rows: Grid) -> str:
+        header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        return f"<h2>{html.escape(title)}</h2><table><tr>{header}</tr>{body}</table>"
+
+    labels, columns, values = _heat_rows(report)
+    heat_rows = "".join(
+        f"<tr><th>{html.escape(label)}</th>"
+        + "".join(
+            '<td class="none"></td>'
+            if math.isnan(v)
+            else f'<td style="background:hsl(210,70%,{95 - 50 * v:.0f}%)">{v:.2f}</td>'
+            for v in row
+        )
+        + "</tr>"
+        for label, row in zip(labels, values, strict=True)
+    )
+    heat_head = "<tr><th></th>" + "".join(f"<th>{html.escape(c)}</th>" for c in columns) + "</tr>"
+    parts = [
+        table(f"robustness of {name}", *_metric_grid(report)),
+        table("fault-tolerant behaviours by fault type and tier", *_behaviour_grid(report)),
+        f"<h2>(O, L, S) by tier</h2><table>{heat_head}{heat_rows}</table>",
+    ]
+    if report.effects:
+        parts.append(table("what each defense changes in RS_f", *_effect_grid(report)))
+    detectors = "".join(
+        f"<li><b>{html.escape(d.name)}</b> ({d.tier}): {html.escape(d.summary)}</li>" for d in DETECTORS.values()
+    )
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1em}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}td.none{background:#eee}"
+    )
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>faultline report {html.escape(name)}</title>'
+        f"<style>{style}</style></head><body><h1>faultline report {html.escape(name)}</h1>"
+        f"<p>{html.escape(_caption(report))}</p>{''.join(parts)}<h2>detectors</h2><ul>{detectors}</ul></body></html>"
+    )
