@@ -28,6 +28,7 @@ _COMMANDS = {
     "attribute": "_fork",
     "diff": "_diff",
     "compare": "_compare",
+    "view": "_view",
     "up": "_system",
     "worker": "_system",
     "status": "_system",

@@ -2,7 +2,8 @@
 
 `Journal` appends (one writer per file), `JournalReader` reads (any number, read-only),
 `verify` recomputes the chain, `export_jsonl` / `import_jsonl` move a journal as text,
-`diff_episodes` aligns two episodes and finds where they part ways."""
+`diff_episodes` aligns two episodes and finds where they part ways, `write_view` writes the
+HTML viewer."""
 
 from faultline.journal._describe import DESCRIBE_WIDTH, describe_body
 from faultline.journal._diff import EpisodeDiff, Step, diff_episodes, forked_from
@@ -11,6 +12,7 @@ from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, 
 from faultline.journal._rows import GENESIS, Incoming, JournalRow
 from faultline.journal._schema import SCHEMA_VERSION, JournalSettings
 from faultline.journal._verify import VerifyReport, verify
+from faultline.journal._view import ViewStats, write_view
 from faultline.journal._writer import Journal
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Step",
     "VerifyReport",
+    "ViewStats",
     "describe_body",
     "diff_episodes",
     "export_jsonl",
@@ -36,4 +39,5 @@ __all__ = [
     "forked_from",
     "import_jsonl",
     "verify",
+    "write_view",
 ]

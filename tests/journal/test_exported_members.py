@@ -23,6 +23,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "JournalSettings",
             "Step",
             "VerifyReport",
+            "ViewStats",
             "describe_body",
             "diff_episodes",
             "export_jsonl",
@@ -30,6 +31,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "forked_from",
             "import_jsonl",
             "verify",
+            "write_view",
         ]
     )
 

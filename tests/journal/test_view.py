@@ -1,0 +1,128 @@
+"""`faultline view`: one HTML file of a real run with a fault and an attribution, read as data and in Chromium."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultline.cli import main
+from faultline.journal import JournalReader
+from faultline.journal._view import DECISIVE, FAULT
+from faultline.replay import forks_path
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+"""Where the browser test leaves its screenshot (git-ignored)."""
+
+
+def _run(args: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) in (0, 1), args
+    return out.getvalue()
+
+
+class Viewed:
+    def __init__(self, journal: Path, html: Path, attribution: dict[str, Any]) -> None:
+        self.journal, self.html, self.attribution = journal, html, attribution
+        text = html.read_text()
+        self.text = text
+        self.index: list[dict[str, Any]] = json.loads(_tag(text, "index"))
+
+    def entry(self, episode: str) -> dict[str, Any]:
+        return next(e for e in self.index if e["id"] == episode)
+
+    def chunk(self, episode: str) -> dict[str, Any]:
+        data = _tag(self.text, f"c{self.entry(episode)['chunk']}")
+        return json.loads(gzip.decompress(base64.b64decode(data)))  # type: ignore[no-any-return]
+
+
+def _tag(text: str, tag_id: str) -> str:
+    found = re.search(rf'<script type="[^"]+" id="{tag_id}">(.*?)</script>', text, re.S)
+    assert found, tag_id
+    return found.group(1).replace("<\\/", "</")
+
+
+@pytest.fixture(scope="module")
+def viewed(tmp_path_factory: pytest.TempPathFactory) -> Viewed:
+    """One sim episode that a message storm made fail, attributed, and its view with the repair forks."""
+    journal = tmp_path_factory.mktemp("view") / "run.sqlite"
+    run = ["run", "--tasks", "1", "--error-rates", "0.1", "--seed", "3", "--journal", str(journal), "--json"]
+    _run([*run, "--fault", "storm:copies=2,kind=tool_call"])
+    attribution = json.loads(_run(["attribute", str(journal), "--all-failed", "--json"]).splitlines()[0])
+    html = journal.with_suffix(".html")
+    assert _run(["view", str(journal)]).strip() == str(html)
+    return Viewed(journal, html, attribution)
+
+
+@pytest.mark.slow
+def test_the_page_holds_every_episode_and_fork_with_faults_and_the_attributed_step_marked(viewed: Viewed) -> None:
+    assert not re.search(r"(src|href)=\"(https?:)?//", viewed.text), "the page fetches nothing"
+    with JournalReader(viewed.journal) as reader:
+        episodes = [e.episode for e in reader.episodes()]
+        rows = list(reader.episode_rows(viewed.attribution["episode"]))
+    with JournalReader(forks_path(viewed.journal)) as reader:
+        forks = [e.episode for e in reader.episodes()]
+    assert [e["id"] for e in viewed.index] == episodes + forks
+    episode = viewed.attribution["episode"]
+    chunk = viewed.chunk(episode)
+    assert [r[0] for r in chunk["rows"]] == [r.pos for r in rows]
+    assert [r[0] for r in chunk["rows"] if r[7] & FAULT] == [r.pos for r in rows if r.kind == "fault_applied"]
+    decisive = [r[0] for r in chunk["rows"] if r[7] & DECISIVE]
+    assert viewed.attribution["position"] in decisive
+    assert viewed.entry(episode)["attribution"]["agent"] == viewed.attribution["agent"]
+    model_call = next(r for r in chunk["rows"] if r[6].get("llm"))
+    prompt = [chunk["parts"][i] for i in model_call[6]["prompt"]]
+    recorded = next(r for r in rows if r.pos == model_call[0]).decoded_body()
+    assert prompt == recorded.request["messages"]  # type: ignore[attr-defined]
+    fork = viewed.entry(viewed.entry(episode)["attribution"]["fork"])
+    assert fork["id"] in viewed.attribution["evidence"][0]
+    assert fork["forked_from"] == episode and fork["outcome"] == "success"
+    fork_rows = viewed.chunk(fork["id"])["rows"]
+    copied = len([r for r in rows if r.pos < fork["forked_at"]])
+    assert fork["fork_point"] == copied
+    assert [r[4] for r in fork_rows[:copied]] == [r.kind for r in rows[:copied]]
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium found: install the distro's chromium package")
+def test_in_chromium_an_episode_shows_its_lanes_fault_and_a_model_calls_prompt(viewed: Viewed) -> None:
+    from playwright.sync_api import sync_playwright
+
+    episode = viewed.attribution["episode"]
+    chunk = viewed.chunk(episode)
+    lanes = list(dict.fromkeys(r[2] for r in chunk["rows"]))
+    first_call = next(r for r in chunk["rows"] if r[6].get("llm"))
+    first_message = chunk["parts"][first_call[6]["prompt"][0]]["content"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 950})
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(viewed.html.as_uri())
+            page.click(f'tr[data-episode="{episode}"]')
+            page.wait_for_selector(".msg")
+            assert page.locator(".lane-head").all_inner_texts() == ["pos", *lanes]
+            assert page.locator(".msg.fault").count() == len([r for r in chunk["rows"] if r[7] & FAULT])
+            assert page.locator(f'.msg.decisive[data-pos="{viewed.attribution["position"]}"]').count() == 1
+            page.click(f'.msg.llm[data-pos="{first_call[0]}"]')
+            page.wait_for_selector("#detail.open .prompt pre")
+            assert page.locator("#detail .prompt pre").first.inner_text() == first_message
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=ARTIFACTS / "view-episode.png")
+            assert not errors
+        finally:
+            browser.close()
