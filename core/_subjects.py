@@ -133,15 +133,28 @@ def check_delivered(env: Envelope, subject: str) -> Envelope:
     the subject (a message cannot name one episode or agent and travel on another's).
     The reason reads like msgspec's: what was expected, what came, and where.
     """
-    if (
-        _NAMES.fullmatch(f"{env.episode}\0{env.sender}\0{env.recipient}\0{env.topic}")
-        and 0.0 <= env.ts < math.inf  # False for NaN too
-        and 0 <= env.hops <= MAX_HOPS
-        and (env.recipient or env.topic or type(env.body).route != "direct")
-        and subject == ".".join((subject[: subject.find(".")], *_route(env)))
-    ):
-        return env
+    route = type(env.body).route
+    agreed = (subject, env.episode, env.sender, env.recipient, env.topic, route)
+    if 0.0 <= env.ts < math.inf and 0 <= env.hops <= MAX_HOPS:  # False for NaN too
+        if agreed in _agreed:
+            return env
+        if (
+            _NAMES.fullmatch(f"{env.episode}\0{env.sender}\0{env.recipient}\0{env.topic}")
+            and (env.recipient or env.topic or route != "direct")
+            and subject == ".".join((subject[: subject.find(".")], *_route(env)))
+        ):
+            if route != "ctl":  # a control's subject also names the control: not in the key
+                if len(_agreed) >= AGREED_KEPT:
+                    _agreed.clear()
+                _agreed.add(agreed)
+            return env
     _refuse(*_problem(env, subject))
+
+
+AGREED_KEPT = 8_192
+"""How many (subject, names, route) that passed `check_delivered` it remembers: the messages of one
+episode and agent pair share them, and a name's regex and the subject's rebuild cost more than the lookup."""
+_agreed: set[tuple[str, str, str, str, str, str]] = set()
 
 
 def _problem(env: Envelope, subject: str) -> tuple[str, str, str]:

@@ -107,3 +107,16 @@ def test_a_refusal_quotes_a_long_value_only_in_part() -> None:
     with pytest.raises(DecodeError) as refused:
         check_delivered(call(sender="x" * 10_000), "fl.ep.e1.env")
     assert len(str(refused.value)) < 300 and "..." in str(refused.value)
+
+
+def test_what_was_accepted_before_does_not_let_a_bad_envelope_through_later() -> None:
+    """`check_delivered` remembers subjects and names that agreed; time, hops and a control's name are still checked."""
+    faults = Envelope(id="m", episode="ops", sender="operator", body=Control(name="faults"))
+    assert check_delivered(call(), "fl.ep.e1.env.tool") is not None
+    assert check_delivered(faults, "fl.ctl.faults") is faults
+    helpers = Envelope(id="m", episode="ops", sender="operator", body=Control(name="helpers"))
+    for env, subject in ((call(ts=math.nan), "fl.ep.e1.env.tool"), (call(hops=-1), "fl.ep.e1.env.tool")):
+        with pytest.raises(DecodeError):
+            check_delivered(env, subject)
+    with pytest.raises(DecodeError):
+        check_delivered(helpers, "fl.ctl.faults")
