@@ -152,10 +152,13 @@ class FaultSite:
         return self.catalog.instruction(start) if self.catalog and start else ""
 
     async def llm(self, env: Envelope, request: LlmRequest) -> LlmResponse:
-        """Ask the injector model about `env`; ModelError if this worker has none."""
+        """Ask the injector model about `env`; ModelError if this worker has none.
+
+        The call is made for `env` under the id `derive_id(env.id, 0, "injector")`, so its
+        recording's id and causation never meet those of an agent that handles `env` itself."""
         if self.injector is None:
             raise ModelError("no fault-injector model on this worker")
-        return await self.injector(env, request)
+        return await self.injector(msgspec.structs.replace(env, id=derive_id(env.id, 0, "injector")), request)
 
 
 class FaultType:

@@ -172,7 +172,7 @@ class ParameterFillingError(SemanticFault):
 # -- the offline model's rules -------------------------------------------------------------------------------
 
 _FACT = re.compile(r"#?[A-Za-z]*\d[\w-]*")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_SENTENCE = re.compile(r"((?<=[.!?])\s+|\n+)")
 _CONSTRAINT = re.compile(
     r"\b(must|only|not|never|unless|before|after|at least|at most|no more|cannot|can't|don't|within)\b", re.I
 )
@@ -200,13 +200,14 @@ def _inexecutable(text: str, rng: random.Random, tools: Sequence[str]) -> str:
 
 
 def _lose_constraint(text: str, rng: random.Random, tools: Sequence[str]) -> str:
-    sentences = _SENTENCE.split(text.strip())
+    parts = _SENTENCE.split(text.strip())  # sentences at even indexes, what separates them at odd ones
+    sentences = parts[::2]
     held = [i for i, s in enumerate(sentences) if _CONSTRAINT.search(s)]
     held = held or [i for i, s in enumerate(sentences) if _FACT.search(s)]
     if len(sentences) < 2 or not held:
         return text
-    drop = held[0]
-    return " ".join(s for i, s in enumerate(sentences) if i != drop)
+    drop = 2 * held[0]
+    return "".join(parts[:drop] + parts[drop + 2 :]).strip()
 
 
 def _similarity(a: str, b: str) -> int:

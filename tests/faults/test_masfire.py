@@ -20,6 +20,7 @@ from faultline.core import (
     LlmResponse,
     Start,
     ToolCall,
+    derive_id,
 )
 from faultline.faults import (
     COMPRESSED,
@@ -148,6 +149,11 @@ TEXT = "Your order #W2001 ships on May 3. You must return it within 30 days. Any
         ("hallucination", TEXT, lambda o, f: f != o and len(f) == len(o) and "#W2" in f),
         ("inexecutable_plan", TEXT, lambda o, f: f.startswith(o) and "_batch`" in f),
         ("critical_information_loss", TEXT, lambda o, f: f == "Your order #W2001 ships on May 3. Anything else?"),
+        (
+            "critical_information_loss",
+            "- Ask first.\n- Cancel only pending orders.\n- Be kind.",
+            lambda o, f: f == "- Ask first.\n- Be kind.",
+        ),
         ("tool_selection_error", None, lambda o, f: f.name == "get_order_status" and f.arguments == o.arguments),
         ("parameter_filling_error", None, lambda o, f: f.name == o.name and f.arguments["order_id"] != "7"),
     ],
@@ -159,7 +165,8 @@ async def test_semantic_faults_through_the_injector(fault: str, message: str | N
     original = env(1, AssistantTurn(text=message)) if message else call(1, "get_order", order_id="7")
     out, [event] = await through(interceptor, original)
     [(asked, request)] = injector.asked
-    assert asked == original and request.role == INJECTOR_ROLE and request.metadata["fault"] == fault
+    assert asked == msgspec.structs.replace(original, id=derive_id(original.id, 0, INJECTOR_ROLE))
+    assert request.role == INJECTOR_ROLE and request.metadata["fault"] == fault
     assert isinstance(event.body, FaultApplied) and event.body.original == msgspec.to_builtins(original)
     faulted = out[0].body
     assert out[0].id == original.id and faulted != original.body
