@@ -12,7 +12,7 @@ import copy
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any, ClassVar, Literal, TypeVar
@@ -23,7 +23,7 @@ from faultline._errors import DomainError, ToolError
 from faultline.core import Agent
 from faultline.envs._mistakes import KeyIndex, derived_candidates, key_index
 from faultline.envs._schema import arguments_schema, check_arguments, schema_problem
-from faultline.envs._state import state_digest, track_changes
+from faultline.envs._state import RowForm, state_digest, track_changes
 from faultline.envs._types import EARLY_STOP, POLICY_VIOLATION, Action, Budgets, Score, Task, ToolOutcome, ToolSpec
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -113,6 +113,9 @@ class Domain(ABC):
     """The agent class that plays the user in this domain's episodes (None: `UserSimulator`)."""
     hashed_tables: ClassVar[frozenset[str] | None] = None
     """The tables the state hash covers (None: every table); the others are scratch space."""
+    hashed_columns: ClassVar[Mapping[str, Sequence[str]]] = {}
+    """Per table named, the only columns the state hash covers (an id the benchmark does not compare,
+    a timestamp); tables not named are hashed whole. See also `canonical_row`."""
     _tool_methods: ClassVar[dict[str, tuple[ToolSpec, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -240,9 +243,34 @@ class Domain(ABC):
         """A digest of every table's name, columns and rows; row order does not matter.
 
         Tables whose names start with `_fl_` are bookkeeping and left out, and so
-        is every table that `hashed_tables` does not name.
+        is every table that `hashed_tables` does not name. Each row counts in the
+        form `hashed_columns` and `canonical_row` give it.
         """
-        return state_digest(db, self.hashed_tables)
+        return state_digest(db, self.hashed_tables, self._row_form())
+
+    def canonical_row(self, table: str, row: dict[str, Any]) -> Any:
+        """The form of one row of `table` that the state hash covers (default: the row as given).
+
+        `row` maps the columns `hashed_columns` keeps to their stored values. Return any
+        msgpack-encodable value: mappings are hashed with their keys sorted, so key order
+        never counts; normalise whatever else the benchmark ignores (JSON text, case,
+        float precision). Called for every row of a full digest, and for the few rows
+        a tool changed otherwise, so it must not read the database.
+        """
+        return row
+
+    def _row_form(self) -> RowForm | None:
+        """The row form of `state_hash`; None (rows as stored, the fastest) when the domain sets none."""
+        if not self.hashed_columns and type(self).canonical_row is Domain.canonical_row:
+            return None
+        keep = {table: frozenset(columns) for table, columns in self.hashed_columns.items()}
+
+        def form(table: str, columns: list[str], values: tuple[object, ...]) -> object:
+            kept = keep.get(table)
+            row = {c: v for c, v in zip(columns, values, strict=True) if kept is None or c in kept}
+            return self.canonical_row(table, row)
+
+        return form
 
     def expected_hash(self, task: Task) -> str:
         """The state hash after the task's ground truth; a step that fails raises DomainError
@@ -325,7 +353,8 @@ class Domain(ABC):
                 except Exception as exc:
                     template.close()
                     raise DomainError(f"domain {self.name!r}: seeding the database failed: {exc}") from exc
-                track_changes(template, f"{type(self).__module__}.{type(self).__qualname__}:{self.data_key!r}")
+                template_id = f"{type(self).__module__}.{type(self).__qualname__}:{self.data_key!r}"
+                track_changes(template, template_id, self._row_form())
                 template.execute("COMMIT")
                 _templates[key] = template
         return template

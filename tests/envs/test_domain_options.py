@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from pathlib import Path
@@ -165,3 +166,45 @@ def test_a_plugin_folder_makes_a_domain_importable(tmp_path: Path, monkeypatch: 
         load_domain("tiny_plugin_domain:Tiny")
     use_plugin_path([tmp_path])
     assert [t.id for t in load_domain("tiny_plugin_domain:Tiny").tasks()] == ["a"]
+
+
+class Profiles(Domain):
+    """Rows with a column the benchmark ignores and JSON text whose key order it ignores."""
+
+    name = "profiles"
+    hashed_columns = {"profiles": ("id", "prefs")}
+
+    def seed_database(self, db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE profiles (id TEXT PRIMARY KEY, prefs TEXT, seen_at REAL)")
+        db.execute("""INSERT INTO profiles VALUES ('ann', '{"lang": "en", "tz": "UTC"}', 1.0)""")
+
+    def tasks(self) -> list[Task]:
+        return []
+
+    def canonical_row(self, table: str, row: dict[str, Any]) -> Any:
+        return {**row, "prefs": json.loads(str(row["prefs"]))}
+
+    @tool(
+        "Write a profile.", writes=True, user=("string", "Who."), prefs=("string", "JSON."), seen_at=("number", "When.")
+    )
+    def save(self, db: sqlite3.Connection, user: str, prefs: str, seen_at: float) -> str:
+        db.execute("INSERT OR REPLACE INTO profiles VALUES (?, ?, ?)", (user, prefs, seen_at))
+        return "ok"
+
+
+def test_a_domain_chooses_the_columns_and_canonical_rows_of_its_state_hash_and_keeps_it_incremental() -> None:
+    profiles = Profiles()
+    db = profiles.open_database()
+    seeded = profiles.state_hash(db)
+    touched = Action(name="save", arguments={"user": "ann", "prefs": '{"tz": "UTC", "lang": "en"}', "seen_at": 9.0})
+    assert profiles.call(db, touched).ok
+    assert profiles.state_hash(db) == seeded  # only an ignored column and key order changed
+    changed = Action(name="save", arguments={"user": "bo", "prefs": '{"lang": "fr"}', "seen_at": 2.0})
+    assert profiles.call(db, changed).ok
+    incremental = profiles.state_hash(db)
+    assert incremental != seeded
+    assert db.execute("SELECT count(*) FROM _fl_delta_profiles").fetchone()[0] > 0  # digested from the change log
+    whole = sqlite3.connect(":memory:")
+    db.backup(whole)
+    whole.execute("DROP TABLE _fl_meta")  # no change log to start from: a full digest
+    assert profiles.state_hash(whole) == incremental
