@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from faultline._errors import DecodeError, JournalError, UsageError
+from faultline._errors import DecodeError, JournalError
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import whole_number
-from faultline.cli._system import add_journal_health, add_journal_serve
+from faultline.cli._system import add_journal_health, add_journal_serve, otel_headers
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
     EpisodeSummary,
@@ -171,12 +171,7 @@ def _console() -> Console:
 
 
 def _otel(args: argparse.Namespace) -> int:
-    headers = {}
-    for item in args.header:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"journal otel: --header {item!r}: write KEY=VALUE")
-        headers[key.strip()] = value.strip()
+    headers = otel_headers(args.header, "journal otel: --header")
     with JournalReader(args.file) as reader:
         for episode in args.episode:
             if not reader.has_episode(episode):

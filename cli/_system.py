@@ -26,6 +26,7 @@ from faultline.runtime import (
     STATUS_WINDOW_S,
     Config,
     JournalState,
+    OtelStream,
     ProcessSpec,
     Supervisor,
     WorkerConfig,
@@ -106,6 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--journal", type=Path, help="journal file (default from config)")
     add_insecure_flag(p)
     add_defense_flag(p)
+    _add_otel_flags(p)
     p.set_defaults(handler=_up)
 
     p = sub.add_parser("worker", help="run agents in this process, against a running NATS server")
@@ -181,7 +183,30 @@ def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("file", type=Path)
     _common(p)
     p.add_argument("--name", default="journal", help="process name announced to the supervisor")
+    _add_otel_flags(p)
     p.set_defaults(handler=_journal_serve)
+
+
+def _add_otel_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--otel",
+        metavar="URL",
+        help="send each finished episode as OpenTelemetry traces to this OTLP/HTTP endpoint (e.g. "
+        "http://localhost:4318/v1/traces) once its completion is journaled; an endpoint that fails is logged, "
+        "never waited for",
+    )
+    p.add_argument("--otel-header", action="append", default=[], metavar="K=V", help="an HTTP header for --otel")
+
+
+def otel_headers(items: list[str], flag: str) -> dict[str, str]:
+    """KEY=VALUE flags as HTTP headers."""
+    headers = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r}: write KEY=VALUE")
+        headers[key.strip()] = value.strip()
+    return headers
 
 
 def add_journal_health(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -279,7 +304,10 @@ def _worker(args: argparse.Namespace) -> int:
 def _journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
-    anyio.run(run_journal, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config))
+    otel = OtelStream(args.file, args.otel, otel_headers(args.otel_header, "--otel-header")) if args.otel else None
+    anyio.run(
+        run_journal, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config), otel
+    )
     return 0
 
 
@@ -422,6 +450,7 @@ def _up(args: argparse.Namespace) -> int:
         access=None if args.insecure else system_access(state_dir(journal) / "credentials", prefix, groups).prepare(),
         server_tls=tls,
         tls_ca=tls.ca if tls else login(args, config).tls_ca,
+        journal_args=_otel_args(args),
     )
     console = Console(stderr=True)
     if args.insecure:
@@ -457,6 +486,14 @@ def _up(args: argparse.Namespace) -> int:
         highlight=False,
     )
     return 0
+
+
+def _otel_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """`up --otel`, passed on to the journal service that does the sending."""
+    if not args.otel:
+        return ()
+    otel_headers(args.otel_header, "--otel-header")  # a wrong flag fails here, not in the journal process
+    return ("--otel", args.otel, *(arg for header in args.otel_header for arg in ("--otel-header", header)))
 
 
 def _rows(journal: Path) -> int:

@@ -42,12 +42,14 @@ from faultline.runtime._faulting import (
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._layout import MEMORY_IDENTITY, check_system, system_access, worker_identity
 from faultline.runtime._lock import hold_directories, state_dir
+from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._roster import HELPERS_CONTROL, Rosters, publish_roster, read_rosters, roster_control
 from faultline.runtime._services import agent_lookup, run_journal, run_worker, serve_until_signal
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
 __all__ = [
+    "OtelStream",
     "ALL_AGENTS",
     "ALL_ROLES",
     "HELPERS_CONTROL",

@@ -26,7 +26,7 @@ import msgspec
 
 from faultline._errors import BusError, JournalError, JournalStorageError
 from faultline.bus import Bus, Consumer, Delivery, Message
-from faultline.core import body_bytes
+from faultline.core import EpisodeCompleted, body_bytes
 from faultline.journal import Incoming, Journal
 
 CONSUMER = "journal"
@@ -50,10 +50,19 @@ class _Ask(msgspec.Struct):
 class JournalService:
     """Runs until `stop()`, then journals what the stream holds up to that moment."""
 
-    def __init__(self, bus: Bus, path: str | Path, *, batch_limit: int = BATCH_LIMIT) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        path: str | Path,
+        *,
+        batch_limit: int = BATCH_LIMIT,
+        on_completed: Callable[[list[str]], None] | None = None,
+    ) -> None:
         self.bus = bus
         self.path = Path(path)
         self.batch_limit = batch_limit
+        self.on_completed = on_completed
+        """Told the episodes whose completion a batch just committed; must not block."""
         self.last_seq = 0
         self.rows_written = 0
         self.stuck = ""
@@ -139,6 +148,10 @@ class JournalService:
                 return rows, batch[-1].stream_seq, exc
             await consumer.ack(batch[-1])
             await self._advance(batch[-1].stream_seq)
+            if self.on_completed is not None:
+                finished = [row.envelope.episode for _, row in rows if isinstance(row.envelope.body, EpisodeCompleted)]
+                if finished:
+                    self.on_completed(finished)
 
     async def _append(self, journal: Journal, rows: list[_Row]) -> None:
         """Append `rows` in one transaction; if a row cannot be stored, dead-letter it and store the rest."""

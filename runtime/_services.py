@@ -20,6 +20,7 @@ from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, bus_settings, make_backend
 from faultline.runtime._faulting import faults_and_defenses, injector_for
 from faultline.runtime._helper_pool import HelperPool
+from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
 
@@ -176,12 +177,29 @@ async def run_worker(
 
 
 async def run_journal(
-    url: str, prefix: str, path: Path, name: str, settings: BusSettings | None = None, login: Login | None = None
+    url: str,
+    prefix: str,
+    path: Path,
+    name: str,
+    settings: BusSettings | None = None,
+    login: Login | None = None,
+    otel: OtelStream | None = None,
 ) -> None:
+    """Serve the journal; with `otel`, each episode goes to its endpoint once its completion is journaled."""
     from faultline.runtime._journal_service import JournalService
 
     async def body(bus: Bus) -> None:
-        await serve_until_signal(bus, name, JournalService(bus, path))
+        if otel is None:
+            await serve_until_signal(bus, name, JournalService(bus, path))
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(otel.run)
+            try:
+                await serve_until_signal(bus, name, JournalService(bus, path, on_completed=otel.completed))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await otel.close()
+                tg.cancel_scope.cancel()
 
     try:
         await _with_bus(url, prefix, body, name, settings or BusSettings(), login)

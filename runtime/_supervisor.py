@@ -82,6 +82,8 @@ class Supervisor:
     store_dir: Path | None = None
     log_dir: Path | None = None
     extra_args: tuple[str, ...] = ()
+    journal_args: tuple[str, ...] = ()
+    """More arguments of `faultline journal serve` (e.g. --otel URL)."""
     access: Access | None = None
     """Credentials and permissions (prepared); None runs without access control (`--insecure`)."""
     server_tls: TLSFiles | None = None
@@ -116,7 +118,7 @@ class Supervisor:
         await self.bus.ensure_stream()
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
-        journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path)), JOURNAL)
+        journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path), *self.journal_args), JOURNAL)
         await self._spawn(tg, journal)
         for spec in (*self.services, *self.workers):
             await self._spawn(tg, spec)

@@ -194,6 +194,7 @@ PUBLIC = {
         "DEFAULT_CONFIG_FILE",
         "JournalConfig",
         "JournalState",
+        "OtelStream",
         "MEMORY_IDENTITY",
         "MemoryConfig",
         "ModelConfig",
