@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,9 @@ from types import TracebackType
 
 from faultline._errors import ServerError
 from faultline.bus._tls import TLSFiles
+
+SERVER_CONFIG = "faultline-server.conf"
+"""Written into the store when the server needs settings beyond its command line."""
 
 READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -65,6 +69,9 @@ class EmbeddedServer:
     """A server configuration (`Access.server_config`: users and their permissions); None lets anyone in."""
     tls: TLSFiles | None = None
     """The server's certificate and key: clients must then speak TLS and can verify it against `tls.ca`."""
+    sync_interval: str = ""
+    """How often JetStream writes its files to disk: "always" (an fsync before each confirmation), a duration
+    ("10s", "1m"), or "" for nats-server's default (every two minutes). See docs/multi-host.md."""
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = READY_TIMEOUT_S
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -113,8 +120,9 @@ class EmbeddedServer:
     def _launch(self, binary: Path) -> None:
         assert self.store_dir is not None
         args = [str(binary), "-a", self.host, "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
-        if self.config_file is not None:
-            args += ["-c", str(self.config_file)]
+        config_file = self._server_config()
+        if config_file is not None:
+            args += ["-c", str(config_file)]
         if self.tls is not None:
             args += ["--tls", "--tlscert", str(self.tls.cert), "--tlskey", str(self.tls.key)]
         self._process = subprocess.Popen(
@@ -131,6 +139,20 @@ class EmbeddedServer:
             reason = self._last_error()
             self._release()
             raise ServerError(f"nats-server did not start on {self.host}:{self.port}: {reason}")
+
+    def _server_config(self) -> Path | None:
+        """The access configuration as it is; with a sync policy, a file in the store that sets the policy and
+        includes the access configuration (nats-server includes only relative paths)."""
+        if not self.sync_interval:
+            return self.config_file
+        assert self.store_dir is not None
+        lines = [f"jetstream {{ sync_interval: {json.dumps(self.sync_interval)} }}"]
+        if self.config_file is not None:
+            included = os.path.relpath(self.config_file.resolve(), self.store_dir.resolve())
+            lines.append(f"include {json.dumps(included)}")
+        path = self.store_dir / SERVER_CONFIG
+        path.write_text("\n".join(lines) + "\n")
+        return path
 
     def _read_log(self, process: subprocess.Popen[bytes], ready: threading.Event) -> None:
         assert process.stderr is not None

@@ -509,6 +509,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
                     bus_settings=bus_settings(config),
                     server_tls=tls,
                     tls_ca=tls.ca if tls else None,
+                    sync_interval=config.nats.sync_interval,
                 )
                 request = anyio.run(_run_local, supervisor, config, plan, result, display, rules)
     problem = journal_problem(supervisor) if supervisor else ""

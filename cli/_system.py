@@ -451,6 +451,7 @@ def _up(args: argparse.Namespace) -> int:
         server_tls=tls,
         tls_ca=tls.ca if tls else login(args, config).tls_ca,
         journal_args=_otel_args(args),
+        sync_interval=config.nats.sync_interval,
     )
     console = Console(stderr=True)
     if args.insecure:

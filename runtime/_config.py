@@ -61,6 +61,10 @@ class NatsConfig(_Section, frozen=True):
     episode) fails; under the stream's 120 s duplicate window, so a retry is never stored twice."""
     ping_interval_s: Seconds = 5.0
     """How often a process pings its NATS server; two unanswered and it moves to another node."""
+    sync_interval: Annotated[str, msgspec.Meta(pattern=r"^(|always|[1-9][0-9]*(ms|s|m|h))$")] = ""
+    """How often the embedded nats-server writes the stream to disk: "always" (an fsync before it confirms each
+    publish: a confirmed message survives a power cut), a duration such as "10s", or "" for nats-server's default,
+    two minutes (a confirmed message survives the server's crash, not the host's). docs/multi-host.md."""
     credentials: str = ""
     """The NATS credential file this host's processes connect with (`--creds` overrides it); empty for none."""
     tls_ca: str = ""

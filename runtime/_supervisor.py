@@ -90,6 +90,8 @@ class Supervisor:
     """The embedded server's certificate and key, when it speaks TLS."""
     tls_ca: Path | None = None
     """The CA every process of the system checks the server's certificate against; None without TLS."""
+    sync_interval: str = ""
+    """The embedded server's JetStream sync policy (`EmbeddedServer.sync_interval`)."""
     bus: Bus | None = None
     server: EmbeddedServer | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
@@ -105,7 +107,9 @@ class Supervisor:
         access = self.access
         if not self.nats_url:
             config_file = access.server_config if access else None
-            self.server = EmbeddedServer(store_dir=self.store_dir, config_file=config_file, tls=self.server_tls)
+            self.server = EmbeddedServer(
+                store_dir=self.store_dir, config_file=config_file, tls=self.server_tls, sync_interval=self.sync_interval
+            )
             await anyio.to_thread.run_sync(self.server.start)
             tg.start_soon(self._watch_server, self.server)
         self.bus = await Bus.connect(

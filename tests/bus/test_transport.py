@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import anyio
 import pytest
 
 from faultline._errors import BusError, ServerError
-from faultline.bus import Bus, BusSettings, EmbeddedServer, _server
+from faultline.bus import Access, Bus, BusSettings, EmbeddedServer, _server, operator_identity
 from faultline.core import DeadLetter, Envelope, Interceptor, Note, Outbound, UserTurn, decode_envelope, digest, encode
 
 
@@ -207,3 +209,18 @@ async def test_a_publish_the_stream_refuses_fails_at_once(bus: Bus) -> None:
     await bus.js.update_stream(config)
     with anyio.fail_after(bus.settings.publish_timeout_s / 2), pytest.raises(BusError, match="refused a publish"):
         await bus.publish(note(1))
+
+
+def test_the_sync_policy_reaches_the_server_beside_the_access_configuration(tmp_path: Path) -> None:
+    access = Access(tmp_path / "credentials", [operator_identity()]).prepare()
+    monitor = _server.free_port()
+    with EmbeddedServer(
+        store_dir=tmp_path / "s",
+        config_file=access.server_config,
+        sync_interval="always",
+        extra_args=("-m", str(monitor)),
+    ):
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=5) as answer:
+            varz = json.load(answer)
+    assert varz["jetstream"]["config"]["sync_always"] is True
+    assert varz["auth_required"] is True
