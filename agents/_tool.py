@@ -201,9 +201,9 @@ class ToolAgent(Agent):
         verify = VERIFIER in map(helper_name, self.spec.helpers) and self.revision < max(
             1, self.spec.verifier_revisions
         )
-        if response.tool_calls and verify:
+        call = self._call_in(response)
+        if call is not None and verify:
             self.proposal = response
-            call = response.tool_calls[0]
             self._ask(ctx, [VERIFIER], {"name": call.name, "arguments": call.arguments})
             return
         await self._act(ctx, response)
@@ -227,20 +227,26 @@ class ToolAgent(Agent):
         mistake = response.metadata.get("mistake")
         if mistake and mistake not in self.mistakes:  # a wrong write shows on its question and its call
             self.mistakes.append(dict(mistake))
-        if response.tool_calls:
-            call = response.tool_calls[0]
-            self.transcript.append(ChatMessage(role="assistant", content=response.content, tool_calls=[call]))
+        call = self._call_in(response)
+        if call is not None:
+            native = [call] if response.tool_calls else []
+            self.transcript.append(ChatMessage(role="assistant", content=response.content, tool_calls=native))
             ctx.send("env", _tool_call(call))
-            return
-        written = parse_tool_text(response.content, f"text-{self.step}") if self.spec.tool_calls == "text" else None
-        if written is not None:
-            self.transcript.append(ChatMessage(role="assistant", content=response.content))
-            ctx.send("env", _tool_call(written))
             return
         done = bool(response.metadata.get("done"))
         self.transcript.append(ChatMessage(role="assistant", content=response.content))
         ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
         ctx.send("user", AssistantTurn(text=response.content, done=done))
+
+    def _call_in(self, response: LlmResponse) -> LlmToolCall | None:
+        """The tool call a model answer makes: its first native one, or, with text tool calls, the one
+        written in its text; None when the answer is a message to the user."""
+        assert self.spec is not None
+        if response.tool_calls:
+            return response.tool_calls[0]
+        if self.spec.tool_calls == "text":
+            return parse_tool_text(response.content, f"text-{self.step}")
+        return None
 
     def _end(self, ctx: Context) -> None:
         """A terminal tool ran: hand the environment the tally and tell the user the episode is over."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -146,10 +147,16 @@ async def test_a_malformed_verifier_answer_is_one_notice_and_no_verdict() -> Non
     assert reply_of([o for o in outputs if isinstance(o.body, ContextReply)]).verdict == ""
 
 
-async def test_a_recheck_leads_to_one_revised_call_that_runs() -> None:
-    model = Scripted(call("cancel_pending_order", order_id="#W0"), call("cancel_pending_order", order_id="#W1"))
+def written(name: str, **arguments: Any) -> LlmResponse:
+    """A tool call in the text format, inside a sentence (`tool_calls` "text")."""
+    return LlmResponse(content=f'I will do that. {{"tool": "{name}", "arguments": {json.dumps(arguments)}}}')
+
+
+@pytest.mark.parametrize(("tool_calls", "proposed"), [("native", call), ("text", written)])
+async def test_a_recheck_leads_to_one_revised_call_that_runs(tool_calls: str, proposed: Any) -> None:
+    model = Scripted(proposed("cancel_pending_order", order_id="#W0"), proposed("cancel_pending_order", order_id="#W1"))
     harness = AgentHarness(ToolAgent(), backend=model)
-    await harness.deliver(start(["verifier"], verifier_revisions=1))
+    await harness.deliver(start(["verifier"], verifier_revisions=1, tool_calls=tool_calls))
     outputs = await harness.deliver(UserTurn(text="cancel my order"), sender="user")
     [request] = [o.body for o in outputs if isinstance(o.body, ContextRequest)]
     assert request.proposal == {"name": "cancel_pending_order", "arguments": {"order_id": "#W0"}}
