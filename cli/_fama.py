@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="bar chart of the main-error counts per category")
     add_model_flags(p)
     p.set_defaults(handler=_analyze)
+    from faultline.cli import _fama_loop  # the loop's module imports this one for the shared tables
+
+    _fama_loop.register(commands)
 
 
 def _analyze(args: argparse.Namespace) -> int:

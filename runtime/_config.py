@@ -236,7 +236,7 @@ class FamaConfig(_Section, frozen=True):
     enabled: bool = False
     role: str = "judge"
     window: Annotated[int, msgspec.Meta(ge=1)] = 20
-    share: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.3
+    share: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.2
     min_failures: Annotated[int, msgspec.Meta(ge=1)] = 3
     dry_run: bool = False
 

@@ -22,7 +22,7 @@ from faultline.agents.fama import (
 )
 from faultline.cli import main
 from faultline.core import AgentHarness, Notice
-from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE
+from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_VALUE
 from faultline.runtime import FamaConfig
 from faultline.runtime.models import OpenAIBackend, SimBackend
 from tests.openai_server import OpenAIServer, Status, Text
@@ -110,7 +110,7 @@ def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enou
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("category", [POLICY_VIOLATION, WRONG_VALUE, WRONG_ENTITY, EARLY_STOP])
+@pytest.mark.parametrize("category", [POLICY_VIOLATION, EARLY_STOP])
 def test_on_sim_runs_with_one_category_the_main_error_is_that_category_and_the_roster_its_helper(
     category: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -143,3 +143,21 @@ async def test_a_roster_decision_is_journaled_with_the_counts_that_chose_it() ->
     decision = second[1].data
     assert decision["roster"] == ["planner"] and decision["failures"] == 2
     assert decision["counts"] == {"categories": {EARLY_STOP: 2}, "helpers": {"planner": 2}}
+
+
+@pytest.mark.slow
+def test_the_loop_reruns_with_the_helper_its_analysis_chose_and_every_round_replays_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "loop"
+    loop = ["fama", "loop", "--tasks", "10", "--rounds", "1", "--error-rate", "wrong_value=0.5", "--out", str(out)]
+    assert main([*loop, "--model", "sim", "--json", "--plot", str(tmp_path / "loop.png")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    baseline, rerun = [line for line in lines if line["type"] == "round"]
+    assert baseline["roster"] == [] and baseline["analysed"] == baseline["failures"] >= 3
+    assert baseline["categories"][WRONG_VALUE] >= 0.9 * baseline["analysed"]
+    assert set(MITIGATION[WRONG_VALUE]) <= set(baseline["chosen"]) and rerun["roster"] == baseline["chosen"]
+    assert (tmp_path / "loop.png").stat().st_size > 0
+    for r in (baseline, rerun):
+        assert main(["replay", r["journal"]]) == 0
+        assert "identical" in capsys.readouterr().out
