@@ -33,6 +33,7 @@ from faultline.runtime._episodes import (
 from faultline.runtime._faulting import (
     apply_defense_flags,
     follow_settings,
+    injector_for,
     make_rule,
     parse_duration,
     parse_fault_spec,
@@ -85,6 +86,7 @@ __all__ = [
     "check_journal",
     "check_system",
     "follow_settings",
+    "injector_for",
     "hold_directories",
     "load_config",
     "make_backend",

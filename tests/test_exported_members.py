@@ -212,6 +212,7 @@ PUBLIC = {
         "check_journal",
         "check_system",
         "follow_settings",
+        "injector_for",
         "hold_directories",
         "load_config",
         "make_backend",
