@@ -12,8 +12,10 @@ from faultline.journal import EpisodeFilter, JournalReader
 STATUSES = ("passed", "failed", "errored", "incomplete")
 
 
-def add_episode_filters(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("which episodes (all when none is given; several narrow it down)")
+def add_episode_filters(
+    parser: argparse.ArgumentParser, which: str = "all when none is given; several narrow it down"
+) -> None:
+    group = parser.add_argument_group(f"which episodes ({which})")
     group.add_argument("--status", choices=STATUSES, help="passed, failed (failure or timeout), errored, incomplete")
     group.add_argument("--task", help="only this task id")
     group.add_argument("--domain", help="only this domain")

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
+from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import add_model_flags, effective_config
 from faultline.core import EpisodeCompleted, FollowsGroundTruth, MessageBody
 from faultline.journal import JournalReader
@@ -72,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _add_destination(p, "the repair forks", "--scratch")
     p.add_argument("--json", action="store_true")
     add_model_flags(p)
+    add_episode_filters(p, "the failed episodes that match, or narrow --episode/--all-failed down")
     p.set_defaults(handler=_attribute)
 
 
@@ -177,13 +179,16 @@ def _fork_table(result: ForkResult) -> Table:
 def _attribute(args: argparse.Namespace) -> int:
     _check_journal(args.journal)
     episodes = list(args.episode)
-    if args.all_failed:
+    if args.all_failed or (not episodes and episode_filter(args) is not None):
         with JournalReader(args.journal) as reader:
             episodes += [
                 e.episode for e in reader.episodes() if e.outcome not in (None, "success") and not e.forked_from
             ]
+        if not episodes:
+            raise UsageError(f"{args.journal}: no failed episode to attribute")
     if not episodes:
-        raise UsageError("name an episode with --episode E, or pass --all-failed")
+        raise UsageError("name an episode with --episode E, pass --all-failed, or filter episodes (--status ...)")
+    episodes = filtered_episodes(args.journal, args, episodes) or episodes
     config = effective_config(args)
     scratch = _destination(args)
 

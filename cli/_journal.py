@@ -133,6 +133,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "every body survives JSON",
     )
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+    p.add_argument("--episode", "-e", action="append", default=[], help="only the rows of these episodes (repeatable)")
+    add_episode_filters(p)
     p.set_defaults(handler=_pipe_safe(_export))
 
     p = commands.add_parser("import", help="rebuild a journal file from exported JSON lines")
@@ -315,11 +317,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    chosen = filtered_episodes(args.file, args, args.episode)
     if args.output is None:
-        export_jsonl(args.file, sys.stdout, raw=args.raw)
+        export_jsonl(args.file, sys.stdout, raw=args.raw, episodes=chosen)
         return 0
     with args.output.open("w", encoding="utf-8") as out:
-        count = export_jsonl(args.file, out, raw=args.raw)
+        count = export_jsonl(args.file, out, raw=args.raw, episodes=chosen)
     print(f"exported {count} rows to {args.output}")
     return 0
 

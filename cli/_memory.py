@@ -27,6 +27,7 @@ from faultline.agents.memory import (
     retrieval_mode,
     serve_memory,
 )
+from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._system import _common, _prefix, _url, login
 from faultline.journal import JournalReader
 from faultline.runtime import Config, load_config
@@ -48,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--out", type=Path, help="memory store file (default from config: runs/memory.sqlite)")
     p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
     p.add_argument("--json", action="store_true")
+    add_episode_filters(p)
     p.set_defaults(handler=_rebuild)
 
     p = commands.add_parser("stats", help="entries, outcomes and index kind per domain")
@@ -89,11 +91,12 @@ def _clip(text: str, width: int = TEXT_WIDTH) -> str:
 
 def _rebuild(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    chosen = filtered_episodes(args.journal, args, [])
 
     async def run() -> tuple[RebuildReport, int]:
         with JournalReader(args.journal) as reader:
             async with open_memory(config.memory, args.out) as store:
-                return await rebuild(reader, store), len(store)
+                return await rebuild(reader, store, episodes=None if chosen is None else set(chosen)), len(store)
 
     report, total = anyio.run(run)
     if args.json:

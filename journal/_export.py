@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -75,15 +75,28 @@ def export_row(row: JournalRow, *, raw: bool = False) -> str:
     return _encoder.encode(exported).decode()
 
 
-def export_jsonl(path: str | Path, out: TextIO, *, raw: bool = True, settings: JournalSettings | None = None) -> int:
+def export_jsonl(
+    path: str | Path,
+    out: TextIO,
+    *,
+    raw: bool = True,
+    settings: JournalSettings | None = None,
+    episodes: Sequence[str] | None = None,
+) -> int:
     """Write every row of the journal at `path` to `out` as JSON lines; return the row count.
 
     `raw=False` leaves out the stored body bytes: shorter lines, but the export
-    imports back only if every body survives JSON unchanged.
+    imports back only if every body survives JSON unchanged. `episodes` writes only
+    their rows, episode by episode: rows to read, which do not import back (the chain
+    runs through every row).
     """
     count = 0
     with JournalReader(path, settings) as reader:
-        for row in reader.rows():
+        if episodes is None:
+            rows: Iterable[JournalRow] = reader.rows()
+        else:
+            rows = (row for _, chosen in reader.by_episode(episodes) for row in chosen)
+        for row in rows:
             out.write(export_row(row, raw=raw))
             out.write("\n")
             count += 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import msgspec
 
@@ -39,8 +39,14 @@ class RebuildReport(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
 
 
-async def rebuild(reader: JournalReader, store: MemoryStore, *, batch: int = REBUILD_BATCH) -> RebuildReport:
-    """Add to `store` the entry of every completed episode in the journal that it does not hold yet.
+async def rebuild(
+    reader: JournalReader,
+    store: MemoryStore,
+    *,
+    batch: int = REBUILD_BATCH,
+    episodes: Collection[str] | None = None,
+) -> RebuildReport:
+    """Add to `store` the entry of every completed episode in the journal (of `episodes`) that it does not hold yet.
 
     Episodes are taken in the order of their first completed event, the order
     in which the live service met them, so row ids and therefore the order of
@@ -50,6 +56,8 @@ async def rebuild(reader: JournalReader, store: MemoryStore, *, batch: int = REB
     report = RebuildReport(journal=str(reader.path), store=store.path)
     pending: list[MemoryEntry] = []
     for episode in _completion_order(reader):
+        if episodes is not None and episode not in episodes:
+            continue
         report.completed += 1
         if episode in store:
             report.present += 1

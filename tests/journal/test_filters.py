@@ -57,3 +57,15 @@ def test_no_match_and_a_bad_time_are_one_line(three: Path, capsys: pytest.Captur
     assert capsys.readouterr().err.strip() == f"faultline: usage error: {three}: no episode matches the filters"
     assert main(["replay", str(three), "--since", "noon"]) == 2
     assert "--since 'noon'" in capsys.readouterr().err
+
+
+def test_export_and_memory_rebuild_take_only_the_episodes_that_match(
+    three: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["journal", "export", str(three), "--status", "failed"]) == 0
+    assert {json.loads(line)["episode"] for line in capsys.readouterr().out.splitlines()} == {"ep-b"}
+    assert main(["memory", "rebuild", str(three), "--out", str(tmp_path / "m.sqlite"), "--fault", "x", "--json"]) == 2
+    assert "no episode matches the filters" in capsys.readouterr().err
+    out = str(tmp_path / "m.sqlite")
+    assert main(["memory", "rebuild", str(three), "--out", out, "--status", "errored", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 1

@@ -18,3 +18,14 @@ def test_replay_takes_the_episode_filters(sim_journal: Path, capsys: pytest.Capt
     assert main(["replay", str(sim_journal), "--status", "failed", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["episodes"] == len(failed) and report["identical"]
+
+
+def test_attribute_takes_the_episode_filters(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with JournalReader(journal_copy) as reader:
+        episodes = reader.episodes()
+    passed = next(e.episode for e in episodes if e.outcome == "success")
+    failed = next(e.episode for e in episodes if e.outcome == "failure")
+    assert main(["attribute", str(journal_copy), "--all-failed", "--status", "passed"]) == 2
+    assert "no episode matches the filters" in capsys.readouterr().err
+    assert main(["attribute", str(journal_copy), "-e", passed, "-e", failed, "--status", "failed", "--json"]) == 0
+    assert [json.loads(line)["episode"] for line in capsys.readouterr().out.splitlines()] == [failed]
