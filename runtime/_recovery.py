@@ -1,4 +1,4 @@
-"""Rebuilding an agent's state after a crash: read its episode history back from the stream."""
+"""Rebuilding an agent's state after a crash: read its episode history, and the timers it lost, back from the stream."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from faultline._errors import DecodeError
 from faultline.bus import Bus
-from faultline.core import Envelope, Recording
+from faultline.core import Envelope, EpisodeCompleted, Recording, Timer, TimerFired
 
 HISTORY_TIMEOUT_S = 10.0
 
@@ -41,3 +41,29 @@ async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ..
         elif delivery.stream_seq < before_seq and not (env.topic and env.sender == agent):
             history.inputs.append(env)
     return history
+
+
+async def pending_timers(bus: Bus, agent: str) -> list[Envelope]:
+    """The timers `agent` set that have not fired, in episodes not completed: those a worker that died held.
+
+    A timer fires as a `TimerFired` the agent sends itself, caused by the timer; the
+    stream holds every timer, every firing and every completion, so the three tell
+    which waits are still open.
+    """
+    s = bus.subjects
+    subjects = [s.event("timer", "*", agent), s.direct("*", agent, agent), s.event("completed", "*")]
+    timers: list[Envelope] = []
+    fired: set[str] = set()
+    completed: set[str] = set()
+    for delivery in await bus.read_stored(subjects, HISTORY_TIMEOUT_S):
+        try:
+            env = delivery.envelope()
+        except DecodeError:
+            continue
+        if isinstance(env.body, Timer):
+            timers.append(env)
+        elif isinstance(env.body, TimerFired):
+            fired.add(env.causation)
+        elif isinstance(env.body, EpisodeCompleted):
+            completed.add(env.episode)
+    return [t for t in timers if t.id not in fired and t.episode not in completed]

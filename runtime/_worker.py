@@ -7,8 +7,12 @@ each (episode, agent) belongs to exactly one worker, which handles its messages
 in stream order; a restarted worker resumes its consumer and finds its share.
 
 Timers. A handler that emits a `Timer` (a bounded wait) is sent `TimerFired`
-`after_s` seconds later by the worker that published the timer; a timer held by
-a worker that stops or dies is lost, and the episode's time limit ends the wait.
+`after_s` seconds later by the worker that published the timer. A timer held by
+a worker that stops or dies is not lost: when the agent's consumer is opened
+again, the worker reads from the stream the timers of its share that have not
+fired in episodes not completed, and fires each when it would have (at once if
+that time has passed). `TimerFired` has an id derived from its timer's, so one
+fired twice is dropped by JetStream.
 
 A restarted worker resumes from its consumer's acknowledgement floor. The first
 time it meets an (episode, agent) it rebuilds the instance by replaying that
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +50,7 @@ from faultline.core import (
     timer_fired,
 )
 from faultline.runtime._episodes import in_flight
-from faultline.runtime._recovery import load_history
+from faultline.runtime._recovery import load_history, pending_timers
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,8 @@ class Worker:
     _serving: TaskGroup | None = None
     _reading: TaskGroup | None = None
     _readers: dict[str, tuple[Consumer, anyio.CancelScope]] = field(default_factory=dict)
+    _opened: set[str] = field(default_factory=set)
+    """Agents whose consumer this worker opened before: the timers set since are held here, none to rearm."""
 
     # -- Services, for the contexts ---------------------------------------------------------
 
@@ -194,12 +201,27 @@ class Worker:
     async def _open_consumer(self, cls: type[Agent]) -> Consumer:
         name = self._consumer_name(cls)
         floor = await self.bus.ack_floor(name)
+        first = cls.name not in self._opened
+        self._opened.add(cls.name)
         if floor is None:  # first start of this shard
             return await self.bus.consumer(name, self._filters(cls), start="new", ack_wait_s=self.settings.ack_wait_s)
         self._recovering.add(cls.name)
-        return await self.bus.consumer(
+        consumer = await self.bus.consumer(
             name, self._filters(cls), start=floor + 1, ack_wait_s=self.settings.ack_wait_s, replace=True
         )
+        if first:
+            await self._rearm(cls.name)
+        return consumer
+
+    async def _rearm(self, agent: str) -> None:
+        """Fire the timers of this worker's share that a worker before it set and never fired."""
+        assert self._timers is not None
+        for timer in await pending_timers(self.bus, agent):
+            if shard_of(timer.episode, self.settings.shards) == self.settings.shard:
+                assert isinstance(timer.body, Timer)
+                left = max(0.0, timer.ts + timer.body.after_s - time.time())
+                log.info("timer of %s rearmed, %.1fs left", agent, left, extra={"episode": timer.episode})
+                self._timers.start_soon(self._fire, timer, left)
 
     async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, scope: anyio.CancelScope) -> None:
         with scope:
@@ -298,11 +320,11 @@ class Worker:
     def _arm(self, timers: list[Envelope]) -> None:
         assert self._timers is not None
         for timer in timers:
-            self._timers.start_soon(self._fire, timer)
+            assert isinstance(timer.body, Timer)
+            self._timers.start_soon(self._fire, timer, timer.body.after_s)
 
-    async def _fire(self, timer: Envelope) -> None:
-        assert isinstance(timer.body, Timer)
-        await anyio.sleep(timer.body.after_s)
+    async def _fire(self, timer: Envelope, after_s: float) -> None:
+        await anyio.sleep(after_s)
         await self.bus.publish(timer_fired(timer))
 
     async def _on_completed(self, msg: Message) -> None:

@@ -16,6 +16,9 @@ from faultline.core import (
     LlmResponse,
     Note,
     Recording,
+    Start,
+    Timer,
+    TimerFired,
 )
 from faultline.runtime import Completions, Worker, WorkerSettings, start_episode
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
@@ -138,3 +141,41 @@ async def test_a_handler_slower_than_the_ack_wait_sees_its_message_once(bus: Bus
         worker.stop()
     assert model.calls == 1, "the message was not delivered again while its handler waited on the model"
     assert worker.handled == 1
+
+
+class Waiter(Agent):
+    """Waits once, with a timer, then completes: the shape of the tool agent waiting for its helpers."""
+
+    name = "waiter"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Start):
+            ctx.emit(Timer(after_s=1.5, data={"wait": 1}))
+        elif isinstance(msg.body, TimerFired):
+            ctx.emit(EpisodeCompleted(outcome="success", details=msg.body.data))
+
+
+async def test_a_timer_set_before_its_worker_stopped_fires_from_the_worker_after_it(bus: Bus) -> None:
+    timers = await bus.consumer(None, ["fl.ev.timer.>"])
+    first = Worker(bus, [Waiter], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first.run)
+        await first.wait_ready()
+        await start_episode(bus, "wait", "waiter", EpisodeStarted())
+        with anyio.fail_after(5):
+            while not await timers.batch():
+                pass
+        first.stop()  # its timer goes with it
+    await timers.close()
+
+    second = Worker(bus, [Waiter], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+        tg.start_soon(second.run)
+        await second.wait_ready()
+        with anyio.fail_after(10):
+            done = await completions.wait(["wait"])
+        second.stop()
+    assert done["wait"].outcome == "success" and done["wait"].details == {"wait": 1}
+    journal = await collect(bus, "wait")
+    [timer] = [e for e in journal if isinstance(e.body, Timer)]
+    assert [e.causation for e in journal if isinstance(e.body, TimerFired)] == [timer.id]
