@@ -22,10 +22,11 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
+from faultline.cli._filters import add_episode_filters, episode_filter
 from faultline.cli._run import SIM_NOTE
 from faultline.cli._run_plan import PlannedEpisode, RunResult, Summary, costed, summarize
 from faultline.core import EpisodeCompleted, EpisodeStarted
-from faultline.journal import EpisodeSummary, JournalReader
+from faultline.journal import EpisodeFilter, EpisodeSummary, JournalReader
 
 _B = TypeVar("_B", EpisodeCompleted, EpisodeStarted)
 
@@ -68,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("journals", nargs="+", type=Path, metavar="JOURNAL", help="two or more journal files")
     p.add_argument("--json", action="store_true", help="one JSON object per row, then one with type 'summary'")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="also draw the comparison as grouped bars")
+    add_episode_filters(p, "the same in every journal; several narrow it down")
     p.set_defaults(handler=_compare)
 
 
@@ -75,7 +77,8 @@ def _compare(args: argparse.Namespace) -> int:
     if len(args.journals) < 2:
         raise UsageError("compare: name two or more journals")
     labels = _labels(args.journals)
-    episodes = [_completed(path) for path in args.journals]
+    wanted = episode_filter(args)
+    episodes = [_completed(path, wanted) for path in args.journals]
     common = set.intersection(*({e.task for e in found} for found in episodes))
     if not common:
         raise UsageError("compare: the journals have no task in common")
@@ -106,14 +109,15 @@ def _labels(paths: Sequence[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(path) for path in paths]
 
 
-def _completed(path: Path) -> list[EpisodeSummary]:
-    """The journal's completed episodes that are not forks."""
+def _completed(path: Path, wanted: EpisodeFilter | None) -> list[EpisodeSummary]:
+    """The journal's completed episodes that are not forks (and match `wanted`)."""
     if not path.is_file():
         raise UsageError(f"compare: {path}: no such journal")
     with JournalReader(path) as reader:
-        found = [e for e in reader.episodes() if e.outcome is not None and not e.forked_from]
+        episodes = reader.episodes() if wanted is None else reader.select(wanted)
+        found = [e for e in episodes if e.outcome is not None and not e.forked_from]
     if not found:
-        raise UsageError(f"compare: {path} holds no completed episode")
+        raise UsageError(f"compare: {path} holds no completed episode" + (" that matches" if wanted else ""))
     return found
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.agents.fama import CATEGORIES, SHORT, CaseReport, JournalAnalysis, analyze_cases, failure_cases
+from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config
 from faultline.runtime import Config, make_backend
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="JSON lines: one per failure and per category, then a summary")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="bar chart of the main-error counts per category")
     add_model_flags(p)
+    add_episode_filters(p, "of the failed ones; several narrow it down")
     p.set_defaults(handler=_analyze)
     from faultline.cli import _fama_loop  # the loop's module imports this one for the shared tables
 
@@ -55,8 +57,9 @@ def _analyze(args: argparse.Namespace) -> int:
     if not args.journal.is_file():
         raise JournalError(f"{args.journal}: no such journal file")
     config = effective_config(args)
-    cases = failure_cases(args.journal, args.episode or None)
-    missing = sorted(set(args.episode) - {c.episode for c in cases})
+    chosen = filtered_episodes(args.journal, args, args.episode)
+    cases = failure_cases(args.journal, chosen)
+    missing = sorted(set(args.episode).intersection(chosen or args.episode) - {c.episode for c in cases})
     if missing:
         raise UsageError(f"fama analyze: not a failed episode of {args.journal}: {', '.join(missing)}")
     result = anyio.run(_run_analysis, config, cases)

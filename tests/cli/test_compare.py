@@ -76,3 +76,11 @@ def test_compare_refuses_journals_with_no_task_in_common(tmp_path: Path, capsys:
     b = _journal(tmp_path / "b.sqlite", [("t2", 0, OK)], [])
     assert main(["compare", str(a), str(b)]) == 2
     assert capsys.readouterr().err.strip() == "faultline: usage error: compare: the journals have no task in common"
+
+
+def test_compare_takes_the_episode_filters_in_every_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _journal(tmp_path / "a.sqlite", [("t1", 0, OK), ("t2", 0, OK)], [])
+    b = _journal(tmp_path / "b.sqlite", [("t1", 0, OK), ("t2", 0, OK)], [])
+    assert main(["compare", str(a), str(b), "--task", "t2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["type"] == "summary" and summary["tasks"] == 1

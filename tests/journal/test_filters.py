@@ -55,6 +55,8 @@ def test_the_flags_reach_the_journal_episodes_command(three: Path, capsys: pytes
 def test_no_match_and_a_bad_time_are_one_line(three: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["journal", "otel", str(three), "--endpoint", "http://127.0.0.1:9/v1/traces", "--task", "t9"]) == 2
     assert capsys.readouterr().err.strip() == f"faultline: usage error: {three}: no episode matches the filters"
+    assert main(["fama", "analyze", str(three), "--model", "sim", "--task", "t9"]) == 2
+    assert capsys.readouterr().err.strip() == f"faultline: usage error: {three}: no episode matches the filters"
     assert main(["replay", str(three), "--since", "noon"]) == 2
     assert "--since 'noon'" in capsys.readouterr().err
 
