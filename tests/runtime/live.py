@@ -52,18 +52,25 @@ async def live_system(
     *,
     temporary_store: bool = False,
     groups: Mapping[str, tuple[str, ...]] | None = None,
+    helpers: tuple[str, ...] = (),
 ) -> AsyncIterator[Supervisor]:
     """`faultline up` with one worker of env, tool and user on the sim model; stopped (drained, journaled) after.
 
     Access control is on, as by default: `live_access` holds the credentials. With `temporary_store`
-    the stream lives in a directory of its own, as under `faultline run`.
+    the stream lives in a directory of its own, as under `faultline run`. `helpers` (agent names) run
+    in a second worker process, `worker-helpers`, as under `faultline run --helpers`.
     """
     config = tmp_path / "faultline.toml"
     config.write_text("")  # defaults only, whatever the working directory holds
     args = ("worker", "--agents", ",".join(WORKER_AGENTS), "--config", str(config))
+    workers = [ProcessSpec("worker", args, worker_identity("main"))]
+    if helpers:
+        groups = {**(groups or {}), "helpers": helpers}
+        helper_args = ("worker", "--agents", ",".join(helpers), "--config", str(config))
+        workers.append(ProcessSpec("worker-helpers", helper_args, worker_identity("helpers")))
     supervisor = Supervisor(
         journal_path=journal or tmp_path / "journal.sqlite",
-        workers=[ProcessSpec("worker", args, worker_identity("main"))],
+        workers=workers,
         store_dir=None if temporary_store else tmp_path / "nats",
         log_dir=tmp_path / "logs",
         access=live_access(tmp_path, groups),

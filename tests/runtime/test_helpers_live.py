@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import anyio
@@ -10,11 +12,14 @@ import pytest
 
 from faultline.agents import EpisodeSpec
 from faultline.cli import main
-from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id
+from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
+from faultline.core import RUNNER, ContextRequest, Envelope, EpisodeCompleted, EpisodeStarted, Notice, derive_id
 from faultline.envs import load_domain
 from faultline.journal import JournalReader
-from faultline.runtime import start_episode
+from faultline.runtime import Completions, start_episode
+from tests.runtime.live import EPISODE_TIMEOUT_S, journal_everything, live_system, retail
 from tests.runtime.test_processes import faultline, finish, wait_until_up
+from tests.runtime.test_supervisor import supervisor_log
 
 pytestmark = pytest.mark.slow
 
@@ -80,3 +85,34 @@ async def test_a_roster_change_reaches_new_episodes_only_and_helpers_follow_it(
     assert not {s for e, s in replies if e == "after"} - {"tsa"}
     assert [r for r in rows if r.kind == "control" and r.envelope().body.name == "helpers"]  # type: ignore[union-attr]
     assert main(["replay", str(tmp_path / "up.sqlite")]) == 0
+
+
+async def test_a_helper_killed_mid_episode_costs_one_wait_and_the_episode_completes_and_replays(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "journal.sqlite"
+    plan = RunPlan(tasks=1, run_id="killed", helpers=["dce"], helper_wait_s=1.0)
+    (planned,) = plan_episodes(plan, retail())
+    with supervisor_log() as said:
+        async with live_system(tmp_path, journal, helpers=("dce",)) as supervisor:
+            bus = supervisor.bus
+            assert bus is not None
+            helper = supervisor.pid("worker-helpers")
+            assert helper is not None
+            os.kill(helper, signal.SIGSTOP)  # frozen, so that it dies holding the episode's request
+            requests = await bus.consumer(None, [bus.subjects.direct(planned.episode, "dce")])
+            async with Completions(bus) as completions:
+                await bus.publish_all(start_envelopes(plan, planned))
+                with anyio.fail_after(EPISODE_TIMEOUT_S):
+                    while not [d for d in await requests.batch() if isinstance(d.envelope().body, ContextRequest)]:
+                        pass
+                    os.kill(helper, signal.SIGKILL)
+                    done = (await completions.wait([planned.episode]))[planned.episode]
+            await requests.close()
+            await said.wait_for("worker-helpers is running again")
+            await journal_everything(bus)
+    assert done.outcome in ("success", "failure"), done.cause
+    with JournalReader(journal) as reader:
+        notices = [r.envelope().body for r in reader.episode_rows(planned.episode) if r.kind == "notice"]
+    assert any(isinstance(n, Notice) and n.data.get("missing") == ["dce"] for n in notices)
+    assert main(["replay", str(journal)]) == 0
