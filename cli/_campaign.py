@@ -23,7 +23,7 @@ from faultline._errors import CampaignError, ConfigError, JournalError, UsageErr
 from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, whole_number
 from faultline.cli._run_plan import episode_id
 from faultline.envs import load_domain
-from faultline.faults import check_defenses, fault_types
+from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types
 from faultline.report import (
     BASELINE,
     CampaignCell,
@@ -36,6 +36,9 @@ from faultline.report import (
 from faultline.report import SIM_NOTE as REPORT_SIM_NOTE
 
 ALL = "all"
+"""`--faults all`: every registered fault type, plugins' included."""
+MASFIRE = "masfire"
+"""`--faults masfire`: the 15 types of the MAS-FIRE taxonomy."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,8 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--faults",
         default=ALL,
-        metavar="all|TYPE,...",
-        help=f"fault types, each a cell (default all: {', '.join(sorted(fault_types()))})",
+        metavar="all|masfire|TYPE,...",
+        help=f"fault types, each a cell: all registered ones (default: {', '.join(sorted(fault_types()))}),"
+        " masfire (MAS-FIRE's 15), or a list",
     )
     p.add_argument("--tasks", type=whole_number(1), default=10, metavar="N", help="the first N tasks (default 10)")
     p.add_argument("--trials", type=whole_number(1), default=1, metavar="K", help="runs per task (default 1)")
@@ -78,10 +82,12 @@ def _faults(text: str) -> list[str]:
     known = fault_types()
     if text.strip() == ALL:
         return sorted(known)
+    if text.strip() == MASFIRE:
+        return list(MASFIRE_FAULTS)
     names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise UsageError(f"--faults {text!r}: use all or fault types among {', '.join(sorted(known))}")
+        raise UsageError(f"--faults {text!r}: use all, masfire or fault types among {', '.join(sorted(known))}")
     return names
 
 
