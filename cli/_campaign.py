@@ -11,6 +11,7 @@ skips finished cells and redoes an unfinished one from scratch.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from faultline.envs import load_domain
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types
 from faultline.report import (
     BASELINE,
+    MANIFEST,
     CampaignCell,
     CampaignManifest,
     CampaignSettings,
@@ -74,6 +76,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--episode-timeout", type=seconds, default=None, metavar="S", help="an episode's time limit (see `run`)"
     )
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the campaign folder (made if missing)")
+    p.add_argument(
+        "--nats", default="", metavar="URL", help="run every cell on the system already running at URL (see `run`)"
+    )
+    p.add_argument(
+        "--journal",
+        type=Path,
+        metavar="FILE",
+        help="with --nats: that system's journal, which the report reads the cells' episodes from",
+    )
+    p.add_argument("--creds", type=Path, metavar="FILE", help="with --nats: the operator's credential (see `run`)")
+    p.add_argument("--tls-ca", type=Path, metavar="FILE", help="with --nats: the CA to trust (see `run`)")
     add_model_flags(p)
     p.set_defaults(handler=_campaign)
 
@@ -121,11 +134,27 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
     )
 
 
-def _manifest(folder: Path, settings: CampaignSettings) -> CampaignManifest:
+def _journal(args: argparse.Namespace) -> str:
+    """The running system's journal with --nats (required there), else "" (a journal per cell)."""
+    if not args.nats:
+        if args.journal or args.creds or args.tls_ca:
+            raise UsageError(
+                "--journal, --creds and --tls-ca go with --nats; without it each cell has a system of its own"
+            )
+        return ""
+    if args.defenses:
+        raise UsageError("--defenses sets up the workers of each cell's own system; with --nats, there is none")
+    if args.journal is None:
+        raise UsageError("--nats needs --journal: the running system's journal file, which the report reads")
+    return str(args.journal.resolve())
+
+
+def _manifest(folder: Path, settings: CampaignSettings, journal: str) -> CampaignManifest:
     """The folder's manifest, or a new one; CampaignError when the folder holds a campaign of other settings."""
-    if not (folder / "manifest.json").exists():
+    if not (folder / MANIFEST).exists():
         folder.mkdir(parents=True, exist_ok=True)
-        manifest = CampaignManifest(settings=settings, cells=plan_cells(settings.faults, settings.defenses))
+        cells = plan_cells(settings.faults, settings.defenses)
+        manifest = CampaignManifest(id=f"c{os.urandom(3).hex()}", settings=settings, cells=cells, journal=journal)
         write_manifest(folder, manifest)
         return manifest
     manifest = read_manifest(folder)
@@ -133,17 +162,23 @@ def _manifest(folder: Path, settings: CampaignSettings) -> CampaignManifest:
         theirs, ours = msgspec.to_builtins(manifest.settings), msgspec.to_builtins(settings)
         differ = ", ".join(k for k in ours if ours[k] != theirs.get(k))
         raise CampaignError(f"{folder} holds a campaign with other settings ({differ}): use another --out")
+    if manifest.journal != journal:
+        where = manifest.journal or "a journal per cell"
+        raise CampaignError(f"{folder} holds a campaign that ran on {where}: resume it the same way")
     return manifest
 
 
-def _run_argv(args: argparse.Namespace, folder: Path, settings: CampaignSettings, cell: CampaignCell) -> list[str]:
+def _run_argv(args: argparse.Namespace, journal: Path, settings: CampaignSettings, cell: CampaignCell) -> list[str]:
     """`faultline run`'s command line for one cell."""
-    run_id = cell.name
+    run_id = cell.run_id
     argv = [
         "run", "--domain", settings.domain, "--task-ids", ",".join(settings.tasks), "--trials", str(settings.trials),
-        "--seed", str(settings.seed), "--journal", str(folder / cell.journal), "--run-id", run_id,
-        "--defense", cell.defense or "none",
+        "--seed", str(settings.seed), "--run-id", run_id,
     ]  # fmt: skip
+    if args.nats:
+        argv += ["--nats", args.nats]
+    else:
+        argv += ["--journal", str(journal), "--defense", cell.defense or "none"]
     if cell.fault != BASELINE:
         for trial in range(settings.trials):
             for task in settings.tasks:
@@ -151,7 +186,7 @@ def _run_argv(args: argparse.Namespace, folder: Path, settings: CampaignSettings
     for flag, value in (
         ("--model", args.model), ("--base-url", args.base_url), ("--model-name", args.model_name),
         ("--config", args.config), ("--helpers", args.helpers), ("--concurrency", args.jobs),
-        ("--episode-timeout", args.episode_timeout),
+        ("--episode-timeout", args.episode_timeout), ("--creds", args.creds), ("--tls-ca", args.tls_ca),
     ):  # fmt: skip
         if value:
             argv += [flag, str(value)]
@@ -165,7 +200,7 @@ def _campaign(args: argparse.Namespace) -> int:
 
     folder: Path = args.out
     settings = _settings(args)
-    manifest = _manifest(folder, settings)
+    manifest = _manifest(folder, settings, _journal(args))
     console = Console(stderr=True)
     if settings.model == "sim":
         console.print(f"[dim]note: {REPORT_SIM_NOTE}[/dim]")
@@ -174,9 +209,11 @@ def _campaign(args: argparse.Namespace) -> int:
     if skipped:
         console.print(f"{skipped} of {len(manifest.cells)} cells already finished in {folder}", highlight=False)
     parser = build_parser("run")
-    for index, cell in enumerate(todo, start=skipped + 1):
-        shutil.rmtree(folder / Path(cell.journal).parent, ignore_errors=True)  # an unfinished cell starts over
-        run_args = parser.parse_args(_run_argv(args, folder, settings, cell))
+    for index, unfinished in enumerate(todo, start=skipped + 1):
+        shutil.rmtree(folder / unfinished.folder, ignore_errors=True)  # an unfinished cell starts over
+        manifest, cell = manifest.attempt(unfinished)  # with a run id of its own
+        write_manifest(folder, manifest)
+        run_args = parser.parse_args(_run_argv(args, manifest.journal_of(folder, cell), settings, cell))
         started = time.monotonic()
         label = f"cell {index}/{len(manifest.cells)} {cell.name}"
         outcome = execute_run(run_args, label=label, sim_note=False)

@@ -20,6 +20,8 @@ BASELINE = "baseline"
 """The fault name of the fault-free cell of each defense set."""
 NO_DEFENSE = ""
 """The defense name of the cells that run without defenses."""
+RUN_NAME_CHARS = 16
+"""How much of a fault's name a cell's run id holds."""
 
 
 class CampaignSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,26 +45,50 @@ class CampaignCell(msgspec.Struct, frozen=True, kw_only=True):
     done: bool = False
     seconds: float = 0.0
     """Wall time of the finished cell."""
+    run_id: str = ""
+    """The run id of the cell's latest attempt: its episodes are `<run_id>-<task>-t<trial>`."""
+    attempts: int = 0
 
     @property
     def name(self) -> str:
         return f"{self.fault}+{self.defense}" if self.defense else self.fault
 
     @property
-    def journal(self) -> str:
-        """The cell's journal, relative to the campaign folder."""
-        return f"cells/{self.name}/journal.sqlite"
+    def folder(self) -> str:
+        """The cell's folder, relative to the campaign folder."""
+        return f"cells/{self.name}"
 
 
 class CampaignManifest(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 1
+    id: str
+    """Names this campaign's runs, so that two campaigns on one running system do not mix."""
     settings: CampaignSettings
     cells: list[CampaignCell]
+    journal: str = ""
+    """The journal of the running system every cell ran on (`--nats`); empty: one journal per cell."""
+
+    def journal_of(self, folder: Path, cell: CampaignCell) -> Path:
+        return Path(self.journal) if self.journal else folder / cell.folder / "journal.sqlite"
+
+    def replaced(self, cell: CampaignCell) -> CampaignManifest:
+        """This manifest with the cell of `cell`'s name replaced by `cell`."""
+        return msgspec.structs.replace(self, cells=[cell if c.name == cell.name else c for c in self.cells])
+
+    def attempt(self, cell: CampaignCell) -> tuple[CampaignManifest, CampaignCell]:
+        """This manifest with a new attempt at `cell` (a run id of its own), and that cell."""
+        attempts = cell.attempts + 1
+        index = next(i for i, c in enumerate(self.cells) if c.name == cell.name)
+        # Short enough that no episode id of the run is shortened (which keeps the run id its prefix),
+        # subject-safe (no "+"), unique by the cell's index; the rest is for a reader of the journal.
+        name = cell.fault[:RUN_NAME_CHARS] + (f"-{cell.defense}" if cell.defense else "")
+        run_id = f"{self.id}-{index}-{name}-{attempts}"
+        started = msgspec.structs.replace(cell, attempts=attempts, run_id=run_id)
+        return self.replaced(started), started
 
     def finished(self, cell: CampaignCell, seconds: float) -> CampaignManifest:
         """This manifest with `cell` marked done."""
-        done = msgspec.structs.replace(cell, done=True, seconds=seconds)
-        return msgspec.structs.replace(self, cells=[done if c.name == cell.name else c for c in self.cells])
+        return self.replaced(msgspec.structs.replace(cell, done=True, seconds=seconds))
 
 
 def plan_cells(faults: list[str], defenses: list[str]) -> list[CampaignCell]:

@@ -139,14 +139,15 @@ class CellResult(msgspec.Struct, frozen=True, kw_only=True):
         return len(self.solved | self.injected | set(self.behaviours))
 
 
-def read_cell(journal: Path) -> tuple[CellResult, int]:
-    """One cell's units from its journal, and how many completed episodes it holds."""
+def read_cell(journal: Path, run_id: str = "") -> tuple[CellResult, int]:
+    """One cell's units from the journal's episodes of run `run_id` (all: ""), and how many completed."""
     solved: set[Unit] = set()
     injected: set[Unit] = set()
     behaviours: dict[Unit, list[Behaviour]] = {}
     with JournalReader(journal, expand_requests=False) as reader:
-        episodes = {e.episode: e for e in reader.episodes() if e.outcome is not None}
-        for episode, rows in reader.by_episode():
+        prefix = f"{run_id}-" if run_id else ""
+        episodes = {e.episode: e for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)}
+        for episode, rows in reader.by_episode(list(episodes) if prefix else None):
             summary = episodes.get(episode)
             if summary is None:
                 continue
@@ -263,7 +264,7 @@ def campaign_report(folder: Path) -> CampaignReport:
     episodes = 0
     for cell in manifest.cells:
         if cell.done:
-            results[cell.name], count = read_cell(folder / cell.journal)
+            results[cell.name], count = read_cell(manifest.journal_of(folder, cell), cell.run_id)
             episodes += count
     faults: list[FaultRow] = []
     tiers: list[TierRow] = []

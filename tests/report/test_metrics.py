@@ -53,9 +53,9 @@ def _campaign(folder: Path, *, last_done: bool = True) -> Path:
     }  # fmt: skip
     for cell in cells:
         episodes = [episode(f"{cell.name}-{t}", t, steps, outcome=o) for t, steps, o in outcomes[cell.name]]
-        write_journal(folder / cell.journal, *episodes)
+        write_journal(folder / cell.folder / "journal.sqlite", *episodes)
     done = [msgspec.structs.replace(c, done=last_done or c.name != "storm+dedup") for c in cells]
-    write_manifest(folder, CampaignManifest(settings=settings, cells=done))
+    write_manifest(folder, CampaignManifest(id="c1", settings=settings, cells=done))
     return folder
 
 
