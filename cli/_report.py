@@ -168,7 +168,8 @@ def _heatmap(report: CampaignReport, path: Path) -> None:
         for i, row in enumerate(values):
             for j, value in enumerate(row):
                 if not math.isnan(value):
-                    axes.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=7)
+                    ink = "black" if value > 0.6 else "white"  # readable on viridis' light and dark ends
+                    axes.text(j, i, f"{value:.2f}", ha="center", va="center", color=ink, fontsize=7)
         axes.set_title("(O, L, S) by fault-tolerance tier; blank: no behaviour of that tier")
         figure.colorbar(image, ax=axes)
 
