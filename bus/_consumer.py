@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -63,6 +63,8 @@ class Consumer:
         self._queue: deque[Delivery] = deque()
         self._arrived = asyncio.Event()
         self._sub: Subscription | None = None
+        self._handler: Callable[[Delivery], Awaitable[None]] | None = None
+        self._failed: asyncio.Future[None] | None = None
 
     async def _start(self) -> None:
         with nats_failure(f"subscribing to consumer {self.name}"):
@@ -78,8 +80,34 @@ class Consumer:
         if not msg.reply:
             return  # flow-control or heartbeat status message
         seq, delivered, pending = _parse_ack_subject(msg.reply)
-        self._queue.append(Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending))
-        self._arrived.set()
+        delivery = Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending)
+        handler = self._handler
+        if handler is None:
+            self._queue.append(delivery)
+            self._arrived.set()
+            return
+        try:
+            await handler(delivery)
+        except Exception as exc:  # noqa: BLE001 - not lost in the client's error callback: `serve` raises it
+            self._handler = None
+            if self._failed is not None and not self._failed.done():
+                self._failed.set_exception(exc)
+
+    async def serve(self, handler: Callable[[Delivery], Awaitable[None]]) -> None:
+        """Hand every delivery to `handler`, one at a time and in order, until cancelled.
+
+        After those already arrived, `handler` runs in the NATS client's own reading task as each
+        delivery comes: one task switch fewer per message than `batch`. It should hand long work
+        to a task of its own. When it raises, deliveries stop and `serve` raises that exception.
+        """
+        while self._queue:
+            await handler(self._queue.popleft())
+        self._failed = asyncio.get_running_loop().create_future()
+        self._handler = handler
+        try:
+            await self._failed
+        finally:
+            self._handler = None
 
     async def batch(self, limit: int = 1000) -> list[Delivery]:
         """Wait for at least one delivery, then return all that have arrived (at most `limit`)."""

@@ -23,6 +23,7 @@ and outputs published again carry the same ids, which JetStream drops.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -225,9 +226,7 @@ class Worker:
 
     async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, scope: anyio.CancelScope) -> None:
         with scope:
-            while not self._stopping.is_set():
-                for delivery in await consumer.batch():
-                    await self._dispatch(tg, cls, consumer, delivery)
+            await consumer.serve(functools.partial(self._dispatch, tg, cls, consumer))
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
         env = await self.bus.decode_or_dead_letter(delivery)

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from faultline._errors import BusError, ServerError
-from faultline.bus import Access, Bus, BusSettings, EmbeddedServer, _server, operator_identity
+from faultline.bus import Access, Bus, BusSettings, Delivery, EmbeddedServer, _server, operator_identity
 from faultline.core import DeadLetter, Envelope, Interceptor, Note, Outbound, UserTurn, decode_envelope, digest, encode
 
 
@@ -224,3 +224,29 @@ def test_the_sync_policy_reaches_the_server_beside_the_access_configuration(tmp_
             varz = json.load(answer)
     assert varz["jetstream"]["config"]["sync_always"] is True
     assert varz["auth_required"] is True
+
+
+async def test_serve_hands_deliveries_over_in_order_and_raises_what_the_handler_raised(bus: Bus) -> None:
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    await bus.publish_all(note(i) for i in range(3))  # arrived before `serve`: handed over first
+    seen: list[str] = []
+    third = anyio.Event()
+
+    async def handle(delivery: Delivery) -> None:
+        seen.append(delivery.envelope().id)
+        if len(seen) == 3:
+            third.set()
+        if len(seen) == 5:
+            raise LookupError("the handler failed")
+
+    async def more() -> None:
+        await third.wait()  # `serve` is waiting now: these reach the handler in the client's reading task
+        await bus.publish_all(note(i) for i in range(3, 6))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(more)
+            with pytest.raises(LookupError, match="the handler failed"):
+                await consumer.serve(handle)
+    assert seen == ["m0", "m1", "m2", "m3", "m4"]
+    await consumer.close()
