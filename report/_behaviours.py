@@ -9,9 +9,9 @@ reads the simulator's own mistake labels (the `tally` notes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -54,6 +54,8 @@ class EpisodeTrace:
     """Ids of the messages the faults sent out instead of the originals."""
     touched_ids: set[str] = field(default_factory=set)
     """Those and the originals' ids: a message handled with one of them as its cause answers the fault."""
+    removed: list[str] = field(default_factory=list)
+    """Text the faults took out of the messages they rewrote (turns dropped or cut from a transcript)."""
 
     @classmethod
     def of(cls, steps: Iterable[tuple[int, Envelope]]) -> EpisodeTrace:
@@ -63,11 +65,27 @@ class EpisodeTrace:
                 trace.fault_pos = trace.fault_pos or pos
                 trace.faulted_ids.update(str(r.get("id", "")) for r in env.body.results)
                 trace.touched_ids.add(str(env.body.original.get("id", "")))
+                trace.removed += _removed(env.body)
         trace.touched_ids |= trace.faulted_ids
         return trace
 
     def after_fault(self) -> list[tuple[int, Envelope]]:
         return [(pos, env) for pos, env in self.steps if self.fault_pos and pos >= self.fault_pos]
+
+
+MIN_RESTORED_CHARS = 12
+"""The shortest removed text whose reappearance counts as restoring it (shorter text recurs by chance)."""
+
+
+def _contents(message: Mapping[str, Any]) -> list[str]:
+    body = message.get("body", {})
+    return [str(turn.get("content", "")) for turn in body.get("transcript", []) if isinstance(turn, dict)]
+
+
+def _removed(fault: FaultApplied) -> list[str]:
+    """The transcript turns of the original that no message the fault sent out carries whole."""
+    kept = {content for result in fault.results for content in _contents(result)}
+    return [c for c in _contents(fault.original) if len(c) >= MIN_RESTORED_CHARS and c not in kept]
 
 
 Sighting = tuple[int, bool]
@@ -132,6 +150,15 @@ def _verifier_recheck(trace: EpisodeTrace) -> list[Sighting]:
     return found
 
 
+def _helper_restored(trace: EpisodeTrace) -> list[Sighting]:
+    """A helper's reply carries text the fault removed from the conversation: the state is restored."""
+    return [
+        (pos, True)
+        for pos, env in trace.after_fault()
+        if isinstance(env.body, ContextReply) and any(text in env.body.text for text in trace.removed)
+    ]
+
+
 DETECTORS: dict[str, Detector] = {
     d.name: d
     for d in (
@@ -155,6 +182,12 @@ DETECTORS: dict[str, Detector] = {
             "mechanism",
             "the verifier answered RECHECK (the next tool result is no error: repaired)",
             _verifier_recheck,
+        ),
+        Detector(
+            "helper_restored",
+            "mechanism",
+            "a helper's reply carries a turn the fault dropped or cut from the conversation (repaired)",
+            _helper_restored,
         ),
     )
 }

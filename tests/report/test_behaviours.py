@@ -7,10 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from faultline.core import AssistantTurn, ContextReply, DefenseFired, ToolResult, UserTurn
+from faultline.core import AssistantTurn, ContextReply, DefenseFired, FaultApplied, MessageBody, ToolResult, UserTurn
 from faultline.report import DETECTORS, read_cell
 
 from .journals import Step, episode, faulted, write_journal
+
+EARLY = "I want to return the blue kettle"
+
+
+def memory_lost(text: str = EARLY) -> MessageBody:
+    """A memory-loss fault that dropped the user turn `text` from the transcript the tool agent sent."""
+    turns = [{"role": "user", "content": text}, {"role": "user", "content": "and get a refund"}]
+    return FaultApplied(
+        rule_id="r1",
+        fault="memory_loss",
+        original={"id": "m9", "body": {"transcript": turns}},
+        results=[{"id": "m9", "body": {"transcript": turns[1:]}}],
+    )
+
 
 FIRES: dict[str, list[Step]] = {
     "defense_filtered": [
@@ -31,6 +45,10 @@ FIRES: dict[str, list[Step]] = {
         ("tool", "", faulted("m9", "m9", fault="argument_error")),
         ("verifier", "tool", ContextReply(step=1, helper="verifier", verdict="RECHECK", text="wrong id")),
         ("env", "tool", ToolResult(call_id="c1", name="get_order", output={"status": "shipped"})),
+    ],
+    "helper_restored": [
+        ("tool", "memory", memory_lost()),
+        ("memory", "tool", ContextReply(step=1, helper="memory", text=f"The user said, in order:\n- {EARLY}")),
     ],
 }
 """For each detector, an episode where it must fire and repair."""
@@ -54,6 +72,10 @@ QUIET: dict[str, list[Step]] = {
         ("tool", "", faulted("m9", "m9", fault="argument_error")),
         ("verifier", "tool", ContextReply(step=1, helper="verifier", verdict="PASS")),
         ("env", "tool", ToolResult(call_id="c1", name="get_order", output={"status": "shipped"})),
+    ],
+    "helper_restored": [  # the helper's reply holds only what the faulted transcript kept
+        ("tool", "memory", memory_lost()),
+        ("memory", "tool", ContextReply(step=1, helper="memory", text="The user said, in order:\n- and get a refund")),
     ],
 }
 """For each detector, an episode with a fault where it must not fire."""
