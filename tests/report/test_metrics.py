@@ -109,3 +109,16 @@ def test_report_of_a_folder_without_a_campaign_is_one_line(tmp_path: Path, capsy
     assert (
         capsys.readouterr().err == f"faultline: error: {tmp_path} is not a campaign folder: it has no manifest.json\n"
     )
+
+
+def test_a_campaign_folder_of_other_settings_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _campaign(tmp_path / "c")
+    before = (folder / "manifest.json").read_bytes()
+    assert main(["campaign", "--model", "sim", "--tasks", "4", "--faults", "storm", "--out", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err == f"faultline: error: {folder} holds a campaign with other settings (tasks, defenses): use another --out\n"
+    )
+    assert (folder / "manifest.json").read_bytes() == before
