@@ -111,16 +111,15 @@ def _defense_filtered(trace: EpisodeTrace) -> list[Sighting]:
 
 
 def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
-    """A tool call failed and the agent called again; repaired when a later call of that tool succeeded."""
+    """A tool call failed and the agent called again; repaired when its next call succeeded (the same tool
+    with other arguments, or the right tool instead of a wrong one)."""
     steps = trace.after_fault()
     found = []
     for i, (pos, env) in enumerate(steps):
         if isinstance(env.body, ToolResult) and env.body.error:
-            later = [e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)]
-            if later:
-                name = env.body.name
-                repaired = any(r.name == name and not r.error for r in later)
-                found.append((pos, repaired))
+            after = next((e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)), None)
+            if after is not None:
+                found.append((pos, not after.error))
     return found
 
 
@@ -168,7 +167,7 @@ DETECTORS: dict[str, Detector] = {
         Detector(
             "tool_error_corrected",
             "mechanism",
-            "a tool call failed and the agent called again (that tool then succeeded: repaired)",
+            "a tool call failed and the agent called again (the next call succeeded: repaired)",
             _tool_error_corrected,
         ),
         Detector(
