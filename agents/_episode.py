@@ -12,10 +12,14 @@ from faultline.core import Body, ConversationEnded, Note, Start, Tally
 class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The `Start.data` the runner sends to `env`, `tool` and `user`.
 
-    `error_rates` and `repair_from_decision` only steer the offline simulator;
-    real models ignore them. `repair_from_decision` (set by attribution forks)
-    switches the simulator's mistakes off from that tool-agent decision on; it
-    leaves earlier requests unchanged, so a fork's history still replays.
+    `error_rates`, `repair_from_decision` and `sample` only steer the offline
+    simulator; real models ignore them. `repair_from_decision` (set by attribution
+    forks of earlier versions, kept so their journals replay) switches the
+    simulator's mistakes off from that tool-agent decision on. `sample` (set by the
+    sampled counterfactuals of attribution) asks for another draw of the
+    simulator's randomness from decision `sample_from[agent]` of each agent on,
+    as a real model's sampling gives one. Both leave earlier requests unchanged,
+    so a fork's history still replays.
     `helpers` is the episode's roster (`faultline.runtime.parse_roster`), taken when it
     starts and kept to its end; the `helper_*`, `verifier_revisions` and `tor_threshold`
     settings say how the tool agent and the helpers work with it.
@@ -31,6 +35,8 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     user_role: str = "user"
     error_rates: dict[str, float] = {}
     repair_from_decision: int | None = None
+    sample: int = 0
+    sample_from: dict[str, int] = {}
     helpers: list[str] = []
     memory: dict[str, Any] = {}
     tool_calls: str = "native"

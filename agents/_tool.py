@@ -65,6 +65,8 @@ class ToolAgent(Agent):
 
     def __init__(self) -> None:
         self.spec: EpisodeSpec | None = None
+        self.me = self.name
+        """The name this instance runs under in the episode (the key of `EpisodeSpec.sample_from`)."""
         self.domain: Domain | None = None
         self.transcript: list[ChatMessage] = []
         self.step = 0
@@ -87,6 +89,7 @@ class ToolAgent(Agent):
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         body = msg.body
         if isinstance(body, Start):
+            self.me = ctx.agent
             self.spec = EpisodeSpec.from_start(body)
             self.domain = load_domain(self.spec.domain)
             self.tools = _tool_schemas(self.domain)
@@ -276,6 +279,8 @@ class ToolAgent(Agent):
         repair = self.spec.repair_from_decision
         if repair is not None and self.step >= repair:
             metadata["mistakes_off_from_step"] = 0
+        if self.spec.sample and self.step >= self.spec.sample_from.get(self.me, self.spec.max_steps + 1):
+            metadata["sample"] = self.spec.sample
         if self.spec.helpers:
             metadata |= {"helpers": sorted(self.context), "helper_effect": self.spec.helper_effect}
             if self.rechecks:

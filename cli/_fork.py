@@ -15,9 +15,13 @@ from rich.table import Table
 from faultline._errors import JournalError, UsageError
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import add_model_flags, effective_config
-from faultline.core import EpisodeCompleted, FollowsGroundTruth, MessageBody
+from faultline.core import EpisodeCompleted, MessageBody
 from faultline.journal import JournalReader
 from faultline.replay import (
+    DEFAULT_SAMPLES,
+    FAULT_REPAIR,
+    ORACLE_REPAIR,
+    SAMPLED,
     Attribution,
     Change,
     Drop,
@@ -25,7 +29,7 @@ from faultline.replay import (
     Keep,
     Replace,
     UndoFault,
-    attribute,
+    attribute_episode,
     fork_episode,
     forks_path,
 )
@@ -61,20 +65,32 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser(
         "attribute",
-        help="find the decision that made a failed episode fail (by forks with repairs)",
-        description="Bisects over one agent's decisions: a repair replaces a decision by the ground-truth "
-        "action and lets the rest run with the agent's model following the ground truth. Needs a model backend "
-        "that can follow it (sim can; openai cannot yet).",
+        help="find the agent and step that made a failed episode fail (by forks)",
+        description="Each answer is backed by forks of the failed episode, from its exact history: "
+        "fault-event repair undoes one journaled fault; oracle-guided repair gives one step's model call "
+        "the task's gold action (the runtime injects it, any backend); sampled counterfactuals run "
+        "--samples live continuations from before a step and estimate the chance of success with a "
+        "Wilson interval. auto tries them in that order. Every agent's steps are candidates.",
     )
     p.add_argument("journal", type=Path)
     p.add_argument("--episode", "-e", action="append", default=[], help="episode to attribute (repeatable)")
-    p.add_argument("--agent", default="tool", help="the agent whose decisions are repaired (default: tool)")
     p.add_argument("--all-failed", action="store_true", help="every failed episode of the journal")
-    _add_destination(p, "the repair forks", "--scratch")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--method", choices=sorted(_METHODS), default="auto", help="default: auto")
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=DEFAULT_SAMPLES,
+        help=f"continuations per step, sampled (default {DEFAULT_SAMPLES})",
+    )
+    p.add_argument("--workers", type=int, default=DEFAULT_SAMPLES, help="forks run side by side (default: --samples)")
+    _add_destination(p, "the forks", "--scratch")
+    p.add_argument("--json", action="store_true", help="one JSON line per episode, then a summary line")
     add_model_flags(p)
     add_episode_filters(p, "the failed episodes that match, or narrow --episode/--all-failed down")
     p.set_defaults(handler=_attribute)
+
+
+_METHODS = {"auto": "auto", "fault": FAULT_REPAIR, "oracle": ORACLE_REPAIR, "sampled": SAMPLED}
 
 
 def _add_destination(parser: argparse.ArgumentParser, what: str, *aliases: str) -> None:
@@ -189,42 +205,70 @@ def _attribute(args: argparse.Namespace) -> int:
     if not episodes:
         raise UsageError("name an episode with --episode E, pass --all-failed, or filter episodes (--status ...)")
     episodes = filtered_episodes(args.journal, args, episodes) or episodes
+    if args.samples < 1 or args.workers < 1:
+        raise UsageError("--samples and --workers must be at least 1")
     config = effective_config(args)
     scratch = _destination(args)
-
-    role = config.role_of(args.agent)
-    repair = make_backend(config, role)
-    if not isinstance(repair, FollowsGroundTruth):
-        raise UsageError(
-            f"attribution by repair needs a model that can be told to follow the ground truth; the backend for "
-            f"role {role!r} ({type(repair).__name__}) cannot: attribute with --model sim"
-        )
 
     async def main() -> list[Attribution]:
         lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
         return [
-            await attribute(
-                args.journal, e, lookup=lookup, backends=backends, agent=args.agent, repair=repair, scratch=scratch
+            await attribute_episode(
+                args.journal,
+                e,
+                lookup=lookup,
+                backends=backends,
+                method=_METHODS[args.method],  # type: ignore[arg-type]
+                samples=args.samples,
+                workers=args.workers,
+                scratch=scratch,
             )
             for e in episodes
         ]
 
     results = anyio.run(main)
+    summary = attribution_summary(results)
     if args.json:
         for result in results:
             print(msgspec.json.encode(result).decode())
+        print(json.dumps(summary))
         return 0
     console = Console()
+    table = Table(title=f"attribution of {len(results)} failed episodes (forks in {scratch})")
+    for column in ("episode", "method", "agent", "step", "position", "category", "p (95% CI)", "p after", "forks"):
+        table.add_column(column)
     for r in results:
-        if r.decision is None:
-            console.print(
-                f"[bold]{r.episode}[/bold]: no single decision decides it ({r.forks} forks in {r.journal})"
-                f" — {'; '.join(r.evidence)}"
-            )
-            continue
-        console.print(
-            f"[bold]{r.episode}[/bold]: decisive step = agent [bold]{r.agent}[/bold], decision {r.decision} of {r.decisions} "
-            f"(position {r.position}), category [bold]{r.category or '?'}[/bold]; {r.forks} forks in {r.journal}\n"
-            f"  wrong: {json.dumps(r.wrong, sort_keys=True)}\n  right: {json.dumps(r.right, sort_keys=True)}"
+        table.add_row(
+            r.episode,
+            r.method,
+            r.agent or "-",
+            "-" if r.step is None else f"{r.step}/{r.steps}" + ("" if r.decided else " (undecided)"),
+            "-" if r.position is None else str(r.position),
+            " ".join(x for x in (r.category, r.fault) if x) or "-",
+            "-" if r.p is None else f"{r.p:.2f} [{r.low:.2f}, {r.high:.2f}]",
+            "-" if r.p_after is None else f"{r.p_after:.2f} [{r.low_after:.2f}, {r.high_after:.2f}]",
+            str(r.forks),
         )
+    console.print(table)
+    console.print(
+        f"decided {summary['decided']}/{summary['episodes']}, flip rate {summary['flip_rate']:.0%}, "
+        f"{summary['forks']} forks, {summary['model_calls']} model calls, {summary['seconds']:.1f}s",
+        soft_wrap=True,
+    )
     return 0
+
+
+def attribution_summary(results: list[Attribution]) -> dict[str, Any]:
+    """The summary row of `faultline attribute --json`."""
+    n = len(results)
+    return {
+        "type": "summary",
+        "episodes": n,
+        "decided": sum(r.decided for r in results),
+        "flipped": sum(r.flipped for r in results),
+        "flip_rate": sum(r.flipped for r in results) / n if n else 0.0,
+        "forks": sum(r.forks for r in results),
+        "model_calls": sum(r.model_calls for r in results),
+        "seconds": sum(r.seconds for r in results),
+        "methods": {m: sum(r.method == m for r in results) for m in sorted({r.method for r in results})},
+    }

@@ -48,7 +48,6 @@ from faultline.core._messages import (
 )
 from faultline.core._models import (
     ChatMessage,
-    FollowsGroundTruth,
     LlmRequest,
     LlmResponse,
     LlmToolCall,
@@ -68,7 +67,6 @@ __all__ = [
     "AssistantTurn",
     "Body",
     "ChatMessage",
-    "FollowsGroundTruth",
     "HELPERS",
     "Context",
     "ContextReply",

@@ -121,15 +121,3 @@ class ReportsAttempts(Protocol):
     """A backend that makes several attempts per call and reports each one on `call` as it goes."""
 
     async def complete_call(self, request: LlmRequest, call: ModelCall) -> LlmResponse: ...
-
-
-@runtime_checkable
-class FollowsGroundTruth(Protocol):
-    """A backend that can be told to follow a task's ground truth from a decision on.
-
-    Attribution by repair asks for this: the settings it returns go into the start data
-    of a fork, and from that decision of `agent` on the backend takes the right action.
-    None: it cannot do that for this agent.
-    """
-
-    def repair_settings(self, agent: str, decision: int) -> dict[str, Any] | None: ...

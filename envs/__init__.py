@@ -6,6 +6,7 @@ are found by `load_domain("package.module:ClassName")`, from folders named
 by `use_plugin_path` if they are not installed.
 """
 
+from faultline.envs._catalog import DomainCatalog
 from faultline.envs._databases import borrow_database, return_database
 from faultline.envs._documents import Collection, Documents, document_tool, seed_documents
 from faultline.envs._domain import Domain, tool
@@ -26,6 +27,7 @@ from faultline.envs._types import (
 )
 
 __all__ = [
+    "DomainCatalog",
     "BUILTIN_DOMAINS",
     "EARLY_STOP",
     "ERROR_CATEGORIES",

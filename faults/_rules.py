@@ -404,6 +404,38 @@ def _event(original: Envelope, body: FaultApplied | FaultSkipped) -> Envelope:
     )
 
 
+async def apply_fault(
+    rule: FaultRule,
+    env: Envelope,
+    *,
+    fault: FaultType | None = None,
+    params: Any = None,
+    agents: Sequence[str] = (),
+    calls: Sequence[ToolCall] = (),
+    start: Mapping[str, Any] | None = None,
+    catalog: EpisodeCatalog | None = None,
+    injector: Injector | None = None,
+) -> list[Envelope] | None:
+    """What `rule`'s fault makes of `env` (the messages that go out instead), or None when it does not apply.
+
+    The interceptor applies rules with it on a worker's bus; a fork applies one with it to
+    inject a known fault into an episode. `fault` and `params` are the rule's, parsed
+    already (else taken from the rule). The fault's randomness is seeded by rule and
+    message. Raises ModelError when the type needs a model that cannot make the fault.
+    """
+    kind = fault or fault_type(rule.fault)
+    site = FaultSite(
+        rule=rule,
+        rng=random.Random(f"{rule.id}/{env.id}"),
+        agents=agents,
+        calls=tuple(calls),
+        start=start or {},
+        catalog=catalog,
+        injector=injector,
+    )
+    return await kind.rewrite(env, params if fault is not None else kind.params(rule.params), site)
+
+
 class FaultInterceptor(Interceptor):
     """Applies the rules of `rules` to every direct or topic message this worker publishes.
 
@@ -450,17 +482,18 @@ class FaultInterceptor(Interceptor):
         if not self.rules.in_force:
             return (env,)
         for active in self.rules.candidates(env, time.time()):
-            site = FaultSite(
-                rule=active.rule,
-                rng=random.Random(f"{active.rule.id}/{env.id}"),
-                agents=self.agents,
-                calls=tuple(calls),
-                start=self._starts.get(env.episode, {}),
-                catalog=self.catalog,
-                injector=self.injector,
-            )
             try:
-                results = await active.type.rewrite(env, active.params, site)
+                results = await apply_fault(
+                    active.rule,
+                    env,
+                    fault=active.type,
+                    params=active.params,
+                    agents=self.agents,
+                    calls=calls,
+                    start=self._starts.get(env.episode, {}),
+                    catalog=self.catalog,
+                    injector=self.injector,
+                )
             except ModelError as exc:
                 message.events.append(skipped_event(active.rule, env, str(exc)))
                 return (env,)

@@ -1,33 +1,67 @@
-"""Failure attribution: which decision of an agent made a failed episode fail.
+"""Failure attribution: which step of which agent made a failed episode fail, and how sure that is.
 
-A repair of decision i is a fork at the message the agent was handling when it
-made decision i: everything before is served from the journal, and from decision
-i on its model backend follows the task's ground truth (the backend says how, as
-`FollowsGroundTruth.repair_settings`), so decision i is replaced by the
-ground-truth action and one repair can decide the outcome. A repair at i rescues the episode exactly when no decision before i was
-decisive, so "rescued" is true up to the first decisive decision and false after
-it. The decisive decision is the last one whose repair still rescues the
-episode; bisection finds it in about log2(n) + 1 forks.
+A step is one handling by one agent (the tool agent, the user, a helper, the
+environment) that sent something: its input message and what it made of it.
+Every method is a set of forks of the failed episode (`fork_episode`): the
+history before a step is served exactly from the journal, one thing changes,
+and the rest runs live. What each method can prove:
+
+- fault-event repair: the journal holds the faults injected into the episode;
+  the fork at a fault event delivers the original message instead (`UndoFault`).
+  When that alone makes the episode succeed, the fault decided it. No ground
+  truth is needed and any model backend works.
+- oracle-guided repair: where the domain has gold actions (the task's ground
+  truth), the runtime gives the step's model call the gold action for that point
+  as its recorded output (`Answer`); the backend is not asked, so it works for
+  every backend. The decisive step is the latest one of the first run of steps
+  whose repair alone rescues the episode (after it the failure is locked in).
+- sampled counterfactuals: from the exact prefix before step k, `samples` live
+  continuations estimate p(k), the chance of success when everything from step k
+  on is drawn again (Wilson interval). The decisive step is where p rises most
+  from step k+1 to step k (p after the last step is 0: that is the recorded
+  failure, replayed exactly); it is "undecided" when the two intervals overlap.
+  p is searched by bisection while the probed values stay monotone and by a full
+  scan once they do not. With the `sim` model a new draw is asked for through the
+  episode's `sample` setting, since the simulator has no sampling of its own.
+
+`flipped` says whether some single change rescued the episode (the flip rate of
+a set of episodes is the share where one did).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
+import anyio
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.core import AssistantTurn, FollowsGroundTruth, ModelBackend, Recording, ToolCall
+from faultline.core import AssistantTurn, FaultApplied, LlmResponse, LlmToolCall, ModelBackend, Recording, ToolCall
 from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE, Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
-from faultline.replay._fork import Keep, fork_episode, forks_path
+from faultline.replay._fork import Answer, Change, ForkResult, Keep, UndoFault, fork_episode, forks_path
 from faultline.replay._replay import AgentLookup
+
+FAULT_REPAIR: Final = "fault-event repair"
+ORACLE_REPAIR: Final = "oracle-guided repair"
+SAMPLED: Final = "sampled counterfactuals"
+METHODS: Final = (FAULT_REPAIR, ORACLE_REPAIR, SAMPLED)
+"""The attribution methods, by the name the output gives them."""
+
+DEFAULT_SAMPLES: Final = 8
+"""Live continuations per probed step of the sampled method."""
+
+Method = Literal["auto", "fault-event repair", "oracle-guided repair", "sampled counterfactuals"]
+
+_Z: Final = 1.96  # 95% two-sided
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
-    """One model call of the tool agent and what it did."""
+    """One model call of an agent and what it did."""
 
     index: int
     input_pos: int
@@ -36,19 +70,91 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     mistake: dict[str, Any] | None = None
 
 
-class Attribution(msgspec.Struct, frozen=True, kw_only=True):
-    episode: str
+class Step(msgspec.Struct, frozen=True, kw_only=True):
+    """One handling by one agent that sent something: the unit attribution blames.
+
+    `index` counts every agent's steps in journal order (from 1); `model_call` is the
+    index of its first model call when it made one (the call an oracle answers).
+    """
+
+    index: int
     agent: str
-    decision: int | None
+    input_pos: int
+    input_id: str
+    position: int
+    action: dict[str, Any]
+    model_call: int | None = None
+    request_digest: str = ""
+
+
+class ForkOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    fork: str
+    outcome: str
+    cause: str = ""
+
+
+class Probe(msgspec.Struct, frozen=True, kw_only=True):
+    """The forks run for one step (or fault event) and how they ended."""
+
+    step: int | None
+    agent: str
+    position: int
+    change: str
+    successes: int
+    samples: int
+    low: float
+    high: float
+    forks: list[ForkOutcome] = []
+
+    @property
+    def p(self) -> float:
+        return self.successes / self.samples if self.samples else 0.0
+
+
+class Attribution(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="episode"):
+    """The answer for one failed episode, with the forks that back it.
+
+    `step`/`position` name the decisive step (None: none found); `decided` is False when
+    the evidence does not single it out (overlapping intervals, or no change rescued the
+    episode). `p`/`low`/`high` are the success rate, with its 95% Wilson interval, of the
+    changes at the decisive step; `p_after`/`low_after`/`high_after` the same one step later.
+    """
+
+    episode: str
+    method: str
+    agent: str | None
+    step: int | None
     position: int | None
+    decided: bool
+    flipped: bool
+    category: str = ""
+    fault: str = ""
+    p: float | None = None
+    low: float | None = None
+    high: float | None = None
+    p_after: float | None = None
+    low_after: float | None = None
+    high_after: float | None = None
     wrong: dict[str, Any] | None = None
     right: dict[str, Any] | None = None
-    category: str = ""
+    steps: int = 0
     forks: int = 0
-    decisions: int = 0
-    evidence: list[str] = []
+    model_calls: int = 0
+    seconds: float = 0.0
+    search: str = ""
+    evidence: list[Probe] = []
     journal: str = ""
-    """The journal that holds the repair forks."""
+    """The journal that holds the forks."""
+
+
+def wilson(successes: int, n: int, z: float = _Z) -> tuple[float, float]:
+    """The Wilson score interval of a success rate."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def decisions(rows: list[JournalRow], agent: str) -> list[Decision]:
@@ -80,6 +186,41 @@ def decisions(rows: list[JournalRow], agent: str) -> list[Decision]:
     return found
 
 
+def steps(rows: list[JournalRow], lookup: AgentLookup) -> list[Step]:
+    """Every step of the episode's agents in journal order (see `Step`)."""
+    by_id = {r.id: r for r in rows}
+    found: dict[tuple[str, str], Step] = {}
+    for row in rows:
+        source = by_id.get(row.causation)
+        if source is None or lookup(row.sender) is None or not (source.recipient or source.topic):
+            continue
+        key = (row.sender, source.id)
+        step = found.get(key)
+        if row.kind == "recording":
+            rec = row.envelope().body
+            assert isinstance(rec, Recording)
+            if rec.call != "llm" or (step is not None and step.model_call is not None):
+                continue
+            if step is None:
+                step = Step(index=0, agent=row.sender, input_pos=source.pos, input_id=source.id,
+                            position=row.pos, action={"name": "(nothing)"})  # fmt: skip
+            found[key] = msgspec.structs.replace(step, model_call=rec.index, request_digest=rec.request_digest)
+        elif row.recipient or row.topic:
+            if step is None:
+                found[key] = Step(index=0, agent=row.sender, input_pos=source.pos, input_id=source.id,
+                                  position=row.pos, action=_action(row))  # fmt: skip
+            elif step.action.get("name") in _SECONDARY and row.kind not in _SECONDARY:
+                found[key] = msgspec.structs.replace(step, action=_action(row))
+    ordered = sorted(found.values(), key=lambda s: s.position)
+    return [msgspec.structs.replace(s, index=i) for i, s in enumerate(ordered, start=1)]
+
+
+_SECONDARY: Final = frozenset(
+    {"(nothing)", "tally", "note", "notice", "context_request", "timer", "conversation_ended"}
+)
+"""Outputs that do not say what a step did when it also sent something else (a tally beside a reply)."""
+
+
 def _action(row: JournalRow) -> dict[str, Any]:
     body = row.envelope().body
     if isinstance(body, ToolCall):
@@ -90,11 +231,11 @@ def _action(row: JournalRow) -> dict[str, Any]:
 
 
 def categorize(wrong: dict[str, Any], right: dict[str, Any] | None, task: Task | None, domain: Domain | None) -> str:
-    """The FAMA category of a wrong action, judged against the repaired one.
+    """The FAMA category of a wrong action, judged against the gold one.
 
     Categories are the domain's to define: a wrong tool call is matched against the
-    domain's plausible mistakes of each category at the ground-truth step the repair
-    took. What the domain does not list falls back to the shape of the difference.
+    domain's plausible mistakes of each category at the ground-truth step of the gold
+    action. What the domain does not list falls back to the shape of the difference.
     """
     if right is None:
         return ""
@@ -107,36 +248,174 @@ def categorize(wrong: dict[str, Any], right: dict[str, Any] | None, task: Task |
     if task is not None and as_action in [a.as_dict() for a in task.forbidden]:
         return POLICY_VIOLATION
     if task is not None and domain is not None and not right_reply:
-        steps = [
+        at = [
             i
             for i, a in enumerate(task.actions)
             if a.as_dict() == {"name": right.get("name"), "arguments": right.get("arguments") or {}}
         ]
-        for step in steps:
+        for i in at:
             for category in (POLICY_VIOLATION, WRONG_VALUE, WRONG_ENTITY):
-                if as_action in [a.as_dict() for a in domain.mistake_candidates(task, step, category)]:
+                if as_action in [a.as_dict() for a in domain.mistake_candidates(task, i, category)]:
                     return category
     if wrong.get("name") != right.get("name"):
         return WRONG_ENTITY
     return WRONG_VALUE
 
 
-async def attribute(
+def gold_action(rows: list[JournalRow], step: Step, task: Task) -> dict[str, Any] | None:
+    """The task's gold action at `step`: the first ground-truth call its agent has not yet
+    made successfully before it, else the final answer. None for an agent that neither calls
+    tools nor is offered any by its model requests."""
+    if step.agent not in _tool_agents(rows):
+        return None
+    calls = {r.id: r for r in rows if r.kind == "tool_call" and r.sender == step.agent}
+    done: list[dict[str, Any]] = []
+    for row in rows:
+        if row.pos > step.input_pos or row.kind != "tool_result" or row.causation not in calls:
+            continue
+        result = row.envelope().body
+        if not getattr(result, "error", ""):
+            done.append(_action(calls[row.causation]))
+    for action in task.actions:
+        if action.as_dict() in done:
+            done.remove(action.as_dict())
+        else:
+            return action.as_dict()
+    return {"name": "reply", "text": _final_text(task), "done": True}
+
+
+def _tool_agents(rows: list[JournalRow]) -> set[str]:
+    found = {r.sender for r in rows if r.kind == "tool_call"}
+    for row in rows:
+        if row.kind == "recording" and row.sender not in found:
+            rec = row.envelope().body
+            if (
+                isinstance(rec, Recording)
+                and rec.call == "llm"
+                and isinstance(rec.request, dict)
+                and rec.request.get("tools")
+            ):
+                found.add(row.sender)
+    return found
+
+
+def _final_text(task: Task) -> str:
+    said = "; ".join(task.outputs)
+    return f"Here is the outcome of your request: {said}." if said else "Everything you asked for is done."
+
+
+def _gold_response(gold: dict[str, Any], step: Step) -> LlmResponse:
+    """The model output that carries out `gold` (what the oracle makes the step's model call return)."""
+    if gold["name"] == "reply":
+        return LlmResponse(content=gold["text"], model="oracle", finish_reason="stop", metadata={"done": True})
+    arguments = dict(gold.get("arguments") or {})
+    call = LlmToolCall(
+        id=f"oracle-{step.index}",
+        name=gold["name"],
+        arguments=arguments,
+        raw_arguments=msgspec.json.encode(arguments).decode(),
+    )
+    return LlmResponse(tool_calls=[call], model="oracle", finish_reason="tool_calls")
+
+
+class _Forks:
+    """Runs the forks of one attribution (up to `workers` at a time) and keeps their results."""
+
+    def __init__(
+        self,
+        journal: Path,
+        episode: str,
+        rows: list[JournalRow],
+        *,
+        lookup: AgentLookup,
+        backends: Callable[[str], ModelBackend],
+        out: Path,
+        workers: int,
+    ) -> None:
+        self.journal, self.episode, self.rows = journal, episode, rows
+        self.lookup, self.backends, self.out = lookup, backends, out
+        self.limiter = anyio.CapacityLimiter(max(1, workers))
+        self.results: dict[str, ForkResult] = {}
+
+    async def run(
+        self,
+        at: int,
+        change: Change,
+        settings: list[Mapping[str, Any] | None],
+        answer: Answer | None = None,
+    ) -> list[ForkResult]:
+        done: list[ForkResult | None] = [None] * len(settings)
+
+        async def one(i: int) -> None:
+            async with self.limiter:
+                done[i] = await fork_episode(
+                    self.journal,
+                    self.episode,
+                    at,
+                    change,
+                    lookup=self.lookup,
+                    backends=self.backends,
+                    out=self.out,
+                    settings=settings[i],
+                    verified=True,
+                    answer=answer,
+                )
+
+        async with anyio.create_task_group() as group:
+            for i in range(len(settings)):
+                group.start_soon(one, i)
+        results = [r for r in done if r is not None]
+        for r in results:
+            self.results[r.episode] = r
+        return results
+
+    async def probe(
+        self,
+        step: int | None,
+        agent: str,
+        at: int,
+        change: Change,
+        settings: list[Mapping[str, Any] | None],
+        answer: Answer | None = None,
+    ) -> Probe:
+        results = await self.run(at, change, settings, answer)
+        wins = sum(r.outcome.outcome == "success" for r in results)
+        low, high = wilson(wins, len(results))
+        return Probe(
+            step=step,
+            agent=agent,
+            position=at,
+            change=type(change).__struct_config__.tag if answer is None else "oracle",  # type: ignore[arg-type]
+            successes=wins,
+            samples=len(results),
+            low=low,
+            high=high,
+            forks=[ForkOutcome(fork=r.episode, outcome=r.outcome.outcome, cause=r.outcome.cause) for r in results],
+        )
+
+
+async def attribute_episode(
     journal: str | Path,
     episode: str,
     *,
     lookup: AgentLookup,
     backends: Callable[[str], ModelBackend],
-    agent: str,
-    repair: FollowsGroundTruth,
+    method: Method = "auto",
+    samples: int = DEFAULT_SAMPLES,
+    workers: int = DEFAULT_SAMPLES,
     scratch: str | Path | None = None,
 ) -> Attribution:
-    """Find the decisive decision of `agent` in a failed episode by bisection over repairs.
+    """Attribute the failure of `episode` to an agent and a step (see the module docstring).
 
-    `repair` is the backend that follows the ground truth from a decision on. The
-    repair forks go to `scratch` (default `forks_path(journal)`); forks already there
-    from an earlier attribution are reused, not run again.
+    "auto" tries fault-event repair when the episode holds fault events, then
+    oracle-guided repair when its domain has gold actions, then sampled
+    counterfactuals, and stops at the first that finds a decisive step. Forks go to
+    `scratch` (default `forks_path(journal)`), never to the source unless it is
+    named; forks already there are reused. `samples` is the number of live
+    continuations per step of the sampled method, run `workers` at a time.
     """
+    started = time.perf_counter()
+    journal = Path(journal)
     verify(journal, facts=False, resume=True).raise_if_broken()
     with JournalReader(journal) as reader:
         rows = list(reader.episode_rows(episode))
@@ -145,84 +424,223 @@ async def attribute(
         raise FaultlineError(f"episode {episode!r} is not in {journal}")
     if summary.outcome == "success":
         raise FaultlineError(f"episode {episode!r} succeeded: there is no failure to attribute")
-    if repair.repair_settings(agent, 1) is None:
-        raise FaultlineError(f"the model backend {type(repair).__name__} cannot repair decisions of agent {agent!r}")
-    made = decisions(rows, agent)
+    if method not in ("auto", *METHODS):
+        raise FaultlineError(f"unknown attribution method {method!r}; use auto or one of: {', '.join(METHODS)}")
+    if samples < 1:
+        raise FaultlineError(f"samples must be at least 1, not {samples}")
+    made = steps(rows, lookup)
     if not made:
-        raise FaultlineError(f"episode {episode!r} has no decision of the {agent!r} agent to repair")
-    forks: dict[int, Any] = {}
-    destination = Path(scratch) if scratch is not None else forks_path(journal)
-
-    async def rescued(i: int) -> bool:
-        if i not in forks:
-            forks[i] = await fork_episode(
-                journal,
-                episode,
-                made[i - 1].input_pos,
-                Keep(),
-                lookup=lookup,
-                backends=backends,
-                out=destination,
-                settings=repair.repair_settings(agent, i),
-                verified=True,
-            )
-        return bool(forks[i].outcome.outcome == "success")
-
-    evidence = []
-    if not await rescued(1):
-        evidence.append("repairing every decision from the first one on does not rescue the episode")
-        return Attribution(
-            episode=episode,
-            agent=agent,
-            decision=None,
-            position=None,
-            forks=len(forks),
-            decisions=len(made),
-            evidence=evidence,
-            journal=str(destination),
-        )
-    lo, hi = 1, len(made)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if await rescued(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    decisive = made[lo - 1]
-    right = _repaired_action(destination, forks[lo].episode, agent, lo, decisive.action)
+        raise FaultlineError(f"episode {episode!r} has no step of a known agent to attribute")
     domain = load_domain(summary.domain) if summary.domain else None
     task = domain.task(summary.task) if domain and summary.task else None
-    evidence.append(f"repair at decision {lo} rescues the episode ({forks[lo].episode})")
-    if lo + 1 in forks:
-        evidence.append(
-            f"repair at decision {lo + 1} does not ({forks[lo + 1].episode}: {forks[lo + 1].outcome.cause})"
+    forks = _Forks(
+        journal,
+        episode,
+        rows,
+        lookup=lookup,
+        backends=backends,
+        out=Path(scratch) if scratch is not None else forks_path(journal),
+        workers=workers,
+    )
+    order: list[tuple[str, Callable[[], Awaitable[Attribution | None]]]] = [
+        (FAULT_REPAIR, lambda: _fault_repair(forks, made)),
+        (ORACLE_REPAIR, lambda: _oracle_repair(forks, made, task, domain)),
+        (SAMPLED, lambda: _sampled(forks, made, samples)),
+    ]
+    chosen = [(name, run) for name, run in order if method in ("auto", name)]
+    answer: Attribution | None = None
+    evidence: list[Probe] = []
+    for _, run in chosen:
+        found = await run()
+        if found is None:
+            continue
+        evidence += found.evidence
+        answer = msgspec.structs.replace(found, evidence=list(evidence))
+        if found.decided or method != "auto":
+            break
+    if answer is None:
+        answer = Attribution(
+            episode=episode,
+            method=chosen[-1][0],
+            agent=None,
+            step=None,
+            position=None,
+            decided=False,
+            flipped=False,
+            search=f"{chosen[-1][0]} does not apply: " + _why_not(chosen[-1][0], task),
         )
-    return Attribution(
+    flipped = any(p.successes for p in evidence)
+    return msgspec.structs.replace(
+        answer,
         episode=episode,
-        agent=agent,
-        decision=lo,
-        position=decisive.recording_pos,
-        wrong=decisive.action,
-        right=right,
-        category=categorize(decisive.action, right, task, domain),
-        forks=len(forks),
-        decisions=len(made),
-        evidence=evidence,
-        journal=str(destination),
+        flipped=flipped,
+        steps=len(made),
+        forks=len(forks.results),
+        model_calls=sum(r.model_calls for r in forks.results.values()),
+        seconds=time.perf_counter() - started,
+        journal=str(forks.out),
     )
 
 
-def _repaired_action(
-    journal: str | Path, fork: str, agent: str, index: int, wrong: dict[str, Any]
-) -> dict[str, Any] | None:
-    """What the repair did at decision `index`; for a wrong call, the call it made (past its confirmation question)."""
-    with JournalReader(journal) as reader:
-        rows = list(reader.episode_rows(fork))
-    made = decisions(rows, agent)[index - 1 :]
-    if not made:
+def _why_not(method: str, task: Task | None) -> str:
+    if method == FAULT_REPAIR:
+        return "the episode holds no fault event"
+    if method == ORACLE_REPAIR:
+        return "no gold actions for this episode" if task is None else "no step of an agent that calls tools"
+    return "no step to resample"
+
+
+def _blank(method: str, search: str = "") -> Attribution:
+    return Attribution(
+        episode="", method=method, agent=None, step=None, position=None, decided=False, flipped=False, search=search
+    )
+
+
+async def _fault_repair(forks: _Forks, made: list[Step]) -> Attribution | None:
+    """Undo each fault event in turn; the first whose undoing alone rescues the episode decided it."""
+    faults = [r for r in forks.rows if r.kind == "fault_applied"]
+    if not faults:
         return None
-    if wrong.get("name") not in ("reply", "(nothing)"):
-        for decision in made:
-            if decision.action.get("name") != "reply" or decision.action.get("done"):
-                return decision.action
-    return made[0].action
+    probes: list[Probe] = []
+    for row in faults:
+        applied = row.envelope().body
+        assert isinstance(applied, FaultApplied)
+        sender, causation = str(applied.original.get("sender", "")), str(applied.original.get("causation", ""))
+        step = next((s for s in made if s.agent == sender and s.input_id == causation), None)
+        probe = await forks.probe(step.index if step else None, sender, row.pos, UndoFault(), [None])
+        probes.append(probe)
+        if probe.successes:
+            return msgspec.structs.replace(
+                _blank(FAULT_REPAIR, f"undid {len(probes)} of {len(faults)} fault events in journal order"),
+                agent=sender,
+                step=probe.step,
+                position=row.pos,
+                decided=True,
+                fault=applied.fault,
+                p=probe.p,
+                low=probe.low,
+                high=probe.high,
+                wrong=step.action if step else None,
+                evidence=probes,
+            )
+    return msgspec.structs.replace(
+        _blank(FAULT_REPAIR, f"undoing any one of the {len(faults)} fault events does not rescue the episode"),
+        evidence=probes,
+    )
+
+
+async def _oracle_repair(
+    forks: _Forks, made: list[Step], task: Task | None, domain: Domain | None
+) -> Attribution | None:
+    """Give each model step of a tool-calling agent its gold action, one step per fork; see the module docstring."""
+    if task is None:
+        return None
+    candidates = [
+        (s, gold) for s in made if s.model_call is not None and (gold := gold_action(forks.rows, s, task)) is not None
+    ]
+    if not candidates:
+        return None
+    probes: list[Probe] = []
+    rescued: list[tuple[Step, dict[str, Any], Probe]] = []
+    for step, gold in candidates:
+        answer = Answer(
+            agent=step.agent, index=step.model_call or 0, request_digest=step.request_digest,
+            response=_gold_response(gold, step),
+        )  # fmt: skip
+        probe = await forks.probe(step.index, step.agent, step.input_pos, Keep(), [None], answer)
+        probes.append(probe)
+        if probe.successes:
+            rescued.append((step, gold, probe))
+        elif rescued:
+            break  # the first run of rescuing steps has ended
+    if not rescued:
+        return msgspec.structs.replace(
+            _blank(ORACLE_REPAIR, f"no single gold action among {len(probes)} steps rescues the episode"),
+            evidence=probes,
+        )
+    step, gold, probe = rescued[-1]
+    after = probes[probes.index(probe) + 1] if probes.index(probe) + 1 < len(probes) else None
+    return msgspec.structs.replace(
+        _blank(ORACLE_REPAIR, f"gold action at each of {len(probes)} steps in turn, one per fork"),
+        agent=step.agent,
+        step=step.index,
+        position=step.position,
+        decided=True,
+        category=categorize(step.action, gold, task, domain),
+        p=probe.p,
+        low=probe.low,
+        high=probe.high,
+        p_after=after.p if after else None,
+        low_after=after.low if after else None,
+        high_after=after.high if after else None,
+        wrong=step.action,
+        right=gold,
+        evidence=probes,
+    )
+
+
+async def _sampled(forks: _Forks, made: list[Step], samples: int) -> Attribution | None:
+    """p(k) by bisection while the probes are monotone, else by a scan; see the module docstring."""
+    probes: dict[int, Probe] = {}
+
+    async def p(k: int) -> Probe:
+        """The probe of step k (k = len(made) + 1: after the last step, the recorded failure)."""
+        if k > len(made):
+            return Probe(step=None, agent="", position=0, change="replay", successes=0, samples=1, low=0.0, high=0.0)
+        if k not in probes:
+            step = made[k - 1]
+            before = {
+                a: 1
+                + sum(1 for s in made if s.agent == a and s.model_call is not None and s.input_pos < step.input_pos)
+                for a in {s.agent for s in made}
+            }
+            settings: list[Mapping[str, Any] | None] = [
+                {"sample": j, "sample_from": before} for j in range(1, samples + 1)
+            ]
+            probes[k] = await forks.probe(k, step.agent, step.input_pos, Keep(), settings)
+        return probes[k]
+
+    def high(probe: Probe) -> bool:
+        return probe.successes > 0
+
+    n = len(made)
+    lo, hi = 1, n + 1  # p(lo) is high, p(hi) is not
+    search = "bisection" if high(await p(1)) else "scan"
+    while search == "bisection" and hi - lo > 1:
+        mid = (lo + hi) // 2
+        probe = await p(mid)
+        if probe.low > probes[lo].high:  # p rose later on: not monotone
+            search = "scan"
+        elif high(probe):
+            lo = mid
+        else:
+            hi = mid
+    if search == "scan":
+        for k in range(1, n + 1):
+            await p(k)
+        rises = [(probes[k].p - (await p(k + 1)).p, k) for k in range(1, n + 1)]
+        rise, lo = max(rises, key=lambda r: (r[0], -r[1]))
+        if rise <= 0:
+            return msgspec.structs.replace(
+                _blank(SAMPLED, f"scan: resampling from no step rescues the episode ({samples} samples per step)"),
+                evidence=[probes[k] for k in sorted(probes)],
+            )
+    search = f"{search} over {n} steps"
+    best, after = probes[lo], await p(lo + 1)
+    step = made[lo - 1]
+    decided = best.low > after.high
+    return msgspec.structs.replace(
+        _blank(SAMPLED, f"{search}, {samples} samples per step"),
+        agent=step.agent,
+        step=step.index,
+        position=step.position,
+        decided=decided,
+        p=best.p,
+        low=best.low,
+        high=best.high,
+        p_after=after.p,
+        low_after=after.low,
+        high_after=after.high,
+        wrong=step.action,
+        evidence=[probes[k] for k in sorted(probes)],
+    )

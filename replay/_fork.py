@@ -3,17 +3,21 @@
 A fork runs in this process. Every agent of the episode is rebuilt by replaying
 its journaled inputs before the fork position, with every recorded call served
 from the journal (no model is called again). Then the message at the position
-is changed (kept, dropped, replaced, or restored from the fault that altered
-it) and the episode carries on live: agents handle messages in the order they
+is changed (kept, dropped, replaced, restored from the fault that altered
+it, or put through a fault as a worker's fault interceptor would) and the
+episode carries on live: agents handle messages in the order they
 are appended to the journal, models are called through the configured
 backends, and every row goes under a new episode id whose `episode started`
 event names `forked_from` and `forked_at`. When no message is left in flight
 and no one completed the episode, the fork has stalled and is completed as a
-failure. Timers are virtual: one fires (earliest set first) only when no message is
+failure. An `Answer` makes the runtime, not the model, give one model call at
+the position its output (an oracle's action): it is journaled as that call's
+recording, so the fork replays like any other. Timers are virtual: one fires (earliest set first) only when no message is
 in flight, which is the order a live wait that runs out would see.
 
 The fork's rows, its copied history and then what it ran, are written in one
-transaction when it ends, to a journal of forks beside the source
+transaction when it ends (forks running side by side in one process may share
+a destination), to a journal of forks beside the source
 (`forks_path`) unless told otherwise; that journal replays on its own. The fork
 id is derived from what was forked, so a fork already in the destination is
 reported and neither run nor written again, and an interrupted fork leaves no
@@ -41,6 +45,7 @@ from faultline.core import (
     EpisodeStarted,
     FaultApplied,
     Handling,
+    LlmResponse,
     MessageBody,
     ModelBackend,
     ModelCall,
@@ -49,9 +54,12 @@ from faultline.core import (
     Start,
     Subjects,
     Timer,
+    ToolCall,
     derive_id,
     timer_fired,
 )
+from faultline.envs import DomainCatalog
+from faultline.faults import FaultRule, apply_fault, fault_event
 from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
 from faultline.replay._replay import AgentLookup, _tracks
 
@@ -77,7 +85,29 @@ class UndoFault(msgspec.Struct, frozen=True, tag="undo_fault"):
     """The position holds a fault event: deliver the original message it had replaced."""
 
 
-Change = Keep | Drop | Replace | UndoFault
+class Inject(msgspec.Struct, frozen=True, tag="inject"):
+    """The message at the position goes through fault `fault` as a worker's fault interceptor
+    would apply it: the fork journals the fault event and delivers what the fault made."""
+
+    fault: str
+    params: dict[str, Any] = {}
+    rule_id: str = "injected"
+
+
+Change = Keep | Drop | Replace | UndoFault | Inject
+
+
+class Answer(msgspec.Struct, frozen=True, kw_only=True):
+    """The output the runtime gives model call `index` of `agent` handling the fork's message.
+
+    The request must be the one the journal recorded there (`request_digest`); the
+    backend is not asked.
+    """
+
+    agent: str
+    index: int
+    request_digest: str
+    response: LlmResponse
 
 
 class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,11 +124,18 @@ class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
     journal: str = ""
     existing: bool = False
+    model_calls: int = 0
+    """Model calls the fork made live (0 for one that existed)."""
 
 
-def fork_id(episode: str, at: int, change: Change, settings: Mapping[str, Any] | None = None) -> str:
+def fork_id(
+    episode: str, at: int, change: Change, settings: Mapping[str, Any] | None = None, answer: Answer | None = None
+) -> str:
     """A deterministic, subject-safe id for the fork of `episode` at `at` with `change`."""
-    tag = zlib.crc32(msgspec.json.encode([episode, at, msgspec.to_builtins(change), settings or {}]))
+    parts: list[Any] = [episode, at, msgspec.to_builtins(change), settings or {}]
+    if answer is not None:
+        parts.append(msgspec.to_builtins(answer))
+    tag = zlib.crc32(msgspec.json.encode(parts))
     base = episode if len(episode) <= 48 else episode[:48]
     return f"{base}-f{at}-{tag:08x}"
 
@@ -141,6 +178,9 @@ class _Fork:
     timers: deque[Envelope] = field(default_factory=deque)
     completed: EpisodeCompleted | None = None
     handled: int = 0
+    model_calls: int = 0
+    answers: dict[tuple[str, str], Recording] = field(default_factory=dict)
+    """(agent, message id) -> the recording an `Answer` puts in place of that handler's model call."""
 
     def record(self, envelopes: list[Envelope], bodies: list[bytes | None] | None = None) -> None:
         """Add rows for the journal only; `bodies` keeps copied history byte for byte where given."""
@@ -170,8 +210,14 @@ class _Fork:
         """Run one handler: recorded calls are served, the rest made live; outputs in `skip` exist already."""
 
         async def store(rec: Envelope) -> None:
+            if isinstance(rec.body, Recording) and rec.body.call == "llm":
+                self.model_calls += 1
             self.record([rec])
 
+        answer = self.answers.pop((name, env.id), None)
+        if answer is not None:
+            recorded = {answer.index: answer}
+            self.record([_recording_envelope(name, env, answer)])
         recorder = Recorder(recorded=recorded or {}, services=self.services, store=store)
         outputs = await Handling(self.instances[name], name, env, recorder, services=self.services).run()
         self.write([e for e in outputs if not skip or e.id not in skip])
@@ -189,6 +235,19 @@ class _Fork:
                     self.write([_runner_completion(self.episode, "failure", cause)])
                     return
                 await self.handle(name, env)
+
+
+def _recording_envelope(agent: str, env: Envelope, recording: Recording) -> Envelope:
+    """The journal row of a recording made by `agent` handling `env` (as `Context.envelope_for` makes it)."""
+    return Envelope(
+        id=derive_id(env.id, recording.index, "r"),
+        episode=env.episode,
+        sender=agent,
+        body=recording,
+        causation=env.id,
+        hops=env.hops + 1,
+        ts=time.time(),
+    )
 
 
 def _runner_completion(episode: str, outcome: str, cause: str) -> Envelope:
@@ -222,7 +281,7 @@ def _delivered(row: JournalRow, change: Change, episode: str) -> Envelope | None
     env = row.envelope()
     if isinstance(change, Drop):
         return None
-    if isinstance(change, Keep):
+    if isinstance(change, Keep | Inject):
         return msgspec.structs.replace(env, episode=episode)
     if isinstance(change, Replace):
         if type(change.body) is not type(env.body):
@@ -247,13 +306,15 @@ async def fork_episode(
     out: str | Path | None = None,
     settings: Mapping[str, Any] | None = None,
     verified: bool = False,
+    answer: Answer | None = None,
 ) -> ForkResult:
     """Fork `episode` at journal position `at`; see the module docstring.
 
     The fork is written to `out` (default `forks_path(journal_path)`; the source
     itself only when named). `settings` override keys of every agent's Start data
     in the fork (attribution uses this to switch the simulator's mistakes off from
-    a decision on). The journal's chain is checked first unless the caller
+    a decision on). `answer` gives one model call of the handler of the message at
+    the position its output. The journal's chain is checked first unless the caller
     `verified` it already.
     """
     started = time.perf_counter()
@@ -275,10 +336,12 @@ async def fork_episode(
             "(`faultline journal show` lists an episode's messages with their positions)"
         )
     delivered_original = _delivered(target, change, episode)
-    new = fork_id(episode, at, change, settings)
+    new = fork_id(episode, at, change, settings, answer)
     destination = Path(out) if out is not None else forks_path(journal_path)
 
-    def result(outcome: EpisodeCompleted, rows: int, live_messages: int, existing: bool = False) -> ForkResult:
+    def result(
+        outcome: EpisodeCompleted, rows: int, live_messages: int, existing: bool = False, model_calls: int = 0
+    ) -> ForkResult:
         return ForkResult(
             episode=new,
             forked_from=episode,
@@ -291,6 +354,7 @@ async def fork_episode(
             seconds=time.perf_counter() - started,
             journal=str(destination),
             existing=existing,
+            model_calls=model_calls,
         )
 
     found = _existing(destination, new, target)
@@ -328,26 +392,53 @@ async def fork_episode(
 
     # Outputs that already exist (or that the change governs) are not sent again.
     skip = {r.id for r in prefix} | {target.id} | ({delivered_original.id} if delivered_original else set())
-    with Journal.open(destination) as journal:
-        fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}")
-        fork.record(history, bodies)
-        for name, cls in classes.items():
-            fork.instances[name] = cls()
-            track = tracks.get(name)
-            for row in track.inputs if track else ():
-                await fork.handle(name, _copy(row.envelope(), new, settings), track.recordings.get(row.id), skip)  # type: ignore[union-attr]
-        fork.timers.extend(t for t in history if isinstance(t.body, Timer) and timer_fired(t).id not in skip)
-        delivered = _delivered(target, change, new)
-        if delivered is not None:
-            fork.write([delivered])
-        await fork.run()
-        if fork.completed is None:
-            fork.write([_runner_completion(new, "failure", "stalled: no message in flight after the fork")])
-        for backend in fork.services.cache.values():
-            await backend.aclose()
+    fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}")
+    fork.record(history, bodies)
+    for name, cls in classes.items():
+        fork.instances[name] = cls()
+        track = tracks.get(name)
+        for row in track.inputs if track else ():
+            await fork.handle(name, _copy(row.envelope(), new, settings), track.recordings.get(row.id), skip)  # type: ignore[union-attr]
+    fork.timers.extend(t for t in history if isinstance(t.body, Timer) and timer_fired(t).id not in skip)
+    delivered = _delivered(target, change, new)
+    if delivered is not None and answer is not None:
+        fork.answers[(answer.agent, delivered.id)] = Recording(
+            call="llm", index=answer.index, request_digest=answer.request_digest, response=answer.response
+        )
+    if delivered is not None and isinstance(change, Inject):
+        results, event = await _inject(change, delivered, prefix, list(classes))
+        fork.record([event])
+        fork.write(results)
+    elif delivered is not None:
+        fork.write([delivered])
+    await fork.run()
+    if fork.completed is None:
+        fork.write([_runner_completion(new, "failure", "stalled: no message in flight after the fork")])
+    for backend in fork.services.cache.values():
+        await backend.aclose()
+    with Journal.open(destination) as journal:  # opened only now: no await between its tail and the append
         written = journal.append(fork.pending, new_episode=new)
     assert fork.completed is not None
-    return result(fork.completed, written, fork.handled)
+    return result(fork.completed, written, fork.handled, model_calls=fork.model_calls)
+
+
+async def _inject(
+    change: Inject, env: Envelope, prefix: list[JournalRow], agents: list[str]
+) -> tuple[list[Envelope], Envelope]:
+    """What fault `change` makes of `env`, with the sender's Start data and earlier calls as its worker had them."""
+    start: dict[str, Any] = {}
+    calls: list[ToolCall] = []
+    for row in prefix:
+        body = row.envelope().body
+        if isinstance(body, Start) and row.recipient == env.sender and not start:
+            start = dict(body.data)
+        elif isinstance(body, ToolCall) and row.sender == env.sender:
+            calls.append(body)
+    rule = FaultRule(id=change.rule_id, fault=change.fault, episode=env.episode, params=change.params).validated()
+    results = await apply_fault(rule, env, agents=agents, calls=calls, start=start, catalog=DomainCatalog())
+    if results is None:
+        raise FaultlineError(f"fault {change.fault!r} does not apply to the {env.kind} from {env.sender!r}")
+    return results, fault_event(rule, env, results)
 
 
 def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, EpisodeCompleted] | None:

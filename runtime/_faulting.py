@@ -15,7 +15,6 @@ import time
 import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from functools import lru_cache
 from typing import Any
 
 import anyio
@@ -24,6 +23,7 @@ import msgspec
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
 from faultline.core import Context, Control, Envelope, LlmRequest, LlmResponse, Recorder, Services
+from faultline.envs import DomainCatalog
 from faultline.faults import (
     DefenseInterceptor,
     DefenseSettings,
@@ -37,49 +37,6 @@ from faultline.faults import (
     remove_rule_control,
 )
 from faultline.runtime._config import ALL_AGENTS, Config, DefensesConfig
-
-
-class DomainCatalog:
-    """Tools and ground-truth calls of an episode's task, from Start data naming `domain` and `task`."""
-
-    def tools(self, start: Mapping[str, Any]) -> list[str]:
-        return list(_tools(str(start.get("domain", ""))))
-
-    def plan(self, start: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        return [(name, dict(args)) for name, args in _plan(str(start.get("domain", "")), str(start.get("task", "")))]
-
-    def instruction(self, start: Mapping[str, Any]) -> str:
-        return _instruction(str(start.get("domain", "")), str(start.get("task", "")))
-
-
-@lru_cache(maxsize=64)
-def _tools(domain: str) -> tuple[str, ...]:
-    from faultline.envs import load_domain
-
-    try:
-        return tuple(spec.name for spec in load_domain(domain).tools())
-    except FaultlineError:
-        return ()
-
-
-@lru_cache(maxsize=4096)
-def _plan(domain: str, task: str) -> tuple[tuple[str, dict[str, Any]], ...]:
-    from faultline.envs import load_domain
-
-    try:
-        return tuple((a.name, dict(a.arguments)) for a in load_domain(domain).task(task).actions)
-    except FaultlineError:
-        return ()
-
-
-@lru_cache(maxsize=4096)
-def _instruction(domain: str, task: str) -> str:
-    from faultline.envs import load_domain
-
-    try:
-        return load_domain(domain).task(task).instruction
-    except FaultlineError:
-        return ""
 
 
 def defense_settings(config: DefensesConfig) -> DefenseSettings:

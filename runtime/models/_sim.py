@@ -19,6 +19,8 @@ Request metadata (build it with `sim_metadata`):
                             decision step one category is drawn with these probabilities
                             (sum <= 1); categories are the four in `faultline.envs.ERROR_CATEGORIES`
     mistakes_off_from_step  int, optional: no mistakes at decision steps >= this
+    sample                  int, default 0: another draw of the mistakes (rng key gets ":s<n>"),
+                            as a real model's sampling gives one (attribution's resampling)
     helpers                 tool role: the helpers whose notes the request carries
     helper_effect           float, default 1: each category's rate is multiplied by it when a
                             note in `helpers` addresses the category (HELPER_ADDRESSES)
@@ -118,6 +120,7 @@ class SimSpec(msgspec.Struct, frozen=True, kw_only=True):
     helpers: list[str] = []
     helper_effect: float = 1.0
     rechecks: int = 0
+    sample: int = 0
 
 
 HELPER_ADDRESSES: Final[dict[str, tuple[str, ...]]] = {
@@ -153,7 +156,7 @@ def sim_metadata(
     if problem:
         raise ConfigError(problem)
     metadata = msgspec.to_builtins(spec)
-    for key in ("helpers", "helper_effect", "rechecks"):  # the tool agent sets these when it has helpers
+    for key in ("helpers", "helper_effect", "rechecks", "sample"):  # the tool agent sets these when it has helpers
         del metadata[key]
     if mistakes_off_from_step is None:
         del metadata["mistakes_off_from_step"]
@@ -173,11 +176,6 @@ class SimBackend:
 
     async def aclose(self) -> None:
         return None
-
-    def repair_settings(self, agent: str, decision: int) -> dict[str, Any] | None:
-        """The simulated tool agent makes no mistakes from `decision` on (see `EpisodeSpec`);
-        the simulated user makes none at all, so there is nothing of it to repair."""
-        return {"repair_from_decision": decision} if agent == "tool" else None
 
     def respond(self, request: LlmRequest) -> LlmResponse:
         """The reply to `request`, computed synchronously (the same request always gives the same reply)."""
@@ -298,7 +296,11 @@ def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMes
         return _Reply(GREETING, metadata={"phase": "greet", "step": step, "done": False})
     if step > last:
         return _final(task, step, task.outputs)
-    rng = Random(f"sim:{spec.seed}:{task.id}:{step}" + (f":r{spec.rechecks}" if spec.rechecks else ""))
+    rng = Random(
+        f"sim:{spec.seed}:{task.id}:{step}"
+        + (f":r{spec.rechecks}" if spec.rechecks else "")
+        + (f":s{spec.sample}" if spec.sample else "")
+    )
     category = _draw(spec, step, rng)
     intended = task.actions[step].as_dict() if step < last else _respond(task.outputs)
     writes = {tool.name for tool in domain.tools() if tool.writes}

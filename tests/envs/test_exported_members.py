@@ -21,6 +21,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "Collection",
             "Documents",
             "Domain",
+            "DomainCatalog",
             "Score",
             "Task",
             "ToolOutcome",

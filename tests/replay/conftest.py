@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from faultline.cli import main
+from tests.openai_server import openai_server as openai_server
 
 
 @pytest.fixture(scope="session")

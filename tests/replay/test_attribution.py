@@ -1,46 +1,177 @@
-"""Attribution names the decision the simulator recorded as its mistake."""
+"""Each attribution method on an episode whose answer the test knows, and what attribution leaves alone."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import anyio
+import msgspec
 import pytest
 
 from faultline.cli import main
-from faultline.journal import JournalReader
-from faultline.replay import decisions, forks_path
+from faultline.core import LlmRequest, LlmResponse
+from faultline.envs import EARLY_STOP, load_domain
+from faultline.journal import JournalReader, JournalRow
+from faultline.replay import (
+    FAULT_REPAIR,
+    ORACLE_REPAIR,
+    SAMPLED,
+    Inject,
+    attribute_episode,
+    decisions,
+    fork_episode,
+    steps,
+)
+from faultline.runtime import Config, agent_lookup, make_backend
+from faultline.runtime.models import OpenAIBackend, SimBackend
+from tests.openai_server import OpenAIServer, Text
+
+CONFIG = Config()
+LOOKUP = agent_lookup(CONFIG)
 
 
-def single_mistake_failures(journal: Path, limit: int) -> dict[str, tuple[list[int], str]]:
-    found: dict[str, tuple[list[int], str]] = {}
+def sim(role: str) -> Any:
+    return make_backend(CONFIG, role)
+
+
+class NoMistakes:
+    """The simulator with its per-step mistake rate set by the test (here 0) for every live call."""
+
+    model = "sim"
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        metadata = (
+            {**request.metadata, "error_rates": {}} if request.metadata.get("sim") == "tool" else request.metadata
+        )
+        return SimBackend().respond(msgspec.structs.replace(request, metadata=metadata))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def rows_of(journal: Path, episode: str) -> list[JournalRow]:
+    with JournalReader(journal) as reader:
+        return list(reader.episode_rows(episode))
+
+
+def one_mistake(journal: Path, category: str | None = None) -> tuple[str, list[int]]:
+    """A failed episode with a single simulated mistake: its id and the tool decisions carrying it."""
     with JournalReader(journal) as reader:
         for summary in reader.episodes():
-            if summary.outcome != "failure" or len(found) >= limit:
+            if summary.outcome != "failure":
                 continue
             made = decisions(list(reader.episode_rows(summary.episode)), "tool")
             carrying = [d for d in made if d.mistake]
-            if len({json.dumps(d.mistake, sort_keys=True) for d in carrying}) == 1:
-                found[summary.episode] = ([d.index for d in carrying], carrying[0].mistake["category"])  # type: ignore[index]
-    return found
+            kinds = {json.dumps(d.mistake, sort_keys=True) for d in carrying}
+            if len(kinds) == 1 and (category is None or carrying[0].mistake["category"] == category):  # type: ignore[index]
+                task = load_domain("retail").task(summary.task or "")
+                last = len(task.actions) - 1
+                if category is None or (carrying[0].mistake["step"] == last and not task.outputs):  # type: ignore[index]
+                    return summary.episode, [d.recording_pos for d in carrying]
+    raise AssertionError("the sim journal has no such episode")
 
 
-def test_attribution_finds_the_known_mistake(
+def step_of(journal: Path, episode: str, recording_pos: int) -> int:
+    rows = rows_of(journal, episode)
+    cause = next(r.causation for r in rows if r.pos == recording_pos)
+    return next(s.index for s in steps(rows, LOOKUP) if s.agent == "tool" and s.input_id == cause)
+
+
+def test_fault_event_repair_finds_the_injected_fault_and_writes_only_forks(
     journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    known = single_mistake_failures(journal_copy, 4)
-    assert known, "the sim journal has failed episodes with one mistake"
-    args = ["attribute", str(journal_copy), "--out", str(tmp_path / "forks.sqlite"), "--json"]
-    for episode in known:
-        args += ["--episode", episode]
+    with JournalReader(journal_copy) as reader:
+        passed = next(s.episode for s in reader.episodes() if s.outcome == "success" and s.task.startswith("cancel"))
+    rows = rows_of(journal_copy, passed)
+    call = next(r for r in rows if r.kind == "tool_call" and r.sender == "tool")
+    labelled = tmp_path / "labelled.sqlite"
+    injected = anyio.run(
+        lambda: fork_episode(
+            journal_copy, passed, call.pos, Inject(fault="cycle"), lookup=LOOKUP, backends=sim, out=labelled
+        )
+    )
+    assert injected.outcome.outcome == "failure"
+    expected = next(s for s in steps(rows, LOOKUP) if s.input_id == call.causation and s.agent == "tool")
+    with JournalReader(labelled) as reader:
+        before = list(reader.rows())
+    forks = tmp_path / "forks.sqlite"
+    args = ["attribute", str(labelled), "-e", injected.episode, "--method", "fault", "--out", str(forks), "--json"]
     assert main(args) == 0
-    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    for result in results:
-        carrying, category = known[result["episode"]]
-        assert result["agent"] == "tool"
-        assert result["decision"] in carrying
-        assert result["category"] == category
-        assert 1 <= result["forks"] <= 6
+    [result, summary] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert result["type"] == "episode" and summary["type"] == "summary"
+    assert (result["method"], result["agent"], result["step"], result["fault"]) == (
+        FAULT_REPAIR,
+        "tool",
+        expected.index,
+        "cycle",
+    )
+    assert result["decided"] and result["flipped"] and summary["flip_rate"] == 1.0
+    [probe] = result["evidence"]
+    assert probe["change"] == "undo_fault" and probe["forks"][0]["outcome"] == "success"
+    with JournalReader(labelled) as reader:
+        assert list(reader.rows()) == before
+    with JournalReader(forks) as reader:
+        assert {s.episode for s in reader.episodes()} == {probe["forks"][0]["fork"]}
+    assert main(["replay", str(forks)]) == 0
+
+
+def test_oracle_repair_through_the_openai_backend(
+    journal_copy: Path, tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    episode, carrying = one_mistake(journal_copy, EARLY_STOP)
+    openai_server.fallback = lambda body: Text("Thank you, goodbye. ###STOP###")
+    result = anyio.run(
+        lambda: attribute_episode(
+            journal_copy,
+            episode,
+            lookup=LOOKUP,
+            backends=lambda role: OpenAIBackend(openai_server.settings()),
+            method=ORACLE_REPAIR,
+            scratch=tmp_path / "forks.sqlite",
+        )
+    )
+    assert main(["replay", str(tmp_path / "forks.sqlite")]) == 0, "the answers the runtime gave replay"
+    assert (result.method, result.agent, result.category) == (ORACLE_REPAIR, "tool", EARLY_STOP)
+    assert result.step == step_of(journal_copy, episode, carrying[-1]) and result.decided
+    assert result.right is not None and result.right["name"] == "cancel_pending_order"
+    assert openai_server.chat_requests, "the continuation after the repaired step ran on the openai backend"
+    assert all(f.outcome == "failure" for p in result.evidence[:-1] for f in p.forks)
+
+
+async def test_sampled_counterfactuals_find_where_success_becomes_possible(journal_copy: Path, tmp_path: Path) -> None:
+    episode, carrying = one_mistake(journal_copy)
+    result = await attribute_episode(
+        journal_copy,
+        episode,
+        lookup=LOOKUP,
+        backends=lambda role: NoMistakes(),
+        method=SAMPLED,
+        samples=6,
+        scratch=tmp_path / "forks.sqlite",
+    )
+    assert (result.method, result.agent, result.step) == (SAMPLED, "tool", step_of(journal_copy, episode, carrying[-1]))
+    assert result.decided and result.p == 1.0 and result.p_after == 0.0
+    assert result.low is not None and result.high_after is not None and result.low > result.high_after
+    assert result.forks == 6 * len(result.evidence) and result.search.startswith("bisection")
+
+
+async def test_one_sample_per_step_leaves_the_step_undecided(journal_copy: Path, tmp_path: Path) -> None:
+    episode, carrying = one_mistake(journal_copy)
+    rows = rows_of(journal_copy, episode)
+    result = await attribute_episode(
+        journal_copy,
+        episode,
+        lookup=LOOKUP,
+        backends=lambda role: NoMistakes(),
+        method=SAMPLED,
+        samples=1,
+        scratch=tmp_path / "forks.sqlite",
+    )
+    assert result.step is not None and result.step < len(steps(rows, LOOKUP))
+    assert not result.decided and result.flipped
+    assert result.low is not None and result.high_after is not None and result.low < result.high_after
 
 
 def test_a_successful_episode_has_nothing_to_attribute(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,58 +179,3 @@ def test_a_successful_episode_has_nothing_to_attribute(journal_copy: Path, capsy
         ok = next(s.episode for s in reader.episodes() if s.outcome == "success")
     assert main(["attribute", str(journal_copy), "--episode", ok]) == 1
     assert "succeeded: there is no failure to attribute" in capsys.readouterr().err
-
-
-def test_attributing_again_reuses_the_repair_forks_and_leaves_the_source_alone(
-    journal_copy: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    episode = next(iter(single_mistake_failures(journal_copy, 1)))
-    with JournalReader(journal_copy) as reader:
-        source = list(reader.rows())
-    assert main(["attribute", str(journal_copy), "--episode", episode, "--json"]) == 0
-    first = json.loads(capsys.readouterr().out)
-    forks = forks_path(journal_copy)
-    assert first["journal"] == str(forks)
-    with JournalReader(forks) as reader:
-        written = list(reader.rows())
-    assert len({row.episode for row in written}) == first["forks"]
-    assert main(["attribute", str(journal_copy), "--episode", episode, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == first
-    with JournalReader(forks) as reader, JournalReader(journal_copy) as unchanged:
-        assert list(reader.rows()) == written
-        assert list(unchanged.rows()) == source
-    assert main(["replay", str(forks)]) == 0
-    assert main(["replay", str(journal_copy)]) == 0
-
-
-def test_a_backend_that_cannot_follow_the_ground_truth_is_refused_in_one_line(
-    journal_copy: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    episode = next(iter(single_mistake_failures(journal_copy, 1)))
-    code = main(
-        [
-            "attribute",
-            str(journal_copy),
-            "--episode",
-            episode,
-            "--model",
-            "openai",
-            "--model-name",
-            "m",
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-        ]
-    )
-    assert code == 2
-    [line] = capsys.readouterr().err.strip().splitlines()
-    assert "cannot: attribute with --model sim" in line
-
-
-def test_the_repaired_agent_is_named_and_the_backend_says_whether_it_can(
-    journal_copy: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    episode = next(iter(single_mistake_failures(journal_copy, 1)))
-    assert main(["attribute", str(journal_copy), "--episode", episode, "--agent", "user"]) == 1
-    assert "SimBackend cannot repair decisions of agent 'user'" in capsys.readouterr().err
-    assert main(["attribute", str(journal_copy), "--episode", episode, "--agent", "nobody"]) == 1
-    assert "SimBackend cannot repair decisions of agent 'nobody'" in capsys.readouterr().err

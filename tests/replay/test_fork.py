@@ -229,7 +229,7 @@ async def test_a_fork_cancelled_midway_leaves_no_rows_and_can_be_run_again(journ
         with anyio.fail_after(30):
             await stuck.asked.wait()
         group.cancel_scope.cancel()
-    assert rows_of(forks) == []
+    assert not forks.exists(), "the destination is opened only to write a fork that ended"
     result = await fork_episode(
         journal_copy, episode, pos, Keep(), lookup=lookup, backends=lambda role: make_backend(Config(), role)
     )
