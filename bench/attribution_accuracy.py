@@ -1,11 +1,27 @@
-"""Attribution accuracy on sim episodes whose mistakes are known.
+"""Attribution accuracy against faults the benchmark injected itself, with every method and two baselines.
 
-Runs a sim campaign with mistakes (a real `faultline run`), then attributes every
-failed episode and checks the answer against the simulator's own record of
-which decision it got wrong. Reported separately for episodes with exactly one
-mistake (target: 100% at agent and step level) and with several.
+1. A campaign (a real `faultline run`, with no simulated mistakes unless --rate is
+   set), or an existing journal (--journal).
+2. Every passing episode (up to --episodes) gets one fault: the type is the next of
+   every shipped fault type in turn, the sending agent and the message are drawn by
+   a seeded rng among the messages that type applies to, and a fork applies it
+   (`Inject`: a fault event in the journal, as a worker's interceptor writes one).
+   The label is that agent and the step that sent the message. Every faulted
+   episode that fails is kept; nothing chooses episodes by their labels, and
+   nothing reads the simulator's mistake records.
+3. On every kept episode: fault-event repair, oracle-guided repair, sampled
+   counterfactuals, and the baselines "first tool error" (the step whose tool call
+   first came back with an error) and an all-at-once judge (the whole trace in one
+   model request, as Who&When's; with `sim` a documented heuristic stands in, see
+   the sim backend), each scored on agent and step.
 
-    python bench/attribution_accuracy.py [--episodes 50] [--json out.json]
+--organic skips steps 2 and 3's scoring: it attributes the campaign's own failures
+(a real model's mistakes have no labels) and reports flip rate and cost only.
+
+With `sim` the numbers measure the runtime's mechanisms (forks, injection,
+search), never a model.
+
+    python bench/attribution_accuracy.py [--episodes 30] [--samples 4] [--config faultline.toml] [--json out.json]
 """
 
 from __future__ import annotations
@@ -15,95 +31,292 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from random import Random
+from typing import Any
 
 import anyio
 from rich.console import Console
 from rich.table import Table
 
+from faultline._errors import FaultlineError
 from faultline.cli import main as cli
-from faultline.journal import JournalReader
-from faultline.replay import attribute, decisions
-from faultline.runtime import Config, agent_lookup, make_backend
-from faultline.runtime.models import SimBackend
+from faultline.core import ChatMessage, LlmRequest, ToolResult
+from faultline.faults import fault_types
+from faultline.journal import JournalReader, JournalRow
+from faultline.replay import (
+    FAULT_REPAIR,
+    ORACLE_REPAIR,
+    SAMPLED,
+    Attribution,
+    Inject,
+    Step,
+    attribute_episode,
+    fork_episode,
+    steps,
+)
+from faultline.runtime import Config, agent_lookup, load_config, make_backend
+
+FIRST_TOOL_ERROR = "first tool error"
+JUDGE = "all-at-once judge"
+JUDGE_PROMPT = (
+    "Below is the trace of a failed multi-agent episode, one line per step: `step N | agent | what it sent`. "
+    "Name the agent and the step that caused the failure, exactly as:\nagent: NAME\nstep: N"
+)
 
 
-def campaign(journal: Path, trials: int, rate: float) -> None:
-    args = ["run", "--tasks", "1000", "--trials", str(trials), "--error-rates", str(rate), "--seed", "11"]
-    assert cli([*args, "--journal", str(journal), "--json", "--concurrency", "16"]) == 0
+def campaign(journal: Path, tasks: int, rate: float, seed: int, config: Path | None) -> None:
+    args = ["run", "--tasks", str(tasks), "--trials", "1", "--error-rates", str(rate), "--seed", str(seed)]
+    args += ["--journal", str(journal), "--json"] + (["--config", str(config)] if config else [])
+    assert cli(args) == 0
 
 
-def mistakes_of(rows: list) -> list[str]:  # type: ignore[type-arg]
-    return sorted({json.dumps(d.mistake, sort_keys=True) for d in decisions(rows, "tool") if d.mistake})
+def candidates(rows: list[JournalRow], fault: str, lookup: Any) -> list[JournalRow]:
+    """Messages of agents the fault type applies to (tool-call faults: tool calls; the rest: direct messages)."""
+    kinds = fault_types()[fault].kinds
+    return [
+        r
+        for r in rows
+        if r.recipient and lookup(r.sender) is not None and (r.kind in kinds if kinds else r.kind != "start")
+    ]
 
 
-async def evaluate(journal: Path, scratch: Path, want: int) -> dict[str, dict[str, float]]:
-    config = Config()
+async def label_set(
+    journal: Path, labelled: Path, want: int, seed: int, config: Config
+) -> list[tuple[str, str, str, int | None]]:
+    """(episode, fault, agent, step) of every injected episode that failed."""
     lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
-    groups: dict[str, list[tuple[bool, bool, bool, int]]] = {"one mistake": [], "several mistakes": []}
+    rng = Random(seed)
+    names = sorted(fault_types())
     with JournalReader(journal) as reader:
-        failed = [
-            (s.episode, list(reader.episode_rows(s.episode))) for s in reader.episodes() if s.outcome == "failure"
-        ]
-    for episode, rows in failed:
-        known = mistakes_of(rows)
-        if not known:
-            continue
-        group = "one mistake" if len(known) == 1 else "several mistakes"
-        if group == "one mistake" and len(groups[group]) >= want:
-            continue
-        result = await attribute(
-            journal, episode, lookup=lookup, backends=backends, agent="tool", repair=SimBackend(), scratch=scratch
+        passed = [s.episode for s in reader.episodes() if s.outcome == "success" and not s.forked_from][:want]
+    kept = []
+    for n, episode in enumerate(passed):
+        with JournalReader(journal) as reader:
+            rows = list(reader.episode_rows(episode))
+        for attempt in range(len(names)):
+            fault = names[(n + attempt) % len(names)]
+            pool = candidates(rows, fault, lookup)
+            if not pool:
+                continue
+            agent = rng.choice(sorted({r.sender for r in pool}))
+            target = rng.choice([r for r in pool if r.sender == agent])
+            try:
+                fork = await fork_episode(
+                    journal, episode, target.pos, Inject(fault=fault), lookup=lookup, backends=backends, out=labelled
+                )
+            except FaultlineError:
+                continue  # the fault does not apply to that message: the next type
+            if fork.outcome.outcome != "success":
+                with JournalReader(labelled) as reader:
+                    faulted = list(reader.episode_rows(fork.episode))
+                step = next(
+                    (s.index for s in steps(faulted, lookup) if s.agent == agent and s.input_id == target.causation),
+                    None,
+                )
+                kept.append((fork.episode, fault, agent, step))
+            break
+    return kept
+
+
+def first_tool_error(rows: list[JournalRow], made: list[Step]) -> tuple[str | None, int | None]:
+    """The baseline: blame the step whose tool call first came back with an error."""
+    by_id = {r.id: r for r in rows}
+    for row in rows:
+        body = row.envelope().body if row.kind == "tool_result" else None
+        if isinstance(body, ToolResult) and body.error and (call := by_id.get(row.causation)) is not None:
+            step = next((s for s in made if s.agent == call.sender and s.input_id == call.causation), None)
+            return (step.agent, step.index) if step else (None, None)
+    return None, None
+
+
+def trace(rows: list[JournalRow], made: list[Step]) -> str:
+    """The episode as the judge reads it: a line per step, marked when its tool call came back with an error."""
+    by_id = {r.id: r for r in rows}
+    failed = set()
+    for row in rows:
+        body = row.envelope().body if row.kind == "tool_result" else None
+        if isinstance(body, ToolResult) and body.error and (call := by_id.get(row.causation)) is not None:
+            failed.add((call.sender, call.causation))
+    return "\n".join(
+        f"step {s.index} | {s.agent} | {json.dumps(s.action, sort_keys=True)[:300]}"
+        + (" | error" if (s.agent, s.input_id) in failed else "")
+        for s in made
+    )
+
+
+async def judge(rows: list[JournalRow], made: list[Step], config: Config) -> tuple[str | None, int | None]:
+    """The all-at-once judge: one model request (the tool role's model) with the whole trace."""
+    backend = make_backend(config, "tool")
+    request = LlmRequest(
+        role="judge",
+        messages=[
+            ChatMessage(role="system", content=JUDGE_PROMPT),
+            ChatMessage(role="user", content=trace(rows, made)),
+        ],
+        metadata={"sim": "blame"},
+    )
+    try:
+        response = await backend.complete(request)
+    except FaultlineError:
+        return None, None
+    finally:
+        await backend.aclose()
+    agent, step = None, None
+    for line in response.content.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "agent":
+            agent = value.strip()
+        elif key.strip().lower() == "step" and value.strip().isdigit():
+            step = int(value.strip())
+    return agent, step
+
+
+async def evaluate(
+    labelled: Path, scratch: Path, kept: list[tuple[str, str, str, int | None]], samples: int, config: Config
+) -> dict[str, dict[str, float]]:
+    lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
+    scores: dict[str, list[tuple[bool, bool, bool, bool, int, int, float]]] = {}
+    for episode, _fault, agent, step in kept:
+        with JournalReader(labelled) as reader:
+            rows = list(reader.episode_rows(episode))
+        made = steps(rows, lookup)
+        for method in (FAULT_REPAIR, ORACLE_REPAIR, SAMPLED):
+            result: Attribution = await attribute_episode(
+                labelled,
+                episode,
+                lookup=lookup,
+                backends=backends,
+                method=method,
+                samples=samples,
+                scratch=scratch,  # type: ignore[arg-type]
+            )
+            scores.setdefault(method, []).append(
+                (
+                    result.agent == agent,
+                    result.step == step,
+                    result.decided,
+                    result.flipped,
+                    result.forks,
+                    result.model_calls,
+                    result.seconds,
+                )  # fmt: skip
+            )
+        started = time.perf_counter()
+        got = first_tool_error(rows, made)
+        scores.setdefault(FIRST_TOOL_ERROR, []).append(
+            (got[0] == agent, got[1] == step, got[1] is not None, False, 0, 0, time.perf_counter() - started)
         )
-        carrying = [d.index for d in decisions(rows, "tool") if d.mistake]
-        step_ok = result.decision in carrying
-        made = decisions(rows, "tool")[result.decision - 1] if result.decision else None
-        category_ok = bool(made and made.mistake and made.mistake.get("category") == result.category)
-        groups[group].append(
-            (result.agent == "tool" and result.decision is not None, step_ok, category_ok, result.forks)
+        started = time.perf_counter()
+        said_agent, said_step = await judge(rows, made, config)
+        scores.setdefault(JUDGE, []).append(
+            (
+                said_agent == agent,
+                said_step == step,
+                said_step is not None,
+                False,
+                0,
+                1,
+                time.perf_counter() - started,
+            )
         )
-    summary = {}
-    for group, items in groups.items():
-        n = len(items) or 1
-        summary[group] = {
-            "episodes": len(items),
-            "agent_accuracy": sum(a for a, _, _, _ in items) / n,
-            "step_accuracy": sum(s for _, s, _, _ in items) / n,
-            "category_accuracy": sum(c for _, _, c, _ in items) / n,
-            "avg_forks": sum(f for *_, f in items) / n,
-        }
-    return summary
+    return {method: _summary(items) for method, items in scores.items()}
+
+
+def _summary(items: list[tuple[bool, bool, bool, bool, int, int, float]]) -> dict[str, float]:
+    n = len(items) or 1
+    return {
+        "episodes": len(items),
+        "agent_accuracy": sum(i[0] for i in items) / n,
+        "step_accuracy": sum(i[1] for i in items) / n,
+        "answered": sum(i[2] for i in items) / n,
+        "flip_rate": sum(i[3] for i in items) / n,
+        "forks_per_episode": sum(i[4] for i in items) / n,
+        "model_calls_per_episode": sum(i[5] for i in items) / n,
+        "seconds_per_episode": sum(i[6] for i in items) / n,
+    }
+
+
+async def organic(
+    journal: Path, scratch: Path, samples: int, config: Config, limit: int
+) -> dict[str, dict[str, float]]:
+    """The campaign's own failures, by every method: no labels, so flip rate and cost only."""
+    lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
+    with JournalReader(journal) as reader:
+        failed = [s.episode for s in reader.episodes() if s.outcome not in (None, "success") and not s.forked_from]
+    scores: dict[str, list[tuple[bool, bool, bool, bool, int, int, float]]] = {}
+    for episode in failed[:limit]:
+        for method in (ORACLE_REPAIR, SAMPLED):
+            result = await attribute_episode(
+                journal,
+                episode,
+                lookup=lookup,
+                backends=backends,
+                method=method,
+                samples=samples,
+                workers=1,
+                scratch=scratch,  # type: ignore[arg-type]
+            )
+            scores.setdefault(method, []).append(
+                (False, False, result.decided, result.flipped, result.forks, result.model_calls, result.seconds)
+            )
+    return {method: _summary(items) for method, items in scores.items()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=50, help="single-mistake episodes to attribute (default 50)")
-    parser.add_argument("--trials", type=int, default=6)
-    parser.add_argument("--rate", type=float, default=0.06)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=30, help="passing episodes to fault (default 30)")
+    parser.add_argument("--tasks", type=int, default=40, help="tasks of the campaign (default 40)")
+    parser.add_argument("--rate", type=float, default=0.0, help="simulated mistake rate of the campaign (default 0)")
+    parser.add_argument("--samples", type=int, default=4, help="continuations per step, sampled method (default 4)")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--config", type=Path, help="faultline.toml with the models (default: sim)")
+    parser.add_argument("--journal", type=Path, help="attribute this campaign instead of running one")
+    parser.add_argument("--organic", action="store_true", help="attribute the campaign's own failures (no labels)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    config = load_config(args.config) if args.config else Config()
     with tempfile.TemporaryDirectory() as tmp:
-        journal, scratch = Path(tmp) / "campaign.sqlite", Path(tmp) / "forks.sqlite"
+        journal = args.journal or Path(tmp) / "campaign.sqlite"
+        labelled, scratch = Path(tmp) / "labelled.sqlite", Path(tmp) / "forks.sqlite"
         started = time.perf_counter()
-        campaign(journal, args.trials, args.rate)
+        if args.journal is None:
+            campaign(journal, args.tasks, args.rate, args.seed, args.config)
         run_s = time.perf_counter() - started
         started = time.perf_counter()
-        summary = anyio.run(evaluate, journal, scratch, args.episodes)
+        if args.organic:
+            kept: list[Any] = []
+            summary = anyio.run(organic, journal, scratch, args.samples, config, args.episodes)
+        else:
+            kept = anyio.run(label_set, journal, labelled, args.episodes, args.seed, config)
+            summary = anyio.run(evaluate, labelled, scratch, kept, args.samples, config)
         attribute_s = time.perf_counter() - started
-    table = Table(title=f"attribution on sim episodes (campaign {run_s:.0f}s, attribution {attribute_s:.0f}s)")
-    for column in ("episodes", "n", "agent-level", "step-level", "category", "forks/episode"):
+    title = (
+        f"attribution of {len(kept) if not args.organic else 'organic'} failed episodes"
+        f" (campaign {run_s:.0f}s, faults and attribution {attribute_s:.0f}s)"
+    )
+    table = Table(title=title)
+    for column in ("method", "n", "agent", "step", "answered", "flip rate", "forks/ep", "model calls/ep", "s/ep"):
         table.add_column(column)
-    for group, s in summary.items():
+    for method, s in summary.items():
         table.add_row(
-            group,
+            method,
             str(s["episodes"]),
-            f"{s['agent_accuracy']:.1%}",
-            f"{s['step_accuracy']:.1%}",
-            f"{s['category_accuracy']:.1%}",
-            f"{s['avg_forks']:.1f}",
+            f"{s['agent_accuracy']:.0%}",
+            f"{s['step_accuracy']:.0%}",
+            f"{s['answered']:.0%}",
+            f"{s['flip_rate']:.0%}",
+            f"{s['forks_per_episode']:.1f}",
+            f"{s['model_calls_per_episode']:.0f}",
+            f"{s['seconds_per_episode']:.2f}",
         )
     Console().print(table)
+    faults: dict[str, int] = {}
+    for _, fault, _, _ in kept:
+        faults[fault] = faults.get(fault, 0) + 1
+    if faults:
+        Console().print("kept per fault type: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
+        args.json.write_text(json.dumps({"methods": summary, "faults": faults}, indent=2))
 
 
 if __name__ == "__main__":

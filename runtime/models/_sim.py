@@ -28,6 +28,10 @@ Request metadata (build it with `sim_metadata`):
                             after each the mistakes are drawn afresh (rng key gets ":r<n>"),
                             so a step whose call was sent back is not the same mistake again
 
+Blame. Requests with `sim` "blame" get a heuristic stand-in for a model that
+reads a whole trace and names the failing agent and step (see `_blame`); it is
+a baseline for attribution benchmarks, not a result about judges.
+
 Helpers. A simulated helper note lowers the rate of the mistakes its helper is
 meant to prevent, by the factor `helper_effect` (the episode's setting): dce
 policy violations, tor wrong values (misread tool outputs), memory and tsa
@@ -183,6 +187,8 @@ class SimBackend:
             from faultline.runtime.models._sim_helpers import respond_helper
 
             return respond_helper(request)
+        if request.metadata.get("sim") == "blame":
+            return _blame(request)
         if request.metadata.get("sim") == "judge":
             return respond_judge(request, _prompt_words(request.messages))
         if request.metadata.get("sim") == INJECTOR_ROLE:
@@ -403,6 +409,27 @@ def _leaves(value: Any) -> list[str]:
     if isinstance(value, list):
         return [leaf for item in value for leaf in _leaves(item)]
     return [str(value)]
+
+
+# -- blame -----------------------------------------------------------------------------------
+
+
+def _blame(request: LlmRequest) -> LlmResponse:
+    """A stand-in for a model that reads a whole trace and names the failing step (Who&When's all-at-once).
+
+    A heuristic, not a model: the trace's lines are `step N | agent | ...`; it names the
+    last line that reports an error, else the last line of a tool call, else the last line.
+    """
+    lines = [line for m in request.messages if m.role == "user" for line in m.content.splitlines()]
+    steps = [line for line in lines if line.startswith("step ")]
+    errors = [line for line in steps if "error" in line.casefold()]
+    calls = [line for line in steps if "tool_call" in line or '"arguments"' in line]
+    chosen = (errors or calls or steps or [""])[-1]
+    parts = [part.strip() for part in chosen.split("|")]
+    answer = (
+        f"agent: {parts[1]}\nstep: {parts[0].removeprefix('step ')}" if len(parts) > 1 else "agent: unknown\nstep: 0"
+    )
+    return LlmResponse(content=answer, model="sim", finish_reason="stop", metadata={"sim": "blame"})
 
 
 # -- the simulated user --------------------------------------------------------------------------
