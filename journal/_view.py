@@ -6,8 +6,9 @@ chunk, inflated by the browser only when the episode is opened, and within an ep
 model prompt's messages are stored once and referred to by index, so a prompt that
 repeats the conversation so far costs little. A fork is shown beside the episode it was
 forked from, from the fork point on. When the forks journal holds the repair forks of an
-attribution, the decisive step is marked: the last input whose repair still rescued the
-episode, and what the agent made of it.
+attribution, the decisive step is marked: the last input whose repair (a fault undone, a
+step given its gold action, a step resampled) still rescued the episode, and what the
+agent made of it.
 """
 
 from __future__ import annotations
@@ -183,17 +184,19 @@ def _starts(rows: Sequence[JournalRow]) -> list[bytes]:
 def _attribution(original: list[JournalRow], forks: list[tuple[str, list[JournalRow]]]) -> dict[str, Any]:
     """The decisive step, read from the repair forks an attribution left: {} when there are none or none rescued.
 
-    A repair fork keeps the message it forks at and changes the episode's settings (its
-    `start` messages differ); the decisive input is the latest one whose repair succeeded.
+    A repair fork undoes a fault, or keeps the message it forks at and either gives its
+    handler an answer (`fork["answer"]`) or changes the episode's settings (its `start`
+    messages differ); the decisive input is the latest one whose repair succeeded. For an
+    undone fault it is the input whose handling sent the faulted message.
     """
     starts = _starts(original)
     rescued: list[tuple[int, str]] = []
     repairs = 0
     for fork_id, rows in forks:
         started = next((r.decoded_body() for r in rows if r.kind == "episode_started"), None)
-        if not isinstance(started, EpisodeStarted) or started.fork.get("change") != "keep":
+        if not isinstance(started, EpisodeStarted) or started.fork.get("change") not in ("keep", "undo_fault"):
             continue
-        if _starts(rows) == starts:
+        if started.fork.get("change") == "keep" and _starts(rows) == starts and not started.fork.get("answer"):
             continue
         repairs += 1
         completed = next((r.decoded_body() for r in reversed(rows) if r.kind == "episode_completed"), None)
@@ -205,8 +208,11 @@ def _attribution(original: list[JournalRow], forks: list[tuple[str, list[Journal
     target = next((r for r in original if r.pos == at), None)
     if target is None:
         return {}
-    agent = target.recipient
-    return {"pos": at, "agent": agent, "fork": fork_id, "repairs": repairs, "input": target.id}
+    applied = target.decoded_body()
+    if isinstance(applied, FaultApplied):
+        sender, cause = str(applied.original.get("sender", "")), str(applied.original.get("causation", ""))
+        return {"pos": at, "agent": sender, "fork": fork_id, "repairs": repairs, "input": cause}
+    return {"pos": at, "agent": target.recipient, "fork": fork_id, "repairs": repairs, "input": target.id}
 
 
 def _mark_attribution(chunk: _Chunk, rows: Sequence[JournalRow], attribution: dict[str, Any]) -> None:

@@ -514,7 +514,7 @@ async def _fault_repair(forks: _Forks, made: list[Step]) -> Attribution | None:
                 _blank(FAULT_REPAIR, f"undid {len(probes)} of {len(faults)} fault events in journal order"),
                 agent=sender,
                 step=probe.step,
-                position=row.pos,
+                position=step.position if step else row.pos,
                 decided=True,
                 fault=applied.fault,
                 p=probe.p,

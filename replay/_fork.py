@@ -373,7 +373,7 @@ async def fork_episode(
         "change": str(type(change).__struct_config__.tag),
         "target": target.id,
         "delivered": delivered_original.id if delivered_original else "",
-    }
+    } | ({"answer": answer.agent} if answer is not None else {})
     history = [_copy(r.envelope(), new, settings) for r in prefix]
     bodies: list[bytes | None] = [r.body for r in prefix]
     for i, env in enumerate(history):

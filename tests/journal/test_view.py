@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from faultline.cli import main
+from faultline.core import FaultApplied
 from faultline.journal import JournalReader
 from faultline.journal._view import DECISIVE, FAULT
 from faultline.replay import forks_path
@@ -84,12 +85,14 @@ def test_the_page_holds_every_episode_and_fork_with_faults_and_the_attributed_st
     recorded = next(r for r in rows if r.pos == model_call[0]).decoded_body()
     assert prompt == recorded.request["messages"]  # type: ignore[attr-defined]
     fork = viewed.entry(viewed.entry(episode)["attribution"]["fork"])
-    assert fork["id"] in viewed.attribution["evidence"][0]
+    assert fork["id"] in [f["fork"] for probe in viewed.attribution["evidence"] for f in probe["forks"]]
     assert fork["forked_from"] == episode and fork["outcome"] == "success"
     fork_rows = viewed.chunk(fork["id"])["rows"]
-    copied = len([r for r in rows if r.pos < fork["forked_at"]])
-    assert fork["fork_point"] == copied
-    assert [r[4] for r in fork_rows[:copied]] == [r.kind for r in rows[:copied]]
+    at = next(r for r in rows if r.pos == fork["forked_at"]).decoded_body()
+    undone = {m["id"] for m in at.results} if isinstance(at, FaultApplied) else set()  # an undone fault never sent them
+    history = [r for r in rows if r.pos < fork["forked_at"] and r.id not in undone]
+    assert fork["fork_point"] >= len(history)  # the message an undone fault had replaced keeps its id
+    assert [r[4] for r in fork_rows[: len(history)]] == [r.kind for r in history]
 
 
 def _chromium() -> str | None:
