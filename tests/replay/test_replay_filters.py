@@ -28,4 +28,5 @@ def test_attribute_takes_the_episode_filters(journal_copy: Path, capsys: pytest.
     assert main(["attribute", str(journal_copy), "--all-failed", "--status", "passed"]) == 2
     assert "no episode matches the filters" in capsys.readouterr().err
     assert main(["attribute", str(journal_copy), "-e", passed, "-e", failed, "--status", "failed", "--json"]) == 0
-    assert [json.loads(line)["episode"] for line in capsys.readouterr().out.splitlines()] == [failed]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [d["episode"] for d in lines if d["type"] == "episode"] == [failed]
