@@ -46,6 +46,7 @@ _KIND_STYLES = {
     "episode_completed": "bold",
     "error_raised": "bold red",
     "fault_applied": "bold magenta",
+    "fault_skipped": "magenta",
     "defense_fired": "bold yellow",
     "dead_letter": "red",
     "control": "cyan",

@@ -18,6 +18,7 @@ from faultline.core import (
     EpisodeStarted,
     ErrorRaised,
     FaultApplied,
+    FaultSkipped,
     Note,
     Notice,
     Recording,
@@ -122,6 +123,8 @@ def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
             line = f"{body.agent} raised {body.error_type}: {body.message}"
         case FaultApplied():
             line = f"{body.fault} (rule {body.rule_id}) → {len(body.results)} result(s)"
+        case FaultSkipped():
+            line = f"{body.fault} (rule {body.rule_id}) not applied: {body.reason}"
         case DefenseFired():
             line = f"{body.defense} at {body.agent} dropped {body.message_id}" + (
                 f": {body.reason}" if body.reason else ""

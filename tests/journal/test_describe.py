@@ -12,6 +12,7 @@ from faultline.core import (
     DeadLetter,
     EpisodeStarted,
     ErrorRaised,
+    FaultSkipped,
     ModelAttempt,
     Recording,
     ToolCall,
@@ -57,6 +58,10 @@ from faultline.journal import describe_body
             "airline/t1 trial 0 seed 0 forked from ep-a@12",
         ),
         (ErrorRaised(agent="env", input_id="i", error_type="KeyError", message="'x'"), "env raised KeyError: 'x'"),
+        (
+            FaultSkipped(rule_id="r1", fault="hallucination", reason="the injector returned the message unchanged"),
+            "hallucination (rule r1) not applied: the injector returned the message unchanged",
+        ),
         (Control(name="helpers", data={"roster": ["planner"]}), 'helpers {"roster":["planner"]}'),
         (DeadLetter(reason="not msgpack", subject="fl.ep.e.a", data=b"\xff\x00"), "fl.ep.e.a: not msgpack (2 bytes)"),
     ],
