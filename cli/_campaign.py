@@ -215,7 +215,7 @@ def _campaign(args: argparse.Namespace) -> int:
         write_manifest(folder, manifest)
         run_args = parser.parse_args(_run_argv(args, manifest.journal_of(folder, cell), settings, cell))
         started = time.monotonic()
-        label = f"cell {index}/{len(manifest.cells)} {cell.name}"
+        label = f"cell {index}/{len(manifest.cells)} {cell.name}" + _campaign_eta(manifest)
         outcome = execute_run(run_args, label=label, sim_note=False)
         if outcome.request.signum is not None:
             console.print(
@@ -231,6 +231,16 @@ def _campaign(args: argparse.Namespace) -> int:
         write_manifest(folder, manifest)
     Console().print(_cells_table(manifest, folder))
     return 0
+
+
+def _campaign_eta(manifest: CampaignManifest) -> str:
+    """The campaign's time left after this cell, from the cells finished so far (none: unknown)."""
+    finished = [c.seconds for c in manifest.cells if c.done]
+    left = sum(not c.done for c in manifest.cells)
+    if not finished or left < 2:
+        return ""
+    seconds = int(sum(finished) / len(finished) * (left - 1))
+    return f" (then about {seconds // 60}:{seconds % 60:02d} for {left - 1} more)"
 
 
 def _cells_table(manifest: CampaignManifest, folder: Path) -> Table:
