@@ -6,7 +6,6 @@ from typing import Annotated, Literal
 
 import msgspec
 import numpy as np
-from scipy.signal import find_peaks
 
 from faultline._errors import ConfigError
 from faultline.agents.memory._entry import ScoredEntry
@@ -133,6 +132,8 @@ def choose_n(similarities: np.ndarray, mode: RetrievalMode) -> Cut:
     fallback = min(mode.fallback_k, len(x))
     if len(x) < 2 * mode.radius + 1:
         return Cut(n=fallback, reason="too_few_candidates")
+    from scipy.signal import find_peaks  # here, not at the top: importing scipy.signal takes seconds
+
     y = np.round(derivative_estimate(x, mode.radius), DERIVATIVE_DECIMALS)
     offsets, _ = find_peaks(y, prominence=mode.prominence)
     positions = [int(p) + mode.radius for p in offsets]
