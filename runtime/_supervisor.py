@@ -1,7 +1,8 @@
 """The supervisor: starts the system as separate OS processes and keeps it running.
 
 Order of start: nats-server (embedded, unless a URL is given), the journal
-service, other services (memory), then the workers. Order of stop: workers
+service, then the other services (memory) and the workers side by side: each
+process spends seconds importing, and none needs another to start. Order of stop: workers
 first (each drains what it holds), then the services (they finish the events
 already in the stream), then the journal (it catches up with the stream), then
 the server. A process that dies unasked, nats-server included, is restarted
@@ -123,9 +124,8 @@ class Supervisor:
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
         journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path), *self.journal_args), JOURNAL)
-        await self._spawn(tg, journal)
-        for spec in (*self.services, *self.workers):
-            await self._spawn(tg, spec)
+        await self._spawn(tg, [journal])
+        await self._spawn(tg, [*self.services, *self.workers])
 
     async def _on_ready(self, msg: Message) -> None:
         name = msgspec.json.decode(msg.data).get("name", "")
@@ -154,12 +154,25 @@ class Supervisor:
             common += ["--tls-ca", str(self.tls_ca)]
         return [sys.executable, "-m", "faultline.cli", *spec.args, *common]
 
-    async def _spawn(self, tg: anyio.abc.TaskGroup, spec: ProcessSpec) -> None:
-        """Start `spec` and return once it is ready, then keep it running; ServerError if it is not ready."""
-        child = self._children.setdefault(spec.name, _Child(spec))
-        if not await self._launch(child):
-            raise ServerError(f"process {spec.name} did not become ready{self._see_log(spec.name)}")
-        tg.start_soon(self._watch, child)
+    async def _spawn(self, tg: anyio.abc.TaskGroup, specs: Sequence[ProcessSpec]) -> None:
+        """Start `specs` together and return once all are ready, then keep them running.
+
+        ServerError names the first (in `specs`' order) that did not become ready.
+        """
+        children = [self._children.setdefault(spec.name, _Child(spec)) for spec in specs]
+        ready: dict[str, bool] = {}
+
+        async def launch(child: _Child) -> None:
+            ready[child.spec.name] = await self._launch(child)
+
+        async with anyio.create_task_group() as starting:
+            for child in children:
+                starting.start_soon(launch, child)
+        for child in children:
+            if not ready[child.spec.name]:
+                raise ServerError(f"process {child.spec.name} did not become ready{self._see_log(child.spec.name)}")
+        for child in children:
+            tg.start_soon(self._watch, child)
 
     async def _launch(self, child: _Child) -> bool:
         """Start the child's process; True once it announced it is ready, False if it died or timed out first."""
