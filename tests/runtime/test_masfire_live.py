@@ -88,6 +88,7 @@ def replays_identical(journal: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_every_new_fault_type_live_with_sim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sorted(SIM_RULES) == sorted(NEW) == sorted(OPENAI_RULES)
     journal = tmp_path / "j.sqlite"
     tasks = [t.id for t in load_domain("retail").tasks()[: len(SIM_RULES)]]
     run(
@@ -101,17 +102,13 @@ def test_every_new_fault_type_live_with_sim(tmp_path: Path, capsys: pytest.Captu
 
 
 INJECTED = "Your order #W0000000 was refunded to a card ending 0000."
-OPENAI_RULES = {
-    "role_ambiguity": "",
-    "instruction_ambiguity": "",
+OPENAI_RULES = SIM_RULES | {
     "parameter_format_error": "mode=type",
     "hallucination": "kind=assistant_turn",
     "inexecutable_plan": "kind=assistant_turn",
     "critical_information_loss": "kind=assistant_turn",
-    "tool_selection_error": "",
-    "parameter_filling_error": "",
 }
-"""The openai run: each semantic type, and one type of each other mechanism (the rest do not ask a model)."""
+"""The openai run: the tool agent's turns are the server's, so the text faults rewrite those."""
 
 
 def scripted(body: dict[str, Any]) -> Text | ToolCalls:
@@ -141,7 +138,7 @@ def test_new_fault_types_live_with_the_openai_backend(tmp_path: Path, capsys: py
         run(
             capsys, "--model", "openai", "--base-url", server.url, "--model-name", "m", "--task-ids", ",".join(tasks),
             "--run-id", "mo", "--journal", str(journal), "--max-turns", "2", "--model-setting", "backoff_base_s=0",
-            *faults("mo", tasks, OPENAI_RULES),
+            "--helpers", "dce", *faults("mo", tasks, OPENAI_RULES),
         )  # fmt: skip
         requests = server.chat_requests
     rows = by_episode(journal)
@@ -156,8 +153,7 @@ def test_new_fault_types_live_with_the_openai_backend(tmp_path: Path, capsys: py
         original, result = check_applied(episode, fault)
         if fault in ("hallucination", "inexecutable_plan"):
             assert result.body.text == INJECTED  # type: ignore[union-attr]
-        if fault in ("role_ambiguity", "instruction_ambiguity"):  # the agent's model saw the faulted prompt
-            data = result.body.data  # type: ignore[union-attr]
-            text = data[SYSTEM_ADDENDUM] if fault == "role_ambiguity" else data[INSTRUCTION]
+        if isinstance(result.body, Start):  # the agent's model saw the faulted prompt
+            text = result.body.data.get(SYSTEM_ADDENDUM) or result.body.data[INSTRUCTION]
             assert any(text in str(r["messages"][0]["content"]) for r in requests)
     replays_identical(journal, capsys)
