@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from faultline._errors import FaultRuleError
 from faultline.agents import EpisodeSpec
 from faultline.core import (
     AssistantTurn,
@@ -31,7 +32,9 @@ from faultline.faults import (
     TEMPLATES,
     FaultInterceptor,
     FaultRule,
+    FaultType,
     fault_types,
+    register_fault,
 )
 from faultline.runtime.models import SimBackend
 from tests.faults.test_faults import Plan, call, env, rules, through
@@ -202,3 +205,15 @@ async def test_an_injector_that_fails_leaves_the_message_whole(answer: str, reas
 async def test_a_semantic_fault_without_an_injector_is_skipped() -> None:
     out, [event] = await through(FaultInterceptor(rules(FaultRule(id="s", fault="hallucination"))), env(1))
     assert out == [env(1)] and isinstance(event.body, FaultSkipped) and "no fault-injector" in event.body.reason
+
+
+def test_a_fault_type_must_name_its_mechanism() -> None:
+    class Unplaced(FaultType):
+        name = "unplaced"
+
+        def apply(self, env: Envelope, params: Any, site: Any) -> list[Envelope] | None:
+            return None
+
+    with pytest.raises(FaultRuleError, match="mechanism '' is not one of"):
+        register_fault(Unplaced)
+    assert "unplaced" not in fault_types()
