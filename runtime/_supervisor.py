@@ -31,7 +31,7 @@ from faultline._errors import BusError, FaultlineError, ServerError
 from faultline.bus import JOURNAL, OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles
 from faultline.runtime._episodes import JournalState
 
-READY_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 RESTART_BACKOFF_S = 0.5
 RESTART_BACKOFF_MAX_S = 10.0
