@@ -7,7 +7,9 @@ batch awaited until the stream confirmed it, as a worker does. The publisher
 connects as a worker identity, so the server checks every publish against its
 permission list. Every repetition runs the three configurations in turn, so they
 see the same machine; rates are medians, costs are medians of per-repetition
-ratios to the open server. Not a test.
+ratios to the open server. Beside the rates, the CPU time the publisher and the
+nats-server spent per message (from /proc/<pid>/stat): where the cost of a check
+falls, and a measure a busy machine moves much less than a rate. Not a test.
 
     python bench/bus_security.py --json bus_security.json
 """
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from faultline.bench.bus_throughput import cpu_seconds
 from faultline.bus import (
     OPERATOR,
     Access,
@@ -54,22 +59,33 @@ def envelopes(run: str, count: int) -> list[Envelope]:
 
 
 @contextmanager
-def server(folder: Path, configuration: str) -> Iterator[tuple[str, Login, Login]]:
+def server(folder: Path, configuration: str) -> Iterator[tuple[EmbeddedServer, Login, Login]]:
     """A nats-server in `configuration`, and how the publisher and the operator log in to it."""
     if configuration == "open":
         with EmbeddedServer(store_dir=folder / "nats") as open_server:
-            yield open_server.url, Login(), Login()
+            yield open_server, Login(), Login()
         return
     subjects = Subjects()
     access = Access(folder / "credentials", (operator_identity(), agent_identity(subjects, WORKER, AGENTS))).prepare()
     tls = make_certificates(folder / "tls") if configuration == "auth+tls" else None
     with EmbeddedServer(store_dir=folder / "nats", config_file=access.server_config, tls=tls) as secured:
         ca = tls.ca if tls else None
-        yield secured.url, Login(access.credential(WORKER), ca), Login(access.credential(OPERATOR), ca)
+        yield secured, Login(access.credential(WORKER), ca), Login(access.credential(OPERATOR), ca)
 
 
-async def rate(url: str, login: Login, operator: Login, count: int, batch: int, run: str) -> float:
-    """Messages per second through `Bus.publish_all`, every batch confirmed."""
+@dataclass
+class Sample:
+    rate: float
+    """Messages per second."""
+    cpu_us: dict[str, float]
+    """CPU microseconds per message of the publisher and of nats-server."""
+
+
+async def rate(nats: EmbeddedServer, login: Login, operator: Login, count: int, batch: int, run: str) -> Sample:
+    """Messages per second through `Bus.publish_all`, every batch confirmed, and the CPU time they took."""
+    url = nats.url
+    assert nats.pid is not None
+    pids = {"publisher": os.getpid(), "nats-server": nats.pid}
     setup = await Bus.connect(url, login=operator)
     await setup.ensure_stream()
     await setup.close()
@@ -77,20 +93,27 @@ async def rate(url: str, login: Login, operator: Login, count: int, batch: int, 
     try:
         messages = envelopes(run, count)
         await bus.publish_all(messages[:batch])  # warm: connection, stream, code paths
+        cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
         started = time.perf_counter()
         for i in range(batch, count, batch):
             await bus.publish_all(messages[i : i + batch])
-        return (count - batch) / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        sent = count - batch
+        return Sample(sent / elapsed, {name: (cpu_seconds(pid) - cpu[name]) / sent * 1e6 for name, pid in pids.items()})
     finally:
         await bus.close()
 
 
 async def measure(count: int, batch: int, reps: int) -> dict[str, Any]:
-    rates: dict[str, list[float]] = {c: [] for c in CONFIGURATIONS}
+    samples: dict[str, list[Sample]] = {c: [] for c in CONFIGURATIONS}
     for rep in range(reps):
         for configuration in CONFIGURATIONS:
-            with tempfile.TemporaryDirectory() as folder, server(Path(folder), configuration) as (url, login, operator):
-                rates[configuration].append(await rate(url, login, operator, count, batch, f"r{rep}"))
+            with (
+                tempfile.TemporaryDirectory() as folder,
+                server(Path(folder), configuration) as (nats, login, operator),
+            ):
+                samples[configuration].append(await rate(nats, login, operator, count, batch, f"r{rep}"))
+    rates = {c: [sample.rate for sample in samples[c]] for c in CONFIGURATIONS}
     costs = {
         c: statistics.median(1 - mine / base for mine, base in zip(rates[c], rates["open"], strict=True))
         for c in CONFIGURATIONS[1:]
@@ -102,6 +125,10 @@ async def measure(count: int, batch: int, reps: int) -> dict[str, Any]:
         "rate": {c: statistics.median(values) for c, values in rates.items()},
         "rates": rates,
         "cost": costs,
+        "cpu_us_per_msg": {
+            c: {name: statistics.median(sample.cpu_us[name] for sample in samples[c]) for name in samples[c][0].cpu_us}
+            for c in CONFIGURATIONS
+        },
     }
 
 
@@ -116,12 +143,19 @@ def main() -> None:
     table = Table(
         title=f"bus publish throughput, {args.messages} messages in batches of {args.batch}, {args.reps} reps"
     )
-    for column in ("server", "msg/s (median)", "cost vs open"):
+    for column in ("server", "msg/s (median)", "cost vs open", "publisher CPU µs/msg", "nats-server CPU µs/msg"):
         table.add_column(column, justify="right")
     for configuration in CONFIGURATIONS:
         cost = result["cost"].get(configuration)
         shown = "-" if cost is None else f"{cost * 100:+.1f}%"
-        table.add_row(configuration, f"{result['rate'][configuration]:,.0f}", shown)
+        cpu = result["cpu_us_per_msg"][configuration]
+        table.add_row(
+            configuration,
+            f"{result['rate'][configuration]:,.0f}",
+            shown,
+            f"{cpu['publisher']:.1f}",
+            f"{cpu['nats-server']:.1f}",
+        )
     Console().print(table)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
