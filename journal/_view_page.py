@@ -2,7 +2,8 @@
 
 Placeholders: __TITLE__, __META__ (settings), __INDEX__ (the episode list), __CHUNKS__
 (one <script type="text/plain"> per episode, gzip + base64, inflated on demand with the
-browser's own DecompressionStream).
+browser's own DecompressionStream). The chunks come last, after the script, so the
+episode list is drawn before the browser has read them all.
 """
 
 PAGE = r"""<!doctype html>
@@ -101,7 +102,6 @@ runtime, so their outcomes say nothing about any model.</div>
 <aside id="detail"></aside>
 <script type="application/json" id="meta">__META__</script>
 <script type="application/json" id="index">__INDEX__</script>
-__CHUNKS__
 <script>
 "use strict";
 const META = JSON.parse(document.getElementById("meta").textContent);
@@ -123,8 +123,11 @@ function el(tag, attrs, ...children) {
 }
 const pretty = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
 
+const parsed = document.readyState === "loading"
+  ? new Promise((done) => document.addEventListener("DOMContentLoaded", done, { once: true })) : Promise.resolve();
 async function load(entry) {
   if (!cache.has(entry.id)) {
+    await parsed;  // the chunks follow this script, so the list shows before they are all read
     const text = document.getElementById("c" + entry.chunk).textContent;
     const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
@@ -304,6 +307,7 @@ performance.mark("faultline-list");
 const wanted = decodeURIComponent(location.hash.slice(1)) || META.open;
 if (wanted) show(wanted);
 </script>
+__CHUNKS__
 </body>
 </html>
 """
