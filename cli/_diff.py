@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import msgspec
 from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
+from faultline.cli import _jsonl
 from faultline.journal import DESCRIBE_WIDTH, EpisodeDiff, JournalReader, JournalRow, diff_episodes, forked_from
 from faultline.replay import forks_path
 
@@ -58,10 +58,8 @@ def _diff(args: argparse.Namespace) -> int:
     b_rows = _rows(b_journal, b_episode)
     result = diff_episodes(f"{a_journal}:{a_episode}", a_rows, f"{b_journal}:{b_episode}", b_rows, width=width)
     if args.json:
-        for step in result.steps:
-            print(msgspec.json.encode({"type": "step", **msgspec.structs.asdict(step)}).decode())
+        _jsonl.rows("step", result.steps)
         summary = {
-            "type": "summary",
             "a": result.a,
             "b": result.b,
             "identical": result.identical,
@@ -69,7 +67,7 @@ def _diff(args: argparse.Namespace) -> int:
             "a_outcome": result.a_outcome,
             "b_outcome": result.b_outcome,
         }
-        print(msgspec.json.encode(summary).decode())
+        _jsonl.summary(summary)
     else:
         _print(result, show_all=args.all)
     return 0 if result.identical else 1

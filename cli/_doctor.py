@@ -17,6 +17,7 @@ import msgspec
 
 from faultline._errors import ModelError, UsageError
 from faultline.agents import parse_tool_text, tools_prompt
+from faultline.cli import _jsonl
 from faultline.cli._run import add_model_flags, effective_config
 from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall
 from faultline.runtime import ModelConfig
@@ -98,7 +99,8 @@ def _doctor(args: argparse.Namespace) -> int:
                          f" {settings.backend}: add --model openai")  # fmt: skip
     report = anyio.run(examine, settings, role, config.runtime.handler_timeout_s)
     if args.json:
-        print(msgspec.json.encode(report).decode())
+        _jsonl.rows("probe", report.probes)
+        _jsonl.summary({k: v for k, v in msgspec.to_builtins(report).items() if k != "probes"})
     else:
         print("\n".join(render(report)))
     if report.advice is None:

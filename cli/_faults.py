@@ -22,6 +22,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.bus import Bus, publish_controls, read_rules
+from faultline.cli import _jsonl
 from faultline.cli._system import STATE_FILE, _common, _config, _url, login
 from faultline.core import Envelope
 from faultline.faults import FaultRule, RuleSet, add_rule_control, clear_rules_control, fault_types, remove_rule_control
@@ -140,7 +141,8 @@ def _inject(args: argparse.Namespace) -> int:
 
     result = _connect(args, body)
     if args.json:
-        print(json.dumps({"rule": msgspec.to_builtins(rule), **result}))
+        _jsonl.row("rule", rule)
+        _jsonl.summary(result)
     else:
         print(f"rule {rule.id}: {_describe(rule)}; {_confirmation(result)}")
     return 0
@@ -177,7 +179,8 @@ def _list(args: argparse.Namespace) -> int:
         for rule in rules.rules
     ]
     if args.json:
-        print(json.dumps(rows))
+        _jsonl.rows("rule", rows)
+        _jsonl.summary({"rules": len(rows), "applied": sum(r["applied"] for r in rows)})
         return 0
     table = Table(title=f"{len(rows)} fault rule(s)")
     for column in ("id", "fault", "match", "params", "p", "applied", "budget", "expires"):

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
+from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import add_model_flags, effective_config
 from faultline.core import EpisodeCompleted, MessageBody
@@ -163,7 +164,8 @@ def _fork(args: argparse.Namespace) -> int:
         )
     )
     if args.json:
-        print(msgspec.json.encode(result).decode())
+        _jsonl.row("fork", result)
+        _jsonl.summary({"forks": 1, "run": 0 if result.existing else 1, "journal": result.journal})
         return 0
     console = Console()
     console.print(_fork_table(result))

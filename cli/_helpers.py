@@ -17,6 +17,7 @@ from rich.table import Table
 
 from faultline._errors import ConfigError, NoResponderError, ReplyTimeoutError, UsageError
 from faultline.bus import Bus
+from faultline.cli import _jsonl
 from faultline.cli._faults import _connect
 from faultline.cli._system import _common, _config
 from faultline.core import parse_roster
@@ -75,7 +76,7 @@ def _publish(args: argparse.Namespace, control: Any, what: str) -> int:
 
     taken, seconds = _connect(args, body)
     if args.json:
-        print(json.dumps({"control": control.id, "taken": taken, "seconds": seconds}))
+        _jsonl.summary({"control": control.id, "taken": taken, "seconds": seconds})
     elif taken is None:
         print(f"{what}; no running `faultline up` answered within {timeout_s:g}s: episodes started from now take it")
     else:
@@ -95,7 +96,10 @@ def _list(args: argparse.Namespace) -> int:
 
     domains, served = _connect(args, body)
     if args.json:
-        print(json.dumps({"rosters": domains, "served": served}))
+        for domain, models in sorted(domains.items()):
+            for model, roster in sorted(models.items()):
+                _jsonl.row("roster", {"domain": domain, "model": model, "helpers": roster})
+        _jsonl.summary({"rosters": domains, "served": served})
         return 0
     table = Table(title=f"helper rosters ({sum(len(m) for m in domains.values())})")
     for column in ("domain", "model", "helpers"):

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from faultline._errors import DecodeError, JournalError
+from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_journal_health, add_journal_serve, otel_headers
@@ -125,7 +126,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "(base64) that rebuild the row exactly.",
     )
     p.add_argument("file", type=Path)
-    p.add_argument("--json", action="store_true", help="JSON lines (the default and only format)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='each row with "type": "row", then a summary line, as every --json (journal import reads both)',
+    )
     p.add_argument(
         "--raw",
         action=argparse.BooleanOptionalAction,
@@ -287,11 +292,14 @@ def _show(args: argparse.Namespace) -> int:
         rows = list(reader.episode_rows(args.episode))
         if not rows:
             raise JournalError(f"{args.file}: no rows for episode {args.episode!r}")
+        summary = reader.episode(args.episode)
         if args.json:
             for row in rows:
-                print(export_row(row))
+                _jsonl.row("row", msgspec.json.decode(export_row(row)))
+            _jsonl.summary(
+                {"episode": args.episode, "rows": len(rows), "outcome": summary.outcome if summary else None}
+            )
             return 0
-        summary = reader.episode(args.episode)
     console = _console()
     console.print(_episode_header(summary, args.episode, rows))
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold dim")
@@ -320,10 +328,10 @@ def _show(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     chosen = filtered_episodes(args.file, args, args.episode)
     if args.output is None:
-        export_jsonl(args.file, sys.stdout, raw=args.raw, episodes=chosen)
+        export_jsonl(args.file, sys.stdout, raw=args.raw, episodes=chosen, typed=args.json)
         return 0
     with args.output.open("w", encoding="utf-8") as out:
-        count = export_jsonl(args.file, out, raw=args.raw, episodes=chosen)
+        count = export_jsonl(args.file, out, raw=args.raw, episodes=chosen, typed=args.json)
     print(f"exported {count} rows to {args.output}")
     return 0
 
@@ -347,8 +355,11 @@ def _episodes(args: argparse.Namespace) -> int:
     with JournalReader(args.file) as reader:
         episodes = reader.episodes() if wanted is None else reader.select(wanted)
     if args.json:
+        _jsonl.rows("episode", (_episode_json(episode) for episode in episodes))
+        outcomes: dict[str, int] = {}
         for episode in episodes:
-            print(msgspec.json.encode(_episode_json(episode)).decode())
+            outcomes[episode.outcome or "incomplete"] = outcomes.get(episode.outcome or "incomplete", 0) + 1
+        _jsonl.summary({"episodes": len(episodes), "outcomes": outcomes})
         return 0
     table = Table(header_style="bold")
     for name, justify in [

@@ -27,6 +27,7 @@ from faultline.agents.memory import (
     retrieval_mode,
     serve_memory,
 )
+from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._system import _common, _prefix, _url, login
 from faultline.journal import JournalReader
@@ -100,7 +101,7 @@ def _rebuild(args: argparse.Namespace) -> int:
 
     report, total = anyio.run(run)
     if args.json:
-        print(msgspec.json.encode(msgspec.to_builtins(report) | {"entries": total}).decode())
+        _jsonl.summary(msgspec.to_builtins(report) | {"entries": total})
         return 0
     print(
         f"{report.store}: {report.added} entries added from {report.completed} completed episodes of {report.journal}"
@@ -123,7 +124,8 @@ def _stats(args: argparse.Namespace) -> int:
 
     data = anyio.run(run)
     if args.json:
-        print(msgspec.json.encode(data).decode())
+        _jsonl.rows("domain", data.pop("domains"))
+        _jsonl.summary(data)
         return 0
     console = _console()
     console.print(
@@ -196,7 +198,9 @@ def _search(args: argparse.Namespace) -> int:
 
     found, hidden = anyio.run(run)
     if args.json:
-        print(msgspec.json.encode(msgspec.to_builtins(found) | {"hidden_tools": hidden}).decode())
+        data = msgspec.to_builtins(found) | {"hidden_tools": hidden}
+        _jsonl.rows("entry", data.pop("entries"))
+        _jsonl.summary(data)
         return 0
     console = _console()
     candidates = f" of {found.candidates} candidates" if found.candidates else ""

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from faultline._errors import JournalError
+from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_plugin_flag, check_domains, with_plugin_path
@@ -57,14 +58,17 @@ def _replay(args: argparse.Namespace) -> int:
         args.journal, chosen
     )
     if args.json:
-        print(msgspec.json.encode(_as_data(report)).decode())
+        _jsonl.rows("divergence", report.divergences)
+        _jsonl.summary(_as_data(report))
     else:
         _print(report)
     return 0 if report.identical else 1
 
 
 def _as_data(report: ReplayReport) -> dict[str, object]:
+    """The report's fields but its divergences, which are rows of their own."""
     data = msgspec.to_builtins(report)
+    del data["divergences"]
     data["identical"] = report.identical
     return data  # type: ignore[no-any-return]
 

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from faultline._errors import ConfigError, JournalError, RunError, UsageError
 from faultline.bus import OPERATOR, Access, Bus, Login
+from faultline.cli import _jsonl
 from faultline.cli._run_plan import (
     RunPlan,
     RunResult,
@@ -417,7 +418,7 @@ def _run(args: argparse.Namespace) -> int:
     outcome = execute_run(args)
     summary, request, problem, journal = outcome.summary, outcome.request, outcome.problem, outcome.journal
     if args.json:
-        print(msgspec.json.encode(summary).decode())
+        _jsonl.summary(summary)
     else:
         Console().print(_table(summary, args.domain, outcome.run_id))
         if summary.costs:

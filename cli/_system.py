@@ -20,6 +20,7 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential, make_certificates
+from faultline.cli import _jsonl
 from faultline.core import HELPERS, helper_agent
 from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
@@ -531,7 +532,8 @@ def _status(args: argparse.Namespace) -> int:
     url = _url(args, config, state=True)
     replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, login(args, config, url))
     if args.json:
-        print(json.dumps(replies))
+        _jsonl.rows("worker", replies)
+        _jsonl.summary({"workers": len(replies), "url": url})
         return 0
     table = Table(title=f"{len(replies)} worker(s)")
     for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight", "model calls"):

@@ -6,9 +6,8 @@ import argparse
 import webbrowser
 from pathlib import Path
 
-import msgspec
-
 from faultline._errors import JournalError, UsageError
+from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.journal import JournalReader, write_view
 from faultline.replay import forks_path
@@ -59,7 +58,7 @@ def _view(args: argparse.Namespace) -> int:
         open_episode=chosen[0] if args.episode and chosen else "",
     )
     if args.json:
-        print(msgspec.json.encode({"type": "summary", **msgspec.structs.asdict(stats)}).decode())
+        _jsonl.summary(stats)
     else:
         print(stats.path)
     if args.open:

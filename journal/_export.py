@@ -63,6 +63,8 @@ class ExportedRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ExportedRow)
+_TYPED = '{"type":"row",'
+_SUMMARY = '{"type":"summary"'
 
 
 def export_row(row: JournalRow, *, raw: bool = False) -> str:
@@ -82,13 +84,15 @@ def export_jsonl(
     raw: bool = True,
     settings: JournalSettings | None = None,
     episodes: Sequence[str] | None = None,
+    typed: bool = False,
 ) -> int:
     """Write every row of the journal at `path` to `out` as JSON lines; return the row count.
 
     `raw=False` leaves out the stored body bytes: shorter lines, but the export
     imports back only if every body survives JSON unchanged. `episodes` writes only
     their rows, episode by episode: rows to read, which do not import back (the chain
-    runs through every row).
+    runs through every row). `typed` writes the shape of every command's `--json`:
+    each row with `"type": "row"`, then a summary line; `import_jsonl` reads both.
     """
     count = 0
     with JournalReader(path, settings) as reader:
@@ -97,9 +101,12 @@ def export_jsonl(
         else:
             rows = (row for _, chosen in reader.by_episode(episodes) for row in chosen)
         for row in rows:
-            out.write(export_row(row, raw=raw))
+            line = export_row(row, raw=raw)
+            out.write(_TYPED + line[1:] if typed else line)
             out.write("\n")
             count += 1
+        if typed:
+            out.write(_encoder.encode({"type": "summary", "rows": count, "journal": str(path)}).decode() + "\n")
     return count
 
 
@@ -145,7 +152,7 @@ def _remove(path: Path) -> None:
 def _batches(lines: Iterable[str | bytes], size: int) -> Iterator[list[tuple[int, ExportedRow]]]:
     batch: list[tuple[int, ExportedRow]] = []
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
+        if not line.strip() or _is_summary(line):
             continue
         try:
             batch.append((number, _decoder.decode(line)))
@@ -156,6 +163,13 @@ def _batches(lines: Iterable[str | bytes], size: int) -> Iterator[list[tuple[int
             batch = []
     if batch:
         yield batch
+
+
+def _is_summary(line: str | bytes) -> bool:
+    """The last line of a typed export (`typed=True`), which holds no row."""
+    if isinstance(line, bytes):
+        return line.startswith(_SUMMARY.encode())
+    return line.startswith(_SUMMARY)
 
 
 def _incoming(number: int, row: ExportedRow) -> Incoming:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,7 @@ import pytest
 
 from faultline.cli import main
 from faultline.journal import Journal, JournalReader
+from tests import jsonl
 
 from .conftest import episode_envelopes, incoming
 
@@ -122,8 +122,10 @@ def test_show_renders_an_episode_timeline(journal_file: Path, capsys: Capsys) ->
 
 def test_show_json_prints_the_episode_rows(journal_file: Path, capsys: Capsys) -> None:
     code, out, _ = run(capsys, "show", str(journal_file), "-e", "ep-a", "--json")
-    rows = [json.loads(line) for line in out.splitlines()]
+    rows, summary = jsonl.read(out)
     assert code == 0 and [row["pos"] for row in rows] == list(range(1, 10))
+    assert {row["type"] for row in rows} == {"row"}
+    assert summary == {"type": "summary", "episode": "ep-a", "rows": 9, "outcome": "success"}
     assert rows[3]["body"] == {
         "kind": "tool_call",
         "call_id": "c1",
@@ -144,17 +146,21 @@ def test_show_requires_an_episode(journal_file: Path, capsys: Capsys) -> None:
 
 
 def test_export_to_stdout_and_to_a_file_then_import(journal_file: Path, tmp_path: Path, capsys: Capsys) -> None:
-    code, out, _ = run(capsys, "export", str(journal_file), "--json")
+    code, out, _ = run(capsys, "export", str(journal_file))
     assert code == 0 and len(out.splitlines()) == 18
     target = tmp_path / "out.jsonl"
     code, said, _ = run(capsys, "export", str(journal_file), "-o", str(target))
     assert code == 0 and said == f"exported 18 rows to {target}\n"
     assert target.read_text() == out
-    copy = tmp_path / "copy.db"
-    code, said, _ = run(capsys, "import", str(target), str(copy))
-    assert code == 0 and said.startswith(f"imported 18 rows into {copy}")
-    with JournalReader(copy) as a, JournalReader(journal_file) as b:
-        assert list(a.rows()) == list(b.rows())
+    typed = tmp_path / "typed.jsonl"
+    code, _, _ = run(capsys, "export", str(journal_file), "--json", "-o", str(typed))
+    rows, summary = jsonl.read(typed.read_text())
+    assert [row["pos"] for row in rows] == list(range(1, 19)) and summary["rows"] == 18
+    for source, copy in ((target, tmp_path / "copy.db"), (typed, tmp_path / "typed.db")):
+        code, said, _ = run(capsys, "import", str(source), str(copy))
+        assert code == 0 and said.startswith(f"imported 18 rows into {copy}")
+        with JournalReader(copy) as a, JournalReader(journal_file) as b:
+            assert list(a.rows()) == list(b.rows())
 
 
 def test_import_of_a_missing_file_is_one_line(tmp_path: Path, capsys: Capsys) -> None:
@@ -170,7 +176,8 @@ def test_episodes_table_and_json(journal_file: Path, capsys: Capsys) -> None:
     assert "success" in lines[0] and "retail/t7" in lines[0] and "failure" in lines[1]
     assert "2 episodes" in out
     code, out, _ = run(capsys, "episodes", str(journal_file), "--json")
-    episodes = [json.loads(line) for line in out.splitlines()]
+    episodes, summary = jsonl.read(out)
+    assert summary == {"type": "summary", "episodes": 2, "outcomes": {"success": 1, "failure": 1}}
     assert [(e["episode"], e["outcome"], e["reward"], e["turns"], e["messages"]) for e in episodes] == [
         ("ep-a", "success", 1.0, 2, 9),
         ("ep-b", "failure", 0.0, 2, 9),

@@ -9,6 +9,7 @@ import pytest
 
 from faultline.cli import main
 from faultline.journal import EpisodeFilter, JournalReader
+from tests import jsonl
 
 from .conftest import episode_envelopes
 from .test_diff import journal_of
@@ -49,7 +50,8 @@ def test_a_filter_selects_exactly_its_episodes(three: Path, wanted: EpisodeFilte
 
 def test_the_flags_reach_the_journal_episodes_command(three: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["journal", "episodes", str(three), "--json", "--status", "failed", "--fault", "message_storm"]) == 0
-    assert [json.loads(line)["episode"] for line in capsys.readouterr().out.splitlines()] == ["ep-b"]
+    episodes, _ = jsonl.read(capsys.readouterr().out)
+    assert [e["episode"] for e in episodes] == ["ep-b"]
 
 
 def test_no_match_and_a_bad_time_are_one_line(three: Path, capsys: pytest.CaptureFixture[str]) -> None:

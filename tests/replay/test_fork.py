@@ -15,13 +15,16 @@ from faultline.core import Envelope, LlmRequest, LlmResponse
 from faultline.journal import JournalReader, JournalRow
 from faultline.replay import Keep, Replayer, decisions, fork_episode, forks_path
 from faultline.runtime import Config, agent_lookup, make_backend
+from tests import jsonl
 
 
 def fork(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]
     code = main(["fork", *args, "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    return json.loads(out)  # type: ignore[no-any-return]
+    [result], summary = jsonl.read(out)
+    assert result["type"] == "fork" and summary["forks"] == 1
+    return result
 
 
 def one_wrong_call(journal: Path) -> tuple[str, int, dict]:  # type: ignore[type-arg]

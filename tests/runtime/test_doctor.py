@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from faultline.cli import main
+from tests import jsonl
 from tests.openai_server import Call, Endless, OpenAIServer, Status, Text, ToolCalls
 
 EMAIL = "anna.berg@example.com"
@@ -54,8 +54,9 @@ def test_a_slow_talkative_model_gets_one_episode_at_a_time_and_long_timeouts(
     openai_server.reply(Endless(0.1), Endless(0.1))
     code, out, err = doctor(capsys, openai_server, "--json", "--model-setting", "max_tokens=8")
     assert code == 0, err
-    report = json.loads(out)
-    for probe in report["probes"]:
+    probes, report = jsonl.read(out)
+    assert [p["type"] for p in probes] == ["probe", "probe"]
+    for probe in probes:
         assert probe["finish_reason"] == "length" and probe["completion_tokens"] == 8
         assert 0.8 <= probe["latency_s"] < 3.0
         assert 2.0 < probe["tokens_per_s"] <= 10.0

@@ -29,6 +29,7 @@ from faultline.faults._defenses import Dedup
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay import Replayer
 from faultline.runtime import Config, ProcessSpec, Supervisor, agent_lookup, start_episode
+from tests import jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -254,12 +255,12 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_within_200_ms(
         )
         assert "taken in by 1/1 worker(s)" in said
         await more_pongs(100)
-        [listed] = json.loads(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))
+        [listed], _ = jsonl.read(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))
         assert (listed["id"], listed["fault"], listed["sender"]) == ("amp", "broadcast", "ponger")
         assert listed["applied"] > 0
         assert "removed" in await anyio.to_thread.run_sync(cli, "faults", "clear", "amp")
         await more_pongs(100)
-        assert json.loads(await anyio.to_thread.run_sync(cli, "faults", "list", "--json")) == []
+        assert jsonl.read(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))[0] == []
         await wait_for_journal(bus)
 
     with JournalReader(journal) as reader:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -17,6 +16,7 @@ from faultline.core import RUNNER, ContextRequest, Envelope, EpisodeCompleted, E
 from faultline.envs import load_domain
 from faultline.journal import JournalReader
 from faultline.runtime import Completions, start_episode
+from tests import jsonl
 from tests.runtime.live import EPISODE_TIMEOUT_S, journal_everything, live_system, retail
 from tests.runtime.test_processes import faultline, finish, wait_until_up
 from tests.runtime.test_supervisor import supervisor_log
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 async def helpers(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]
     """`faultline helpers ARGS --json`, in a thread: the command runs an event loop of its own."""
     assert await anyio.to_thread.run_sync(main, ["helpers", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+    _, summary = jsonl.read(capsys.readouterr().out)
+    return summary
 
 
 async def run_on(cwd: Path, url: str, run_id: str) -> None:
@@ -71,7 +72,7 @@ async def test_a_roster_change_reaches_new_episodes_only_and_helpers_follow_it(
 
         assert (await helpers(capsys, "clear"))["taken"]["served"] == []
         listed = await helpers(capsys, "list")
-        assert listed == {"rosters": {}, "served": []}
+        assert listed == {"type": "summary", "rosters": {}, "served": []}
     finally:
         process.terminate()
         err = await finish(process)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import anyio
@@ -14,6 +13,7 @@ from faultline.bus import EmbeddedServer
 from faultline.cli import main
 from faultline.journal import JournalReader
 from faultline.runtime import ProcessSpec, Supervisor
+from tests import jsonl
 from tests.agents.memory.episodes import sample_episodes, write_journal
 
 
@@ -47,7 +47,7 @@ def test_rebuild_reports_what_it_added(tmp_path: Path, capsys: pytest.CaptureFix
     assert "7 entries added from 8 completed episodes" in out
     assert "1 without an entry" in out and "4 written offline" in out
     code, out, _ = run(capsys, "memory", "rebuild", str(journal), "--out", "m.sqlite", "--json")
-    report = json.loads(out)
+    _, report = jsonl.read(out)
     assert (report["added"], report["present"], report["entries"]) == (0, 7, 7)
 
 
@@ -66,11 +66,11 @@ def test_stats_as_a_table_and_as_json(filled: Path, capsys: pytest.CaptureFixtur
     assert f"memory {filled}: 7 entries, embedder hashing-v1 (dim 384)" in out
     assert "retail" in out and "phone" in out and "flat" in out
     code, out, _ = run(capsys, "memory", "stats", "--store", str(filled), "--json")
-    data = json.loads(out)
+    domains, data = jsonl.read(out)
     assert data["entries"] == 7
-    assert data["domains"] == [
-        {"domain": "phone", "entries": 2, "successes": 1, "failures": 1, "index": "flat"},
-        {"domain": "retail", "entries": 5, "successes": 2, "failures": 3, "index": "flat"},
+    assert domains == [
+        {"type": "domain", "domain": "phone", "entries": 2, "successes": 1, "failures": 1, "index": "flat"},
+        {"type": "domain", "domain": "retail", "entries": 5, "successes": 2, "failures": 3, "index": "flat"},
     ]
 
 
@@ -82,12 +82,12 @@ def test_search_shows_the_entries_the_agent_would_get(filled: Path, capsys: pyte
     assert "2 entries for 'cancel my order' (top_k)" in out
     assert "retail/ep-1" in out and "cancel_pending_order" in out
     code, out, _ = run(capsys, "memory", "search", "cancel my order", "--k", "3", "--store", str(filled), "--json")
-    found = json.loads(out)
+    entries, found = jsonl.read(out)
     assert found["mode"] == {"type": "top_k", "k": 3}
-    assert {"ep-1", "ep-4"} <= {s["entry"]["id"] for s in found["entries"]}
+    assert {"ep-1", "ep-4"} <= {s["entry"]["id"] for s in entries}
     assert found["hidden_tools"] == []
     code, out, _ = run(capsys, "memory", "search", "cancel my order", "--dynamic", "--store", str(filled), "--json")
-    found = json.loads(out)
+    _, found = jsonl.read(out)
     assert found["mode"]["type"] == "dynamic"
     assert found["reason"] == "too_few_candidates", "R = 10 needs 21 entries"
     assert found["n"] == 5
