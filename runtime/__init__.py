@@ -42,6 +42,7 @@ from faultline.runtime._faulting import (
 )
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._layout import MEMORY_IDENTITY, check_system, system_access, worker_identity
+from faultline.runtime._local_model import LOCAL_SETTINGS, MODEL_NAME, local_model_server
 from faultline.runtime._lock import hold_directories, state_dir
 from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._roster import HELPERS_CONTROL, Rosters, publish_roster, read_rosters, roster_control
@@ -50,6 +51,9 @@ from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
 __all__ = [
+    "LOCAL_SETTINGS",
+    "MODEL_NAME",
+    "local_model_server",
     "OtelStream",
     "ALL_AGENTS",
     "ALL_ROLES",

@@ -177,6 +177,9 @@ PUBLIC = {
         "read_rules",
     },
     "faultline.runtime": {
+        "LOCAL_SETTINGS",
+        "MODEL_NAME",
+        "local_model_server",
         "ALL_AGENTS",
         "ALL_ROLES",
         "HELPERS_CONTROL",

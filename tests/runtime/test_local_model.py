@@ -1,0 +1,50 @@
+"""`--model local`: a llama.cpp server started for the command and stopped after, or one readable line why not."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from faultline._errors import FaultlineError
+from faultline.cli import main
+from faultline.core import ChatMessage, LlmRequest
+from faultline.runtime import local_model_server
+from faultline.runtime.models import OpenAIBackend, OpenAISettings
+
+
+def _installed() -> str:
+    """Why the local model cannot run here ("" when it can)."""
+    from faultline.runtime._local_model import find_gguf, find_server
+
+    try:
+        find_server(), find_gguf()
+    except FaultlineError as exc:
+        return str(exc)
+    return ""
+
+
+def test_without_the_server_run_says_how_to_install_it_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("FAULTLINE_LLAMA_SERVER", raising=False)
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
+    assert main(["run", "--model", "local", "--tasks", "1", "--journal", str(tmp_path / "j.sqlite")]) != 0
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "no llama-cpp-server" in line and "make real" in line
+
+
+@pytest.mark.local
+@pytest.mark.skipif(bool(_installed()), reason=f"local model not installed: {_installed()}")
+async def test_the_local_server_answers_through_the_openai_client_and_stops(tmp_path: Path) -> None:
+    with local_model_server(log_file=tmp_path / "server.log") as url:
+        settings = OpenAISettings(base_url=url, model="local", max_tokens=8, timeout_s=300)
+        async with OpenAIBackend(settings) as backend:
+            request = LlmRequest(role="user", messages=[ChatMessage(role="user", content="Say hello.")])
+            response = await backend.complete(request)
+        assert response.content.strip()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"{url}/models", timeout=5)
