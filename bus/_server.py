@@ -12,11 +12,13 @@ import sysconfig
 import tempfile
 import threading
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from faultline._errors import ServerError
+from faultline._parent import ending_with_this_process
 from faultline.bus._tls import TLSFiles
 
 SERVER_CONFIG = "faultline-server.conf"
@@ -25,6 +27,9 @@ SERVER_CONFIG = "faultline-server.conf"
 READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 _READY_LINE = "Server is ready"
+_LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nats-launcher")
+"""Starts every nats-server: its one thread lives as long as the process, so a server started from a
+short-lived thread (anyio's pool) still ends only when this process dies (`ending_with_this_process`)."""
 
 
 def find_nats_server() -> Path:
@@ -125,13 +130,15 @@ class EmbeddedServer:
             args += ["-c", str(config_file)]
         if self.tls is not None:
             args += ["--tls", "--tlscert", str(self.tls.cert), "--tlskey", str(self.tls.key)]
-        self._process = subprocess.Popen(
+        self._process = _LAUNCHER.submit(
+            subprocess.Popen,
             [*args, *self.extra_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
-        )
+            preexec_fn=ending_with_this_process(),
+        ).result()
         ready = threading.Event()
         self._reader = threading.Thread(target=self._read_log, args=(self._process, ready), daemon=True)
         self._reader.start()

@@ -2,6 +2,8 @@
 
 import sys
 
+from faultline._parent import end_with_supervisor
 from faultline.cli import main
 
+end_with_supervisor()
 sys.exit(main())

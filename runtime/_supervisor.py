@@ -28,6 +28,7 @@ import msgspec
 from anyio.abc import Process
 
 from faultline._errors import BusError, FaultlineError, ServerError
+from faultline._parent import supervised_env
 from faultline.bus import JOURNAL, OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles
 from faultline.runtime._episodes import JournalState
 
@@ -182,9 +183,11 @@ class Supervisor:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             child.log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed in stop()
         # A session of its own: a terminal's Ctrl-C reaches this process only, which stops children in order.
+        # Started from the event loop's thread, which lives as long as this process: the child ends with it.
         child.process = await anyio.open_process(
-            self._argv(spec), stdin=None, stdout=child.log, stderr=child.log, start_new_session=True
-        )
+            self._argv(spec), stdin=None, stdout=child.log, stderr=child.log, start_new_session=True,
+            env=supervised_env(),
+        )  # fmt: skip
         process = child.process
         child.started = anyio.current_time()
         ready = self._ready[spec.name]

@@ -372,6 +372,27 @@ async def test_a_stop_signal_ends_run_cleanly_with_a_journal_that_verifies(tmp_p
     assert verify(journal).ok
 
 
+async def test_a_sigkilled_run_leaves_no_process_behind_and_a_journal_that_verifies(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite"
+    process = faultline("run", "--tasks", "1000", "--trials", "50", "--journal", str(journal), cwd=tmp_path)
+    try:
+        with anyio.fail_after(60):
+            while completed_in(journal) < 3:
+                assert process.poll() is None, "faultline run exited"
+                await anyio.sleep(0.1)
+        kids = children(process.pid)
+        process.kill()
+    finally:
+        await finish(process)
+    commands = " | ".join(kids.values())
+    assert "nats-server" in commands and " journal serve " in commands and " worker " in commands
+    with anyio.fail_after(60):  # each stops as on SIGTERM: workers drain, the journal writes what it holds
+        while [pid for pid in kids if alive(pid)]:
+            await anyio.sleep(0.1)
+    assert completed_in(journal) >= 3
+    assert verify(journal).ok
+
+
 async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from faultline.cli import main
     from faultline.cli._system import gather_status
