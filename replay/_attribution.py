@@ -84,7 +84,6 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     position: int
     action: dict[str, Any]
     model_call: int | None = None
-    request_digest: str = ""
 
 
 class ForkOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -204,7 +203,7 @@ def steps(rows: list[JournalRow], lookup: AgentLookup) -> list[Step]:
             if step is None:
                 step = Step(index=0, agent=row.sender, input_pos=source.pos, input_id=source.id,
                             position=row.pos, action={"name": "(nothing)"})  # fmt: skip
-            found[key] = msgspec.structs.replace(step, model_call=rec.index, request_digest=rec.request_digest)
+            found[key] = msgspec.structs.replace(step, model_call=rec.index)
         elif row.recipient or row.topic:
             if step is None:
                 found[key] = Step(index=0, agent=row.sender, input_pos=source.pos, input_id=source.id,
@@ -543,10 +542,7 @@ async def _oracle_repair(
     probes: list[Probe] = []
     rescued: list[tuple[Step, dict[str, Any], Probe]] = []
     for step, gold in candidates:
-        answer = Answer(
-            agent=step.agent, index=step.model_call or 0, request_digest=step.request_digest,
-            response=_gold_response(gold, step),
-        )  # fmt: skip
+        answer = Answer(agent=step.agent, response=_gold_response(gold, step))
         probe = await forks.probe(step.index, step.agent, step.input_pos, Keep(), [None], answer)
         probes.append(probe)
         if probe.successes:

@@ -10,9 +10,9 @@ are appended to the journal, models are called through the configured
 backends, and every row goes under a new episode id whose `episode started`
 event names `forked_from` and `forked_at`. When no message is left in flight
 and no one completed the episode, the fork has stalled and is completed as a
-failure. An `Answer` makes the runtime, not the model, give one model call at
-the position its output (an oracle's action): it is journaled as that call's
-recording, so the fork replays like any other. Timers are virtual: one fires (earliest set first) only when no message is
+failure. An `Answer` makes the runtime, not the model, give the first model
+call of the handler at the position its output (an oracle's action): it is
+journaled as that call's recording, so the fork replays like any other. Timers are virtual: one fires (earliest set first) only when no message is
 in flight, which is the order a live wait that runs out would see.
 
 The fork's rows, its copied history and then what it ran, are written in one
@@ -98,15 +98,12 @@ Change = Keep | Drop | Replace | UndoFault | Inject
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True):
-    """The output the runtime gives model call `index` of `agent` handling the fork's message.
+    """The output the runtime gives the first model call `agent` makes handling the fork's message.
 
-    The request must be the one the journal recorded there (`request_digest`); the
-    backend is not asked.
+    The backend is not asked; the call is journaled like any other, with this response.
     """
 
     agent: str
-    index: int
-    request_digest: str
     response: LlmResponse
 
 
@@ -150,14 +147,51 @@ class _LiveServices:
     backends: Callable[[str], ModelBackend]
     cache: dict[str, ModelBackend] = field(default_factory=dict)
     model_calls: set[ModelCall] = field(default_factory=set)
+    made: int = 0
+    """Model calls made live."""
 
     def backend_for(self, role: str) -> ModelBackend:
+        self.made += 1
         if role not in self.cache:
             self.cache[role] = self.backends(role)
         return self.cache[role]
 
     async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
         raise BusError(f"service {service!r} is not reachable from a fork (it runs without a bus)")
+
+
+@dataclass
+class _Oracle:
+    """The backend of one answered call: it returns the answer and asks no model."""
+
+    response: LlmResponse
+
+    async def complete(self, request: Any) -> LlmResponse:
+        return self.response
+
+    async def aclose(self) -> None:
+        return None
+
+
+@dataclass
+class _Answered:
+    """The services of a handler whose first model call the runtime answers (`Answer`)."""
+
+    live: _LiveServices
+    answer: LlmResponse | None
+    model_calls: set[ModelCall] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.model_calls = self.live.model_calls  # the same set: calls in flight are the fork's
+
+    def backend_for(self, role: str) -> ModelBackend:
+        if self.answer is None:
+            return self.live.backend_for(role)
+        answer, self.answer = self.answer, None
+        return _Oracle(answer)
+
+    async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
+        return await self.live.request(service, payload, timeout_s)
 
 
 @dataclass
@@ -178,9 +212,8 @@ class _Fork:
     timers: deque[Envelope] = field(default_factory=deque)
     completed: EpisodeCompleted | None = None
     handled: int = 0
-    model_calls: int = 0
-    answers: dict[tuple[str, str], Recording] = field(default_factory=dict)
-    """(agent, message id) -> the recording an `Answer` puts in place of that handler's model call."""
+    answers: dict[tuple[str, str], LlmResponse] = field(default_factory=dict)
+    """(agent, message id) -> the answer to that handler's first model call (`Answer`)."""
 
     def record(self, envelopes: list[Envelope], bodies: list[bytes | None] | None = None) -> None:
         """Add rows for the journal only; `bodies` keeps copied history byte for byte where given."""
@@ -210,16 +243,12 @@ class _Fork:
         """Run one handler: recorded calls are served, the rest made live; outputs in `skip` exist already."""
 
         async def store(rec: Envelope) -> None:
-            if isinstance(rec.body, Recording) and rec.body.call == "llm":
-                self.model_calls += 1
             self.record([rec])
 
         answer = self.answers.pop((name, env.id), None)
-        if answer is not None:
-            recorded = {answer.index: answer}
-            self.record([_recording_envelope(name, env, answer)])
-        recorder = Recorder(recorded=recorded or {}, services=self.services, store=store)
-        outputs = await Handling(self.instances[name], name, env, recorder, services=self.services).run()
+        services = self.services if answer is None else _Answered(self.services, answer)
+        recorder = Recorder(recorded=recorded or {}, services=services, store=store)
+        outputs = await Handling(self.instances[name], name, env, recorder, services=services).run()
         self.write([e for e in outputs if not skip or e.id not in skip])
 
     async def run(self) -> None:
@@ -235,19 +264,6 @@ class _Fork:
                     self.write([_runner_completion(self.episode, "failure", cause)])
                     return
                 await self.handle(name, env)
-
-
-def _recording_envelope(agent: str, env: Envelope, recording: Recording) -> Envelope:
-    """The journal row of a recording made by `agent` handling `env` (as `Context.envelope_for` makes it)."""
-    return Envelope(
-        id=derive_id(env.id, recording.index, "r"),
-        episode=env.episode,
-        sender=agent,
-        body=recording,
-        causation=env.id,
-        hops=env.hops + 1,
-        ts=time.time(),
-    )
 
 
 def _runner_completion(episode: str, outcome: str, cause: str) -> Envelope:
@@ -402,9 +418,7 @@ async def fork_episode(
     fork.timers.extend(t for t in history if isinstance(t.body, Timer) and timer_fired(t).id not in skip)
     delivered = _delivered(target, change, new)
     if delivered is not None and answer is not None:
-        fork.answers[(answer.agent, delivered.id)] = Recording(
-            call="llm", index=answer.index, request_digest=answer.request_digest, response=answer.response
-        )
+        fork.answers[(answer.agent, delivered.id)] = answer.response
     if delivered is not None and isinstance(change, Inject):
         results, event = await _inject(change, delivered, prefix, list(classes))
         fork.record([event])
@@ -419,7 +433,7 @@ async def fork_episode(
     with Journal.open(destination) as journal:  # opened only now: no await between its tail and the append
         written = journal.append(fork.pending, new_episode=new)
     assert fork.completed is not None
-    return result(fork.completed, written, fork.handled, model_calls=fork.model_calls)
+    return result(fork.completed, written, fork.handled, model_calls=fork.services.made)
 
 
 async def _inject(
