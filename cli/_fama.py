@@ -20,11 +20,20 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
-from faultline.agents.fama import CATEGORIES, SHORT, CaseReport, JournalAnalysis, analyze_cases, failure_cases
+from faultline.agents.fama import (
+    CATEGORIES,
+    SHORT,
+    CaseReport,
+    JournalAnalysis,
+    analyze_cases,
+    failure_cases,
+    serve_fama,
+)
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config
-from faultline.runtime import Config, make_backend
+from faultline.cli._system import _common, _prefix, _url, login
+from faultline.runtime import Config, load_config, make_backend
 
 SIM_JUDGE_NOTE = "sim judge: a deterministic stand-in that measures the mechanism, not a model"
 
@@ -48,9 +57,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_model_flags(p)
     add_episode_filters(p, "of the failed ones; several narrow it down")
     p.set_defaults(handler=_analyze)
+    s = commands.add_parser(
+        "serve",
+        help="run the controller's service against a running NATS server until stopped (faultline up starts it)",
+    )
+    _common(s)
+    s.add_argument("--name", default="fama", help="process name announced to the supervisor")
+    s.set_defaults(handler=_serve)
     from faultline.cli import _fama_loop  # the loop's module imports this one for the shared tables
 
     _fama_loop.register(commands)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    anyio.run(serve_fama, config, _url(args, config), _prefix(args, config), args.name, login(args, config))
+    return 0
 
 
 def _analyze(args: argparse.Namespace) -> int:

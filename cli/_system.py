@@ -29,6 +29,7 @@ from faultline.runtime import (
     JournalState,
     OtelStream,
     ProcessSpec,
+    Rosters,
     Supervisor,
     WorkerConfig,
     apply_defense_flags,
@@ -36,6 +37,7 @@ from faultline.runtime import (
     check_system,
     hold_directories,
     load_config,
+    read_rosters,
     run_journal,
     run_worker,
     state_dir,
@@ -339,6 +341,14 @@ def with_helpers(groups: dict[str, tuple[str, ...]], roster: Sequence[str]) -> d
     return {**groups, HELPER_GROUP: tuple(map(helper_agent, roster))} if roster else groups
 
 
+def fama_service(config: Config, config_path: Path | None) -> list[ProcessSpec]:
+    """The FAMA controller's service when `[fama] enabled`; it publishes rosters, so it runs as the operator."""
+    if not config.fama.enabled:
+        return []
+    extra = ("--config", str(config_path)) if config_path else ()
+    return [ProcessSpec("fama", ("fama", "serve", *extra), OPERATOR)]
+
+
 def roster_worker(config_path: Path | None) -> ProcessSpec:
     """The worker of a long-running system that serves the helpers the live roster asks for."""
     extra = ("--config", str(config_path)) if config_path else ()
@@ -433,7 +443,11 @@ def _up(args: argparse.Namespace) -> int:
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
     groups = check_system(config, config_source(args.config))
-    workers = [*worker_specs(config, groups, args.config), roster_worker(args.config)]
+    workers = [
+        *worker_specs(config, groups, args.config),
+        roster_worker(args.config),
+        *fama_service(config, args.config),
+    ]
     groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
     prefix = _prefix(args, config)
     store_dir = Path(config.nats.store_dir)
@@ -531,6 +545,7 @@ def _status(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config, state=True)
     replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, login(args, config, url))
+    rosters = anyio.run(_rosters, url, _prefix(args, config), login(args, config, url))
     if args.json:
         _jsonl.rows("worker", replies)
         _jsonl.summary({"workers": len(replies), "url": url})
@@ -547,4 +562,30 @@ def _status(args: argparse.Namespace) -> int:
             r["worker"], str(r["pid"]), ",".join(r["agents"]), r["shard"], str(r["handled"]), shown or "-", slowest
         )
     Console().print(table)
+    if rosters.domains:
+        Console().print(_rosters_table(rosters))
     return 0 if replies else 1
+
+
+async def _rosters(url: str, prefix: str, connect_as: Login) -> Rosters:
+    bus = await Bus.connect(url, prefix=prefix, login=connect_as)
+    try:
+        return await read_rosters(bus)
+    finally:
+        await bus.close()
+
+
+def _rosters_table(rosters: Rosters) -> Table:
+    """The rosters in force, and for those the FAMA controller chose, the failure counts behind them."""
+    table = Table(title="helper rosters in force")
+    for column in ("domain", "model", "helpers", "chosen by"):
+        table.add_column(column)
+    for domain, by_model in sorted(rosters.domains.items()):
+        for model, helpers in sorted(by_model.items()):
+            counts = rosters.reasons.get(domain, {}).get(model)
+            why = "operator"
+            if counts is not None:
+                categories = ", ".join(f"{c} {n}" for c, n in counts.get("categories", {}).items())
+                why = f"fama over {counts.get('failures', '?')} failures: {categories}"
+            table.add_row(domain, model, ",".join(helpers) or "none", why)
+    return table

@@ -46,7 +46,14 @@ from faultline.runtime._local_model import LOCAL_SETTINGS, MODEL_NAME, local_mod
 from faultline.runtime._lock import hold_directories, state_dir
 from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._roster import HELPERS_CONTROL, Rosters, publish_roster, read_rosters, roster_control
-from faultline.runtime._services import agent_lookup, run_journal, run_worker, serve_until_signal
+from faultline.runtime._services import (
+    CONTROLLER_AGENT,
+    agent_lookup,
+    run_journal,
+    run_worker,
+    serve_until_signal,
+    worker_settings,
+)
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
@@ -57,6 +64,7 @@ __all__ = [
     "OtelStream",
     "ALL_AGENTS",
     "ALL_ROLES",
+    "CONTROLLER_AGENT",
     "HELPERS_CONTROL",
     "STATUS_WINDOW_S",
     "HelperPool",
@@ -104,6 +112,7 @@ __all__ = [
     "run_worker",
     "scoped_to_run",
     "serve_until_signal",
+    "worker_settings",
     "shard_of",
     "start_episode",
     "started_envelope",

@@ -28,9 +28,11 @@ TAKEN = "taken"
 
 
 class Rosters(msgspec.Struct, kw_only=True):
-    """The live roster: for each domain, a roster per model name (`*`: any model)."""
+    """The live roster: for each domain, a roster per model name (`*`: any model), and the counts a
+    roster was chosen by when the FAMA controller chose it (`reasons`, same keys)."""
 
     domains: dict[str, dict[str, list[str]]] = {}
+    reasons: dict[str, dict[str, dict[str, Any]]] = {}
 
     def take(self, control: Control) -> None:
         """Fold one `fl.ctl.helpers` control in: `set` a (domain, model) roster, or `clear` one domain or all."""
@@ -38,11 +40,18 @@ class Rosters(msgspec.Struct, kw_only=True):
         domain, model = str(data.get("domain", "")), str(data.get("model") or ANY_MODEL)
         if data.get("action") == "set" and domain:
             self.domains.setdefault(domain, {})[model] = list(data.get("helpers", []))
+            reasons = self.reasons.setdefault(domain, {})
+            if "counts" in data:
+                reasons[model] = dict(data["counts"])
+            else:
+                reasons.pop(model, None)
         elif data.get("action") == "clear":
             if not domain:
                 self.domains.clear()
+                self.reasons.clear()
             else:
                 self.domains.pop(domain, None)
+                self.reasons.pop(domain, None)
 
     def for_episode(self, domain: str, model: str = "") -> list[str]:
         """The roster a new episode of `domain` with the tool agent's `model` takes."""
@@ -54,12 +63,26 @@ class Rosters(msgspec.Struct, kw_only=True):
         return {entry for rosters in self.domains.values() for roster in rosters.values() for entry in roster}
 
 
-def roster_control(action: str, *, domain: str = "", model: str = "", helpers: list[str] | None = None) -> Envelope:
-    """The control message that sets or clears a roster, from the operator."""
+def roster_control(
+    action: str,
+    *,
+    domain: str = "",
+    model: str = "",
+    helpers: list[str] | None = None,
+    nonce: str = "",
+    counts: dict[str, Any] | None = None,
+) -> Envelope:
+    """The control message that sets or clears a roster, from the operator.
+
+    Its id derives from `nonce` (default: the time), so a caller that sends the same decision again
+    (a redelivered event) gives the same id, and the stream keeps one copy. `counts` say why (the
+    FAMA controller's failure counts); the roster itself ignores them."""
     data: dict[str, Any] = {"action": action, "domain": domain, "model": model or ANY_MODEL}
     if helpers is not None:
         data["helpers"] = helpers
-    nonce = f"{time.time_ns()}"
+    if counts is not None:
+        data["counts"] = counts
+    nonce = nonce or f"{time.time_ns()}"
     return Envelope(
         id=derive_id(f"{HELPERS_CONTROL}/{nonce}", 0, "c"),
         episode=CONTROL_EPISODE,

@@ -34,10 +34,13 @@ BUILTIN_AGENTS: dict[str, str] = {
     "planner": "faultline.agents.helpers:Planner",
     "user_context": "faultline.agents.helpers:UserContext",
     "verifier": "faultline.agents.helpers:Verifier",
+    "fama": "faultline.agents.fama:FamaController",
 }
 """Agent names the runtime knows without configuration, mapped to their classes."""
 HELPER_AGENTS = frozenset(map(helper_agent, HELPERS))
 """The helpers among them: they run where the roster asks for them (`helper_workers`), never in a `*` group."""
+CONTROLLER_AGENT = "fama"
+"""The FAMA controller: it runs in its own service process (`faultline fama serve`), never in a `*` group."""
 
 COLLECT_EVERY = 50_000
 """Allocations between collections of the youngest generation in a service process (Python's default: 700)."""
@@ -52,8 +55,8 @@ class _Service(Protocol):
 
 
 def agent_names(config: Config) -> list[str]:
-    """Every agent a `*` in a worker's agent list stands for: all but the helpers."""
-    return sorted({*BUILTIN_AGENTS, *config.agents} - HELPER_AGENTS)
+    """Every agent a `*` in a worker's agent list stands for: all but the helpers and the controller."""
+    return sorted({*BUILTIN_AGENTS, *config.agents} - HELPER_AGENTS - {CONTROLLER_AGENT})
 
 
 def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
@@ -138,6 +141,20 @@ async def _with_bus(
         await bus.close()
 
 
+def worker_settings(config: Config, shard: tuple[int, int] = (0, 1)) -> WorkerSettings:
+    """A worker's limits from `[runtime]`, for shard `shard[0]` of `shard[1]`."""
+    r = config.runtime
+    return WorkerSettings(
+        concurrency=r.concurrency,
+        handler_timeout_s=r.handler_timeout_s,
+        ack_wait_s=r.ack_wait_s,
+        drain_timeout_s=r.drain_timeout_s,
+        linger_s=r.linger_s,
+        shard=shard[0],
+        shards=shard[1],
+    )
+
+
 async def run_worker(
     config: Config,
     url: str,
@@ -151,16 +168,7 @@ async def run_worker(
 ) -> None:
     """Serve `agents`; with `follow_roster`, also the helpers the live roster asks for (`HelperPool`)."""
     classes = resolve_agents(agents, config)
-    r = config.runtime
-    settings = WorkerSettings(
-        concurrency=r.concurrency,
-        handler_timeout_s=r.handler_timeout_s,
-        ack_wait_s=r.ack_wait_s,
-        drain_timeout_s=r.drain_timeout_s,
-        linger_s=r.linger_s,
-        shard=shard[0],
-        shards=shard[1],
-    )
+    settings = worker_settings(config, shard)
     agent_settings: dict[str, dict[str, Any]] = {n: {"model_role": a.model_role or n} for n, a in config.agents.items()}
 
     async def body(bus: Bus) -> None:

@@ -42,6 +42,7 @@ from faultline.agents.fama._prompts import (
     parse_main,
     parse_mitigation,
 )
+from faultline.agents.fama._service import FamaService, serve_fama
 
 __all__ = [
     "ANALYSIS",
@@ -63,6 +64,7 @@ __all__ = [
     "Evidence",
     "FailureCase",
     "FamaController",
+    "FamaService",
     "JournalAnalysis",
     "MainError",
     "Mitigation",
@@ -80,5 +82,6 @@ __all__ = [
     "parse_analyst",
     "parse_main",
     "parse_mitigation",
+    "serve_fama",
     "window_counts",
 ]

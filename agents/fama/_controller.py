@@ -2,7 +2,8 @@
 from the counts over a window of them.
 
 One instance serves one (domain, model): its episode is `controller_episode(domain, model)`, and
-each failure reaches it as a `Note` (`CASE`) holding the `FailureCase`. Every model call goes
+each failure reaches it as a `Note` (`CASE`) holding the `FailureCase` and the `[fama]` settings
+in force, so that a replay decides as the live controller did, whatever the configuration is then. Every model call goes
 through `ctx.llm` with the configured judge role, so replay serves the same verdicts and the
 controller's decisions replay exactly. Its outputs are `Notice`s, journaled and delivered to no one:
 
@@ -64,8 +65,9 @@ def controller_episode(domain: str, model: str) -> str:
     return f"fama-{token}"[:64]
 
 
-def case_message(case: FailureCase) -> Note:
-    return Note(text=CASE, data=msgspec.to_builtins(case))
+def case_message(case: FailureCase, settings: FamaConfig) -> Note:
+    """The controller's input for one failure, with the settings it decides by."""
+    return Note(text=CASE, data={"case": msgspec.to_builtins(case), "settings": msgspec.to_builtins(settings)})
 
 
 async def analyze(case: FailureCase, ctx: Context, role: str) -> Analysis:
@@ -109,8 +111,8 @@ class FamaController(Agent):
         body = msg.body
         if not (isinstance(body, Note) and body.text == CASE):
             return
-        settings = msgspec.convert(dict(ctx.settings), FamaConfig)
-        case = msgspec.convert(body.data, FailureCase)
+        settings = msgspec.convert(body.data["settings"], FamaConfig)
+        case = msgspec.convert(body.data["case"], FailureCase)
         try:
             analysis = await analyze(case, ctx, settings.role)
         except FaultlineError as exc:

@@ -59,19 +59,16 @@ async def analyze_cases(cases: list[FailureCase], backend: ModelBackend, setting
     harnesses: dict[str, AgentHarness] = {}
     reports: list[CaseReport] = []
     decisions: list[dict[str, Any]] = []
-    config = msgspec.to_builtins(settings)
     for case in cases:
         episode = controller_episode(case.domain, case.model)
         harness = harnesses.get(episode)
         if harness is None:
-            harness = harnesses[episode] = AgentHarness(
-                FamaController(), episode=episode, backend=backend, settings=config
-            )
+            harness = harnesses[episode] = AgentHarness(FamaController(), episode=episode, backend=backend)
         calls = len(harness.recordings)
         report = CaseReport(
             episode=case.episode, domain=case.domain, model=case.model, task=case.task, outcome=case.outcome
         )
-        for output in await harness.deliver(case_message(case)):
+        for output in await harness.deliver(case_message(case, settings)):
             notice = output.body
             assert isinstance(notice, Notice)
             if notice.text == ANALYSIS:

@@ -59,7 +59,7 @@ from faultline.agents.memory._retrieval import (
     choose_n,
     derivative_estimate,
 )
-from faultline.agents.memory._service import MemoryService, MemoryServiceSettings, serve_memory
+from faultline.agents.memory._service import MemoryService, MemoryServiceSettings, read_episode, serve_memory
 from faultline.agents.memory._store import MemorySettings, MemoryStats, MemoryStore, PartitionStats
 
 __all__ = [
@@ -109,6 +109,7 @@ __all__ = [
     "make_embedder",
     "memory_examples",
     "open_memory",
+    "read_episode",
     "rebuild",
     "retrieval_body",
     "retrieval_mode",

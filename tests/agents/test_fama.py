@@ -66,7 +66,7 @@ async def test_the_three_stages_ask_the_model_with_their_own_prompts_and_every_c
         server.reply(*SCRIPT)
         async with OpenAIBackend(server.settings()) as backend:
             harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=backend)
-            [analysis] = _notices(await harness.deliver(case_message(CASE)))
+            [analysis] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
         systems = [r.body["messages"][0]["content"] for r in server.requests]
     assert analysis.text == ANALYSIS
     assert [v["verdict"] for v in analysis.data["verdicts"]] == [False, False, False, True]
@@ -95,9 +95,9 @@ async def test_a_failed_stage_is_journaled_and_skipped_and_the_next_failure_is_a
         server.reply(*script)
         async with OpenAIBackend(server.settings()) as backend:
             harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=backend)
-            [failed] = _notices(await harness.deliver(case_message(CASE)))
+            [failed] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
             server.reply(*SCRIPT)
-            [analysed] = _notices(await harness.deliver(case_message(CASE)))
+            [analysed] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
     assert failed.text == FAILED and error in failed.data["error"] and failed.data["episode"] == CASE.episode
     assert analysed.text == ANALYSIS
 
@@ -131,12 +131,11 @@ def test_on_sim_runs_with_one_category_the_main_error_is_that_category_and_the_r
 
 
 async def test_a_roster_decision_is_journaled_with_the_counts_that_chose_it() -> None:
-    harness = AgentHarness(
-        FamaController(), episode="fama-retail-m", backend=SimBackend(), settings={"min_failures": 2}
-    )
-    first = _notices(await harness.deliver(case_message(CASE)))
-    second = _notices(await harness.deliver(case_message(CASE)))
-    third = _notices(await harness.deliver(case_message(CASE)))
+    harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=SimBackend())
+    settings = FamaConfig(min_failures=2)
+    first = _notices(await harness.deliver(case_message(CASE, settings)))
+    second = _notices(await harness.deliver(case_message(CASE, settings)))
+    third = _notices(await harness.deliver(case_message(CASE, settings)))
     assert [n.text for n in first] == [ANALYSIS]
     assert [n.text for n in second] == [ANALYSIS, ROSTER]
     assert [n.text for n in third] == [ANALYSIS]  # the same roster again is not a change

@@ -225,13 +225,13 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
         ),
         (
             '[agents.tool_agent]\nmodel_role = "agent"\n',
-            "agent 'tool_agent' is not a built-in agent (dce, env, planner, tool, tor, tsa, user, user_context,"
+            "agent 'tool_agent' is not a built-in agent (dce, env, fama, planner, tool, tor, tsa, user, user_context,"
             " verifier) and has no class:"
             " set class = 'package.module:ClassName' - at $.agents.tool_agent",
         ),
         (
             '[workers.a]\nagents = ["scheduler"]\n',
-            "unknown agent 'scheduler' (known: dce, env, planner, tool, tor, tsa, user, user_context, verifier;"
+            "unknown agent 'scheduler' (known: dce, env, fama, planner, tool, tor, tsa, user, user_context, verifier;"
             " or give package.module:Class) - at $.workers.a.agents",
         ),
         (

@@ -189,10 +189,10 @@ class Up:
         return await Bus.connect(self.url, login=Login(self.operator))
 
 
-async def wait_until_up(cwd: Path, process: subprocess.Popen[bytes]) -> Up:
+async def wait_until_up(cwd: Path, process: subprocess.Popen[bytes], timeout: float = 30) -> Up:
     """The `faultline up` running in `cwd`, once its state file is written."""
     state = cwd / ".faultline" / "up.json"
-    with anyio.fail_after(30):
+    with anyio.fail_after(timeout):
         while not state.exists():
             assert process.poll() is None, "faultline up exited"
             await anyio.sleep(0.05)

@@ -51,6 +51,7 @@ EXPECTED = {
     "make_embedder",
     "memory_examples",
     "open_memory",
+    "read_episode",
     "rebuild",
     "retrieval_body",
     "retrieval_mode",
