@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from faultline._errors import BusError
 from faultline.core._agent import Agent
 from faultline.core._context import Context, Recorder
@@ -16,20 +13,11 @@ class AgentHarness:
     """Hands messages to one agent instance and returns what it emitted.
 
     Model calls go to `backend`; service requests fail (there is no bus). The
-    calls the agent made are kept in `recordings`, as the journal would keep them. `settings` are the
-    agent's, as a worker hands them over from the configuration.
+    calls the agent made are kept in `recordings`, as the journal would keep them.
     """
 
-    def __init__(
-        self,
-        agent: Agent,
-        *,
-        episode: str = "harness",
-        backend: ModelBackend | None = None,
-        settings: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, agent: Agent, *, episode: str = "harness", backend: ModelBackend | None = None) -> None:
         self.agent = agent
-        self.settings = settings
         self.episode = episode
         self.backend = backend
         self.recordings: list[Recording] = []
@@ -56,7 +44,7 @@ class AgentHarness:
             body=body,  # type: ignore[arg-type]
         )
         recorder = Recorder(services=self)
-        ctx = Context(agent=self.agent.name, message=message, recorder=recorder, services=self, settings=self.settings)
+        ctx = Context(agent=self.agent.name, message=message, recorder=recorder, services=self)
         await self.agent.on_message(message, ctx)
         self.recordings.extend(recorder.made)
         return ctx.outputs
