@@ -9,13 +9,11 @@ mechanism, not a model.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 from rich.console import Console
 from rich.table import Table
 
@@ -29,6 +27,7 @@ from faultline.agents.fama import (
     failure_cases,
     serve_fama,
 )
+from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config
@@ -89,8 +88,10 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.plot:
         plot_categories(args.plot, {"failures": counts}, "Main errors of the analysed failures")
     if args.json:
-        for line in analysis_lines(result, counts):
-            print(json.dumps(line, sort_keys=True))
+        _jsonl.rows("case", result.cases)
+        _jsonl.rows("category", ({"category": c, "failures": n} for c, n in counts.items()))
+        _jsonl.rows("decision", result.decisions)
+        _jsonl.summary(analysis_summary(result, counts))
         return 0
     console = Console()
     console.print(_cases_table(result.cases))
@@ -118,25 +119,18 @@ def category_counts(cases: list[CaseReport]) -> dict[str, int]:
     return {cat.id: found.get(cat.id, 0) for cat in CATEGORIES}
 
 
-def analysis_lines(result: JournalAnalysis, counts: dict[str, int]) -> list[dict[str, Any]]:
-    """The JSON lines of `fama analyze`: cases, categories, decisions, then the summary."""
-    lines: list[dict[str, Any]] = [{"type": "case"} | msgspec.to_builtins(case) for case in result.cases]
-    lines += [{"type": "category", "category": c, "failures": n} for c, n in counts.items()]
-    lines += [{"type": "decision"} | d for d in result.decisions]
+def analysis_summary(result: JournalAnalysis, counts: dict[str, int]) -> dict[str, Any]:
+    """The summary line of `fama analyze --json` (after the case, category and decision rows)."""
     analysed = [c for c in result.cases if c.analysis is not None]
-    lines.append(
-        {
-            "type": "summary",
-            "failures": len(result.cases),
-            "analysed": len(analysed),
-            "skipped": len(result.cases) - len(analysed),
-            "categories": counts,
-            "helpers": dict(Counter(h for c in analysed if c.analysis for h in c.analysis.mitigation.helpers)),
-            "rosters": {f"{d['domain']}/{d['model']}": d["roster"] for d in result.decisions},
-            "model_calls": sum(c.model_calls for c in result.cases),
-        }
-    )
-    return lines
+    return {
+        "failures": len(result.cases),
+        "analysed": len(analysed),
+        "skipped": len(result.cases) - len(analysed),
+        "categories": counts,
+        "helpers": dict(Counter(h for c in analysed if c.analysis for h in c.analysis.mitigation.helpers)),
+        "rosters": {f"{d['domain']}/{d['model']}": d["roster"] for d in result.decisions},
+        "model_calls": sum(c.model_calls for c in result.cases),
+    }
 
 
 def plot_categories(path: Path, series: dict[str, dict[str, int]], title: str) -> None:

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from faultline._errors import RunError, UsageError
 from faultline.agents.fama import CATEGORIES, SHORT, analyze_cases, choose_roster, failure_cases
+from faultline.cli import _jsonl
 from faultline.cli._fama import SIM_JUDGE_NOTE, category_counts
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config, whole_number
@@ -95,11 +96,9 @@ def _loop(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, rounds)
     if args.json:
-        for r in rounds:
-            print(json.dumps({"type": "round"} | msgspec.to_builtins(r), sort_keys=True))
+        _jsonl.rows("round", rounds)
         last = rounds[-1]
         summary_line = {
-            "type": "summary",
             "rounds": len(rounds),
             "roster": last.roster,
             "next_roster": last.chosen,
@@ -108,7 +107,7 @@ def _loop(args: argparse.Namespace) -> int:
             "token_overhead": last.token_overhead,
             "latency_overhead": last.latency_overhead,
         }
-        print(json.dumps(summary_line, sort_keys=True))
+        _jsonl.summary(summary_line)
         return 0
     Console().print(_table(rounds, args.trials))
     if config.model(config.fama.role).backend == "sim":
