@@ -37,19 +37,21 @@ class Delivery:
     stream_seq: int
     delivered: int
     pending: int = 0
+    consumer_seq: int = 0
+    """The consumer's count of deliveries so far, this one included: 1 is the first it ever sent."""
 
     def envelope(self) -> Envelope:
         """The envelope, checked against the subject it came on; DecodeError if it is refused."""
         return check_delivered(decode_envelope(self.data), self.subject)
 
 
-def _parse_ack_subject(reply: str) -> tuple[int, int, int]:
-    """(stream sequence, delivery count, messages still pending) from a JetStream ack subject."""
+def _parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
+    """(stream sequence, delivery count, messages still pending, consumer sequence) from a JetStream ack subject."""
     tokens = reply.split(".")
     # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>, or the
     # longer form with domain and account hash before the stream name.
     offset = 2 if len(tokens) == 9 else 4
-    return int(tokens[offset + 3]), int(tokens[offset + 2]), int(tokens[offset + 6])
+    return int(tokens[offset + 3]), int(tokens[offset + 2]), int(tokens[offset + 6]), int(tokens[offset + 4])
 
 
 class Consumer:
@@ -79,8 +81,8 @@ class Consumer:
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
             return  # flow-control or heartbeat status message
-        seq, delivered, pending = _parse_ack_subject(msg.reply)
-        delivery = Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending)
+        seq, delivered, pending, consumer_seq = _parse_ack_subject(msg.reply)
+        delivery = Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending, consumer_seq)
         handler = self._handler
         if handler is None:
             self._queue.append(delivery)

@@ -4,7 +4,13 @@ It reads through one ack-all consumer and acknowledges a batch only after the
 batch is committed, so the file never runs ahead of the stream's record of what
 was journaled. On start it resumes right after the last sequence in the file
 (not after the consumer's ack floor), so a kill -9 at any point leaves neither a
-gap nor a duplicate. Bytes that are not an envelope go to the dead-letter
+gap nor a duplicate. Deliveries travel over core NATS, which drops them when the
+service's server or a route to it is lost (a paused node of a cluster): a batch is
+journaled only up to the first sequence that skips ahead, since acknowledging a
+later one would acknowledge the lost ones unseen, and the stream is read again
+from the file's last sequence. The stream is kept without limits, so only an
+operator deleting messages leaves it a gap; a fresh consumer's first delivery
+proves one, and the service logs the sequences the journal will never hold. Bytes that are not an envelope go to the dead-letter
 subject, and come back through the stream to be journaled there; so does a
 message SQLite refuses to store.
 
@@ -118,18 +124,19 @@ class JournalService:
             )
             self._ready.set()
             try:
-                rows, seq, refusal = await self._copy_batches(journal, stream, consumer)
+                refused = await self._copy_batches(journal, stream, consumer)
             finally:
                 with anyio.CancelScope(shield=True):
                     await consumer.close()
-            await self._hold(journal, rows, seq, refusal)
+            if refused is not None:
+                await self._hold(journal, *refused)
 
     async def _copy_batches(
         self, journal: Journal, stream: str, consumer: Consumer
-    ) -> tuple[list[_Row], int, JournalStorageError]:
-        """Copy until the storage refuses a batch; return that batch, its last sequence and the refusal."""
+    ) -> tuple[list[_Row], int, JournalStorageError] | None:
+        """Copy until the storage refuses a batch (return it, its last sequence and the refusal) or deliveries are lost (None)."""
         while True:
-            batch = await consumer.batch(self.batch_limit)
+            batch, lost = self._in_order(await consumer.batch(self.batch_limit))
             rows: list[_Row] = []
             for delivery in batch:
                 env = await self.bus.decode_or_dead_letter(delivery)
@@ -142,16 +149,53 @@ class JournalService:
                         body=body_bytes(delivery.data),
                     )
                     rows.append((delivery, row))
-            try:
-                await self._append(journal, rows)
-            except JournalStorageError as exc:
-                return rows, batch[-1].stream_seq, exc
-            await consumer.ack(batch[-1])
-            await self._advance(batch[-1].stream_seq)
-            if self.on_completed is not None:
-                finished = [row.envelope.episode for _, row in rows if isinstance(row.envelope.body, EpisodeCompleted)]
-                if finished:
-                    self.on_completed(finished)
+            if batch:
+                try:
+                    await self._append(journal, rows)
+                except JournalStorageError as exc:
+                    return rows, batch[-1].stream_seq, exc
+                await consumer.ack(batch[-1])
+                await self._advance(batch[-1].stream_seq)
+                if self.on_completed is not None:
+                    finished = [
+                        row.envelope.episode for _, row in rows if isinstance(row.envelope.body, EpisodeCompleted)
+                    ]
+                    if finished:
+                        self.on_completed(finished)
+            if lost:
+                log.warning(
+                    "%s: stream sequences %d to %d were delivered but never arrived (a server or route was lost);"
+                    " reading the stream again from %d",
+                    self.path,
+                    self.last_seq + 1,
+                    lost - 1,
+                    self.last_seq + 1,
+                )
+                return None
+
+    def _in_order(self, batch: list[Delivery]) -> tuple[list[Delivery], int]:
+        """The deliveries that continue the file in stream order, and the sequence that skipped ahead (0 if none).
+
+        Deliveries of sequences already journaled (delivered again) are left out.
+        """
+        expected = self.last_seq + 1
+        taken: list[Delivery] = []
+        for delivery in batch:
+            if delivery.stream_seq < expected:
+                continue
+            if delivery.stream_seq > expected:
+                if delivery.consumer_seq != 1:
+                    return taken, delivery.stream_seq
+                log.error(
+                    "%s: the stream no longer holds sequences %d to %d (deleted); the journal goes on from %d",
+                    self.path,
+                    expected,
+                    delivery.stream_seq - 1,
+                    delivery.stream_seq,
+                )
+            taken.append(delivery)
+            expected = delivery.stream_seq + 1
+        return taken, 0
 
     async def _append(self, journal: Journal, rows: list[_Row]) -> None:
         """Append `rows` in one transaction; if a row cannot be stored, dead-letter it and store the rest."""

@@ -15,9 +15,10 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from nats.aio.msg import Msg
 
 from faultline._errors import JournalError
-from faultline.bus import Bus, EmbeddedServer
+from faultline.bus import Bus, Consumer, EmbeddedServer
 from faultline.core import DeadLetter, Envelope, Note, UserTurn, encode
 from faultline.journal import Journal, JournalReader, verify
 from faultline.runtime._journal_service import JournalService
@@ -45,6 +46,55 @@ async def test_every_published_message_is_journaled_in_stream_order(bus: Bus, tm
     assert [r.pos for r in rows] == list(range(1, 2001))
     assert rows[5].envelope() == note(5)
     assert verify(path).ok
+
+
+async def test_deliveries_lost_on_the_way_are_read_again_not_acknowledged_unseen(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As when the service's server pauses: the consumer sent 3 to 5, they never arrived, 6 on did."""
+    path = tmp_path / "j.sqlite"
+    arrive = Consumer._on_msg
+    dropped: list[str] = []
+
+    async def lossy(self: Consumer, msg: Msg) -> None:
+        if msg.reply and msg.reply.split(".")[5] in {"3", "4", "5"} and len(dropped) < 3:
+            dropped.append(msg.reply)
+            return
+        await arrive(self, msg)
+
+    monkeypatch.setattr(Consumer, "_on_msg", lossy)
+    service = JournalService(bus, path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish_all(note(i) for i in range(10))
+        with anyio.fail_after(20):
+            await service.wait_for(10)
+        service.stop()
+    assert len(dropped) == 3
+    with JournalReader(path) as reader:
+        assert [r.stream_seq for r in reader.rows()] == list(range(1, 11))
+    assert verify(path).ok
+    assert any("reading the stream again" in r.getMessage() for r in caplog.records)
+
+
+async def test_sequences_deleted_from_the_stream_are_logged_and_skipped(
+    bus: Bus, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "j.sqlite"
+    await bus.publish_all(note(i) for i in range(5))
+    await bus.js.delete_msg(bus.subjects.stream, 3)
+    service = JournalService(bus, path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(20):
+            await service.wait_for(5)
+        service.stop()
+    with JournalReader(path) as reader:
+        assert [r.stream_seq for r in reader.rows()] == [1, 2, 4, 5]
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.levelname == "ERROR"] == [
+        "the stream no longer holds sequences 3 to 3 (deleted); the journal goes on from 4"
+    ]
 
 
 async def test_malformed_messages_are_dead_lettered_and_journaled(bus: Bus, tmp_path: Path) -> None:
