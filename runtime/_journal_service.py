@@ -4,15 +4,19 @@ It reads through one ack-all consumer and acknowledges a batch only after the
 batch is committed, so the file never runs ahead of the stream's record of what
 was journaled. On start it resumes right after the last sequence in the file
 (not after the consumer's ack floor), so a kill -9 at any point leaves neither a
-gap nor a duplicate. Deliveries travel over core NATS, which drops them when the
-service's server or a route to it is lost (a paused node of a cluster): a batch is
-journaled only up to the first sequence that skips ahead, since acknowledging a
-later one would acknowledge the lost ones unseen, and the stream is read again
-from the file's last sequence. The stream is kept without limits, so only an
-operator deleting messages leaves it a gap; a fresh consumer's first delivery
-proves one, and the service logs the sequences the journal will never hold. Bytes that are not an envelope go to the dead-letter
-subject, and come back through the stream to be journaled there; so does a
-message SQLite refuses to store.
+gap nor a duplicate.
+
+Deliveries travel over core NATS, which drops them when the service's server or
+a route to it is lost (a paused node of a cluster): a batch is journaled only up
+to the first sequence that skips ahead, since acknowledging a later one would
+acknowledge the lost ones unseen, and the stream is read again from the file's
+last sequence. The stream is kept without limits, so only an operator deleting
+messages leaves it a gap; a fresh consumer's first delivery proves one, and the
+service logs the sequences the journal will never hold.
+
+Bytes that are not an envelope go to the dead-letter subject, and come back
+through the stream to be journaled there; so does a message SQLite refuses to
+store.
 
 When the file cannot be written (disk full, read-only, I/O error) the service
 says so once (in its log, and on `<prefix>.svc.journal.state`), answers every
@@ -134,7 +138,10 @@ class JournalService:
     async def _copy_batches(
         self, journal: Journal, stream: str, consumer: Consumer
     ) -> tuple[list[_Row], int, JournalStorageError] | None:
-        """Copy until the storage refuses a batch (return it, its last sequence and the refusal) or deliveries are lost (None)."""
+        """Copy until the storage refuses a batch, or deliveries are lost on the way (then None).
+
+        A refused batch comes back with its last sequence and the refusal.
+        """
         while True:
             batch, lost = self._in_order(await consumer.batch(self.batch_limit))
             rows: list[_Row] = []
