@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 from rich.console import Console
 from rich.table import Table
 
@@ -62,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     _common(s)
     s.add_argument("--name", default="fama", help="process name announced to the supervisor")
+    s.add_argument(
+        "--dry-run", action="store_true", help="journal each roster decision, publish none (over [fama] dry_run)"
+    )
     s.set_defaults(handler=_serve)
     from faultline.cli import _fama_loop  # the loop's module imports this one for the shared tables
 
@@ -70,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    if args.dry_run:
+        config = msgspec.structs.replace(config, fama=msgspec.structs.replace(config.fama, dry_run=True))
     anyio.run(serve_fama, config, _url(args, config), _prefix(args, config), args.name, login(args, config))
     return 0
 
