@@ -4,7 +4,7 @@ Every other package may import it; it imports none of them and never loads NATS.
 """
 
 from faultline.core._agent import Agent, load_agent_class
-from faultline.core._context import Context, Recorder, Services, failure_envelopes
+from faultline.core._context import Context, Recorder, RequestFault, Services, failure_envelopes
 from faultline.core._handling import Handling
 from faultline.core._harness import AgentHarness
 from faultline.core._interceptors import Inbound, Interceptor, InterceptorChain, Outbound
@@ -101,6 +101,7 @@ __all__ = [
     "Outbound",
     "RUNNER",
     "Recorder",
+    "RequestFault",
     "Recording",
     "ReportsAttempts",
     "Services",

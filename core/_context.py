@@ -36,6 +36,11 @@ class Services(Protocol):
     async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes: ...
 
 
+RequestFault = Callable[["Context", int, LlmRequest], Awaitable[LlmRequest]]
+"""What the runtime sends for model call #index of a handler instead of the agent's request
+(the fault rules in force on the agent's own model requests); the request itself when none applies."""
+
+
 @dataclass
 class Recorder:
     """Serves recorded calls and, when `services` is set, executes and records the rest.
@@ -43,12 +48,22 @@ class Recorder:
     `recorded` maps call index to the journal's recording for the input being
     handled. With `services` None (exact replay) a call without a recording is a
     divergence; with services (live, or a worker recovering after a crash) it runs.
+    `faults` may change a model request that runs live: the recording then holds what
+    was sent, and its digest is still that of the agent's request, which replay compares.
     """
 
     recorded: Mapping[int, Recording] = field(default_factory=dict)
     services: Services | None = None
     store: Callable[[Envelope], Awaitable[None]] | None = None
     made: list[Recording] = field(default_factory=list)
+    faults: RequestFault | None = None
+
+    async def faulted(self, ctx: Context, request: LlmRequest) -> LlmRequest:
+        """What the next call sends: `request` unless it runs live and a fault rule changes it."""
+        index = len(self.made)
+        if self.faults is None or self.services is None or index in self.recorded:
+            return request
+        return await self.faults(ctx, index, request)
 
     async def call(
         self,
@@ -57,10 +72,12 @@ class Recorder:
         request: Any,
         execute: Callable[[], Awaitable[Any]],
         attempts: list[ModelAttempt] | None = None,
+        sent: Any = None,
     ) -> Any:
         """Serve or make call #n of this handler. `request` is digested as it is encoded
         (a Struct in field order), so replay never converts it to plain data. `attempts`
-        is filled in by `execute` (a retrying backend) and journaled with the outcome."""
+        is filled in by `execute` (a retrying backend) and journaled with the outcome;
+        `sent`, what went out instead of `request` (a fault), is recorded in its place."""
         index = len(self.made)
         request_digest = digest(encode(request))
         recorded = self.recorded.get(index)
@@ -89,7 +106,7 @@ class Recorder:
             call=call,  # type: ignore[arg-type]
             index=index,
             request_digest=request_digest,
-            request=request,
+            request=request if sent is None else sent,
             response=response,
             error=error,
             attempts=list(attempts or ()),
@@ -169,6 +186,7 @@ class Context:
     async def llm(self, request: LlmRequest) -> LlmResponse:
         """A model call through the backend configured for `request.role`, listed in flight while it runs."""
         call = ModelCall(episode=self.episode, agent=self.agent, role=request.role)
+        sent = await self._recorder.faulted(self, request)
 
         async def execute() -> LlmResponse:
             services = self._services
@@ -178,9 +196,9 @@ class Context:
             self.model_call = call  # left set when the handler is cancelled, so its timeout can name the call
             try:
                 if isinstance(backend, ReportsAttempts):
-                    response = await backend.complete_call(request, call)
+                    response = await backend.complete_call(sent, call)
                 else:
-                    response = await backend.complete(request)
+                    response = await backend.complete(sent)
             except Exception:
                 self.model_call = None
                 raise
@@ -189,7 +207,7 @@ class Context:
             self.model_call = None
             return response
 
-        raw = await self._recorder.call(self, "llm", request, execute, call.attempts)
+        raw = await self._recorder.call(self, "llm", request, execute, call.attempts, None if sent is request else sent)
         return raw if isinstance(raw, LlmResponse) else msgspec.convert(raw, LlmResponse)
 
     async def request(self, service: str, body: Any, *, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Any:

@@ -238,6 +238,10 @@ class FaultApplied(Body, frozen=True, tag="fault_applied"):
     fault: str
     original: dict[str, Any] = {}
     results: list[dict[str, Any]] = []
+    model_call: int = -1
+    """0 or more: the fault changed that model call of `original["sender"]` handling
+    `original["causation"]`; `original` and the one result then hold the request's
+    `messages` before and after, not envelopes."""
 
 
 class FaultSkipped(Body, frozen=True, tag="fault_skipped"):

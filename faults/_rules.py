@@ -41,6 +41,7 @@ import msgspec
 
 from faultline._errors import FaultRuleError, ModelError
 from faultline.core import (
+    ChatMessage,
     Control,
     Envelope,
     FaultApplied,
@@ -64,6 +65,8 @@ OPERATOR = "operator"
 """The sender of control-plane envelopes published from the command line."""
 
 MATCH_FIELDS = ("episode", "sender", "recipient", "kind", "topic")
+REQUEST_KIND = "llm_request"
+"""The kind a rule matches an agent's own model request by (sender: the agent; no recipient, no topic)."""
 MATCH_CACHE_SIZE = 4096
 """How many (episode, sender, recipient, kind, topic) combinations keep their matching rules cached."""
 
@@ -172,7 +175,8 @@ class FaultType:
     """How it is injected: one of `MECHANISMS`."""
     Params: ClassVar[type[msgspec.Struct]] = NoParams
     kinds: ClassVar[frozenset[str]] = frozenset()
-    """Body kinds the fault applies to; empty means every direct or topic message."""
+    """Body kinds the fault applies to; empty means every direct or topic message. `REQUEST_KIND`
+    among them: it also applies to an agent's own model requests (`apply_request`)."""
 
     def params(self, raw: Mapping[str, Any]) -> Any:
         try:
@@ -187,6 +191,11 @@ class FaultType:
         """What the interceptor calls: `apply`, unless the type needs a model (it then raises
         ModelError when the model cannot make the fault)."""
         return self.apply(env, params, site)
+
+    def apply_request(self, messages: list[dict[str, Any]], params: Any) -> list[dict[str, Any]] | None:
+        """The messages a model request of the agent sends instead of `messages` (plain data),
+        or None when the fault does not apply to them. Only for types whose kinds hold `REQUEST_KIND`."""
+        raise NotImplementedError
 
 
 MECHANISMS = ("prompt", "structural", "semantic", "routing", "tool_call")
@@ -346,7 +355,10 @@ class RuleSet:
 
     def candidates(self, env: Envelope, now: float) -> list[_Active]:
         """Rules that match `env`, are in force at `now`, draw under their probability and have budget."""
-        values = _match_values(env)
+        return self.matching(_match_values(env), env.id, now)
+
+    def matching(self, values: tuple[str, ...], message_id: str, now: float) -> list[_Active]:
+        """`candidates` for what has the match `values` (in `MATCH_FIELDS` order) and id `message_id`."""
         matching = self._matching.get(values)
         if matching is None:
             if len(self._matching) >= MATCH_CACHE_SIZE:
@@ -359,7 +371,7 @@ class RuleSet:
             rule = active.rule
             if rule.expires_at and now >= rule.expires_at:
                 continue
-            if rule.probability < 1.0 and draw(rule.id, env.id) >= rule.probability:
+            if rule.probability < 1.0 and draw(rule.id, message_id) >= rule.probability:
                 continue
             if rule.budget and len(self._applied[rule.id]) >= rule.budget:
                 continue
@@ -389,6 +401,29 @@ def skipped_event(rule: FaultRule, original: Envelope, reason: str) -> Envelope:
     """The `FaultSkipped` event of a fault that could not be made; `original` went out unchanged."""
     return _event(
         original, FaultSkipped(rule_id=rule.id, fault=rule.fault, original=msgspec.to_builtins(original), reason=reason)
+    )
+
+
+def request_fault_event(
+    rule: FaultRule, message: Envelope, agent: str, index: int, original: list[Any], faulted: list[Any]
+) -> Envelope:
+    """The `FaultApplied` event of a fault on model call `index` of `agent` handling `message`."""
+    call_id = derive_id(message.id, index, REQUEST_KIND)
+    body = FaultApplied(
+        rule_id=rule.id,
+        fault=rule.fault,
+        original={"id": call_id, "sender": agent, "causation": message.id, "messages": original},
+        results=[{"id": call_id, "messages": faulted}],
+        model_call=index,
+    )
+    return Envelope(
+        id=derive_id(call_id, 0, "fault"),
+        episode=message.episode,
+        sender=agent,
+        causation=message.id,
+        hops=message.hops + 1,
+        ts=time.time(),
+        body=body,
     )
 
 
@@ -503,6 +538,28 @@ class FaultInterceptor(Interceptor):
             message.events.append(fault_event(active.rule, env, results))
             return results
         return (env,)
+
+    def request(
+        self, message: Envelope, agent: str, index: int, request: LlmRequest
+    ) -> tuple[LlmRequest, Envelope | None]:
+        """What model call `index` of `agent` handling `message` sends: `request`, or what the first
+        rule on model requests that applies makes of it, with that fault's event."""
+        if not self.rules.in_force:
+            return request, None
+        call_id = derive_id(message.id, index, REQUEST_KIND)
+        values = (message.episode, agent, "", REQUEST_KIND, "")
+        messages: list[dict[str, Any]] | None = None
+        for active in self.rules.matching(values, call_id, time.time()):
+            if REQUEST_KIND not in active.type.kinds:
+                continue
+            messages = messages or [msgspec.to_builtins(m) for m in request.messages]
+            faulted = active.type.apply_request(messages, active.params)
+            if faulted is None:
+                continue
+            self.rules.use(active.rule.id, call_id)
+            event = request_fault_event(active.rule, message, agent, index, messages, faulted)
+            return msgspec.structs.replace(request, messages=msgspec.convert(faulted, list[ChatMessage])), event
+        return request, None
 
     def forget(self, episode: str) -> None:
         self._starts.pop(episode, None)

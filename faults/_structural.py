@@ -1,10 +1,11 @@
 """Response rewriting without a model (MAS-FIRE structure-level mutations).
 
-`memory_loss` and `context_length_violation` act on the conversation an agent
-hands on (a `ContextRequest`'s transcript, which is how the tool agent shares
-its history with helpers); an agent's own history lives in its instance and is
-not on the wire. `parameter_format_error` breaks a tool call's syntax: its JSON,
-an argument's type, a required argument, or an argument's name.
+`memory_loss` and `context_length_violation` act on what an agent works from:
+the messages of its own model requests (kind `llm_request`: every turn after the
+system prompt, which stays, so the agent keeps its role), and the conversation
+it hands on (a `ContextRequest`'s transcript, which is how the tool agent shares
+its history with helpers). `parameter_format_error` breaks a tool call's syntax:
+its JSON, an argument's type, a required argument, or an argument's name.
 """
 
 from __future__ import annotations
@@ -15,10 +16,21 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from faultline.core import ContextRequest, Envelope, ToolCall
-from faultline.faults._rules import FaultSite, FaultType, register_fault
+from faultline.faults._rules import REQUEST_KIND, FaultSite, FaultType, register_fault
 from faultline.faults._types import replaced_call
 
-_CONTEXT = frozenset({"context_request"})
+_HISTORY = frozenset({"context_request", REQUEST_KIND})
+
+
+def _history(messages: list[dict[str, Any]]) -> int:
+    """Where a request's conversation starts: after its leading system messages."""
+    return next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+
+
+def _answered(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`turns` without tool results whose call was dropped (a model API refuses such a request)."""
+    calls = {c.get("id") for t in turns for c in t.get("tool_calls", ())}
+    return [t for t in turns if t.get("role") != "tool" or t.get("tool_call_id", "") in calls]
 
 
 class MemoryLossParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -31,24 +43,31 @@ class MemoryLossParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 @register_fault
 class MemoryLoss(FaultType):
     name = "memory_loss"
-    summary = "drop turns from the history an agent hands on (earliest, latest, or one role's)"
+    summary = "drop turns from an agent's history, in its model request or handed on (earliest, latest, one role's)"
     mechanism = "structural"
-    kinds = _CONTEXT
+    kinds = _HISTORY
     Params = MemoryLossParams
 
     def apply(self, env: Envelope, params: MemoryLossParams, site: FaultSite) -> list[Envelope] | None:
         body = env.body
         assert isinstance(body, ContextRequest)
-        turns = body.transcript
-        if params.strategy == "earliest":
-            kept = turns[params.turns :]
-        elif params.strategy == "latest":
-            kept = turns[: -params.turns]
-        else:
-            kept = [t for t in turns if t.get("role") != params.role]
-        if len(kept) == len(turns):
+        kept = self.dropped(body.transcript, params)
+        if len(kept) == len(body.transcript):
             return None
         return [msgspec.structs.replace(env, body=msgspec.structs.replace(body, transcript=kept))]
+
+    def apply_request(self, messages: list[dict[str, Any]], params: MemoryLossParams) -> list[dict[str, Any]] | None:
+        start = _history(messages)
+        kept = messages[:start] + _answered(self.dropped(messages[start:], params))
+        return kept if len(kept) < len(messages) else None
+
+    @staticmethod
+    def dropped(turns: list[dict[str, Any]], params: MemoryLossParams) -> list[dict[str, Any]]:
+        if params.strategy == "earliest":
+            return turns[params.turns :]
+        if params.strategy == "latest":
+            return turns[: -params.turns]
+        return [t for t in turns if t.get("role") != params.role]
 
 
 class ContextLengthParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -63,24 +82,33 @@ COMPRESSED = " [...]"
 @register_fault
 class ContextLengthViolation(FaultType):
     name = "context_length_violation"
-    summary = "compress every turn of the history an agent hands on to its first `keep_chars` characters"
+    summary = "compress every turn of an agent's history (its model request or handed on) to `keep_chars` characters"
     mechanism = "structural"
-    kinds = _CONTEXT
+    kinds = _HISTORY
     Params = ContextLengthParams
 
     def apply(self, env: Envelope, params: ContextLengthParams, site: FaultSite) -> list[Envelope] | None:
         body = env.body
         assert isinstance(body, ContextRequest)
-        cut = params.keep_chars
-        turns = [
-            t | {"content": t["content"][:cut] + COMPRESSED}
-            if isinstance(t.get("content"), str) and len(t["content"]) > cut
-            else t
-            for t in body.transcript
-        ]
+        turns = self.compressed(body.transcript, params)
         if turns == body.transcript:
             return None
         return [msgspec.structs.replace(env, body=msgspec.structs.replace(body, transcript=turns))]
+
+    def apply_request(self, messages: list[dict[str, Any]], params: ContextLengthParams) -> list[dict[str, Any]] | None:
+        start = _history(messages)
+        turns = messages[:start] + self.compressed(messages[start:], params)
+        return turns if turns != messages else None
+
+    @staticmethod
+    def compressed(turns: list[dict[str, Any]], params: ContextLengthParams) -> list[dict[str, Any]]:
+        cut = params.keep_chars
+        return [
+            t | {"content": t["content"][:cut] + COMPRESSED}
+            if isinstance(t.get("content"), str) and len(t["content"]) > cut
+            else t
+            for t in turns
+        ]
 
 
 FORMAT_ERRORS = ("json", "missing", "type", "alias")

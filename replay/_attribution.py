@@ -495,9 +495,15 @@ def _blank(method: str, search: str = "") -> Attribution:
     )
 
 
+def _undoable(row: JournalRow) -> bool:
+    applied = row.envelope().body
+    return isinstance(applied, FaultApplied) and applied.model_call < 0
+
+
 async def _fault_repair(forks: _Forks, made: list[Step]) -> Attribution | None:
-    """Undo each fault event in turn; the first whose undoing alone rescues the episode decided it."""
-    faults = [r for r in forks.rows if r.kind == "fault_applied"]
+    """Undo each fault event in turn; the first whose undoing alone rescues the episode decided it.
+    A fault on a model request has no message to deliver instead: the other methods cover it."""
+    faults = [r for r in forks.rows if r.kind == "fault_applied" and _undoable(r)]
     if not faults:
         return None
     probes: list[Probe] = []

@@ -307,6 +307,8 @@ def _delivered(row: JournalRow, change: Change, episode: str) -> Envelope | None
         return msgspec.structs.replace(env, episode=episode, id=derive_id(env.id, 0, "f"), body=change.body)
     if not isinstance(env.body, FaultApplied):
         raise FaultlineError(f"position {row.pos} holds a {row.kind}, not a fault event: nothing to undo")
+    if env.body.model_call >= 0:
+        raise FaultlineError(f"position {row.pos} holds a fault on a model request: no message to deliver instead")
     original = msgspec.convert(env.body.original, Envelope)
     return msgspec.structs.replace(original, episode=episode)
 

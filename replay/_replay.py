@@ -164,7 +164,11 @@ def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _Agent
         if row.kind in ("defense_fired", "control", "fault_skipped"):
             continue
         if row.kind == "fault_applied":
-            original = msgspec.convert(row.envelope().body.original, Envelope)  # type: ignore[union-attr]
+            applied = row.envelope().body
+            assert isinstance(applied, FaultApplied)
+            if applied.model_call >= 0:  # a faulted model request: the agent's output was never in question
+                continue
+            original = msgspec.convert(applied.original, Envelope)
             if original.causation and original.sender in tracks:
                 tracks[original.sender].outputs[original.causation].append(original)
             continue

@@ -22,7 +22,7 @@ import msgspec
 
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
-from faultline.core import Context, Control, Envelope, LlmRequest, LlmResponse, Recorder, Services
+from faultline.core import Context, Control, Envelope, LlmRequest, LlmResponse, Recorder, RequestFault, Services
 from faultline.envs import DomainCatalog
 from faultline.faults import (
     DefenseInterceptor,
@@ -80,6 +80,19 @@ def injector_for(bus: Bus, services: Services) -> Injector:
         return await Context(agent=env.sender, message=env, recorder=recorder, services=services).llm(request)
 
     return ask
+
+
+def request_faults(bus: Bus, faults: FaultInterceptor) -> RequestFault:
+    """The fault rules of a worker on its agents' own model requests: a faulted request goes
+    out, its fault event (original and faulted messages) is published before the call."""
+
+    async def fault(ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
+        sent, event = faults.request(ctx.message, ctx.agent, index, request)
+        if event is not None:
+            await bus.publish(event)
+        return sent
+
+    return fault
 
 
 @asynccontextmanager

@@ -18,7 +18,7 @@ from faultline._errors import ConfigError, JournalError
 from faultline.bus import Bus, BusSettings, Login
 from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
 from faultline.runtime._config import ALL_AGENTS, Config, bus_settings, make_backend
-from faultline.runtime._faulting import faults_and_defenses, injector_for
+from faultline.runtime._faulting import faults_and_defenses, injector_for, request_faults
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._supervisor import announce_ready
@@ -175,6 +175,7 @@ async def run_worker(
         async with faults_and_defenses(bus, config, agent_names(config), name) as faults:
             worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
             faults.injector = injector_for(bus, worker)
+            worker.request_faults = request_faults(bus, faults)
             if follow_roster:
                 pool = HelperPool(worker, resolve=lambda agent: resolve_agents([agent], config)[0])
                 await serve_until_signal(bus, name, pool)

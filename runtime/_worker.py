@@ -46,6 +46,7 @@ from faultline.core import (
     ModelCall,
     Recorder,
     Recording,
+    RequestFault,
     Timer,
     failure_envelopes,
     timer_fired,
@@ -96,6 +97,8 @@ class Worker:
     name: str = field(default_factory=lambda: f"worker-{os.getpid()}")
     handled: int = 0
     model_calls: set[ModelCall] = field(default_factory=set)
+    request_faults: RequestFault | None = None
+    """The fault rules on the agents' own model requests (`faulting.request_faults`)."""
     _instances: dict[tuple[str, str], _Instance] = field(default_factory=dict)
     _recovering: set[str] = field(default_factory=set)
     _backends: dict[str, ModelBackend] = field(default_factory=dict)
@@ -308,7 +311,7 @@ class Worker:
             await self.bus.publish_all(events)
         for message in messages:
             recorded = instance.recorded.pop(message.id, {})
-            recorder = Recorder(recorded=recorded, services=self, store=self.bus.publish)
+            recorder = Recorder(recorded=recorded, services=self, store=self.bus.publish, faults=self.request_faults)
             try:
                 outputs = await self._handling(cls, instance, message, recorder).run(self.settings.handler_timeout_s)
             except NonDeterminismError as exc:  # a call recorded before a crash differs from today's

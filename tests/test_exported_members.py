@@ -74,6 +74,7 @@ PUBLIC = {
         "Outbound",
         "RUNNER",
         "Recorder",
+        "RequestFault",
         "Recording",
         "ReportsAttempts",
         "Services",

@@ -12,6 +12,7 @@ from faultline._errors import FaultRuleError
 from faultline.agents import EpisodeSpec
 from faultline.core import (
     AssistantTurn,
+    ChatMessage,
     ContextRequest,
     Envelope,
     FaultApplied,
@@ -19,6 +20,7 @@ from faultline.core import (
     Inbound,
     LlmRequest,
     LlmResponse,
+    LlmToolCall,
     Start,
     ToolCall,
     derive_id,
@@ -105,6 +107,46 @@ async def test_context_length_violation_compresses_every_turn() -> None:
     out, _ = await through(FaultInterceptor(rules(rule)), env(1, transcript("user", "tool")))
     turns = out[0].body.transcript  # type: ignore[union-attr]
     assert [t["content"] for t in turns] == ["user turn " + COMPRESSED, "tool turn " + COMPRESSED]
+
+
+CONVERSATION = LlmRequest(
+    role="tool",
+    messages=[
+        ChatMessage(role="system", content="You are a retail agent."),
+        ChatMessage(role="user", content="Cancel order #W1 please, it was a mistake."),
+        ChatMessage(role="assistant", tool_calls=[LlmToolCall(id="c1", name="get_order", arguments={"id": "#W1"})]),
+        ChatMessage(role="tool", tool_call_id="c1", content='{"status": "pending", "items": 3}'),
+    ],
+)
+
+
+@pytest.mark.parametrize(
+    ("fault", "params", "sent"),
+    [
+        ("memory_loss", {"turns": 1}, ["system", "assistant", "tool"]),
+        ("memory_loss", {"turns": 2}, ["system"]),  # the tool result lost its call, so it goes too
+        ("context_length_violation", {"keep_chars": 6}, ["system", "user", "assistant", "tool"]),
+    ],
+)
+def test_history_faults_change_an_agents_own_model_request(fault: str, params: dict[str, Any], sent: list[str]) -> None:
+    faults = FaultInterceptor(rules(FaultRule(id="r", fault=fault, params=params, sender="tool")))
+    handling = env(4)
+    request, event = faults.request(handling, "tool", 1, CONVERSATION)
+    assert [m.role for m in request.messages] == sent
+    assert request.messages[0] == CONVERSATION.messages[0]  # the agent keeps its role
+    if fault == "context_length_violation":
+        assert [m.content for m in request.messages[1:]] == ["Cancel" + COMPRESSED, "", '{"stat' + COMPRESSED]
+    assert event is not None and event.causation == handling.id and event.sender == "tool"
+    applied = event.body
+    assert isinstance(applied, FaultApplied) and applied.model_call == 1
+    assert applied.original["messages"] == msgspec.to_builtins(CONVERSATION.messages)
+    assert applied.results == [{"id": applied.original["id"], "messages": msgspec.to_builtins(request.messages)}]
+    assert faults.request(handling, "user", 1, CONVERSATION) == (CONVERSATION, None)  # another sender
+
+
+def test_a_rule_on_context_requests_leaves_model_requests_alone() -> None:
+    faults = FaultInterceptor(rules(FaultRule(id="r", fault="memory_loss", kind="context_request")))
+    assert faults.request(env(4), "tool", 0, CONVERSATION) == (CONVERSATION, None)
 
 
 @pytest.mark.parametrize(

@@ -26,8 +26,8 @@ SIM_RULES = {
     "blind_trust": "",
     "instruction_logic_conflict": "",
     "instruction_ambiguity": "",
-    "memory_loss": "turns=1",
-    "context_length_violation": "keep_chars=8",
+    "memory_loss": "kind=context_request,turns=1",
+    "context_length_violation": "kind=context_request,keep_chars=8",
     "parameter_format_error": "mode=json",
     "hallucination": "kind=user_turn",
     "inexecutable_plan": "kind=assistant_turn",
@@ -98,6 +98,31 @@ def test_every_new_fault_type_live_with_sim(tmp_path: Path, capsys: pytest.Captu
     rows = by_episode(journal)
     for fault, task in zip(SIM_RULES, tasks, strict=True):
         check_applied(rows[f"ms-{task}-t0"], fault)
+    replays_identical(journal, capsys)
+
+
+def test_history_faults_act_on_the_agents_own_model_requests_without_helpers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    tasks = [t.id for t in load_domain("retail").tasks()[:2]]
+    rules = {"memory_loss": "kind=llm_request,from=tool", "context_length_violation": "kind=llm_request,from=tool"}
+    run(capsys, "--task-ids", ",".join(tasks), "--run-id", "mh", "--journal", str(journal), "--max-turns", "4",
+        *faults("mh", tasks, rules))  # fmt: skip
+    rows = by_episode(journal)
+    for fault, task in zip(rules, tasks, strict=True):
+        episode = rows[f"mh-{task}-t0"]
+        [applied] = [b for r in episode if isinstance(b := r.envelope().body, FaultApplied)]
+        assert applied.fault == fault and applied.model_call >= 0
+        [result] = applied.results
+        assert result["messages"] != applied.original["messages"]
+        [recorded] = [
+            b
+            for r in episode
+            if r.causation == applied.original["causation"] and r.sender == "tool"
+            and isinstance(b := r.envelope().body, Recording) and b.index == applied.model_call
+        ]  # fmt: skip
+        assert recorded.request["messages"] == result["messages"]  # what the model was sent is journaled
     replays_identical(journal, capsys)
 
 
