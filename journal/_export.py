@@ -6,7 +6,10 @@ The export format, one `ExportedRow` per line in position order:
 - `body_raw`: the body's stored bytes, base64. The journal keeps bodies as they
   came off the wire, and JSON cannot carry every msgpack value (dict key order,
   bytes or non-string keys in untyped fields), so these bytes are what rebuilds
-  a row exactly. Exports carry them unless asked not to (`raw=False`).
+  a row exactly. Exports carry them unless asked not to (`raw=False`);
+- `schema`, on the first row of a journal of schema 3 or later: its version, which
+  import gives the new journal, since the digests depend on it (`_rows`). An export
+  without it comes from a schema 1 or 2 journal, whose digests schema 2 reproduces.
 
 Import takes `body_raw` when present (and refuses a line whose `body` says
 something else), re-encodes `body` otherwise, recomputes every digest and the
@@ -18,6 +21,7 @@ import reports with the source's. Fields are only ever added, with defaults.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -29,8 +33,8 @@ from faultline._errors import ChainError, DecodeError, JournalError
 from faultline.core import Envelope, MessageBody, decode_body
 from faultline.journal._head import head_path
 from faultline.journal._reader import JournalReader
-from faultline.journal._rows import Incoming, JournalRow, seal
-from faultline.journal._schema import BODY_DIGEST, CHAIN, DIGEST, POS, JournalSettings
+from faultline.journal._rows import Incoming, JournalRow
+from faultline.journal._schema import BODY_DIGEST, CHAIN, DIGEST, POS, SCHEMA_VERSION, STORED_DIGESTS, JournalSettings
 from faultline.journal._writer import Journal
 
 
@@ -38,7 +42,7 @@ class ExportedRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """One line of an export; see the module docstring for what each field guarantees.
 
     The fields are `_schema.ROW_COLUMNS` with `body` decoded (and placed before `body_digest`),
-    then `body_raw` (a test keeps them so).
+    then `body_raw` and `schema` (a test keeps them so).
     """
 
     pos: int
@@ -59,6 +63,7 @@ class ExportedRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     digest: str
     chain: str
     body_raw: bytes | None = None
+    schema: int = 0
 
 
 _encoder = msgspec.json.Encoder()
@@ -67,13 +72,14 @@ _TYPED = '{"type":"row",'
 _SUMMARY = '{"type":"summary"'
 
 
-def export_row(row: JournalRow, *, raw: bool = False) -> str:
+def export_row(row: JournalRow, *, raw: bool = False, schema: int = 0) -> str:
     """One row as a JSON object on one line (no newline); `raw` adds the body bytes as received, as exports do."""
     try:
         body = row.decoded_body()
     except DecodeError as exc:
         raise JournalError(f"row {row.pos}: body does not decode with this version ({exc})") from None
-    exported = ExportedRow(**{**msgspec.structs.asdict(row), "body": body, "body_raw": row.body if raw else None})
+    fields = {**msgspec.structs.asdict(row), "body": body, "body_raw": row.body if raw else None, "schema": schema}
+    exported = ExportedRow(**fields)
     return _encoder.encode(exported).decode()
 
 
@@ -101,7 +107,8 @@ def export_jsonl(
         else:
             rows = (row for _, chosen in reader.by_episode(episodes) for row in chosen)
         for row in rows:
-            line = export_row(row, raw=raw)
+            schema = reader.version if row.pos == 1 and reader.version >= STORED_DIGESTS else 0
+            line = export_row(row, raw=raw, schema=schema)
             out.write(_TYPED + line[1:] if typed else line)
             out.write("\n")
             count += 1
@@ -128,10 +135,13 @@ def import_jsonl(
         raise JournalError(f"{dest}: already exists; import only creates new journals")
     partial = dest.with_name(dest.name + ".importing")
     _remove(partial)
+    batches = _batches(lines, batch_rows)
+    first = next(batches, [])
+    version = (first[0][1].schema or STORED_DIGESTS - 1) if first else SCHEMA_VERSION
     done = False
     try:
-        with Journal.open(partial, settings) as journal:
-            for batch in _batches(lines, batch_rows):
+        with Journal.open(partial, settings, version=version) as journal:
+            for batch in itertools.chain([first], batches):
                 _write_checked(journal, batch)
             count = journal.last_pos
         os.replace(partial, dest)
@@ -197,7 +207,7 @@ def _incoming(number: int, row: ExportedRow) -> Incoming:
 
 def _write_checked(journal: Journal, batch: list[tuple[int, ExportedRow]]) -> None:
     incoming = [_incoming(number, row) for number, row in batch]
-    sealed = seal(incoming, journal.last_pos, journal.head, blobs := journal._new_blobs())
+    sealed, blobs = journal._seal(incoming, journal.last_pos, journal.head)
     for (number, row), item, values in zip(batch, incoming, sealed, strict=True):
         pos = values[POS]
         where = f"line {number} (row {row.pos})"

@@ -20,7 +20,7 @@ import msgspec
 from faultline._errors import JournalError
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
-from faultline.journal._schema import ROW_SELECT, JournalSettings, connect_readonly
+from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
 
 
 class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +105,7 @@ class JournalReader:
     ) -> None:
         self.path = Path(path)
         self._conn = connect_readonly(self.path, settings or JournalSettings())
+        self.version = check(self._conn, self.path)
         self._blobs = BlobStore(self._conn) if expand_requests else None
 
     def _row(self, values: tuple[Any, ...]) -> JournalRow:

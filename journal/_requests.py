@@ -10,11 +10,15 @@ digest chained over its item keys, so equal lists have equal keys wherever they 
 The row's body is the recording with each list replaced by its key, after a first byte
 that msgpack never uses (`MARK`).
 
-Expanding a stored body rebuilds the body as received, byte for byte. The row's
-`body_digest`, its row digest and the chain are those of the received body, so the
-chain does not depend on how requests are stored, and `verify` checks every expansion.
-A body is stored this way only when encoding what was decoded from it gives its bytes
-back (true for everything Faultline encodes); any other body is stored as received.
+Expanding a stored body rebuilds the body as received, byte for byte. A body is stored
+this way only when encoding what was decoded from it gives its bytes back (true for
+everything Faultline encodes); any other body is stored as received.
+
+How `verify` checks it depends on the schema version. In version 2 the row's
+`body_digest` is that of the received body, so every stored request is expanded to be
+hashed: the cost grows with the conversation, at every call. From version 3 it is that
+of the stored body, so the chain covers what is stored, and each blob is checked once
+against its own key (`BlobCheck`): a content address is its own checksum.
 """
 
 from __future__ import annotations
@@ -206,6 +210,116 @@ class BlobStore:
             return self._conn.execute(sql, params)
         except sqlite3.Error as exc:  # a version 1 journal has no blobs table, so no stored requests either
             raise JournalError(f"cannot read request items ({exc})") from None
+
+
+class _Lists(msgspec.Struct):
+    messages: bytes | None = None
+    tools: bytes | None = None
+
+
+class _Refs(msgspec.Struct):
+    """What a stored `llm` recording refers to: the keys of its request lists; every other field is skipped."""
+
+    request: _Lists
+
+
+_decode_refs = msgspec.msgpack.Decoder(_Refs).decode
+
+
+class BlobCheck:
+    """Checks the blobs that stored bodies refer to against their own keys, each blob once per check.
+
+    An item's key is the digest of its bytes; a list blob's key is `list_key` chained from its
+    prefix's key over its item keys. So a blob proves itself without rebuilding a request,
+    and a stored body (covered by its body digest, from schema 3) holds when the lists it
+    names are stored, each list's prefix too, and every item they name. `every` reads and
+    checks every blob in one scan first (a full check, which so also finds an edited blob no
+    row refers to); otherwise blobs are fetched as rows reach them (a resumed check).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, *, every: bool) -> None:
+        self._store = BlobStore(conn)
+        self._items: set[bytes] = set()
+        self._lists: dict[bytes, tuple[bytes | None, list[bytes]]] = {}
+        self._bad: dict[bytes, None] = {}
+        self._sound: set[bytes] = set()
+        self._reported: set[bytes] = set()
+        self._complete = every
+        if every:
+            for key, data in self._store._query("SELECT key, CAST(data AS BLOB) FROM blobs"):
+                self._classify(key, data)
+
+    def row_problem(self, stored: bytes) -> str:
+        """Why the blobs a stored body refers to do not hold, or ""."""
+        try:
+            lists = _decode_refs(stored[1:]).request
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return f"stored request does not decode ({exc})"
+        for head in (lists.messages, lists.tools):
+            if head is not None:
+                problem = self._list_problem(head)
+                if problem:
+                    return problem
+        return ""
+
+    def unreached_problem(self) -> str:
+        """A blob that does not match its key and that no checked row reported, or ""."""
+        for key in self._bad:
+            if key not in self._reported:
+                return f"blob {key.hex()} does not match its key (blobs edited)"
+        return ""
+
+    def _list_problem(self, head: bytes) -> str:
+        walked: list[bytes] = []
+        key: bytes | None = head
+        while key is not None and key not in self._sound:
+            self._fetch([key])
+            if key not in self._lists:
+                return self._absent(key, "request list")
+            prefix, tail = self._lists[key]
+            self._fetch(tail)
+            for item in tail:
+                if item not in self._items:
+                    return self._absent(item, "request item")
+            walked.append(key)
+            key = prefix
+        self._sound.update(walked)
+        return ""
+
+    def _absent(self, key: bytes, what: str) -> str:
+        if key in self._bad:
+            self._reported.add(key)
+            return f"{what} {key.hex()} does not match its key (blobs edited)"
+        return f"{what} {key.hex()} is missing from blobs (blobs edited)"
+
+    def _fetch(self, keys: list[bytes]) -> None:
+        if self._complete:
+            return
+        new = [key for key in keys if key not in self._items and key not in self._lists and key not in self._bad]
+        if new:
+            self._store._need(new)
+            for key in new:
+                data = self._store._blobs.get(key)
+                if data is not None:
+                    self._classify(key, data)
+
+    def _classify(self, key: bytes, data: bytes) -> None:
+        """File a blob as an item or a list when its key is the digest it should be, else as bad."""
+        if item_key(data) == key:
+            self._items.add(key)
+            return
+        try:
+            prefix, tail = _decode(data)
+            chained = prefix if prefix is not None else b""
+            for item in tail:
+                chained = list_key(chained, item)
+        except (msgspec.DecodeError, TypeError, ValueError):
+            self._bad[key] = None
+            return
+        if tail and chained == key:  # an empty tail would name its own prefix
+            self._lists[key] = (prefix, tail)
+        else:
+            self._bad[key] = None
 
 
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (key, data) VALUES (?, ?)"

@@ -1,7 +1,11 @@
 """A journal row, its digest, and the hash chain that links each row to the one before.
 
+body digest = digest(the body as stored) from schema 3, digest(the body as received) before
 row digest = digest(msgpack[the digested columns of `_schema.MESSAGE_COLUMNS`, pos ... body_digest])
 chain_i    = digest(chain_{i-1} || row digest_i), chain_0 = GENESIS (hex text, concatenated)
+
+The body as stored differs from the body as received only for a model request stored
+content-addressed (`_requests`), whose blobs are checked against their own keys.
 
 These definitions are part of the file format: changing one breaks every journal
 written before, so they change only with a new schema version.
@@ -106,12 +110,20 @@ def chain_next(previous: str, row_digest_hex: str) -> str:
     return digest((previous + row_digest_hex).encode("ascii"))
 
 
-def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str, blobs: BlobWriter | None = None) -> list[SealedRow]:
+def seal(
+    batch: Sequence[Incoming],
+    last_pos: int,
+    last_chain: str,
+    blobs: BlobWriter | None = None,
+    *,
+    digest_stored: bool = False,
+) -> list[SealedRow]:
     """Give each incoming message its position, digests and chain value, continuing the tail.
 
     The hot path of the writer: one body encoding and three digests per row, nothing else.
     The digests are `faultline.bus.digest` and `encode` inlined (a test keeps them equal).
-    With `blobs`, model requests are stored content-addressed and their blobs added to its batch.
+    With `blobs`, model requests are stored content-addressed and their blobs added to its
+    batch; `digest_stored` (schema 3 on) makes the body digest that of the body as stored.
     """
     sealed: list[SealedRow] = []
     add = sealed.append
@@ -127,8 +139,9 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str, blobs: BlobW
             data = pack(body)
         elif is_compact(data):
             raise JournalError("a body in its stored form was given to the writer: read rows expanded to copy them")
-        body_hex = blake2b(data, digest_size=16).hexdigest()
         kind = _kind(type(body))
+        stored = blobs.compact(data) if blobs is not None and kind == "recording" else None
+        body_hex = blake2b(stored if stored and digest_stored else data, digest_size=16).hexdigest()
         pos += 1
         key = (  # the digested columns, in table order (a test keeps them so)
             pos,
@@ -149,6 +162,5 @@ def seal(batch: Sequence[Incoming], last_pos: int, last_chain: str, blobs: BlobW
         row_hex = blake2b(pack(key), digest_size=16).hexdigest()
         chain = blake2b((chain + row_hex).encode("ascii"), digest_size=16).hexdigest()
         facts = facts_of(body, data) if kind in FACT_KINDS else None
-        stored = blobs.compact(data) if blobs is not None and kind == "recording" else None
         add((*key, stored or data, row_hex, chain, facts))
     return sealed

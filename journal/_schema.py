@@ -21,9 +21,14 @@ import sqlite_utils
 from faultline._errors import JournalError
 
 FORMAT = "faultline-journal"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: bodies as received. 2: adds `blobs`, for model requests stored content-addressed (`_requests`).
-This version reads and appends to both; a journal keeps the version it was created with."""
+3: a row's `body_digest` is that of its body as stored, so the chain covers what is stored and
+`verify` checks each blob against its own key instead of rebuilding requests (`STORED_DIGESTS`).
+This version reads and appends to all three; a journal keeps the version it was created with."""
+
+STORED_DIGESTS = 3
+"""The first version whose `body_digest` covers the body as stored (before it: the body as received)."""
 
 
 class JournalSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -206,8 +211,8 @@ def table_names(conn: sqlite3.Connection, path: Path) -> set[str]:
         raise JournalError(f"{path}: not a Faultline journal ({exc})") from None
 
 
-def create(conn: sqlite3.Connection) -> None:
-    """Create every table, index, trigger and view; the caller holds the write transaction."""
+def create(conn: sqlite3.Connection, version: int = SCHEMA_VERSION) -> None:
+    """Create every table, index, trigger and view of `version`; the caller holds the write transaction."""
     db = sqlite_utils.Database(conn)
     meta = db.create_table("meta", {"key": str, "value": str}, pk="key", not_null={"value"})
     messages = db.create_table(
@@ -228,7 +233,7 @@ def create(conn: sqlite3.Connection) -> None:
     meta.insert_all(
         [
             {"key": "format", "value": FORMAT},
-            {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+            {"key": "schema_version", "value": str(version)},
             {"key": "created", "value": created},
         ]
     )

@@ -3,6 +3,9 @@
 Checks per row, in position order, stopping at the first failure:
 contiguous positions, body digest, chain link, row digest, derived facts; then the
 head record the writer keeps beside the file (`_head`): the chain must reach it.
+A model request stored content-addressed (`_requests`) is checked, from schema 3, by
+checking each blob it refers to against its own key, once per check; before, by
+rebuilding the request as received and hashing it.
 
 What this proves: no row was edited, removed, inserted or reordered without the
 chain being recomputed from there, and, while the head record is present, no rows
@@ -39,7 +42,7 @@ from faultline.journal._head import (
     read_head,
     write_checkpoint,
 )
-from faultline.journal._requests import BlobStore, is_compact
+from faultline.journal._requests import BlobCheck, BlobStore, is_compact
 from faultline.journal._rows import GENESIS, chain_next, row_digest
 from faultline.journal._schema import (
     BODY,
@@ -51,7 +54,9 @@ from faultline.journal._schema import (
     FACTS,
     KIND,
     POS,
+    STORED_DIGESTS,
     JournalSettings,
+    check,
     connect_readonly,
 )
 
@@ -133,7 +138,7 @@ def verify(
     finally:
         conn.close()
     ranges = _split(start, last, jobs if multiprocessing.get_start_method(allow_none=True) in (None, "fork") else 1)
-    task = _RangeTask(str(path), settings, anchor, record.rows if record else -1, facts)
+    task = _RangeTask(str(path), settings, anchor, record.rows if record else -1, facts, start == 1)
     if len(ranges) == 1:
         checked = [task.check(ranges[0][0], ranges[0][1], previous)]
     else:
@@ -223,6 +228,8 @@ class _RangeTask(msgspec.Struct, frozen=True):
     anchor: str
     record_rows: int
     facts: bool
+    full: bool
+    """Whether the ranges cover the whole journal: then the first one also checks every blob."""
 
     def check_range(self, bounds: tuple[int, int | None]) -> _Range:
         first, stop = bounds
@@ -252,8 +259,11 @@ class _RangeTask(msgspec.Struct, frozen=True):
             bounds.append(("pos < ?", stop))
         where = " AND ".join(condition for condition, _ in bounds) or "1"
         params = tuple(value for _, value in bounds)
-        cursor = conn.execute(f"SELECT {select} FROM messages WHERE {where} ORDER BY pos", params)
+        # From schema 3 blobs are checked against their keys; before, requests are rebuilt to be hashed.
+        stored_digests = check(conn, Path(self.path)) >= STORED_DIGESTS
+        blob_check = BlobCheck(conn, every=self.full and first == 1) if stored_digests else None
         blobs = BlobStore(conn)
+        cursor = conn.execute(f"SELECT {select} FROM messages WHERE {where} ORDER BY pos", params)
         found = _Range()
         expected = first
 
@@ -268,13 +278,19 @@ class _RangeTask(msgspec.Struct, frozen=True):
                     return broken(expected, f"gap: position {expected} missing")
                 return broken(pos, f"row {pos}: position out of range (positions start at 1)")
             body, stored_digest, stored_chain = values[BODY], values[DIGEST], values[CHAIN]
-            if isinstance(body, bytes) and is_compact(body):
+            compact = isinstance(body, bytes) and is_compact(body)
+            if compact and blob_check is None:
                 try:
                     body = blobs.expand(body, f"row {pos}")
                 except JournalError as exc:
                     return broken(pos, str(exc))
             if not isinstance(body, bytes) or digest(body) != values[BODY_DIGEST]:
                 return broken(pos, f"row {pos}: body digest mismatch (body edited)")
+            if compact and blob_check is not None:
+                problem = blob_check.row_problem(body)
+                if problem:
+                    return broken(pos, f"row {pos}: {problem}")
+                body = body[1:]
             if chain_next(previous, stored_digest) != stored_chain:
                 return broken(pos, f"row {pos}: chain mismatch (row removed or reordered before it)")
             if row_digest(values[:DIGESTED]) != stored_digest:
@@ -290,6 +306,10 @@ class _RangeTask(msgspec.Struct, frozen=True):
             expected += 1
         if stop is not None and expected != stop:
             return broken(expected, f"gap: position {expected} missing")
+        if blob_check is not None:
+            problem = blob_check.unreached_problem()
+            if problem:
+                return broken(expected, problem)
         found.rows, found.head = expected - first, previous if expected > first else ""
         return found
 

@@ -23,7 +23,18 @@ from faultline._errors import JournalError, JournalStorageError
 from faultline.journal._head import HeadRecord, cut_problem, head_path, read_head, write_head
 from faultline.journal._requests import INSERT_BLOB, BlobWriter
 from faultline.journal._rows import GENESIS, Incoming, SealedRow, seal
-from faultline.journal._schema import CHAIN, INSERT, POS, JournalSettings, check, configure, create, table_names
+from faultline.journal._schema import (
+    CHAIN,
+    INSERT,
+    POS,
+    SCHEMA_VERSION,
+    STORED_DIGESTS,
+    JournalSettings,
+    check,
+    configure,
+    create,
+    table_names,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +45,7 @@ class Journal:
     def __init__(self, path: Path, conn: sqlite3.Connection, settings: JournalSettings, version: int) -> None:
         self.path = path
         self._conn = conn
+        self.version = version
         self._blobs = BlobWriter() if version >= 2 else None
         self._last_pos, self._head = self._tail()
         self._head_temporary = path.with_name(f".{path.name}.head.{os.getpid()}-{id(self):x}")
@@ -42,11 +54,15 @@ class Journal:
         self._recorded_at = -math.inf
 
     @classmethod
-    def open(cls, path: str | Path, settings: JournalSettings | None = None) -> Journal:
-        """Open the journal at `path`, creating it if the file is missing or an empty database.
+    def open(
+        cls, path: str | Path, settings: JournalSettings | None = None, *, version: int = SCHEMA_VERSION
+    ) -> Journal:
+        """Open the journal at `path`, creating it (with schema `version`, 2 or later) if the file is missing or empty.
 
-        Raises JournalError if the file is something else, or a journal of another schema version.
+        Raises JournalError if the file is something else, or a journal of a schema version this one does not read.
         """
+        if not 2 <= version <= SCHEMA_VERSION:
+            raise JournalError(f"{path}: cannot create a journal of schema {version}")
         settings = settings or JournalSettings()
         path = Path(path)
         if path.is_dir():
@@ -62,7 +78,7 @@ class Journal:
                 conn.execute("PRAGMA journal_mode = WAL")
                 with _transaction(conn, path):
                     if not table_names(conn, path):
-                        create(conn)
+                        create(conn, version)
                         created = True
             version = check(conn, path)
             configure(conn, settings)
@@ -115,17 +131,17 @@ class Journal:
                 raise JournalError(f"{self.path}: episode {new_episode!r} is journaled already; nothing written")
             last_pos, head = self._tail()
             fresh = _drop_journaled(conn, batch)
-            sealed = seal(fresh, last_pos, head, blobs := self._new_blobs())
+            sealed, blobs = self._seal(fresh, last_pos, head)
             self._insert(conn, sealed, blobs)
         if sealed:
             self._committed(sealed)
         return len(sealed)
 
-    def _new_blobs(self) -> BlobWriter | None:
-        """Where `seal` puts request blobs, or None for a version 1 journal (requests stored as received)."""
+    def _seal(self, rows: Sequence[Incoming], last_pos: int, head: str) -> tuple[list[SealedRow], BlobWriter | None]:
+        """`seal` as this journal's version stores rows, with the request blobs of the batch (None: version 1)."""
         if self._blobs is not None:
             self._blobs.start_batch()
-        return self._blobs
+        return seal(rows, last_pos, head, self._blobs, digest_stored=self.version >= STORED_DIGESTS), self._blobs
 
     def _insert(self, conn: sqlite3.Connection, sealed: Sequence[SealedRow], blobs: BlobWriter | None) -> None:
         """INSERT sealed rows and the request blobs they refer to, in the caller's transaction."""

@@ -11,10 +11,18 @@ import io
 import shutil
 from pathlib import Path
 
+import pytest
+
 from faultline.journal import JournalReader, export_jsonl, import_jsonl, verify
+from faultline.replay import Replayer
+from faultline.runtime import Config, agent_lookup
+
+from .conftest import edit_as_attacker
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_HEAD = "5a6787a2e186df6b1725c64dce77eb45"
+GOLDEN_V2_HEAD = "23378a6f1a52acdaecf3af3cab883a70"
+"""`golden/two_episodes_v2.db`: two sim episodes written with schema 2 (model requests in blobs)."""
 
 
 def golden_copy(tmp_path: Path) -> Path:
@@ -44,3 +52,36 @@ def test_the_golden_export_rebuilds_the_golden_journal(tmp_path: Path) -> None:
         assert import_jsonl(lines, rebuilt) == 18
     with JournalReader(rebuilt) as a, JournalReader(golden_copy(tmp_path)) as b:
         assert list(a.rows()) == list(b.rows())
+
+
+def golden_v2_copy(tmp_path: Path) -> Path:
+    return Path(shutil.copy(GOLDEN / "two_episodes_v2.db", tmp_path / "golden_v2.db"))
+
+
+def test_a_schema_2_journal_verifies_replays_and_round_trips_through_an_export(tmp_path: Path) -> None:
+    path = golden_v2_copy(tmp_path)
+    report = verify(path, anchor=GOLDEN_V2_HEAD)
+    assert report.ok and report.rows == 92 and report.head == GOLDEN_V2_HEAD
+    replayed = Replayer(agent_lookup(Config())).replay(path)
+    assert replayed.identical and replayed.episodes == 2 and replayed.messages > 0
+    out = io.StringIO()
+    export_jsonl(path, out)
+    rebuilt = tmp_path / "rebuilt.db"
+    assert import_jsonl(out.getvalue().splitlines(), rebuilt) == 92
+    with JournalReader(rebuilt) as a, JournalReader(path) as b:
+        assert a.version == b.version == 2
+        assert list(a.rows()) == list(b.rows())
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ("UPDATE blobs SET data = data || x'00' WHERE length(data) > 900", "body digest mismatch"),
+        ("DELETE FROM blobs WHERE length(data) > 900", "missing from blobs"),
+    ],
+)
+def test_a_schema_2_journal_still_rebuilds_requests_to_check_them(tmp_path: Path, edit: str, problem: str) -> None:
+    path = golden_v2_copy(tmp_path)
+    edit_as_attacker(path, edit)
+    report = verify(path)
+    assert not report.ok and problem in report.problem

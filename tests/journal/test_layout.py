@@ -60,8 +60,10 @@ def test_journal_rows_hold_the_stored_columns_in_order() -> None:
 def test_an_export_line_has_exactly_the_stored_columns_and_the_raw_body(journal_file: Path) -> None:
     out = io.StringIO()
     export_jsonl(journal_file, out)
-    assert all(list(json.loads(line)) == list(ExportedRow.__struct_fields__) for line in out.getvalue().splitlines())
-    assert set(ExportedRow.__struct_fields__) == {*ROW_COLUMNS, "body_raw"}
+    first, *rest = (list(json.loads(line)) for line in out.getvalue().splitlines())
+    assert first == list(ExportedRow.__struct_fields__)  # only the first row says the schema version
+    assert all(fields == list(ExportedRow.__struct_fields__[:-1]) for fields in rest)
+    assert set(ExportedRow.__struct_fields__) == {*ROW_COLUMNS, "body_raw", "schema"}
     types = {field.name: field.type for field in msgspec.structs.fields(ExportedRow)}
     assert all(
         types[column.name] is column.type

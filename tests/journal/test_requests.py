@@ -156,9 +156,11 @@ def test_export_and_import_round_trip_stored_requests(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
-        ("UPDATE blobs SET data = data || x'00' WHERE length(data) > 900", "row 1: body digest mismatch"),
-        ("DELETE FROM blobs", "missing from blobs"),
-        ("UPDATE messages SET body = body || x'00' WHERE pos = 2", "row 2: stored request does not decode"),
+        ("UPDATE blobs SET data = data || x'00' WHERE length(data) > 900", "row 1: request item"),
+        ("DELETE FROM blobs WHERE length(data) > 900", "row 1: request item"),
+        ("UPDATE messages SET body = body || x'00' WHERE pos = 2", "row 2: body digest mismatch (body edited)"),
+        ("UPDATE blobs SET key = randomblob(16) WHERE length(data) > 900", "row 1: request item"),
+        ("INSERT INTO blobs VALUES (randomblob(16), x'00')", "does not match its key (blobs edited)"),
     ],
 )
 def test_verify_names_the_row_whose_request_items_were_edited(tmp_path: Path, edit: str, problem: str) -> None:
@@ -167,6 +169,22 @@ def test_verify_names_the_row_whose_request_items_were_edited(tmp_path: Path, ed
     edit_as_attacker(path, edit)
     report = verify(path)
     assert not report.ok and problem in report.problem
+    assert "does not match its key" in report.problem or "missing from blobs" in report.problem or "body" in edit
+
+
+def test_a_resumed_check_checks_the_blobs_of_the_rows_appended_since(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    append(path, recording_envelopes("e1", 2))
+    assert verify(path, resume=True).ok
+    append(path, recording_envelopes("e2", 2), first_seq=10)
+    edit_as_attacker(path, "UPDATE blobs SET data = data || x'00' WHERE instr(data, CAST('e2 turn 1' AS BLOB)) > 0")
+    report = verify(path, resume=True)
+    assert (
+        report.position == 4
+        and report.rows == 3
+        and "row 4: request item" in report.problem
+        and "does not match its key" in report.problem
+    )
 
 
 def test_a_version_1_journal_keeps_its_format_when_appended_to(tmp_path: Path) -> None:
