@@ -9,7 +9,9 @@ share one error policy and one idea of what a handled input leaves behind:
 - any other exception, a handler timeout included, becomes the failure events
   of `failure_envelopes`: the episode fails, the worker goes on;
 - a handler that emits nothing leaves a `NoOutput` marker, so the journal
-  always shows which inputs were handled.
+  always shows which inputs were handled (a live worker may publish only the
+  last of a run of markers, see `runtime._worker`: handling is in order, so
+  any later evidence covers the earlier inputs).
 """
 
 from __future__ import annotations

@@ -14,6 +14,16 @@ fired in episodes not completed, and fires each when it would have (at once if
 that time has passed). `TimerFired` has an id derived from its timer's, so one
 fired twice is dropped by JetStream.
 
+Quiet inputs. A handler that emits nothing leaves a `NoOutput` marker. When more
+inputs of the same (episode, agent) are already waiting, the worker holds the
+marker and the input's acknowledgement and handles the next input at once (the
+tool agent takes its helpers' replies one after another this way): inputs are
+handled in order, so whatever a later input leaves, once stored, is the
+evidence that the held ones were handled too (replay reads it so), and they are
+acknowledged with it; their markers are dropped. If nothing later leaves
+anything, the last held marker is published. A crash in between redelivers
+every held input, as any unacknowledged one.
+
 A restarted worker resumes from its consumer's acknowledgement floor. The first
 time it meets an (episode, agent) it rebuilds the instance by replaying that
 pair's earlier inputs from the stream, serving every recorded call; calls the
@@ -44,6 +54,7 @@ from faultline.core import (
     Handling,
     ModelBackend,
     ModelCall,
+    NoOutput,
     Recorder,
     Recording,
     RequestFault,
@@ -83,6 +94,9 @@ class _Instance:
     broken: str = ""
     failed: bool = False
     recorded: dict[str, dict[int, Recording]] = field(default_factory=dict)
+    quiet: list[tuple[Delivery, Envelope]] = field(default_factory=list)
+    """Inputs handled without output while more inputs waited, each with its `NoOutput` marker,
+    not published and not acknowledged yet (see `Worker._serve`)."""
 
 
 @dataclass
@@ -260,16 +274,35 @@ class Worker:
                     if delivery.stream_seq <= instance.handled_seq:
                         # handled and acknowledged already, the acknowledgement lost on the way (a stream
                         # leader lost): handling it again would change the instance's state
+                        await self._settle_quiet(consumer, instance)
                         await consumer.ack(delivery)
                         del self._held[(consumer.name, delivery.stream_seq)]
                         continue
                     if not instance.rebuilt:
                         await self._rebuild(cls, instance, env, delivery.stream_seq)
-                    await self._handle(cls, instance, env, delivery.stream_seq)
+                    waiting = instance.receive.statistics().current_buffer_used > 0
+                    marker = await self._handle(cls, instance, env, delivery.stream_seq, hold_quiet=waiting)
                     instance.handled_seq = delivery.stream_seq
-                    await consumer.ack(delivery)
-                    del self._held[(consumer.name, delivery.stream_seq)]
-                    self.handled += 1
+                    if marker is not None:
+                        instance.quiet.append((delivery, marker))
+                        continue
+                    await self._acknowledge(consumer, [*(d for d, _ in instance.quiet), delivery])
+                    instance.quiet.clear()
+            await self._settle_quiet(consumer, instance)
+
+    async def _settle_quiet(self, consumer: Consumer, instance: _Instance) -> None:
+        """Publish the last held marker, the evidence of every held input, and acknowledge them all."""
+        if instance.quiet:
+            await self.bus.publish(instance.quiet[-1][1])
+            await self._acknowledge(consumer, [d for d, _ in instance.quiet])
+            instance.quiet.clear()
+
+    async def _acknowledge(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        """Acknowledge handled inputs, in stream order, once what they left is stored."""
+        for delivery in deliveries:
+            await consumer.ack(delivery)
+            del self._held[(consumer.name, delivery.stream_seq)]
+            self.handled += 1
 
     async def _rebuild(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
         """After a restart, replay what this instance had handled before `seq`.
@@ -300,12 +333,16 @@ class Worker:
         settings = self.agent_settings.get(cls.name, {})
         return Handling(instance.agent, cls.name, message, recorder, services=self, settings=settings)
 
-    async def _handle(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
+    async def _handle(
+        self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int, *, hold_quiet: bool = False
+    ) -> Envelope | None:
+        """Handle one delivered input and publish what it leaves; with `hold_quiet`, an input that leaves
+        only its `NoOutput` marker gets the marker back unpublished (the caller holds it)."""
         if instance.broken:
             if not instance.failed:
                 instance.failed = True
                 await self.bus.publish_all(failure_envelopes(cls.name, env, NonDeterminismError(instance.broken)))
-            return
+            return None
         messages, events = await self.bus.interceptors.inbound(env, cls.name, seq)
         if events:
             await self.bus.publish_all(events)
@@ -316,8 +353,11 @@ class Worker:
                 outputs = await self._handling(cls, instance, message, recorder).run(self.settings.handler_timeout_s)
             except NonDeterminismError as exc:  # a call recorded before a crash differs from today's
                 outputs = failure_envelopes(cls.name, message, exc)
+            if hold_quiet and len(messages) == 1 and len(outputs) == 1 and isinstance(outputs[0].body, NoOutput):
+                return outputs[0]
             await self.bus.publish_all(outputs)
             self._arm([env for env in outputs if isinstance(env.body, Timer)])
+        return None
 
     def _arm(self, timers: list[Envelope]) -> None:
         assert self._timers is not None
