@@ -548,6 +548,7 @@ def _status(args: argparse.Namespace) -> int:
     rosters = anyio.run(_rosters, url, _prefix(args, config), login(args, config, url))
     if args.json:
         _jsonl.rows("worker", replies)
+        _jsonl.rows("roster", _roster_rows(rosters))
         _jsonl.summary({"workers": len(replies), "url": url})
         return 0
     table = Table(title=f"{len(replies)} worker(s)")
@@ -575,17 +576,25 @@ async def _rosters(url: str, prefix: str, connect_as: Login) -> Rosters:
         await bus.close()
 
 
+def _roster_rows(rosters: Rosters) -> list[dict[str, Any]]:
+    """Each roster in force, with the FAMA controller's counts when it chose it (else None: the operator did)."""
+    return [
+        {"domain": d, "model": m, "helpers": helpers, "counts": rosters.reasons.get(d, {}).get(m)}
+        for d, by_model in sorted(rosters.domains.items())
+        for m, helpers in sorted(by_model.items())
+    ]
+
+
 def _rosters_table(rosters: Rosters) -> Table:
     """The rosters in force, and for those the FAMA controller chose, the failure counts behind them."""
     table = Table(title="helper rosters in force")
     for column in ("domain", "model", "helpers", "chosen by"):
         table.add_column(column)
-    for domain, by_model in sorted(rosters.domains.items()):
-        for model, helpers in sorted(by_model.items()):
-            counts = rosters.reasons.get(domain, {}).get(model)
-            why = "operator"
-            if counts is not None:
-                categories = ", ".join(f"{c} {n}" for c, n in counts.get("categories", {}).items())
-                why = f"fama over {counts.get('failures', '?')} failures: {categories}"
-            table.add_row(domain, model, ",".join(helpers) or "none", why)
+    for row in _roster_rows(rosters):
+        counts = row["counts"]
+        why = "operator"
+        if counts is not None:
+            categories = ", ".join(f"{c} {n}" for c, n in counts.get("categories", {}).items())
+            why = f"fama over {counts.get('failures', '?')} failures: {categories}"
+        table.add_row(row["domain"], row["model"], ",".join(row["helpers"]) or "none", why)
     return table
