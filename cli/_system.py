@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
+from faultline._files import write_atomically
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential, make_certificates
 from faultline.cli import _jsonl
 from faultline.core import HELPERS, helper_agent
@@ -477,7 +478,7 @@ def _up(args: argparse.Namespace) -> int:
     async def serve(supervisor: Supervisor) -> None:
         state = {"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid(), "credentials": operator}
         state["tls_ca"] = ca
-        STATE_FILE.write_text(json.dumps(state))
+        write_atomically(STATE_FILE, json.dumps(state).encode())  # tests and scripts wait for this file
         try:
             console.print(_process_table(supervisor.status(), supervisor.url, journal))
             console.print("running; Ctrl-C drains the workers and stops")

@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 
 from faultline._errors import JournalError
+from faultline._files import write_atomically
 
 HEAD_FORMAT = "faultline-journal-head"
 CHECKPOINT_FORMAT = "faultline-journal-verified"
@@ -67,8 +68,7 @@ def write_checkpoint(journal: Path, rows: int, head: str) -> None:
 
 
 def _replace(path: Path, record: HeadRecord, temporary: Path) -> None:
-    temporary.write_bytes(msgspec.json.encode(record))
-    os.replace(temporary, path)
+    write_atomically(path, msgspec.json.encode(record), temporary)
 
 
 def read_head(journal: Path) -> HeadRecord | None:

@@ -8,12 +8,12 @@ manifest or the new one, never half of one.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import msgspec
 
 from faultline._errors import CampaignError
+from faultline._files import write_atomically
 
 MANIFEST = "manifest.json"
 BASELINE = "baseline"
@@ -112,7 +112,4 @@ def read_manifest(folder: Path) -> CampaignManifest:
 
 def write_manifest(folder: Path, manifest: CampaignManifest) -> None:
     """Replace the manifest in one rename, so a reader never sees half of it."""
-    path = folder / MANIFEST
-    temporary = path.with_suffix(".tmp")
-    temporary.write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))
-    os.replace(temporary, path)
+    write_atomically(folder / MANIFEST, msgspec.json.format(msgspec.json.encode(manifest)))

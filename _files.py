@@ -1,0 +1,13 @@
+"""Files that readers in other processes watch: replaced whole, never seen half written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomically(path: Path, data: bytes, temporary: Path | None = None) -> None:
+    """Write `data` to `temporary` (by default a hidden file beside `path`), then rename it over `path`."""
+    temporary = temporary or path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
