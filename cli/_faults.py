@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     clear = commands.add_parser("clear", help="remove one rule, or every rule")
     _common(clear)
     clear.add_argument("id", nargs="?", default="", help="the rule to remove (default: all)")
+    clear.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     clear.set_defaults(handler=_clear)
 
 
@@ -206,5 +207,8 @@ def _clear(args: argparse.Namespace) -> int:
     known, result = _connect(args, body)
     if not known:
         raise UsageError(f"no rule {args.id!r} is in force (see `faultline faults list`)")
-    print(f"{'rule ' + args.id + ' removed' if args.id else 'every rule removed'}; {_confirmation(result)}")
+    if args.json:
+        _jsonl.summary({"removed": args.id or "*", **result})
+    else:
+        print(f"{'rule ' + args.id + ' removed' if args.id else 'every rule removed'}; {_confirmation(result)}")
     return 0

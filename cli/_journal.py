@@ -87,6 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="check only the rows after the last check that held (FILE.verified), as replay does;"
         " without it every row is checked",
     )
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_pipe_safe(_verify))
 
     p = commands.add_parser(
@@ -104,6 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--header", action="append", default=[], metavar="K=V", help="an HTTP header to send (repeatable)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="give up on the endpoint after S seconds")
     add_episode_filters(p)
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_otel)
 
     p = commands.add_parser("tail", help="print the last rows, optionally following new ones")
@@ -146,6 +148,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser("import", help="rebuild a journal file from exported JSON lines")
     p.add_argument("source", type=Path, help="exported JSON lines")
     p.add_argument("file", type=Path, help="journal file to create")
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_pipe_safe(_import))
 
     add_journal_serve(commands)
@@ -188,7 +191,10 @@ def _otel(args: argparse.Namespace) -> int:
 
     chosen = filtered_episodes(args.file, args, args.episode)
     episodes, spans = export_otel(args.file, args.endpoint, episodes=chosen, headers=headers, timeout_s=args.timeout)
-    print(f"{spans} spans of {episodes} episodes sent to {args.endpoint}")
+    if args.json:
+        _jsonl.summary({"episodes": episodes, "spans": spans, "endpoint": args.endpoint})
+    else:
+        print(f"{spans} spans of {episodes} episodes sent to {args.endpoint}")
     return 0
 
 
@@ -197,8 +203,11 @@ def _otel(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     report = verify(args.file, anchor=args.anchor, jobs=args.jobs, resume=args.resume)
+    if args.json:
+        _jsonl.summary(msgspec.to_builtins(report) | {"ok": report.ok})
     report.raise_if_broken()
-    print(report.summary())
+    if not args.json:
+        print(report.summary())
     return 0
 
 
@@ -343,7 +352,10 @@ def _import(args: argparse.Namespace) -> int:
         count = import_jsonl(lines, args.file)
     with JournalReader(args.file) as reader:
         head = reader.head
-    print(f"imported {count} rows into {args.file}; digests and chain match the export, head {head}")
+    if args.json:
+        _jsonl.summary({"rows": count, "journal": str(args.file), "head": head})
+    else:
+        print(f"imported {count} rows into {args.file}; digests and chain match the export, head {head}")
     return 0
 
 

@@ -218,6 +218,7 @@ def add_journal_health(commands: argparse._SubParsersAction) -> None:  # type: i
         "health", help="ask the running journal service how far it is; exit 1 if it cannot write or does not answer"
     )
     _common(p)
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_journal_health)
 
 
@@ -234,9 +235,12 @@ def _journal_health(args: argparse.Namespace) -> int:
         return msgspec.json.decode(reply, type=JournalState)
 
     state = anyio.run(ask)
+    if args.json:
+        _jsonl.summary(state)
     if state.stuck:
         raise JournalError(f"the journal service cannot write: {state.stuck}")
-    print(f"journal service up: the journal holds the stream up to sequence {state.last_seq}")
+    if not args.json:
+        print(f"journal service up: the journal holds the stream up to sequence {state.last_seq}")
     return 0
 
 
