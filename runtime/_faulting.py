@@ -13,7 +13,7 @@ import os
 import re
 import time
 import typing
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,7 +22,17 @@ import msgspec
 
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
-from faultline.core import Context, Control, Envelope, LlmRequest, LlmResponse, Recorder, RequestFault, Services
+from faultline.core import (
+    Context,
+    Control,
+    Envelope,
+    LlmRequest,
+    LlmResponse,
+    Recorder,
+    Recording,
+    RequestFault,
+    Services,
+)
 from faultline.envs import DomainCatalog
 from faultline.faults import (
     DefenseInterceptor,
@@ -70,13 +80,19 @@ async def faults_and_defenses(
         yield faults
 
 
-def injector_for(bus: Bus, services: Services) -> Injector:
+def injector_for(
+    bus: Bus, services: Services, recorded: Callable[[Envelope], Mapping[int, Recording]] | None = None
+) -> Injector:
     """The fault-injector model of a worker: a call made in the context of the agent that sent the
     faulted message, caused by that message, so its recording is journaled with the agent's own
-    (replay, which compares the agent with the original message, never asks it again)."""
+    (replay, which compares the agent with the original message, never asks it again).
+
+    `recorded` gives the recordings a worker before this one made for that cause (`Worker.recorded_for`):
+    after a crash between the injector's answer and the faulted message, the answer is served, not asked again."""
 
     async def ask(env: Envelope, request: LlmRequest) -> LlmResponse:
-        recorder = Recorder(services=services, store=bus.publish)
+        earlier = recorded(env) if recorded is not None else {}
+        recorder = Recorder(recorded=earlier, services=services, store=bus.publish)
         return await Context(agent=env.sender, message=env, recorder=recorder, services=services).llm(request)
 
     return ask

@@ -174,7 +174,7 @@ async def run_worker(
     async def body(bus: Bus) -> None:
         async with faults_and_defenses(bus, config, agent_names(config), name) as faults:
             worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
-            faults.injector = injector_for(bus, worker)
+            faults.injector = injector_for(bus, worker, worker.recorded_for)
             worker.request_faults = request_faults(bus, faults)
             if follow_roster:
                 pool = HelperPool(worker, resolve=lambda agent: resolve_agents([agent], config)[0])

@@ -139,6 +139,12 @@ class Worker:
     async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
         return await self.bus.request(self.bus.subjects.svc(service), payload, timeout_s)
 
+    def recorded_for(self, message: Envelope) -> Mapping[int, Recording]:
+        """The recordings a worker before this one made for calls `message.sender` made under
+        `message.id` (the fault injector's, outside the agent's handlers), handed out once."""
+        instance = self._instances.get((message.episode, message.sender))
+        return instance.recorded.pop(message.id, {}) if instance is not None else {}
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def run(self) -> None:
