@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from faultline._errors import JournalError
+from faultline._errors import BusError, JournalError
 from faultline.bus import Bus, Consumer, EmbeddedServer
 from faultline.core import DeadLetter, Envelope, Note, UserTurn, encode
 from faultline.journal import Journal, JournalReader, verify
@@ -63,6 +63,18 @@ async def test_deliveries_lost_on_the_way_are_read_again_not_acknowledged_unseen
         await arrive(self, msg)
 
     monkeypatch.setattr(Consumer, "_on_msg", lossy)
+    opened = bus.consumer
+    opens = 0
+
+    async def unavailable_once(*args: Any, **kwargs: Any) -> Consumer:
+        """The first reopening meets a cluster still electing a leader."""
+        nonlocal opens
+        opens += 1
+        if opens == 2:
+            raise BusError("opening consumer journal failed: JetStream system temporarily unavailable")
+        return await opened(*args, **kwargs)
+
+    monkeypatch.setattr(bus, "consumer", unavailable_once)
     service = JournalService(bus, path)
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
@@ -72,10 +84,13 @@ async def test_deliveries_lost_on_the_way_are_read_again_not_acknowledged_unseen
             await service.wait_for(10)
         service.stop()
     assert len(dropped) == 3
+    assert opens == 3
     with JournalReader(path) as reader:
         assert [r.stream_seq for r in reader.rows()] == list(range(1, 11))
     assert verify(path).ok
-    assert any("reading the stream again" in r.getMessage() for r in caplog.records)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("reading the stream again from 3" in m for m in said)
+    assert any("temporarily unavailable; asking again" in m for m in said)
 
 
 async def test_sequences_deleted_from_the_stream_are_logged_and_skipped(
