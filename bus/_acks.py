@@ -22,12 +22,15 @@ from faultline._errors import BusError
 
 MSG_ID = "Nats-Msg-Id"
 SERVICE_UNAVAILABLE = 503
+DUPLICATE_IN_PROCESS = 10158
+"""JetStream's error code for a message id whose first copy a stream leader is still storing."""
 _NO_RESPONDERS = str(SERVICE_UNAVAILABLE)
 
 
 class _Refusal(msgspec.Struct):
     code: int = 0
     description: str = ""
+    err_code: int = 0
 
 
 class _Answer(msgspec.Struct):
@@ -153,7 +156,9 @@ class Confirmations:
             else:
                 refusal = answer.error
                 publish.failure = f"{refusal.description} (code {refusal.code})"
-                publish.transient = refusal.code == SERVICE_UNAVAILABLE
+                # A retry whose first copy is still being stored (after a leader change) is answered
+                # "duplicate message id is in process": sent again, it is found a duplicate once stored.
+                publish.transient = refusal.code == SERVICE_UNAVAILABLE or refusal.err_code == DUPLICATE_IN_PROCESS
         publish.answered = True
         round_.answered()
         if len(self._waiting) < self._window:
