@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from faultline.agents.fama import CONTROLLER, ROSTER
+from faultline.agents.fama import ANALYSIS, CONTROLLER, ROSTER
 from faultline.cli import main
 from faultline.core import Control, EpisodeStarted, Notice
 from faultline.journal import JournalReader
@@ -59,6 +59,9 @@ async def test_the_controller_chooses_a_roster_by_itself_and_new_episodes_take_i
     assert not [r for r in rows if r.kind == "context_request" and r.episode.startswith("before")]
     assert {r.sender for r in rows if r.kind == "context_reply" and r.episode.startswith("after")} == {"planner"}
     notices = [r.envelope().body for r in rows if r.kind == "notice" and r.sender == CONTROLLER]
+    analyses = [n for n in notices if isinstance(n, Notice) and n.text == ANALYSIS]
+    agreeing = [n for n in analyses if n.data["main"]["main"][:1] == ["early_stop"]]
+    assert len(analyses) >= 2 and len(agreeing) >= 0.9 * len(analyses)  # only early stops were injected
     [decision] = [n for n in notices if isinstance(n, Notice) and n.text == ROSTER]
     assert decision.data["roster"] == ["planner"] and decision.data["counts"]["categories"]["early_stop"] >= 2
     controls = [r.envelope().body for r in rows if r.kind == "control"]
