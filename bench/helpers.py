@@ -7,9 +7,12 @@ work: the requests to each helper, their replies, the timer, the tool agent
 handling each reply, the journal. Per decision = (episode latency with the
 roster - without) / the tool agent's decisions per episode; the time the sim
 spends computing helper answers (measured alone, in-process) is subtracted, so
-the number excludes model time. The same difference is taken in CPU time too,
-summed over every process of the run (nats-server, journal, workers), which a
-busy shared machine disturbs far less than latency. These numbers measure the
+the number excludes model time. The same difference is taken in CPU time,
+which a busy shared machine disturbs far less than latency: the same tasks run
+again with every agent (env, tool, user, helpers) in one worker in this process
+against a nats-server of its own, after one warm-up episode, and the CPU time
+of this process and of nats-server is counted (the journal service is not
+running there). These numbers measure the
 runtime's mechanism with a simulator; they say nothing about any model.
 
 Target: under 10 ms per decision with 6 helpers.
@@ -21,34 +24,69 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import anyio
 from rich.console import Console
 from rich.table import Table
 
+from faultline.agents import EnvironmentHost, ToolAgent, UserSimulator
+from faultline.agents.helpers import HELPER_CLASSES
+from faultline.bus import Bus, EmbeddedServer
+from faultline.cli._run_plan import RunPlan, RunResult, plan_episodes, run_plan
 from faultline.core import ChatMessage, LlmRequest
 from faultline.envs import load_domain
 from faultline.journal import JournalReader
+from faultline.runtime import Worker
 from faultline.runtime.models import SimBackend
 
 TARGET_MS = 10.0
 ROSTERS = {0: "none", 1: "dce", 3: "dce,tsa,memory:6", 6: "dce,tsa,tor,planner,memory:6,verifier"}
 
 
-def run(journal: Path, roster: str, tasks: int) -> tuple[dict, float]:  # type: ignore[type-arg]
-    """The run's JSON summary, and the CPU seconds of all its processes (they are its children, waited for)."""
+def run(journal: Path, roster: str, tasks: int) -> dict:  # type: ignore[type-arg]
     args = [sys.executable, "-m", "faultline.cli", "run", "--tasks", str(tasks), "--concurrency", "1"]
     args += ["--helpers", roster, "--journal", str(journal), "--json"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return json.loads(out), cpu_s
+    return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)  # type: ignore[no-any-return]
+
+
+def _server_cpu_s(pid: int) -> float:
+    """CPU seconds nats-server has used (Linux /proc: utime + stime, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms_per_episode(roster: str, tasks: int, store: Path) -> float:
+    """CPU ms per episode of this process (every agent in one worker) and its nats-server, sim model."""
+    helpers = [] if roster == "none" else roster.split(",")
+    domain = load_domain("retail")
+
+    async def measure() -> float:
+        with EmbeddedServer(store_dir=store) as server:
+            assert server.pid is not None
+            bus = await Bus.connect(server.url)
+            await bus.ensure_stream()
+            agents = [EnvironmentHost, ToolAgent, UserSimulator, *HELPER_CLASSES]
+            worker = Worker(bus, agents, backends=lambda role: SimBackend())
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await worker.wait_ready()
+                for run_id, count in (("warm", 1), ("cpu", tasks)):
+                    plan = RunPlan(tasks=count, concurrency=1, helpers=helpers, run_id=run_id)
+                    result = RunResult(plan_episodes(plan, domain))
+                    cpu, server_cpu = time.process_time(), _server_cpu_s(server.pid)
+                    await run_plan(bus, plan, result, lambda *_: None)
+                    used = time.process_time() - cpu + _server_cpu_s(server.pid) - server_cpu
+                worker.stop()
+            await bus.close()
+            return used * 1000 / len(result.completed)
+
+    return anyio.run(measure)
 
 
 def decisions_per_episode(journal: Path) -> float:
@@ -93,9 +131,9 @@ def main() -> None:
         base_ms = base_cpu_ms = 0.0
         for size, roster in ROSTERS.items():
             journal = Path(tmp) / f"h{size}.sqlite"
-            summary, cpu_s = run(journal, roster, args.tasks)
+            summary = run(journal, roster, args.tasks)
             episode_ms = summary["avg_latency_s"] * 1000
-            cpu_ms = cpu_s * 1000 / summary["episodes"]
+            cpu_ms = cpu_ms_per_episode(roster, args.tasks, Path(tmp) / f"nats{size}")
             decisions = decisions_per_episode(journal)
             if size == 0:
                 base_ms, base_cpu_ms = episode_ms, cpu_ms
