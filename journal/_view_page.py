@@ -256,6 +256,8 @@ async function show(id) {
   }
   pane.replaceChildren(el("h2", { class: "id" }, entry.id), facts, ...notes, sides);
   pane.scrollTop = 0;
+  const step = pane.querySelector(".msg.input, .msg.decisive");
+  if (step) step.scrollIntoView({ block: "center" });  // the attributed step, where there is one
 }
 
 function detail(entry, data, r, box) {
