@@ -29,6 +29,7 @@ class EnvironmentHost(Agent):
 
     name = "env"
     environment = True
+    completes = True
 
     def __init__(self) -> None:
         self.spec: EpisodeSpec | None = None
@@ -76,8 +77,9 @@ class EnvironmentHost(Agent):
         result = self.domain.score(self.task, self.db, end.told)
         return_database(self.domain, self.db)
         self.db = None
+        reward = 0.0 if end.failed else result.reward
         cause = end.cause
-        if not cause and result.reward < 1.0:
+        if not cause and reward < 1.0:
             cause = (
                 "final database differs from the ground truth"
                 if not result.db_match
@@ -85,8 +87,8 @@ class EnvironmentHost(Agent):
             )
         ctx.emit(
             EpisodeCompleted(
-                outcome="success" if result.reward >= 1.0 else "failure",
-                reward=result.reward,
+                outcome="success" if reward >= 1.0 else "failure",
+                reward=reward,
                 cause=cause,
                 turns=end.turns,
                 tokens=end.tokens + self.tally.tokens,

@@ -55,8 +55,9 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The user's task instruction in place of the task's own (prompt faults)."""
     protocol: int = 1
     """How the episode's agents speak to the environment: 1, as journals written before
-    `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types. New
-    episodes are planned at `PROTOCOL`; a journaled episode replays as it was recorded."""
+    `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types; 3, the
+    step limit ends the episode through the environment (`STEP_LIMIT_TO_ENV`). New episodes
+    are planned at `PROTOCOL`; a journaled episode replays as it was recorded."""
 
     @classmethod
     def from_start(cls, body: Start) -> EpisodeSpec:
@@ -74,8 +75,12 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
         return f"{base}\n\n{self.system_addendum}" if self.system_addendum else base
 
 
-PROTOCOL = 2
+PROTOCOL = 3
 """The protocol new episodes are planned at (see `EpisodeSpec.protocol`)."""
+
+STEP_LIMIT_TO_ENV = 3
+"""From this protocol on, the tool agent at its step limit hands the environment a failed
+`ConversationEnded` instead of completing the episode itself: only the environment completes."""
 
 TALLY = "tally"
 """Protocol 1: the text of the `Note` that carried a `Tally`."""

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.agents._episode import EpisodeSpec, tally_message
+from faultline.agents._episode import STEP_LIMIT_TO_ENV, EpisodeSpec, tally_message
 from faultline.agents._text_tools import parse_tool_text, tools_prompt
 from faultline.core import (
     RECHECK,
@@ -18,6 +18,7 @@ from faultline.core import (
     Context,
     ContextReply,
     ContextRequest,
+    ConversationEnded,
     Envelope,
     EpisodeCompleted,
     LlmRequest,
@@ -169,7 +170,12 @@ class ToolAgent(Agent):
         self.step += 1
         if self.step > self.spec.max_steps:
             self.finished = True
-            ctx.emit(EpisodeCompleted(outcome="failure", cause=f"step limit reached ({self.spec.max_steps} decisions)"))
+            cause = f"step limit reached ({self.spec.max_steps} decisions)"
+            if self.spec.protocol < STEP_LIMIT_TO_ENV:  # as journals of earlier protocols recorded it
+                ctx.emit(EpisodeCompleted(outcome="failure", cause=cause))
+                return
+            ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
+            ctx.send("env", ConversationEnded(cause=cause, failed=True))
             return
         self.context, self.proposal, self.revision = {}, None, 0
         advisers = [entry for entry in self.spec.helpers if helper_name(entry) != VERIFIER]

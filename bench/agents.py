@@ -24,6 +24,7 @@ class Ping(Agent):
     """Starts and ends a ping-pong episode of `rounds` round trips (from the Start message)."""
 
     name = "bench_ping"
+    completes = True
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         data = _data(msg)
@@ -45,6 +46,7 @@ class _RingMember(Agent):
     """Passes a token to the next member; the member holding it after `hops` hops ends the episode."""
 
     position: ClassVar[int]
+    completes = True
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         data = _data(msg)

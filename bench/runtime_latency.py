@@ -63,6 +63,8 @@ JS_REPLY = "bench.js.reply"
 REQUEST_TIMEOUT_S = 5.0
 BLOCKS = 4
 PING, PONG, RING_FIRST = "bench_ping", "bench_pong", "bench_ring0"
+COMPLETERS = (PING, RING_FIRST, "bench_ring1", "bench_ring2", "bench_ring3")
+"""The agents that complete episodes (`completes = True`): Ping and every ring member."""
 """Names of the agents in `bench/agents.py`, addressed over the bus like any client would."""
 WORKER_A = ("bench.agents:Ping", "bench.agents:Ring0", "bench.agents:Ring2")
 WORKER_B = ("bench.agents:Pong", "bench.agents:Ring1", "bench.agents:Ring3")
@@ -185,7 +187,7 @@ async def raw_round_trips(url: str, count: int, payload: bytes) -> tuple[list[fl
 
 async def run_episodes(bus: Bus, first: str, episodes: dict[str, dict[str, int]]) -> float:
     """Start every episode at `first` with its Start data, wait until all completed; wall seconds."""
-    async with Completions(bus) as completions:
+    async with Completions(bus, COMPLETERS) as completions:
         start = time.perf_counter()
         for episode, data in episodes.items():
             await start_episode(bus, episode, first, EpisodeStarted(task="bench"), Start(data=dict(data)))

@@ -10,7 +10,7 @@ sender to that subject token (defence in depth).
 
 - the operator (control plane, CLI, runner) may publish and subscribe anywhere;
 - an agent identity (a worker group) publishes only as its agents, on dead
-  letters and on services, and subscribes only to services, completions and its
+  letters and on services (completions only as an agent that completes episodes), and subscribes only to services, completions and its
   own inboxes; its stream reads go through the JetStream API, where it may read
   the stream's state and use consumers, never create, change or delete the stream;
 - a recorder (the memory service) publishes only its recordings;
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +63,8 @@ class Identity:
     name: str
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    refused: tuple[str, ...] = ()
+    """Subjects inside `publish` that it may not publish on all the same."""
 
     @property
     def operator(self) -> bool:
@@ -90,8 +92,12 @@ def _reader(subjects: Subjects) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return publish, ("_INBOX.>", f"{p}.svc.>")
 
 
-def agent_identity(subjects: Subjects, name: str, agents: Iterable[str]) -> Identity:
-    """A process that speaks as `agents` (a worker group, the memory service): it publishes only as them."""
+def agent_identity(subjects: Subjects, name: str, agents: Iterable[str], completers: Collection[str] = ()) -> Identity:
+    """A process that speaks as `agents` (a worker group, the memory service): it publishes only as them.
+
+    Of its agents only `completers` (the environment) may complete an episode.
+    """
+    agents = tuple(agents)
     publish, subscribe = _reader(subjects)
     own = tuple(
         subject
@@ -103,7 +109,8 @@ def agent_identity(subjects: Subjects, name: str, agents: Iterable[str]) -> Iden
             subjects.event("*", "*", agent),
         )
     )
-    return Identity(name, (*own, *publish), (*subscribe, subjects.event("completed", "*")))
+    refused = tuple(subjects.event("completed", "*", agent) for agent in agents if agent not in completers)
+    return Identity(name, (*own, *publish), (*subscribe, subjects.event("completed", "*")), refused)
 
 
 def recorder_identity(subjects: Subjects, name: str, agent: str) -> Identity:
@@ -181,7 +188,7 @@ class Access:
 
 def _user(credential: Credential, identity: Identity) -> dict[str, object]:
     permissions: dict[str, object] = {
-        "publish": {"allow": list(identity.publish)},
+        "publish": {"allow": list(identity.publish), "deny": list(identity.refused)},
         "subscribe": {"allow": list(identity.subscribe)},
     }
     if not identity.operator:

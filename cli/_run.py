@@ -71,6 +71,7 @@ from faultline.runtime import (
     apply_defense_flags,
     bus_settings,
     check_system,
+    completing_agents,
     follow_settings,
     hold_directories,
     load_config,
@@ -614,7 +615,7 @@ def _throwaway_access(
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="faultline-access-") as folder:
-        yield system_access(Path(folder), config.nats.prefix, groups).prepare()
+        yield system_access(Path(folder), config.nats.prefix, groups, completing_agents(config, groups)).prepare()
 
 
 def _services(config: Config, effective: Path) -> list[ProcessSpec]:

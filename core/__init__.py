@@ -4,7 +4,15 @@ Every other package may import it; it imports none of them and never loads NATS.
 """
 
 from faultline.core._agent import Agent, load_agent_class
-from faultline.core._context import Context, Recorder, RequestFault, Services, failure_envelopes
+from faultline.core._context import (
+    Context,
+    Recorder,
+    RequestFault,
+    Services,
+    error_completion,
+    failed_by_agent,
+    failure_envelopes,
+)
 from faultline.core._handling import Handling
 from faultline.core._harness import AgentHarness
 from faultline.core._interceptors import Inbound, Interceptor, InterceptorChain, Outbound
@@ -125,6 +133,8 @@ __all__ = [
     "derive_id",
     "digest",
     "encode",
+    "error_completion",
+    "failed_by_agent",
     "failure_envelopes",
     "helper_agent",
     "helper_name",

@@ -34,6 +34,10 @@ class Agent:
     `faultline replay --reexecute-tools` runs it too, which is how a changed
     environment is found.
     """
+    completes: ClassVar[bool] = False
+    """True for an agent that may complete its episodes (the environment, which scores them). The
+    server refuses a completion from any other agent; a failing handler publishes an `ErrorRaised`
+    and the runner completes its episode."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

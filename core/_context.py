@@ -20,7 +20,17 @@ from typing import Any, Protocol
 import msgspec
 
 from faultline._errors import FaultlineError, ModelError, NonDeterminismError
-from faultline.core._messages import Body, Envelope, EpisodeCompleted, ErrorRaised, Recording, derive_id, digest, encode
+from faultline.core._messages import (
+    RUNNER,
+    Body,
+    Envelope,
+    EpisodeCompleted,
+    ErrorRaised,
+    Recording,
+    derive_id,
+    digest,
+    encode,
+)
 from faultline.core._models import LlmRequest, LlmResponse, ModelAttempt, ModelBackend, ModelCall, ReportsAttempts
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
@@ -240,11 +250,12 @@ class Context:
 
 
 def failure_envelopes(agent: str, message: Envelope, exc: BaseException) -> list[Envelope]:
-    """What a raising handler leaves behind: an error event and the episode failed with its cause.
+    """What a raising handler leaves behind: an error event naming the cause.
 
     Live and in replay alike, so a replayed failure compares equal to the journaled one.
+    The agent does not complete the episode itself (only the environment and the
+    runner may): the runner turns the error into the completion (`error_completion`).
     """
-    cause = f"{type(exc).__name__} in {agent}: {exc}"
     error = ErrorRaised(
         agent=agent,
         input_id=message.id,
@@ -252,16 +263,45 @@ def failure_envelopes(agent: str, message: Envelope, exc: BaseException) -> list
         message=str(exc),
         traceback="".join(traceback.format_exception(exc))[-4000:],
     )
-    bodies: list[Body] = [error, EpisodeCompleted(outcome="error", cause=cause)]
     return [
         Envelope(
-            id=derive_id(message.id, i, "e"),
+            id=derive_id(message.id, 0, "e"),
             episode=message.episode,
             sender=agent,
-            body=body,  # type: ignore[arg-type]
+            body=error,
             causation=message.id,
             hops=message.hops + 1,
             ts=time.time(),
         )
-        for i, body in enumerate(bodies)
     ]
+
+
+def error_completion(error: Envelope) -> Envelope:
+    """The runner's completion of the episode an `ErrorRaised` failed, with the error as its cause.
+
+    Its id follows from the error's, so two runners that both see the error publish one message.
+    """
+    assert isinstance(error.body, ErrorRaised)
+    body = error.body
+    return Envelope(
+        id=derive_id(error.id, 0, "c"),
+        episode=error.episode,
+        sender=RUNNER,
+        body=EpisodeCompleted(outcome="error", cause=f"{body.error_type} in {body.agent}: {body.message}"),
+        causation=error.id,
+        hops=error.hops + 1,
+        ts=time.time(),
+    )
+
+
+def failed_by_agent(env: Envelope) -> bool:
+    """Whether `env` is the completion a raising handler sent itself, in journals from before `error_completion`.
+
+    Replay serves such a completion as recorded instead of expecting the handler to send it again.
+    """
+    return (
+        isinstance(env.body, EpisodeCompleted)
+        and env.body.outcome == "error"
+        and bool(env.causation)
+        and env.id == derive_id(env.causation, 1, "e")
+    )

@@ -155,6 +155,8 @@ class ConversationEnded(Body, frozen=True, tag="conversation_ended"):
     turns: int = 0
     tokens: int = 0
     cause: str = ""
+    failed: bool = False
+    """The episode failed whatever the database holds (the tool agent's step limit, from protocol 3)."""
 
 
 # -- recorded nondeterminism ------------------------------------------------------------------

@@ -43,6 +43,7 @@ from faultline.core import (
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
+    ErrorRaised,
     FaultApplied,
     Handling,
     LlmResponse,
@@ -56,6 +57,7 @@ from faultline.core import (
     Timer,
     ToolCall,
     derive_id,
+    error_completion,
     timer_fired,
 )
 from faultline.envs import DomainCatalog
@@ -225,7 +227,9 @@ class _Fork:
         """Record for the journal and put deliverable messages in flight."""
         self.record(envelopes)
         for env in envelopes:
-            if isinstance(env.body, EpisodeCompleted):
+            if isinstance(env.body, ErrorRaised) and self.completed is None:
+                self.write([error_completion(env)])  # as the runner does live
+            elif isinstance(env.body, EpisodeCompleted):
                 self.completed = self.completed or env.body
             elif isinstance(env.body, Timer):
                 self.timers.append(env)

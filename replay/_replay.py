@@ -44,6 +44,7 @@ from faultline.core import (
     NoOutput,
     Recorder,
     Recording,
+    failed_by_agent,
 )
 from faultline.faults import CONTROL_EPISODE, OPERATOR, Defense, build_defenses, screen, settings_from
 from faultline.journal import JournalReader, JournalRow, verify
@@ -173,7 +174,9 @@ def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _Agent
                 tracks[original.sender].outputs[original.causation].append(original)
             continue
         if row.causation and row.sender in tracks and row.id not in made:
-            tracks[row.sender].outputs[row.causation].append(row.envelope())
+            output = row.envelope()
+            if not failed_by_agent(output):  # an old journal's completion by a failing handler: served as recorded
+                tracks[row.sender].outputs[row.causation].append(output)
         if row.recipient:
             if row.recipient in tracks:
                 receive(row.recipient, row)

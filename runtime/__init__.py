@@ -41,7 +41,13 @@ from faultline.runtime._faulting import (
     scoped_to_run,
 )
 from faultline.runtime._helper_pool import HelperPool
-from faultline.runtime._layout import MEMORY_IDENTITY, check_system, system_access, worker_identity
+from faultline.runtime._layout import (
+    MEMORY_IDENTITY,
+    check_system,
+    completing_agents,
+    system_access,
+    worker_identity,
+)
 from faultline.runtime._local_model import LOCAL_SETTINGS, MODEL_NAME, local_model_server
 from faultline.runtime._lock import hold_directories, state_dir
 from faultline.runtime._otel_stream import OtelStream
@@ -97,6 +103,7 @@ __all__ = [
     "bus_settings",
     "check_journal",
     "check_system",
+    "completing_agents",
     "follow_settings",
     "injector_for",
     "hold_directories",

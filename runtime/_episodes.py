@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import anyio
 import msgspec
@@ -17,12 +18,16 @@ from faultline.core import (
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
+    ErrorRaised,
     ModelCall,
     Start,
     check_delivered,
     decode_envelope,
     derive_id,
+    error_completion,
 )
+
+log = logging.getLogger(__name__)
 
 STORED_READ_TIMEOUT_S = 10.0
 """How long reading completions back from the stream may take after a reconnect."""
@@ -118,33 +123,53 @@ async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> N
 
 
 class Completions:
-    """Collects `episode completed` events as they happen (the first one per episode counts)."""
+    """Collects `episode completed` events as they happen (the first one per episode counts).
 
-    def __init__(self, bus: Bus) -> None:
+    Only the runner and the environment agents (`completers`) may complete an episode: the server
+    refuses a completion from any other agent, and one that comes anyway is logged and ignored. An
+    agent whose handler raised publishes an `ErrorRaised`; this turns it into the episode's
+    completion (`error_completion`).
+    """
+
+    def __init__(self, bus: Bus, completers: Collection[str] = ("env",)) -> None:
         self.bus = bus
+        self.completers = {RUNNER, *completers}
         self.done: dict[str, EpisodeCompleted] = {}
         self._events: dict[str, anyio.Event] = {}
-        self._sub: Subscription | None = None
+        self._subs: list[Subscription] = []
 
     async def __aenter__(self) -> Completions:
-        self._sub = await self.bus.subscribe(self.bus.subjects.event("completed", "*"), self._on_msg)
+        for event in ("completed", "error"):
+            self._subs.append(await self.bus.subscribe(self.bus.subjects.event(event, "*"), self._on_msg))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._sub is not None:
-            await self._sub.unsubscribe()
+        for sub in self._subs:
+            await sub.unsubscribe()
 
     async def _on_msg(self, msg: Message) -> None:
         try:
             env = check_delivered(decode_envelope(msg.data), msg.subject)
         except DecodeError:
             return  # the dead-letter path records it
-        self._take(env)
+        await self._handle(env)
+
+    async def _handle(self, env: Envelope) -> None:
+        if isinstance(env.body, ErrorRaised) and env.episode not in self.done:
+            await self.bus.publish(error_completion(env))
+        else:
+            self._take(env)
 
     def _take(self, env: Envelope) -> None:
-        if isinstance(env.body, EpisodeCompleted) and env.episode not in self.done:
-            self.done[env.episode] = env.body
-            self._event(env.episode).set()
+        if not isinstance(env.body, EpisodeCompleted) or env.episode in self.done:
+            return
+        if env.sender not in self.completers:
+            log.error(
+                "ignored a completion of episode %s by %s, which may not complete episodes", env.episode, env.sender
+            )
+            return
+        self.done[env.episode] = env.body
+        self._event(env.episode).set()
 
     def _event(self, episode: str) -> anyio.Event:
         if episode not in self._events:
@@ -190,9 +215,10 @@ class Completions:
                 tg.start_soon(until_reconnect)
 
     async def _read_stored(self, episodes: list[str]) -> None:
-        subjects = [self.bus.subjects.event("completed", e) for e in episodes]
+        subjects = [self.bus.subjects.event(event, e) for e in episodes for event in ("completed", "error")]
         for delivery in await self.bus.read_stored(subjects, STORED_READ_TIMEOUT_S):
             try:
-                self._take(delivery.envelope())
+                env = delivery.envelope()
             except DecodeError:
                 continue
+            await self._handle(env)

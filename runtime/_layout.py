@@ -8,7 +8,7 @@ identities of `system_access`: one per worker group, speaking only as its agents
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from faultline._errors import ConfigError
@@ -72,15 +72,26 @@ def worker_identity(group: str) -> str:
     return f"worker-{group}"
 
 
-def system_access(folder: Path, prefix: str, groups: Mapping[str, Sequence[str]]) -> Access:
-    """The credentials of a system with these worker groups: the operator's, the journal's, one per group, memory's."""
+def completing_agents(config: Config, groups: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """The agents of `groups` that may complete episodes (`Agent.completes`: the environment)."""
+    names = sorted({agent for agents in groups.values() for agent in agents})
+    return tuple(name for name, cls in zip(names, resolve_agents(names, config), strict=True) if cls.completes)
+
+
+def system_access(
+    folder: Path, prefix: str, groups: Mapping[str, Sequence[str]], completers: Collection[str] = ("env",)
+) -> Access:
+    """The credentials of a system with these worker groups: the operator's, the journal's, one per group, memory's.
+
+    Only `completers` may complete an episode (see `completing_agents`).
+    """
     subjects = Subjects(prefix)
     return Access(
         folder,
         (
             operator_identity(),
             journal_identity(subjects),
-            *(agent_identity(subjects, worker_identity(group), agents) for group, agents in groups.items()),
+            *(agent_identity(subjects, worker_identity(group), agents, completers) for group, agents in groups.items()),
             recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY),
         ),
     )

@@ -5,9 +5,18 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from faultline.agents import EnvironmentHost, EpisodeSpec
+from faultline.agents import EnvironmentHost, EpisodeSpec, ToolAgent
 from faultline.agents._episode import END, TALLY
-from faultline.core import AgentHarness, ConversationEnded, EpisodeCompleted, Note, Tally, ToolCall, ToolResult
+from faultline.core import (
+    AgentHarness,
+    ConversationEnded,
+    EpisodeCompleted,
+    Note,
+    Tally,
+    ToolCall,
+    ToolResult,
+    UserTurn,
+)
 from faultline.envs import Task, load_domain
 
 
@@ -95,3 +104,33 @@ async def test_the_protocol_1_notes_of_older_journals_still_score() -> None:
         [completed] = await env.deliver(end, sender="user")
         done.append(msgspec.structs.replace(completed.body, latency_s=0.0))
     assert done[0] == done[1] and (done[0].reward, done[0].turns, done[0].tokens) == (1.0, 2, 12)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_the_step_limit_fails_the_episode_through_the_environment_from_protocol_3(protocol: int) -> None:
+    """Only the environment completes episodes: the tool agent at its step limit hands it a failed end
+    (journals of protocol 2 and before keep the tool agent's own completion, so they replay)."""
+    task = load_domain("retail").tasks()[0]
+    spec = EpisodeSpec(domain="retail", task=task.id, max_steps=0, protocol=protocol).start()
+    tool = AgentHarness(ToolAgent())
+    await tool.deliver(spec)
+    outputs = await tool.deliver(UserTurn(text="hello"), sender="user")
+    cause = "step limit reached (0 decisions)"
+    if protocol == 2:
+        assert [o.body for o in outputs] == [EpisodeCompleted(outcome="failure", cause=cause)]
+        return
+    assert [(o.recipient, type(o.body)) for o in outputs] == [("env", Tally), ("env", ConversationEnded)]
+    env = AgentHarness(EnvironmentHost())
+    await env.deliver(spec)
+    for call in ground_truth(task):  # the database is right, yet the step limit fails the episode
+        await env.deliver(call, sender="tool")
+    for output in outputs:
+        done = await env.deliver(output.body, sender="tool")
+    [completed] = done
+    assert completed.sender == "env"
+    assert completed.body == EpisodeCompleted(
+        outcome="failure",
+        cause=cause,
+        latency_s=completed.body.latency_s,
+        details=completed.body.details,  # type: ignore[union-attr]
+    )

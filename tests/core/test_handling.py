@@ -1,10 +1,11 @@
-"""A handler past its time limit fails its episode with a cause that says what it waited on."""
+"""A handler past its time limit fails its episode (the runner completes it) with a cause that says what it waited on."""
 
 from __future__ import annotations
 
 import anyio
 
 from faultline.core import (
+    RUNNER,
     Agent,
     AgentHarness,
     ChatMessage,
@@ -17,6 +18,7 @@ from faultline.core import (
     LlmResponse,
     Note,
     Recorder,
+    error_completion,
 )
 
 
@@ -43,8 +45,11 @@ async def failure_of(text: str) -> tuple[ErrorRaised, EpisodeCompleted]:
     services = AgentHarness(Asks(), backend=NeverAnswers())
     message = Envelope(id="m1", episode="e", sender="runner", recipient="asker", body=Note(text=text))
     handling = Handling(Asks(), "asker", message, Recorder(services=services), services=services)
-    error, completed = [env.body for env in await handling.run(timeout_s=0.05)]
+    [raised] = await handling.run(timeout_s=0.05)  # the error only: the agent does not complete its episode
+    completion = error_completion(raised)
+    error, completed = raised.body, completion.body
     assert isinstance(error, ErrorRaised) and isinstance(completed, EpisodeCompleted)
+    assert raised.sender == "asker" and completion.sender == RUNNER and completion.causation == raised.id
     assert services.model_calls == set(), "a cancelled call is no longer listed in flight"
     return error, completed
 

@@ -49,7 +49,7 @@ async def run_with(
     bus.interceptors.add(DefenseInterceptor(defenses, settings))
     bus.interceptors.add(FaultInterceptor(rules, agents=["pinger", "ponger", "bystander"]))
     worker = Worker(bus, [Pinger, Ponger, Bystander], backends=lambda role: EchoBackend())
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
         tg.start_soon(worker.run)
         await worker.wait_ready()
         await start_episode(bus, "e1", "pinger", EpisodeStarted(task="toy"))

@@ -23,6 +23,7 @@ from faultline.bus import Bus, Credential, Login, load_credential
 from faultline.core import EpisodeStarted, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
+from tests.runtime.toy import Pinger
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +89,7 @@ async def run_episodes(supervisor: Supervisor, episodes: list[str], kill_pong_af
             killed.set()
 
     sub = await bus.nc.subscribe(bus.subjects.direct(episodes[0], "ponger"), cb=on_ping)
-    async with Completions(bus) as completions:
+    async with Completions(bus, (Pinger.name,)) as completions:
         for episode in episodes:
             await start_episode(bus, episode, "pinger", EpisodeStarted(task="toy"), Start(data={"rounds": ROUNDS}))
         with anyio.fail_after(60):
@@ -234,7 +235,7 @@ async def run_episodes_on(up: Up, episodes: list[str]) -> int:
     """Run ping-pong episodes on the system `up`; return the stream's last sequence after them."""
     bus = await up.connect()
     try:
-        async with Completions(bus) as completions:
+        async with Completions(bus, (Pinger.name,)) as completions:
             for e in episodes:
                 await start_episode(bus, e, "pinger", EpisodeStarted(), Start())
             with anyio.fail_after(30):

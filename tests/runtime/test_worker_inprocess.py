@@ -6,6 +6,7 @@ import anyio
 
 from faultline.bus import Bus
 from faultline.core import (
+    RUNNER,
     Agent,
     ChatMessage,
     Context,
@@ -39,7 +40,7 @@ async def collect(bus: Bus, episode: str) -> list:  # type: ignore[type-arg]
 
 async def test_ping_pong_episodes_complete_with_recordings(bus: Bus) -> None:
     worker = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
         tg.start_soon(worker.run)
         await worker.wait_ready()
         episodes = [f"ep{i}" for i in range(8)]
@@ -62,10 +63,15 @@ async def test_ping_pong_episodes_complete_with_recordings(bus: Bus) -> None:
 
 
 async def test_a_raising_handler_fails_its_episode_only(bus: Bus) -> None:
+    """The raising agent publishes the error; the runner completes the episode. A completion from an agent
+    that may not complete episodes (here sent with the operator's rights, which the server lets through) is
+    ignored."""
     worker = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
         tg.start_soon(worker.run)
         await worker.wait_ready()
+        forged = EpisodeCompleted(outcome="success", reward=1.0)
+        await bus.publish(Envelope(id="forged", episode="bad", sender="ponger", body=forged))
         await start_episode(bus, "bad", "ponger", EpisodeStarted(), Note(data={"n": 1, "crash_at": 1}))
         await start_episode(bus, "good", "pinger", EpisodeStarted())
         with anyio.fail_after(20):
@@ -74,15 +80,15 @@ async def test_a_raising_handler_fails_its_episode_only(bus: Bus) -> None:
     assert done["good"].outcome == "success"
     assert done["bad"].outcome == "error"
     assert "RuntimeError in ponger: ponger was told to fail" in done["bad"].cause
-    kinds = [e.kind for e in await collect(bus, "bad")]
-    assert "error_raised" in kinds
+    ended = [(e.kind, e.sender) for e in await collect(bus, "bad") if e.kind in ("error_raised", "episode_completed")]
+    assert ended == [("episode_completed", "ponger"), ("error_raised", "ponger"), ("episode_completed", RUNNER)]
 
 
 async def test_a_handler_that_raised_live_does_not_crash_the_rebuild_after_a_restart(bus: Bus) -> None:
     """A restarted worker replays an instance's history; the input that raised live raises again
     there, and must be handled as it was live (its failure events exist already), not crash the worker."""
     first = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
         tg.start_soon(first.run)
         await first.wait_ready()
         await start_episode(bus, "bad", "ponger", EpisodeStarted(), Note(data={"n": 1, "crash_at": 1}))
@@ -92,7 +98,7 @@ async def test_a_handler_that_raised_live_does_not_crash_the_rebuild_after_a_res
 
     second = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
     late = Envelope(id="late-1", episode="bad", sender="pinger", recipient="ponger", body=Note(data={"n": 2}))
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
         tg.start_soon(second.run)
         await second.wait_ready()
         await bus.publish(late)
@@ -132,7 +138,7 @@ class AsksOnce(Agent):
 async def test_a_handler_slower_than_the_ack_wait_sees_its_message_once(bus: Bus) -> None:
     model = SlowModel(seconds=2.5)
     worker = Worker(bus, [AsksOnce], backends=lambda role: model, settings=WorkerSettings(ack_wait_s=1.0))
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (AsksOnce.name,)) as completions:
         tg.start_soon(worker.run)
         await worker.wait_ready()
         await start_episode(bus, "slow", "asker", EpisodeStarted())
@@ -169,7 +175,7 @@ async def test_a_timer_set_before_its_worker_stopped_fires_from_the_worker_after
     await timers.close()
 
     second = Worker(bus, [Waiter], backends=lambda role: EchoBackend())
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (Waiter.name,)) as completions:
         tg.start_soon(second.run)
         await second.wait_ready()
         with anyio.fail_after(10):

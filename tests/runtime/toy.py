@@ -20,6 +20,7 @@ ROUNDS = 5
 
 class Pinger(Agent):
     name = "pinger"
+    completes = True
 
     def __init__(self) -> None:
         self.seen: list[int] = []
