@@ -69,8 +69,11 @@ FORGERIES = {
         OUTSIDER, lambda e: (S.direct(e, "env", "auditor"), _call(e, "tool")), "receiver"
     ),
     "forged-completion": Forgery(OUTSIDER, lambda e: (S.event("completed", e, "env"), _completion(e, "env")), "server"),
-    "forged-completion-on-its-own-subject": Forgery(
-        OUTSIDER, lambda e: (S.event("completed", e, "auditor"), _completion(e, "env")), "receiver"
+    "forged-completion-as-its-own-agent": Forgery(
+        OUTSIDER, lambda e: (S.event("completed", e, "auditor"), _completion(e, "auditor")), "server"
+    ),
+    "completion-by-an-agent-that-may-not-complete": Forgery(
+        worker_identity("main"), lambda e: (S.event("completed", e, "tool"), _completion(e, "tool")), "server"
     ),
     "journal-service-speaking": Forgery(
         JOURNAL, lambda e: (S.event("completed", e, "env"), _completion(e, "env")), "server"
