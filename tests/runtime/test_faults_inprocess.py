@@ -96,6 +96,7 @@ class Speaker(Agent):
 
 class Listener(Agent):
     name = "listener"
+    completes = True
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         if isinstance(msg.body, AssistantTurn):
@@ -161,7 +162,7 @@ async def test_a_worker_recovering_after_a_crash_serves_the_injectors_journaled_
 
     second, installed = await worker_with()
     bus.interceptors.add(installed[0])
-    async with anyio.create_task_group() as tg, Completions(bus) as completions:
+    async with anyio.create_task_group() as tg, Completions(bus, (Listener.name,)) as completions:
         tg.start_soon(second.run)
         await second.wait_ready()
         with anyio.fail_after(20):
