@@ -56,7 +56,7 @@ from faultline.cli._system import (
     with_plugin_path,
     worker_specs,
 )
-from faultline.core import EpisodeCompleted, parse_roster
+from faultline.core import EpisodeCompleted, ModelBackend, parse_roster
 from faultline.envs import ERROR_CATEGORIES, Domain, load_domain
 from faultline.faults import FaultRule
 from faultline.runtime import (
@@ -76,6 +76,7 @@ from faultline.runtime import (
     hold_directories,
     load_config,
     local_model_server,
+    make_backend,
     parse_fault_spec,
     read_rosters,
     rules_in_force,
@@ -634,7 +635,9 @@ async def _run_local(
         display.progress.remove_task(boot)
         assert supervisor.bus is not None
         workers = len(supervisor.workers)
-        async with rules_in_force(supervisor.bus, rules, workers=workers, settings=follow_settings(config)):
+        async with rules_in_force(
+            supervisor.bus, rules, workers=workers, settings=follow_settings(config), models=_models(config)
+        ):
             await run_plan(supervisor.bus, plan, result, display.on_done)
         if config.memory.mode != "off":
             from faultline.agents.memory import wait_for_memory
@@ -661,12 +664,19 @@ async def _run_remote(
     async with stop_on_signal(display.show) as request:
         bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
         try:
-            async with rules_in_force(bus, rules, workers=None, settings=follow_settings(config)):
+            async with rules_in_force(
+                bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
+            ):
                 await run_plan(bus, plan, result, display.on_done)
         finally:
             with anyio.CancelScope(shield=True):
                 await bus.close()
     return request
+
+
+def _models(config: Config) -> Callable[[str], ModelBackend]:
+    """The backends of this process's fault injector (the instruction faults at the entry point)."""
+    return lambda role: make_backend(config, role)
 
 
 def _roster(text: str) -> list[str]:

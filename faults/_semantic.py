@@ -64,8 +64,16 @@ TEMPLATES = {
         "change one argument's value to a plausible but wrong one of the same type (another id of the same "
         "form, a nearby number, a similar name), keeping the tool and every other argument."
     ),
+    "instruction_logic_conflict": (
+        "the message is a user's task instruction; add one constraint, in the user's voice, that contradicts "
+        "what the instruction asks for, so that both cannot be satisfied."
+    ),
+    "instruction_ambiguity": (
+        "the message is a user's task instruction; replace its concrete terms (ids, numbers, e-mail addresses, "
+        "names of items) by vague words, so that what is meant can no longer be told for sure."
+    ),
 }
-"""One template per semantic fault type: what the injector is asked to do."""
+"""One template per fault type the injector makes (the semantic ones and the two instruction faults)."""
 
 _REWRITE = re.compile(r"<rewrite>(.*?)</rewrite>", re.DOTALL)
 
@@ -245,10 +253,35 @@ def _wrong_argument(call: dict[str, Any], rng: random.Random, tools: Sequence[st
     return call | {"arguments": arguments | {key: _wrong_value(arguments[key], rng)}}
 
 
+CONFLICT = " At the same time, nothing on my account may change in any way: leave everything exactly as it is."
+"""The constraint the offline injector adds for `instruction_logic_conflict`: it contradicts any
+instruction that asks for a change."""
+
+_VAGUE = (
+    (re.compile(r"\S+@\S+\.\w+"), "my usual address"),
+    (re.compile(r"#\w*\d\w*"), "the one I mentioned"),
+    (re.compile(r"\$?\b\d[\d,.]*\b"), "some"),
+    (re.compile(r"'[^']+'|\"[^\"]+\""), "the thing"),
+)
+"""Concrete terms and the vague words the offline injector puts in their place for `instruction_ambiguity`."""
+
+
+def _conflicting(text: str, rng: random.Random, tools: Sequence[str]) -> str:
+    return text.rstrip() + CONFLICT
+
+
+def _ambiguous(text: str, rng: random.Random, tools: Sequence[str]) -> str:
+    for pattern, vague in _VAGUE:
+        text = pattern.sub(vague, text)
+    return text
+
+
 _TEXT_RULES: dict[str, Callable[[str, random.Random, Sequence[str]], str]] = {
     "hallucination": _hallucinate,
     "inexecutable_plan": _inexecutable,
     "critical_information_loss": _lose_constraint,
+    "instruction_logic_conflict": _conflicting,
+    "instruction_ambiguity": _ambiguous,
 }
 _CALL_RULES: dict[str, Callable[[dict[str, Any], random.Random, Sequence[str]], dict[str, Any]]] = {
     "tool_selection_error": _similar_tool,

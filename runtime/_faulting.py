@@ -15,6 +15,7 @@ import time
 import typing
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -28,6 +29,8 @@ from faultline.core import (
     Envelope,
     LlmRequest,
     LlmResponse,
+    ModelBackend,
+    ModelCall,
     Recorder,
     Recording,
     RequestFault,
@@ -111,19 +114,49 @@ def request_faults(bus: Bus, faults: FaultInterceptor) -> RequestFault:
     return fault
 
 
+@dataclass
+class EntryModels:
+    """The model backends of the process that starts episodes, for its fault injector (`Services`)."""
+
+    backends: Callable[[str], ModelBackend]
+    model_calls: set[ModelCall] = field(default_factory=set)
+    made: dict[str, ModelBackend] = field(default_factory=dict)
+
+    def backend_for(self, role: str) -> ModelBackend:
+        if role not in self.made:
+            self.made[role] = self.backends(role)
+        return self.made[role]
+
+    async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
+        raise FaultlineError("the entry point's fault injector calls no services")
+
+    async def aclose(self) -> None:
+        for backend in self.made.values():
+            await backend.aclose()
+
+
 @asynccontextmanager
 async def rules_in_force(
-    bus: Bus, rules: Sequence[FaultRule], *, workers: int | None, settings: FollowSettings
+    bus: Bus,
+    rules: Sequence[FaultRule],
+    *,
+    workers: int | None,
+    settings: FollowSettings,
+    models: Callable[[str], ModelBackend] | None = None,
 ) -> AsyncIterator[None]:
     """Put `rules` in force for the length of the block (confirmed by the workers), then remove them.
 
-    Prompt faults act at the entry point: on the Starts this bus publishes (`entry_faults`)."""
+    Prompt faults act at the entry point: on the Starts this bus publishes (`entry_faults`); those
+    the injector model rewrites ask it through `models` (the backend per role), recorded on the bus."""
     if not rules:
         yield
         return
     adds = [add_rule_control(r, os.urandom(8).hex()) for r in rules]
     entry = entry_faults([add for add, r in zip(adds, rules, strict=True) if fault_type(r.fault).mechanism == "prompt"])
+    entry_models = EntryModels(models) if models is not None else None
     if entry is not None:
+        if entry_models is not None:
+            entry.injector = injector_for(bus, entry_models)
         bus.interceptors.add(entry)
     try:
         result = await publish_controls(bus, adds, workers=workers, settings=settings)
@@ -139,6 +172,8 @@ async def rules_in_force(
         removes = [remove_rule_control(r.id, os.urandom(8).hex()) for r in rules]
         with anyio.CancelScope(shield=True):
             await publish_controls(bus, removes, workers=0, settings=settings)
+            if entry_models is not None:
+                await entry_models.aclose()
 
 
 def entry_faults(adds: Sequence[Envelope]) -> FaultInterceptor | None:

@@ -56,7 +56,7 @@ def test_every_masfire_type_has_a_mechanism_and_every_semantic_one_a_template() 
         "semantic": 5,
         "routing": 3,
     }
-    assert set(TEMPLATES) == set(SEMANTIC)
+    assert set(TEMPLATES) == set(SEMANTIC) | {"instruction_logic_conflict", "instruction_ambiguity"}
     assert {SYSTEM_ADDENDUM, INSTRUCTION} <= {f.name for f in msgspec.structs.fields(EpisodeSpec)}
 
 
@@ -70,11 +70,16 @@ def test_every_masfire_type_has_a_mechanism_and_every_semantic_one_a_template() 
     ],
 )
 async def test_prompt_faults_rewrite_the_start_of_their_agents(fault: str, key: str, words: str) -> None:
-    interceptor = FaultInterceptor(rules(FaultRule(id="p", fault=fault)), catalog=Plan())
+    injector = Injector()
+    interceptor = FaultInterceptor(rules(FaultRule(id="p", fault=fault)), catalog=Plan(), injector=injector)
     target = "tool" if key == SYSTEM_ADDENDUM else "user"
     other = "user" if target == "tool" else "tool"
     out, events = await through(interceptor, start(target), start(other))
     assert len(events) == 1 and out[1] == start(other)
+    # the instruction faults are the injector's rewrites (here the offline rules); the system-prompt ones fixed text
+    assert [(r.role, r.metadata["fault"]) for _, r in injector.asked] == (
+        [(INJECTOR_ROLE, fault)] if key == INSTRUCTION else []
+    )
     data = out[0].body.data  # type: ignore[union-attr]
     assert words in data[key] and data["task"] == "t"
     if fault == "instruction_logic_conflict":

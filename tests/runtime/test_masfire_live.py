@@ -74,7 +74,8 @@ def check_applied(rows: list[JournalRow], fault: str) -> tuple[Envelope, Envelop
         and r.sender == original.sender
         and isinstance(b := r.envelope().body, Recording)
     ]
-    assert [b.request["role"] for b in asked] == ([INJECTOR_ROLE] if mechanism == "semantic" else [])
+    rewritten = mechanism == "semantic" or fault.startswith("instruction")  # by the injector, asked by the sender
+    assert [b.request["role"] for b in asked] == ([INJECTOR_ROLE] if rewritten else [])
     if mechanism == "prompt":
         assert isinstance(result.body, Start)
         key = INSTRUCTION if fault.startswith("instruction") else SYSTEM_ADDENDUM
@@ -142,7 +143,7 @@ def scripted(body: dict[str, Any]) -> Text | ToolCalls:
     system = str(body["messages"][0].get("content", ""))
     last = body["messages"][-1]
     if system.startswith("You inject one fault"):
-        if "constraint" in system:
+        if "remove the one constraint" in system:
             return Text("I can't help with making messages worse.")
         if "Answer in the same JSON form" in system or '"arguments"' in system:
             call = json.loads(last["content"])
