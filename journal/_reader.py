@@ -98,6 +98,7 @@ class JournalReader:
 
     `expand_requests=False` yields model recordings in their stored form (see `JournalRow`),
     which costs nothing to read; rows read that way must not be copied into another journal.
+    `version` is the file's schema version.
     """
 
     def __init__(
