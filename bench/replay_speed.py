@@ -7,7 +7,9 @@ process. "rows/s" counts every journal row replay reads and checks (messages, re
 events); "handled/s" counts only the inputs handed to agents' handlers. The first replay
 of a journal checks the whole hash chain ("cold"); later ones resume after the
 checkpoint it left ("warm"). Tools are served from the journal by default;
-"re-executed" rows run the environment again (`--reexecute-tools`).
+"re-executed" rows run the environment again (`--reexecute-tools`). "CPU s" is the CPU time
+of the replay, its worker processes included: on a shared machine it moves much less than
+the wall time, and "rows/CPU s" is the rate one free core would give.
 These journals come from the `sim` model: the numbers measure the runtime, not a model.
 """
 
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +53,9 @@ def measure(episodes: int, tmp: Path) -> list[dict[str, Any]]:
         if chain == "cold":
             checkpoint_path(journal).unlink(missing_ok=True)
         replayer = Replayer(agent_lookup(Config()), jobs=jobs, reexecute_tools=tools == "re-executed")
+        cpu = _cpu_seconds()
         report = replayer.replay(journal)
+        cpu = _cpu_seconds() - cpu
         assert report.identical, report.divergences[:1]
         results.append(
             {
@@ -61,6 +67,8 @@ def measure(episodes: int, tmp: Path) -> list[dict[str, Any]]:
                 "handled": report.messages,
                 "seconds": report.seconds,
                 "rows_per_s": rows / report.seconds,
+                "cpu_seconds": cpu,
+                "rows_per_cpu_s": rows / cpu,
                 "handled_per_s": report.messages / report.seconds,
                 "live_seconds": live["seconds"],
                 "speedup_vs_live": live["seconds"] / report.seconds,
@@ -70,13 +78,20 @@ def measure(episodes: int, tmp: Path) -> list[dict[str, Any]]:
     return results
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (the replay's worker processes)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def table(results: list[dict[str, Any]]) -> Table:
     first = results[0]
     out = Table(
         title=f"replay of {first['episodes']} sim episodes ({first['rows']:,} rows, "
         f"{first['bytes_per_episode'] / 1024:.1f} KB per episode); live run {first['live_seconds']:.1f} s"
     )
-    columns = ("tools", "jobs", "chain check", "seconds", "rows/s (target 20k)", "handled/s", "x live (target 10x)")
+    columns = ("tools", "jobs", "chain check", "seconds", "rows/s (target 20k)", "CPU s", "rows/CPU s")
+    columns += ("handled/s", "x live (target 10x)")
     for column in columns:
         out.add_column(column)
     for r in results:
@@ -86,6 +101,8 @@ def table(results: list[dict[str, Any]]) -> Table:
             r["chain_check"],
             f"{r['seconds']:.2f}",
             f"{r['rows_per_s']:,.0f}",
+            f"{r['cpu_seconds']:.2f}",
+            f"{r['rows_per_cpu_s']:,.0f}",
             f"{r['handled_per_s']:,.0f}",
             f"{r['speedup_vs_live']:.1f}",
         )
