@@ -11,10 +11,25 @@ import pytest
 from faultline._errors import ChainError, JournalError
 from faultline.agents import EnvironmentHost, ToolAgent
 from faultline.cli import main
-from faultline.core import Agent, AssistantTurn, Context, Envelope, ToolCall, ToolResult
+from faultline.core import (
+    RUNNER,
+    Agent,
+    AssistantTurn,
+    Context,
+    Envelope,
+    EpisodeCompleted,
+    Note,
+    ToolCall,
+    ToolResult,
+    derive_id,
+    error_completion,
+    failed_by_agent,
+    failure_envelopes,
+)
 from faultline.journal import JournalReader
 from faultline.replay import Replayer
 from faultline.runtime import Config, agent_lookup
+from tests.report.journals import write_journal
 
 builtin = agent_lookup(Config())
 
@@ -157,3 +172,30 @@ def test_replaying_an_unknown_episode_says_it_does_not_exist(
     assert "identical" in capsys.readouterr().out
     with pytest.raises(JournalError, match="no episode 'no-such-episode'"):
         Replayer(agent_lookup(Config())).replay(sim_journal, ["no-such-episode"])
+
+
+class Crasher(Agent):
+    name = "crasher"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        raise RuntimeError("told to fail")
+
+
+@pytest.mark.parametrize("layout", ["agent-completes", "runner-completes"])
+def test_a_failed_handler_replays_identical_whoever_completed_its_episode(layout: str, tmp_path: Path) -> None:
+    """Journals from before the runner completed failed episodes hold the failing agent's own completion:
+    replay serves it as recorded, and expects only the error from today's code."""
+    start = Envelope(id="m1", episode="e", sender=RUNNER, recipient="crasher", body=Note(text="go"), ts=1.0)
+    [error] = failure_envelopes("crasher", start, RuntimeError("told to fail"))
+    if layout == "agent-completes":
+        cause = "RuntimeError in crasher: told to fail"
+        completion = msgspec.structs.replace(
+            error, id=derive_id(start.id, 1, "e"), body=EpisodeCompleted(outcome="error", cause=cause)
+        )
+    else:
+        completion = error_completion(error)
+    journal = write_journal(tmp_path / "j.sqlite", [start, error, completion])
+    report = Replayer(lambda name: Crasher if name == "crasher" else None).replay(journal)
+    assert report.identical, report.divergences
+    assert report.agents == 1
+    assert failed_by_agent(completion) == (layout == "agent-completes")
