@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from faultline.cli import _jsonl
 from faultline.cli._system import config_source
 from faultline.runtime import ALL_AGENTS, DEFAULT_CONFIG_FILE, Config, ModelConfig, check_system, load_config
 
@@ -22,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         " Exit 1 with one line naming the bad key.",
     )
     check.add_argument("--config", type=Path, default=None, metavar="PATH", help="the faultline.toml to check")
+    check.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     check.set_defaults(handler=_check)
 
 
@@ -31,6 +33,11 @@ def _check(args: argparse.Namespace) -> int:
         path = DEFAULT_CONFIG_FILE
     config = load_config(path)
     groups = check_system(config, config_source(path))
+    if args.json:
+        _jsonl.rows("worker_group", ({"group": g, "agents": list(a)} for g, a in groups.items()))
+        models = {role: m.backend for role, m in config.models.items()}
+        _jsonl.summary({"config": str(path or ""), "ok": True, "journal": config.journal.path, "models": models})
+        return 0
     print(f"{path}: ok" if path else "no config file: built-in defaults")
     for line in summary(config, groups):
         print(line)

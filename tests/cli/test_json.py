@@ -86,6 +86,7 @@ def _arguments(s: Setting) -> dict[tuple[str, ...], Callable[[], list[str]]]:
         ("helpers", "list"): lambda: s.live(),
         ("helpers", "clear"): lambda: s.live("retail"),
         ("journal", "health"): lambda: s.live(),
+        ("config", "check"): lambda: ["--config", str(s.config)],
         ("doctor",): lambda: ["--model", "openai", "--base-url", s.openai, "--model-name", "m"],
         ("journal", "verify"): lambda: [j],
         ("journal", "otel"): lambda: [j, "--endpoint", s.otel],
