@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import anyio
 import msgspec
@@ -48,6 +49,7 @@ from faultline.runtime import (
 )
 
 STATE_FILE = Path(".faultline/up.json")
+OTEL_HEADERS_ENV = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
 HEALTH_TIMEOUT_S = 3.0
 """How long `journal health` waits for the journal service's answer."""
 T = TypeVar("T")
@@ -515,11 +517,17 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _otel_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """`up --otel`, passed on to the journal service that does the sending."""
+    """`up --otel`, passed on to the journal service that does the sending.
+
+    Headers (often an API key) go through the environment the journal service inherits, in the variable the
+    OTLP exporter reads itself: a command line is visible to every user of the machine.
+    """
     if not args.otel:
         return ()
-    otel_headers(args.otel_header, "--otel-header")  # a wrong flag fails here, not in the journal process
-    return ("--otel", args.otel, *(arg for header in args.otel_header for arg in ("--otel-header", header)))
+    headers = otel_headers(args.otel_header, "--otel-header")  # a wrong flag fails here, not in the journal process
+    if headers:
+        os.environ[OTEL_HEADERS_ENV] = ",".join(f"{quote(k)}={quote(v)}" for k, v in headers.items())
+    return ("--otel", args.otel)
 
 
 def _rows(journal: Path) -> int:

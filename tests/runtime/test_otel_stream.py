@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import anyio
 import pytest
 
 from faultline.bus import Bus, EmbeddedServer
+from faultline.cli._system import OTEL_HEADERS_ENV
 from faultline.journal import JournalReader
 from faultline.journal.otel import episode_spans
 from faultline.runtime import OtelStream
@@ -53,7 +55,9 @@ async def test_journal_serve_with_otel_sends_each_episode_once_it_completes(
 ) -> None:
     path = tmp_path / "j.sqlite"
     command = [sys.executable, "-m", "faultline.cli", "journal", "serve", str(path), "--nats", nats_server.url]
-    process = subprocess.Popen([*command, "--otel", receiver.url, "--otel-header", "x-team=faults"])
+    # Headers as `up --otel-header` hands them to its journal service: in the environment, not on a command line.
+    env = {**os.environ, OTEL_HEADERS_ENV: "x-team=faults,authorization=Basic%20a2V5OnNlY3JldA%3D%3D"}
+    process = subprocess.Popen([*command, "--otel", receiver.url], env=env)
     try:
         await bus.publish_all(episode_envelopes("ep-a") + episode_envelopes("ep-b", t0=1_767_226_000.0))
         assert await anyio.to_thread.run_sync(receiver.done.wait, 60), "both episodes arrive"
@@ -69,6 +73,7 @@ async def test_journal_serve_with_otel_sends_each_episode_once_it_completes(
         }
     assert {int.from_bytes(s.span_id, "big"): s.name for s in receiver.spans} == expected
     assert all(h.get("x-team") == "faults" for h in receiver.headers)
+    assert all(h.get("authorization") == "Basic a2V5OnNlY3JldA==" for h in receiver.headers)
 
 
 async def test_an_endpoint_that_cannot_be_reached_is_logged_and_never_holds_the_journal_up(
