@@ -570,7 +570,7 @@ def _status(args: argparse.Namespace) -> int:
         _jsonl.summary({"workers": len(replies), "url": url})
         return 0
     table = Table(title=f"{len(replies)} worker(s)")
-    for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight", "model calls"):
+    for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight", "services", "model calls"):
         table.add_column(column)
     for r in replies:
         episodes = r["episodes"]
@@ -578,7 +578,14 @@ def _status(args: argparse.Namespace) -> int:
         calls = r.get("model_calls", [])
         slowest = f"{len(calls)}, the slowest for {max(c['age_s'] for c in calls):.0f}s" if calls else "-"
         table.add_row(
-            r["worker"], str(r["pid"]), ",".join(r["agents"]), r["shard"], str(r["handled"]), shown or "-", slowest
+            r["worker"],
+            str(r["pid"]),
+            ",".join(r["agents"]),
+            r["shard"],
+            str(r["handled"]),
+            shown or "-",
+            ", ".join(r.get("services", [])) or "-",
+            slowest,
         )
     Console().print(table)
     if rosters.domains:

@@ -39,6 +39,12 @@ class Agent:
     server refuses a completion from any other agent; a failing handler publishes an `ErrorRaised`
     and the runner completes its episode."""
 
+    service: ClassVar[bool] = False
+    """True for an agent that serves the system for its whole life in an episode of its own that
+    never completes (the FAMA controller): `faultline status` lists that episode as a service, not
+    as an episode in flight.
+    """
+
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:

@@ -406,13 +406,16 @@ class Worker:
             self.bus.interceptors.forget(episode)
 
     async def _on_status(self, msg: Message) -> None:
-        episodes = sorted({episode for episode, _ in self._instances} - self._finished.keys())
+        live = [
+            (episode, i.agent.service) for (episode, _), i in self._instances.items() if episode not in self._finished
+        ]
         status = {
             "worker": self.name,
             "pid": os.getpid(),
             "agents": sorted(self.serving()),
             "shard": f"{self.settings.shard}/{self.settings.shards}",
-            "episodes": episodes,
+            "episodes": sorted({episode for episode, service in live if not service}),
+            "services": sorted({episode for episode, service in live if service}),
             "handled": self.handled,
             "model_calls": [in_flight(call) for call in self.model_calls],
         }

@@ -102,6 +102,7 @@ class FamaController(Agent):
     """Analyses each failed episode it is handed and keeps the roster of its (domain, model) up to date."""
 
     name: ClassVar[str] = CONTROLLER
+    service: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.window: deque[Analysis] = deque()

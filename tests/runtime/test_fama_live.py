@@ -47,6 +47,10 @@ async def test_the_controller_chooses_a_roster_by_itself_and_new_episodes_take_i
         assert await anyio.to_thread.run_sync(main, ["status"]) == 0
         [line] = [line for line in capsys.readouterr().out.splitlines() if "fama over" in line]
         assert "retail" in line and "planner" in line and "fama over 2 failures: early_stop 2" in line
+        assert await anyio.to_thread.run_sync(main, ["status", "--json"]) == 0
+        workers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        [fama] = [w for w in workers if w.get("type") == "worker" and CONTROLLER in w["agents"]]
+        assert [s.startswith("fama-retail-") for s in fama["services"]] == [True] and fama["episodes"] == []
     finally:
         process.terminate()
         err = await finish(process)
