@@ -25,6 +25,7 @@ from faultline.agents.fama import (
     CaseReport,
     JournalAnalysis,
     analyze_cases,
+    attribute_cases,
     failure_cases,
     serve_fama,
 )
@@ -54,6 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     which.add_argument("--all-failed", action="store_true", help="every failed episode (the default)")
     p.add_argument("--json", action="store_true", help="JSON lines: one per failure and per category, then a summary")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="bar chart of the main-error counts per category")
+    p.add_argument(
+        "--attribution",
+        choices=("off", "oracle", "auto"),
+        help="give the analysts the replay-based attribution's decisive step (runs forks, written to the"
+        " journal's forks file; over [fama] attribution, default off)",
+    )
     add_model_flags(p)
     add_episode_filters(p, "of the failed ones; several narrow it down")
     p.set_defaults(handler=_analyze)
@@ -84,11 +91,16 @@ def _analyze(args: argparse.Namespace) -> int:
     if not args.journal.is_file():
         raise JournalError(f"{args.journal}: no such journal file")
     config = effective_config(args)
+    if args.attribution:
+        config = msgspec.structs.replace(
+            config, fama=msgspec.structs.replace(config.fama, attribution=args.attribution)
+        )
     chosen = filtered_episodes(args.journal, args, args.episode)
     cases = failure_cases(args.journal, chosen)
     missing = sorted(set(args.episode).intersection(chosen or args.episode) - {c.episode for c in cases})
     if missing:
         raise UsageError(f"fama analyze: not a failed episode of {args.journal}: {', '.join(missing)}")
+    cases = anyio.run(attribute_cases, args.journal, cases, config)
     result = anyio.run(_run_analysis, config, cases)
     counts = category_counts(result.cases)
     if args.plot:
@@ -170,13 +182,19 @@ def _cases_table(cases: list[CaseReport]) -> Table:
         table.add_column(SHORT[cat.id], justify="center")
     table.add_column("main error")
     table.add_column("helpers")
+    attributed = any(case.decisive for case in cases)
+    if attributed:
+        table.add_column("decisive step (attribution)")
     for case in cases:
+        found = case.decisive
+        decisive = [f"{found.agent} step {found.step}: {found.category or '-'}" if found else "-"] if attributed else []
         if case.analysis is None:
-            table.add_row(case.episode, *["?"] * len(CATEGORIES), f"[red]not analysed: {case.error}[/red]", "")
+            error = f"[red]not analysed: {case.error}[/red]"
+            table.add_row(case.episode, *["?"] * len(CATEGORIES), error, "", *decisive)
             continue
         main = ", ".join(case.analysis.main.main) or "none named"
         helpers = ",".join(case.analysis.mitigation.helpers) or "-"
-        table.add_row(case.episode, *[_mark(case, c.id) for c in CATEGORIES], main, helpers)
+        table.add_row(case.episode, *[_mark(case, c.id) for c in CATEGORIES], main, helpers, *decisive)
     return table
 
 

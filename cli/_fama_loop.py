@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import RunError, UsageError
-from faultline.agents.fama import CATEGORIES, SHORT, analyze_cases, choose_roster, failure_cases
+from faultline.agents.fama import CATEGORIES, SHORT, analyze_cases, attribute_cases, choose_roster, failure_cases
 from faultline.cli import _jsonl
 from faultline.cli._fama import SIM_JUDGE_NOTE, category_counts
 from faultline.cli._plots import png
@@ -144,7 +144,7 @@ async def _analyse_round(
     config: Config, journal: Path, roster: list[str]
 ) -> tuple[int, int, dict[str, int], list[str]]:
     """Failures, analysed failures, main-error counts, and the roster for the next round."""
-    cases = failure_cases(journal)
+    cases = await attribute_cases(journal, failure_cases(journal), config)
     backend = make_backend(config, config.fama.role)
     try:
         result = await analyze_cases(cases, backend, config.fama)

@@ -231,6 +231,9 @@ class FamaConfig(_Section, frozen=True):
     Per (domain, model), the last `window` analysed failures count; a helper joins the roster when
     the mitigation agent recommended it for at least `share` of them, and no roster is chosen before
     `min_failures`. `dry_run` journals each decision without publishing it on `fl.ctl.helpers`.
+    `attribution` adds the replay-based attribution's decisive step to each case `fama analyze` reads
+    from a journal file ("oracle": oracle-guided repair; "auto": every method in turn); it runs forks,
+    so it is off by default.
     """
 
     enabled: bool = False
@@ -239,6 +242,7 @@ class FamaConfig(_Section, frozen=True):
     share: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.2
     min_failures: Annotated[int, msgspec.Meta(ge=1)] = 3
     dry_run: bool = False
+    attribution: Literal["off", "oracle", "auto"] = "off"
 
 
 class Config(_Section, frozen=True):

@@ -343,6 +343,7 @@ PUBLIC = {
         "CONTROLLER",
         "CaseReport",
         "Category",
+        "Decisive",
         "Deviation",
         "Evidence",
         "FAILED",
@@ -360,6 +361,7 @@ PUBLIC = {
         "analyst_request",
         "analyze",
         "analyze_cases",
+        "attribute_cases",
         "case_message",
         "category",
         "choose_roster",
@@ -373,6 +375,7 @@ PUBLIC = {
         "parse_mitigation",
         "serve_fama",
         "window_counts",
+        "with_attribution",
     },
 }
 

@@ -6,7 +6,15 @@ four error analysts, the orchestrator and the mitigation agent on it through `ct
 the roster of its (domain, model) over a window of failures (`faultline.runtime.FamaConfig`).
 """
 
-from faultline.agents.fama._case import FAILED_OUTCOMES, Deviation, Evidence, FailureCase, failure_case
+from faultline.agents.fama._case import (
+    FAILED_OUTCOMES,
+    Decisive,
+    Deviation,
+    Evidence,
+    FailureCase,
+    failure_case,
+    with_attribution,
+)
 from faultline.agents.fama._categories import (
     CATEGORIES,
     CATEGORY_IDS,
@@ -30,7 +38,7 @@ from faultline.agents.fama._controller import (
     controller_episode,
     window_counts,
 )
-from faultline.agents.fama._offline import CaseReport, JournalAnalysis, analyze_cases, failure_cases
+from faultline.agents.fama._offline import CaseReport, JournalAnalysis, analyze_cases, attribute_cases, failure_cases
 from faultline.agents.fama._prompts import (
     AnalystVerdict,
     MainError,
@@ -60,6 +68,7 @@ __all__ = [
     "AnalystVerdict",
     "CaseReport",
     "Category",
+    "Decisive",
     "Deviation",
     "Evidence",
     "FailureCase",
@@ -71,6 +80,7 @@ __all__ = [
     "analyst_request",
     "analyze",
     "analyze_cases",
+    "attribute_cases",
     "case_message",
     "category",
     "choose_roster",
@@ -84,4 +94,5 @@ __all__ = [
     "parse_mitigation",
     "serve_fama",
     "window_counts",
+    "with_attribution",
 ]

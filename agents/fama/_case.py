@@ -33,7 +33,7 @@ from faultline.core import (
     UserTurn,
 )
 from faultline.envs import Domain, Task, load_domain
-from faultline.replay import categorize
+from faultline.replay import Attribution, categorize
 
 TOOL_AGENT = "tool"
 """The agent whose decisions are analysed."""
@@ -52,6 +52,21 @@ class Deviation(msgspec.Struct, frozen=True, kw_only=True):
     recovered: bool = False
 
 
+class Decisive(msgspec.Struct, frozen=True, kw_only=True):
+    """The replay-based attribution's decisive step: whose step, which, what went wrong, how it was found.
+
+    `confidence` is the success rate of the forks that changed that step (None when the method
+    gives none); `decided` is False when the forks did not single it out.
+    """
+
+    agent: str
+    step: int
+    category: str
+    method: str
+    confidence: float | None = None
+    decided: bool = True
+
+
 class Evidence(msgspec.Struct, frozen=True, kw_only=True):
     """The trajectory against the ground truth; `sources` names what it was built from."""
 
@@ -62,6 +77,8 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True):
     """Required outputs the agent never told the user."""
     ended_by: str = ""
     """Who closed the conversation first: "agent", "user", or "limit" (a budget or a timeout)."""
+    decisive: Decisive | None = None
+    """From `with_attribution`, when the attribution found a decisive step."""
     sources: list[str] = []
 
 
@@ -151,6 +168,24 @@ def failure_case(envelopes: Iterable[Envelope]) -> FailureCase | None:
         required_outputs=outputs,
         evidence=evidence,
     )
+
+
+def with_attribution(case: FailureCase, attribution: Attribution) -> FailureCase:
+    """The case with the attribution's decisive step among its evidence (unchanged when it found none)."""
+    if attribution.step is None or attribution.agent is None:
+        return case
+    decisive = Decisive(
+        agent=attribution.agent,
+        step=attribution.step,
+        category=attribution.category,
+        method=attribution.method,
+        confidence=attribution.p,
+        decided=attribution.decided,
+    )
+    evidence = msgspec.structs.replace(
+        case.evidence, decisive=decisive, sources=[*case.evidence.sources, "attribution"]
+    )
+    return msgspec.structs.replace(case, evidence=evidence)
 
 
 def _ground_truth(started: EpisodeStarted) -> tuple[Domain | None, Task | None]:

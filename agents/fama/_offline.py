@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from faultline.agents.fama._case import FailureCase, failure_case
+from faultline.agents.fama._case import Decisive, FailureCase, failure_case, with_attribution
 from faultline.agents.fama._controller import (
     ANALYSIS,
     FAILED,
@@ -24,7 +24,14 @@ from faultline.agents.fama._controller import (
 )
 from faultline.core import AgentHarness, ModelBackend, Notice
 from faultline.journal import JournalReader
-from faultline.runtime import FamaConfig
+from faultline.replay import attribute_episode
+from faultline.runtime import Config, FamaConfig, agent_lookup, make_backend
+
+ATTRIBUTION_METHODS: dict[str, Literal["auto", "oracle-guided repair"]] = {
+    "oracle": "oracle-guided repair",
+    "auto": "auto",
+}
+"""`[fama] attribution` to the attribution's method."""
 
 
 class CaseReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,6 +45,8 @@ class CaseReport(msgspec.Struct, frozen=True, kw_only=True):
     analysis: Analysis | None = None
     error: str = ""
     model_calls: int = 0
+    decisive: Decisive | None = None
+    """The attribution's decisive step the analysts had among their evidence."""
 
 
 class JournalAnalysis(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +63,22 @@ def failure_cases(path: str | Path, episodes: Iterable[str] | None = None) -> li
         return [case for case in found if case is not None]
 
 
+async def attribute_cases(path: str | Path, cases: list[FailureCase], config: Config) -> list[FailureCase]:
+    """The cases with the attribution's decisive step (`[fama] attribution`); its forks go to the
+    journal's forks file, never into `path`."""
+    if config.fama.attribution == "off":
+        return cases
+    method = ATTRIBUTION_METHODS[config.fama.attribution]
+    lookup = agent_lookup(config)
+    attributed = []
+    for case in cases:
+        found = await attribute_episode(
+            path, case.episode, lookup=lookup, backends=lambda role: make_backend(config, role), method=method
+        )
+        attributed.append(with_attribution(case, found))
+    return attributed
+
+
 async def analyze_cases(cases: list[FailureCase], backend: ModelBackend, settings: FamaConfig) -> JournalAnalysis:
     """Hand each case to the controller of its (domain, model) and collect what it journals."""
     harnesses: dict[str, AgentHarness] = {}
@@ -66,7 +91,12 @@ async def analyze_cases(cases: list[FailureCase], backend: ModelBackend, setting
             harness = harnesses[episode] = AgentHarness(FamaController(), episode=episode, backend=backend)
         calls = len(harness.recordings)
         report = CaseReport(
-            episode=case.episode, domain=case.domain, model=case.model, task=case.task, outcome=case.outcome
+            episode=case.episode,
+            domain=case.domain,
+            model=case.model,
+            task=case.task,
+            outcome=case.outcome,
+            decisive=case.evidence.decisive,
         )
         for output in await harness.deliver(case_message(case, settings)):
             notice = output.body

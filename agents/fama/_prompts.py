@@ -34,7 +34,7 @@ user. An agent that made this error and then corrected it did not fail because o
 Answer with one JSON object and nothing else:
 {{"verdict": "yes" or "no", "cause": <cause number, 0 when the verdict is no>, "turn": <trajectory
 number where the error is, or -1>, "recovered": true or false, "rationale": "<two sentences at most>",
-"evidence": [<what you used: "trajectory", "gold_actions", "required_outputs">]}}"""
+"evidence": [<what you used: "trajectory", "gold_actions", "required_outputs", "attribution">]}}"""
 
 ORCHESTRATOR = """You decide the main reason a tool-using support agent failed a task. Four analysts, one per
 error category, each gave a verdict. Read them with the trajectory and name the category or
@@ -79,9 +79,18 @@ class Mitigation(msgspec.Struct, frozen=True, kw_only=True):
 def _case_text(case: FailureCase) -> str:
     gold = "\n".join(f"- {json.dumps(a, sort_keys=True)}" for a in case.gold_actions) or "- (not known)"
     outputs = "\n".join(f"- {o}" for o in case.required_outputs) or "- (none)"
-    return (
+    text = (
         f"# Instruction\n{case.instruction or '(not known)'}\n\n# Trajectory\n{case.transcript()}\n\n"
         f"# Outcome\n{case.outcome}: {case.cause}\n\n# Correct actions\n{gold}\n\n# Facts to tell the user\n{outputs}"
+    )
+    found = case.evidence.decisive
+    if found is None:
+        return text
+    confidence = "" if found.confidence is None else f", success rate of the changed step {found.confidence:.2f}"
+    return (
+        f"{text}\n\n# Attribution (replaying the episode with one step changed)\nstep {found.step} of agent "
+        f"{found.agent} decided the failure ({found.category or 'no category'}; {found.method}{confidence}"
+        f"{'' if found.decided else ', not singled out'})"
     )
 
 

@@ -5,8 +5,8 @@ result about models. The answer is a pure function of `request.metadata`, which 
 fills from the trajectory compared with the task's ground truth (`faultline.agents.fama`); it
 never sees the simulator's mistake labels.
 
-    analyst       yes when a deviation of its category is in the evidence (recovered ones say so),
-                  and, for early_stop, when the episode ended with ground-truth actions or required
+    analyst       yes when a deviation of its category is in the evidence (recovered ones say so) or
+                  the attribution's decisive step is of its category, and, for early_stop, when the episode ended with ground-truth actions or required
                   outputs left and no unrecovered deviation explains it
     orchestrator  the categories of the analysts' yes verdicts that were not recovered
     mitigation    the helpers the request's pairs give for the main categories
@@ -56,7 +56,11 @@ def _analyst(category: str, evidence: dict[str, Any]) -> dict[str, Any]:
     deviations = list(evidence.get("deviations") or [])
     mine = [d for d in deviations if d.get("category") == category]
     unrecovered = [d for d in deviations if not d.get("recovered")]
-    used = ["trajectory", "gold_actions", "required_outputs"]
+    decisive: dict[str, Any] = dict(evidence.get("decisive") or {})
+    used = ["trajectory", "gold_actions", "required_outputs"] + (["attribution"] if decisive else [])
+    if not mine and decisive.get("category") == category:
+        rationale = f"the attribution's decisive step {decisive.get('step')} of {decisive.get('agent')}"
+        return _verdict(True, category, -1, False, rationale, used)
     if mine:
         first = next((d for d in mine if not d.get("recovered")), mine[0])
         recovered = bool(first.get("recovered"))

@@ -23,6 +23,7 @@ from faultline.agents.fama import (
 from faultline.cli import main
 from faultline.core import AgentHarness, Notice
 from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_VALUE
+from faultline.journal import JournalReader
 from faultline.runtime import FamaConfig
 from faultline.runtime.models import OpenAIBackend, SimBackend
 from tests.openai_server import OpenAIServer, Status, Text
@@ -160,3 +161,26 @@ def test_the_loop_reruns_with_the_helper_its_analysis_chose_and_every_round_repl
     for r in (baseline, rerun):
         assert main(["replay", r["journal"]]) == 0
         assert "identical" in capsys.readouterr().out
+
+
+def test_with_attribution_the_analysts_have_the_decisive_step_and_the_forks_stay_out_of_the_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "journal.sqlite"
+    run = ["run", "--tasks", "4", "--error-rate", f"{WRONG_VALUE}=0.5", "--run-id", "a", "--journal", str(journal)]
+    assert main([*run, "--json"]) == 0
+    capsys.readouterr()
+    with JournalReader(journal) as reader:
+        before = [e.episode for e in reader.episodes()]
+    analyze = ["fama", "analyze", str(journal), "--model", "sim", "--json"]
+    assert main([*analyze, "--attribution", "oracle"]) == 0
+    cases = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"type":"case"' in line]
+    assert cases and all(c["decisive"]["method"] == "oracle-guided repair" for c in cases)
+    assert {c["decisive"]["category"] for c in cases} == {WRONG_VALUE}
+    assert all("attribution" in v["evidence"] for c in cases for v in c["analysis"]["verdicts"])
+    with JournalReader(journal) as reader:
+        assert [e.episode for e in reader.episodes()] == before
+    assert main(analyze) == 0  # off by default: no decisive step, and no analyst says it used one
+    plain = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"type":"case"' in line]
+    assert [c["decisive"] for c in plain] == [None] * len(cases)
+    assert not any("attribution" in v["evidence"] for c in plain for v in c["analysis"]["verdicts"])
