@@ -22,7 +22,7 @@ from faultline.agents.fama import (
 )
 from faultline.cli import main
 from faultline.core import AgentHarness, Notice
-from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_VALUE
+from faultline.envs import EARLY_STOP, ERROR_CATEGORIES, WRONG_VALUE
 from faultline.journal import JournalReader
 from faultline.runtime import FamaConfig
 from faultline.runtime.models import OpenAIBackend, SimBackend
@@ -110,8 +110,7 @@ def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enou
     assert choose_roster([["memory:6", "dce"], ["dce", "memory:6"], ["tor"]], settings) == ["dce", "memory:6"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("category", [POLICY_VIOLATION])  # wrong_value: the loop test; early_stop: the live test
+@pytest.mark.parametrize("category", ERROR_CATEGORIES)  # one in-process sim run each
 def test_on_sim_runs_with_one_category_the_main_error_is_that_category_and_the_roster_its_helper(
     category: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
