@@ -261,11 +261,11 @@ def categorize(wrong: dict[str, Any], right: dict[str, Any] | None, task: Task |
     return WRONG_VALUE
 
 
-def gold_action(rows: list[JournalRow], step: Step, task: Task) -> dict[str, Any] | None:
+def gold_action(rows: list[JournalRow], step: Step, task: Task, tools: list[str]) -> dict[str, Any] | None:
     """The task's gold action at `step`: the first ground-truth call its agent has not yet
     made successfully before it, else the final answer. None for an agent that neither calls
-    tools nor is offered any by its model requests."""
-    if step.agent not in _tool_agents(rows):
+    tools nor is offered the domain's `tools` by its model requests."""
+    if step.agent not in _tool_agents(rows, tools):
         return None
     calls = {r.id: r for r in rows if r.kind == "tool_call" and r.sender == step.agent}
     done: list[dict[str, Any]] = []
@@ -283,19 +283,25 @@ def gold_action(rows: list[JournalRow], step: Step, task: Task) -> dict[str, Any
     return {"name": "reply", "text": _final_text(task), "done": True}
 
 
-def _tool_agents(rows: list[JournalRow]) -> set[str]:
+def _tool_agents(rows: list[JournalRow], tools: list[str]) -> set[str]:
+    """Agents that call tools, or whose model requests offer the domain's `tools` (natively or in the prompt)."""
     found = {r.sender for r in rows if r.kind == "tool_call"}
     for row in rows:
         if row.kind == "recording" and row.sender not in found:
             rec = row.envelope().body
-            if (
-                isinstance(rec, Recording)
-                and rec.call == "llm"
-                and isinstance(rec.request, dict)
-                and rec.request.get("tools")
-            ):
+            if isinstance(rec, Recording) and rec.call == "llm" and _offers(rec.request, tools):
                 found.add(row.sender)
     return found
+
+
+def _offers(request: Any, tools: list[str]) -> bool:
+    if not isinstance(request, dict):
+        return False
+    if request.get("tools"):
+        return True
+    messages = request.get("messages") or []
+    system = str(messages[0].get("content", "")) if messages and isinstance(messages[0], dict) else ""
+    return bool(tools) and all(name in system for name in tools)
 
 
 def _final_text(task: Task) -> str:
@@ -538,10 +544,13 @@ async def _oracle_repair(
     forks: _Forks, made: list[Step], task: Task | None, domain: Domain | None
 ) -> Attribution | None:
     """Give each model step of a tool-calling agent its gold action, one step per fork; see the module docstring."""
-    if task is None:
+    if task is None or domain is None:
         return None
+    tools = [spec.name for spec in domain.tools()]
     candidates = [
-        (s, gold) for s in made if s.model_call is not None and (gold := gold_action(forks.rows, s, task)) is not None
+        (s, gold)
+        for s in made
+        if s.model_call is not None and (gold := gold_action(forks.rows, s, task, tools)) is not None
     ]
     if not candidates:
         return None
