@@ -187,8 +187,11 @@ class Access:
 
 
 def _user(credential: Credential, identity: Identity) -> dict[str, object]:
+    publish: dict[str, list[str]] = {"allow": list(identity.publish)}
+    if identity.refused:
+        publish["deny"] = list(identity.refused)  # deny wins over allow in nats-server
     permissions: dict[str, object] = {
-        "publish": {"allow": list(identity.publish), "deny": list(identity.refused)},
+        "publish": publish,
         "subscribe": {"allow": list(identity.subscribe)},
     }
     if not identity.operator:
