@@ -9,10 +9,11 @@ subject permission; the receiver's `check_delivered` then holds the envelope's
 sender to that subject token (defence in depth).
 
 - the operator (control plane, CLI, runner) may publish and subscribe anywhere;
-- an agent identity (a worker group) publishes only as its agents, on dead
-  letters and on services (completions only as an agent that completes episodes), and subscribes only to services, completions and its
-  own inboxes; its stream reads go through the JetStream API, where it may read
-  the stream's state and use consumers, never create, change or delete the stream;
+- an agent identity (a worker group) publishes only as its agents (completions
+  only as an agent that completes episodes, the environment), on dead letters
+  and on services, and subscribes only to services, completions and its own
+  inboxes; its stream reads go through the JetStream API, where it may read the
+  stream's state and use consumers, never create, change or delete the stream;
 - a recorder (the memory service) publishes only its recordings;
 - the journal service reads the stream and publishes nothing but its acks,
   its dead letters and its answers.
