@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -41,17 +42,11 @@ def ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
-class FaultRow(msgspec.Struct, frozen=True, kw_only=True, tag="fault", tag_field="type"):
-    """RS, O, L and S of one fault type under one defense set, with the counts behind each ratio."""
+class _Tolerance(msgspec.Struct, frozen=True, kw_only=True):
+    """Equation 2's counts and ratios of one fault type under one defense set."""
 
     fault: str
     defense: str
-    units: int
-    base_solved: int
-    """|T_base|: units the same defense set's baseline solved."""
-    solved: int
-    """N_f,success: units of T_base solved under the fault."""
-    rs: float | None
     injected: int
     """N_total: units where a fault was applied."""
     triggered: int
@@ -62,19 +57,21 @@ class FaultRow(msgspec.Struct, frozen=True, kw_only=True, tag="fault", tag_field
     s: float | None
 
 
-class TierRow(msgspec.Struct, frozen=True, kw_only=True, tag="tier", tag_field="type"):
+class FaultRow(_Tolerance, frozen=True, kw_only=True, tag="fault", tag_field="type"):
+    """RS, O, L and S of one fault type under one defense set, with the counts behind each ratio."""
+
+    units: int
+    base_solved: int
+    """|T_base|: units the same defense set's baseline solved."""
+    solved: int
+    """N_f,success: units of T_base solved under the fault."""
+    rs: float | None
+
+
+class TierRow(_Tolerance, frozen=True, kw_only=True, tag="tier", tag_field="type"):
     """(O, L, S) of one fault type under one defense set, counting one tier's behaviours only."""
 
-    fault: str
-    defense: str
     tier: Tier
-    injected: int
-    triggered: int
-    fixed: int
-    final_success: int
-    o: float | None
-    l: float | None  # noqa: E741 - the paper's name
-    s: float | None
 
 
 class BehaviourRow(msgspec.Struct, frozen=True, kw_only=True, tag="behaviour", tag_field="type"):
@@ -161,8 +158,8 @@ def read_cell(journal: Path, run_id: str = "") -> tuple[CellResult, int]:
     return CellResult(solved=solved, injected=injected, behaviours=behaviours), len(episodes)
 
 
-def _counts(cell: CellResult, tier: Tier | None) -> tuple[int, int, int, int]:
-    """N_total, N_trigger, N_fixed, N_final_success, over the behaviours of `tier` (every tier: None)."""
+def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
+    """N_total, N_trigger, N_fixed, N_final_success and O, L, S over the behaviours of `tier` (every tier: None)."""
     triggered = fixed = success = 0
     for unit in cell.injected:
         seen = [b for b in cell.behaviours.get(unit, []) if tier is None or b.tier == tier]
@@ -170,11 +167,19 @@ def _counts(cell: CellResult, tier: Tier | None) -> tuple[int, int, int, int]:
             triggered += 1
             fixed += any(b.repaired for b in seen)
             success += unit in cell.solved
-    return len(cell.injected), triggered, fixed, success
+    injected = len(cell.injected)
+    return {
+        "injected": injected,
+        "triggered": triggered,
+        "fixed": fixed,
+        "final_success": success,
+        "o": ratio(triggered, injected),
+        "l": ratio(fixed, triggered),
+        "s": ratio(success, triggered),
+    }
 
 
 def fault_row(cell: CampaignCell, result: CellResult, base: CellResult) -> FaultRow:
-    injected, triggered, fixed, success = _counts(result, None)
     solved = len(result.solved & base.solved)
     return FaultRow(
         fault=cell.fault,
@@ -183,35 +188,12 @@ def fault_row(cell: CampaignCell, result: CellResult, base: CellResult) -> Fault
         base_solved=len(base.solved),
         solved=solved,
         rs=ratio(solved, len(base.solved)),
-        injected=injected,
-        triggered=triggered,
-        fixed=fixed,
-        final_success=success,
-        o=ratio(triggered, injected),
-        l=ratio(fixed, triggered),
-        s=ratio(success, triggered),
+        **_tolerance(result, None),
     )
 
 
 def tier_rows(cell: CampaignCell, result: CellResult) -> list[TierRow]:
-    rows = []
-    for tier in TIERS:
-        injected, triggered, fixed, success = _counts(result, tier)
-        rows.append(
-            TierRow(
-                fault=cell.fault,
-                defense=cell.defense,
-                tier=tier,
-                injected=injected,
-                triggered=triggered,
-                fixed=fixed,
-                final_success=success,
-                o=ratio(triggered, injected),
-                l=ratio(fixed, triggered),
-                s=ratio(success, triggered),
-            )  # fmt: skip
-        )
-    return rows
+    return [TierRow(fault=cell.fault, defense=cell.defense, tier=tier, **_tolerance(result, tier)) for tier in TIERS]
 
 
 def behaviour_rows(cell: CampaignCell, result: CellResult) -> list[BehaviourRow]:
