@@ -222,6 +222,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+async def until_completed(journal: Path, episodes: int, process: subprocess.Popen[bytes]) -> None:
+    """Poll until `episodes` have completed in `journal`, which `process` (still running) writes."""
+    with anyio.fail_after(60):
+        while completed_in(journal) < episodes:
+            assert process.poll() is None, "faultline run exited"
+            await anyio.sleep(0.1)
+
+
 def completed_in(journal: Path) -> int:
     """Episodes completed in a journal that another process may be writing (0 before it has rows)."""
     try:
@@ -345,10 +353,7 @@ async def test_a_stop_signal_ends_run_cleanly_with_a_journal_that_verifies(tmp_p
         cwd=tmp_path, env={"TMPDIR": str(temp)}, start_new_session=True,
     )  # fmt: skip
     try:
-        with anyio.fail_after(60):
-            while completed_in(journal) < 3:
-                assert process.poll() is None, "faultline run exited"
-                await anyio.sleep(0.1)
+        await until_completed(journal, 3, process)
         kids = children(process.pid)
         if signum == signal.SIGINT:
             os.killpg(process.pid, signum)
@@ -377,10 +382,7 @@ async def test_a_sigkilled_run_leaves_no_process_behind_and_a_journal_that_verif
     journal = tmp_path / "j.sqlite"
     process = faultline("run", "--tasks", "1000", "--trials", "50", "--journal", str(journal), cwd=tmp_path)
     try:
-        with anyio.fail_after(60):
-            while completed_in(journal) < 3:
-                assert process.poll() is None, "faultline run exited"
-                await anyio.sleep(0.1)
+        await until_completed(journal, 3, process)
         kids = children(process.pid)
         process.kill()
     finally:
