@@ -12,6 +12,7 @@ import pytest
 from faultline.cli import main
 from faultline.core import ContextReply, ContextRequest, EpisodeStarted, Notice, Recording
 from faultline.journal import JournalReader, JournalRow
+from tests import jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +94,7 @@ def test_a_fork_that_drops_a_helper_reply_decides_without_it_after_the_wait(
     out = helped.parent / "forks.sqlite"
     args = ["fork", str(helped), "--episode", reply.episode, "--at", str(reply.pos), "--drop", "--out", str(out)]
     assert main([*args, "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    [result], _ = jsonl.read(capsys.readouterr().out)
     assert "stalled" not in result["outcome"].get("cause", "")
     notices = [r.envelope().body for r in rows(out) if r.kind == "notice"]
     assert len(notices) == 1 and isinstance(notices[0], Notice) and notices[0].data["missing"] == ["dce"]
