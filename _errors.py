@@ -8,7 +8,8 @@ FaultlineError
  │    ├── NoResponderError    a request found nobody subscribed to its subject
  │    ├── ReplyTimeoutError   a request's answer did not come within its timeout
  │    ├── AccessError         NATS refused this process's credential, or it has none where one is needed
- │    └── PublishRefusedError NATS refused a publish this identity has no permission for
+ │    ├── PublishRefusedError NATS refused a publish this identity has no permission for
+ │    └── DeliveriesLostError deliveries a consumer sent never arrived (a server or route was lost)
  ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
  ├── FaultRuleError           a fault rule names an unknown type or has bad parameters
  ├── JournalError             the journal file cannot be opened or written
@@ -66,6 +67,10 @@ class AccessError(BusError):
 
 class PublishRefusedError(BusError):
     """NATS refused a publish: the identity this process connected as may not publish on that subject."""
+
+
+class DeliveriesLostError(BusError):
+    """A consumer's deliveries skipped ahead: those between were sent over core NATS and lost on the way."""
 
 
 class DecodeError(FaultlineError):

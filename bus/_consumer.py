@@ -19,7 +19,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
-from faultline._errors import BusError
+from faultline._errors import BusError, DeliveriesLostError
 from faultline.bus._messaging import Subscription, nats_failure
 from faultline.core import Envelope, check_delivered, decode_envelope
 
@@ -57,10 +57,12 @@ def _parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
 class Consumer:
     """A JetStream push consumer read as batches of deliveries."""
 
-    def __init__(self, bus: Bus, name: str, deliver_subject: str, durable: bool) -> None:
+    def __init__(self, bus: Bus, name: str, deliver_subject: str, durable: bool, delivered: int = 0) -> None:
         self.bus = bus
         self.name = name
         self.durable = durable
+        self.delivered = delivered
+        """The consumer sequence of the last delivery `serve` handed over (of the consumer's last, when reopened)."""
         self._deliver_subject = deliver_subject
         self._queue: deque[Delivery] = deque()
         self._arrived = asyncio.Event()
@@ -89,7 +91,7 @@ class Consumer:
             self._arrived.set()
             return
         try:
-            await handler(delivery)
+            await self._hand(handler, delivery)
         except Exception as exc:  # noqa: BLE001 - not lost in the client's error callback: `serve` raises it
             self._handler = None
             if self._failed is not None and not self._failed.done():
@@ -101,15 +103,29 @@ class Consumer:
         After those already arrived, `handler` runs in the NATS client's own reading task as each
         delivery comes: one task switch fewer per message than `batch`. It should hand long work
         to a task of its own. When it raises, deliveries stop and `serve` raises that exception.
+
+        Deliveries travel over core NATS, which drops those on their way when a server or route
+        is lost; the consumer then goes on with the next ones. A delivery whose consumer sequence
+        skips ahead proves that: it is not handed over, and `serve` raises DeliveriesLostError
+        (reopen the consumer from its acknowledgement floor to read the lost ones in order).
         """
         while self._queue:
-            await handler(self._queue.popleft())
+            await self._hand(handler, self._queue.popleft())
         self._failed = asyncio.get_running_loop().create_future()
         self._handler = handler
         try:
             await self._failed
         finally:
             self._handler = None
+
+    async def _hand(self, handler: Callable[[Delivery], Awaitable[None]], delivery: Delivery) -> None:
+        if delivery.consumer_seq > self.delivered + 1:
+            raise DeliveriesLostError(
+                f"consumer {self.name}: deliveries {self.delivered + 1} to {delivery.consumer_seq - 1} were sent"
+                f" but never arrived (a server or route was lost); stream sequence {delivery.stream_seq} came next"
+            )
+        self.delivered = delivery.consumer_seq
+        await handler(delivery)
 
     async def batch(self, limit: int = 1000) -> list[Delivery]:
         """Wait for at least one delivery, then return all that have arrived (at most `limit`)."""

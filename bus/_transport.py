@@ -440,7 +440,8 @@ class Bus:
                 try:
                     info = await self.js.consumer_info(stream, name)
                     assert info.config.deliver_subject is not None
-                    consumer = Consumer(self, name, info.config.deliver_subject, durable=True)
+                    delivered = (info.delivered.consumer_seq or 0) if info.delivered else 0
+                    consumer = Consumer(self, name, info.config.deliver_subject, durable=True, delivered=delivered)
                     await consumer._start()
                     return consumer
                 except nats.js.errors.NotFoundError:

@@ -24,6 +24,17 @@ acknowledged with it; their markers are dropped. If nothing later leaves
 anything, the last held marker is published. A crash in between redelivers
 every held input, as any unacknowledged one.
 
+Lost deliveries. Deliveries travel over core NATS, and those on their way when
+the worker's server or a route to it is lost (a paused cluster node) never
+arrive; the consumer goes on with the next ones, and sends the lost ones again
+only after the ack wait, behind later inputs of the same (episode, agent). The
+first delivery after a lost one skips a consumer sequence: the worker hands it
+to no instance and reopens the consumer from its acknowledgement floor, so every
+input is handled in stream order. That order is what makes an input at or below
+the last one an instance handled a duplicate (handled, its acknowledgement lost).
+A delivery of an input the worker still holds is kept in its place, and the
+input is acknowledged through the latest delivery.
+
 A restarted worker resumes from its consumer's acknowledgement floor. The first
 time it meets an (episode, agent) it rebuilds the instance by replaying that
 pair's earlier inputs from the stream, serving every recorded call; calls the
@@ -46,7 +57,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from faultline._errors import NonDeterminismError
+from faultline._errors import BusError, DeliveriesLostError, NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import (
     Agent,
@@ -66,6 +77,10 @@ from faultline.runtime._episodes import in_flight
 from faultline.runtime._recovery import load_history, pending_timers
 
 log = logging.getLogger(__name__)
+
+REOPEN_RETRY_S = 0.5
+"""First wait before opening a consumer again after it was refused; it doubles up to REOPEN_RETRY_MAX_S."""
+REOPEN_RETRY_MAX_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +105,8 @@ class _Instance:
     receive: Any
     rebuilt: bool = False
     handled_seq: int = 0
-    """The stream sequence of the last input handled: one at or below it is a redelivery (its ack was lost)."""
+    """The stream sequence of the last input handled. Inputs reach the instance in stream order (lost
+    deliveries are read again first), so one at or below it was handled: its acknowledgement was lost."""
     broken: str = ""
     failed: bool = False
     recorded: dict[str, dict[int, Recording]] = field(default_factory=dict)
@@ -119,7 +135,8 @@ class Worker:
     _limiter: anyio.CapacityLimiter | None = None
     _finished: dict[str, float] = field(default_factory=dict)
     _held: dict[tuple[str, int], tuple[Consumer, Delivery]] = field(default_factory=dict)
-    """Deliveries queued or being handled, not acknowledged yet, by (consumer, stream sequence)."""
+    """Deliveries queued or being handled, not acknowledged yet, by (consumer, stream sequence): the
+    latest delivery of each, whose consumer is the one to acknowledge it to."""
     _stopping: anyio.Event = field(default_factory=anyio.Event)
     _ready: anyio.Event = field(default_factory=anyio.Event)
     _timers: TaskGroup | None = None
@@ -248,8 +265,28 @@ class Worker:
                 self._timers.start_soon(self._fire, timer, left)
 
     async def _read(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, scope: anyio.CancelScope) -> None:
+        """Serve the consumer; when deliveries were lost on the way, reopen it from its acknowledgement floor."""
         with scope:
-            await consumer.serve(functools.partial(self._dispatch, tg, cls, consumer))
+            while True:
+                try:
+                    await consumer.serve(functools.partial(self._dispatch, tg, cls, consumer))
+                except DeliveriesLostError as exc:
+                    log.warning("%s; reading %s's inputs again from the acknowledgement floor", exc, cls.name)
+                await consumer.close()
+                consumer = await self._reopen(cls)
+                self._readers[cls.name] = (consumer, scope)
+
+    async def _reopen(self, cls: type[Agent]) -> Consumer:
+        """The consumer opened again, waiting out a cluster that cannot open it yet (electing a leader,
+        which is when lost deliveries are found): the stream keeps every input meanwhile."""
+        delay = REOPEN_RETRY_S
+        while True:
+            try:
+                return await self._open_consumer(cls)
+            except BusError as exc:
+                log.warning("%s; asking again in %gs", exc, delay)
+            await anyio.sleep(delay)
+            delay = min(2 * delay, REOPEN_RETRY_MAX_S)
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
         env = await self.bus.decode_or_dead_letter(delivery)
@@ -261,9 +298,10 @@ class Worker:
             await consumer.ack(delivery)
             return
         held = (consumer.name, delivery.stream_seq)
-        if held in self._held:
-            return  # delivered again while this worker still holds it: handled once, acknowledged then
+        known = held in self._held
         self._held[held] = (consumer, delivery)
+        if known:
+            return  # delivered again while this worker still holds it: handled once, acknowledged then
         key = (env.episode, cls.name)
         instance = self._instances.get(key)
         if instance is None:
@@ -281,8 +319,7 @@ class Worker:
                         # handled and acknowledged already, the acknowledgement lost on the way (a stream
                         # leader lost): handling it again would change the instance's state
                         await self._settle_quiet(consumer, instance)
-                        await consumer.ack(delivery)
-                        del self._held[(consumer.name, delivery.stream_seq)]
+                        await self._release(consumer, delivery)
                         continue
                     if not instance.rebuilt:
                         await self._rebuild(cls, instance, env, delivery.stream_seq)
@@ -306,9 +343,13 @@ class Worker:
     async def _acknowledge(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
         """Acknowledge handled inputs, in stream order, once what they left is stored."""
         for delivery in deliveries:
-            await consumer.ack(delivery)
-            del self._held[(consumer.name, delivery.stream_seq)]
+            await self._release(consumer, delivery)
             self.handled += 1
+
+    async def _release(self, consumer: Consumer, delivery: Delivery) -> None:
+        """Acknowledge a held input through its latest delivery (the consumer may have been reopened since)."""
+        reader, latest = self._held.pop((consumer.name, delivery.stream_seq))
+        await reader.ack(latest)
 
     async def _rebuild(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
         """After a restart, replay what this instance had handled before `seq`.

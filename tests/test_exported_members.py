@@ -15,6 +15,7 @@ PUBLIC = {
         "ChainError",
         "ConfigError",
         "DecodeError",
+        "DeliveriesLostError",
         "DirectoryBusyError",
         "DomainError",
         "FaultRuleError",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import anyio
+import pytest
+from nats.aio.msg import Msg
 
-from faultline.bus import Bus
+from faultline.bus import Bus, Consumer
 from faultline.core import (
     RUNNER,
     Agent,
@@ -185,3 +187,52 @@ async def test_a_timer_set_before_its_worker_stopped_fires_from_the_worker_after
     journal = await collect(bus, "wait")
     [timer] = [e for e in journal if isinstance(e.body, Timer)]
     assert [e.causation for e in journal if isinstance(e.body, TimerFired)] == [timer.id]
+
+
+class Tally(Agent):
+    """Completes once it has seen ten notes, saying in which order they came."""
+
+    name = "tally"
+    completes = True
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        self.seen.append(int(msg.body.data["n"]))  # type: ignore[union-attr]
+        if len(self.seen) == 10:
+            ctx.emit(EpisodeCompleted(outcome="success", details={"seen": self.seen}))
+
+
+async def test_deliveries_lost_on_the_way_are_handled_in_stream_order_once(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As when the worker's server pauses: its consumer sent deliveries 3 to 5, they never arrived, 6 on did.
+
+    The ack wait is longer than the test: only reading the consumer again brings them back.
+    """
+    arrive = Consumer._on_msg
+    dropped: list[int] = []
+
+    async def lossy(self: Consumer, msg: Msg) -> None:
+        tokens = msg.reply.split(".")
+        if self.name == "agent-tally-0of1" and tokens[6] in {"3", "4", "5"} and len(dropped) < 3:
+            dropped.append(int(tokens[5]))
+            return
+        await arrive(self, msg)
+
+    monkeypatch.setattr(Consumer, "_on_msg", lossy)
+    worker = Worker(bus, [Tally], backends=lambda role: EchoBackend(), settings=WorkerSettings(ack_wait_s=60.0))
+    async with anyio.create_task_group() as tg, Completions(bus, (Tally.name,)) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await bus.publish_all(
+            Envelope(id=f"n{i}", episode="gap", sender="feeder", recipient="tally", body=Note(data={"n": i}))
+            for i in range(10)
+        )
+        with anyio.fail_after(20):
+            done = await completions.wait(["gap"])
+        worker.stop()
+    assert len(dropped) == 3
+    assert done["gap"].details == {"seen": list(range(10))}
+    assert worker.handled == 10
