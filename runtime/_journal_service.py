@@ -38,13 +38,11 @@ from faultline._errors import BusError, JournalError, JournalStorageError
 from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import EpisodeCompleted, body_bytes
 from faultline.journal import Incoming, Journal
+from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, reopened
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
 MAX_ACK_PENDING = 100_000
-RETRY_S = 0.5
-"""First wait before writing a refused batch, or opening the consumer, again; it doubles up to RETRY_MAX_S."""
-RETRY_MAX_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -129,29 +127,18 @@ class JournalService:
     async def _open(self) -> Consumer:
         """A fresh consumer from the file's last sequence.
 
-        Once running, a refusal to open it (JetStream unavailable while a cluster elects a leader,
-        which is when lost deliveries are found) is waited out with backoff: the stream keeps
-        everything meanwhile. At start it is raised, so that the service fails with the reason.
+        Once running, a refusal to open it is waited out (`reopened`); at start it is raised,
+        so that the service fails with the reason.
         """
-        delay = RETRY_S
-        while True:
-            try:
-                # No subject filter: the stream holds only journaled subjects, and a filter of
-                # several subjects costs nats-server several times the work per message.
-                return await self.bus.consumer(
-                    CONSUMER,
-                    (),
-                    start=self.last_seq + 1,
-                    ack_all=True,
-                    max_ack_pending=MAX_ACK_PENDING,
-                    replace=True,
-                )
-            except BusError as exc:
-                if not self._ready.is_set():
-                    raise
-                log.warning("%s; asking again in %gs", exc, delay)
-            await anyio.sleep(delay)
-            delay = min(2 * delay, RETRY_MAX_S)
+
+        async def fresh() -> Consumer:
+            # No subject filter: the stream holds only journaled subjects, and a filter of
+            # several subjects costs nats-server several times the work per message.
+            return await self.bus.consumer(
+                CONSUMER, (), start=self.last_seq + 1, ack_all=True, max_ack_pending=MAX_ACK_PENDING, replace=True
+            )
+
+        return await (reopened(fresh) if self._ready.is_set() else fresh())
 
     async def _copy_batches(
         self, journal: Journal, stream: str, consumer: Consumer

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from faultline._errors import DecodeError
-from faultline.bus import Bus
+import anyio
+
+from faultline._errors import BusError, DecodeError
+from faultline.bus import Bus, Consumer
 from faultline.core import Envelope, EpisodeCompleted, Recording, Timer, TimerFired
 
 HISTORY_TIMEOUT_S = 10.0
+RETRY_S = 0.5
+"""First wait before asking again for what the stream refused (opening a consumer, a write); it doubles up to
+RETRY_MAX_S."""
+RETRY_MAX_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -67,3 +77,20 @@ async def pending_timers(bus: Bus, agent: str) -> list[Envelope]:
         elif isinstance(env.body, EpisodeCompleted):
             completed.add(env.episode)
     return [t for t in timers if t.id not in fired and t.episode not in completed]
+
+
+async def reopened(open_consumer: Callable[[], Awaitable[Consumer]]) -> Consumer:
+    """A consumer opened again, asked for with backoff while refused.
+
+    Lost deliveries are found right after a node comes back, while the cluster may still be
+    electing leaders and answers "JetStream system temporarily unavailable"; the stream keeps
+    everything meanwhile.
+    """
+    delay = RETRY_S
+    while True:
+        try:
+            return await open_consumer()
+        except BusError as exc:
+            log.warning("%s; asking again in %gs", exc, delay)
+        await anyio.sleep(delay)
+        delay = min(2 * delay, RETRY_MAX_S)

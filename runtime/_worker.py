@@ -57,7 +57,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from faultline._errors import BusError, DeliveriesLostError, NonDeterminismError
+from faultline._errors import DeliveriesLostError, NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import (
     Agent,
@@ -74,13 +74,9 @@ from faultline.core import (
     timer_fired,
 )
 from faultline.runtime._episodes import in_flight
-from faultline.runtime._recovery import load_history, pending_timers
+from faultline.runtime._recovery import load_history, pending_timers, reopened
 
 log = logging.getLogger(__name__)
-
-REOPEN_RETRY_S = 0.5
-"""First wait before opening a consumer again after it was refused; it doubles up to REOPEN_RETRY_MAX_S."""
-REOPEN_RETRY_MAX_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,20 +269,8 @@ class Worker:
                 except DeliveriesLostError as exc:
                     log.warning("%s; reading %s's inputs again from the acknowledgement floor", exc, cls.name)
                 await consumer.close()
-                consumer = await self._reopen(cls)
+                consumer = await reopened(functools.partial(self._open_consumer, cls))
                 self._readers[cls.name] = (consumer, scope)
-
-    async def _reopen(self, cls: type[Agent]) -> Consumer:
-        """The consumer opened again, waiting out a cluster that cannot open it yet (electing a leader,
-        which is when lost deliveries are found): the stream keeps every input meanwhile."""
-        delay = REOPEN_RETRY_S
-        while True:
-            try:
-                return await self._open_consumer(cls)
-            except BusError as exc:
-                log.warning("%s; asking again in %gs", exc, delay)
-            await anyio.sleep(delay)
-            delay = min(2 * delay, REOPEN_RETRY_MAX_S)
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
         env = await self.bus.decode_or_dead_letter(delivery)
