@@ -37,7 +37,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/python -m pytest -q -rs --numprocesses auto
+	$(BIN)/python -m pytest -q -rfEs --numprocesses auto
 
 # Refresh the lock from pyproject.toml's ranges; commit the result.
 lock: | $(UV)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from faultline.cli import main
 from faultline.journal import JournalReader
+from tests import jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def test_a_second_run_retrieves_what_the_first_one_stored(tmp_path: Path, capsys
     assert main([*base, "--journal", str(second), "--run-id", "use"]) == 0
     capsys.readouterr()
     assert main(["memory", "stats", "--store", str(tmp_path / "memory.sqlite"), "--json"]) == 0
-    stats = json.loads(capsys.readouterr().out)
+    _, stats = jsonl.read(capsys.readouterr().out)
     assert stats["entries"] == 12
     with JournalReader(second) as reader:
         episode = reader.episodes()[0].episode

@@ -14,7 +14,7 @@ from faultline.cli import _run as cli_run
 from faultline.cli import _run_plan as run_plan
 from faultline.cli import main
 from faultline.cli._run_plan import PlannedEpisode, RunResult
-from faultline.core import EpisodeCompleted, LlmResponse, Recording, ToolCall
+from faultline.core import EpisodeCompleted, ErrorRaised, LlmResponse, Recording, ToolCall
 from faultline.journal import JournalReader
 from faultline.runtime import CallInFlight
 from tests.openai_server import Delay, Endless, OpenAIServer, Status, Text
@@ -140,8 +140,9 @@ def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
     assert json.loads(out)["outcomes"] == {"timeout": 1}
     pattern = r"1 model call in flight, the slowest user's model call \(role user, attempt 1, \d+s\)"
     assert any(re.search(pattern, line) for line in err.splitlines()), err
-    completed, late = bodies(journal, EpisodeCompleted)
-    assert "timed out after 16s" in late.cause, "the call's own failure is journaled too, after the timeout"
+    [completed] = bodies(journal, EpisodeCompleted)
+    [late] = bodies(journal, ErrorRaised)
+    assert "timed out after 16s" in late.message, "the call's own failure is journaled too, after the timeout"
     assert re.fullmatch(
         r"no completion within 15s; still waiting for user's model call \(role user, attempt 1, \d+s\)",
         completed.cause,
