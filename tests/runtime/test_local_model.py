@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -48,3 +51,24 @@ async def test_the_local_server_answers_through_the_openai_client_and_stops(tmp_
         assert response.content.strip()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"{url}/models", timeout=5)
+
+
+@pytest.mark.local
+@pytest.mark.skipif(bool(_installed()), reason=f"local model not installed: {_installed()}")
+def test_the_local_server_ends_with_a_command_killed_by_sigkill(tmp_path: Path) -> None:
+    holder = "from faultline.runtime import local_model_server\nwith local_model_server() as url:\n    print(url, flush=True)\n    input()"
+    with subprocess.Popen(
+        [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        urllib.request.urlopen(f"{url}/models", timeout=5).close()
+        process.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # polls the port: the kernel ends the server once its parent died
+        try:
+            urllib.request.urlopen(f"{url}/models", timeout=2).close()
+        except (urllib.error.URLError, OSError):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the server on {url} outlived the process that started it")
