@@ -18,7 +18,7 @@ import msgspec
 from faultline._errors import ModelError, UsageError
 from faultline.agents import parse_tool_text, tools_prompt
 from faultline.cli import _jsonl
-from faultline.cli._run import add_model_flags, effective_config
+from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall
 from faultline.runtime import ModelConfig
 from faultline.runtime.models import OpenAIBackend
@@ -90,6 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_doctor)
 
 
+@serving_local_model
 def _doctor(args: argparse.Namespace) -> int:
     config = effective_config(args)
     role = config.role_of("tool")

@@ -32,7 +32,7 @@ from faultline.agents.fama import (
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._plots import png
-from faultline.cli._run import add_model_flags, effective_config
+from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import _common, _prefix, _url, login
 from faultline.runtime import Config, load_config, make_backend
 
@@ -87,6 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+@serving_local_model
 def _analyze(args: argparse.Namespace) -> int:
     if not args.journal.is_file():
         raise JournalError(f"{args.journal}: no such journal file")

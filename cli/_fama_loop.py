@@ -27,7 +27,7 @@ from faultline.agents.fama import CATEGORIES, SHORT, analyze_cases, attribute_ca
 from faultline.cli import _jsonl
 from faultline.cli._fama import SIM_JUDGE_NOTE, category_counts
 from faultline.cli._plots import png
-from faultline.cli._run import add_model_flags, effective_config, whole_number
+from faultline.cli._run import add_model_flags, effective_config, serving_local_model, whole_number
 from faultline.core import parse_roster
 from faultline.journal import JournalReader
 from faultline.runtime import Config, make_backend
@@ -77,6 +77,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.set_defaults(handler=_loop)
 
 
+@serving_local_model
 def _loop(args: argparse.Namespace) -> int:
     config = effective_config(args)
     args.out.mkdir(parents=True, exist_ok=True)

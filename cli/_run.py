@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import tempfile
@@ -367,11 +368,22 @@ def local_model(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
         )
 
 
+def serving_local_model(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command's handler that, with --model local, runs while the local server is up (see `local_model`)."""
+
+    @functools.wraps(handler)
+    def handle(args: argparse.Namespace) -> int:
+        with local_model(args) as served:
+            return handler(served)
+
+    return handle
+
+
 def effective_config(args: argparse.Namespace) -> Config:
     """The config file with the command line's model and worker choices applied."""
     if args.model == "local":
-        raise UsageError("--model local starts a server for run, fork and attribute only; for other commands "
-                         "start one yourself and use --model openai --base-url URL")  # fmt: skip
+        raise UsageError("this command does not start a server for --model local: start one yourself and use "
+                         "--model openai --base-url URL")  # fmt: skip
     config = with_plugin_path(load_config(args.config, models=model_settings(args.model_setting)), args.plugin_path)
     endpoint = bool(args.base_url or args.model_name)
     if args.model == "sim":

@@ -29,13 +29,19 @@ def _installed() -> str:
     return ""
 
 
-def test_without_the_server_run_says_how_to_install_it_in_one_line(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "command",
+    [["run", "--tasks", "1", "--journal", "j.sqlite"], ["fama", "analyze", "j.sqlite"], ["doctor"]],
+    ids=["run", "fama analyze", "doctor"],
+)
+def test_without_the_server_a_command_says_how_to_install_it_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("FAULTLINE_LLAMA_SERVER", raising=False)
     monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
-    assert main(["run", "--model", "local", "--tasks", "1", "--journal", str(tmp_path / "j.sqlite")]) != 0
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--model", "local"]) != 0
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "no llama-cpp-server" in line and "make real" in line
 
