@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 from random import Random
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 from rich.console import Console
@@ -40,7 +40,7 @@ from rich.table import Table
 
 from faultline._errors import FaultlineError
 from faultline.cli import main as cli
-from faultline.core import ChatMessage, LlmRequest, ToolResult
+from faultline.core import Agent, AgentHarness, ChatMessage, Context, Envelope, LlmRequest, Notice, ToolResult
 from faultline.faults import fault_types
 from faultline.journal import JournalReader, JournalRow
 from faultline.replay import (
@@ -144,25 +144,39 @@ def trace(rows: list[JournalRow], made: list[Step]) -> str:
     )
 
 
+class TraceJudge(Agent):
+    """The all-at-once judge as an agent: its one model call goes through `ctx.llm`, as every agent's does, so
+    the same judge runs in the runtime, journaled, as it runs here in a harness."""
+
+    name: ClassVar[str] = "judge"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        assert isinstance(msg.body, Notice)
+        request = LlmRequest(
+            role="judge",
+            messages=[
+                ChatMessage(role="system", content=JUDGE_PROMPT),
+                ChatMessage(role="user", content=msg.body.text),
+            ],
+            metadata={"sim": "blame"},
+        )
+        ctx.emit(Notice(text=(await ctx.llm(request)).content))
+
+
 async def judge(rows: list[JournalRow], made: list[Step], config: Config) -> tuple[str | None, int | None]:
     """The all-at-once judge: one model request (the tool role's model) with the whole trace."""
     backend = make_backend(config, "tool")
-    request = LlmRequest(
-        role="judge",
-        messages=[
-            ChatMessage(role="system", content=JUDGE_PROMPT),
-            ChatMessage(role="user", content=trace(rows, made)),
-        ],
-        metadata={"sim": "blame"},
-    )
+    harness = AgentHarness(TraceJudge(), episode=f"judge-{rows[0].episode}", backend=backend)
     try:
-        response = await backend.complete(request)
+        [answer] = await harness.deliver(Notice(text=trace(rows, made)))
     except FaultlineError:
         return None, None
     finally:
         await backend.aclose()
+    assert isinstance(answer.body, Notice)
+    response = answer.body
     agent, step = None, None
-    for line in response.content.splitlines():
+    for line in response.text.splitlines():
         key, _, value = line.partition(":")
         if key.strip().lower() == "agent":
             agent = value.strip()
