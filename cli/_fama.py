@@ -18,7 +18,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from faultline._errors import JournalError, UsageError
+from faultline._errors import UsageError
 from faultline.agents.fama import (
     CATEGORIES,
     SHORT,
@@ -30,7 +30,7 @@ from faultline.agents.fama import (
     serve_fama,
 )
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, filtered_episodes
+from faultline.cli._filters import add_episode_filters, check_journal, filtered_episodes
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import _common, _prefix, _url, login
@@ -89,8 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 @serving_local_model
 def _analyze(args: argparse.Namespace) -> int:
-    if not args.journal.is_file():
-        raise JournalError(f"{args.journal}: no such journal file")
+    check_journal(args.journal)
     config = effective_config(args)
     if args.attribution:
         config = msgspec.structs.replace(

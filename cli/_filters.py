@@ -1,4 +1,4 @@
-"""Episode filters, the same on every command that works on a journal's episodes."""
+"""Which journal and which of its episodes a command works on: the same checks and filters everywhere."""
 
 from __future__ import annotations
 
@@ -6,10 +6,16 @@ import argparse
 from datetime import datetime
 from pathlib import Path
 
-from faultline._errors import UsageError
+from faultline._errors import JournalError, UsageError
 from faultline.journal import EpisodeFilter, JournalReader
 
 STATUSES = ("passed", "failed", "errored", "incomplete")
+
+
+def check_journal(path: Path) -> None:
+    """JournalError for a journal file that is not there, before anything opens (or creates) it."""
+    if not path.is_file():
+        raise JournalError(f"{path}: no such journal file")
 
 
 def add_episode_filters(

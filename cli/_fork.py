@@ -12,9 +12,9 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from faultline._errors import JournalError, UsageError
+from faultline._errors import UsageError
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
+from faultline.cli._filters import add_episode_filters, check_journal, episode_filter, filtered_episodes
 from faultline.cli._run import add_model_flags, effective_config, local_model
 from faultline.core import EpisodeCompleted, MessageBody
 from faultline.journal import JournalReader
@@ -143,13 +143,8 @@ def _settings(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-def _check_journal(path: Path) -> None:
-    if not path.is_file():
-        raise JournalError(f"{path}: no such journal file")
-
-
 def _fork(args: argparse.Namespace) -> int:
-    _check_journal(args.journal)
+    check_journal(args.journal)
     with local_model(args) as args:
         return _fork_with(args)
 
@@ -200,7 +195,7 @@ def _fork_table(result: ForkResult) -> Table:
 
 
 def _attribute(args: argparse.Namespace) -> int:
-    _check_journal(args.journal)
+    check_journal(args.journal)
     with local_model(args) as args:
         return _attribute_with(args)
 

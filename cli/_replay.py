@@ -9,9 +9,8 @@ import msgspec
 from rich.console import Console
 from rich.syntax import Syntax
 
-from faultline._errors import JournalError
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, filtered_episodes
+from faultline.cli._filters import add_episode_filters, check_journal, filtered_episodes
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_plugin_flag, check_domains, with_plugin_path
 from faultline.journal import JournalReader
@@ -47,8 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _replay(args: argparse.Namespace) -> int:
-    if not args.journal.is_file():
-        raise JournalError(f"{args.journal}: no such journal file")
+    check_journal(args.journal)
     config = with_plugin_path(load_config(args.config), args.plugin_path)
     chosen = filtered_episodes(args.journal, args, args.episode)
     with JournalReader(args.journal) as reader:
