@@ -30,7 +30,7 @@ from faultline.agents.fama import (
     serve_fama,
 )
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, check_journal, filtered_episodes
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import _common, _prefix, _url, login
@@ -89,7 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 @serving_local_model
 def _analyze(args: argparse.Namespace) -> int:
-    check_journal(args.journal)
+    require_journal_file(args.journal)
     config = effective_config(args)
     if args.attribution:
         config = msgspec.structs.replace(

@@ -12,7 +12,7 @@ from faultline.journal import EpisodeFilter, JournalReader
 STATUSES = ("passed", "failed", "errored", "incomplete")
 
 
-def check_journal(path: Path) -> None:
+def require_journal_file(path: Path) -> None:
     """JournalError for a journal file that is not there, before anything opens (or creates) it."""
     if not path.is_file():
         raise JournalError(f"{path}: no such journal file")

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, check_journal, episode_filter, filtered_episodes
+from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal_file
 from faultline.cli._run import add_model_flags, effective_config, local_model
 from faultline.core import EpisodeCompleted, MessageBody
 from faultline.journal import JournalReader
@@ -144,7 +144,7 @@ def _settings(items: list[str]) -> dict[str, Any]:
 
 
 def _fork(args: argparse.Namespace) -> int:
-    check_journal(args.journal)
+    require_journal_file(args.journal)
     with local_model(args) as args:
         return _fork_with(args)
 
@@ -195,7 +195,7 @@ def _fork_table(result: ForkResult) -> Table:
 
 
 def _attribute(args: argparse.Namespace) -> int:
-    check_journal(args.journal)
+    require_journal_file(args.journal)
     with local_model(args) as args:
         return _attribute_with(args)
 

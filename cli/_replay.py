@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, check_journal, filtered_episodes
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_plugin_flag, check_domains, with_plugin_path
 from faultline.journal import JournalReader
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _replay(args: argparse.Namespace) -> int:
-    check_journal(args.journal)
+    require_journal_file(args.journal)
     config = with_plugin_path(load_config(args.config), args.plugin_path)
     chosen = filtered_episodes(args.journal, args, args.episode)
     with JournalReader(args.journal) as reader:
