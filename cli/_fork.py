@@ -15,7 +15,7 @@ from rich.table import Table
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal_file
-from faultline.cli._run import add_model_flags, effective_config, local_model
+from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.core import EpisodeCompleted, MessageBody
 from faultline.journal import JournalReader
 from faultline.replay import (
@@ -145,10 +145,10 @@ def _settings(items: list[str]) -> dict[str, Any]:
 
 def _fork(args: argparse.Namespace) -> int:
     require_journal_file(args.journal)
-    with local_model(args) as args:
-        return _fork_with(args)
+    return _fork_with(args)
 
 
+@serving_local_model
 def _fork_with(args: argparse.Namespace) -> int:
     config = effective_config(args)
     result = anyio.run(
@@ -196,10 +196,10 @@ def _fork_table(result: ForkResult) -> Table:
 
 def _attribute(args: argparse.Namespace) -> int:
     require_journal_file(args.journal)
-    with local_model(args) as args:
-        return _attribute_with(args)
+    return _attribute_with(args)
 
 
+@serving_local_model
 def _attribute_with(args: argparse.Namespace) -> int:
     episodes = list(args.episode)
     if args.all_failed or (not episodes and episode_filter(args) is not None):

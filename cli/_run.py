@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -368,11 +368,14 @@ def local_model(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
         )
 
 
-def serving_local_model(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """A command's handler that, with --model local, runs while the local server is up (see `local_model`)."""
+T = TypeVar("T")
+
+
+def serving_local_model(handler: Callable[[argparse.Namespace], T]) -> Callable[[argparse.Namespace], T]:
+    """`handler` that, with --model local, runs while the local server is up (see `local_model`)."""
 
     @functools.wraps(handler)
-    def handle(args: argparse.Namespace) -> int:
+    def handle(args: argparse.Namespace) -> T:
         with local_model(args) as served:
             return handler(served)
 
@@ -461,8 +464,7 @@ class RunOutcome:
 
 
 def _run(args: argparse.Namespace) -> int:
-    with local_model(args) as args:
-        outcome = execute_run(args)
+    outcome = serving_local_model(execute_run)(args)
     summary, request, problem, journal = outcome.summary, outcome.request, outcome.problem, outcome.journal
     if args.json:
         _jsonl.summary(summary)
