@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
-from faultline.cli._filters import add_episode_filters, episode_filter
+from faultline.cli._filters import add_episode_filters, episode_filter, require_journal_file
 from faultline.cli._run import SIM_NOTE
 from faultline.cli._run_plan import PlannedEpisode, RunResult, Summary, costed, summarize
 from faultline.core import EpisodeCompleted, EpisodeStarted
@@ -111,8 +111,7 @@ def _labels(paths: Sequence[Path]) -> list[str]:
 
 def _completed(path: Path, wanted: EpisodeFilter | None) -> list[EpisodeSummary]:
     """The journal's completed episodes that are not forks (and match `wanted`)."""
-    if not path.is_file():
-        raise UsageError(f"compare: {path}: no such journal")
+    require_journal_file(path)
     with JournalReader(path) as reader:
         episodes = reader.episodes() if wanted is None else reader.select(wanted)
         found = [e for e in episodes if e.outcome is not None and not e.forked_from]
