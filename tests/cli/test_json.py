@@ -153,7 +153,8 @@ def test_every_command_prints_json_lines_with_a_type_and_one_summary_last(
     tmp_path: Path, live: str, otel: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     journal = tmp_path / "run.sqlite"
-    run = ["run", "--tasks", "1", "--error-rates", "0.1", "--seed", "3", "--journal", str(journal), "--json"]
+    # Early stop at every decision fails the episode whatever order the storm's copies arrive in.
+    run = ["run", "--tasks", "1", "--error-rate", "early_stop=1.0", "--seed", "3", "--journal", str(journal), "--json"]
     outputs = {("run",): (main([*run, "--fault", "storm:copies=2,kind=tool_call"]), capsys.readouterr().out)}
     with JournalReader(journal) as reader:
         failed = next(e.episode for e in reader.episodes() if e.outcome == "failure")
