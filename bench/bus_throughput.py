@@ -37,7 +37,6 @@ import asyncio
 import json
 import logging
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -54,6 +53,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
+from faultline.bench._common import machine
 from faultline.bus import Bus
 from faultline.core import Envelope, Interceptor, InterceptorChain, Note, derive_id, encode
 from faultline.journal import JournalReader
@@ -514,16 +514,6 @@ def cpu_table(r: dict[str, Any]) -> Table:
         cells = [f"{cpu[p]:.0f}" if p in cpu else "-" for p in ("bench", "nats-server", "journal")]
         table.add_row(label, f"{r[key]['msgs_per_s']:,.0f}", *cells, f"{sum(cpu.values()):.0f}")
     return table
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "date": time.strftime("%Y-%m-%d"),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_1m": os.getloadavg()[0],
-    }
 
 
 def main() -> None:

@@ -21,20 +21,16 @@ Also the interceptors alone, without NATS: microseconds per message through both
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import anyio
-from rich.console import Console
 from rich.table import Table
 
+from faultline.bench._common import machine, run_repeated
 from faultline.bus import Bus, EmbeddedServer
 from faultline.core import Envelope, InterceptorChain, Note, Start, derive_id
 from faultline.faults import (
@@ -165,12 +161,7 @@ async def main(messages: int, reps: int) -> dict[str, Any]:
     chain_us = {c: await interceptors_alone(c, messages) for c in CONFIGS}
     pipeline_us = statistics.median(cpu["no rules"])
     return {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_avg": os.getloadavg(),
-        },
+        "machine": machine(),
         "messages": messages,
         "reps": reps,
         "msgs_per_s": medians,
@@ -212,13 +203,4 @@ def report(result: dict[str, Any], say: Callable[[Any], None]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--json", default="", metavar="PATH", help="also write the results here")
-    args = parser.parse_args()
-    result = anyio.run(main, args.messages, args.reps)
-    report(result, Console().print)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    run_repeated(__doc__, main, report, messages=20_000)

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-NOT_BENCHMARKS = {"run_all.py", "agents.py", "__init__.py"}
+NOT_BENCHMARKS = {"run_all.py", "agents.py"}
 TIMEOUT_S = 900.0
 
 
 def benchmarks() -> list[Path]:
-    return sorted(p for p in BENCH.glob("*.py") if p.name not in NOT_BENCHMARKS)
+    return sorted(p for p in BENCH.glob("*.py") if p.name not in NOT_BENCHMARKS and not p.name.startswith("_"))
 
 
 def main() -> int:

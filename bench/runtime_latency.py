@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
+from faultline.bench._common import machine
 from faultline.bus import Bus
 from faultline.core import Envelope, EpisodeStarted, Note, Start, derive_id, encode
 from faultline.journal import JournalReader
@@ -326,16 +326,6 @@ def report(r: dict[str, Any], title: str) -> Table:
     for measure, value, target, passed in rows:
         table.add_row(measure, value, target, "" if passed is None else "[green]PASS" if passed else "[red]MISS")
     return table
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "date": time.strftime("%Y-%m-%d"),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_1m": os.getloadavg()[0],
-    }
 
 
 def main() -> None:

@@ -24,19 +24,14 @@ configurations interleaved.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-from rich.console import Console
 from rich.table import Table
 
+from faultline.bench._common import machine, run_repeated
 from faultline.bus import Bus, EmbeddedServer
 from faultline.core import (
     AssistantTurn,
@@ -163,7 +158,7 @@ async def main(n: int, reps: int) -> dict[str, Any]:
             await bus.close()
     base_wall, base_cpu = statistics.median(wall["no rules"]), statistics.median(cpu["no rules"])
     return {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+        "machine": machine(),
         "messages": n,
         "reps": reps,
         "wall_us": {c: statistics.median(v) for c, v in wall.items()},
@@ -197,13 +192,4 @@ def report(result: dict[str, Any], say: Callable[[Any], None]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=500)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--json", default="", metavar="PATH", help="also write the results here")
-    args = parser.parse_args()
-    result = anyio.run(main, args.messages, args.reps)
-    report(result, Console().print)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    run_repeated(__doc__, main, report, messages=500)

@@ -1,0 +1,47 @@
+"""What the benchmarks share: the machine a number was measured on, and the command line of a repeated
+measurement, so that every report states its load the same way."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+
+def machine() -> dict[str, Any]:
+    """Where and when: a number from a busy shared machine says so beside it."""
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg_1m": os.getloadavg()[0],
+        "load_avg": os.getloadavg(),
+    }
+
+
+def run_repeated(
+    doc: str | None,
+    measure: Callable[[int, int], Awaitable[dict[str, Any]]],
+    report: Callable[[dict[str, Any], Callable[[Any], None]], None],
+    *,
+    messages: int,
+) -> None:
+    """The command line of a benchmark that repeats `--reps` runs of `--messages` each and reports medians."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=messages)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--json", default="", metavar="PATH", help="also write the results here")
+    args = parser.parse_args()
+    result = anyio.run(measure, args.messages, args.reps)
+    report(result, Console().print)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
