@@ -19,6 +19,7 @@ from faultline._errors import ModelError, UsageError
 from faultline.agents import parse_tool_text, tools_prompt
 from faultline.cli import _jsonl
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
+from faultline.cli._text import clip
 from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall
 from faultline.runtime import ModelConfig
 from faultline.runtime.models import OpenAIBackend
@@ -158,7 +159,7 @@ def render(report: Report) -> list[str]:
         if p.error:
             lines.append(f"  {p.name:<13} failed: {p.error}")
             continue
-        said = f"tool call {p.tool_call}" if p.tool_call else f"no tool call, answered {_clip(p.answer)!r}"
+        said = f"tool call {p.tool_call}" if p.tool_call else f"no tool call, answered {clip(p.answer, 60)!r}"
         lines.append(
             f"  {p.name:<13} {p.latency_s:6.2f} s  {p.prompt_tokens}+{p.completion_tokens} tokens"
             f"  {p.tokens_per_s:.1f} tokens/s  finish {p.finish_reason or '?'}  {said}"
@@ -223,8 +224,3 @@ def _messages(system: str) -> list[ChatMessage]:
 
 def _round_up(value: float, step: int) -> float:
     return float(math.ceil(value / step) * step)
-
-
-def _clip(text: str, width: int = 60) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"

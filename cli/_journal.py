@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +20,7 @@ from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_journal_health, add_journal_serve, otel_headers
+from faultline.cli._text import table_console
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
     EpisodeSummary,
@@ -38,9 +38,6 @@ TAIL_ROWS = 20
 
 FOLLOW_INTERVAL_S = 0.5
 """How often `tail --follow` polls the file for new rows."""
-
-PIPE_WIDTH = 200
-"""Console width when output is not a terminal, so piped tables are not wrapped at 80 columns."""
 
 _KIND_STYLES = {
     "episode_started": "bold cyan",
@@ -174,10 +171,6 @@ def _pipe_safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argpar
     return run
 
 
-def _console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
-
-
 # -- otel --------------------------------------------------------------------------------------
 
 
@@ -255,7 +248,7 @@ def _tail_line(row: JournalRow) -> Text:
 
 
 def _tail(args: argparse.Namespace) -> int:
-    console = _console()
+    console = table_console()
     with JournalReader(args.file) as reader:
         rows = reader.tail(args.n)
         for row in rows:
@@ -309,7 +302,7 @@ def _show(args: argparse.Namespace) -> int:
                 {"episode": args.episode, "rows": len(rows), "outcome": summary.outcome if summary else None}
             )
             return 0
-    console = _console()
+    console = table_console()
     console.print(_episode_header(summary, args.episode, rows))
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold dim")
     table.add_column("pos", justify="right", style="dim")
@@ -403,7 +396,7 @@ def _episodes(args: argparse.Namespace) -> int:
             str(e.defenses),
             f"{e.duration_s:.2f}",
         )
-    console = _console()
+    console = table_console()
     console.print(table)
     console.print(Text(f"{len(episodes)} episodes", style="dim"))
     return 0

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -30,11 +28,9 @@ from faultline.agents.memory import (
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._system import _common, _prefix, _url, login
+from faultline.cli._text import clip, table_console
 from faultline.journal import JournalReader
 from faultline.runtime import Config, load_config
-
-PIPE_WIDTH = 200
-"""Console width when output is not a terminal, so piped tables are not wrapped at 80 columns."""
 
 TEXT_WIDTH = 90
 """Longest request or reflection shown in a table cell; `--json` has them whole."""
@@ -78,15 +74,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_serve)
 
 
-def _console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
-
-
-def _clip(text: str, width: int = TEXT_WIDTH) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 # -- rebuild -----------------------------------------------------------------------------------
 
 
@@ -127,7 +114,7 @@ def _stats(args: argparse.Namespace) -> int:
         _jsonl.rows("domain", data.pop("domains"))
         _jsonl.summary(data)
         return 0
-    console = _console()
+    console = table_console()
     console.print(
         Text(
             f"memory {data['path']}: {data['entries']} entries, embedder {data['embedder']} (dim {data['dim']})",
@@ -202,7 +189,7 @@ def _search(args: argparse.Namespace) -> int:
         _jsonl.rows("entry", data.pop("entries"))
         _jsonl.summary(data)
         return 0
-    console = _console()
+    console = table_console()
     candidates = f" of {found.candidates} candidates" if found.candidates else ""
     console.print(Text(f"{found.n} entries for {args.text!r} ({found.reason}{candidates})", style="bold"))
     table = Table(header_style="bold")
@@ -224,9 +211,9 @@ def _search(args: argparse.Namespace) -> int:
             f"{scored.score:.3f}",
             f"{entry.domain}/{entry.episode}",
             outcome,
-            _clip(entry.query),
+            clip(entry.query, TEXT_WIDTH),
             ", ".join(c.name for c in entry.calls) or "-",
-            _clip(entry.reflection) or "-",
+            clip(entry.reflection, TEXT_WIDTH) or "-",
         )
     console.print(table)
     if hidden:
