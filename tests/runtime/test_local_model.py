@@ -46,6 +46,18 @@ def test_without_the_server_a_command_says_how_to_install_it_in_one_line(
     assert "no llama-cpp-server" in line and "make real" in line
 
 
+@pytest.mark.parametrize("threads", ["two", "0"])
+def test_a_bad_thread_count_is_one_line_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], threads: str
+) -> None:
+    monkeypatch.setenv("FAULTLINE_LLAMA_THREADS", threads)
+    monkeypatch.chdir(tmp_path)
+    assert main(["doctor", "--model", "local"]) != 0
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"$FAULTLINE_LLAMA_THREADS is {threads!r}" in line
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.local
 @pytest.mark.skipif(bool(_installed()), reason=f"local model not installed: {_installed()}")
 async def test_the_local_server_answers_through_the_openai_client_and_stops(tmp_path: Path) -> None:
