@@ -37,7 +37,9 @@ class LlmRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One model call. `role` picks the backend and model from the configuration.
 
     `metadata` carries what an offline simulator needs (domain, task, seed);
-    real backends ignore it. It is part of the request digest.
+    real backends ignore it. It is part of the request digest. `response_format`
+    "json" asks for one JSON object (servers that support it constrain the answer
+    to JSON); "text", the default, is left out of the encoding and the digest.
     """
 
     role: str
@@ -46,6 +48,7 @@ class LlmRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     temperature: float | None = None
     max_tokens: int | None = None
     metadata: dict[str, Any] = {}
+    response_format: Literal["text", "json"] = "text"
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -1,8 +1,10 @@
 """What the three FAMA stages ask the judge model, and how their answers are read.
 
-Every answer is one JSON object (a fenced block is accepted); anything else, a refusal included,
-is an `AnswerFormatError` that says what was wrong, and the controller journals the failure and
-skips the case. Requests carry `metadata` for the offline judge (`sim` "judge"): the stage, the
+Every request asks for a JSON answer (`response_format="json"`: servers that support it constrain
+the model to JSON), and the prompts are short and show the exact keys, for small models' sake. An
+answer is read tolerantly (the first JSON object in it, fenced or amid prose; a lone name where a
+list is asked for); anything else, a refusal included, is an `AnswerFormatError` that says what was
+wrong, and the controller journals the failure and skips the case. Requests carry `metadata` for the offline judge (`sim` "judge"): the stage, the
 category, and the case's evidence, which real backends ignore.
 """
 
@@ -16,43 +18,36 @@ import msgspec
 
 from faultline._errors import AnswerFormatError, ConfigError
 from faultline.agents.fama._case import FailureCase
-from faultline.agents.fama._categories import CATEGORIES, CATEGORY_IDS, HELPER_FUNCTIONS, MITIGATION, Category
+from faultline.agents.fama._categories import (
+    CATEGORIES,
+    CATEGORY_IDS,
+    HELPER_FUNCTIONS,
+    MITIGATION,
+    SHORT,
+    Category,
+    category,
+)
 from faultline.core import HELPERS, ChatMessage, LlmRequest, parse_roster
 
-ANALYST = """You analyse why a tool-using support agent failed a task. You look for one kind of error only:
-{title}.
-
-Definition: {definition}
-
-Causes of this error (answer with the number of the one that fits best):
+ANALYST = """You check a failed conversation between a user and a support agent for one error: {title}.
+{definition}
+Causes:
 {causes}
+Reply with one JSON object with exactly these keys, for example:
+{{"verdict": "no", "cause": 0, "turn": -1, "recovered": false, "rationale": "one short sentence"}}
+verdict: "yes" if the agent made this error, else "no". cause: the number of the cause (0 for no). turn: the
+[number] of the trajectory line with the error (-1 for none). recovered: true if the agent put it right later."""
 
-You get the user's instruction, the full trajectory (user turns, agent turns, tool calls and their
-results, numbered), the actions a correct agent would have made, and the facts it had to tell the
-user. An agent that made this error and then corrected it did not fail because of it: say so.
+ORCHESTRATOR = """Four analysts checked a failed conversation of a support agent, one error category each.
+Name the categories that made the task fail; an error the agent put right later is not one.
+Categories: {categories}.
+Reply with one JSON object with exactly these keys, for example:
+{{"main": ["{example}"], "recovered": [], "rationale": "one short sentence"}}"""
 
-Answer with one JSON object and nothing else:
-{{"verdict": "yes" or "no", "cause": <cause number, 0 when the verdict is no>, "turn": <trajectory
-number where the error is, or -1>, "recovered": true or false, "rationale": "<two sentences at most>",
-"evidence": [<what you used: "trajectory", "gold_actions", "required_outputs", "attribution">]}}"""
-
-ORCHESTRATOR = """You decide the main reason a tool-using support agent failed a task. Four analysts, one per
-error category, each gave a verdict. Read them with the trajectory and name the category or
-categories that made the task fail. An error the agent made and then recovered from is not a main
-reason. Categories: {categories}.
-
-Answer with one JSON object and nothing else:
-{{"main": [<category ids, most important first>], "recovered": [<category ids of errors the agent
-recovered from>], "rationale": "<two sentences at most>"}}"""
-
-MITIGATION_PROMPT = """You choose helper agents for a tool-using support agent. Helpers give it context before each
-decision; each one costs tokens and time, so choose the smallest set that addresses the errors named.
-
-Helpers (use these names; memory takes the number of user turns it keeps, as memory:6):
+MITIGATION_PROMPT = """Choose the fewest helpers that prevent the errors named. Helpers:
 {helpers}
-
-Answer with one JSON object and nothing else:
-{{"helpers": [<helper names>], "rationale": "<two sentences at most>"}}"""
+Reply with one JSON object with exactly these keys, for example:
+{{"helpers": ["{example}"], "rationale": "one short sentence"}}"""
 
 
 class AnalystVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,28 +94,43 @@ def _meta(case: FailureCase, stage: str, **more: Any) -> dict[str, Any]:
     return {"sim": "judge", "stage": stage, "evidence": evidence, **more}
 
 
+ANSWER = "Reply with the JSON object only."
+"""The user message's last line: a small model follows what it read last."""
+
+
 def analyst_request(case: FailureCase, cat: Category, role: str) -> LlmRequest:
     causes = "\n".join(f"{i}. {c}" for i, c in enumerate(cat.causes, 1))
     system = ANALYST.format(title=cat.title, definition=cat.definition, causes=causes)
     return LlmRequest(
         role=role,
-        messages=[ChatMessage(role="system", content=system), ChatMessage(role="user", content=_case_text(case))],
+        messages=[
+            ChatMessage(role="system", content=system),
+            ChatMessage(
+                role="user", content=f"{_case_text(case)}\n\nDid the agent make this error: {cat.title}? {ANSWER}"
+            ),
+        ],
         temperature=0.0,
         metadata=_meta(case, "analyst", category=cat.id),
+        response_format="json",
     )
 
 
 def orchestrator_request(case: FailureCase, verdicts: list[AnalystVerdict], role: str) -> LlmRequest:
     listing = ", ".join(f"{c.id} ({c.title})" for c in CATEGORIES)
-    found = "\n".join(json.dumps(msgspec.to_builtins(v), sort_keys=True) for v in verdicts)
+    found = "\n".join(
+        f"- {v.category}: {'yes' if v.verdict else 'no'}{' (put right later)' if v.recovered else ''}. {v.rationale}"
+        for v in verdicts
+    )
+    system = ORCHESTRATOR.format(categories=listing, example=CATEGORY_IDS[0])
     return LlmRequest(
         role=role,
         messages=[
-            ChatMessage(role="system", content=ORCHESTRATOR.format(categories=listing)),
-            ChatMessage(role="user", content=f"{_case_text(case)}\n\n# Analysts' verdicts\n{found}"),
+            ChatMessage(role="system", content=system),
+            ChatMessage(role="user", content=f"{_case_text(case)}\n\n# Analysts' verdicts\n{found}\n\n{ANSWER}"),
         ],
         temperature=0.0,
         metadata=_meta(case, "orchestrator", verdicts=[msgspec.to_builtins(v) for v in verdicts]),
+        response_format="json",
     )
 
 
@@ -130,39 +140,64 @@ def mitigation_request(case: FailureCase, main: MainError, role: str) -> LlmRequ
     return LlmRequest(
         role=role,
         messages=[
-            ChatMessage(role="system", content=MITIGATION_PROMPT.format(helpers=helpers)),
-            ChatMessage(role="user", content=f"# Errors that made the task fail\n{named}"),
+            ChatMessage(role="system", content=MITIGATION_PROMPT.format(helpers=helpers, example=HELPERS[0])),
+            ChatMessage(role="user", content=f"# Errors that made the task fail\n{named}\n\n{ANSWER}"),
         ],
         temperature=0.0,
         metadata=_meta(case, "mitigation", main=main.main, pairs={k: list(v) for k, v in MITIGATION.items()}),
+        response_format="json",
     )
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+_DECODER = json.JSONDecoder()
 
 
 def _json_object(content: str, stage: str) -> dict[str, Any]:
+    """The answer's JSON object: a fenced block's, else the first object that parses, prose around it or not."""
     fenced = _FENCE.search(content)
-    text = fenced.group(1) if fenced else content[content.find("{") : content.rfind("}") + 1]
-    try:
-        value = json.loads(text) if text else None
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise AnswerFormatError(f"{stage}: the answer is not one JSON object: {content[:200]!r}")
-    return value
+    text = fenced.group(1) if fenced else content
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _ = _DECODER.raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        start = text.find("{", start + 1)
+    raise AnswerFormatError(f"{stage}: the answer is not one JSON object: {content[:200]!r}")
 
 
-def parse_analyst(content: str, category_id: str) -> AnalystVerdict:
-    """An analyst's answer; AnswerFormatError when the verdict is not yes or no or a field has the wrong type."""
+def _names(value: Any) -> Any:
+    """A list of names as a model may write it: one string alone is a list of one."""
+    return [value] if isinstance(value, str) else value
+
+
+_VERDICTS = {"yes": True, "no": False, "true": True, "false": False}
+_CATEGORY_NAMES = {name: c for c in CATEGORY_IDS for name in (c, SHORT[c].lower(), category(c).title)}
+"""What the orchestrator may call a category: its id, its abbreviation or its title, in any case."""
+
+
+def _category_id(name: str) -> str:
+    key = name.strip().lower()
+    return _CATEGORY_NAMES.get(key, _CATEGORY_NAMES.get(key.replace(" ", "_").replace("-", "_"), name))
+
+
+def parse_analyst(content: str, category_id: str, shown: list[str] | None = None) -> AnalystVerdict:
+    """An analyst's answer; AnswerFormatError when the verdict is not yes or no or a field has the wrong type.
+
+    `shown` is the evidence the analyst was given, recorded as what it used when the answer does not say.
+    """
     data = _json_object(content, f"analyst {category_id}")
-    verdict = str(data.get("verdict", "")).strip().lower()
-    if verdict not in ("yes", "no"):
-        raise AnswerFormatError(f"analyst {category_id}: verdict must be yes or no, got {data.get('verdict')!r}")
+    raw = data.get("verdict", "")
+    verdict = raw if isinstance(raw, bool) else _VERDICTS.get(raw.strip().lower()) if isinstance(raw, str) else None
+    if verdict is None:
+        raise AnswerFormatError(f"analyst {category_id}: verdict must be yes or no, got {raw!r}")
+    fields = {k: v for k, v in data.items() if k in ("cause", "turn", "recovered", "rationale", "evidence")}
     try:
         return msgspec.convert(
-            {k: v for k, v in data.items() if k in ("cause", "turn", "recovered", "rationale", "evidence")}
-            | {"category": category_id, "verdict": verdict == "yes"},
+            {"evidence": list(shown or [])} | fields | {"category": category_id, "verdict": verdict},
             AnalystVerdict,
         )
     except msgspec.ValidationError as exc:
@@ -170,12 +205,19 @@ def parse_analyst(content: str, category_id: str) -> AnalystVerdict:
 
 
 def parse_main(content: str) -> MainError:
-    """The orchestrator's answer; category ids outside the four are refused."""
+    """The orchestrator's answer; categories outside the four are refused (ids, abbreviations and titles are read)."""
     data = _json_object(content, "orchestrator")
+    fields = {k: v for k, v in data.items() if k in MainError.__struct_fields__}
+    named = {k: _names(fields[k]) for k in ("main", "recovered") if k in fields}
     try:
-        found = msgspec.convert({k: v for k, v in data.items() if k in MainError.__struct_fields__}, MainError)
+        found = msgspec.convert(fields | named, MainError)
     except msgspec.ValidationError as exc:
         raise AnswerFormatError(f"orchestrator: {exc}") from None
+    found = MainError(
+        main=[_category_id(c) for c in found.main],
+        recovered=[_category_id(c) for c in found.recovered],
+        rationale=found.rationale,
+    )
     unknown = [c for c in [*found.main, *found.recovered] if c not in CATEGORY_IDS]
     if unknown:
         raise AnswerFormatError(f"orchestrator: unknown categories {unknown}; use {', '.join(CATEGORY_IDS)}")
@@ -185,11 +227,11 @@ def parse_main(content: str) -> MainError:
 def parse_mitigation(content: str) -> Mitigation:
     """The mitigation agent's answer, its helpers as a canonical roster."""
     data = _json_object(content, "mitigation")
-    helpers = data.get("helpers")
+    helpers = _names(data.get("helpers"))
     if not isinstance(helpers, list) or not all(isinstance(h, str) for h in helpers):
         raise AnswerFormatError(f"mitigation: helpers must be a list of names from {', '.join(HELPERS)}")
     try:
-        roster = parse_roster(helpers)
+        roster = parse_roster([h.strip().lower() for h in helpers])
     except ConfigError as exc:
         raise AnswerFormatError(f"mitigation: {exc}") from None
     return Mitigation(helpers=roster, rationale=str(data.get("rationale", "")))

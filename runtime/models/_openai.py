@@ -271,6 +271,8 @@ class OpenAIBackend(_EndpointUser):
             params["max_tokens"] = max_tokens
         if self.settings.stop:
             params["stop"] = list(self.settings.stop)
+        if request.response_format == "json":
+            params["response_format"] = {"type": "json_object"}
         return params
 
 

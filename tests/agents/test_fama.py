@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from faultline._errors import AnswerFormatError
 from faultline.agents.fama import (
     ANALYSIS,
     CATEGORIES,
@@ -19,6 +20,9 @@ from faultline.agents.fama import (
     FamaController,
     case_message,
     choose_roster,
+    parse_analyst,
+    parse_main,
+    parse_mitigation,
 )
 from faultline.cli import main
 from faultline.core import AgentHarness, Notice
@@ -69,12 +73,14 @@ async def test_the_three_stages_ask_the_model_with_their_own_prompts_and_every_c
             harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=backend)
             [analysis] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
         systems = [r.body["messages"][0]["content"] for r in server.requests]
+        formats = [r.body.get("response_format") for r in server.requests]
     assert analysis.text == ANALYSIS
     assert [v["verdict"] for v in analysis.data["verdicts"]] == [False, False, False, True]
     assert analysis.data["main"]["main"] == [EARLY_STOP]
     assert analysis.data["mitigation"]["helpers"] == ["planner"]
     assert [c.title in s for c, s in zip(CATEGORIES, systems, strict=False)] == [True] * 4
-    assert "main reason" in systems[4] and "smallest set" in systems[5]
+    assert "categories that made the task fail" in systems[4] and "fewest helpers" in systems[5]
+    assert formats == [{"type": "json_object"}] * 6
     assert [r.call for r in harness.recordings] == ["llm"] * 6
 
 
@@ -101,6 +107,49 @@ async def test_a_failed_stage_is_journaled_and_skipped_and_the_next_failure_is_a
             [analysed] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
     assert failed.text == FAILED and error in failed.data["error"] and failed.data["episode"] == CASE.episode
     assert analysed.text == ANALYSIS
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        'Here is my verdict: {"verdict": "Yes", "cause": 2, "turn": 1, "rationale": "it stopped {early}"} Thanks.',
+        '```\n{"verdict": true, "cause": 2, "turn": 1}\n```',
+        '{"verdict": "yes", "cause": 2, "turn": 1, "recovered": false, "rationale": "r"}\n\n\n',
+    ],
+    ids=["prose-around", "fenced-boolean", "trailing-whitespace"],
+)
+def test_an_analyst_answer_is_read_from_prose_or_a_fence_and_records_the_evidence_it_was_shown(answer: str) -> None:
+    verdict = parse_analyst(answer, EARLY_STOP, ["trajectory", "gold_actions"])
+    assert (verdict.verdict, verdict.cause, verdict.turn) == (True, 2, 1)
+    assert verdict.evidence == ["trajectory", "gold_actions"]
+
+
+def test_the_orchestrator_and_mitigation_answers_accept_names_as_a_small_model_writes_them() -> None:
+    main_error = parse_main('{"main": "IFU", "recovered": ["Wrong Value"], "rationale": "r"}')
+    assert (main_error.main, main_error.recovered) == ([EARLY_STOP], [WRONG_VALUE])
+    assert parse_main('{"main": ["incomplete fulfilment or early stopping"]}').main == [EARLY_STOP]
+    assert parse_mitigation('{"helpers": "Planner"}').helpers == ["planner"]
+    with pytest.raises(AnswerFormatError, match="not one JSON object"):
+        parse_main('{"main": ["early_stop"')
+
+
+@pytest.mark.slow
+def test_through_the_cli_only_the_judge_asks_the_server_for_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "journal.sqlite"
+    endpoint = ["--model", "openai", "--model-name", "m", "--model-setting", "backoff_base_s=0"]
+    with OpenAIServer() as server:
+        run = ["run", "--tasks", "1", "--max-turns", "1", "--journal", str(journal), "--json"]
+        assert main([*run, *endpoint, "--base-url", server.url]) in (0, 1)
+        others = len(server.chat_requests)
+        server.reply(*SCRIPT)
+        assert main(["fama", "analyze", str(journal), "--json", *endpoint, "--base-url", server.url]) == 0
+        formats = [r.get("response_format") for r in server.chat_requests]
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["analysed"] == 1 and summary["categories"][EARLY_STOP] == 1
+    assert others > 0 and formats[:others] == [None] * others
+    assert formats[others:] == [{"type": "json_object"}] * 6
 
 
 def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enough_failures() -> None:

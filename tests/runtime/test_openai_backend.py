@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -82,6 +83,22 @@ async def test_temperature_max_tokens_and_stop_are_sent(openai_server: OpenAISer
     assert configured["stop"] == ["\n\n"]
     assert overridden["temperature"] == 0.9
     assert overridden["max_tokens"] == 64
+
+
+async def test_a_request_for_json_asks_for_a_json_object_and_the_default_asks_for_nothing(
+    openai_server: OpenAIServer, backend: OpenAIBackend
+) -> None:
+    await backend.complete(ask(response_format="json"))
+    await backend.complete(ask())
+    json_asked, text_asked = openai_server.chat_requests
+    assert json_asked["response_format"] == {"type": "json_object"}
+    assert "response_format" not in text_asked
+
+
+def test_the_default_response_format_is_left_out_of_the_encoding_so_old_digests_hold() -> None:
+    assert b"response_format" not in msgspec.json.encode(ask())
+    assert msgspec.json.encode(ask(response_format="text")) == msgspec.json.encode(ask())
+    assert b'"response_format":"json"' in msgspec.json.encode(ask(response_format="json"))
 
 
 async def test_max_tokens_0_sends_no_limit(openai_server: OpenAIServer) -> None:
