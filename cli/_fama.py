@@ -87,9 +87,13 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-@serving_local_model
 def _analyze(args: argparse.Namespace) -> int:
-    require_journal_file(args.journal)
+    require_journal_file(args.journal)  # before --model local starts a server
+    return _analyze_with(args)
+
+
+@serving_local_model
+def _analyze_with(args: argparse.Namespace) -> int:
     config = effective_config(args)
     if args.attribution:
         config = msgspec.structs.replace(
