@@ -71,6 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _common(s)
     s.add_argument("--name", default="fama", help="process name announced to the supervisor")
     s.add_argument(
+        "--journal",
+        type=Path,
+        help="the journal file the system's journal service writes, read by [fama] attribution (default from config)",
+    )
+    s.add_argument(
         "--dry-run", action="store_true", help="journal each roster decision, publish none (over [fama] dry_run)"
     )
     s.set_defaults(handler=_serve)
@@ -83,7 +88,8 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.dry_run:
         config = msgspec.structs.replace(config, fama=msgspec.structs.replace(config.fama, dry_run=True))
-    anyio.run(serve_fama, config, _url(args, config), _prefix(args, config), args.name, login(args, config))
+    url, prefix = _url(args, config), _prefix(args, config)
+    anyio.run(serve_fama, config, url, prefix, args.name, login(args, config), args.journal)
     return 0
 
 

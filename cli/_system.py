@@ -349,12 +349,15 @@ def with_helpers(groups: dict[str, tuple[str, ...]], roster: Sequence[str]) -> d
     return {**groups, HELPER_GROUP: tuple(map(helper_agent, roster))} if roster else groups
 
 
-def fama_service(config: Config, config_path: Path | None) -> list[ProcessSpec]:
-    """The FAMA controller's service when `[fama] enabled`; it publishes rosters, so it runs as the operator."""
+def fama_service(config: Config, config_path: Path | None, journal: Path) -> list[ProcessSpec]:
+    """The FAMA controller's service when `[fama] enabled`; it publishes rosters, so it runs as the operator.
+
+    `journal` is the file `up`'s journal service writes, which `[fama] attribution` reads.
+    """
     if not config.fama.enabled:
         return []
     extra = ("--config", str(config_path)) if config_path else ()
-    return [ProcessSpec("fama", ("fama", "serve", *extra), OPERATOR)]
+    return [ProcessSpec("fama", ("fama", "serve", *extra, "--journal", str(journal)), OPERATOR)]
 
 
 def roster_worker(config_path: Path | None) -> ProcessSpec:
@@ -454,7 +457,7 @@ def _up(args: argparse.Namespace) -> int:
     workers = [
         *worker_specs(config, groups, args.config),
         roster_worker(args.config),
-        *fama_service(config, args.config),
+        *fama_service(config, args.config, journal),
     ]
     groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
     prefix = _prefix(args, config)

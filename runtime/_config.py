@@ -231,9 +231,11 @@ class FamaConfig(_Section, frozen=True):
     Per (domain, model), the last `window` analysed failures count; a helper joins the roster when
     the mitigation agent recommended it for at least `share` of them, and no roster is chosen before
     `min_failures`. `dry_run` journals each decision without publishing it on `fl.ctl.helpers`.
-    `attribution` adds the replay-based attribution's decisive step to each case `fama analyze` reads
-    from a journal file ("oracle": oracle-guided repair; "auto": every method in turn); it runs forks,
-    so it is off by default.
+    `attribution` adds the replay-based attribution's decisive step to each case ("oracle":
+    oracle-guided repair; "auto": every method in turn), in `fama analyze` and `fama loop` and in
+    the controller `faultline up` runs, which reads the failed episode from the journal file once the
+    journal service has written it. It runs forks, whose agents call their models again, so it is
+    off by default.
     """
 
     enabled: bool = False

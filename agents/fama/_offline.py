@@ -66,17 +66,21 @@ def failure_cases(path: str | Path, episodes: Iterable[str] | None = None) -> li
 async def attribute_cases(path: str | Path, cases: list[FailureCase], config: Config) -> list[FailureCase]:
     """The cases with the attribution's decisive step (`[fama] attribution`); its forks go to the
     journal's forks file, never into `path`."""
+    return [await attribute_case(path, case, config) for case in cases]
+
+
+async def attribute_case(path: str | Path, case: FailureCase, config: Config) -> FailureCase:
+    """One case with the attribution's decisive step, as `attribute_cases`; unchanged when attribution is off."""
     if config.fama.attribution == "off":
-        return cases
-    method = ATTRIBUTION_METHODS[config.fama.attribution]
-    lookup = agent_lookup(config)
-    attributed = []
-    for case in cases:
-        found = await attribute_episode(
-            path, case.episode, lookup=lookup, backends=lambda role: make_backend(config, role), method=method
-        )
-        attributed.append(with_attribution(case, found))
-    return attributed
+        return case
+    found = await attribute_episode(
+        path,
+        case.episode,
+        lookup=agent_lookup(config),
+        backends=lambda role: make_backend(config, role),
+        method=ATTRIBUTION_METHODS[config.fama.attribution],
+    )
+    return with_attribution(case, found)
 
 
 async def analyze_cases(cases: list[FailureCase], backend: ModelBackend, settings: FamaConfig) -> JournalAnalysis:
