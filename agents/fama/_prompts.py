@@ -199,9 +199,10 @@ def parse_analyst(content: str, category_id: str, shown: list[str] | None = None
         return msgspec.convert(
             {"evidence": list(shown or [])} | fields | {"category": category_id, "verdict": verdict},
             AnalystVerdict,
+            strict=False,  # "3" for 3, "false" for false
         )
     except msgspec.ValidationError as exc:
-        raise AnswerFormatError(f"analyst {category_id}: {exc}") from None
+        raise AnswerFormatError(f"analyst {category_id}: {exc}: {content[:200]!r}") from None
 
 
 def parse_main(content: str) -> MainError:
@@ -212,7 +213,7 @@ def parse_main(content: str) -> MainError:
     try:
         found = msgspec.convert(fields | named, MainError)
     except msgspec.ValidationError as exc:
-        raise AnswerFormatError(f"orchestrator: {exc}") from None
+        raise AnswerFormatError(f"orchestrator: {exc}: {content[:200]!r}") from None
     found = MainError(
         main=[_category_id(c) for c in found.main],
         recovered=[_category_id(c) for c in found.recovered],
@@ -220,7 +221,9 @@ def parse_main(content: str) -> MainError:
     )
     unknown = [c for c in [*found.main, *found.recovered] if c not in CATEGORY_IDS]
     if unknown:
-        raise AnswerFormatError(f"orchestrator: unknown categories {unknown}; use {', '.join(CATEGORY_IDS)}")
+        raise AnswerFormatError(
+            f"orchestrator: unknown categories {unknown}; use {', '.join(CATEGORY_IDS)}: {content[:200]!r}"
+        )
     return found
 
 
@@ -229,7 +232,9 @@ def parse_mitigation(content: str) -> Mitigation:
     data = _json_object(content, "mitigation")
     helpers = _names(data.get("helpers"))
     if not isinstance(helpers, list) or not all(isinstance(h, str) for h in helpers):
-        raise AnswerFormatError(f"mitigation: helpers must be a list of names from {', '.join(HELPERS)}")
+        raise AnswerFormatError(
+            f"mitigation: helpers must be a list of names from {', '.join(HELPERS)}: {content[:200]!r}"
+        )
     try:
         roster = parse_roster([h.strip().lower() for h in helpers])
     except ConfigError as exc:

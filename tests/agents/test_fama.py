@@ -113,7 +113,7 @@ async def test_a_failed_stage_is_journaled_and_skipped_and_the_next_failure_is_a
     "answer",
     [
         'Here is my verdict: {"verdict": "Yes", "cause": 2, "turn": 1, "rationale": "it stopped {early}"} Thanks.',
-        '```\n{"verdict": true, "cause": 2, "turn": 1}\n```',
+        '```\n{"verdict": true, "cause": "2", "turn": 1}\n```',
         '{"verdict": "yes", "cause": 2, "turn": 1, "recovered": false, "rationale": "r"}\n\n\n',
     ],
     ids=["prose-around", "fenced-boolean", "trailing-whitespace"],
