@@ -38,8 +38,10 @@ class LlmRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     `metadata` carries what an offline simulator needs (domain, task, seed);
     real backends ignore it. It is part of the request digest. `response_format`
-    "json" asks for one JSON object (servers that support it constrain the answer
-    to JSON); "text", the default, is left out of the encoding and the digest.
+    "json" asks for one JSON object, of the shape `response_schema` (a JSON
+    schema) describes when it is given: servers that support it constrain the
+    answer to JSON, or to that schema. The defaults ("text", no schema) are left
+    out of the encoding and the digest.
     """
 
     role: str
@@ -49,6 +51,7 @@ class LlmRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     max_tokens: int | None = None
     metadata: dict[str, Any] = {}
     response_format: Literal["text", "json"] = "text"
+    response_schema: dict[str, Any] = {}
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

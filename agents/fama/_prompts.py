@@ -1,7 +1,9 @@
 """What the three FAMA stages ask the judge model, and how their answers are read.
 
-Every request asks for a JSON answer (`response_format="json"`: servers that support it constrain
-the model to JSON), and the prompts are short and show the exact keys, for small models' sake. An
+Every request asks for a JSON answer of a given schema (`response_format="json"` with
+`response_schema`: servers that support structured output hold the model to the schema's keys and
+values, and the rationale's length keeps the answer within a small model's token budget), and the
+prompts are short and show the exact keys, for small models' sake. An
 answer is read tolerantly (the first JSON object in it, fenced or amid prose; a lone name where a
 list is asked for); anything else, a refusal included, is an `AnswerFormatError` that says what was
 wrong, and the controller journals the failure and skips the case. Requests carry `metadata` for the offline judge (`sim` "judge"): the stage, the
@@ -96,6 +98,33 @@ def _meta(case: FailureCase, stage: str, **more: Any) -> dict[str, Any]:
 
 ANSWER = "Reply with the JSON object only."
 """The user message's last line: a small model follows what it read last."""
+RATIONALE_CHARS = 200
+"""The longest rationale the answer's schema allows, so that a small model's answer ends within its token budget."""
+_RATIONALE = {"type": "string", "maxLength": RATIONALE_CHARS}
+
+
+def _object(**properties: dict[str, Any]) -> dict[str, Any]:
+    """The JSON schema of an object with exactly these properties, in this order."""
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def _some(names: tuple[str, ...]) -> dict[str, Any]:
+    return {"type": "array", "items": {"enum": list(names)}, "maxItems": len(names)}
+
+
+def analyst_schema(cat: Category, case: FailureCase) -> dict[str, Any]:
+    """An analyst's answer as a JSON schema: servers that take one hold the model to these keys and values."""
+    return _object(
+        verdict={"enum": ["yes", "no"]},
+        cause={"type": "integer", "minimum": 0, "maximum": len(cat.causes)},
+        turn={"type": "integer", "minimum": -1, "maximum": max(len(case.trajectory) - 1, -1)},
+        recovered={"type": "boolean"},
+        rationale=_RATIONALE,
+    )
+
+
+MAIN_SCHEMA = _object(main=_some(CATEGORY_IDS), recovered=_some(CATEGORY_IDS), rationale=_RATIONALE)
+MITIGATION_SCHEMA = _object(helpers=_some(HELPERS), rationale=_RATIONALE)
 
 
 def analyst_request(case: FailureCase, cat: Category, role: str) -> LlmRequest:
@@ -112,6 +141,7 @@ def analyst_request(case: FailureCase, cat: Category, role: str) -> LlmRequest:
         temperature=0.0,
         metadata=_meta(case, "analyst", category=cat.id),
         response_format="json",
+        response_schema=analyst_schema(cat, case),
     )
 
 
@@ -131,6 +161,7 @@ def orchestrator_request(case: FailureCase, verdicts: list[AnalystVerdict], role
         temperature=0.0,
         metadata=_meta(case, "orchestrator", verdicts=[msgspec.to_builtins(v) for v in verdicts]),
         response_format="json",
+        response_schema=MAIN_SCHEMA,
     )
 
 
@@ -146,6 +177,7 @@ def mitigation_request(case: FailureCase, main: MainError, role: str) -> LlmRequ
         temperature=0.0,
         metadata=_meta(case, "mitigation", main=main.main, pairs={k: list(v) for k, v in MITIGATION.items()}),
         response_format="json",
+        response_schema=MITIGATION_SCHEMA,
     )
 
 

@@ -271,7 +271,10 @@ class OpenAIBackend(_EndpointUser):
             params["max_tokens"] = max_tokens
         if self.settings.stop:
             params["stop"] = list(self.settings.stop)
-        if request.response_format == "json":
+        if request.response_format == "json" and request.response_schema:
+            schema = {"name": "answer", "schema": request.response_schema}
+            params["response_format"] = {"type": "json_schema", "json_schema": schema}
+        elif request.response_format == "json":
             params["response_format"] = {"type": "json_object"}
         return params
 

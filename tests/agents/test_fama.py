@@ -80,7 +80,13 @@ async def test_the_three_stages_ask_the_model_with_their_own_prompts_and_every_c
     assert analysis.data["mitigation"]["helpers"] == ["planner"]
     assert [c.title in s for c, s in zip(CATEGORIES, systems, strict=False)] == [True] * 4
     assert "categories that made the task fail" in systems[4] and "fewest helpers" in systems[5]
-    assert formats == [{"type": "json_object"}] * 6
+    assert [f["type"] for f in formats] == ["json_schema"] * 6
+    keys = [list(f["json_schema"]["schema"]["properties"]) for f in formats]
+    assert keys == [["verdict", "cause", "turn", "recovered", "rationale"]] * 4 + [
+        ["main", "recovered", "rationale"],
+        ["helpers", "rationale"],
+    ]
+    assert formats[4]["json_schema"]["schema"]["properties"]["main"]["items"]["enum"] == [c.id for c in CATEGORIES]
     assert [r.call for r in harness.recordings] == ["llm"] * 6
 
 
@@ -149,7 +155,7 @@ def test_through_the_cli_only_the_judge_asks_the_server_for_json(
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["analysed"] == 1 and summary["categories"][EARLY_STOP] == 1
     assert others > 0 and formats[:others] == [None] * others
-    assert formats[others:] == [{"type": "json_object"}] * 6
+    assert [f["type"] for f in formats[others:]] == ["json_schema"] * 6
 
 
 def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enough_failures() -> None:

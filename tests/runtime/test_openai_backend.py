@@ -85,18 +85,24 @@ async def test_temperature_max_tokens_and_stop_are_sent(openai_server: OpenAISer
     assert overridden["max_tokens"] == 64
 
 
-async def test_a_request_for_json_asks_for_a_json_object_and_the_default_asks_for_nothing(
+async def test_a_request_for_json_asks_for_a_json_object_or_its_schema_and_the_default_for_nothing(
     openai_server: OpenAIServer, backend: OpenAIBackend
 ) -> None:
+    schema = {"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}}, "required": ["verdict"]}
     await backend.complete(ask(response_format="json"))
+    await backend.complete(ask(response_format="json", response_schema=schema))
     await backend.complete(ask())
-    json_asked, text_asked = openai_server.chat_requests
+    json_asked, schema_asked, text_asked = openai_server.chat_requests
     assert json_asked["response_format"] == {"type": "json_object"}
+    assert schema_asked["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": schema},
+    }
     assert "response_format" not in text_asked
 
 
 def test_the_default_response_format_is_left_out_of_the_encoding_so_old_digests_hold() -> None:
-    assert b"response_format" not in msgspec.json.encode(ask())
+    assert b"response_" not in msgspec.json.encode(ask())
     assert msgspec.json.encode(ask(response_format="text")) == msgspec.json.encode(ask())
     assert b'"response_format":"json"' in msgspec.json.encode(ask(response_format="json"))
 
