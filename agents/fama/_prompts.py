@@ -2,12 +2,13 @@
 
 Every request asks for a JSON answer of a given schema (`response_format="json"` with
 `response_schema`: servers that support structured output hold the model to the schema's keys and
-values, and the rationale's length keeps the answer within a small model's token budget), and the
-prompts are short and show the exact keys, for small models' sake. An
+values; the rationale's cap bounds the answer and each stage asks for enough tokens to finish it). The
+prompts are short and name the exact keys without example values, which a small model copies. An
 answer is read tolerantly (the first JSON object in it, fenced or amid prose; a lone name where a
 list is asked for); anything else, a refusal included, is an `AnswerFormatError` that says what was
-wrong, and the controller journals the failure and skips the case. Requests carry `metadata` for the offline judge (`sim` "judge"): the stage, the
-category, and the case's evidence, which real backends ignore.
+wrong, and the controller journals the failure and skips the case. Requests carry `metadata` for
+the offline judge (`sim` "judge"): the stage, the category, and the case's evidence, which real
+backends ignore.
 """
 
 from __future__ import annotations
@@ -35,21 +36,26 @@ ANALYST = """You check a failed conversation between a user and a support agent 
 {definition}
 Causes:
 {causes}
-Reply with one JSON object with exactly these keys, for example:
-{{"verdict": "no", "cause": 0, "turn": -1, "recovered": false, "rationale": "one short sentence"}}
-verdict: "yes" if the agent made this error, else "no". cause: the number of the cause (0 for no). turn: the
-[number] of the trajectory line with the error (-1 for none). recovered: true if the agent put it right later."""
+Reply with one JSON object with exactly these keys:
+"verdict": "yes" if the agent made this error, else "no"
+"cause": the number of the cause that fits best (0 for no)
+"turn": the [number] of the trajectory line with the error (-1 for none)
+"recovered": true if the agent put the error right later, else false
+"rationale": why, in one short sentence"""
 
 ORCHESTRATOR = """Four analysts checked a failed conversation of a support agent, one error category each.
 Name the categories that made the task fail; an error the agent put right later is not one.
 Categories: {categories}.
-Reply with one JSON object with exactly these keys, for example:
-{{"main": ["{example}"], "recovered": [], "rationale": "one short sentence"}}"""
+Reply with one JSON object with exactly these keys:
+"main": the list of the ids of the categories that made the task fail, most important first
+"recovered": the list of the ids of the categories of errors the agent put right later
+"rationale": why, in one short sentence"""
 
 MITIGATION_PROMPT = """Choose the fewest helpers that prevent the errors named. Helpers:
 {helpers}
-Reply with one JSON object with exactly these keys, for example:
-{{"helpers": ["{example}"], "rationale": "one short sentence"}}"""
+Reply with one JSON object with exactly these keys:
+"helpers": the list of the names of the helpers chosen
+"rationale": why, in one short sentence"""
 
 
 class AnalystVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,7 +105,10 @@ def _meta(case: FailureCase, stage: str, **more: Any) -> dict[str, Any]:
 ANSWER = "Reply with the JSON object only."
 """The user message's last line: a small model follows what it read last."""
 RATIONALE_CHARS = 200
-"""The longest rationale the answer's schema allows, so that a small model's answer ends within its token budget."""
+"""The longest rationale the answer's schema allows, so that the answer has a bounded length."""
+ANSWER_TOKENS = 320
+"""Each stage's `max_tokens`: enough for the longest answer its schema allows (a rationale can take one
+token per character), so that a server holding the model to the schema always lets it finish."""
 _RATIONALE = {"type": "string", "maxLength": RATIONALE_CHARS}
 
 
@@ -139,6 +148,7 @@ def analyst_request(case: FailureCase, cat: Category, role: str) -> LlmRequest:
             ),
         ],
         temperature=0.0,
+        max_tokens=ANSWER_TOKENS,
         metadata=_meta(case, "analyst", category=cat.id),
         response_format="json",
         response_schema=analyst_schema(cat, case),
@@ -151,7 +161,7 @@ def orchestrator_request(case: FailureCase, verdicts: list[AnalystVerdict], role
         f"- {v.category}: {'yes' if v.verdict else 'no'}{' (put right later)' if v.recovered else ''}. {v.rationale}"
         for v in verdicts
     )
-    system = ORCHESTRATOR.format(categories=listing, example=CATEGORY_IDS[0])
+    system = ORCHESTRATOR.format(categories=listing)
     return LlmRequest(
         role=role,
         messages=[
@@ -159,6 +169,7 @@ def orchestrator_request(case: FailureCase, verdicts: list[AnalystVerdict], role
             ChatMessage(role="user", content=f"{_case_text(case)}\n\n# Analysts' verdicts\n{found}\n\n{ANSWER}"),
         ],
         temperature=0.0,
+        max_tokens=ANSWER_TOKENS,
         metadata=_meta(case, "orchestrator", verdicts=[msgspec.to_builtins(v) for v in verdicts]),
         response_format="json",
         response_schema=MAIN_SCHEMA,
@@ -171,10 +182,11 @@ def mitigation_request(case: FailureCase, main: MainError, role: str) -> LlmRequ
     return LlmRequest(
         role=role,
         messages=[
-            ChatMessage(role="system", content=MITIGATION_PROMPT.format(helpers=helpers, example=HELPERS[0])),
+            ChatMessage(role="system", content=MITIGATION_PROMPT.format(helpers=helpers)),
             ChatMessage(role="user", content=f"# Errors that made the task fail\n{named}\n\n{ANSWER}"),
         ],
         temperature=0.0,
+        max_tokens=ANSWER_TOKENS,
         metadata=_meta(case, "mitigation", main=main.main, pairs={k: list(v) for k, v in MITIGATION.items()}),
         response_format="json",
         response_schema=MITIGATION_SCHEMA,
