@@ -258,9 +258,9 @@ def parse_main(content: str) -> MainError:
         found = msgspec.convert(fields | named, MainError)
     except msgspec.ValidationError as exc:
         raise AnswerFormatError(f"orchestrator: {exc}: {content[:200]!r}") from None
-    found = MainError(
-        main=[_category_id(c) for c in found.main],
-        recovered=[_category_id(c) for c in found.recovered],
+    found = MainError(  # each category once: SmolLM2-135M named one four times over
+        main=list(dict.fromkeys(_category_id(c) for c in found.main)),
+        recovered=list(dict.fromkeys(_category_id(c) for c in found.recovered)),
         rationale=found.rationale,
     )
     unknown = [c for c in [*found.main, *found.recovered] if c not in CATEGORY_IDS]

@@ -134,6 +134,7 @@ def test_the_orchestrator_and_mitigation_answers_accept_names_as_a_small_model_w
     main_error = parse_main('{"main": "IFU", "recovered": ["Wrong Value"], "rationale": "r"}')
     assert (main_error.main, main_error.recovered) == ([EARLY_STOP], [WRONG_VALUE])
     assert parse_main('{"main": ["incomplete fulfilment or early stopping"]}').main == [EARLY_STOP]
+    assert parse_main('{"main": ["wrong_value", "IFU", "wrong_value", "early_stop"]}').main == [WRONG_VALUE, EARLY_STOP]
     assert parse_mitigation('{"helpers": "Planner"}').helpers == ["planner"]
     with pytest.raises(AnswerFormatError, match="not one JSON object"):
         parse_main('{"main": ["early_stop"')
