@@ -60,28 +60,51 @@ class Publish:
 
 
 class Round:
-    """Publishes sent together; `done` completes when JetStream has answered every one of them."""
+    """Publishes sent together; `done` completes when JetStream has answered every one of them.
 
-    __slots__ = ("_left", "_sealed", "done")
+    A waiter may also be woken before that (`wake`: a refusal on the connection, or its
+    time is up); it then looks at `complete` and `expired`, and waits on a fresh `done`.
+    """
+
+    __slots__ = ("_left", "_sealed", "done", "expired")
 
     def __init__(self) -> None:
         self._left = 0
         self._sealed = False
+        self.expired = False
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @property
+    def complete(self) -> bool:
+        """Whether every publish of the sealed round was answered."""
+        return self._sealed and not self._left
 
     def sent(self) -> None:
         self._left += 1
 
     def answered(self) -> None:
         self._left -= 1
-        if self._sealed and not self._left and not self.done.done():
-            self.done.set_result(None)
+        if self.complete:
+            self.wake()
 
     def seal(self) -> None:
         """No more publishes join this round: it is done once those sent are answered."""
         self._sealed = True
-        self._left += 1
-        self.answered()
+        if self.complete:
+            self.wake()
+
+    def wake(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def expire(self) -> None:
+        """The round's time is up: wake its waiter for good."""
+        self.expired = True
+        self.wake()
+
+    def rearm(self) -> None:
+        """A fresh `done` after a wake that left publishes unanswered."""
+        self.done = asyncio.get_running_loop().create_future()
 
 
 class Confirmations:

@@ -359,7 +359,7 @@ class Bus:
                 for publish, _ in unconfirmed:
                     await self._acks.send(publish, round_)
         finally:
-            if not round_.done.done():
+            if not round_.complete:
                 self._acks.forget(publishes)
 
     async def _confirm(self, publishes: list[Publish], round_: Round) -> list[tuple[Publish, str]]:
@@ -368,12 +368,21 @@ class Bus:
         Raises PublishRefusedError when NATS refuses one, BusError when the stream rejects one.
         """
         round_.seal()
-        with anyio.move_on_after(self.settings.publish_timeout_s):
-            while not round_.done.done():
-                refused = self._refusals.next()
-                await asyncio.wait((round_.done, refused), return_when=asyncio.FIRST_COMPLETED)
-                self._refusals.check({publish.subject for publish in publishes})
-        if not round_.done.done():
+        if not round_.complete:
+            # A timer and the round's own future: cheaper than a cancel scope and `asyncio.wait` per round.
+            timer = asyncio.get_running_loop().call_later(self.settings.publish_timeout_s, round_.expire)
+            self._refusals.rounds.add(round_)
+            try:
+                while True:
+                    await round_.done
+                    self._refusals.check({publish.subject for publish in publishes})
+                    if round_.complete or round_.expired:
+                        break
+                    round_.rearm()
+            finally:
+                timer.cancel()
+                self._refusals.rounds.discard(round_)
+        if not round_.complete:
             self._acks.forget(publishes)  # frees each one's place in the window of unconfirmed publishes
         unconfirmed = []
         for publish in publishes:
@@ -495,7 +504,8 @@ class _Refusals:
         self.tls_failure = ""
         self.reconnected = anyio.Event()
         """Set at the next reconnect (then replaced): what was sent on core NATS meanwhile never came."""
-        self._next: asyncio.Future[None] | None = None
+        self.rounds: set[Round] = set()
+        """Rounds of publishes waiting for their answers: each is woken at a refusal, to see if it is one of its own."""
 
     async def on_error(self, exc: Exception) -> None:
         """NATS's asynchronous errors: a refused login or publish; connection hiccups surface where they hurt."""
@@ -511,19 +521,12 @@ class _Refusals:
         subject = found.group(1)
         log.error("NATS refused %s permission to publish on %s", self.name, subject)
         self.subjects.append(subject)
-        if self._next is not None and not self._next.done():
-            self._next.set_result(None)
-        self._next = None
+        for round_ in self.rounds:
+            round_.wake()
 
     async def on_reconnect(self) -> None:
         self.reconnected.set()
         self.reconnected = anyio.Event()
-
-    def next(self) -> asyncio.Future[None]:
-        """A future done at the next refusal."""
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-        return self._next
 
     def check(self, subjects: set[str]) -> None:
         """PublishRefusedError if the server refused a publish on one of `subjects`."""
