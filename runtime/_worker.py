@@ -14,15 +14,16 @@ fired in episodes not completed, and fires each when it would have (at once if
 that time has passed). `TimerFired` has an id derived from its timer's, so one
 fired twice is dropped by JetStream.
 
-Quiet inputs. A handler that emits nothing leaves a `NoOutput` marker. When more
-inputs of the same (episode, agent) are already waiting, the worker holds the
-marker and the input's acknowledgement and handles the next input at once (the
-tool agent takes its helpers' replies one after another this way): inputs are
-handled in order, so whatever a later input leaves, once stored, is the
+Quiet inputs. A handler that emits nothing leaves a `NoOutput` marker. The worker
+holds the marker and the input's acknowledgement, and goes on with the instance's
+later inputs as they come, for at most `quiet_linger_s` after the first marker it
+held: inputs of one instance come in runs (the tool agent takes its helpers' replies
+one after another, a helper's `Start` is soon followed by its first request).
+Inputs are handled in order, so whatever a later input leaves, once stored, is the
 evidence that the held ones were handled too (replay reads it so), and they are
-acknowledged with it; their markers are dropped. If nothing later leaves
-anything, the last held marker is published. A crash in between redelivers
-every held input, as any unacknowledged one.
+acknowledged with it; their markers are dropped. When that time is up, or the
+instance's inputs end, the last held marker is published and covers them all. A
+crash in between redelivers every held input, as any unacknowledged one.
 
 Lost deliveries. Deliveries travel over core NATS, and those on their way when
 the worker's server or a route to it is lost (a paused cluster node) never
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import time
 import zlib
@@ -56,6 +58,7 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from faultline._errors import DeliveriesLostError, NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message
@@ -86,6 +89,8 @@ class WorkerSettings:
     ack_wait_s: float = 60.0
     drain_timeout_s: float = 10.0
     linger_s: float = 30.0
+    quiet_linger_s: float = 0.05
+    """How long a quiet input's `NoOutput` marker may wait for later inputs of its instance to cover it."""
     shard: int = 0
     shards: int = 1
 
@@ -109,6 +114,8 @@ class _Instance:
     quiet: list[tuple[Delivery, Envelope]] = field(default_factory=list)
     """Inputs handled without output while more inputs waited, each with its `NoOutput` marker,
     not published and not acknowledged yet (see `Worker._serve`)."""
+    quiet_until: float = 0.0
+    """When the first of `quiet` has waited `quiet_linger_s`: the held markers are settled then at the latest."""
 
 
 @dataclass
@@ -292,13 +299,21 @@ class Worker:
             send, receive = anyio.create_memory_object_stream[tuple[Delivery, Envelope]](float("inf"))
             instance = self._instances[key] = _Instance(cls(), send, receive)
             tg.start_soon(self._serve, cls, consumer, instance)
-        await instance.send.send((delivery, env))
+        instance.send.send_nowait((delivery, env))  # an unbounded buffer: never waits, no checkpoint
 
     async def _serve(self, cls: type[Agent], consumer: Consumer, instance: _Instance) -> None:
         assert self._limiter is not None
         async with instance.receive:
-            async for delivery, env in instance.receive:
-                async with self._limiter:
+            while True:
+                wait_s = instance.quiet_until - anyio.current_time() if instance.quiet else math.inf
+                try:
+                    delivery, env = await _next(instance.receive, wait_s)
+                except TimeoutError:  # no later input covered the held markers in time: publish the last one
+                    await self._settle_quiet(consumer, instance)
+                    continue
+                except anyio.EndOfStream:
+                    break
+                async with _Slot(self._limiter):
                     if delivery.stream_seq <= instance.handled_seq:
                         # handled and acknowledged already, the acknowledgement lost on the way (a stream
                         # leader lost): handling it again would change the instance's state
@@ -307,10 +322,11 @@ class Worker:
                         continue
                     if not instance.rebuilt:
                         await self._rebuild(cls, instance, env, delivery.stream_seq)
-                    waiting = instance.receive.statistics().current_buffer_used > 0
-                    marker = await self._handle(cls, instance, env, delivery.stream_seq, hold_quiet=waiting)
+                    marker = await self._handle(cls, instance, env, delivery.stream_seq)
                     instance.handled_seq = delivery.stream_seq
                     if marker is not None:
+                        if not instance.quiet:
+                            instance.quiet_until = anyio.current_time() + self.settings.quiet_linger_s
                         instance.quiet.append((delivery, marker))
                         continue
                     await self._acknowledge(consumer, [*(d for d, _ in instance.quiet), delivery])
@@ -364,11 +380,9 @@ class Worker:
         settings = self.agent_settings.get(cls.name, {})
         return Handling(instance.agent, cls.name, message, recorder, services=self, settings=settings)
 
-    async def _handle(
-        self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int, *, hold_quiet: bool = False
-    ) -> Envelope | None:
-        """Handle one delivered input and publish what it leaves; with `hold_quiet`, an input that leaves
-        only its `NoOutput` marker gets the marker back unpublished (the caller holds it)."""
+    async def _handle(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> Envelope | None:
+        """Handle one delivered input and publish what it leaves; an input that leaves only its
+        `NoOutput` marker gets the marker back unpublished (the caller holds it)."""
         if instance.broken:
             if not instance.failed:
                 instance.failed = True
@@ -384,7 +398,7 @@ class Worker:
                 outputs = await self._handling(cls, instance, message, recorder).run(self.settings.handler_timeout_s)
             except NonDeterminismError as exc:  # a call recorded before a crash differs from today's
                 outputs = failure_envelopes(cls.name, message, exc)
-            if hold_quiet and len(messages) == 1 and len(outputs) == 1 and isinstance(outputs[0].body, NoOutput):
+            if len(messages) == 1 and len(outputs) == 1 and isinstance(outputs[0].body, NoOutput):
                 return outputs[0]
             await self.bus.publish_all(outputs)
             self._arm([env for env in outputs if isinstance(env.body, Timer)])
@@ -445,3 +459,42 @@ class Worker:
             "model_calls": [in_flight(call) for call in self.model_calls],
         }
         await msg.respond(msgspec.json.encode(status))
+
+
+async def _next(
+    inputs: MemoryObjectReceiveStream[tuple[Delivery, Envelope]], wait_s: float
+) -> tuple[Delivery, Envelope]:
+    """An instance's next input; TimeoutError when `wait_s` is over first, EndOfStream once its
+    stream is closed and drained.
+
+    An input already queued is taken without a checkpoint: the handler that follows
+    awaits its publishes anyway, and a yield per input is one event-loop turn per message.
+    """
+    if wait_s <= 0:
+        raise TimeoutError
+    try:
+        return inputs.receive_nowait()
+    except anyio.WouldBlock:
+        pass
+    if wait_s == math.inf:
+        return await inputs.receive()
+    with anyio.fail_after(wait_s):
+        return await inputs.receive()
+
+
+class _Slot:
+    """A place under the worker's `concurrency` limit, taken without a checkpoint while one is free."""
+
+    __slots__ = ("_limiter",)
+
+    def __init__(self, limiter: anyio.CapacityLimiter) -> None:
+        self._limiter = limiter
+
+    async def __aenter__(self) -> None:
+        try:
+            self._limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._limiter.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._limiter.release()
