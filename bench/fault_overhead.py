@@ -96,7 +96,7 @@ async def one_rep(bus: Bus, config: str, run: str, n: int) -> tuple[float, float
     outbound, inbound = chains(config)
     bus.interceptors = outbound
     messages = envelopes(run, n)
-    consumer = await bus.consumer(None, [bus.subjects.direct("*", "beta")], start="new", ack_all=True)
+    consumer = await bus.consumer(None, [bus.subjects.direct("*", "beta")], start="new")
     passed = 0
     try:
         start, cpu = time.perf_counter(), time.process_time()
@@ -110,7 +110,6 @@ async def one_rep(bus: Bus, config: str, run: str, n: int) -> tuple[float, float
                         out, events = await inbound.inbound(delivery.envelope(), "beta", delivery.stream_seq)
                         assert not events, events
                         passed += len(out)
-                    await consumer.ack(batch[-1])
 
             tg.start_soon(consume)
             for i in range(0, n, BATCH):

@@ -6,14 +6,17 @@ from faultline.bus._access import (
     JOURNAL,
     OPERATOR,
     Access,
+    ConsumerSpec,
     Credential,
     Identity,
     Login,
     agent_identity,
+    agent_reads,
     journal_identity,
     load_credential,
     operator_identity,
     recorder_identity,
+    worker_reads,
 )
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._follow import FollowSettings, follow_rules, publish_controls, read_rules
@@ -29,6 +32,7 @@ __all__ = [
     "Bus",
     "BusSettings",
     "Consumer",
+    "ConsumerSpec",
     "Credential",
     "Delivery",
     "EmbeddedServer",
@@ -40,6 +44,7 @@ __all__ = [
     "Subscription",
     "TLSFiles",
     "agent_identity",
+    "agent_reads",
     "find_nats_server",
     "follow_rules",
     "free_port",
@@ -50,4 +55,5 @@ __all__ = [
     "recorder_identity",
     "publish_controls",
     "read_rules",
+    "worker_reads",
 ]

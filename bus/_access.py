@@ -12,11 +12,22 @@ sender to that subject token (defence in depth).
 - an agent identity (a worker group) publishes only as its agents (completions
   only as an agent that completes episodes, the environment), on dead letters
   and on services, and subscribes only to services, completions and its own
-  inboxes; its stream reads go through the JetStream API, where it may read the
-  stream's state and use consumers, never create, change or delete the stream;
+  inbox (`inbox`), where its consumers deliver and its requests are answered;
 - a recorder (the memory service) publishes only its recordings;
 - the journal service reads the stream and publishes nothing but its acks,
   its dead letters and its answers.
+
+Reads of the stream are held to each identity's own too, with the JetStream API's
+subjects. The operator makes each worker's durable consumers (`ConsumerSpec`),
+delivering into that worker's inbox; the worker may only ask for their state,
+reset them to their acknowledgement floor and acknowledge their deliveries. Any
+other read is a short-lived consumer made with the filtered form of the create
+subject (`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`, which the server
+holds the consumer's filter to), on filters the identity's permissions name:
+its agents' inputs, recordings and timers, completions, starts and fault rules.
+Such a consumer acknowledges nothing and is removed by the server once unused,
+so no identity but the operator and the journal's own acknowledges, changes or
+deletes a consumer it did not make.
 
 A folder of credentials is made once and reused: a file per identity
 (`<name>.json`, readable by its owner only) and `nats-server.conf` for the server.
@@ -36,6 +47,8 @@ from faultline._errors import AccessError
 from faultline.core import Subjects
 
 OPERATOR = "operator"
+INBOX = "_INBOX"
+"""The inboxes of a connection without a credential; a user's are under `inbox(user)`."""
 JOURNAL = "journal"
 SERVER_CONFIG = "nats-server.conf"
 PASSWORD_BYTES = 32
@@ -72,34 +85,105 @@ class Identity:
         return self.publish == (">",)
 
 
+def inbox(user: str) -> str:
+    """The inbox prefix of NATS user `user`: only it may subscribe below, so its consumers' deliveries and the
+    answers to its requests are its own."""
+    return f"{INBOX}.{user}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A durable push consumer the operator makes for `owner`, delivering into the owner's inbox."""
+
+    name: str
+    filters: tuple[str, ...]
+    owner: str
+    ack_wait_s: float
+
+    @property
+    def deliver_subject(self) -> str:
+        return f"{inbox(self.owner)}.{self.name}"
+
+
 def operator_identity() -> Identity:
     """The control plane: publishing on `<prefix>.ctl.>` (faults, rosters) is the operator's alone."""
     return Identity(OPERATOR, (">",), (">",))
 
 
-def _reader(subjects: Subjects) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What every process that reads the stream needs: stream state, consumers, acks, dead letters, services."""
-    p, stream = subjects.prefix, subjects.stream
-    publish = (
-        "$JS.API.INFO",
-        f"$JS.API.STREAM.INFO.{stream}",
-        f"$JS.API.CONSUMER.*.{stream}",
-        f"$JS.API.CONSUMER.*.{stream}.>",
-        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.>",
-        f"$JS.ACK.{stream}.>",
-        subjects.dlq,
-        f"{p}.svc.>",
+def _js_api(subjects: Subjects, user: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What every identity but the operator may do: learn the stream's state, send dead letters, ask services,
+    and receive in its own inbox."""
+    publish = ("$JS.API.INFO", f"$JS.API.STREAM.INFO.{subjects.stream}", subjects.dlq, subjects.svc(">"))
+    return publish, (f"{inbox(user)}.>", subjects.svc(">"))
+
+
+def _reads(subjects: Subjects, filters: Iterable[str]) -> tuple[str, ...]:
+    """Making short-lived consumers on `filters` (wildcards stand for any token), and no others."""
+    return tuple(f"$JS.API.CONSUMER.CREATE.{subjects.stream}.*.{f}" for f in filters)
+
+
+def _uses(subjects: Subjects, consumers: Iterable[str]) -> tuple[str, ...]:
+    """Reading durable consumers the operator made: their state, a reset to the acknowledgement floor, acks."""
+    stream = subjects.stream
+    return tuple(
+        subject
+        for name in consumers
+        for subject in (
+            f"$JS.API.CONSUMER.INFO.{stream}.{name}",
+            f"$JS.API.CONSUMER.RESET.{stream}.{name}",
+            f"$JS.ACK.{stream}.{name}.>",
+        )
     )
-    return publish, ("_INBOX.>", f"{p}.svc.>")
 
 
-def agent_identity(subjects: Subjects, name: str, agents: Iterable[str], completers: Collection[str] = ()) -> Identity:
-    """A process that speaks as `agents` (a worker group, the memory service): it publishes only as them.
+def _owns(subjects: Subjects, name: str, filter_subject: str = "") -> tuple[str, ...]:
+    """Making, reading and deleting the one durable consumer `name` (on `filter_subject`, or the whole stream)."""
+    stream = subjects.stream
+    create = f"$JS.API.CONSUMER.CREATE.{stream}.{name}" + (f".{filter_subject}" if filter_subject else "")
+    return (create, f"$JS.API.CONSUMER.INFO.{stream}.{name}", f"$JS.API.CONSUMER.DELETE.{stream}.{name}") + (
+        f"$JS.ACK.{stream}.{name}.>",
+    )
 
-    Of its agents only `completers` (the environment) may complete an episode.
+
+def agent_reads(subjects: Subjects, agent: str, topics: Iterable[str] = ()) -> tuple[str, ...]:
+    """What a worker reads of the stream for `agent` besides its consumer: its inputs, recordings and timers
+    (rebuilding an instance, rearming timers after a restart)."""
+    return (
+        subjects.direct("*", agent),
+        *(subjects.topic("*", topic) for topic in topics),
+        subjects.rec("*", agent),
+        subjects.event("timer", "*", agent),
+    )
+
+
+def worker_reads(subjects: Subjects) -> tuple[str, ...]:
+    """What every worker reads of the stream: completions and starts, the fault rules, the helpers' roster."""
+    return (
+        subjects.event("completed", "*"),
+        subjects.event("started", "*"),
+        subjects.ctl("faults"),
+        subjects.event("fault", "*"),
+        subjects.ctl("helpers"),
+    )
+
+
+def agent_identity(
+    subjects: Subjects,
+    name: str,
+    agents: Iterable[str],
+    completers: Collection[str] = (),
+    *,
+    consumers: Iterable[str] = (),
+    reads: Iterable[str] = (),
+) -> Identity:
+    """A process that speaks as `agents` (a worker group): it publishes only as them.
+
+    Of its agents only `completers` (the environment) may complete an episode. It reads
+    the stream through `consumers` (durable, the operator's `ConsumerSpec`s) and through
+    short-lived consumers on `reads` (`agent_reads`, `worker_reads`).
     """
     agents = tuple(agents)
-    publish, subscribe = _reader(subjects)
+    publish, subscribe = _js_api(subjects, name)
     own = tuple(
         subject
         for agent in agents
@@ -111,19 +195,27 @@ def agent_identity(subjects: Subjects, name: str, agents: Iterable[str], complet
         )
     )
     refused = tuple(subjects.event("completed", "*", agent) for agent in agents if agent not in completers)
-    return Identity(name, (*own, *publish), (*subscribe, subjects.event("completed", "*")), refused)
+    publish = (*own, *publish, *_uses(subjects, consumers), *_reads(subjects, reads))
+    return Identity(name, publish, (*subscribe, subjects.event("completed", "*")), refused)
 
 
-def recorder_identity(subjects: Subjects, name: str, agent: str) -> Identity:
-    """A service that only records calls as `agent` (the memory service's reflections) and answers requests."""
-    publish, subscribe = _reader(subjects)
-    return Identity(name, (subjects.rec("*", agent), *publish), subscribe)
+def recorder_identity(subjects: Subjects, name: str, agent: str, consumer: str) -> Identity:
+    """A service that records calls as `agent` (the memory service's reflections) and answers requests.
+
+    It reads completions through its durable `consumer`, and whole episodes, every agent's messages
+    of them (what it remembers), through short-lived consumers.
+    """
+    publish, subscribe = _js_api(subjects, name)
+    completed = subjects.event("completed", "*")
+    episodes = (subjects.direct("*", "*"), subjects.topic("*", "*"), subjects.rec("*", "*"), subjects.event("*", "*"))
+    publish = (subjects.rec("*", agent), *publish, *_owns(subjects, consumer, completed), *_reads(subjects, episodes))
+    return Identity(name, publish, subscribe)
 
 
-def journal_identity(subjects: Subjects) -> Identity:
-    """The journal service reads everything through its consumer and speaks as nobody."""
-    publish, subscribe = _reader(subjects)
-    return Identity(JOURNAL, publish, subscribe)
+def journal_identity(subjects: Subjects, consumer: str = JOURNAL) -> Identity:
+    """The journal service reads everything through its durable `consumer` and speaks as nobody."""
+    publish, subscribe = _js_api(subjects, JOURNAL)
+    return Identity(JOURNAL, (*publish, *_owns(subjects, consumer)), subscribe)
 
 
 def load_credential(path: Path) -> Credential:
@@ -154,6 +246,8 @@ class Access:
 
     folder: Path
     identities: Sequence[Identity]
+    consumers: Sequence[ConsumerSpec] = ()
+    """The durable consumers the operator makes for the other identities (`Bus.ensure_consumers`)."""
 
     def credential_file(self, name: str) -> Path:
         return self.folder / f"{name}.json"

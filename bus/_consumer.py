@@ -3,6 +3,11 @@
 A consumer hands out whatever has arrived as one batch, which keeps latency low
 when traffic is light and batches large when it is heavy. Deliveries are
 acknowledged one by one, or all up to one with an ack-all consumer.
+
+A consumer with idle heartbeats hears from the server after every quiet interval,
+with the consumer sequence of the last delivery it sent: a delivery lost on the
+way just before a quiet period is so found at the next heartbeat, not at the
+ack wait.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ class Delivery:
         return check_delivered(decode_envelope(self.data), self.subject)
 
 
+LAST_CONSUMER_HEADER = "Nats-Last-Consumer"
+"""On an idle heartbeat: the consumer sequence of the last delivery the server sent."""
+
+
 def _parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
     """(stream sequence, delivery count, messages still pending, consumer sequence) from a JetStream ack subject."""
     tokens = reply.split(".")
@@ -57,13 +66,22 @@ def _parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
 class Consumer:
     """A JetStream push consumer read as batches of deliveries."""
 
-    def __init__(self, bus: Bus, name: str, deliver_subject: str, durable: bool, delivered: int = 0) -> None:
+    def __init__(
+        self, bus: Bus, name: str, deliver_subject: str, durable: bool, info: api.ConsumerInfo | None = None
+    ) -> None:
         self.bus = bus
         self.name = name
         self.durable = durable
-        self.delivered = delivered
+        self.delivered = (info.delivered.consumer_seq or 0) if info and info.delivered else 0
         """The consumer sequence of the last delivery `serve` handed over (of the consumer's last, when reopened)."""
+        self._opened = info
+        """The consumer's state when it was opened."""
+        self._acks = info is None or info.config.ack_policy != api.AckPolicy.NONE
         self._deliver_subject = deliver_subject
+        self._arrived_seq = self.delivered
+        """The consumer sequence of the last delivery that arrived here (handed over or queued)."""
+        self._lost: DeliveriesLostError | None = None
+        """Deliveries an idle heartbeat proved lost, raised once those that arrived are handed over."""
         self._queue: deque[Delivery] = deque()
         self._arrived = asyncio.Event()
         self._sub: Subscription | None = None
@@ -82,8 +100,10 @@ class Consumer:
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
-            return  # flow-control or heartbeat status message
+            self._on_status(msg)
+            return
         seq, delivered, pending, consumer_seq = _parse_ack_subject(msg.reply)
+        self._arrived_seq = max(self._arrived_seq, consumer_seq)
         delivery = Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending, consumer_seq)
         handler = self._handler
         if handler is None:
@@ -93,9 +113,27 @@ class Consumer:
         try:
             await self._hand(handler, delivery)
         except Exception as exc:  # noqa: BLE001 - not lost in the client's error callback: `serve` raises it
-            self._handler = None
-            if self._failed is not None and not self._failed.done():
-                self._failed.set_exception(exc)
+            self._fail(exc)
+
+    def _on_status(self, msg: Msg) -> None:
+        """An idle heartbeat saying the server sent more than arrived: those deliveries were lost on the way."""
+        last = int((msg.headers or {}).get(LAST_CONSUMER_HEADER, 0) or 0)
+        if last <= self._arrived_seq or self._lost is not None:
+            return
+        lost = DeliveriesLostError(
+            f"consumer {self.name}: deliveries {self._arrived_seq + 1} to {last} were sent but never arrived"
+            " (a server or route was lost); an idle heartbeat said so"
+        )
+        if self._handler is not None:
+            self._fail(lost)
+            return
+        self._lost = lost
+        self._arrived.set()
+
+    def _fail(self, exc: Exception) -> None:
+        self._handler = None
+        if self._failed is not None and not self._failed.done():
+            self._failed.set_exception(exc)
 
     async def serve(self, handler: Callable[[Delivery], Awaitable[None]]) -> None:
         """Hand every delivery to `handler`, one at a time and in order, until cancelled.
@@ -107,10 +145,12 @@ class Consumer:
         Deliveries travel over core NATS, which drops those on their way when a server or route
         is lost; the consumer then goes on with the next ones. A delivery whose consumer sequence
         skips ahead proves that: it is not handed over, and `serve` raises DeliveriesLostError
-        (reopen the consumer from its acknowledgement floor to read the lost ones in order).
+        (reopen the consumer from its acknowledgement floor to read the lost ones in order). So
+        does an idle heartbeat that names a later delivery than the last that arrived.
         """
         while self._queue:
             await self._hand(handler, self._queue.popleft())
+        self._raise_lost()
         self._failed = asyncio.get_running_loop().create_future()
         self._handler = handler
         try:
@@ -128,12 +168,21 @@ class Consumer:
         await handler(delivery)
 
     async def batch(self, limit: int = 1000) -> list[Delivery]:
-        """Wait for at least one delivery, then return all that have arrived (at most `limit`)."""
+        """Wait for at least one delivery, then return all that have arrived (at most `limit`).
+
+        DeliveriesLostError once those are handed out, when an idle heartbeat proved some lost.
+        """
         while not self._queue:
+            self._raise_lost()
             self._arrived.clear()
             await self._arrived.wait()
         n = min(limit, len(self._queue))
         return [self._queue.popleft() for _ in range(n)]
+
+    def _raise_lost(self) -> None:
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            raise lost
 
     async def __aiter__(self) -> AsyncIterator[Delivery]:
         while True:
@@ -141,12 +190,12 @@ class Consumer:
                 yield delivery
 
     async def backlog(self, timeout_s: float) -> list[Delivery]:
-        """Every message stored for this consumer when called, in stream order.
+        """Every message stored for this consumer when it was opened, in stream order.
 
         Each delivery says how many are still pending after it, so the read ends at
         the first one that says none, without waiting for a quiet period.
         """
-        info = await self._info()
+        info = self._opened or await self._info()
         if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
             return []
         got: list[Delivery] = []
@@ -171,6 +220,8 @@ class Consumer:
         await self._tell(delivery, b"+WPI")
 
     async def _tell(self, delivery: Delivery, verdict: bytes) -> None:
+        if not self._acks:
+            return  # a consumer for reading: nothing to acknowledge
         try:  # a plain try, not `nats_failure`: this runs once a message, and a context manager costs 2.5 us
             await self.bus.nc.publish(delivery.reply, verdict)
         except nats.errors.Error as exc:
@@ -189,10 +240,11 @@ class Consumer:
         return info
 
     async def close(self, *, delete: bool = False) -> None:
+        """Stop reading; `delete` a durable consumer too. One made for reading the server removes by itself."""
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
-        if delete or not self.durable:
+        if delete and self.durable:
             with nats_failure(f"deleting consumer {self.name}"):
                 try:
                     await self.bus.js.delete_consumer(self.bus.subjects.stream, self.name)

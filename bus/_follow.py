@@ -2,7 +2,7 @@
 
 A worker reads `fl.ctl.faults` and `fl.ev.fault.*.*` from the start of the stream
 (the rules in force and the budget they used), then follows both live through
-one push consumer, so a rule added or removed reaches it within milliseconds.
+a push consumer each, so a rule added or removed reaches it within milliseconds.
 It answers `fl.svc.faults` with the stream sequence it has taken in, and
 announces every control it takes in on `fl.svc.faults.taken`: the command that
 published a rule waits for those to know the rule is in force everywhere.
@@ -20,7 +20,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from faultline._errors import DecodeError
-from faultline.bus._consumer import Consumer
+from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
@@ -54,26 +54,26 @@ def _take(rules: RuleSet, env: Envelope, seq: int) -> bool:
     return False
 
 
-async def _catch_up(consumer: Consumer, rules: RuleSet, timeout_s: float) -> None:
-    backlog = await consumer.backlog(timeout_s)
-    for delivery in backlog:
+async def _catch_up(consumers: Sequence[Consumer], rules: RuleSet, timeout_s: float) -> None:
+    backlog: list[Delivery] = []
+    for consumer in consumers:
+        backlog.extend(await consumer.backlog(timeout_s))
+    for delivery in sorted(backlog, key=lambda delivery: delivery.stream_seq):
         try:
             _take(rules, delivery.envelope(), delivery.stream_seq)
         except DecodeError:
             pass  # dead-lettered when it was published
-    if backlog:
-        await consumer.ack(backlog[-1])
 
 
 async def read_rules(bus: Bus, settings: FollowSettings | None = None) -> RuleSet:
     """The rules in force now, and the fault events of each, read from the stream."""
     settings = settings or FollowSettings()
     rules = RuleSet()
-    consumer = await bus.consumer(None, _subjects(bus), start="all", ack_all=True)
-    try:
-        await _catch_up(consumer, rules, settings.load_timeout_s)
-    finally:
-        await consumer.close()
+    for delivery in await bus.read_stored(_subjects(bus), settings.load_timeout_s):
+        try:
+            _take(rules, delivery.envelope(), delivery.stream_seq)
+        except DecodeError:
+            pass
     return rules
 
 
@@ -84,23 +84,23 @@ async def follow_rules(
     """Load the rules in force into `rules`, then keep them current until the block ends."""
     settings = settings or FollowSettings()
     s = bus.subjects
-    consumer = await bus.consumer(None, _subjects(bus), start="all", ack_all=True)
+    consumers: list[Consumer] = []
     try:
-        await _catch_up(consumer, rules, settings.load_timeout_s)
+        for subject in _subjects(bus):
+            consumers.append(await bus.consumer(None, [subject], start="all"))
+        await _catch_up(consumers, rules, settings.load_timeout_s)
 
         async def answer(msg: Msg) -> None:
             await msg.respond(msgspec.json.encode({"worker": name, "seq": rules.last_seq}))
 
-        async def follow() -> None:
+        async def follow(consumer: Consumer) -> None:
             while True:
-                batch = await consumer.batch()
                 taken = False
-                for delivery in batch:
+                for delivery in await consumer.batch():
                     try:
                         taken |= _take(rules, delivery.envelope(), delivery.stream_seq)
                     except DecodeError:
                         pass
-                await consumer.ack(batch[-1])
                 if taken:
                     note = {"worker": name, "seq": rules.last_seq}
                     await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", msgspec.json.encode(note))
@@ -108,13 +108,15 @@ async def follow_rules(
         sub = await bus.nc.subscribe(s.svc(FAULTS_CONTROL), cb=answer)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(follow)
+                for consumer in consumers:
+                    tg.start_soon(follow, consumer)
                 yield rules
                 tg.cancel_scope.cancel()
         finally:
             await sub.unsubscribe()
     finally:
-        await consumer.close()
+        for consumer in consumers:
+            await consumer.close()
 
 
 async def publish_controls(

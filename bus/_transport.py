@@ -36,7 +36,7 @@ from faultline._errors import (
     PublishRefusedError,
     ReplyTimeoutError,
 )
-from faultline.bus._access import Credential, Login
+from faultline.bus._access import INBOX, ConsumerSpec, Credential, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
@@ -58,6 +58,9 @@ _REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]
 log = logging.getLogger(__name__)
 
 MAX_OUTSTANDING_PINGS = 2
+EPHEMERAL_INACTIVE_S = 5.0
+"""How soon the server removes a consumer made for reading once nobody reads it (no reader deletes one: most
+identities may not)."""
 RETRY_BACKOFF_S = 0.1
 """First wait before sending unconfirmed publishes again; it doubles up to RETRY_BACKOFF_MAX_S."""
 RETRY_BACKOFF_MAX_S = 2.0
@@ -83,6 +86,9 @@ class BusSettings:
     ping_interval_s: float = 5.0
     """How often the client pings its server: after MAX_OUTSTANDING_PINGS unanswered (a server paused or cut
     off) it moves to another node of the cluster."""
+    idle_heartbeat_s: float = 5.0
+    """How long a long-lived consumer (a worker's, the journal's) may stay quiet before the server tells it the
+    last delivery it sent: a delivery lost just before a quiet period is so found within this, not the ack wait."""
     dead_letter_kept_bytes: int = 4_096
     """How much of a refused message its dead letter keeps (it keeps the size and digest of all of it)."""
 
@@ -113,6 +119,8 @@ class Bus:
     subjects: Subjects = field(default_factory=Subjects)
     settings: BusSettings = field(default_factory=BusSettings)
     interceptors: InterceptorChain = field(default_factory=InterceptorChain)
+    inbox: str = INBOX
+    """Where this connection's consumers deliver and its requests are answered (`inbox(user)` with a credential)."""
 
     def __post_init__(self) -> None:
         self.js = self.nc.jetstream()
@@ -140,7 +148,9 @@ class Bus:
         settings = settings or BusSettings()
         refusals = _Refusals(name)
         servers = [part.strip() for part in url.split(",") if part.strip()]
-        options: dict[str, Any] = {"user": credential.user, "password": credential.password} if credential else {}
+        options: dict[str, Any] = {}
+        if credential:
+            options = {"user": credential.user, "password": credential.password, "inbox_prefix": inbox(credential.user)}
         if tls_ca is not None:
             options["tls"] = client_context(tls_ca)
         try:
@@ -167,7 +177,9 @@ class Bus:
             raise BusError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
         # Fail fast on the first connect, but once connected ride out server restarts.
         nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
-        bus = cls(nc, Subjects(prefix), settings, interceptors or InterceptorChain())
+        bus = cls(
+            nc, Subjects(prefix), settings, interceptors or InterceptorChain(), options.get("inbox_prefix", INBOX)
+        )
         bus._refusals = refusals
         return bus
 
@@ -410,22 +422,92 @@ class Bus:
     # -- consuming ------------------------------------------------------------------------
 
     async def read_stored(self, filter_subjects: Sequence[str], timeout_s: float) -> list[Delivery]:
-        """Every message the stream holds on `filter_subjects` now, in stream order."""
-        consumer = await self.consumer(None, filter_subjects, start="all")
-        try:
-            return await consumer.backlog(timeout_s)
-        finally:
-            await consumer.close()
+        """Every message the stream holds on `filter_subjects` now, in stream order.
+
+        One short-lived consumer per subject: each one's filter is in the subject that makes it, where
+        the server's permissions can hold a reader to its own.
+        """
+        got: list[Delivery] = []
+        for subject in filter_subjects:
+            consumer = await self.consumer(None, [subject], start="all")
+            try:
+                got.extend(await consumer.backlog(timeout_s))
+            finally:
+                await consumer.close()
+        return sorted(got, key=lambda delivery: delivery.stream_seq) if len(filter_subjects) > 1 else got
 
     async def ack_floor(self, name: str) -> int | None:
         """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first
         acknowledgement); None when no consumer of that name exists. A consumer replacing it resumes after it."""
+        info = await self._consumer_info(name)
+        if info is None:
+            return None
+        return info.ack_floor.stream_seq if info.ack_floor else 0
+
+    async def _consumer_info(self, name: str) -> api.ConsumerInfo | None:
         with nats_failure(f"asking for the state of consumer {name}"):
             try:
-                info = await self.js.consumer_info(self.subjects.stream, name)
+                info: api.ConsumerInfo = await self.js.consumer_info(self.subjects.stream, name)
             except nats.js.errors.NotFoundError:
                 return None
-        return info.ack_floor.stream_seq if info.ack_floor else 0
+        return info
+
+    async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
+        """Make the durable consumers the operator makes for other identities, or bring their filters,
+        deliver subject and ack wait up to date (keeping where they are). Idempotent."""
+        for spec in specs:
+            info = await self._consumer_info(spec.name)
+            config = _own_config(spec.name, spec.deliver_subject, spec.filters, spec.ack_wait_s, self.settings)
+            if info is not None:
+                now = info.config
+                if (now.filter_subject, now.filter_subjects, now.deliver_subject, now.ack_wait, now.idle_heartbeat) == (
+                    config.filter_subject,
+                    config.filter_subjects,
+                    config.deliver_subject,
+                    config.ack_wait,
+                    config.idle_heartbeat,
+                ):
+                    continue
+                config = now.evolve(
+                    filter_subject=config.filter_subject,
+                    filter_subjects=config.filter_subjects,
+                    deliver_subject=config.deliver_subject,
+                    ack_wait=config.ack_wait,
+                    idle_heartbeat=config.idle_heartbeat,
+                )
+            with nats_failure(f"making consumer {spec.name}"):
+                await self.js.add_consumer(self.subjects.stream, config)
+
+    async def own_consumer(
+        self, name: str, filter_subjects: Sequence[str], *, ack_wait_s: float | None = None
+    ) -> tuple[Consumer, bool]:
+        """Durable consumer `name`, read from its acknowledgement floor on; and whether it is fresh (it never
+        delivered anything: nothing read before to recover).
+
+        The operator makes it (`ensure_consumers`); a process alone on an open server makes it itself, from
+        the next message on. A consumer that delivered before is reset, which sends again at once what was
+        sent and not acknowledged: what a process that stopped held, or what was lost on the way.
+        """
+        stream = self.subjects.stream
+        info = await self._consumer_info(name)
+        if info is None:
+            deliver_subject = f"{self.inbox}.{name}"
+            config = _own_config(
+                name, deliver_subject, filter_subjects, ack_wait_s or self.settings.ack_wait_s, self.settings
+            )
+            with nats_failure(f"opening consumer {name}"):
+                info = await self.js.add_consumer(stream, config)
+        delivered = info.delivered.consumer_seq if info.delivered else 0
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        last = info.delivered.stream_seq if info.delivered else 0
+        fresh = not delivered and not info.num_ack_pending and floor == last
+        if not fresh:
+            with nats_failure(f"resetting consumer {name} to its acknowledgement floor"):
+                info = (await self.js.reset_consumer(stream, name)).info
+        assert info.config.deliver_subject is not None
+        consumer = Consumer(self, name, info.config.deliver_subject, durable=True, info=info)
+        await consumer._start()
+        return consumer, fresh
 
     async def consumer(
         self,
@@ -437,11 +519,16 @@ class Bus:
         max_ack_pending: int | None = None,
         ack_wait_s: float | None = None,
         replace: bool = False,
+        heartbeat: bool = False,
     ) -> Consumer:
         """A push consumer over `filter_subjects`.
 
         A named (durable) consumer survives restarts and is reused as it is unless
-        `replace` asks for a fresh one at `start`. An unnamed one is deleted on close.
+        `replace` asks for a fresh one at `start`; with `heartbeat`, it finds deliveries lost
+        just before a quiet period (`BusSettings.idle_heartbeat_s`). An unnamed one is for
+        reading: it acknowledges nothing, and the server removes it once it is closed. Only
+        one on a single subject is made with the filtered create subject, which permissions
+        can hold a reader to; several subjects are for the operator's reads.
         """
         with nats_failure(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
             stream = self.subjects.stream
@@ -449,8 +536,7 @@ class Bus:
                 try:
                     info = await self.js.consumer_info(stream, name)
                     assert info.config.deliver_subject is not None
-                    delivered = (info.delivered.consumer_seq or 0) if info.delivered else 0
-                    consumer = Consumer(self, name, info.config.deliver_subject, durable=True, delivered=delivered)
+                    consumer = Consumer(self, name, info.config.deliver_subject, durable=True, info=info)
                     await consumer._start()
                     return consumer
                 except nats.js.errors.NotFoundError:
@@ -461,19 +547,23 @@ class Bus:
                 except nats.js.errors.NotFoundError:
                     pass
             deliver_subject = self.nc.new_inbox()
+            durable = name is not None
             config = api.ConsumerConfig(
+                name=name or deliver_subject.rsplit(".", 1)[-1],
                 durable_name=name,
                 deliver_subject=deliver_subject,
-                ack_policy=api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT,
-                ack_wait=ack_wait_s or self.settings.ack_wait_s,
-                max_ack_pending=max_ack_pending or self.settings.max_ack_pending,
-                filter_subjects=list(filter_subjects) if len(filter_subjects) > 1 else None,
-                filter_subject=filter_subjects[0] if len(filter_subjects) == 1 else None,
-                inactive_threshold=None if name else 30.0,
+                ack_policy=(api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT)
+                if durable
+                else api.AckPolicy.NONE,
+                ack_wait=(ack_wait_s or self.settings.ack_wait_s) if durable else None,
+                max_ack_pending=(max_ack_pending or self.settings.max_ack_pending) if durable else None,
+                idle_heartbeat=self.settings.idle_heartbeat_s if heartbeat else None,
+                **_filters(filter_subjects),
+                inactive_threshold=None if durable else EPHEMERAL_INACTIVE_S,
                 **_start_policy(start),
             )
             info = await self.js.add_consumer(stream, config)
-            consumer = Consumer(self, info.name, deliver_subject, durable=name is not None)
+            consumer = Consumer(self, info.name, deliver_subject, durable=durable, info=info)
             await consumer._start()
             return consumer
 
@@ -484,6 +574,29 @@ class Bus:
         except DecodeError as exc:
             await self.dead_letter(delivery, str(exc))
             return None
+
+
+def _filters(filter_subjects: Sequence[str]) -> dict[str, Any]:
+    if len(filter_subjects) == 1:
+        return {"filter_subject": filter_subjects[0]}
+    return {"filter_subjects": list(filter_subjects) or None}
+
+
+def _own_config(
+    name: str, deliver_subject: str, filter_subjects: Sequence[str], ack_wait_s: float, settings: BusSettings
+) -> api.ConsumerConfig:
+    """A durable consumer a worker reads alone, acknowledging each delivery, from the next message on."""
+    return api.ConsumerConfig(
+        name=name,
+        durable_name=name,
+        deliver_subject=deliver_subject,
+        deliver_policy=api.DeliverPolicy.NEW,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=ack_wait_s,
+        max_ack_pending=settings.max_ack_pending,
+        idle_heartbeat=settings.idle_heartbeat_s,
+        **_filters(filter_subjects),
+    )
 
 
 def _start_policy(start: StartAt) -> dict[str, Any]:

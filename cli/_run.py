@@ -72,7 +72,6 @@ from faultline.runtime import (
     apply_defense_flags,
     bus_settings,
     check_system,
-    completing_agents,
     follow_settings,
     hold_directories,
     load_config,
@@ -630,7 +629,7 @@ def _throwaway_access(
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="faultline-access-") as folder:
-        yield system_access(Path(folder), config.nats.prefix, groups, completing_agents(config, groups)).prepare()
+        yield system_access(Path(folder), config, groups).prepare()
 
 
 def _services(config: Config, effective: Path) -> list[ProcessSpec]:

@@ -37,7 +37,6 @@ from faultline.runtime import (
     apply_defense_flags,
     bus_settings,
     check_system,
-    completing_agents,
     hold_directories,
     load_config,
     read_rosters,
@@ -251,7 +250,7 @@ def _credentials(args: argparse.Namespace) -> int:
     config = _config(args)
     groups = check_system(config, config_source(args.config))
     folder = args.dir or state_dir(Path(config.journal.path)) / "credentials"
-    access = system_access(folder, _prefix(args, config), groups, completing_agents(config, groups)).prepare()
+    access = system_access(folder, config, groups, _prefix(args, config)).prepare()
     print(f"{access.server_config}: every NATS node's users and permissions (include it in each node's configuration)")
     for identity in access.identities:
         print(f"{access.credential_file(identity.name)}: {identity.name}")
@@ -475,9 +474,7 @@ def _up(args: argparse.Namespace) -> int:
         log_dir=journal.parent / "logs",
         access=None
         if args.insecure
-        else system_access(
-            state_dir(journal) / "credentials", prefix, groups, completing_agents(config, groups)
-        ).prepare(),
+        else system_access(state_dir(journal) / "credentials", config, groups, prefix).prepare(),
         server_tls=tls,
         tls_ca=tls.ca if tls else login(args, config).tls_ca,
         journal_args=_otel_args(args),

@@ -79,9 +79,9 @@ class HelperPool:
         """Follow the roster and the episodes, serving and retiring helpers after each change."""
         s = bus.subjects
         await self.worker.wait_ready()
-        controls = await bus.consumer(None, [s.ctl(HELPERS_CONTROL)], start="all", ack_all=True)
-        episodes = [s.event("started", "*"), s.event("completed", "*")]
-        events = await bus.consumer(None, episodes, start="new", ack_all=True)
+        controls = await bus.consumer(None, [s.ctl(HELPERS_CONTROL)], start="all")
+        started = await bus.consumer(None, [s.event("started", "*")], start="new")
+        completed = await bus.consumer(None, [s.event("completed", "*")], start="new")
         answers = await bus.subscribe(s.svc(HELPERS_CONTROL), self._on_ask)
         try:
             for delivery in await controls.backlog(READ_TIMEOUT_S):
@@ -89,7 +89,8 @@ class HelperPool:
             self._changed.set()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read, controls)
-                tg.start_soon(self._read, events)
+                tg.start_soon(self._read, started)
+                tg.start_soon(self._read, completed)
                 while True:
                     await self._changed.wait()
                     self._changed = anyio.Event()
@@ -98,15 +99,13 @@ class HelperPool:
         finally:
             with anyio.CancelScope(shield=True):
                 await answers.unsubscribe()
-                await controls.close()
-                await events.close()
+                for consumer in (controls, started, completed):
+                    await consumer.close()
 
     async def _read(self, consumer: Consumer) -> None:
         while True:
-            batch = await consumer.batch()
-            for delivery in batch:
+            for delivery in await consumer.batch():
                 self._take(delivery)
-            await consumer.ack(batch[-1])
 
     def _take(self, delivery: Delivery) -> None:
         try:

@@ -10,7 +10,8 @@ Deliveries travel over core NATS, which drops them when the service's server or
 a route to it is lost (a paused node of a cluster): a batch is journaled only up
 to the first sequence that skips ahead, since acknowledging a later one would
 acknowledge the lost ones unseen, and the stream is read again from the file's
-last sequence. The stream is kept without limits, so only an operator deleting
+last sequence. When nothing comes after the lost ones, the consumer's idle
+heartbeat names the last delivery sent, and the stream is read again the same way. The stream is kept without limits, so only an operator deleting
 messages leaves it a gap; a fresh consumer's first delivery proves one, and the
 service logs the sequences the journal will never hold.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from faultline._errors import BusError, JournalError, JournalStorageError
+from faultline._errors import BusError, DeliveriesLostError, JournalError, JournalStorageError
 from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import EpisodeCompleted, body_bytes
 from faultline.journal import Incoming, Journal
@@ -135,7 +136,13 @@ class JournalService:
             # No subject filter: the stream holds only journaled subjects, and a filter of
             # several subjects costs nats-server several times the work per message.
             return await self.bus.consumer(
-                CONSUMER, (), start=self.last_seq + 1, ack_all=True, max_ack_pending=MAX_ACK_PENDING, replace=True
+                CONSUMER,
+                (),
+                start=self.last_seq + 1,
+                ack_all=True,
+                max_ack_pending=MAX_ACK_PENDING,
+                replace=True,
+                heartbeat=True,
             )
 
         return await (reopened(fresh) if self._ready.is_set() else fresh())
@@ -148,7 +155,12 @@ class JournalService:
         A refused batch comes back with its last sequence and the refusal.
         """
         while True:
-            batch, lost = self._in_order(await consumer.batch(self.batch_limit))
+            try:
+                arrived = await consumer.batch(self.batch_limit)
+            except DeliveriesLostError as exc:  # an idle heartbeat said so: nothing later came to tell
+                log.warning("%s; reading the stream again from %d", exc, self.last_seq + 1)
+                return None
+            batch, lost = self._in_order(arrived)
             rows: list[_Row] = []
             for delivery in batch:
                 env = await self.bus.decode_or_dead_letter(delivery)

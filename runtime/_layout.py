@@ -8,14 +8,25 @@ identities of `system_access`: one per worker group, speaking only as its agents
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from faultline._errors import ConfigError
-from faultline.bus import Access, agent_identity, journal_identity, operator_identity, recorder_identity
+from faultline.bus import (
+    Access,
+    ConsumerSpec,
+    Identity,
+    agent_identity,
+    agent_reads,
+    journal_identity,
+    operator_identity,
+    recorder_identity,
+    worker_reads,
+)
 from faultline.core import Subjects
-from faultline.runtime._config import ALL_AGENTS, Config
+from faultline.runtime._config import ALL_AGENTS, Config, WorkerConfig
 from faultline.runtime._services import BUILTIN_AGENTS, agent_names, resolve_agents
+from faultline.runtime._worker import agent_filters, consumer_name
 
 
 def worker_groups(config: Config, source: str = "faultline.toml") -> dict[str, tuple[str, ...]]:
@@ -64,7 +75,8 @@ def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tu
 
 
 MEMORY_IDENTITY = "memory"
-"""The memory service's NATS user; it records its reflections as the agent of the same name."""
+"""The memory service's NATS user; it records its reflections as the agent of the same name, and reads
+completions through the durable consumer of that name too."""
 
 
 def worker_identity(group: str) -> str:
@@ -78,20 +90,45 @@ def completing_agents(config: Config, groups: Mapping[str, Sequence[str]]) -> tu
     return tuple(name for name, cls in zip(names, resolve_agents(names, config), strict=True) if cls.completes)
 
 
-def system_access(
-    folder: Path, prefix: str, groups: Mapping[str, Sequence[str]], completers: Collection[str] = ("env",)
-) -> Access:
-    """The credentials of a system with these worker groups: the operator's, the journal's, one per group, memory's.
-
-    Only `completers` may complete an episode (see `completing_agents`).
-    """
+def agent_consumers(config: Config, groups: Mapping[str, Sequence[str]], prefix: str) -> list[ConsumerSpec]:
+    """The durable consumer of every agent of `groups` for every shard of its group, each read by its group's identity."""
     subjects = Subjects(prefix)
+    specs = []
+    for group, agents in groups.items():
+        shards = config.workers.get(group, WorkerConfig()).count
+        for cls in resolve_agents(list(agents), config):
+            filters = tuple(agent_filters(subjects, cls))
+            for shard in range(shards):
+                name = consumer_name(cls.name, shard, shards)
+                specs.append(ConsumerSpec(name, filters, worker_identity(group), config.runtime.ack_wait_s))
+    return specs
+
+
+def system_access(folder: Path, config: Config, groups: Mapping[str, Sequence[str]], prefix: str = "") -> Access:
+    """The credentials of a system with these worker groups: the operator's, the journal's, one per group, memory's;
+    and the durable consumers the operator makes for the groups.
+
+    Only the agents that complete episodes (`completing_agents`) may complete one; a group reads the
+    stream only through its agents' consumers and on its agents' subjects (`agent_reads`, `worker_reads`).
+    """
+    subjects = Subjects(prefix or config.nats.prefix)
+    completers = completing_agents(config, groups)
+    consumers = agent_consumers(config, groups, subjects.prefix)
+    topics = {cls.name: cls.topics for cls in resolve_agents(sorted({a for g in groups.values() for a in g}), config)}
+
+    def group_identity(group: str, agents: Sequence[str]) -> Identity:
+        name = worker_identity(group)
+        reads = (*worker_reads(subjects), *(r for agent in agents for r in agent_reads(subjects, agent, topics[agent])))
+        own = (spec.name for spec in consumers if spec.owner == name)
+        return agent_identity(subjects, name, agents, completers, consumers=own, reads=reads)
+
     return Access(
         folder,
         (
             operator_identity(),
             journal_identity(subjects),
-            *(agent_identity(subjects, worker_identity(group), agents, completers) for group, agents in groups.items()),
-            recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY),
+            *(group_identity(group, agents) for group, agents in groups.items()),
+            recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY, MEMORY_IDENTITY),
         ),
+        consumers,
     )

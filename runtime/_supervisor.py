@@ -122,6 +122,8 @@ class Supervisor:
             login=Login(access.credential(OPERATOR) if access else None, self.tls_ca),
         )
         await self.bus.ensure_stream()
+        if access is not None:
+            await self.bus.ensure_consumers(access.consumers)  # the workers may only read them, not make them
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
         journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path), *self.journal_args), JOURNAL)

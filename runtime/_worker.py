@@ -72,6 +72,7 @@ from faultline.core import (
     Recorder,
     Recording,
     RequestFault,
+    Subjects,
     Timer,
     failure_envelopes,
     timer_fired,
@@ -97,6 +98,16 @@ class WorkerSettings:
 
 def shard_of(episode: str, shards: int) -> int:
     return zlib.crc32(episode.encode()) % shards
+
+
+def consumer_name(agent: str, shard: int, shards: int) -> str:
+    """The durable consumer through which shard `shard` of `shards` reads `agent`'s inputs."""
+    return f"agent-{agent}-{shard}of{shards}"
+
+
+def agent_filters(subjects: Subjects, cls: type[Agent]) -> list[str]:
+    """The subjects of `cls`'s inputs: messages to it, and its topics."""
+    return [subjects.direct("*", cls.name), *(subjects.topic("*", t) for t in cls.topics)]
 
 
 @dataclass
@@ -236,23 +247,17 @@ class Worker:
         self._stopping.set()
 
     def _consumer_name(self, cls: type[Agent]) -> str:
-        return f"agent-{cls.name}-{self.settings.shard}of{self.settings.shards}"
-
-    def _filters(self, cls: type[Agent]) -> list[str]:
-        s = self.bus.subjects
-        return [s.direct("*", cls.name), *(s.topic("*", t) for t in cls.topics)]
+        return consumer_name(cls.name, self.settings.shard, self.settings.shards)
 
     async def _open_consumer(self, cls: type[Agent]) -> Consumer:
-        name = self._consumer_name(cls)
-        floor = await self.bus.ack_floor(name)
         first = cls.name not in self._opened
         self._opened.add(cls.name)
-        if floor is None:  # first start of this shard
-            return await self.bus.consumer(name, self._filters(cls), start="new", ack_wait_s=self.settings.ack_wait_s)
-        self._recovering.add(cls.name)
-        consumer = await self.bus.consumer(
-            name, self._filters(cls), start=floor + 1, ack_wait_s=self.settings.ack_wait_s, replace=True
+        consumer, fresh = await self.bus.own_consumer(
+            self._consumer_name(cls), agent_filters(self.bus.subjects, cls), ack_wait_s=self.settings.ack_wait_s
         )
+        if fresh:  # nothing read before: nothing to recover
+            return consumer
+        self._recovering.add(cls.name)
         if first:
             await self._rearm(cls.name)
         return consumer

@@ -158,6 +158,7 @@ PUBLIC = {
         "Bus",
         "BusSettings",
         "Consumer",
+        "ConsumerSpec",
         "Credential",
         "Delivery",
         "EmbeddedServer",
@@ -169,6 +170,7 @@ PUBLIC = {
         "Subscription",
         "TLSFiles",
         "agent_identity",
+        "agent_reads",
         "find_nats_server",
         "follow_rules",
         "free_port",
@@ -179,6 +181,7 @@ PUBLIC = {
         "recorder_identity",
         "publish_controls",
         "read_rules",
+        "worker_reads",
     },
     "faultline.runtime": {
         "LOCAL_SETTINGS",

@@ -127,7 +127,7 @@ async def test_a_closed_connection_fails_with_bus_errors(nats_server: EmbeddedSe
         bus.request("fl.svc.late", b"", timeout_s=1),
         bus.notify("fl.svc.late", b""),
         bus.subscribe("fl.svc.late"),
-        bus.consumer(None, bus.subjects.journaled),
+        bus.consumer(None, bus.subjects.journaled[:1]),
     ]
     for call in calls:
         with pytest.raises(BusError):

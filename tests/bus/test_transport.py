@@ -10,9 +10,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from nats.aio.msg import Msg
 
-from faultline._errors import BusError, ServerError
-from faultline.bus import Access, Bus, BusSettings, Delivery, EmbeddedServer, _server, operator_identity
+from faultline._errors import BusError, DeliveriesLostError, ServerError
+from faultline.bus import Access, Bus, BusSettings, Consumer, Delivery, EmbeddedServer, _server, operator_identity
 from faultline.core import DeadLetter, Envelope, Interceptor, Note, Outbound, UserTurn, decode_envelope, digest, encode
 
 
@@ -250,3 +251,66 @@ async def test_serve_hands_deliveries_over_in_order_and_raises_what_the_handler_
                 await consumer.serve(handle)
     assert seen == ["m0", "m1", "m2", "m3", "m4"]
     await consumer.close()
+
+
+HEARTBEAT_S = 0.5
+ACK_WAIT_S = 60.0
+
+
+@pytest.mark.parametrize("reading", ["serve", "batch"])
+async def test_an_idle_heartbeat_finds_a_delivery_lost_before_a_quiet_period(
+    nats_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch, reading: str
+) -> None:
+    """The last delivery before a quiet period never arrives: no later one skips a sequence to tell, the
+    server's next heartbeat does, long before the ack wait would send it again."""
+    arrive = Consumer._on_msg
+    dropped: list[int] = []
+
+    async def lossy(self: Consumer, msg: Msg) -> None:
+        if msg.reply and msg.reply.split(".")[6] == "3" and not dropped:  # the consumer sequence
+            dropped.append(3)
+            return
+        await arrive(self, msg)
+
+    monkeypatch.setattr(Consumer, "_on_msg", lossy)
+    bus = await Bus.connect(nats_server.url, settings=BusSettings(idle_heartbeat_s=HEARTBEAT_S))
+    try:
+        await bus.ensure_stream()
+        consumer = await bus.consumer("reader", [bus.subjects.direct("*", "b")], ack_wait_s=ACK_WAIT_S, heartbeat=True)
+        seen: list[str] = []
+
+        async def handle(delivery: Delivery) -> None:
+            seen.append(delivery.envelope().id)
+
+        await bus.publish_all(note(i) for i in range(3))
+        started = anyio.current_time()
+        with anyio.fail_after(ACK_WAIT_S / 4), pytest.raises(DeliveriesLostError, match="deliveries 3 to 3"):
+            if reading == "serve":
+                await consumer.serve(handle)
+            else:
+                while True:
+                    seen.extend(d.envelope().id for d in await consumer.batch())
+        assert anyio.current_time() - started < ACK_WAIT_S / 4
+        assert dropped == [3]
+        assert seen == ["m0", "m1"]  # what arrived is handed over first
+        await consumer.close(delete=True)
+    finally:
+        await bus.close()
+
+
+async def test_a_reset_consumer_sends_again_from_its_acknowledgement_floor(bus: Bus) -> None:
+    """What a restarted or robbed reader relies on: reopening its own consumer resets it, and what was sent and
+    not acknowledged comes again at once, numbered from 1; a consumer that never delivered is fresh."""
+    name, filters = "own", [bus.subjects.direct("*", "b")]
+    consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
+    assert fresh
+    await bus.publish_all(note(i) for i in range(4))
+    first = await drain(consumer, 4)
+    await consumer.ack(first[0])
+    await bus.flush()
+    await consumer.close()
+    consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
+    assert not fresh
+    again = await drain(consumer, 3)
+    assert [(d.envelope().id, d.consumer_seq) for d in again] == [("m1", 1), ("m2", 2), ("m3", 3)]
+    await consumer.close(delete=True)

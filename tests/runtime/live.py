@@ -18,7 +18,7 @@ from faultline.bus import OPERATOR, Access, Bus
 from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
-from faultline.runtime import Completions, ProcessSpec, Supervisor, system_access, worker_identity
+from faultline.runtime import Completions, ProcessSpec, Supervisor, load_config, system_access, worker_identity
 
 EPISODE_TIMEOUT_S = 30.0
 JOURNAL_TIMEOUT_S = 30.0
@@ -30,18 +30,26 @@ WORKER_AGENTS = ("env", "tool", "user")
 def live_access(tmp_path: Path, groups: Mapping[str, tuple[str, ...]] | None = None) -> Access:
     """The credentials of `live_system` (as `faultline up` makes them): the worker group `main` of WORKER_AGENTS,
     and `groups` beside it (credentials only: no process of theirs is started)."""
-    return system_access(tmp_path / "credentials", "fl", {"main": WORKER_AGENTS, **(groups or {})}).prepare()
+    return system_access(
+        tmp_path / "credentials", load_config(None), {"main": WORKER_AGENTS, **(groups or {})}, "fl"
+    ).prepare()
 
 
 async def raw_client(
     supervisor: Supervisor, identity: str = OPERATOR, error_cb: Callable[[Exception], Awaitable[None]] | None = None
 ) -> NatsClient:
-    """A plain nats-py client on the system's server, logged in as `identity`, as any program could connect."""
+    """A plain nats-py client on the system's server, logged in as `identity`, as any program could connect
+    (its inbox, where answers come, under `_INBOX.<user>`: the only inboxes a user may read)."""
     assert supervisor.access is not None
     login = supervisor.access.credential(identity)
     options: dict[str, Any] = {"error_cb": error_cb} if error_cb else {}
     return await nats.connect(
-        supervisor.url, user=login.user, password=login.password, max_reconnect_attempts=1, **options
+        supervisor.url,
+        user=login.user,
+        password=login.password,
+        inbox_prefix=f"_INBOX.{login.user}",
+        max_reconnect_attempts=1,
+        **options,
     )
 
 

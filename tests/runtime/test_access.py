@@ -33,7 +33,7 @@ from tests.runtime.live import EPISODE_TIMEOUT_S, journal_everything, live_syste
 
 REFUSAL_TIMEOUT_S = 5.0
 OUTSIDER = worker_identity("helpers")
-"""A worker group of the system that runs the agent `auditor` and none of the episode's agents."""
+"""A worker group of the system that runs the agent `verifier` and none of the episode's agents."""
 
 S = Subjects()
 
@@ -66,11 +66,11 @@ FORGERIES = {
     "control-plane-without-the-operator": Forgery(OUTSIDER, _fault_rule, "server"),
     "worker-as-another-agent": Forgery(OUTSIDER, lambda e: (S.direct(e, "env", "tool"), _call(e, "tool")), "server"),
     "worker-as-another-agent-on-its-own-subject": Forgery(
-        OUTSIDER, lambda e: (S.direct(e, "env", "auditor"), _call(e, "tool")), "receiver"
+        OUTSIDER, lambda e: (S.direct(e, "env", "verifier"), _call(e, "tool")), "receiver"
     ),
     "forged-completion": Forgery(OUTSIDER, lambda e: (S.event("completed", e, "env"), _completion(e, "env")), "server"),
     "forged-completion-as-its-own-agent": Forgery(
-        OUTSIDER, lambda e: (S.event("completed", e, "auditor"), _completion(e, "auditor")), "server"
+        OUTSIDER, lambda e: (S.event("completed", e, "verifier"), _completion(e, "verifier")), "server"
     ),
     "completion-by-an-agent-that-may-not-complete": Forgery(
         worker_identity("main"), lambda e: (S.event("completed", e, "tool"), _completion(e, "tool")), "server"
@@ -89,7 +89,7 @@ async def test_a_forbidden_publish_is_refused_and_the_run_is_unchanged(case: str
     plan = RunPlan(tasks=1, run_id="forged")
     (planned,) = plan_episodes(plan, retail())
     subject, forged = forgery.forge(planned.episode)
-    async with live_system(tmp_path, journal, groups={"helpers": ("auditor",)}) as supervisor:
+    async with live_system(tmp_path, journal, groups={"helpers": ("verifier",)}) as supervisor:
         bus = supervisor.bus
         assert bus is not None
         refusals: list[str] = []

@@ -120,7 +120,7 @@ async def stream_leader(bus: Bus, other_than: str = "") -> str:
 async def test_losing_the_stream_leader_loses_no_episode(tmp_path: Path, loss: str) -> None:
     config = tmp_path / "faultline.toml"
     config.write_text(CONFIG)
-    access = system_access(tmp_path / "credentials", "fl", {"main": WORKER_AGENTS}).prepare()
+    access = system_access(tmp_path / "credentials", load_config(config), {"main": WORKER_AGENTS}, "fl").prepare()
     journal = tmp_path / "journal.sqlite"
     plan = RunPlan(tasks=TASKS, run_id=f"lose-{loss}", concurrency=4)
     result = RunResult(plan_episodes(plan, retail()))
