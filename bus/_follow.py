@@ -6,11 +6,17 @@ a push consumer each, so a rule added or removed reaches it within milliseconds.
 It answers `fl.svc.faults` with the stream sequence it has taken in, and
 announces every control it takes in on `fl.svc.faults.taken`: the command that
 published a rule waits for those to know the rule is in force everywhere.
+
+The consumers acknowledge nothing (a worker may not acknowledge what it did not
+make for itself): one delivery lost on the way, when a cluster node is lost, is
+found by the next one's consumer sequence or by the idle heartbeat, and the
+subject is read again after the last delivery taken.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -19,13 +25,15 @@ import anyio
 import msgspec
 from nats.aio.msg import Msg
 
-from faultline._errors import DecodeError
+from faultline._errors import DecodeError, DeliveriesLostError
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
 
 TAKEN = "taken"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,15 +62,20 @@ def _take(rules: RuleSet, env: Envelope, seq: int) -> bool:
     return False
 
 
-async def _catch_up(consumers: Sequence[Consumer], rules: RuleSet, timeout_s: float) -> None:
+async def _catch_up(consumers: Mapping[str, Consumer], rules: RuleSet, timeout_s: float) -> dict[str, int]:
+    """Take in every consumer's backlog, in stream order; the last stream sequence read of each subject."""
     backlog: list[Delivery] = []
-    for consumer in consumers:
-        backlog.extend(await consumer.backlog(timeout_s))
+    last: dict[str, int] = {}
+    for subject, consumer in consumers.items():
+        read = await consumer.backlog(timeout_s)
+        last[subject] = read[-1].stream_seq if read else 0
+        backlog.extend(read)
     for delivery in sorted(backlog, key=lambda delivery: delivery.stream_seq):
         try:
             _take(rules, delivery.envelope(), delivery.stream_seq)
         except DecodeError:
             pass  # dead-lettered when it was published
+    return last
 
 
 async def read_rules(bus: Bus, settings: FollowSettings | None = None) -> RuleSet:
@@ -84,38 +97,56 @@ async def follow_rules(
     """Load the rules in force into `rules`, then keep them current until the block ends."""
     settings = settings or FollowSettings()
     s = bus.subjects
-    consumers: list[Consumer] = []
+    consumers: dict[str, Consumer] = {}
     try:
+        opened_at = (await bus.stream_state()).last_seq
         for subject in _subjects(bus):
-            consumers.append(await bus.consumer(None, [subject], start="all"))
-        await _catch_up(consumers, rules, settings.load_timeout_s)
+            consumers[subject] = await bus.consumer(None, [subject], start="all", heartbeat=True)
+        read = await _catch_up(consumers, rules, settings.load_timeout_s)
 
         async def answer(msg: Msg) -> None:
             await msg.respond(msgspec.json.encode({"worker": name, "seq": rules.last_seq}))
 
-        async def follow(consumer: Consumer) -> None:
+        async def take(delivery: Delivery) -> None:
+            try:
+                taken = _take(rules, delivery.envelope(), delivery.stream_seq)
+            except DecodeError:
+                return
+            if taken:
+                note = {"worker": name, "seq": rules.last_seq}
+                await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", msgspec.json.encode(note))
+
+        async def follow(subject: str) -> None:
+            """Take each delivery in turn; read again after the last one taken when some were lost on the way."""
+            last = max(read[subject], opened_at)
+
+            async def handle(delivery: Delivery) -> None:
+                nonlocal last
+                last = delivery.stream_seq
+                await take(delivery)
+
             while True:
-                taken = False
-                for delivery in await consumer.batch():
-                    try:
-                        taken |= _take(rules, delivery.envelope(), delivery.stream_seq)
-                    except DecodeError:
-                        pass
-                if taken:
-                    note = {"worker": name, "seq": rules.last_seq}
-                    await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", msgspec.json.encode(note))
+                try:
+                    await consumers[subject].serve(handle)
+                except DeliveriesLostError as exc:
+                    log.warning("%s; reading %s again", exc, subject)
+                await consumers[subject].close()
+                consumers[subject] = await reopened(subject, last)
+
+        async def reopened(subject: str, last: int) -> Consumer:
+            return await bus.consumer(None, [subject], start=last + 1, heartbeat=True)
 
         sub = await bus.nc.subscribe(s.svc(FAULTS_CONTROL), cb=answer)
         try:
             async with anyio.create_task_group() as tg:
-                for consumer in consumers:
-                    tg.start_soon(follow, consumer)
+                for subject in consumers:
+                    tg.start_soon(follow, subject)
                 yield rules
                 tg.cancel_scope.cancel()
         finally:
             await sub.unsubscribe()
     finally:
-        for consumer in consumers:
+        for consumer in consumers.values():
             await consumer.close()
 
 

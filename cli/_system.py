@@ -37,6 +37,7 @@ from faultline.runtime import (
     apply_defense_flags,
     bus_settings,
     check_system,
+    completing_agents,
     hold_directories,
     load_config,
     read_rosters,
@@ -189,6 +190,12 @@ def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("file", type=Path)
     _common(p)
     p.add_argument("--name", default="journal", help="process name announced to the supervisor")
+    p.add_argument(
+        "--completers",
+        metavar="AGENTS",
+        help="agents that may complete an episode besides the runner, comma-separated (default: those of the"
+        " configuration's workers); any other completion is dead-lettered",
+    )
     _add_otel_flags(p)
     p.set_defaults(handler=_journal_serve)
 
@@ -315,9 +322,12 @@ def _journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
     otel = OtelStream(args.file, args.otel, otel_headers(args.otel_header, "--otel-header")) if args.otel else None
-    anyio.run(
-        run_journal, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config), otel
-    )
+    if args.completers is None:
+        completers = completing_agents(config, check_system(config, config_source(args.config)))
+    else:
+        completers = tuple(a.strip() for a in args.completers.split(",") if a.strip())
+    serve = functools.partial(run_journal, completers=completers)
+    anyio.run(serve, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config), otel)
     return 0
 
 
@@ -475,6 +485,7 @@ def _up(args: argparse.Namespace) -> int:
         access=None
         if args.insecure
         else system_access(state_dir(journal) / "credentials", config, groups, prefix).prepare(),
+        completers=completing_agents(config, groups),
         server_tls=tls,
         tls_ca=tls.ca if tls else login(args, config).tls_ca,
         journal_args=_otel_args(args),

@@ -17,7 +17,9 @@ service logs the sequences the journal will never hold.
 
 Bytes that are not an envelope go to the dead-letter subject, and come back
 through the stream to be journaled there; so does a message SQLite refuses to
-store.
+store, and a completion whose sender may not complete an episode (only the
+runner and the completing agents may; the server refuses any other but the
+operator's, so one that comes anyway is a forgery with the operator's credential).
 
 When the file cannot be written (disk full, read-only, I/O error) the service
 says so once (in its log, and on `<prefix>.svc.journal.state`), answers every
@@ -29,7 +31,7 @@ written, the service says so, resumes from the file and catches up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import anyio
@@ -37,7 +39,7 @@ import msgspec
 
 from faultline._errors import BusError, DeliveriesLostError, JournalError, JournalStorageError
 from faultline.bus import Bus, Consumer, Delivery, Message
-from faultline.core import EpisodeCompleted, body_bytes
+from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes
 from faultline.journal import Incoming, Journal
 from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, reopened
 
@@ -66,8 +68,11 @@ class JournalService:
         *,
         batch_limit: int = BATCH_LIMIT,
         on_completed: Callable[[list[str]], None] | None = None,
+        completers: Collection[str] | None = None,
     ) -> None:
         self.bus = bus
+        self.completers = None if completers is None else {RUNNER, *completers}
+        """Who may complete an episode (the runner and `completers`); None takes every completion."""
         self.path = Path(path)
         self.batch_limit = batch_limit
         self.on_completed = on_completed
@@ -164,7 +169,9 @@ class JournalService:
             rows: list[_Row] = []
             for delivery in batch:
                 env = await self.bus.decode_or_dead_letter(delivery)
-                if env is not None:
+                if env is not None and (refusal := self._refused(env)):
+                    await self.bus.dead_letter(delivery, refusal)
+                elif env is not None:
                     row = Incoming(
                         stream=stream,
                         stream_seq=delivery.stream_seq,
@@ -196,6 +203,13 @@ class JournalService:
                     self.last_seq + 1,
                 )
                 return None
+
+    def _refused(self, env: Envelope) -> str:
+        """Why `env` is not journaled as it is ("" when it is): a completion from a sender that may not complete."""
+        if self.completers is None or not isinstance(env.body, EpisodeCompleted) or env.sender in self.completers:
+            return ""
+        allowed = ", ".join(sorted(self.completers))
+        return f"completion refused: {env.sender!r} may not complete an episode (only {allowed}) - at `$.sender`"
 
     def _in_order(self, batch: list[Delivery]) -> tuple[list[Delivery], int]:
         """The deliveries that continue the file in stream order, and the sequence that skipped ahead (0 if none).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -193,18 +193,24 @@ async def run_journal(
     settings: BusSettings | None = None,
     login: Login | None = None,
     otel: OtelStream | None = None,
+    completers: Collection[str] | None = None,
 ) -> None:
-    """Serve the journal; with `otel`, each episode goes to its endpoint once its completion is journaled."""
+    """Serve the journal; with `otel`, each episode goes to its endpoint once its completion is journaled.
+
+    A completion from a sender that is neither the runner nor one of `completers` is dead-lettered.
+    """
     from faultline.runtime._journal_service import JournalService
 
     async def body(bus: Bus) -> None:
         if otel is None:
-            await serve_until_signal(bus, name, JournalService(bus, path))
+            await serve_until_signal(bus, name, JournalService(bus, path, completers=completers))
             return
         async with anyio.create_task_group() as tg:
             tg.start_soon(otel.run)
             try:
-                await serve_until_signal(bus, name, JournalService(bus, path, on_completed=otel.completed))
+                await serve_until_signal(
+                    bus, name, JournalService(bus, path, on_completed=otel.completed, completers=completers)
+                )
             finally:
                 with anyio.CancelScope(shield=True):
                     await otel.close()

@@ -86,6 +86,9 @@ class Supervisor:
     extra_args: tuple[str, ...] = ()
     journal_args: tuple[str, ...] = ()
     """More arguments of `faultline journal serve` (e.g. --otel URL)."""
+    completers: tuple[str, ...] | None = None
+    """The agents that may complete an episode (`completing_agents`): the journal dead-letters any other's
+    completion; None leaves it to take them from the configuration it reads."""
     access: Access | None = None
     """Credentials and permissions (prepared); None runs without access control (`--insecure`)."""
     server_tls: TLSFiles | None = None
@@ -126,7 +129,9 @@ class Supervisor:
             await self.bus.ensure_consumers(access.consumers)  # the workers may only read them, not make them
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
-        journal = ProcessSpec("journal", ("journal", "serve", str(self.journal_path), *self.journal_args), JOURNAL)
+        completers = () if self.completers is None else ("--completers", ",".join(self.completers))
+        journal_args = ("journal", "serve", str(self.journal_path), *completers, *self.journal_args)
+        journal = ProcessSpec("journal", journal_args, JOURNAL)
         await self._spawn(tg, [journal])
         await self._spawn(tg, [*self.services, *self.workers])
 

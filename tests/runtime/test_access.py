@@ -5,18 +5,24 @@ rights. The server refuses what the identity's permissions exclude; what it lets
 through on the identity's own subjects but under another sender's name, the
 receivers refuse (a dead letter). Either way the episode run meanwhile ends as it
 would have, and the journal holds nothing forged but dead letters.
+
+Reads likewise: a worker's credential may read only its own agents' inputs, so every
+attempt on another worker's consumer, on its deliveries or on every inbox is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 
-from faultline.bus import JOURNAL
+from faultline.bus import JOURNAL, OPERATOR
 from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
 from faultline.core import (
     DeadLetter,
@@ -79,6 +85,9 @@ FORGERIES = {
         JOURNAL, lambda e: (S.event("completed", e, "env"), _completion(e, "env")), "server"
     ),
     "journal-service-controlling": Forgery(JOURNAL, _fault_rule, "server"),
+    "completion-by-an-agent-that-may-not-complete-with-the-operators-credential": Forgery(
+        OPERATOR, lambda e: (S.event("completed", e, "tool"), _completion(e, "tool")), "receiver"
+    ),
 }
 
 
@@ -134,4 +143,94 @@ async def test_a_forbidden_publish_is_refused_and_the_run_is_unchanged(case: str
     else:
         assert [(letter.stream_seq, letter.subject) for letter in letters] == [(forged_seq, subject)]
         assert letters[0].reason.endswith("at `$.sender`"), letters[0].reason
+        if forgery.identity == OPERATOR:  # the server lets the operator through: the journal service refuses it
+            assert letters[0].reason.startswith("completion refused: 'tool' may not complete"), letters[0].reason
     assert verify(journal).ok
+
+
+STREAM = S.stream
+THEIRS = "agent-tool-0of1"
+"""The consumer of the main worker's agent `tool`, delivering into the main worker's inbox."""
+
+
+@dataclass(frozen=True)
+class Trespass:
+    act: str
+    """"publish" (a JetStream API request or an ack) or "subscribe"."""
+    subject: str
+    payload: bytes = b""
+
+
+def _create(name: str, filter_subject: str) -> Trespass:
+    config = {"name": name, "deliver_subject": "_INBOX.worker-helpers.spy", "filter_subject": filter_subject}
+    subject = f"$JS.API.CONSUMER.CREATE.{STREAM}.{name}" + ("" if filter_subject == ">" else f".{filter_subject}")
+    return Trespass("publish", subject, msgspec.json.encode({"stream_name": STREAM, "config": config}))
+
+
+TRESPASSES = {
+    "a-consumer-on-everything": _create("spy", ">"),
+    "a-consumer-on-another-agents-inputs": _create("spy", S.direct("*", "tool")),
+    "a-consumer-without-a-name": Trespass("publish", f"$JS.API.CONSUMER.CREATE.{STREAM}"),
+    "deleting-another-workers-consumer": Trespass("publish", f"$JS.API.CONSUMER.DELETE.{STREAM}.{THEIRS}"),
+    "reading-another-workers-consumer": Trespass("publish", f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{THEIRS}", b"1"),
+    "the-state-of-another-workers-consumer": Trespass("publish", f"$JS.API.CONSUMER.INFO.{STREAM}.{THEIRS}"),
+    "resetting-another-workers-consumer": Trespass("publish", f"$JS.API.CONSUMER.RESET.{STREAM}.{THEIRS}"),
+    "acknowledging-for-another-worker": Trespass("publish", f"$JS.ACK.{STREAM}.{THEIRS}.1.1.1.1.0", b"+ACK"),
+    "another-workers-deliveries": Trespass("subscribe", f"_INBOX.{worker_identity('main')}.{THEIRS}"),
+    "every-inbox": Trespass("subscribe", "_INBOX.>"),
+}
+
+
+@pytest.mark.parametrize("case", TRESPASSES)
+async def test_a_forbidden_read_is_refused_and_the_run_is_unchanged(case: str, tmp_path: Path) -> None:
+    trespass = TRESPASSES[case]
+    journal = tmp_path / "journal.sqlite"
+    plan = RunPlan(tasks=1, run_id="spied")
+    (planned,) = plan_episodes(plan, retail())
+    async with live_system(tmp_path, journal, groups={"helpers": ("verifier",)}) as supervisor:
+        bus = supervisor.bus
+        assert bus is not None
+        refusals: list[str] = []
+        refused = anyio.Event()
+        seen: list[bytes] = []
+
+        async def on_error(exc: Exception) -> None:
+            refusals.append(str(exc))
+            refused.set()
+
+        async def on_msg(msg: Msg) -> None:
+            seen.append(msg.data)
+
+        raw = await raw_client(supervisor, OUTSIDER, error_cb=on_error)
+        async with Completions(bus) as completions:
+            try:
+                await _trespass(raw, trespass, on_msg)
+                with anyio.fail_after(REFUSAL_TIMEOUT_S):
+                    await refused.wait()
+                what = "publish" if trespass.act == "publish" else "subscription"
+                expected = f'nats: permissions violation for {what} to "{trespass.subject}"'
+                assert [r.lower() for r in refusals] == [expected.lower()]
+                await bus.publish_all(start_envelopes(plan, planned))
+                with anyio.fail_after(EPISODE_TIMEOUT_S):
+                    done = await completions.wait([planned.episode])
+                await raw.flush()
+            finally:
+                await raw.close()
+        assert seen == []  # no answer, no delivery came to the trespasser
+        assert (done[planned.episode].outcome, done[planned.episode].cause) == ("success", "")
+        await journal_everything(bus)
+        consumers = {info.name for info in await bus.js.consumers_info(STREAM)}
+        assert THEIRS in consumers and "spy" not in consumers
+    with JournalReader(journal) as reader:
+        rows = list(reader.rows())
+    assert not [r for r in rows if isinstance(r.decoded_body(), DeadLetter)]
+    assert verify(journal).ok
+
+
+async def _trespass(raw: NatsClient, trespass: Trespass, on_msg: Callable[[Msg], Awaitable[None]]) -> None:
+    if trespass.act == "subscribe":
+        await raw.subscribe(trespass.subject, cb=on_msg)
+        return
+    inbox = raw.new_inbox()
+    await raw.subscribe(inbox, cb=on_msg)  # its own inbox: where an answer would come
+    await raw.publish(trespass.subject, trespass.payload, reply=inbox)
