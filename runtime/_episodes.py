@@ -215,10 +215,13 @@ class Completions:
                 tg.start_soon(until_reconnect)
 
     async def _read_stored(self, episodes: list[str]) -> None:
-        subjects = [self.bus.subjects.event(event, e) for e in episodes for event in ("completed", "error")]
+        """Take the completions and errors of `episodes` from the stream (two reads, however many episodes)."""
+        wanted = set(episodes)
+        subjects = [self.bus.subjects.event(event, "*") for event in ("completed", "error")]
         for delivery in await self.bus.read_stored(subjects, STORED_READ_TIMEOUT_S):
             try:
                 env = delivery.envelope()
             except DecodeError:
                 continue
-            await self._handle(env)
+            if env.episode in wanted:
+                await self._handle(env)

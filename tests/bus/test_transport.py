@@ -13,7 +13,17 @@ import pytest
 from nats.aio.msg import Msg
 
 from faultline._errors import BusError, DeliveriesLostError, ServerError
-from faultline.bus import Access, Bus, BusSettings, Consumer, Delivery, EmbeddedServer, _server, operator_identity
+from faultline.bus import (
+    Access,
+    Bus,
+    BusSettings,
+    Consumer,
+    ConsumerSpec,
+    Delivery,
+    EmbeddedServer,
+    _server,
+    operator_identity,
+)
 from faultline.core import DeadLetter, Envelope, Interceptor, Note, Outbound, UserTurn, decode_envelope, digest, encode
 
 
@@ -314,3 +324,22 @@ async def test_a_reset_consumer_sends_again_from_its_acknowledgement_floor(bus: 
     again = await drain(consumer, 3)
     assert [(d.envelope().id, d.consumer_seq) for d in again] == [("m1", 1), ("m2", 2), ("m3", 3)]
     await consumer.close(delete=True)
+
+
+async def test_the_operator_makes_a_readers_consumer_and_keeps_its_place_when_its_filters_change(bus: Bus) -> None:
+    spec = ConsumerSpec("agent-b-0of1", (bus.subjects.direct("*", "b"),), "worker-main", ACK_WAIT_S)
+    await bus.ensure_consumers([spec])
+    await bus.ensure_consumers([spec])  # idempotent
+    await bus.publish_all(note(i) for i in range(2))
+    consumer, fresh = await bus.own_consumer(spec.name, spec.filters)
+    assert fresh
+    (first, _) = await drain(consumer, 2)
+    await consumer.ack(first)
+    await bus.flush()
+    await consumer.close()
+    wider = ConsumerSpec(spec.name, (*spec.filters, bus.subjects.topic("*", "news")), spec.owner, ACK_WAIT_S)
+    await bus.ensure_consumers([wider])
+    info = await bus.js.consumer_info(bus.subjects.stream, spec.name)
+    assert info.config.filter_subjects == list(wider.filters)
+    assert info.config.deliver_subject == "_INBOX.worker-main.agent-b-0of1"
+    assert await bus.ack_floor(spec.name) == 1
