@@ -38,10 +38,13 @@ from faultline.bus import (
     Access,
     Bus,
     EmbeddedServer,
+    Identity,
     Login,
     agent_identity,
+    agent_reads,
     make_certificates,
     operator_identity,
+    worker_reads,
 )
 from faultline.core import Envelope, Note, Subjects
 
@@ -58,6 +61,13 @@ def envelopes(run: str, count: int) -> list[Envelope]:
     ]
 
 
+def worker_identity(subjects: Subjects) -> Identity:
+    """A worker group's identity as the system makes it: its agents' outputs, consumers and reads."""
+    reads = (*worker_reads(subjects), *(read for agent in AGENTS for read in agent_reads(subjects, agent)))
+    consumers = [f"agent-{agent}-0of1" for agent in AGENTS]
+    return agent_identity(subjects, WORKER, AGENTS, consumers=consumers, reads=reads)
+
+
 @contextmanager
 def server(folder: Path, configuration: str) -> Iterator[tuple[EmbeddedServer, Login, Login]]:
     """A nats-server in `configuration`, and how the publisher and the operator log in to it."""
@@ -66,7 +76,7 @@ def server(folder: Path, configuration: str) -> Iterator[tuple[EmbeddedServer, L
             yield open_server, Login(), Login()
         return
     subjects = Subjects()
-    access = Access(folder / "credentials", (operator_identity(), agent_identity(subjects, WORKER, AGENTS))).prepare()
+    access = Access(folder / "credentials", (operator_identity(), worker_identity(subjects))).prepare()
     tls = make_certificates(folder / "tls") if configuration == "auth+tls" else None
     with EmbeddedServer(store_dir=folder / "nats", config_file=access.server_config, tls=tls) as secured:
         ca = tls.ca if tls else None

@@ -193,8 +193,8 @@ def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument(
         "--completers",
         metavar="AGENTS",
-        help="agents that may complete an episode besides the runner, comma-separated (default: those of the"
-        " configuration's workers); any other completion is dead-lettered",
+        help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"
+        " dead-lettered (`up` and `run` pass the configuration's; without it every completion is journaled)",
     )
     _add_otel_flags(p)
     p.set_defaults(handler=_journal_serve)
@@ -322,10 +322,7 @@ def _journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
     otel = OtelStream(args.file, args.otel, otel_headers(args.otel_header, "--otel-header")) if args.otel else None
-    if args.completers is None:
-        completers = completing_agents(config, check_system(config, config_source(args.config)))
-    else:
-        completers = tuple(a.strip() for a in args.completers.split(",") if a.strip())
+    completers = None if args.completers is None else tuple(a.strip() for a in args.completers.split(",") if a.strip())
     serve = functools.partial(run_journal, completers=completers)
     anyio.run(serve, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config), otel)
     return 0

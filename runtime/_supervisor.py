@@ -88,7 +88,7 @@ class Supervisor:
     """More arguments of `faultline journal serve` (e.g. --otel URL)."""
     completers: tuple[str, ...] | None = None
     """The agents that may complete an episode (`completing_agents`): the journal dead-letters any other's
-    completion; None leaves it to take them from the configuration it reads."""
+    completion; None has it journal every completion."""
     access: Access | None = None
     """Credentials and permissions (prepared); None runs without access control (`--insecure`)."""
     server_tls: TLSFiles | None = None

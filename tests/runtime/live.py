@@ -18,7 +18,15 @@ from faultline.bus import OPERATOR, Access, Bus
 from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
-from faultline.runtime import Completions, ProcessSpec, Supervisor, load_config, system_access, worker_identity
+from faultline.runtime import (
+    Completions,
+    ProcessSpec,
+    Supervisor,
+    completing_agents,
+    load_config,
+    system_access,
+    worker_identity,
+)
 
 EPISODE_TIMEOUT_S = 30.0
 JOURNAL_TIMEOUT_S = 30.0
@@ -82,6 +90,7 @@ async def live_system(
         store_dir=None if temporary_store else tmp_path / "nats",
         log_dir=tmp_path / "logs",
         access=live_access(tmp_path, groups),
+        completers=completing_agents(load_config(config), {"main": WORKER_AGENTS, **(groups or {})}),
     )
     async with supervisor.running():
         yield supervisor
