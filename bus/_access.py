@@ -136,6 +136,12 @@ def _uses(subjects: Subjects, consumers: Iterable[str]) -> tuple[str, ...]:
     )
 
 
+def _guards(subjects: Subjects, durables: Iterable[str]) -> tuple[str, ...]:
+    """Refusals of the filtered create subject for the system's durable consumers: that subject also changes an
+    existing consumer, and would let a reader point another's consumer at its own filter and inbox."""
+    return tuple(f"$JS.API.CONSUMER.CREATE.{subjects.stream}.{name}.>" for name in durables)
+
+
 def _owns(subjects: Subjects, name: str, filter_subject: str = "") -> tuple[str, ...]:
     """Making, reading and deleting the one durable consumer `name` (on `filter_subject`, or the whole stream)."""
     stream = subjects.stream
@@ -175,12 +181,14 @@ def agent_identity(
     *,
     consumers: Iterable[str] = (),
     reads: Iterable[str] = (),
+    durables: Iterable[str] = (),
 ) -> Identity:
     """A process that speaks as `agents` (a worker group): it publishes only as them.
 
     Of its agents only `completers` (the environment) may complete an episode. It reads
     the stream through `consumers` (durable, the operator's `ConsumerSpec`s) and through
-    short-lived consumers on `reads` (`agent_reads`, `worker_reads`).
+    short-lived consumers on `reads` (`agent_reads`, `worker_reads`), never under the name of
+    one of the system's `durables` (every durable consumer's name).
     """
     agents = tuple(agents)
     publish, subscribe = _js_api(subjects, name)
@@ -196,20 +204,25 @@ def agent_identity(
     )
     refused = tuple(subjects.event("completed", "*", agent) for agent in agents if agent not in completers)
     publish = (*own, *publish, *_uses(subjects, consumers), *_reads(subjects, reads))
-    return Identity(name, publish, (*subscribe, subjects.event("completed", "*")), refused)
+    return Identity(
+        name, publish, (*subscribe, subjects.event("completed", "*")), (*refused, *_guards(subjects, durables))
+    )
 
 
-def recorder_identity(subjects: Subjects, name: str, agent: str, consumer: str) -> Identity:
+def recorder_identity(
+    subjects: Subjects, name: str, agent: str, consumer: str, durables: Iterable[str] = ()
+) -> Identity:
     """A service that records calls as `agent` (the memory service's reflections) and answers requests.
 
     It reads completions through its durable `consumer`, and whole episodes, every agent's messages
-    of them (what it remembers), through short-lived consumers.
+    of them (what it remembers), through short-lived consumers, never under the name of another of
+    the system's `durables`.
     """
     publish, subscribe = _js_api(subjects, name)
     completed = subjects.event("completed", "*")
     episodes = (subjects.direct("*", "*"), subjects.topic("*", "*"), subjects.rec("*", "*"), subjects.event("*", "*"))
     publish = (subjects.rec("*", agent), *publish, *_owns(subjects, consumer, completed), *_reads(subjects, episodes))
-    return Identity(name, publish, subscribe)
+    return Identity(name, publish, subscribe, _guards(subjects, (d for d in durables if d != consumer)))
 
 
 def journal_identity(subjects: Subjects, consumer: str = JOURNAL) -> Identity:

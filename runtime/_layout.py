@@ -13,6 +13,7 @@ from pathlib import Path
 
 from faultline._errors import ConfigError
 from faultline.bus import (
+    JOURNAL,
     Access,
     ConsumerSpec,
     Identity,
@@ -104,23 +105,32 @@ def agent_consumers(config: Config, groups: Mapping[str, Sequence[str]], prefix:
     return specs
 
 
-def system_access(folder: Path, config: Config, groups: Mapping[str, Sequence[str]], prefix: str = "") -> Access:
+def system_access(
+    folder: Path,
+    config: Config,
+    groups: Mapping[str, Sequence[str]],
+    prefix: str = "",
+    operator_consumers: Sequence[str] = (),
+) -> Access:
     """The credentials of a system with these worker groups: the operator's, the journal's, one per group, memory's;
     and the durable consumers the operator makes for the groups.
 
     Only the agents that complete episodes (`completing_agents`) may complete one; a group reads the
     stream only through its agents' consumers and on its agents' subjects (`agent_reads`, `worker_reads`).
+    No identity may make a consumer under the name of one of the system's durable consumers (the groups',
+    the journal's, memory's, and `operator_consumers`, those of services that run as the operator).
     """
     subjects = Subjects(prefix or config.nats.prefix)
     completers = completing_agents(config, groups)
     consumers = agent_consumers(config, groups, subjects.prefix)
+    durables = (*(spec.name for spec in consumers), JOURNAL, MEMORY_IDENTITY, *operator_consumers)
     topics = {cls.name: cls.topics for cls in resolve_agents(sorted({a for g in groups.values() for a in g}), config)}
 
     def group_identity(group: str, agents: Sequence[str]) -> Identity:
         name = worker_identity(group)
         reads = (*worker_reads(subjects), *(r for agent in agents for r in agent_reads(subjects, agent, topics[agent])))
         own = (spec.name for spec in consumers if spec.owner == name)
-        return agent_identity(subjects, name, agents, completers, consumers=own, reads=reads)
+        return agent_identity(subjects, name, agents, completers, consumers=own, reads=reads, durables=durables)
 
     return Access(
         folder,
@@ -128,7 +138,7 @@ def system_access(folder: Path, config: Config, groups: Mapping[str, Sequence[st
             operator_identity(),
             journal_identity(subjects),
             *(group_identity(group, agents) for group, agents in groups.items()),
-            recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY, MEMORY_IDENTITY),
+            recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY, MEMORY_IDENTITY, durables),
         ),
         consumers,
     )

@@ -377,6 +377,7 @@ PUBLIC = {
         "parse_analyst",
         "parse_main",
         "parse_mitigation",
+        "SERVICE_CONSUMERS",
         "serve_fama",
         "window_counts",
         "with_attribution",

@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 CASES_CONSUMER = "fama-cases"
 ROSTERS_CONSUMER = "fama-rosters"
+CONSUMERS = (CASES_CONSUMER, ROSTERS_CONSUMER)
+"""The service's durable consumers: no other identity may make one of these names (`system_access`)."""
 READ_TIMEOUT_S = 10.0
 """Longest read of one episode back from the stream."""
 JOURNAL_WAIT_S = 30.0

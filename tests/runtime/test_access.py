@@ -162,6 +162,7 @@ class Trespass:
 
 
 def _create(name: str, filter_subject: str) -> Trespass:
+    """Making consumer `name`, or changing it if it exists: its filter and deliveries to the trespasser's inbox."""
     config = {"name": name, "deliver_subject": "_INBOX.worker-helpers.spy", "filter_subject": filter_subject}
     subject = f"$JS.API.CONSUMER.CREATE.{STREAM}.{name}" + ("" if filter_subject == ">" else f".{filter_subject}")
     return Trespass("publish", subject, msgspec.json.encode({"stream_name": STREAM, "config": config}))
@@ -170,6 +171,7 @@ def _create(name: str, filter_subject: str) -> Trespass:
 TRESPASSES = {
     "a-consumer-on-everything": _create("spy", ">"),
     "a-consumer-on-another-agents-inputs": _create("spy", S.direct("*", "tool")),
+    "another-workers-consumer-pointed-at-its-own-filter": _create(THEIRS, S.direct("*", "verifier")),
     "a-consumer-without-a-name": Trespass("publish", f"$JS.API.CONSUMER.CREATE.{STREAM}"),
     "deleting-another-workers-consumer": Trespass("publish", f"$JS.API.CONSUMER.DELETE.{STREAM}.{THEIRS}"),
     "reading-another-workers-consumer": Trespass("publish", f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{THEIRS}", b"1"),
