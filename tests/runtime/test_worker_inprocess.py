@@ -6,7 +6,7 @@ import anyio
 import pytest
 from nats.aio.msg import Msg
 
-from faultline.bus import Bus, Consumer
+from faultline.bus import Bus, BusSettings, Consumer, EmbeddedServer
 from faultline.core import (
     RUNNER,
     Agent,
@@ -236,3 +236,38 @@ async def test_deliveries_lost_on_the_way_are_handled_in_stream_order_once(
     assert len(dropped) == 3
     assert done["gap"].details == {"seen": list(range(10))}
     assert worker.handled == 10
+
+
+async def test_the_last_input_lost_before_a_quiet_period_is_found_by_the_idle_heartbeat(
+    nats_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tenth input never arrives and nothing follows it: the consumer's idle heartbeat names it, and the
+    worker reads it again from its acknowledgement floor long before the ack wait would send it."""
+    arrive = Consumer._on_msg
+    dropped: list[str] = []
+
+    async def lossy(self: Consumer, msg: Msg) -> None:
+        if self.name == "agent-tally-0of1" and msg.reply and msg.reply.split(".")[6] == "10" and not dropped:
+            dropped.append(msg.reply)
+            return
+        await arrive(self, msg)
+
+    monkeypatch.setattr(Consumer, "_on_msg", lossy)
+    bus = await Bus.connect(nats_server.url, settings=BusSettings(idle_heartbeat_s=0.5))
+    try:
+        await bus.ensure_stream()
+        worker = Worker(bus, [Tally], backends=lambda role: EchoBackend(), settings=WorkerSettings(ack_wait_s=60.0))
+        async with anyio.create_task_group() as tg, Completions(bus, (Tally.name,)) as completions:
+            tg.start_soon(worker.run)
+            await worker.wait_ready()
+            await bus.publish_all(
+                Envelope(id=f"n{i}", episode="quiet", sender="feeder", recipient="tally", body=Note(data={"n": i}))
+                for i in range(10)
+            )
+            with anyio.fail_after(15):  # a quarter of the ack wait
+                done = await completions.wait(["quiet"])
+            worker.stop()
+    finally:
+        await bus.close()
+    assert len(dropped) == 1
+    assert done["quiet"].details == {"seen": list(range(10))}
