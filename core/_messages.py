@@ -207,6 +207,8 @@ class EpisodeStarted(Body, frozen=True, tag="episode_started"):
     settings: dict[str, Any] = {}
     fork: dict[str, str] = {}
     """For a fork: the change, the id of the message it changed and the id delivered instead."""
+    fault_rules: list[dict[str, Any]] = []
+    """For a fork: the fault rules in force in its live part (those of its source, and the one it injected)."""
 
 
 class EpisodeCompleted(Body, frozen=True, tag="episode_completed"):

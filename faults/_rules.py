@@ -42,6 +42,7 @@ import msgspec
 from faultline._errors import FaultRuleError, ModelError
 from faultline.core import (
     ChatMessage,
+    Context,
     Control,
     Envelope,
     FaultApplied,
@@ -51,6 +52,10 @@ from faultline.core import (
     LlmRequest,
     LlmResponse,
     Outbound,
+    Recorder,
+    Recording,
+    RequestFault,
+    Services,
     Start,
     ToolCall,
     body_kind,
@@ -90,6 +95,10 @@ class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
     budget: int = 0
     expires_at: float = 0.0
     created_at: float = 0.0
+    message: str = ""
+    """Only the message (or model call) of this id: a fault injected into one known message."""
+    spare: list[str] = []
+    """Ids of messages this rule leaves alone: faults a fork undid."""
 
     def validated(self) -> FaultRule:
         """This rule with its parameters in canonical form, if its fault type exists and its
@@ -127,6 +136,23 @@ class EpisodeCatalog(Protocol):
 Injector = Callable[[Envelope, LlmRequest], Awaitable[LlmResponse]]
 """The runtime's fault-injector model: asks `request` in the context of the agent that sent the
 envelope, recorded in the journal like the agent's own calls."""
+
+
+def context_injector(
+    services: Services,
+    store: Callable[[Envelope], Awaitable[None]],
+    recorded: Callable[[Envelope], Mapping[int, Recording]] | None = None,
+) -> Injector:
+    """An `Injector` whose call is made in the context of the agent that sent the faulted message,
+    caused by that message, its recording handed to `store` (a worker publishes it, a fork keeps it).
+
+    `recorded` gives the recordings made for that cause before (served, not asked again)."""
+
+    async def ask(env: Envelope, request: LlmRequest) -> LlmResponse:
+        recorder = Recorder(recorded=recorded(env) if recorded is not None else {}, services=services, store=store)
+        return await Context(agent=env.sender, message=env, recorder=recorder, services=services).llm(request)
+
+    return ask
 
 
 @dataclass
@@ -371,6 +397,8 @@ class RuleSet:
             rule = active.rule
             if rule.expires_at and now >= rule.expires_at:
                 continue
+            if (rule.message and rule.message != message_id) or message_id in rule.spare:
+                continue
             if rule.probability < 1.0 and draw(rule.id, message_id) >= rule.probability:
                 continue
             if rule.budget and len(self._applied[rule.id]) >= rule.budget:
@@ -493,10 +521,17 @@ class FaultInterceptor(Interceptor):
         self._starts: dict[str, Mapping[str, Any]] = {}
         self._calls: dict[tuple[str, str], list[ToolCall]] = {}
 
-    async def inbound(self, message: Inbound) -> Sequence[Envelope]:
-        body = message.envelope.body
+    def observe(self, env: Envelope) -> None:
+        """Take in a message of an episode without faulting it: a Start's data, a sender's tool call."""
+        body = env.body
         if isinstance(body, Start) and body.data:
-            self._starts.setdefault(message.envelope.episode, body.data)
+            self._starts.setdefault(env.episode, body.data)
+        elif isinstance(body, ToolCall):
+            self._calls.setdefault((env.episode, env.sender), []).append(body)
+
+    async def inbound(self, message: Inbound) -> Sequence[Envelope]:
+        if isinstance(message.envelope.body, Start):
+            self.observe(message.envelope)
         return (message.envelope,)
 
     async def outbound(self, message: Outbound) -> Sequence[Envelope]:
@@ -507,7 +542,7 @@ class FaultInterceptor(Interceptor):
             try:
                 return await self._fault(message, calls)
             finally:
-                calls.append(body)
+                self.observe(env)
         if not self.rules.in_force or type(body).route != "direct":
             return (env,)
         return await self._fault(message, ())
@@ -560,6 +595,18 @@ class FaultInterceptor(Interceptor):
             event = request_fault_event(active.rule, message, agent, index, messages, faulted)
             return msgspec.structs.replace(request, messages=msgspec.convert(faulted, list[ChatMessage])), event
         return request, None
+
+    def request_fault(self, store: Callable[[Envelope], Awaitable[None]]) -> RequestFault:
+        """These rules on an agent's own model requests, as a `Recorder` applies them: a faulted
+        request goes out, its fault event handed to `store` before the call."""
+
+        async def fault(ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
+            sent, event = self.request(ctx.message, ctx.agent, index, request)
+            if event is not None:
+                await store(event)
+            return sent
+
+        return fault
 
     def forget(self, episode: str) -> None:
         self._starts.pop(episode, None)

@@ -15,6 +15,14 @@ call of the handler at the position its output (an oracle's action): it is
 journaled as that call's recording, so the fork replays like any other. Timers are virtual: one fires (earliest set first) only when no message is
 in flight, which is the order a live wait that runs out would see.
 
+The live part runs under the fault rules the source had in force (`_rules_in_force`):
+what its handlers send and their own model requests go through a fault interceptor
+as on a worker, semantic faults asking the injector model through the sender's
+context, every fault journaled as its event. A fault is seeded by rule and message
+id, so a message the fork sends again under its old id meets the same fault; an
+`UndoFault` spares the one message it undid. The rules travel in the fork's
+`episode started` event, so a fork of a fork runs under them too.
+
 The fork's rows, its copied history and then what it ran, are written in one
 transaction when it ends (forks running side by side in one process may share
 a destination), to a journal of forks beside the source
@@ -26,6 +34,7 @@ rows. The source is written only when it is named as the destination.
 
 from __future__ import annotations
 
+import fnmatch
 import time
 import zlib
 from collections import deque
@@ -40,6 +49,7 @@ from faultline._errors import BusError, FaultlineError, JournalError
 from faultline.core import (
     RUNNER,
     Agent,
+    Control,
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
@@ -50,6 +60,7 @@ from faultline.core import (
     MessageBody,
     ModelBackend,
     ModelCall,
+    Outbound,
     Recorder,
     Recording,
     Start,
@@ -61,7 +72,18 @@ from faultline.core import (
     timer_fired,
 )
 from faultline.envs import DomainCatalog
-from faultline.faults import FaultRule, apply_fault, fault_event
+from faultline.faults import (
+    CONTROL_EPISODE,
+    FAULTS_CONTROL,
+    FaultInterceptor,
+    FaultRule,
+    Injector,
+    RuleSet,
+    add_rule_control,
+    apply_fault,
+    context_injector,
+    fault_event,
+)
 from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
 from faultline.replay._replay import AgentLookup, _tracks
 
@@ -216,6 +238,11 @@ class _Fork:
     handled: int = 0
     answers: dict[tuple[str, str], LlmResponse] = field(default_factory=dict)
     """(agent, message id) -> the answer to that handler's first model call (`Answer`)."""
+    faults: FaultInterceptor = field(default_factory=lambda: FaultInterceptor(RuleSet()))
+    """The source's fault rules, applied to what the fork's handlers send as a worker's interceptor would."""
+
+    async def keep(self, env: Envelope) -> None:
+        self.record([env])
 
     def record(self, envelopes: list[Envelope], bodies: list[bytes | None] | None = None) -> None:
         """Add rows for the journal only; `bodies` keeps copied history byte for byte where given."""
@@ -246,14 +273,17 @@ class _Fork:
     ) -> None:
         """Run one handler: recorded calls are served, the rest made live; outputs in `skip` exist already."""
 
-        async def store(rec: Envelope) -> None:
-            self.record([rec])
-
         answer = self.answers.pop((name, env.id), None)
         services = self.services if answer is None else _Answered(self.services, answer)
-        recorder = Recorder(recorded=recorded or {}, services=services, store=store)
+        faults = self.faults.request_fault(self.keep)
+        recorder = Recorder(recorded=recorded or {}, services=services, store=self.keep, faults=faults)
         outputs = await Handling(self.instances[name], name, env, recorder, services=services).run()
-        self.write([e for e in outputs if not skip or e.id not in skip])
+        for output in outputs:
+            if not skip or output.id not in skip:
+                sent = Outbound(output)
+                results = await self.faults.outbound(sent)
+                self.record(sent.events)
+                self.write(list(results))
 
     async def run(self) -> None:
         while (self.queue or self.timers) and self.completed is None:
@@ -345,6 +375,7 @@ async def fork_episode(
     with JournalReader(journal_path) as reader:
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)
+        controls = [r for r in reader.episode_rows(CONTROL_EPISODE) if r.pos < at and r.kind == "control"]
     if not rows:
         raise FaultlineError(f"episode {episode!r} is not in {journal_path}")
     target = next((r for r in rows if r.pos == at), None)
@@ -396,17 +427,20 @@ async def fork_episode(
         "target": target.id,
         "delivered": delivered_original.id if delivered_original else "",
     } | ({"answer": answer.agent} if answer is not None else {})
+    rules = _rules_in_force(rows, controls, target, change, new)
     history = [_copy(r.envelope(), new, settings) for r in prefix]
     bodies: list[bytes | None] = [r.body for r in prefix]
     for i, env in enumerate(history):
         if isinstance(env.body, EpisodeStarted):
-            body = msgspec.structs.replace(env.body, forked_from=episode, forked_at=at, fork=marker)
+            body = msgspec.structs.replace(
+                env.body, forked_from=episode, forked_at=at, fork=marker, fault_rules=_builtins(rules)
+            )
             history[i] = msgspec.structs.replace(env, id=derive_id(new, 0, "s"), body=body)
             bodies[i] = None
         elif settings and isinstance(env.body, Start):
             bodies[i] = None
     if not any(isinstance(e.body, EpisodeStarted) for e in history):
-        started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker)
+        started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker, fault_rules=_builtins(rules))
         history.insert(
             0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started_body, ts=time.time())
         )
@@ -415,6 +449,8 @@ async def fork_episode(
     # Outputs that already exist (or that the change governs) are not sent again.
     skip = {r.id for r in prefix} | {target.id} | ({delivered_original.id} if delivered_original else set())
     fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}")
+    injector = context_injector(fork.services, fork.keep)
+    fork.faults = _interceptor(rules, [*prefix, target], new, list(classes), injector)
     fork.record(history, bodies)
     for name, cls in classes.items():
         fork.instances[name] = cls()
@@ -426,7 +462,7 @@ async def fork_episode(
     if delivered is not None and answer is not None:
         fork.answers[(answer.agent, delivered.id)] = answer.response
     if delivered is not None and isinstance(change, Inject):
-        results, event = await _inject(change, delivered, prefix, list(classes))
+        results, event = await _inject(change, delivered, prefix, list(classes), fork.faults.injector)
         fork.record([event])
         fork.write(results)
     elif delivered is not None:
@@ -443,7 +479,7 @@ async def fork_episode(
 
 
 async def _inject(
-    change: Inject, env: Envelope, prefix: list[JournalRow], agents: list[str]
+    change: Inject, env: Envelope, prefix: list[JournalRow], agents: list[str], injector: Injector | None
 ) -> tuple[list[Envelope], Envelope]:
     """What fault `change` makes of `env`, with the sender's Start data and earlier calls as its worker had them."""
     start: dict[str, Any] = {}
@@ -454,11 +490,87 @@ async def _inject(
             start = dict(body.data)
         elif isinstance(body, ToolCall) and row.sender == env.sender:
             calls.append(body)
-    rule = FaultRule(id=change.rule_id, fault=change.fault, episode=env.episode, params=change.params).validated()
-    results = await apply_fault(rule, env, agents=agents, calls=calls, start=start, catalog=DomainCatalog())
+    rule = _injected(change, env.episode, env.id)
+    results = await apply_fault(
+        rule, env, agents=agents, calls=calls, start=start, catalog=DomainCatalog(), injector=injector
+    )
     if results is None:
         raise FaultlineError(f"fault {change.fault!r} does not apply to the {env.kind} from {env.sender!r}")
     return results, fault_event(rule, env, results)
+
+
+def _injected(change: Inject, episode: str, message: str) -> FaultRule:
+    """The rule of an injected fault: `change`'s fault on that one message."""
+    rule = FaultRule(id=change.rule_id, fault=change.fault, episode=episode, message=message, params=change.params)
+    return rule.validated()
+
+
+def _rules_in_force(
+    rows: list[JournalRow], controls: list[JournalRow], target: JournalRow, change: Change, fork: str
+) -> list[FaultRule]:
+    """The fault rules of the source episode, for the fork's live part (scoped to the fork).
+
+    They are the rules the source had from its own fork (`EpisodeStarted.fault_rules`), the
+    rules the journal's fault controls had put in force before the fork position, when they
+    match the source episode and had not expired at the position's time (they then do not
+    expire in the fork), and the fault an `Inject` makes. A fault an `UndoFault` undoes is
+    spared its message. Seeding is by rule and message id, so a message the fork sends again
+    under its old id meets the same fault.
+    """
+    found: dict[str, FaultRule] = {}
+    started = next((r.envelope().body for r in rows if r.kind == "episode_started"), None)
+    if isinstance(started, EpisodeStarted):
+        for raw in started.fault_rules:
+            rule = msgspec.convert(raw, FaultRule)
+            found[rule.id] = rule
+    live = RuleSet()
+    for row in controls:
+        body = row.envelope().body
+        if isinstance(body, Control) and body.name == FAULTS_CONTROL:
+            live.control(body)
+    for rule in live.rules:
+        expired = rule.expires_at and target.ts >= rule.expires_at
+        if not expired and fnmatch.fnmatchcase(target.episode, rule.episode or "*"):
+            found[rule.id] = msgspec.structs.replace(rule, expires_at=0.0)
+    if isinstance(change, Inject):
+        found[change.rule_id] = _injected(change, fork, target.id)
+    if isinstance(change, UndoFault) and isinstance(undone := target.envelope().body, FaultApplied):
+        spared = found.get(undone.rule_id)
+        if spared is not None:
+            original = str(undone.original.get("id", ""))
+            found[spared.id] = msgspec.structs.replace(spared, spare=[*spared.spare, original])
+    return [msgspec.structs.replace(rule, episode=fork) for rule in found.values()]
+
+
+def _builtins(rules: list[FaultRule]) -> list[dict[str, Any]]:
+    return [msgspec.to_builtins(rule) for rule in rules]
+
+
+def _interceptor(
+    rules: list[FaultRule], seen: list[JournalRow], fork: str, agents: list[str], injector: Injector
+) -> FaultInterceptor:
+    """A worker's fault interceptor holding `rules`, as it stood when the rows `seen` had gone by: it
+    knows the episode's Start data and each sender's tool calls (as sent, before any fault), and every
+    fault among them counts against its rule's budget (an undone one too: the rest of the episode
+    runs as it did without that one injection)."""
+    rule_set = RuleSet()
+    for rule in rules:
+        control = add_rule_control(rule, rule.id).body
+        assert isinstance(control, Control)
+        rule_set.control(control)
+    interceptor = FaultInterceptor(rule_set, agents=agents, catalog=DomainCatalog(), injector=injector)
+    originals: dict[str, Envelope] = {}
+    for row in seen:
+        env = row.envelope()
+        if isinstance(env.body, FaultApplied) and env.body.model_call < 0:
+            rule_set.count(env.body)
+            original = msgspec.convert(env.body.original, Envelope)
+            originals[original.id] = original
+            if row is seen[-1]:  # an undone fault: its original is what the agent sent
+                interceptor.observe(msgspec.structs.replace(original, episode=fork))
+        elif isinstance(env.body, Start | ToolCall):
+            interceptor.observe(msgspec.structs.replace(originals.get(row.id, env), episode=fork))
+    return interceptor
 
 
 def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, EpisodeCompleted] | None:

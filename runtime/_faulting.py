@@ -24,14 +24,10 @@ import msgspec
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
 from faultline.core import (
-    Context,
     Control,
     Envelope,
-    LlmRequest,
-    LlmResponse,
     ModelBackend,
     ModelCall,
-    Recorder,
     Recording,
     RequestFault,
     Services,
@@ -46,6 +42,7 @@ from faultline.faults import (
     RuleSet,
     add_rule_control,
     check_defenses,
+    context_injector,
     fault_type,
     remove_rule_control,
 )
@@ -92,26 +89,13 @@ def injector_for(
 
     `recorded` gives the recordings a worker before this one made for that cause (`Worker.recorded_for`):
     after a crash between the injector's answer and the faulted message, the answer is served, not asked again."""
-
-    async def ask(env: Envelope, request: LlmRequest) -> LlmResponse:
-        earlier = recorded(env) if recorded is not None else {}
-        recorder = Recorder(recorded=earlier, services=services, store=bus.publish)
-        return await Context(agent=env.sender, message=env, recorder=recorder, services=services).llm(request)
-
-    return ask
+    return context_injector(services, bus.publish, recorded)
 
 
 def request_faults(bus: Bus, faults: FaultInterceptor) -> RequestFault:
     """The fault rules of a worker on its agents' own model requests: a faulted request goes
     out, its fault event (original and faulted messages) is published before the call."""
-
-    async def fault(ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
-        sent, event = faults.request(ctx.message, ctx.agent, index, request)
-        if event is not None:
-            await bus.publish(event)
-        return sent
-
-    return fault
+    return faults.request_fault(bus.publish)
 
 
 @dataclass
@@ -246,7 +230,7 @@ def make_rule(
 ) -> FaultRule:
     """A validated rule; `match` uses the command-line names (to, from, kind, episode, topic)."""
     now = time.time()
-    fields = {_MATCH_KEYS[k]: v for k, v in (match or {}).items() if v}
+    fields: dict[str, Any] = {_MATCH_KEYS[k]: v for k, v in (match or {}).items() if v}
     try:
         return FaultRule(
             id=rule_id or new_rule_id(),

@@ -143,6 +143,7 @@ PUBLIC = {
         "build_defenses",
         "check_defenses",
         "clear_rules_control",
+        "context_injector",
         "fault_type",
         "fault_types",
         "register_fault",
