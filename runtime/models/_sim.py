@@ -51,6 +51,14 @@ User role: the conversation from the customer's side, its own turns
 instruction, or, in a domain with `hidden_instructions`, with a fixed request
 that quotes nothing of it, and reveals only `user_facts` when asked.
 
+Facts. The agent fills a fact of the user's (`task.user_facts`) into its calls as the user's
+latest statement of it (`My KEY is VALUE, ...`) reached the agent; what the user never stated
+it takes from the task. So a statement changed on its way (a fault on the message) gives a
+call with the changed value, as an agent that uses what it was told would make; the outcome
+then follows from what that call does, never from a record that the message was faulted.
+The agent still reads nothing from tool results (its ids and final outputs come from the
+task), so a fault on a read or on a result the agent would have read changes nothing here.
+
 Decision steps. Step k < len(task.actions) is ground-truth action k; step
 len(task.actions) is the final answer. The step in progress is the number of
 tool calls that succeeded so far (a call that failed `MAX_RETRIES + 1` times
@@ -109,6 +117,8 @@ _BYE = "Thank you, that's all I needed."
 _HIDDEN_REQUEST = "Hello, I need some help with my account. Please ask me for whatever you need."
 _EXPLICIT_CONFIRM = ("yes/no", "shall i proceed", "do you confirm", "should i proceed")
 _CONFIRM_WORDS = ("confirm", "proceed", "go ahead", "shall i", "should i", "would you like me to", "do you want me to")
+_STATEMENT_PARTS = re.compile(r", my | and my ")
+"""What separates the facts of one statement of the user's (`_reveal` writes them so)."""
 _WEAK_WORDS = frozenset({"the", "and", "your", "new", "other", "first", "last", "code", "number"})
 
 
@@ -294,6 +304,19 @@ class _AgentView:
     def revealed(self, value: str) -> bool:
         return any(value.casefold() in said.casefold() for said in self.user_texts)
 
+    def stated(self, facts: dict[str, str]) -> dict[str, str]:
+        """The facts the user's latest statements give, by key, as the agent read them: a turn
+        of the form `My KEY is VALUE, my KEY is VALUE and my KEY is VALUE.` over keys of `facts`."""
+        said: dict[str, str] = {}
+        keys = {key.casefold(): key for key in facts}
+        for text in self.user_texts:
+            if not (text.startswith("My ") and text.endswith(".")):
+                continue
+            parts = [p.partition(" is ") for p in _STATEMENT_PARTS.split(text[3:-1])]
+            if all(sep and key.casefold() in keys for key, sep, _ in parts):
+                said |= {keys[key.casefold()]: value for key, _, value in parts}
+        return said
+
 
 def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMessage]) -> _Reply:
     view = _AgentView.of(messages)
@@ -329,14 +352,21 @@ def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMes
 def _act(
     task: Task, view: _AgentView, step: int, action: Action, mistake: dict[str, Any] | None, writes: set[str]
 ) -> _Reply:
-    """Ask for missing facts, then for confirmation of a write, then call the tool."""
+    """Ask for missing facts, then for confirmation of a write, then call the tool.
+
+    A fact of the user's goes into the call as the user stated it (`_AgentView.stated`), as an
+    agent fills in what it was told: a statement that reached the agent changed, the call carries it."""
     metadata: dict[str, Any] = {"step": step, "done": False} | ({"mistake": mistake} if mistake else {})
     values = set(_leaves(action.arguments))
-    needed = [k for k, v in task.user_facts.items() if v in values and not view.revealed(v)]
+    stated = view.stated(task.user_facts)
+    needed = [k for k, v in task.user_facts.items() if v in values and k not in stated and not view.revealed(v)]
     if needed:
         question = f"Could you please tell me your {_join(needed)}?"
         if not view.replied_to(question):
             return _Reply(question, metadata=metadata | {"phase": "ask"})
+    heard = {task.user_facts[k]: v for k, v in stated.items() if task.user_facts[k] in values}
+    if any(true != v for true, v in heard.items()):
+        action = Action(name=action.name, arguments=_substituted(action.arguments, heard))
     arguments = json.dumps(action.arguments, sort_keys=True)
     confirmation = f"I am about to run {action.name} with {arguments}. Shall I proceed (yes/no)?"
     if action.name in writes and not view.replied_to(confirmation):
@@ -400,6 +430,15 @@ def _is_error(content: str) -> bool:
     except ValueError:
         return False
     return isinstance(decoded, dict) and bool(decoded.get("error"))
+
+
+def _substituted(value: Any, heard: dict[str, str]) -> Any:
+    """`value` with every scalar that is a key of `heard` replaced by what `heard` maps it to."""
+    if isinstance(value, dict):
+        return {k: _substituted(v, heard) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substituted(v, heard) for v in value]
+    return heard.get(value, value) if isinstance(value, str) else value
 
 
 def _leaves(value: Any) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -33,10 +34,12 @@ async def run_episode(
     rates: dict[str, float] | None = None,
     mistakes_off_from_step: int | None = None,
     helper_notes: dict[str, Any] | None = None,
+    wire: Callable[[str], str] = str,
 ) -> Episode:
     """User speaks first; the agent answers or calls a tool; the domain runs it; until someone is done.
 
-    `helper_notes` is added to the agent's request metadata (`helpers`, `helper_effect`)."""
+    `helper_notes` is added to the agent's request metadata (`helpers`, `helper_effect`); `wire` is
+    what becomes of the user's words on the way to the agent (as a fault on the message would make)."""
     backend = SimBackend()
     domain = load_domain(domain_name)
     db = domain.open_database()
@@ -58,7 +61,7 @@ async def run_episode(
         if reply.metadata["done"]:
             return False
         user_view.append(ChatMessage(role="assistant", content=reply.content))
-        agent_view.append(ChatMessage(role="user", content=reply.content))
+        agent_view.append(ChatMessage(role="user", content=wire(reply.content)))
         return True
 
     going = await user_speaks()
@@ -194,6 +197,19 @@ async def test_a_refusal_can_be_broken_by_doing_the_forbidden_write() -> None:
     assert episode.score.reward == 0.0
     assert episode.mistakes[-1]["made"] == task.forbidden[0].as_dict()
     assert episode.mistakes[-1]["step"] == len(task.actions)
+
+
+async def test_the_agent_calls_with_the_facts_as_the_user_stated_them() -> None:
+    """What reaches the agent decides its call: a reveal changed on the way gives a call on the wrong order."""
+    task = next(t for t in _tasks("retail") if "cancel" in t.tags and "order id" in t.user_facts)
+    right = task.user_facts["order id"]
+    wrong = right[:-1] + str((int(right[-1]) + 1) % 10)
+    episode = await run_episode("retail", task, wire=lambda text: text.replace(f"is {right}", f"is {wrong}"))
+    calls = [
+        c.arguments for reply in episode.tool_replies for c in reply.tool_calls if c.name == "cancel_pending_order"
+    ]
+    assert calls and all(call["order_id"] == wrong for call in calls)
+    assert episode.score.reward == 0.0 and episode.mistakes == []
 
 
 async def test_a_failed_tool_call_is_retried() -> None:
