@@ -13,7 +13,10 @@
    counterfactuals, and the baselines "first tool error" (the step whose tool call
    first came back with an error) and an all-at-once judge (the whole trace in one
    model request, as Who&When's; with `sim` a documented heuristic stands in, see
-   the sim backend), each scored on agent and step.
+   the sim backend), each scored on agent and step, over every kept episode and
+   over those of each fault mechanism; and per fault type, how many of the
+   episodes it was injected into failed. Forks run under the fault rules of the
+   episode they fork, the injected fault included.
 
 --organic skips steps 2 and 3's scoring: it attributes the campaign's own failures
 (a real model's mistakes have no labels) and reports flip rate and cost only.
@@ -82,14 +85,16 @@ def candidates(rows: list[JournalRow], fault: str, lookup: Any) -> list[JournalR
 
 async def label_set(
     journal: Path, labelled: Path, want: int, seed: int, config: Config
-) -> list[tuple[str, str, str, int | None]]:
-    """(episode, fault, agent, step) of every injected episode that failed."""
+) -> tuple[list[tuple[str, str, str, int | None]], dict[str, dict[str, int]]]:
+    """(episode, fault, agent, step) of every injected episode that failed, and per fault type
+    how many episodes it was injected into and how many of those failed."""
     lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
     rng = Random(seed)
     names = sorted(fault_types())
     with JournalReader(journal) as reader:
         passed = [s.episode for s in reader.episodes() if s.outcome == "success" and not s.forked_from][:want]
     kept = []
+    tally: dict[str, dict[str, int]] = {}
     for n, episode in enumerate(passed):
         with JournalReader(journal) as reader:
             rows = list(reader.episode_rows(episode))
@@ -106,6 +111,9 @@ async def label_set(
                 )
             except FaultlineError:
                 continue  # the fault does not apply to that message: the next type
+            counts = tally.setdefault(fault, {"injected": 0, "failed": 0})
+            counts["injected"] += 1
+            counts["failed"] += fork.outcome.outcome != "success"
             if fork.outcome.outcome != "success":
                 with JournalReader(labelled) as reader:
                     faulted = list(reader.episode_rows(fork.episode))
@@ -115,7 +123,7 @@ async def label_set(
                 )
                 kept.append((fork.episode, fault, agent, step))
             break
-    return kept
+    return kept, tally
 
 
 def first_tool_error(rows: list[JournalRow], made: list[Step]) -> tuple[str | None, int | None]:
@@ -185,12 +193,19 @@ async def judge(rows: list[JournalRow], made: list[Step], config: Config) -> tup
     return agent, step
 
 
+Score = tuple[bool, bool, bool, bool, int, int, float]
+"""(agent right, step right, answered, flipped, forks, model calls, seconds) of one method on one episode."""
+
+
 async def evaluate(
     labelled: Path, scratch: Path, kept: list[tuple[str, str, str, int | None]], samples: int, config: Config
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each method's summary over every kept episode ("all") and over those of each fault mechanism."""
     lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
-    scores: dict[str, list[tuple[bool, bool, bool, bool, int, int, float]]] = {}
-    for episode, _fault, agent, step in kept:
+    scores: dict[str, dict[str, list[Score]]] = {}
+    for episode, fault, agent, step in kept:
+        mechanism = fault_types()[fault].mechanism
+        by_method: dict[str, list[Score]] = {}
         with JournalReader(labelled) as reader:
             rows = list(reader.episode_rows(episode))
         made = steps(rows, lookup)
@@ -204,7 +219,7 @@ async def evaluate(
                 samples=samples,
                 scratch=scratch,  # type: ignore[arg-type]
             )
-            scores.setdefault(method, []).append(
+            by_method.setdefault(method, []).append(
                 (
                     result.agent == agent,
                     result.step == step,
@@ -217,12 +232,12 @@ async def evaluate(
             )
         started = time.perf_counter()
         got = first_tool_error(rows, made)
-        scores.setdefault(FIRST_TOOL_ERROR, []).append(
+        by_method.setdefault(FIRST_TOOL_ERROR, []).append(
             (got[0] == agent, got[1] == step, got[1] is not None, False, 0, 0, time.perf_counter() - started)
         )
         started = time.perf_counter()
         said_agent, said_step = await judge(rows, made, config)
-        scores.setdefault(JUDGE, []).append(
+        by_method.setdefault(JUDGE, []).append(
             (
                 said_agent == agent,
                 said_step == step,
@@ -233,10 +248,13 @@ async def evaluate(
                 time.perf_counter() - started,
             )
         )
-    return {method: _summary(items) for method, items in scores.items()}
+        for group in ("all", mechanism):
+            for method, items in by_method.items():
+                scores.setdefault(group, {}).setdefault(method, []).extend(items)
+    return {group: {method: _summary(items) for method, items in methods.items()} for group, methods in scores.items()}
 
 
-def _summary(items: list[tuple[bool, bool, bool, bool, int, int, float]]) -> dict[str, float]:
+def _summary(items: list[Score]) -> dict[str, float]:
     n = len(items) or 1
     return {
         "episodes": len(items),
@@ -252,12 +270,12 @@ def _summary(items: list[tuple[bool, bool, bool, bool, int, int, float]]) -> dic
 
 async def organic(
     journal: Path, scratch: Path, samples: int, config: Config, limit: int
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, dict[str, float]]]:
     """The campaign's own failures, by every method: no labels, so flip rate and cost only."""
     lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
     with JournalReader(journal) as reader:
         failed = [s.episode for s in reader.episodes() if s.outcome not in (None, "success") and not s.forked_from]
-    scores: dict[str, list[tuple[bool, bool, bool, bool, int, int, float]]] = {}
+    scores: dict[str, list[Score]] = {}
     for episode in failed[:limit]:
         for method in (ORACLE_REPAIR, SAMPLED):
             result = await attribute_episode(
@@ -273,7 +291,7 @@ async def organic(
             scores.setdefault(method, []).append(
                 (False, False, result.decided, result.flipped, result.forks, result.model_calls, result.seconds)
             )
-    return {method: _summary(items) for method, items in scores.items()}
+    return {"all": {method: _summary(items) for method, items in scores.items()}}
 
 
 def main() -> None:
@@ -297,11 +315,12 @@ def main() -> None:
             campaign(journal, args.tasks, args.rate, args.seed, args.config)
         run_s = time.perf_counter() - started
         started = time.perf_counter()
+        tally: dict[str, dict[str, int]] = {}
         if args.organic:
             kept: list[Any] = []
             summary = anyio.run(organic, journal, scratch, args.samples, config, args.episodes)
         else:
-            kept = anyio.run(label_set, journal, labelled, args.episodes, args.seed, config)
+            kept, tally = anyio.run(label_set, journal, labelled, args.episodes, args.seed, config)
             summary = anyio.run(evaluate, labelled, scratch, kept, args.samples, config)
         attribute_s = time.perf_counter() - started
     title = (
@@ -309,28 +328,33 @@ def main() -> None:
         f" (campaign {run_s:.0f}s, faults and attribution {attribute_s:.0f}s)"
     )
     table = Table(title=title)
-    for column in ("method", "n", "agent", "step", "answered", "flip rate", "forks/ep", "model calls/ep", "s/ep"):
+    columns = ("faults", "method", "n", "agent", "step", "answered", "flip rate", "forks/ep", "model calls/ep", "s/ep")
+    for column in columns:
         table.add_column(column)
-    for method, s in summary.items():
-        table.add_row(
-            method,
-            str(s["episodes"]),
-            f"{s['agent_accuracy']:.0%}",
-            f"{s['step_accuracy']:.0%}",
-            f"{s['answered']:.0%}",
-            f"{s['flip_rate']:.0%}",
-            f"{s['forks_per_episode']:.1f}",
-            f"{s['model_calls_per_episode']:.0f}",
-            f"{s['seconds_per_episode']:.2f}",
-        )
+    for group, methods in sorted(summary.items(), key=lambda g: (g[0] != "all", g[0])):
+        for method, s in methods.items():
+            table.add_row(
+                group,
+                method,
+                str(s["episodes"]),
+                f"{s['agent_accuracy']:.0%}",
+                f"{s['step_accuracy']:.0%}",
+                f"{s['answered']:.0%}",
+                f"{s['flip_rate']:.0%}",
+                f"{s['forks_per_episode']:.1f}",
+                f"{s['model_calls_per_episode']:.0f}",
+                f"{s['seconds_per_episode']:.2f}",
+            )
     Console().print(table)
-    faults: dict[str, int] = {}
-    for _, fault, _, _ in kept:
-        faults[fault] = faults.get(fault, 0) + 1
-    if faults:
-        Console().print("kept per fault type: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+    if tally:
+        Console().print(
+            "failed of injected, per fault type: "
+            + ", ".join(
+                f"{k} ({fault_types()[k].mechanism}) {v['failed']}/{v['injected']}" for k, v in sorted(tally.items())
+            )
+        )
     if args.json:
-        args.json.write_text(json.dumps({"methods": summary, "faults": faults}, indent=2))
+        args.json.write_text(json.dumps({"methods": summary, "faults": tally}, indent=2))
 
 
 if __name__ == "__main__":
