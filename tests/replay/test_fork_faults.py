@@ -111,3 +111,29 @@ def test_a_fork_without_a_change_reproduces_the_faults_of_a_live_run(
     rules = next(r.envelope().body for r in forked if r.kind == "episode_started")
     assert isinstance(rules, EpisodeStarted)
     assert [msgspec.convert(r, dict)["episode"] for r in rules.fault_rules] == [result.episode]
+
+
+def test_undoing_one_fault_of_a_standing_rule_leaves_the_rule_on_the_other_messages_and_forks_of_the_repair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "faulted.sqlite"
+    assert main(["run", "--tasks", "1", "--fault", "hallucination:from=user", "--journal", str(journal)]) == 0
+    capsys.readouterr()
+    with JournalReader(journal) as reader:
+        [summary] = reader.episodes()
+    rows = episode_rows(journal, summary.episode)
+    first, *rest = [r for r in rows if r.kind == "fault_applied"]
+    assert rest, "the rule faulted more than one of the user's turns"
+    result = anyio.run(partial(fork, journal, summary.episode, first.pos, UndoFault()))
+    forked = episode_rows(result.journal, result.episode)
+    undone = faults([first])[0]
+    assert undone.original["body"]["text"] in texts(forked, "user_turn")
+    assert undone.results[0]["body"]["text"] not in texts(forked, "user_turn")
+    later = [f for f in faults(forked) if f.original["id"] != undone.original["id"]]
+    assert later and {f.rule_id for f in later} == {undone.rule_id}, "the rule still faults the user's other turns"
+    assert all(f.results[0]["body"]["text"] in texts(forked, "user_turn") for f in later)
+    earlier = next(r for r in forked if r.kind == "assistant_turn")
+    again = anyio.run(partial(fork, result.journal, result.episode, earlier.pos, Keep()))
+    regrown = episode_rows(again.journal, again.episode)
+    assert undone.original["body"]["text"] in texts(regrown, "user_turn"), "a fork of the repair keeps the repair"
+    assert [made(f) for f in faults(regrown)] == [made(f) for f in later]
