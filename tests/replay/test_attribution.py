@@ -117,6 +117,33 @@ def test_fault_event_repair_finds_the_injected_fault_and_writes_only_forks(
     assert main(["replay", str(forks)]) == 0
 
 
+def test_fault_event_repair_finds_a_semantic_fault_on_what_the_user_said(journal_copy: Path, tmp_path: Path) -> None:
+    """The injector changes the order id in the user's answer; the agent cancels what it was told, and fails."""
+    with JournalReader(journal_copy) as reader:
+        cancels = [s.episode for s in reader.episodes() if s.outcome == "success" and s.task.startswith("cancel")]
+    passed, reveal = next(
+        (episode, r)
+        for episode in cancels
+        for r in rows_of(journal_copy, episode)
+        if r.kind == "user_turn" and "order id is #" in getattr(r.envelope().body, "text", "")
+    )
+    labelled = tmp_path / "labelled.sqlite"
+    injected = anyio.run(
+        lambda: fork_episode(
+            journal_copy, passed, reveal.pos, Inject(fault="hallucination"), lookup=LOOKUP, backends=sim, out=labelled
+        )
+    )
+    assert injected.outcome.outcome == "failure"
+    rows = rows_of(journal_copy, passed)
+    expected = next(s for s in steps(rows, LOOKUP) if s.input_id == reveal.causation and s.agent == "user")
+    result = anyio.run(
+        lambda: attribute_episode(
+            labelled, injected.episode, lookup=LOOKUP, backends=sim, method=FAULT_REPAIR, scratch=tmp_path / "f.sqlite"
+        )
+    )
+    assert (result.agent, result.step, result.fault, result.decided) == ("user", expected.index, "hallucination", True)
+
+
 def test_oracle_repair_through_the_openai_backend(
     journal_copy: Path, tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
