@@ -562,8 +562,9 @@ def _interceptor(
     originals: dict[str, Envelope] = {}
     for row in seen:
         env = row.envelope()
-        if isinstance(env.body, FaultApplied) and env.body.model_call < 0:
+        if isinstance(env.body, FaultApplied):
             rule_set.count(env.body)
+        if isinstance(env.body, FaultApplied) and env.body.model_call < 0:
             original = msgspec.convert(env.body.original, Envelope)
             originals[original.id] = original
             if row is seen[-1]:  # an undone fault: its original is what the agent sent

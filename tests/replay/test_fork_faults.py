@@ -86,7 +86,9 @@ async def test_a_fork_from_before_an_injected_semantic_fault_meets_it_again_and_
     assert Replayer(LOOKUP).replay(again.journal).identical
 
 
-@pytest.mark.parametrize("spec", ["hallucination:from=user", "memory_loss:from=tool,turns=1"])
+@pytest.mark.parametrize(
+    "spec", ["hallucination:from=user", "memory_loss:from=tool,turns=1", "memory_loss:from=tool,turns=1,budget=2"]
+)
 def test_a_fork_without_a_change_reproduces_the_faults_of_a_live_run(
     spec: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
