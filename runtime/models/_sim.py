@@ -306,14 +306,15 @@ class _AgentView:
 
     def stated(self, facts: dict[str, str]) -> dict[str, str]:
         """The facts the user's latest statements give, by key, as the agent read them: a turn
-        of the form `My KEY is VALUE, my KEY is VALUE and my KEY is VALUE.` over keys of `facts`."""
+        of the form `My KEY is VALUE, my KEY is VALUE and my KEY is VALUE.` over keys of `facts`,
+        each VALUE one word (no fact value has a space)."""
         said: dict[str, str] = {}
         keys = {key.casefold(): key for key in facts}
         for text in self.user_texts:
             if not (text.startswith("My ") and text.endswith(".")):
                 continue
             parts = [p.partition(" is ") for p in _STATEMENT_PARTS.split(text[3:-1])]
-            if all(sep and key.casefold() in keys for key, sep, _ in parts):
+            if all(sep and key.casefold() in keys and value and not value.split()[1:] for key, sep, value in parts):
                 said |= {keys[key.casefold()]: value for key, _, value in parts}
         return said
 
