@@ -6,9 +6,15 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from faultline.bus import Bus, EmbeddedServer
 from tests.disk import small_disk as small_disk
+
+# The suite runs on every core of a small machine beside nats-servers and worker processes: how long
+# hypothesis takes to draw an example there says nothing about the code, so time is not checked.
+settings.register_profile("shared-cores", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("shared-cores")
 
 
 @pytest.fixture
