@@ -41,6 +41,7 @@ def test_without_the_server_a_command_says_how_to_install_it_in_one_line(
     monkeypatch.delenv("FAULTLINE_LLAMA_SERVER", raising=False)
     monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "j.sqlite").touch()  # `fama analyze` checks its journal exists before it starts anything
     assert main([*command, "--model", "local"]) != 0
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "no llama-cpp-server" in line and "make real" in line
