@@ -501,6 +501,32 @@ def _blank(method: str, search: str = "") -> Attribution:
     )
 
 
+def _at_step(
+    blank: Attribution,
+    step: Step,
+    probe: Probe,
+    after: Probe | None,
+    evidence: list[Probe],
+    **more: Any,
+) -> Attribution:
+    """The answer naming `step`: its success estimate `probe`, and `after`, the one at the step that follows."""
+    return msgspec.structs.replace(
+        blank,
+        agent=step.agent,
+        step=step.index,
+        position=step.position,
+        p=probe.p,
+        low=probe.low,
+        high=probe.high,
+        p_after=after.p if after else None,
+        low_after=after.low if after else None,
+        high_after=after.high if after else None,
+        wrong=step.action,
+        evidence=evidence,
+        **more,
+    )
+
+
 def _undoable(row: JournalRow) -> bool:
     applied = row.envelope().body
     return isinstance(applied, FaultApplied) and applied.model_call < 0
@@ -571,22 +597,15 @@ async def _oracle_repair(
         )
     step, gold, probe = rescued[-1]
     after = probes[probes.index(probe) + 1] if probes.index(probe) + 1 < len(probes) else None
-    return msgspec.structs.replace(
+    return _at_step(
         _blank(ORACLE_REPAIR, f"gold action at each of {len(probes)} steps in turn, one per fork"),
-        agent=step.agent,
-        step=step.index,
-        position=step.position,
+        step,
+        probe,
+        after,
+        probes,
         decided=True,
         category=categorize(step.action, gold, task, domain),
-        p=probe.p,
-        low=probe.low,
-        high=probe.high,
-        p_after=after.p if after else None,
-        low_after=after.low if after else None,
-        high_after=after.high if after else None,
-        wrong=step.action,
         right=gold,
-        evidence=probes,
     )
 
 
@@ -640,18 +659,11 @@ async def _sampled(forks: _Forks, made: list[Step], samples: int) -> Attribution
     best, after = probes[lo], await p(lo + 1)
     step = made[lo - 1]
     decided = best.low > after.high
-    return msgspec.structs.replace(
+    return _at_step(
         _blank(SAMPLED, f"{search}, {samples} samples per step"),
-        agent=step.agent,
-        step=step.index,
-        position=step.position,
+        step,
+        best,
+        after,
+        [probes[k] for k in sorted(probes)],
         decided=decided,
-        p=best.p,
-        low=best.low,
-        high=best.high,
-        p_after=after.p,
-        low_after=after.low,
-        high_after=after.high,
-        wrong=step.action,
-        evidence=[probes[k] for k in sorted(probes)],
     )
