@@ -45,6 +45,9 @@ from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, reopened
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
+BATCH_GATHER_S = 0.005
+"""How long a short batch waits for more messages: a transaction per message would cost the journal
+several times the CPU while episodes send a message every millisecond or so."""
 MAX_ACK_PENDING = 100_000
 
 log = logging.getLogger(__name__)
@@ -67,6 +70,7 @@ class JournalService:
         path: str | Path,
         *,
         batch_limit: int = BATCH_LIMIT,
+        batch_gather_s: float = BATCH_GATHER_S,
         on_completed: Callable[[list[str]], None] | None = None,
         completers: Collection[str] | None = None,
     ) -> None:
@@ -75,6 +79,7 @@ class JournalService:
         """Who may complete an episode (the runner and `completers`); None takes every completion."""
         self.path = Path(path)
         self.batch_limit = batch_limit
+        self.batch_gather_s = batch_gather_s
         self.on_completed = on_completed
         """Told the episodes whose completion a batch just committed; must not block."""
         self.last_seq = 0
@@ -161,7 +166,7 @@ class JournalService:
         """
         while True:
             try:
-                arrived = await consumer.batch(self.batch_limit)
+                arrived = await consumer.batch(self.batch_limit, self.batch_gather_s)
             except DeliveriesLostError as exc:  # an idle heartbeat said so: nothing later came to tell
                 log.warning("%s; reading the stream again from %d", exc, self.last_seq + 1)
                 return None
