@@ -316,21 +316,14 @@ class Bus:
 
     async def publish_all(self, envelopes: Iterable[Envelope]) -> None:
         """Publish many envelopes pipelined; returns once JetStream stored all of them."""
-        publishes: list[Publish] = []
-        round_ = Round()
-        chain = self.interceptors
+        outbox = self.outbox()
         for envelope in envelopes:
-            if len(chain):
-                messages, events = await chain.outbound(envelope)
-                outgoing: Sequence[Envelope] = (*messages, *events)
-            else:
-                outgoing = (envelope,)
-            for message in outgoing:
-                validate_envelope(message)
-                publish = Publish(self.subjects.for_envelope(message), encode(message), message.id)
-                publishes.append(publish)
-                await self._acks.send(publish, round_)
-        await self._settle(publishes, round_)
+            await outbox.send(envelope)
+        await outbox.settle()
+
+    def outbox(self) -> Outbox:
+        """Envelopes sent as they are made and confirmed together (see `Outbox`)."""
+        return Outbox(self)
 
     async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> int:
         """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
@@ -613,6 +606,47 @@ def _start_policy(start: StartAt) -> dict[str, Any]:
     if start == "new":
         return {"deliver_policy": api.DeliverPolicy.NEW}
     return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": int(start)}
+
+
+class Outbox:
+    """Envelopes on their way to the stream: each is sent the moment it is made, and `settle`
+    waits for JetStream to confirm them all.
+
+    One connection delivers its publishes in order, so what is sent first is stored first: a
+    handler's recordings, sent as its calls return, are stored before the outputs sent after
+    them, and the handler waits for one confirmation round instead of one per recording.
+    Should a publish go unconfirmed (a stream without a leader for a moment) it is sent again
+    with its id, and may then be stored after later ones; replay, recovery and forks find a
+    recording by the input that caused it, wherever it is stored.
+    """
+
+    __slots__ = ("_bus", "_publishes", "_round")
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self._publishes: list[Publish] = []
+        self._round = Round()
+
+    async def send(self, envelope: Envelope) -> None:
+        """Send `envelope` through the outbound interceptors, without waiting for its confirmation."""
+        bus = self._bus
+        chain = bus.interceptors
+        if len(chain):
+            messages, events = await chain.outbound(envelope)
+            outgoing: Sequence[Envelope] = (*messages, *events)
+        else:
+            outgoing = (envelope,)
+        for message in outgoing:
+            validate_envelope(message)
+            publish = Publish(bus.subjects.for_envelope(message), encode(message), message.id)
+            self._publishes.append(publish)
+            await bus._acks.send(publish, self._round)
+
+    async def settle(self) -> None:
+        """Return once JetStream stored everything sent (see `Bus._settle` for the retries and errors)."""
+        publishes, round_ = self._publishes, self._round
+        self._publishes, self._round = [], Round()
+        await self._bus._settle(publishes, round_)
 
 
 class _Refusals:

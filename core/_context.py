@@ -4,7 +4,8 @@ Outputs (`send`, `publish`, `emit`) are collected and published by the runtime
 after the handler returns, with ids derived from the input's id, so a handler
 that runs twice (after a crash) publishes nothing new. Nondeterministic calls
 (`llm`, `request`, `now`, `random`) go through a `Recorder`: live it executes
-the call and stores a `Recording` on `fl.rec` before returning; in replay it
+the call and hands a `Recording` for `fl.rec` to `store` before returning (a
+worker sends it at once and confirms it with the handler's outputs); in replay it
 serves the journaled answer after checking that the request digest matches.
 """
 

@@ -415,6 +415,7 @@ async def fork_episode(
         rows_there, outcome = found
         return result(outcome, rows_there, 0, existing=True)
     prefix = [r for r in rows if r.pos < at and r.id not in _undone(target, change)]
+    prefix += _late_recordings(prefix, [r for r in rows if r.pos >= at])
     tracks = _tracks(prefix, lookup)
     classes: dict[str, type[Agent]] = {}
     for row in rows:
@@ -606,3 +607,13 @@ def summary_outcome(summary: Any) -> EpisodeCompleted | None:
     return EpisodeCompleted(
         outcome=summary.outcome, reward=summary.reward or 0.0, cause=summary.cause or "", turns=summary.turns or 0
     )
+
+
+def _late_recordings(prefix: list[JournalRow], rest: list[JournalRow]) -> list[JournalRow]:
+    """The recordings in `rest` of handlings that left their outputs in `prefix`: part of the history.
+
+    A recording sent again after a moment without a stream leader is stored after the outputs it
+    preceded (`bus.Outbox`); the fork serves it as the journal did, rather than call the model anew.
+    """
+    handled = {(r.sender, r.causation) for r in prefix if r.kind != "recording"}
+    return [r for r in rest if r.kind == "recording" and (r.sender, r.causation) in handled]

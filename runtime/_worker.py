@@ -7,7 +7,8 @@ each (episode, agent) belongs to exactly one worker, which handles its messages
 in stream order; a restarted worker resumes its consumer and finds its share.
 
 Timers. A handler that emits a `Timer` (a bounded wait) is sent `TimerFired`
-`after_s` seconds later by the worker that published the timer. A timer held by
+`after_s` seconds later by the worker that published the timer, unless the
+episode completed meanwhile (nobody waits any more). A timer held by
 a worker that stops or dies is not lost: when the agent's consumer is opened
 again, the worker reads from the stream the timers of its share that have not
 fired in episodes not completed, and fires each when it would have (at once if
@@ -398,14 +399,18 @@ class Worker:
             await self.bus.publish_all(events)
         for message in messages:
             recorded = instance.recorded.pop(message.id, {})
-            recorder = Recorder(recorded=recorded, services=self, store=self.bus.publish, faults=self.request_faults)
+            outbox = self.bus.outbox()
+            recorder = Recorder(recorded=recorded, services=self, store=outbox.send, faults=self.request_faults)
             try:
                 outputs = await self._handling(cls, instance, message, recorder).run(self.settings.handler_timeout_s)
             except NonDeterminismError as exc:  # a call recorded before a crash differs from today's
                 outputs = failure_envelopes(cls.name, message, exc)
             if len(messages) == 1 and len(outputs) == 1 and isinstance(outputs[0].body, NoOutput):
+                await outbox.settle()
                 return outputs[0]
-            await self.bus.publish_all(outputs)
+            for output in outputs:
+                await outbox.send(output)
+            await outbox.settle()
             self._arm([env for env in outputs if isinstance(env.body, Timer)])
         return None
 
@@ -417,7 +422,8 @@ class Worker:
 
     async def _fire(self, timer: Envelope, after_s: float) -> None:
         await anyio.sleep(after_s)
-        await self.bus.publish(timer_fired(timer))
+        if timer.episode not in self._finished:  # nobody waits in a completed episode
+            await self.bus.publish(timer_fired(timer))
 
     async def _on_completed(self, msg: Message) -> None:
         self._finished[self.bus.subjects.event_episode(msg.subject)] = anyio.current_time()

@@ -343,3 +343,30 @@ async def test_the_operator_makes_a_readers_consumer_and_keeps_its_place_when_it
     assert info.config.filter_subjects == list(wider.filters)
     assert info.config.deliver_subject == "_INBOX.worker-main.agent-b-0of1"
     assert await bus.ack_floor(spec.name) == 1
+
+
+async def test_an_outbox_sends_each_envelope_at_once_and_settles_them_in_order(bus: Bus) -> None:
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    outbox = bus.outbox()
+    await outbox.send(note(1))
+    [first] = await drain(consumer, 1)  # stored and delivered before anything waited for its confirmation
+    for i in range(2, 6):
+        await outbox.send(note(i))
+    await outbox.settle()
+    got = [first, *await drain(consumer, 4)]
+    assert [d.envelope().id for d in got] == [f"m{i}" for i in range(1, 6)]
+    assert [d.stream_seq for d in got] == [1, 2, 3, 4, 5]
+
+
+async def test_a_short_batch_waits_its_gather_time_for_later_deliveries(bus: Bus) -> None:
+    consumer = await bus.consumer(None, bus.subjects.journaled)
+    await bus.publish(note(1))
+    got: list = []
+    async with anyio.create_task_group() as tg:
+
+        async def read() -> None:
+            got.extend(await consumer.batch(gather_s=1.0))
+
+        tg.start_soon(read)
+        await bus.publish_all(note(i) for i in range(2, 5))
+    assert [d.envelope().id for d in got] == ["m1", "m2", "m3", "m4"]

@@ -12,7 +12,7 @@ import pytest
 
 from faultline.cli import main
 from faultline.core import Envelope, LlmRequest, LlmResponse
-from faultline.journal import JournalReader, JournalRow
+from faultline.journal import Incoming, Journal, JournalReader, JournalRow
 from faultline.replay import Keep, Replayer, decisions, fork_episode, forks_path
 from faultline.runtime import Config, agent_lookup, make_backend
 from tests import jsonl
@@ -238,3 +238,29 @@ async def test_a_fork_cancelled_midway_leaves_no_rows_and_can_be_run_again(journ
     )
     assert not result.existing and result.outcome.outcome == "success"
     assert len(rows_of(forks)) == result.rows > 0
+
+
+def test_a_recording_stored_after_the_outputs_it_preceded_is_served_to_a_fork_not_asked_again(
+    journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recording sent again after a moment without a stream leader lands after its handler's outputs."""
+    with JournalReader(journal_copy) as reader:
+        episode = next(s.episode for s in reader.episodes() if s.outcome == "success")
+        rows = list(reader.episode_rows(episode))
+    call = next(r for r in rows if r.kind == "tool_call")
+    recording = next(r for r in rows if r.kind == "recording" and r.sender == "tool" and r.causation == call.causation)
+    answer = next(r for r in rows if r.kind == "tool_result" and r.pos > call.pos)
+    late = [r for r in rows if r is not recording]
+    late.insert(late.index(answer) + 1, recording)
+    stream = rows[0].stream
+    for name, order in (("stored-in-order", rows), ("stored-late", late)):
+        with Journal.open(tmp_path / f"{name}.sqlite") as journal:
+            journal.append(Incoming(stream, seq, r.subject, r.envelope()) for seq, r in enumerate(order, start=1))
+    at = {name: [r.id for r in rows_of(tmp_path / f"{name}.sqlite")].index(answer.id) + 1 for name in ("stored-in-order", "stored-late")}  # fmt: skip
+    results = {
+        name: fork(capsys, str(tmp_path / f"{name}.sqlite"), "-e", episode, "--at", str(at[name]), "--keep")
+        for name in at
+    }
+    assert results["stored-late"]["model_calls"] == results["stored-in-order"]["model_calls"]
+    assert results["stored-late"]["outcome"]["outcome"] == results["stored-in-order"]["outcome"]["outcome"]
+    assert main(["replay", results["stored-late"]["journal"]]) == 0

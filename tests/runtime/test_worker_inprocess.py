@@ -62,6 +62,13 @@ async def test_ping_pong_episodes_complete_with_recordings(bus: Bus) -> None:
     for e in notes[1:]:
         assert e.causation in {n.id for n in notes} | {r.id for r in journal}
         assert e.hops > 0
+    # A handler's recordings are stored before the outputs it left (they are sent first, on one connection).
+    position = {e.id: i for i, e in enumerate(journal)}
+    for made in (e for e in journal if isinstance(e.body, Recording)):
+        outputs = [
+            e for e in journal if (e.sender, e.causation) == (made.sender, made.causation) and e.kind != "recording"
+        ]
+        assert outputs and all(position[o.id] > position[made.id] for o in outputs)
 
 
 async def test_a_raising_handler_fails_its_episode_only(bus: Bus) -> None:
@@ -187,6 +194,41 @@ async def test_a_timer_set_before_its_worker_stopped_fires_from_the_worker_after
     journal = await collect(bus, "wait")
     [timer] = [e for e in journal if isinstance(e.body, Timer)]
     assert [e.causation for e in journal if isinstance(e.body, TimerFired)] == [timer.id]
+
+
+class Hurried(Agent):
+    """Sets a timer it does not wait for when its episode starts, and completes at once; a `Start` that
+    says `wait` waits for its timer instead."""
+
+    name = "hurried"
+    completes = True
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Start):
+            wait = bool(msg.body.data.get("wait"))
+            ctx.emit(Timer(after_s=0.6 if wait else 0.2))
+            if not wait:
+                ctx.emit(EpisodeCompleted(outcome="success"))
+        elif isinstance(msg.body, TimerFired):
+            ctx.emit(EpisodeCompleted(outcome="success"))
+
+
+async def test_a_timer_of_an_episode_completed_meanwhile_does_not_fire(bus: Bus) -> None:
+    worker = Worker(bus, [Hurried], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus, (Hurried.name,)) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await start_episode(bus, "done", "hurried", EpisodeStarted())
+        with anyio.fail_after(10):
+            await completions.wait(["done"])
+        await start_episode(bus, "waits", "hurried", EpisodeStarted(), Start(data={"wait": True}))
+        with anyio.fail_after(10):
+            await completions.wait(["waits"])  # its timer fired after the other one's time was up
+        worker.stop()
+    assert any(isinstance(e.body, TimerFired) for e in await collect(bus, "waits"))
+    done = await collect(bus, "done")
+    assert any(isinstance(e.body, Timer) for e in done)
+    assert not any(isinstance(e.body, TimerFired) for e in done)
 
 
 class Tally(Agent):
