@@ -15,9 +15,14 @@ of this process and of nats-server is counted (the journal service is not
 running there). These numbers measure the
 runtime's mechanism with a simulator; they say nothing about any model.
 
+Every roster runs once per round, in an order that turns each round, and each
+round's rosters are set against that round's run without helpers: the medians
+over rounds are reported, with each round's latency figure beside them, so a
+machine whose speed drifts during the run moves them all alike.
+
 Target: under 10 ms per decision with 6 helpers.
 
-    python bench/helpers.py [--tasks N] [--json out.json]
+    python bench/helpers.py [--tasks N] [--rounds R] [--json out.json]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +43,7 @@ from rich.table import Table
 
 from faultline.agents import EnvironmentHost, ToolAgent, UserSimulator
 from faultline.agents.helpers import HELPER_CLASSES
+from faultline.bench._common import machine
 from faultline.bus import Bus, EmbeddedServer
 from faultline.cli._run_plan import RunPlan, RunResult, plan_episodes, run_plan
 from faultline.core import ChatMessage, LlmRequest
@@ -121,31 +128,57 @@ def sim_helper_ms(roster: str) -> float:
     return (time.perf_counter() - started) * 1000 / rounds
 
 
+def measure_round(tmp: Path, round_: int, tasks: int) -> dict[int, dict[str, float]]:
+    """One episode latency, CPU time and decision count per roster, the rosters in an order that turns
+    with `round_` (so none always runs first, on a machine that warms up or slows down)."""
+    sizes = list(ROSTERS)
+    turn = round_ % len(sizes)
+    found: dict[int, dict[str, float]] = {}
+    for size in sizes[turn:] + sizes[:turn]:
+        roster = ROSTERS[size]
+        journal = tmp / f"h{size}-{round_}.sqlite"
+        summary = run(journal, roster, tasks)
+        found[size] = {
+            "episode_ms": summary["avg_latency_s"] * 1000,
+            "cpu_ms": cpu_ms_per_episode(roster, tasks, tmp / f"nats{size}-{round_}"),
+            "decisions": decisions_per_episode(journal),
+        }
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every roster; medians are reported")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    rows = []
+    rounds = []
     with tempfile.TemporaryDirectory() as tmp:
-        base_ms = base_cpu_ms = 0.0
-        for size, roster in ROSTERS.items():
-            journal = Path(tmp) / f"h{size}.sqlite"
-            summary = run(journal, roster, args.tasks)
-            episode_ms = summary["avg_latency_s"] * 1000
-            cpu_ms = cpu_ms_per_episode(roster, args.tasks, Path(tmp) / f"nats{size}")
-            decisions = decisions_per_episode(journal)
-            if size == 0:
-                base_ms, base_cpu_ms = episode_ms, cpu_ms
-            sim_ms = sim_helper_ms(roster) if size else 0.0
-            overhead = (episode_ms - base_ms) / decisions - sim_ms if size else 0.0
-            cpu_overhead = (cpu_ms - base_cpu_ms) / decisions - sim_ms if size else 0.0
-            rows.append({"helpers": size, "roster": roster, "episode_ms": episode_ms, "decisions": decisions,
-                         "sim_model_ms_per_decision": sim_ms, "overhead_ms_per_decision": overhead,
-                         "cpu_ms_per_episode": cpu_ms, "cpu_overhead_ms_per_decision": cpu_overhead})  # fmt: skip
-    table = Table(title=f"helper overhead per decision, sim model, {args.tasks} retail tasks one at a time")
+        for round_ in range(args.rounds):
+            rounds.append(measure_round(Path(tmp), round_, args.tasks))
+    rows = []
+    for size, roster in ROSTERS.items():
+        sim_ms = sim_helper_ms(roster) if size else 0.0
+
+        def per_decision(key: str, size: int = size, sim_ms: float = sim_ms) -> list[float]:
+            """The roster's cost per decision over the no-helper run of the same round, in each round."""
+            return [(r[size][key] - r[0][key]) / r[size]["decisions"] - sim_ms for r in rounds]
+
+        overhead, cpu_overhead = per_decision("episode_ms"), per_decision("cpu_ms")
+        rows.append({"helpers": size, "roster": roster,
+                     "episode_ms": statistics.median(r[size]["episode_ms"] for r in rounds),
+                     "decisions": statistics.median(r[size]["decisions"] for r in rounds),
+                     "sim_model_ms_per_decision": sim_ms,
+                     "overhead_ms_per_decision": statistics.median(overhead), "overhead_each_round": overhead,
+                     "cpu_ms_per_episode": statistics.median(r[size]["cpu_ms"] for r in rounds),
+                     "cpu_overhead_ms_per_decision": statistics.median(cpu_overhead),
+                     "cpu_overhead_each_round": cpu_overhead})  # fmt: skip
+    table = Table(
+        title=f"helper overhead per decision, sim model, {args.tasks} retail tasks one at a time,"
+        f" median of {args.rounds} rounds"
+    )
     columns = ("helpers", "roster", "episode ms", "decisions/episode", "sim model ms", "runtime ms/decision",
-               "CPU ms/episode", "runtime CPU ms/decision")  # fmt: skip
+               "each round", "CPU ms/episode", "runtime CPU ms/decision")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
@@ -153,6 +186,7 @@ def main() -> None:
         table.add_row(
             str(row["helpers"]), row["roster"], f"{row['episode_ms']:.0f}", f"{row['decisions']:.1f}",
             f"{row['sim_model_ms_per_decision']:.2f}", f"{row['overhead_ms_per_decision']:.2f}" if helped else "-",
+            " ".join(f"{x:.1f}" for x in row["overhead_each_round"]) if helped else "-",
             f"{row['cpu_ms_per_episode']:.0f}", f"{row['cpu_overhead_ms_per_decision']:.2f}" if helped else "-",
         )  # fmt: skip
     console = Console()
@@ -163,7 +197,7 @@ def main() -> None:
         " sim numbers measure the runtime only"
     )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"machine": machine(), "rounds": args.rounds, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
