@@ -5,9 +5,11 @@ queueing): no helpers, then 1 (dce), 3 (dce, tsa, memory:6) and all 6. The sim
 answers in microseconds, so what a roster adds to an episode is the runtime's
 work: the requests to each helper, their replies, the timer, the tool agent
 handling each reply, the journal. Per decision = (episode latency with the
-roster - without) / the tool agent's decisions per episode; the time the sim
-spends computing helper answers (measured alone, in-process) is subtracted, so
-the number excludes model time. The same difference is taken in CPU time,
+roster - without) / the tool agent's decisions per episode, less the model
+time: every answer the sim computes in those episodes (the tool agent's, whose
+prompt grows with its helpers' notes, and the helpers') is timed in the
+in-process run below, on the same tasks, and the difference subtracted, so the
+number excludes model time. The same difference is taken in CPU time,
 which a busy shared machine disturbs far less than latency: the same tasks run
 again with every agent (env, tool, user, helpers) in one worker in this process
 against a nats-server of its own, after one warm-up episode, and the CPU time
@@ -36,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 from rich.console import Console
@@ -46,7 +49,7 @@ from faultline.agents.helpers import HELPER_CLASSES
 from faultline.bench._common import machine
 from faultline.bus import Bus, EmbeddedServer
 from faultline.cli._run_plan import RunPlan, RunResult, plan_episodes, run_plan
-from faultline.core import ChatMessage, LlmRequest
+from faultline.core import Agent, LlmRequest, LlmResponse
 from faultline.envs import load_domain
 from faultline.journal import JournalReader
 from faultline.runtime import Worker
@@ -68,30 +71,44 @@ def _server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_ms_per_episode(roster: str, tasks: int, store: Path) -> float:
-    """CPU ms per episode of this process (every agent in one worker) and its nats-server, sim model."""
+class TimedSim(SimBackend):
+    """The sim, counting the CPU time it spends computing answers: the model time of a run."""
+
+    spent_s = 0.0
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        started = time.thread_time()
+        try:
+            return self.respond(request)
+        finally:
+            TimedSim.spent_s += time.thread_time() - started
+
+
+def cpu_ms_per_episode(roster: str, tasks: int, store: Path) -> tuple[float, float]:
+    """CPU ms per episode of this process (every agent in one worker) and its nats-server, and the ms
+    of it the sim spent computing answers (model time), with the sim model."""
     helpers = [] if roster == "none" else roster.split(",")
     domain = load_domain("retail")
 
-    async def measure() -> float:
+    async def measure() -> tuple[float, float]:
         with EmbeddedServer(store_dir=store) as server:
             assert server.pid is not None
             bus = await Bus.connect(server.url)
             await bus.ensure_stream()
-            agents = [EnvironmentHost, ToolAgent, UserSimulator, *HELPER_CLASSES]
-            worker = Worker(bus, agents, backends=lambda role: SimBackend())
+            agents: list[type[Agent]] = [EnvironmentHost, ToolAgent, UserSimulator, *HELPER_CLASSES]
+            worker = Worker(bus, agents, backends=lambda role: TimedSim())
             async with anyio.create_task_group() as tg:
                 tg.start_soon(worker.run)
                 await worker.wait_ready()
                 for run_id, count in (("warm", 1), ("cpu", tasks)):
                     plan = RunPlan(tasks=count, concurrency=1, helpers=helpers, run_id=run_id)
                     result = RunResult(plan_episodes(plan, domain))
-                    cpu, server_cpu = time.process_time(), _server_cpu_s(server.pid)
+                    cpu, server_cpu, TimedSim.spent_s = time.process_time(), _server_cpu_s(server.pid), 0.0
                     await run_plan(bus, plan, result, lambda *_: None)
                     used = time.process_time() - cpu + _server_cpu_s(server.pid) - server_cpu
                 worker.stop()
             await bus.close()
-            return used * 1000 / len(result.completed)
+            return used * 1000 / len(result.completed), TimedSim.spent_s * 1000 / len(result.completed)
 
     return anyio.run(measure)
 
@@ -104,30 +121,6 @@ def decisions_per_episode(journal: Path) -> float:
     return calls / max(len(episodes), 1)
 
 
-def sim_helper_ms(roster: str) -> float:
-    """Milliseconds the sim spends answering one round of the roster's model calls, in-process."""
-    domain = load_domain("retail")
-    task = domain.tasks()[0]
-    backend = SimBackend()
-    asked = [h for h in roster.split(",") if h in ("dce", "tsa", "planner", "verifier")]
-    conversation = [ChatMessage(role="user", content=task.instruction)]
-    requests = [
-        LlmRequest(
-            role=h,
-            messages=[ChatMessage(role="system", content=domain.policy), *conversation, ChatMessage(role="user", content="?")],
-            metadata={"sim": "helper", "helper": h, "domain": "retail", "task": task.id,
-                      "proposal": task.actions[0].as_dict()},
-        )
-        for h in asked
-    ]  # fmt: skip
-    rounds = 200
-    started = time.perf_counter()
-    for _ in range(rounds):
-        for request in requests:
-            backend.respond(request)
-    return (time.perf_counter() - started) * 1000 / rounds
-
-
 def measure_round(tmp: Path, round_: int, tasks: int) -> dict[int, dict[str, float]]:
     """One episode latency, CPU time and decision count per roster, the rosters in an order that turns
     with `round_` (so none always runs first, on a machine that warms up or slows down)."""
@@ -138,9 +131,11 @@ def measure_round(tmp: Path, round_: int, tasks: int) -> dict[int, dict[str, flo
         roster = ROSTERS[size]
         journal = tmp / f"h{size}-{round_}.sqlite"
         summary = run(journal, roster, tasks)
+        cpu_ms, model_ms = cpu_ms_per_episode(roster, tasks, tmp / f"nats{size}-{round_}")
         found[size] = {
             "episode_ms": summary["avg_latency_s"] * 1000,
-            "cpu_ms": cpu_ms_per_episode(roster, tasks, tmp / f"nats{size}-{round_}"),
+            "cpu_ms": cpu_ms,
+            "model_ms": model_ms,
             "decisions": decisions_per_episode(journal),
         }
     return found
@@ -156,19 +151,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
             rounds.append(measure_round(Path(tmp), round_, args.tasks))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for size, roster in ROSTERS.items():
-        sim_ms = sim_helper_ms(roster) if size else 0.0
 
-        def per_decision(key: str, size: int = size, sim_ms: float = sim_ms) -> list[float]:
-            """The roster's cost per decision over the no-helper run of the same round, in each round."""
-            return [(r[size][key] - r[0][key]) / r[size]["decisions"] - sim_ms for r in rounds]
+        def per_decision(key: str, size: int = size) -> list[float]:
+            """The roster's cost per decision over the no-helper run of the same round, model time left out."""
+            return [(r[size][key] - r[0][key] - (r[size]["model_ms"] - r[0]["model_ms"])) / r[size]["decisions"]
+                    for r in rounds]  # fmt: skip
 
         overhead, cpu_overhead = per_decision("episode_ms"), per_decision("cpu_ms")
         rows.append({"helpers": size, "roster": roster,
                      "episode_ms": statistics.median(r[size]["episode_ms"] for r in rounds),
                      "decisions": statistics.median(r[size]["decisions"] for r in rounds),
-                     "sim_model_ms_per_decision": sim_ms,
+                     "sim_model_ms_per_decision": statistics.median(
+                         (r[size]["model_ms"] - r[0]["model_ms"]) / r[size]["decisions"] for r in rounds),
                      "overhead_ms_per_decision": statistics.median(overhead), "overhead_each_round": overhead,
                      "cpu_ms_per_episode": statistics.median(r[size]["cpu_ms"] for r in rounds),
                      "cpu_overhead_ms_per_decision": statistics.median(cpu_overhead),
@@ -177,7 +173,7 @@ def main() -> None:
         title=f"helper overhead per decision, sim model, {args.tasks} retail tasks one at a time,"
         f" median of {args.rounds} rounds"
     )
-    columns = ("helpers", "roster", "episode ms", "decisions/episode", "sim model ms", "runtime ms/decision",
+    columns = ("helpers", "roster", "episode ms", "decisions/episode", "sim model ms added", "runtime ms/decision",
                "each round", "CPU ms/episode", "runtime CPU ms/decision")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
