@@ -144,15 +144,20 @@ class AsksOnce(Agent):
         ctx.emit(EpisodeCompleted(outcome="success"))
 
 
+async def run_episode(bus: Bus, completions: Completions, episode: str, agent: str, first: Start | None = None) -> None:
+    """Start `episode` with `first` (a bare `Start` by default) to `agent`, and wait until it completed."""
+    await start_episode(bus, episode, agent, EpisodeStarted(), first)
+    with anyio.fail_after(20):
+        await completions.wait([episode])
+
+
 async def test_a_handler_slower_than_the_ack_wait_sees_its_message_once(bus: Bus) -> None:
     model = SlowModel(seconds=2.5)
     worker = Worker(bus, [AsksOnce], backends=lambda role: model, settings=WorkerSettings(ack_wait_s=1.0))
     async with anyio.create_task_group() as tg, Completions(bus, (AsksOnce.name,)) as completions:
         tg.start_soon(worker.run)
         await worker.wait_ready()
-        await start_episode(bus, "slow", "asker", EpisodeStarted())
-        with anyio.fail_after(20):
-            await completions.wait(["slow"])
+        await run_episode(bus, completions, "slow", "asker")
         worker.stop()
     assert model.calls == 1, "the message was not delivered again while its handler waited on the model"
     assert worker.handled == 1
@@ -218,12 +223,8 @@ async def test_a_timer_of_an_episode_completed_meanwhile_does_not_fire(bus: Bus)
     async with anyio.create_task_group() as tg, Completions(bus, (Hurried.name,)) as completions:
         tg.start_soon(worker.run)
         await worker.wait_ready()
-        await start_episode(bus, "done", "hurried", EpisodeStarted())
-        with anyio.fail_after(10):
-            await completions.wait(["done"])
-        await start_episode(bus, "waits", "hurried", EpisodeStarted(), Start(data={"wait": True}))
-        with anyio.fail_after(10):
-            await completions.wait(["waits"])  # its timer fired after the other one's time was up
+        await run_episode(bus, completions, "done", "hurried")
+        await run_episode(bus, completions, "waits", "hurried", Start(data={"wait": True}))  # its timer fires later
         worker.stop()
     assert any(isinstance(e.body, TimerFired) for e in await collect(bus, "waits"))
     done = await collect(bus, "done")
