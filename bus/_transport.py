@@ -482,22 +482,23 @@ class Bus:
         sent and not acknowledged: what a process that stopped held, or what was lost on the way.
         """
         stream = self.subjects.stream
-        info = await self._consumer_info(name)
-        if info is None:
-            deliver_subject = f"{self.inbox}.{name}"
-            config = _own_config(
-                name, deliver_subject, filter_subjects, ack_wait_s or self.settings.ack_wait_s, self.settings
-            )
-            try:
+        try:
+            info = await self._consumer_info(name)
+            if info is None:
+                deliver_subject = f"{self.inbox}.{name}"
+                config = _own_config(
+                    name, deliver_subject, filter_subjects, ack_wait_s or self.settings.ack_wait_s, self.settings
+                )
                 with nats_failure(f"opening consumer {name}"):
                     info = await self.js.add_consumer(stream, config)
-            except BusError as exc:
-                if self.inbox == INBOX:
-                    raise
-                raise BusError(
-                    f"consumer {name} does not exist, and only the operator makes a worker's consumers ({exc}):"
-                    " start the system with `faultline up`, which makes every worker's consumers"
-                ) from None
+        except BusError as exc:
+            if self.inbox == INBOX:
+                raise
+            raise BusError(
+                f"consumer {name} is not one the operator made for this identity, and only the operator makes"
+                f" a worker's consumers ({exc}): start the system with `faultline up`, and a worker by hand only"
+                " as an agent and shard its configuration names"
+            ) from None
         delivered = info.delivered.consumer_seq if info.delivered else 0
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
         last = info.delivered.stream_seq if info.delivered else 0

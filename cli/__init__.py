@@ -93,15 +93,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _configure_logging(args)
         return int(args.handler(args) or 0)
-    except UsageError as exc:
-        print(f"faultline: usage error: {exc}", file=sys.stderr)
-        return 2
-    except FaultlineError as exc:
-        print(f"faultline: error: {exc}", file=sys.stderr)
+    except (FaultlineError, BaseExceptionGroup) as exc:
+        failure = exc if isinstance(exc, FaultlineError) else _ours(exc)
+        if failure is None:
+            raise
+        if isinstance(failure, UsageError):
+            print(f"faultline: usage error: {failure}", file=sys.stderr)
+            return 2
+        print(f"faultline: error: {failure}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("faultline: interrupted", file=sys.stderr)
         return 130
+
+
+def _ours(group: BaseExceptionGroup[BaseException]) -> FaultlineError | None:
+    """The error to report of a failure raised through task groups (a service that could not start):
+    the first of its errors when all are ours, else None (a bug: its traceback is shown)."""
+    ours, others = group.split(FaultlineError)
+    if ours is None or others is not None:
+        return None
+    first: BaseException = ours
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first if isinstance(first, FaultlineError) else None
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ attempt on another worker's consumer, on its deliveries or on every inbox is ref
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,3 +237,17 @@ async def _trespass(raw: NatsClient, trespass: Trespass, on_msg: Callable[[Msg],
     inbox = raw.new_inbox()
     await raw.subscribe(inbox, cb=on_msg)  # its own inbox: where an answer would come
     await raw.publish(trespass.subject, trespass.payload, reply=inbox)
+
+
+async def test_a_worker_started_by_hand_for_a_consumer_up_did_not_make_is_told_so_in_one_line(tmp_path: Path) -> None:
+    async with live_system(tmp_path) as supervisor:
+        assert supervisor.access is not None
+        creds = supervisor.access.credential_file(worker_identity("main"))
+        command = ["worker", "--agents", "tool", "--shard", "1/2", "--nats", supervisor.url, "--creds", str(creds)]
+        with anyio.fail_after(60):
+            done = await anyio.run_process([sys.executable, "-m", "faultline.cli", *command], check=False, cwd=tmp_path)
+    said = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in said, said
+    last = said.strip().splitlines()[-1]  # after the worker's log lines
+    assert last.startswith("faultline: error: consumer agent-tool-1of2 is not one the operator made"), last
+    assert "start the system with `faultline up`" in last
