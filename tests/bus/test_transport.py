@@ -365,7 +365,7 @@ async def test_a_short_batch_waits_its_gather_time_for_later_deliveries(bus: Bus
     async with anyio.create_task_group() as tg:
 
         async def read() -> None:
-            got.extend(await consumer.batch(gather_s=1.0))
+            got.extend(await consumer.batch(gather_s=2.0))
 
         tg.start_soon(read)
         await bus.publish_all(note(i) for i in range(2, 5))
