@@ -247,6 +247,23 @@ class Tally(Agent):
             ctx.emit(EpisodeCompleted(outcome="success", details={"seen": self.seen}))
 
 
+async def tally_ten_notes(bus: Bus, episode: str, *, within_s: float) -> tuple[EpisodeCompleted, Worker]:
+    """Ten notes to a `Tally` worker whose ack wait (60 s) is longer than the test; its completion within
+    `within_s`, and the worker."""
+    worker = Worker(bus, [Tally], backends=lambda role: EchoBackend(), settings=WorkerSettings(ack_wait_s=60.0))
+    async with anyio.create_task_group() as tg, Completions(bus, (Tally.name,)) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await bus.publish_all(
+            Envelope(id=f"n{i}", episode=episode, sender="feeder", recipient="tally", body=Note(data={"n": i}))
+            for i in range(10)
+        )
+        with anyio.fail_after(within_s):
+            done = await completions.wait([episode])
+        worker.stop()
+    return done[episode], worker
+
+
 async def test_deliveries_lost_on_the_way_are_handled_in_stream_order_once(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,19 +282,9 @@ async def test_deliveries_lost_on_the_way_are_handled_in_stream_order_once(
         await arrive(self, msg)
 
     monkeypatch.setattr(Consumer, "_on_msg", lossy)
-    worker = Worker(bus, [Tally], backends=lambda role: EchoBackend(), settings=WorkerSettings(ack_wait_s=60.0))
-    async with anyio.create_task_group() as tg, Completions(bus, (Tally.name,)) as completions:
-        tg.start_soon(worker.run)
-        await worker.wait_ready()
-        await bus.publish_all(
-            Envelope(id=f"n{i}", episode="gap", sender="feeder", recipient="tally", body=Note(data={"n": i}))
-            for i in range(10)
-        )
-        with anyio.fail_after(20):
-            done = await completions.wait(["gap"])
-        worker.stop()
+    done, worker = await tally_ten_notes(bus, "gap", within_s=20)
     assert len(dropped) == 3
-    assert done["gap"].details == {"seen": list(range(10))}
+    assert done.details == {"seen": list(range(10))}
     assert worker.handled == 10
 
 
@@ -299,18 +306,8 @@ async def test_the_last_input_lost_before_a_quiet_period_is_found_by_the_idle_he
     bus = await Bus.connect(nats_server.url, settings=BusSettings(idle_heartbeat_s=0.5))
     try:
         await bus.ensure_stream()
-        worker = Worker(bus, [Tally], backends=lambda role: EchoBackend(), settings=WorkerSettings(ack_wait_s=60.0))
-        async with anyio.create_task_group() as tg, Completions(bus, (Tally.name,)) as completions:
-            tg.start_soon(worker.run)
-            await worker.wait_ready()
-            await bus.publish_all(
-                Envelope(id=f"n{i}", episode="quiet", sender="feeder", recipient="tally", body=Note(data={"n": i}))
-                for i in range(10)
-            )
-            with anyio.fail_after(15):  # a quarter of the ack wait
-                done = await completions.wait(["quiet"])
-            worker.stop()
+        done, _ = await tally_ten_notes(bus, "quiet", within_s=15)  # a quarter of the ack wait
     finally:
         await bus.close()
     assert len(dropped) == 1
-    assert done["quiet"].details == {"seen": list(range(10))}
+    assert done.details == {"seen": list(range(10))}
