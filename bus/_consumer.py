@@ -120,15 +120,18 @@ class Consumer:
         last = int((msg.headers or {}).get(LAST_CONSUMER_HEADER, 0) or 0)
         if last <= self._arrived_seq or self._lost is not None:
             return
-        lost = DeliveriesLostError(
-            f"consumer {self.name}: deliveries {self._arrived_seq + 1} to {last} were sent but never arrived"
-            " (a server or route was lost); an idle heartbeat said so"
-        )
+        lost = self._lost_between(self._arrived_seq + 1, last, "an idle heartbeat said so")
         if self._handler is not None:
             self._fail(lost)
             return
         self._lost = lost
         self._arrived.set()
+
+    def _lost_between(self, first: int, last: int, how: str) -> DeliveriesLostError:
+        return DeliveriesLostError(
+            f"consumer {self.name}: deliveries {first} to {last} were sent but never arrived"
+            f" (a server or route was lost); {how}"
+        )
 
     def _fail(self, exc: Exception) -> None:
         self._handler = None
@@ -160,9 +163,8 @@ class Consumer:
 
     async def _hand(self, handler: Callable[[Delivery], Awaitable[None]], delivery: Delivery) -> None:
         if delivery.consumer_seq > self.delivered + 1:
-            raise DeliveriesLostError(
-                f"consumer {self.name}: deliveries {self.delivered + 1} to {delivery.consumer_seq - 1} were sent"
-                f" but never arrived (a server or route was lost); stream sequence {delivery.stream_seq} came next"
+            raise self._lost_between(
+                self.delivered + 1, delivery.consumer_seq - 1, f"stream sequence {delivery.stream_seq} came next"
             )
         self.delivered = delivery.consumer_seq
         await handler(delivery)

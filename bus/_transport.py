@@ -626,7 +626,8 @@ class Outbox:
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
         self._publishes: list[Publish] = []
-        self._round = Round()
+        self._round: Round | None = None
+        """Made at the first send: most handlers of a quiet input send nothing."""
 
     async def send(self, envelope: Envelope) -> None:
         """Send `envelope` through the outbound interceptors, without waiting for its confirmation."""
@@ -641,12 +642,15 @@ class Outbox:
             validate_envelope(message)
             publish = Publish(bus.subjects.for_envelope(message), encode(message), message.id)
             self._publishes.append(publish)
+            self._round = self._round or Round()
             await bus._acks.send(publish, self._round)
 
     async def settle(self) -> None:
         """Return once JetStream stored everything sent (see `Bus._settle` for the retries and errors)."""
         publishes, round_ = self._publishes, self._round
-        self._publishes, self._round = [], Round()
+        if round_ is None:
+            return
+        self._publishes, self._round = [], None
         await self._bus._settle(publishes, round_)
 
 
