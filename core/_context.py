@@ -31,6 +31,7 @@ from faultline.core._messages import (
     derive_id,
     digest,
     encode,
+    handling_id,
 )
 from faultline.core._models import LlmRequest, LlmResponse, ModelAttempt, ModelBackend, ModelCall, ReportsAttempts
 
@@ -124,7 +125,7 @@ class Recorder:
         )
         self.made.append(recording)
         if self.store is not None:
-            await self.store(ctx.envelope_for(recording, derive_id(ctx.message.id, index, "r")))
+            await self.store(ctx.envelope_for(recording, derive_id(handling_id(ctx.message, ctx.agent), index, "r")))
         if error:
             raise _error_from(error)
         return response
@@ -176,7 +177,9 @@ class Context:
         )
 
     def _output(self, body: Body, *, recipient: str = "", topic: str = "") -> Envelope:
-        env = self.envelope_for(body, derive_id(self.message.id, len(self.outputs)), recipient=recipient, topic=topic)
+        env = self.envelope_for(
+            body, derive_id(handling_id(self.message, self.agent), len(self.outputs)), recipient=recipient, topic=topic
+        )
         self.outputs.append(env)
         return env
 
@@ -266,7 +269,7 @@ def failure_envelopes(agent: str, message: Envelope, exc: BaseException) -> list
     )
     return [
         Envelope(
-            id=derive_id(message.id, 0, "e"),
+            id=derive_id(handling_id(message, agent), 0, "e"),
             episode=message.episode,
             sender=agent,
             body=error,

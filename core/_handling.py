@@ -27,7 +27,7 @@ import anyio
 from faultline._errors import HandlerTimeoutError, NonDeterminismError
 from faultline.core._agent import Agent
 from faultline.core._context import Context, Recorder, Services, failure_envelopes
-from faultline.core._messages import Envelope, NoOutput, derive_id
+from faultline.core._messages import Envelope, NoOutput, derive_id, handling_id
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 def no_output_marker(agent: str, message: Envelope) -> Envelope:
     """The evidence that `agent` handled `message` and emitted nothing."""
     return Envelope(
-        id=derive_id(message.id, 0, "q"),
+        id=derive_id(handling_id(message, agent), 0, "q"),
         episode=message.episode,
         sender=agent,
         body=NoOutput(),

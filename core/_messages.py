@@ -421,6 +421,12 @@ def body_digest(body: Body) -> str:
     return digest(encode(body))
 
 
+def handling_id(message: Envelope, agent: str) -> str:
+    """The parent of the ids an agent's handling of `message` derives (outputs, recordings, marker):
+    the message's id, and for a topic message, which every subscriber handles, its id and the agent's."""
+    return f"{message.id}@{agent}" if message.topic else message.id
+
+
 def derive_id(parent: str, index: int, family: str = "o") -> str:
     """A child id that depends only on its parent's id and its place among siblings.
 

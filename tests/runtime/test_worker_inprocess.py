@@ -28,7 +28,8 @@ from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
 
 async def collect(bus: Bus, episode: str) -> list:  # type: ignore[type-arg]
-    consumer = await bus.consumer(None, [f"fl.ep.{episode}.>", f"fl.rec.{episode}.>", f"fl.ev.*.{episode}.*"])
+    subjects = [f"fl.ep.{episode}.>", f"fl.tp.{episode}.>", f"fl.rec.{episode}.>", f"fl.ev.*.{episode}.*"]
+    consumer = await bus.consumer(None, subjects)
     got: list = []
     pending = 1
     with anyio.fail_after(5):
@@ -311,3 +312,54 @@ async def test_the_last_input_lost_before_a_quiet_period_is_found_by_the_idle_he
         await bus.close()
     assert len(dropped) == 1
     assert done.details == {"seen": list(range(10))}
+
+
+class Caller(Agent):
+    """Asks everyone on topic `roll` at its start and completes once both listeners answered."""
+
+    name = "caller"
+    completes = True
+
+    def __init__(self) -> None:
+        self.heard: set[str] = set()
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Start):
+            ctx.publish("roll", Note(text="who is there?"))
+            return
+        self.heard.add(msg.sender)
+        if self.heard == {"left", "right"}:
+            ctx.emit(EpisodeCompleted(outcome="success"))
+
+
+class Left(Agent):
+    name = "left"
+    topics = ("roll",)
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        ctx.send("caller", Note(data={"r": await ctx.random()}))
+
+
+class Right(Left):
+    name = "right"
+
+
+async def test_every_subscriber_of_a_topic_message_leaves_outputs_of_its_own(bus: Bus) -> None:
+    """Two agents handle one topic message: their answers and recordings have ids of their own, so
+    JetStream's deduplication keeps both (it would keep one of each if ids followed the input alone)."""
+    worker = Worker(bus, [Caller, Left, Right], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus, (Caller.name,)) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await run_episode(bus, completions, "roll", "caller")
+        worker.stop()
+    journal = await collect(bus, "roll")
+    (roll,) = [e for e in journal if e.topic == "roll"]
+    answers = [e for e in journal if e.causation == roll.id]
+    assert sorted((e.sender, e.kind) for e in answers) == [
+        ("left", "note"),
+        ("left", "recording"),
+        ("right", "note"),
+        ("right", "recording"),
+    ]
+    assert len({e.id for e in answers}) == 4
