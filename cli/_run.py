@@ -49,7 +49,6 @@ from faultline.cli._system import (
     config_source,
     journal_problem,
     login,
-    prepare_access,
     run_supervised,
     server_tls,
     stop_on_signal,
@@ -84,6 +83,7 @@ from faultline.runtime import (
     rules_in_force,
     scoped_to_run,
     state_dir,
+    system_access,
 )
 from faultline.runtime.models import sim_metadata
 
@@ -631,7 +631,7 @@ def _throwaway_access(
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="faultline-access-") as folder:
-        yield prepare_access(Path(folder), config, groups, config.nats.prefix)
+        yield system_access(Path(folder), config, groups, config.nats.prefix).prepare()
 
 
 def _services(config: Config, effective: Path) -> list[ProcessSpec]:

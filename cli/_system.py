@@ -21,7 +21,7 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline._files import write_atomically
-from faultline.bus import OPERATOR, Access, Bus, Login, TLSFiles, load_credential, make_certificates
+from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential, make_certificates
 from faultline.cli import _jsonl
 from faultline.core import HELPERS, helper_agent
 from faultline.envs import load_domain, use_plugin_path
@@ -257,18 +257,11 @@ def _credentials(args: argparse.Namespace) -> int:
     config = _config(args)
     groups = check_system(config, config_source(args.config))
     folder = args.dir or state_dir(Path(config.journal.path)) / "credentials"
-    access = prepare_access(folder, config, groups, _prefix(args, config))
+    access = system_access(folder, config, groups, _prefix(args, config)).prepare()
     print(f"{access.server_config}: every NATS node's users and permissions (include it in each node's configuration)")
     for identity in access.identities:
         print(f"{access.credential_file(identity.name)}: {identity.name}")
     return 0
-
-
-def prepare_access(folder: Path, config: Config, groups: dict[str, tuple[str, ...]], prefix: str) -> Access:
-    """The system's credentials, made or reused (`system_access`), the FAMA service's consumers among its durable ones."""
-    from faultline.agents.fama import SERVICE_CONSUMERS  # imported only when credentials are made
-
-    return system_access(folder, config, groups, prefix, SERVICE_CONSUMERS).prepare()
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -486,7 +479,9 @@ def _up(args: argparse.Namespace) -> int:
         bus_settings=bus_settings(config),
         store_dir=store_dir,
         log_dir=journal.parent / "logs",
-        access=None if args.insecure else prepare_access(state_dir(journal) / "credentials", config, groups, prefix),
+        access=None
+        if args.insecure
+        else system_access(state_dir(journal) / "credentials", config, groups, prefix).prepare(),
         completers=completing_agents(config, groups),
         server_tls=tls,
         tls_ca=tls.ca if tls else login(args, config).tls_ca,

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
-import sqlite_utils
 
 from faultline._errors import JournalError
 
@@ -213,6 +212,8 @@ def table_names(conn: sqlite3.Connection, path: Path) -> set[str]:
 
 def create(conn: sqlite3.Connection, version: int = SCHEMA_VERSION) -> None:
     """Create every table, index, trigger and view of `version`; the caller holds the write transaction."""
+    import sqlite_utils  # here, not at the top: it imports numpy and click, most of a second for every process
+
     db = sqlite_utils.Database(conn)
     meta = db.create_table("meta", {"key": str, "value": str}, pk="key", not_null={"value"})
     messages = db.create_table(

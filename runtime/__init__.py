@@ -42,6 +42,7 @@ from faultline.runtime._faulting import (
 )
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._layout import (
+    FAMA_CONSUMERS,
     MEMORY_IDENTITY,
     check_system,
     completing_agents,
@@ -85,6 +86,7 @@ __all__ = [
     "FamaConfig",
     "HelpersConfig",
     "DEFAULT_CONFIG_FILE",
+    "FAMA_CONSUMERS",
     "MEMORY_IDENTITY",
     "JournalConfig",
     "JournalState",

@@ -79,6 +79,10 @@ MEMORY_IDENTITY = "memory"
 """The memory service's NATS user; it records its reflections as the agent of the same name, and reads
 completions through the durable consumer of that name too."""
 
+FAMA_CONSUMERS = ("fama-cases", "fama-rosters")
+"""The durable consumers of the FAMA service, which runs as the operator: the cases it learns from and
+the roster controls it follows."""
+
 
 def worker_identity(group: str) -> str:
     """The NATS user every worker process of `[workers.<group>]` connects as."""
@@ -110,7 +114,6 @@ def system_access(
     config: Config,
     groups: Mapping[str, Sequence[str]],
     prefix: str = "",
-    operator_consumers: Sequence[str] = (),
 ) -> Access:
     """The credentials of a system with these worker groups: the operator's, the journal's, one per group, memory's;
     and the durable consumers the operator makes for the groups.
@@ -118,12 +121,12 @@ def system_access(
     Only the agents that complete episodes (`completing_agents`) may complete one; a group reads the
     stream only through its agents' consumers and on its agents' subjects (`agent_reads`, `worker_reads`).
     No identity may make a consumer under the name of one of the system's durable consumers (the groups',
-    the journal's, memory's, and `operator_consumers`, those of services that run as the operator).
+    the journal's, memory's, and the FAMA service's).
     """
     subjects = Subjects(prefix or config.nats.prefix)
     completers = completing_agents(config, groups)
     consumers = agent_consumers(config, groups, subjects.prefix)
-    durables = (*(spec.name for spec in consumers), JOURNAL, MEMORY_IDENTITY, *operator_consumers)
+    durables = (*(spec.name for spec in consumers), JOURNAL, MEMORY_IDENTITY, *FAMA_CONSUMERS)
     topics = {cls.name: cls.topics for cls in resolve_agents(sorted({a for g in groups.values() for a in g}), config)}
 
     def group_identity(group: str, agents: Sequence[str]) -> Identity:

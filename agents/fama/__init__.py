@@ -50,13 +50,11 @@ from faultline.agents.fama._prompts import (
     parse_main,
     parse_mitigation,
 )
-from faultline.agents.fama._service import CONSUMERS as SERVICE_CONSUMERS
 from faultline.agents.fama._service import FamaService, serve_fama
 
 __all__ = [
     "ANALYSIS",
     "CASE",
-    "SERVICE_CONSUMERS",
     "CATEGORIES",
     "CATEGORY_IDS",
     "CONTROLLER",

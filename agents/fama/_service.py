@@ -43,6 +43,7 @@ from faultline.agents.memory import read_episode
 from faultline.bus import Bus, Consumer, Delivery, Login
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, Notice, derive_id
 from faultline.runtime import (
+    FAMA_CONSUMERS,
     Config,
     FamaConfig,
     Worker,
@@ -55,10 +56,7 @@ from faultline.runtime import (
 
 log = logging.getLogger(__name__)
 
-CASES_CONSUMER = "fama-cases"
-ROSTERS_CONSUMER = "fama-rosters"
-CONSUMERS = (CASES_CONSUMER, ROSTERS_CONSUMER)
-"""The service's durable consumers: no other identity may make one of these names (`system_access`)."""
+CASES_CONSUMER, ROSTERS_CONSUMER = FAMA_CONSUMERS
 READ_TIMEOUT_S = 10.0
 """Longest read of one episode back from the stream."""
 JOURNAL_WAIT_S = 30.0
