@@ -48,3 +48,16 @@ print(loaded)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_run_without_memory_loads_no_vector_search(tmp_path: Path) -> None:
+    """`faultline run` starts in well under a second of imports: FAISS, numpy and sqlite-utils (which
+    imports numpy) load only where memory is used or a journal file is created (the journal service)."""
+    script = f"""
+import sys
+from faultline.cli import main
+code = main(["run", "--tasks", "1", "--journal", {str(tmp_path / "run.sqlite")!r}, "--json"])
+print(code, sorted(m for m in ("faiss", "numpy", "sqlite_utils") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0 []"
