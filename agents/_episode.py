@@ -56,8 +56,10 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     protocol: int = 1
     """How the episode's agents speak to the environment: 1, as journals written before
     `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types; 3, the
-    step limit ends the episode through the environment (`STEP_LIMIT_TO_ENV`). New episodes
-    are planned at `PROTOCOL`; a journaled episode replays as it was recorded."""
+    step limit ends the episode through the environment (`STEP_LIMIT_TO_ENV`); 4, the tool
+    agent asks a helper only when the conversation can have changed its answer
+    (`ASK_WHEN_CHANGED`). New episodes are planned at `PROTOCOL`; a journaled episode
+    replays as it was recorded."""
 
     @classmethod
     def from_start(cls, body: Start) -> EpisodeSpec:
@@ -75,12 +77,17 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
         return f"{base}\n\n{self.system_addendum}" if self.system_addendum else base
 
 
-PROTOCOL = 3
+PROTOCOL = 4
 """The protocol new episodes are planned at (see `EpisodeSpec.protocol`)."""
 
 STEP_LIMIT_TO_ENV = 3
 """From this protocol on, the tool agent at its step limit hands the environment a failed
 `ConversationEnded` instead of completing the episode itself: only the environment completes."""
+
+ASK_WHEN_CHANGED = 4
+"""From this protocol on, the tool agent asks a helper before a decision only when what is new in
+the conversation can change the helper's last answer (`Helper.changed_by`); otherwise that answer
+stands for the decision. Before it, every helper was asked before every decision."""
 
 TALLY = "tally"
 """Protocol 1: the text of the `Note` that carried a `Tally`."""

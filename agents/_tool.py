@@ -8,8 +8,9 @@ from typing import Any
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.agents._episode import STEP_LIMIT_TO_ENV, EpisodeSpec, tally_message
+from faultline.agents._episode import ASK_WHEN_CHANGED, STEP_LIMIT_TO_ENV, EpisodeSpec, tally_message
 from faultline.agents._text_tools import parse_tool_text, tools_prompt
+from faultline.agents.helpers import HELPER_CLASSES
 from faultline.core import (
     RECHECK,
     Agent,
@@ -38,6 +39,7 @@ from faultline.core import (
 from faultline.envs import Domain, load_domain
 
 VERIFIER = "verifier"
+HELPERS = {cls.entry: cls for cls in HELPER_CLASSES}
 
 SYSTEM = """You are a customer-facing agent that acts through tools. Follow the policy below exactly.
 Call at most one tool at a time and wait for its result. Before any action that changes data,
@@ -51,9 +53,11 @@ refused, tell the user the outcome in plain words.
 class ToolAgent(Agent):
     """Decides each step with one model call, after the helpers of its roster replied.
 
-    Before a decision it asks every helper of the roster but the verifier for context and
+    Before a decision it asks the helpers of the roster but the verifier for context and
     waits for their replies, at most `helper_wait_s` (a `Timer`); a helper that did not
-    answer in time is named in a `Notice` and the decision is made without it. With a
+    answer in time is named in a `Notice` and the decision is made without it. A helper
+    whose last answer nothing new in the conversation can change is not asked again: that
+    answer stands (from protocol `ASK_WHEN_CHANGED`; before it, every helper was asked). With a
     verifier in the roster, a proposed tool call is reviewed before it runs: PASS runs it,
     RECHECK asks the model for a revised proposal (at most `verifier_revisions` of them),
     and the last proposal runs. With an empty roster no request is sent at all.
@@ -78,6 +82,8 @@ class ToolAgent(Agent):
         """Helpers whose reply to the current request has not come yet."""
         self.sent: dict[str, int] = {}
         """For each helper, how much of the transcript it has been sent."""
+        self.answers: dict[str, str] = {}
+        """For each helper that answered its last request, that answer."""
         self.proposal: LlmResponse | None = None
         self.revision = 0
         self.rechecks = 0
@@ -121,6 +127,7 @@ class ToolAgent(Agent):
             if body.helper == VERIFIER:
                 await self._verdict(ctx, body)
                 return
+            self.answers[body.helper] = body.text
             if body.text:
                 self.context[body.helper] = body.text
             if not self.waiting:
@@ -134,6 +141,8 @@ class ToolAgent(Agent):
                 )
             )
             self.waiting.clear()
+            for helper in missing:
+                self.answers.pop(helper, None)
             if self.proposal is not None:
                 await self._act(ctx, self.proposal)
             else:
@@ -177,12 +186,23 @@ class ToolAgent(Agent):
             ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
             ctx.send("env", ConversationEnded(cause=cause, failed=True))
             return
-        self.context, self.proposal, self.revision = {}, None, 0
-        advisers = [entry for entry in self.spec.helpers if helper_name(entry) != VERIFIER]
-        if advisers:
-            self._ask(ctx, [helper_name(entry) for entry in advisers])
+        self.proposal, self.revision = None, 0
+        advisers = [name for name in map(helper_name, self.spec.helpers) if name != VERIFIER]
+        asked = [name for name in advisers if self._must_ask(name)]
+        self.context = {name: self.answers[name] for name in advisers if name not in asked and self.answers[name]}
+        if asked:
+            self._ask(ctx, asked)
             return
         await self._decide(ctx)
+
+    def _must_ask(self, helper: str) -> bool:
+        """Whether `helper` is asked before this decision: unless it answered its last request and
+        nothing new in the conversation can change that answer (`Helper.changed_by`)."""
+        assert self.spec is not None
+        if self.spec.protocol < ASK_WHEN_CHANGED or helper not in self.answers:
+            return True
+        news = self.transcript[self.sent.get(helper, 0) :]
+        return HELPERS[helper].changed_by(news, self.spec, self.answers[helper])
 
     def _ask(self, ctx: Context, helpers: list[str], proposal: dict[str, Any] | None = None) -> None:
         """Send each helper what is new in the conversation, and set the timer that bounds the wait."""

@@ -10,6 +10,7 @@ with the helper's own prompt, so they are journaled and replay exactly; with the
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import msgspec
@@ -67,6 +68,13 @@ class Helper(Agent):
         """The reply's text, verdict and data for `request`."""
         raise NotImplementedError
 
+    @staticmethod
+    def changed_by(news: Sequence[ChatMessage], spec: EpisodeSpec, last: str) -> bool:
+        """Whether a request now could be answered otherwise than with `last`, the helper's last answer,
+        given `news`, the conversation messages it has not been sent yet. The tool agent asks only then
+        (`ASK_WHEN_CHANGED`). Helpers that ask their model every time: always."""
+        return True
+
     async def ask(self, ctx: Context, system: str, question: str, **metadata: Any) -> str:
         """One model call: the helper's prompt, the conversation, then its question."""
         assert self.spec is not None
@@ -123,13 +131,17 @@ class OutputReformulator(Helper):
 
     async def answer(self, request: ContextRequest, ctx: Context) -> tuple[str, str, dict[str, Any]]:
         assert self.spec is not None
-        last = len(self.transcript) - 1
-        output = self.transcript[last] if self.transcript else None
-        if output is None or output.role != "tool" or len(output.content) <= self.spec.tor_threshold:
+        if not _long_output(self.transcript[-1:], self.spec):
             return "", "", {}
+        last = len(self.transcript) - 1
         if last != self.restated:
             self.restated, self.facts = last, await self.ask(ctx, prompts.TOR, prompts.TOR_ASK)
         return self.facts, "", {}
+
+    @staticmethod
+    def changed_by(news: Sequence[ChatMessage], spec: EpisodeSpec, last: str) -> bool:
+        """A new latest message that is a long output, or one after the output last restated."""
+        return bool(news) and (bool(last) or _long_output(news[-1:], spec))
 
 
 class Planner(Helper):
@@ -145,13 +157,17 @@ class Planner(Helper):
         self.planned_at = 0
 
     async def answer(self, request: ContextRequest, ctx: Context) -> tuple[str, str, dict[str, Any]]:
-        news = self.transcript[self.planned_at :]
-        changed = any(m.role == "user" or (m.role == "tool" and m.content.startswith("Error")) for m in news)
-        if changed or not self.plan:
+        assert self.spec is not None
+        if not self.plan or self.changed_by(self.transcript[self.planned_at :], self.spec, self.plan):
             system = prompts.PLANNER.format(policy=self.policy, max_steps=PLAN_STEPS)
             self.plan = await self.ask(ctx, system, prompts.PLANNER_ASK, max_steps=PLAN_STEPS)
         self.planned_at = len(self.transcript)
         return self.plan, "", {}
+
+    @staticmethod
+    def changed_by(news: Sequence[ChatMessage], spec: EpisodeSpec, last: str) -> bool:
+        """The user spoke, or a tool call failed: the plan is made again."""
+        return any(m.role == "user" or (m.role == "tool" and m.content.startswith("Error")) for m in news)
 
 
 class UserContext(Helper):
@@ -168,6 +184,11 @@ class UserContext(Helper):
         if not turns:
             return "", "", {}
         return "The user said, in order:\n" + "\n".join(f"- {t}" for t in turns), "", {}
+
+    @staticmethod
+    def changed_by(news: Sequence[ChatMessage], spec: EpisodeSpec, last: str) -> bool:
+        """The user spoke: only the user's turns are kept."""
+        return any(m.role == "user" for m in news)
 
 
 class Verifier(Helper):
@@ -199,6 +220,11 @@ class Verifier(Helper):
             data = {"call": verdict.call} if verdict.call else {"final": verdict.final}
             return f"{verdict.reflection}; fix: {verdict.fix()}", verdict.verdict, data
         return verdict.reflection, verdict.verdict, data
+
+
+def _long_output(messages: Sequence[ChatMessage], spec: EpisodeSpec) -> bool:
+    """Whether the last of `messages` is a tool output over the episode's `tor_threshold` characters."""
+    return bool(messages) and messages[-1].role == "tool" and len(messages[-1].content) > spec.tor_threshold
 
 
 HELPER_CLASSES: tuple[type[Helper], ...] = (

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from faultline.agents import EpisodeSpec, ToolAgent
+from faultline.agents import PROTOCOL, EpisodeSpec, ToolAgent
 from faultline.agents.helpers import (
     ConstraintsExtractor,
     Helper,
@@ -32,6 +32,7 @@ from faultline.core import (
     Timer,
     TimerFired,
     ToolCall,
+    ToolResult,
     UserTurn,
 )
 from faultline.envs import load_domain
@@ -186,3 +187,52 @@ async def test_helpers_that_miss_the_wait_are_named_and_the_decision_goes_on() -
     assert "[memory] The user said: hello" in model.requests[0].messages[0].content
     late = ContextReply(step=1, helper="dce", text="too late")
     assert await harness.deliver(late, sender="dce") == []
+
+
+def asked(outputs: list[Envelope]) -> list[str]:
+    return sorted(o.recipient for o in outputs if isinstance(o.body, ContextRequest))
+
+
+async def answer_all(harness: AgentHarness, step: int, answers: dict[str, str]) -> list[Envelope]:
+    """Each helper's reply for decision `step`; the outputs after the last one (the decision)."""
+    outputs: list[Envelope] = []
+    for helper, text in answers.items():
+        agent = "user_context" if helper == "memory" else helper
+        outputs = await harness.deliver(ContextReply(step=step, helper=helper, text=text), sender=agent)
+    return outputs
+
+
+@pytest.mark.parametrize("protocol", [PROTOCOL, 3])
+async def test_a_helper_is_asked_again_only_when_the_conversation_can_change_its_answer(protocol: int) -> None:
+    """From protocol 4 the planner is asked when the user spoke or a tool failed, memory when the user
+    spoke, the output reformulator after a long output; their last answers stand meanwhile. Protocol 3
+    journals replay as they were written: every helper before every decision."""
+    model = Scripted(*(call("get_order_details", order_id=f"#W{i}") for i in range(4)))
+    harness = AgentHarness(ToolAgent(), backend=model)
+    await harness.deliver(start(["dce", "planner", "memory:6", "tor"], tor_threshold=40, protocol=protocol))
+    everyone = ["dce", "planner", "tor", "user_context"]
+
+    assert asked(await harness.deliver(UserTurn(text="where is my order?"), sender="user")) == everyone
+    notes = {"dce": "rule 1", "planner": "1. look it up", "memory": "The user said: where", "tor": ""}
+    [decided] = [o.body for o in await answer_all(harness, 1, notes) if isinstance(o.body, ToolCall)]
+
+    short = ToolResult(call_id=decided.call_id, name=decided.name, output="shipped")
+    outputs = await harness.deliver(short, sender="env")
+    if protocol < PROTOCOL:
+        assert asked(outputs) == everyone
+        return
+    assert asked(outputs) == ["dce"]
+    await answer_all(harness, 2, {"dce": "rule 2"})
+    prompt = model.requests[-1].messages[0].content
+    assert "[planner] 1. look it up" in prompt and "[memory] The user said: where" in prompt
+    assert "[dce] rule 2" in prompt and "[tor]" not in prompt
+
+    long = ToolResult(call_id="c-2", name="get_order_details", output="x" * 41)
+    assert asked(await harness.deliver(long, sender="env")) == ["dce", "tor"]
+    await answer_all(harness, 3, {"dce": "rule 3", "tor": "the facts"})
+    failed = ToolResult(call_id="c-3", name="get_order_details", error="no such order")
+    assert asked(await harness.deliver(failed, sender="env")) == ["dce", "planner", "tor"]
+    missed = await harness.deliver(TimerFired(data={"step": 4, "revision": 0}), sender="runner")
+    [notice] = [o.body for o in missed if isinstance(o.body, Notice)]
+    assert notice.data["missing"] == ["dce", "planner", "tor"]
+    assert asked(await harness.deliver(UserTurn(text="thanks"), sender="user")) == everyone
