@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -85,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         " without it every row is checked",
     )
     p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
-    p.set_defaults(handler=_pipe_safe(_verify))
+    p.set_defaults(handler=_verify)
 
     p = commands.add_parser(
         "otel",
@@ -110,13 +109,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-n", type=int, default=TAIL_ROWS, metavar="N", help=f"rows to print (default {TAIL_ROWS})")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new rows until Ctrl-C")
     p.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_S, metavar="S", help="poll interval for --follow")
-    p.set_defaults(handler=_pipe_safe(_tail))
+    p.set_defaults(handler=_tail)
 
     p = commands.add_parser("show", help="an episode's timeline")
     p.add_argument("file", type=Path)
     p.add_argument("--episode", "-e", required=True)
     p.add_argument("--json", action="store_true", help="the episode's rows as JSON lines")
-    p.set_defaults(handler=_pipe_safe(_show))
+    p.set_defaults(handler=_show)
 
     p = commands.add_parser(
         "export",
@@ -140,13 +139,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     p.add_argument("--episode", "-e", action="append", default=[], help="only the rows of these episodes (repeatable)")
     add_episode_filters(p)
-    p.set_defaults(handler=_pipe_safe(_export))
+    p.set_defaults(handler=_export)
 
     p = commands.add_parser("import", help="rebuild a journal file from exported JSON lines")
     p.add_argument("source", type=Path, help="exported JSON lines")
     p.add_argument("file", type=Path, help="journal file to create")
     p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
-    p.set_defaults(handler=_pipe_safe(_import))
+    p.set_defaults(handler=_import)
 
     add_journal_serve(commands)
     add_journal_health(commands)
@@ -155,20 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("file", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object per episode")
     add_episode_filters(p)
-    p.set_defaults(handler=_pipe_safe(_episodes))
-
-
-def _pipe_safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Stop quietly when the reader of stdout goes away (`| head`), as Unix tools do."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-
-    return run
+    p.set_defaults(handler=_episodes)
 
 
 # -- otel --------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -183,3 +185,15 @@ def test_episodes_table_and_json(journal_file: Path, capsys: Capsys) -> None:
         ("ep-b", "failure", 0.0, 2, 9),
     ]
     assert episodes[0]["duration_s"] == 4.0
+
+
+@pytest.mark.parametrize("command", [["journal", "export", "{journal}"], ["config", "check"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(journal_file: Path, command: list[str]) -> None:
+    """`faultline ... | head` closes the pipe early: exit 0 and nothing on stderr, as Unix tools do."""
+    argv = [arg.format(journal=journal_file) for arg in command]
+    args = [sys.executable, "-m", "faultline.cli", *argv]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert (proc.wait(timeout=60), err) == (0, b"")
