@@ -3,8 +3,9 @@
 Each roster runs the same retail tasks one episode at a time (so latency is not
 queueing): no helpers, then 1 (dce), 3 (dce, tsa, memory:6) and all 6. The sim
 answers in microseconds, so what a roster adds to an episode is the runtime's
-work: the requests to each helper, their replies, the timer, the tool agent
-handling each reply, the journal. Per decision = (episode latency with the
+work: the requests to each helper (from protocol 4, to the helpers whose last
+answer the conversation can have changed), their replies, the timer, the tool
+agent handling each reply, the journal. Per decision = (episode latency with the
 roster - without) / the tool agent's decisions per episode, less the model
 time: every answer the sim computes in those episodes (the tool agent's, whose
 prompt grows with its helpers' notes, and the helpers') is timed in the
