@@ -26,18 +26,33 @@ from faultline.bus import (
 )
 from faultline.core import Subjects
 from faultline.runtime._config import ALL_AGENTS, Config, WorkerConfig
-from faultline.runtime._services import BUILTIN_AGENTS, agent_names, resolve_agents
+from faultline.runtime._services import (
+    BUILTIN_AGENTS,
+    CONTROLLER_AGENT,
+    HELPER_AGENTS,
+    agent_names,
+    resolve_agents,
+)
 from faultline.runtime._worker import agent_filters, consumer_name
 
 
 def worker_groups(config: Config, source: str = "faultline.toml") -> dict[str, tuple[str, ...]]:
     """The agents each `[workers.<name>]` group runs: the ones it names, or for `"*"` every agent no other group names.
 
-    An agent named by two groups, or two groups that both take `"*"`, is a ConfigError.
+    An agent named by two groups, two groups that both take `"*"`, or a helper or the FAMA
+    controller in a group (the runtime places them: the roster's helper worker, `fama serve`),
+    is a ConfigError.
     """
     owner: dict[str, str] = {}
     wildcard = ""
     for group, worker in config.workers.items():
+        placed = sorted(set(worker.agents) & (HELPER_AGENTS | {CONTROLLER_AGENT}))
+        if placed:
+            raise ConfigError(
+                f"{source}: agent {placed[0]!r} is placed by the runtime, not by a worker group (helpers run in"
+                f" the helper worker the roster drives, fama in `faultline fama serve`): remove it from"
+                f" workers.{group} - at $.workers.{group}.agents"
+            )
         if ALL_AGENTS in worker.agents:
             if wildcard:
                 raise ConfigError(

@@ -224,6 +224,11 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
             'workers.a and workers.b both take "*": keep one - at $.workers',
         ),
         (
+            '[workers.a]\nagents = ["*"]\n[workers.dce]\nagents = ["dce"]\n',
+            "agent 'dce' is placed by the runtime, not by a worker group (helpers run in the helper worker the"
+            " roster drives, fama in `faultline fama serve`): remove it from workers.dce - at $.workers.dce.agents",
+        ),
+        (
             '[agents.tool_agent]\nmodel_role = "agent"\n',
             "agent 'tool_agent' is not a built-in agent (dce, env, fama, planner, tool, tor, tsa, user, user_context,"
             " verifier) and has no class:"
