@@ -34,6 +34,7 @@ from faultline.core import (
     ToolCall,
     ToolResult,
     UserTurn,
+    helper_agent,
 )
 from faultline.envs import load_domain
 from faultline.runtime.models import SimBackend
@@ -197,8 +198,7 @@ async def answer_all(harness: AgentHarness, step: int, answers: dict[str, str]) 
     """Each helper's reply for decision `step`; the outputs after the last one (the decision)."""
     outputs: list[Envelope] = []
     for helper, text in answers.items():
-        agent = "user_context" if helper == "memory" else helper
-        outputs = await harness.deliver(ContextReply(step=step, helper=helper, text=text), sender=agent)
+        outputs = await harness.deliver(ContextReply(step=step, helper=helper, text=text), sender=helper_agent(helper))
     return outputs
 
 
