@@ -32,7 +32,6 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	@mkdir -p $(TOOLS)/typecheck && ln -sfn "$(CURDIR)" $(TOOLS)/typecheck/faultline
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -45,7 +44,7 @@ lock: | $(UV)
 
 bench: $(STAMP)
 	$(UV) sync --locked --quiet --python $(PYTHON) --extra test --extra lint --extra bench
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python -m bench.run_all
 
 # The local model for `--model local`: builds llama.cpp's server from source (about 30 minutes on 2 cores).
 real: $(STAMP)

@@ -24,7 +24,7 @@
 With `sim` the numbers measure the runtime's mechanisms (forks, injection,
 search), never a model.
 
-    python bench/attribution_accuracy.py [--episodes 30] [--samples 4] [--config faultline.toml] [--json out.json]
+    python -m bench.attribution_accuracy [--episodes 30] [--samples 4] [--config faultline.toml] [--json out.json]
 """
 
 from __future__ import annotations

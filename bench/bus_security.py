@@ -11,7 +11,7 @@ ratios to the open server. Beside the rates, the CPU time the publisher and the
 nats-server spent per message (from /proc/<pid>/stat): where the cost of a check
 falls, and a measure a busy machine moves much less than a rate. Not a test.
 
-    python bench/bus_security.py --json bus_security.json
+    python -m bench.bus_security --json bus_security.json
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from faultline.bench.bus_throughput import cpu_seconds
+from bench.bus_throughput import cpu_seconds
 from faultline.bus import (
     OPERATOR,
     Access,

@@ -27,7 +27,7 @@ repetitions runs every configuration once; rates are medians, and ratios are
 medians of per-repetition ratios, so they compare runs that saw the same
 machine. Not a test.
 
-    python bench/bus_throughput.py --json bus_throughput.json
+    python -m bench.bus_throughput --json bus_throughput.json
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from faultline.bench._common import machine
+from bench._common import machine
 from faultline.bus import Bus
 from faultline.core import Envelope, Interceptor, InterceptorChain, Note, derive_id, encode
 from faultline.journal import JournalReader

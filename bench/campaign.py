@@ -8,7 +8,7 @@ reads every cell's journal, decodes the rows the detectors use and computes RS, 
 These numbers measure the runtime's mechanisms with a simulator; they say nothing about
 any model.
 
-    python bench/campaign.py [--tasks N] [--keep DIR] [--json out.json]
+    python -m bench.campaign [--tasks N] [--keep DIR] [--json out.json]
 """
 
 from __future__ import annotations

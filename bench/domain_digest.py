@@ -9,7 +9,7 @@ about 2 MB (dict data written back by `document_tool`).
 
 Target: scoring stays within a few milliseconds, whatever the size of the data.
 
-    python bench/domain_digest.py [--json out.json]
+    python -m bench.domain_digest [--json out.json]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ for 1 and 2 worker processes per agent group:
 
 Target: the runtime adds under 5 ms per model call on average.
 
-    python bench/episodes.py [--json out.json]
+    python -m bench.episodes [--json out.json]
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 The sim model and the sim judge are simulations: these numbers measure the mechanism (its cost,
 its wiring), never a model or a result about helpers.
 
-    python bench/fama.py [--tasks N] [--trials K] [--rounds R] [--rate P] [--json out.json]
+    python -m bench.fama [--tasks N] [--trials K] [--rounds R] [--rate P] [--json out.json]
 """
 
 from __future__ import annotations

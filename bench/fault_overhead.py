@@ -16,7 +16,7 @@ interleaved over `--reps` repetitions (medians reported):
 
 Also the interceptors alone, without NATS: microseconds per message through both chains.
 
-    python bench/fault_overhead.py [--messages 20000] [--reps 5] [--json out.json]
+    python -m bench.fault_overhead [--messages 20000] [--reps 5] [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 from rich.table import Table
 
-from faultline.bench._common import machine, run_repeated
+from bench._common import machine, run_repeated
 from faultline.bus import Bus, EmbeddedServer
 from faultline.core import Envelope, InterceptorChain, Note, Start, derive_id
 from faultline.faults import (

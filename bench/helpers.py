@@ -25,7 +25,7 @@ machine whose speed drifts during the run moves them all alike.
 
 Target: under 10 ms per decision with 6 helpers.
 
-    python bench/helpers.py [--tasks N] [--rounds R] [--json out.json]
+    python -m bench.helpers [--tasks N] [--rounds R] [--json out.json]
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from bench._common import machine
 from faultline.agents import EnvironmentHost, ToolAgent, UserSimulator
 from faultline.agents.helpers import HELPER_CLASSES
-from faultline.bench._common import machine
 from faultline.bus import Bus, EmbeddedServer
 from faultline.cli._run_plan import RunPlan, RunResult, plan_episodes, run_plan
 from faultline.core import Agent, LlmRequest, LlmResponse

@@ -5,7 +5,7 @@ Appends `--batches` batches of `--batch-size` rows whose bodies encode to about
 rows/s for sealing alone (encoding, digests, chain), for whole appends, and for a
 redelivered batch (every row skipped). Not a test: run it by hand.
 
-    python bench/journal_append.py --batches 20 --batch-size 10000
+    python -m bench.journal_append --batches 20 --batch-size 10000
 """
 
 from __future__ import annotations

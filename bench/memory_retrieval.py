@@ -16,7 +16,7 @@ Entries and queries come from a seeded vocabulary of invented words and
 request templates, so the run needs no data and repeats exactly. `--quality`
 also prints how the local embedder scores hand-written paraphrase pairs.
 
-    python bench/memory_retrieval.py --json memory_bench.json
+    python -m bench.memory_retrieval --json memory_bench.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Replay speed against the live run that wrote the journal, for 200 and 2000 sim episodes.
 
-    python bench/replay_speed.py [--episodes 200,2000] [--json out.json]
+    python -m bench.replay_speed [--episodes 200,2000] [--json out.json]
 
 Targets: at least 20k messages/s, and at least 10x faster than the live run, on one
 process. "rows/s" counts every journal row replay reads and checks (messages, recordings,

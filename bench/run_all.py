@@ -2,7 +2,7 @@
 
 Benchmarks are the `bench/*.py` scripts other than this one and the helper
 modules; each runs with its defaults, from the repository root, in this
-interpreter. Name some to run only those (`python bench/run_all.py bus_throughput`).
+interpreter. Name some to run only those (`python -m bench.run_all bus_throughput`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def main() -> int:
         print(f"\n=== {script.stem} ===", flush=True)
         start = time.perf_counter()
         try:
-            code = subprocess.run([sys.executable, str(script)], cwd=BENCH.parent, timeout=args.timeout).returncode
+            code = subprocess.run(
+                [sys.executable, "-m", f"bench.{script.stem}"], cwd=BENCH.parent, timeout=args.timeout
+            ).returncode
             outcome = "ok" if code == 0 else f"exit {code}"
         except subprocess.TimeoutExpired:
             outcome = f"stopped after {args.timeout:g}s"

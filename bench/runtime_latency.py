@@ -22,7 +22,7 @@ so every hop crosses from one process to the other. Measured:
 
 Targets: p50 hop < 2x the raw round trip p50; an idle worker < 80 MB RSS.
 
-    python bench/runtime_latency.py --json runtime_latency.json
+    python -m bench.runtime_latency --json runtime_latency.json
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from faultline.bench._common import machine
+from bench._common import machine
 from faultline.bus import Bus
 from faultline.core import Envelope, EpisodeStarted, Note, Start, derive_id, encode
 from faultline.journal import JournalReader

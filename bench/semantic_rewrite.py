@@ -19,7 +19,7 @@ Overhead = (median wall µs per message) - (the baseline's), and the same for
 this process's CPU µs. Medians over `--reps` repetitions of `--messages` each,
 configurations interleaved.
 
-    python bench/semantic_rewrite.py [--messages 500] [--reps 5] [--json out.json]
+    python -m bench.semantic_rewrite [--messages 500] [--reps 5] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from rich.table import Table
 
-from faultline.bench._common import machine, run_repeated
+from bench._common import machine, run_repeated
 from faultline.bus import Bus, EmbeddedServer
 from faultline.core import (
     AssistantTurn,

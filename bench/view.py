@@ -1,6 +1,6 @@
 """Size and speed of `faultline view` pages: 500 sim episodes (about 25k messages) and 1,000 (about 50k).
 
-    python bench/view.py [--episodes 500,1000] [--journal J.sqlite] [--json out.json]
+    python -m bench.view [--episodes 500,1000] [--journal J.sqlite] [--json out.json]
 
 For each run size: the seconds `write_view` takes, the file's size, and in headless
 Chromium (the system's, /usr/bin/chromium; skipped when there is none) the time to
