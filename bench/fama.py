@@ -30,11 +30,11 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from faultline.agents.fama import analyze_cases, failure_cases
 from faultline.core import LlmRequest, LlmResponse
 from faultline.journal import JournalReader
 from faultline.runtime import FamaConfig
 from faultline.runtime.models import SimBackend
+from faultline.services.fama import analyze_cases, failure_cases
 
 ALL_HELPERS = "dce,tsa,tor,planner,memory:6,verifier"
 

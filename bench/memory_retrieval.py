@@ -34,7 +34,7 @@ import faiss
 import msgspec
 import numpy as np
 
-from faultline.agents.memory import (
+from faultline.services.memory import (
     Dynamic,
     HashingEmbedder,
     IndexSettings,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import pytest
 
 SHARED = {"faultline._errors", "faultline._logging"}
 """Top-level modules every package may import: the error tree and the logging set-up."""
@@ -47,6 +48,37 @@ print(loaded)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [["--memory", "topk"], ["--helpers", "dce,tsa,tor,planner,verifier,memory:3"]])
+def test_replay_of_a_journal_recorded_with_memory_or_helpers_loads_no_nats(tmp_path: Path, options: list[str]) -> None:
+    """The tool agent asks the memory service and the helpers over the bus live; replaying what it
+    recorded needs only the agents' code and the journal file."""
+    journal = tmp_path / "run.sqlite"
+    faultline = Path(sys.executable).parent / "faultline"
+    run = [str(faultline), "run", "--tasks", "2", "--journal", str(journal), "--json", *options]
+    subprocess.run(run, capture_output=True, text=True, check=True, cwd=tmp_path)
+    script = f"""
+import sys
+import msgspec
+from faultline.agents import EnvironmentHost, ToolAgent, UserSimulator
+from faultline.agents.helpers import HELPER_CLASSES
+from faultline.journal import JournalReader
+from faultline.replay import Replayer
+classes = {{c.name: c for c in (EnvironmentHost, ToolAgent, UserSimulator, *HELPER_CLASSES)}}
+report = Replayer(classes.get, reexecute_tools=True).replay({str(journal)!r})
+assert report.identical and report.messages > 0 and not report.skipped_agents, report
+loaded = sorted(m for m in sys.modules if m == "nats" or m.startswith(("nats.", "faultline.bus", "faultline.runtime")))
+recordings = [msgspec.msgpack.decode(row.body) for row in JournalReader({str(journal)!r}).rows() if row.kind == "recording"]
+asked = any(r["call"] == "request" and r["request"]["service"] == "memory" for r in recordings)
+print(report.agents, asked, loaded)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    agents, asked, loaded = out.strip().split(" ", 2)
+    assert loaded == "[]"
+    assert asked == str("--memory" in options)  # the memory run replayed the service's recorded answers
+    assert int(agents) >= (2 * 3 if "--memory" in options else 2 * 8)  # per episode: the triad, plus five helpers
 
 
 def test_a_run_without_memory_loads_no_vector_search(tmp_path: Path) -> None:

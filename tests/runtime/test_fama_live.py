@@ -9,11 +9,11 @@ import anyio
 import msgspec
 import pytest
 
-from faultline.agents.fama import ANALYSIS, CASE, CONTROLLER, FAILED_OUTCOMES, ROSTER, FailureCase
 from faultline.cli import main
 from faultline.core import Control, EpisodeStarted, Note, Notice
 from faultline.journal import JournalReader
 from faultline.replay import forks_path
+from faultline.services.fama import ANALYSIS, CASE, CONTROLLER, FAILED_OUTCOMES, ROSTER, FailureCase
 from tests.runtime.test_processes import faultline, finish, wait_until_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # several processes on a shared machine

@@ -11,6 +11,7 @@ from faultline._errors import FaultlineError
 from faultline.agents._episode import ASK_WHEN_CHANGED, STEP_LIMIT_TO_ENV, EpisodeSpec, tally_message
 from faultline.agents._text_tools import parse_tool_text, tools_prompt
 from faultline.agents.helpers import HELPER_CLASSES
+from faultline.agents.memory import memory_examples, retrieval_mode, tool_name
 from faultline.core import (
     RECHECK,
     Agent,
@@ -162,9 +163,6 @@ class ToolAgent(Agent):
         assert self.spec is not None
         if not self.spec.memory or self.spec.memory.get("mode", "off") == "off":
             return
-        from faultline.agents.memory._client import memory_examples, retrieval_mode
-        from faultline.agents.memory._preference import tool_name
-
         mode = retrieval_mode(self.spec.memory)
         if mode is None:
             return

@@ -19,7 +19,13 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
-from faultline.agents.fama import (
+from faultline.cli import _jsonl
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
+from faultline.cli._plots import png
+from faultline.cli._run import add_model_flags, effective_config, serving_local_model
+from faultline.cli._system import _common, _prefix, _url, login
+from faultline.runtime import Config, load_config, make_backend
+from faultline.services.fama import (
     CATEGORIES,
     SHORT,
     CaseReport,
@@ -29,12 +35,6 @@ from faultline.agents.fama import (
     failure_cases,
     serve_fama,
 )
-from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
-from faultline.cli._plots import png
-from faultline.cli._run import add_model_flags, effective_config, serving_local_model
-from faultline.cli._system import _common, _prefix, _url, login
-from faultline.runtime import Config, load_config, make_backend
 
 SIM_JUDGE_NOTE = "sim judge: a deterministic stand-in that measures the mechanism, not a model"
 

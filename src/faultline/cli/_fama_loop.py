@@ -23,7 +23,6 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import RunError, UsageError
-from faultline.agents.fama import CATEGORIES, SHORT, analyze_cases, attribute_cases, choose_roster, failure_cases
 from faultline.cli import _jsonl
 from faultline.cli._fama import SIM_JUDGE_NOTE, category_counts
 from faultline.cli._plots import png
@@ -31,6 +30,7 @@ from faultline.cli._run import add_model_flags, effective_config, serving_local_
 from faultline.core import parse_roster
 from faultline.journal import JournalReader
 from faultline.runtime import Config, make_backend
+from faultline.services.fama import CATEGORIES, SHORT, analyze_cases, attribute_cases, choose_roster, failure_cases
 
 
 class Round(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,7 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from faultline._errors import UsageError
-from faultline.agents.memory import (
+from faultline.cli import _jsonl
+from faultline.cli._filters import add_episode_filters, filtered_episodes
+from faultline.cli._system import _common, _prefix, _url, login
+from faultline.cli._text import clip, table_console
+from faultline.journal import JournalReader
+from faultline.runtime import Config, load_config
+from faultline.services.memory import (
     MemoryStore,
     RebuildReport,
     Retrieval,
@@ -25,12 +31,6 @@ from faultline.agents.memory import (
     retrieval_mode,
     serve_memory,
 )
-from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, filtered_episodes
-from faultline.cli._system import _common, _prefix, _url, login
-from faultline.cli._text import clip, table_console
-from faultline.journal import JournalReader
-from faultline.runtime import Config, load_config
 
 TEXT_WIDTH = 90
 """Longest request or reflection shown in a table cell; `--json` has them whole."""

@@ -655,7 +655,7 @@ async def _run_local(
         ):
             await run_plan(supervisor.bus, plan, result, display.on_done)
         if config.memory.mode != "off":
-            from faultline.agents.memory import wait_for_memory
+            from faultline.services.memory import wait_for_memory
 
             display.after = "waiting for the memory service to take in the episodes"
             await wait_for_memory(supervisor.bus)

@@ -34,7 +34,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "planner": "faultline.agents.helpers:Planner",
     "user_context": "faultline.agents.helpers:UserContext",
     "verifier": "faultline.agents.helpers:Verifier",
-    "fama": "faultline.agents.fama:FamaController",
+    "fama": "faultline.services.fama:FamaController",
 }
 """Agent names the runtime knows without configuration, mapped to their classes."""
 HELPER_AGENTS = frozenset(map(helper_agent, HELPERS))

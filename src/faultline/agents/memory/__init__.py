@@ -1,45 +1,21 @@
-"""MemToolAgent memory: entries of past episodes, similarity search on FAISS, dynamic-n retrieval.
+"""The memory service as agents see it: what a retrieval asks and gets back, and how the tool agent uses it.
 
-The store is a projection of the journal: one `MemoryEntry` per completed
-episode, written with `MemoryStore.add` (idempotent by entry id), searched with
-`MemoryStore.retrieve(query, TopK(k) | Dynamic(...))`. Failures get a
-reflection from the memory extractor (`extractor_request`, or `sim_reflection`
-offline); the tool agent sees retrieved entries through `format_examples` and
-a tool list pruned by `filter_tools` (hard preference guiding).
-
-On the bus, `MemoryService` writes one entry per completed episode
-(`entry_from_episode`, shared with `rebuild` from a journal file) and answers
-retrieval requests on `fl.svc.memory`; the tool agent asks it through
-`memory_examples(ctx, ...)`, which records the reply for replay.
+The service itself (store, index, extractor, `fl.svc.memory`) is `faultline.services.memory`; an agent
+asks it through `memory_examples(ctx, ...)`, which records the reply so that replay needs no service.
 """
 
-from faultline.agents.memory._client import memory_examples, retrieval_body, retrieval_mode, wait_for_memory
-from faultline.agents.memory._configured import extractor_backend, make_embedder, open_memory
-from faultline.agents.memory._embed import Embedder, HashingEmbedder, HashingSettings
+from faultline.agents.memory._client import memory_examples, retrieval_body, retrieval_mode, tool_name
 from faultline.agents.memory._entry import MemoryEntry, ScoredEntry, ToolCallRecord
-from faultline.agents.memory._index import IndexKind, IndexSettings
-from faultline.agents.memory._preference import (
-    MIN_ZERO_RATINGS,
-    filter_tools,
-    hidden_tools,
-    tool_name,
-    tool_ratings,
-)
-from faultline.agents.memory._projection import (
-    MEMORY_AGENT,
-    EpisodeFacts,
-    entry_from_episode,
-    entry_from_facts,
-    episode_facts,
-)
-from faultline.agents.memory._prompts import (
-    ExtractionInput,
-    PromptSettings,
-    ToolExchange,
-    extractor_request,
-    format_entries,
-    format_examples,
-    sim_reflection,
+from faultline.agents.memory._examples import call_data, format_entries, format_examples, json_text, verdict
+from faultline.agents.memory._modes import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_PROMINENCE,
+    DEFAULT_RADIUS,
+    DEFAULT_TOP_K,
+    CutReason,
+    Dynamic,
+    RetrievalMode,
+    TopK,
 )
 from faultline.agents.memory._protocol import (
     MEMORY_SERVICE,
@@ -47,75 +23,34 @@ from faultline.agents.memory._protocol import (
     MemorySync,
     RetrievalReply,
     RetrievalRequest,
+    SyncRequest,
 )
-from faultline.agents.memory._rebuild import RebuildReport, rebuild
-from faultline.agents.memory._retrieval import (
-    Cut,
-    CutReason,
-    Dynamic,
-    Retrieval,
-    RetrievalMode,
-    TopK,
-    choose_n,
-    derivative_estimate,
-)
-from faultline.agents.memory._service import MemoryService, MemoryServiceSettings, read_episode, serve_memory
-from faultline.agents.memory._store import MemorySettings, MemoryStats, MemoryStore, PartitionStats
 
 __all__ = [
-    "MEMORY_AGENT",
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_PROMINENCE",
+    "DEFAULT_RADIUS",
+    "DEFAULT_TOP_K",
     "MEMORY_SERVICE",
-    "MIN_ZERO_RATINGS",
     "SYNC_SERVICE",
-    "Cut",
     "CutReason",
     "Dynamic",
-    "Embedder",
-    "EpisodeFacts",
-    "ExtractionInput",
-    "HashingEmbedder",
-    "HashingSettings",
-    "IndexKind",
-    "IndexSettings",
     "MemoryEntry",
-    "MemoryService",
-    "MemoryServiceSettings",
-    "MemorySettings",
-    "MemoryStats",
-    "MemoryStore",
     "MemorySync",
-    "PartitionStats",
-    "PromptSettings",
-    "RebuildReport",
-    "Retrieval",
     "RetrievalMode",
     "RetrievalReply",
     "RetrievalRequest",
     "ScoredEntry",
+    "SyncRequest",
     "ToolCallRecord",
-    "ToolExchange",
     "TopK",
-    "choose_n",
-    "derivative_estimate",
-    "entry_from_episode",
-    "entry_from_facts",
-    "episode_facts",
-    "extractor_backend",
-    "extractor_request",
-    "filter_tools",
+    "call_data",
     "format_entries",
     "format_examples",
-    "hidden_tools",
-    "make_embedder",
+    "json_text",
     "memory_examples",
-    "open_memory",
-    "read_episode",
-    "rebuild",
     "retrieval_body",
     "retrieval_mode",
-    "serve_memory",
-    "sim_reflection",
     "tool_name",
-    "tool_ratings",
-    "wait_for_memory",
+    "verdict",
 ]

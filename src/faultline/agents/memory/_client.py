@@ -1,4 +1,4 @@
-"""The memory from the callers' side: the tool agent's examples and hidden tools, and waiting for the memory.
+"""The memory from an agent's side: the tool agent's examples and hidden tools.
 
 `memory_examples` goes through `ctx.request`, so the reply is recorded on
 `fl.rec` and an exact replay sees the same examples without a memory service.
@@ -11,22 +11,11 @@ from typing import Any
 
 import msgspec
 
-from faultline._errors import BusError, ConfigError, MemoryStoreError, NoResponderError, ReplyTimeoutError
-from faultline.agents.memory._prompts import format_examples
-from faultline.agents.memory._protocol import (
-    MEMORY_SERVICE,
-    SYNC_SERVICE,
-    MemorySync,
-    RetrievalReply,
-    RetrievalRequest,
-    SyncRequest,
-)
-from faultline.agents.memory._retrieval import Dynamic, RetrievalMode, TopK
-from faultline.bus import Bus
-from faultline.core import Context, encode
-
-WAIT_TIMEOUT_S = 90.0
-"""How long `wait_for_memory` waits for the service's answer (the service itself gives up after 60 s)."""
+from faultline._errors import ConfigError, MemoryStoreError
+from faultline.agents.memory._examples import format_examples
+from faultline.agents.memory._modes import Dynamic, RetrievalMode, TopK
+from faultline.agents.memory._protocol import MEMORY_SERVICE, RetrievalReply, RetrievalRequest
+from faultline.core import Context
 
 _DYNAMIC_KEYS = ("radius", "prominence", "peak", "fallback_k", "candidates")
 
@@ -80,25 +69,9 @@ async def memory_examples(
     return format_examples(reply.entries, split_by_feedback=split_by_feedback), list(reply.hidden_tools)
 
 
-async def wait_for_memory(bus: Bus, *, timeout_s: float = WAIT_TIMEOUT_S) -> MemorySync:
-    """Block until the memory service has handled every completed event the stream holds now.
-
-    Call it between a run that fills the memory and a run that reads it.
-    `caught_up` is False when an entry keeps failing (see `last_error`).
-    """
-    until = (await bus.stream_state()).last_seq
-    subject = bus.subjects.svc(SYNC_SERVICE)
-    try:
-        reply = await bus.request(subject, encode(SyncRequest(until=until)), timeout_s)
-    except NoResponderError:
-        raise NoResponderError(
-            f"no memory service answers on {subject}: start one (`faultline memory serve`)"
-        ) from None
-    except ReplyTimeoutError:
-        raise ReplyTimeoutError(
-            f"the memory service did not answer within {timeout_s:g}s: it may still be taking in episodes (see its log)"
-        ) from None
-    try:
-        return msgspec.msgpack.decode(reply, type=MemorySync)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise BusError(f"the memory service answered {subject} with something else: {exc}") from None
+def tool_name(schema: Mapping[str, Any]) -> str:
+    """The name in an OpenAI-style tool schema (`{"type": "function", "function": {...}}` or flat)."""
+    function = schema.get("function")
+    if isinstance(function, Mapping):
+        return str(function.get("name", ""))
+    return str(schema.get("name", ""))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from faultline.agents.memory._entry import ScoredEntry
-from faultline.agents.memory._retrieval import CutReason, RetrievalMode, TopK
+from faultline.agents.memory._modes import CutReason, RetrievalMode, TopK
 
 MEMORY_SERVICE = "memory"
 """Retrieval requests go to `fl.svc.memory`."""

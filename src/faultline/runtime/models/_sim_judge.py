@@ -2,7 +2,7 @@
 
 A SIMULATION for exercising the controller (its stages, recordings, window and roster), never a
 result about models. The answer is a pure function of `request.metadata`, which the controller
-fills from the trajectory compared with the task's ground truth (`faultline.agents.fama`); it
+fills from the trajectory compared with the task's ground truth (`faultline.services.fama`); it
 never sees the simulator's mistake labels.
 
     analyst       yes when a deviation of its category is in the evidence (recovered ones say so) or

@@ -1,0 +1,91 @@
+"""entry_from_episode: what an episode's messages make of its memory entry, without a bus."""
+
+from __future__ import annotations
+
+import msgspec
+
+from faultline.core import ChatMessage, Envelope, EpisodeCompleted, LlmRequest, LlmResponse, UserTurn, derive_id
+from faultline.services.memory import MEMORY_AGENT, ToolCallRecord, entry_from_episode, episode_facts, sim_reflection
+from faultline.services.memory._projection import reflection_recording
+from tests.services.memory.episodes import episode, mistake
+
+
+def test_a_success_is_the_first_user_turn_its_calls_and_feedback_1() -> None:
+    envs = episode("s", query="  Cancel order #W1  ", calls=[("get_order_details", {"order_id": "#W1"}, {"ok": 1})])
+    entry = entry_from_episode(envs)
+    assert entry is not None
+    assert (entry.id, entry.episode, entry.domain) == ("s", "s", "retail")
+    assert entry.query == "Cancel order #W1"
+    assert entry.calls == [ToolCallRecord(name="get_order_details", arguments={"order_id": "#W1"})]
+    assert entry.feedback == 1
+    assert entry.reflection == ""
+
+
+def test_a_failure_gets_the_offline_critique_of_its_recorded_mistakes() -> None:
+    mistakes = [mistake(2, "wrong_arguments"), mistake(0, "missing_call")]
+    entry = entry_from_episode(episode("f", query="Cancel order #W1", reward=0.0, mistakes=mistakes))
+    assert entry is not None
+    assert entry.feedback == 0
+    assert entry.reflection == sim_reflection(mistakes)
+
+
+def test_feedback_is_1_only_for_a_full_reward() -> None:
+    entry = entry_from_episode(episode("p", query="Cancel order #W1", reward=0.99, outcome="success"))
+    assert entry is not None and entry.feedback == 0
+
+
+def test_messages_after_the_first_completed_event_are_not_part_of_the_episode() -> None:
+    envs = episode("late", query="Cancel order #W1", late=True)
+    again = Envelope(id="x", episode="late", sender="runner", body=EpisodeCompleted(outcome="timeout"))
+    assert entry_from_episode([*envs, again]) == entry_from_episode(envs[:-1])
+
+
+def test_the_query_is_the_first_non_empty_user_turn_to_the_tool_agent() -> None:
+    envs = episode("q", query="The real request")
+    aside = Envelope(id="aside", episode="q", sender="user", recipient="helper", body=UserTurn(text="not to the agent"))
+    blank = Envelope(id="blank", episode="q", sender="user", recipient="tool", body=UserTurn(text="   "))
+    entry = entry_from_episode([envs[0], aside, blank, *envs[1:]])
+    assert entry is not None and entry.query == "The real request"
+
+
+def test_episodes_without_an_entry() -> None:
+    envs = episode("n", query="Cancel order #W1")
+    assert entry_from_episode(envs[:-1]) is None, "not completed"
+    assert entry_from_episode([e for e in envs if not isinstance(e.body, UserTurn)]) is None, "no query"
+    assert entry_from_episode(episode("e", query="Cancel order #W1", outcome="error", reward=0.0)) is None
+
+
+def test_user_and_tool_ratings_come_from_the_completed_details() -> None:
+    envs = episode("u", query="Book a table", user="alice")
+    end = envs[-1]
+    assert isinstance(end.body, EpisodeCompleted)
+    details = {**end.body.details, "tool_ratings": {"book_table": 0, "find_table": 1, "bad": 5}}
+    envs[-1] = msgspec.structs.replace(end, body=msgspec.structs.replace(end.body, details=details))
+    entry = entry_from_episode(envs)
+    assert entry is not None
+    assert entry.user == "alice"
+    assert entry.tool_ratings == {"book_table": 0, "find_table": 1}
+
+
+def test_a_journaled_model_reflection_wins_over_the_offline_one() -> None:
+    envs = episode("m", query="Cancel order #W1", reward=0.0, mistakes=[mistake(0)])
+    facts = episode_facts(envs)
+    assert facts is not None and facts.reflection is None
+    request = LlmRequest(role="memory_extractor", messages=[ChatMessage(role="user", content="critique")])
+    recording = reflection_recording(facts, request, LlmResponse(content=" The agent picked the wrong order. "))
+    assert recording.sender == MEMORY_AGENT
+    assert recording.id == derive_id(envs[-1].id, 0, "r")
+    assert recording.causation == envs[-1].id
+    entry = entry_from_episode([*envs, recording])
+    assert entry is not None and entry.reflection == "The agent picked the wrong order."
+    facts = episode_facts([*envs, recording])
+    assert facts is not None and facts.reflection == recording.body
+
+
+def test_exchanges_pair_calls_with_results_for_the_extractor() -> None:
+    envs = episode(
+        "x", query="Cancel order #W1", reward=0.0, calls=[("a", {"k": 1}, {"z": 2, "y": 1}), ("b", {}, "text")]
+    )
+    facts = episode_facts(envs)
+    assert facts is not None
+    assert [(e.call.name, e.response) for e in facts.exchanges] == [("a", '{"y":1,"z":2}'), ("b", "text")]

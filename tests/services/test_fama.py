@@ -1,0 +1,241 @@
+"""The FAMA controller: its stages with the sim judge on real runs, and with the openai backend
+against the test's server (scripted, malformed and refused answers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faultline._errors import AnswerFormatError
+from faultline.cli import main
+from faultline.core import AgentHarness, Notice
+from faultline.envs import EARLY_STOP, ERROR_CATEGORIES, WRONG_VALUE
+from faultline.journal import JournalReader
+from faultline.runtime import FamaConfig
+from faultline.runtime.models import OpenAIBackend, SimBackend
+from faultline.services.fama import (
+    ANALYSIS,
+    CATEGORIES,
+    FAILED,
+    MITIGATION,
+    ROSTER,
+    Evidence,
+    FailureCase,
+    FamaController,
+    case_message,
+    choose_roster,
+    parse_analyst,
+    parse_main,
+    parse_mitigation,
+)
+from tests.openai_server import OpenAIServer, Status, Text
+
+CASE = FailureCase(
+    episode="r1-cancel-00-t0",
+    domain="retail",
+    task="cancel-00",
+    model="m",
+    outcome="failure",
+    instruction="Cancel my order #W1.",
+    trajectory=[{"role": "user", "text": "Cancel my order #W1."}, {"role": "agent", "text": "Done. Goodbye."}],
+    gold_actions=[{"name": "cancel_pending_order", "arguments": {"order_id": "#W1"}}],
+    evidence=Evidence(unfinished=[{"name": "cancel_pending_order", "arguments": {"order_id": "#W1"}}]),
+)
+
+
+def _verdict(yes: bool) -> Text:
+    answer = {"verdict": "yes" if yes else "no", "cause": 4 if yes else 0, "rationale": "r", "evidence": ["trajectory"]}
+    return Text("```json\n" + json.dumps(answer) + "\n```")
+
+
+SCRIPT = [
+    _verdict(False),
+    _verdict(False),
+    _verdict(False),
+    _verdict(True),
+    Text(json.dumps({"main": [EARLY_STOP], "recovered": [], "rationale": "it stopped"})),
+    Text(json.dumps({"helpers": ["planner"], "rationale": "plans the rest"})),
+]
+
+
+def _notices(outputs: list[object]) -> list[Notice]:
+    found = [o.body for o in outputs]  # type: ignore[attr-defined]
+    assert all(isinstance(n, Notice) for n in found)
+    return found  # type: ignore[return-value]
+
+
+async def test_the_three_stages_ask_the_model_with_their_own_prompts_and_every_call_is_recorded() -> None:
+    with OpenAIServer() as server:
+        server.reply(*SCRIPT)
+        async with OpenAIBackend(server.settings()) as backend:
+            harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=backend)
+            [analysis] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
+        systems = [r.body["messages"][0]["content"] for r in server.requests]
+        formats = [r.body.get("response_format") for r in server.requests]
+    assert analysis.text == ANALYSIS
+    assert [v["verdict"] for v in analysis.data["verdicts"]] == [False, False, False, True]
+    assert analysis.data["main"]["main"] == [EARLY_STOP]
+    assert analysis.data["mitigation"]["helpers"] == ["planner"]
+    assert [c.title in s for c, s in zip(CATEGORIES, systems, strict=False)] == [True] * 4
+    assert "categories that made the task fail" in systems[4] and "fewest helpers" in systems[5]
+    assert [f["type"] for f in formats] == ["json_schema"] * 6
+    keys = [list(f["json_schema"]["schema"]["properties"]) for f in formats]
+    assert keys == [["verdict", "cause", "turn", "recovered", "rationale"]] * 4 + [
+        ["main", "recovered", "rationale"],
+        ["helpers", "rationale"],
+    ]
+    assert formats[4]["json_schema"]["schema"]["properties"]["main"]["items"]["enum"] == [c.id for c in CATEGORIES]
+    assert [r.call for r in harness.recordings] == ["llm"] * 6
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        ([Text("I'm sorry, but I can't help with that.")], "AnswerFormatError: analyst policy_violation"),
+        ([Text('{"verdict": "maybe"}')], "verdict must be yes or no"),
+        ([*SCRIPT[:4], Text('{"main": ["bad_luck"]}')], "unknown categories ['bad_luck']"),
+        ([*SCRIPT[:5], Text('{"helpers": ["oracle"]}')], "unknown helper 'oracle'"),
+        ([Status(500, "down")] * 3, "ModelError"),
+    ],
+    ids=["refused", "malformed-verdict", "unknown-category", "unknown-helper", "model-error"],
+)
+async def test_a_failed_stage_is_journaled_and_skipped_and_the_next_failure_is_analysed(
+    script: list[Text | Status], error: str
+) -> None:
+    with OpenAIServer() as server:
+        server.reply(*script)
+        async with OpenAIBackend(server.settings()) as backend:
+            harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=backend)
+            [failed] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
+            server.reply(*SCRIPT)
+            [analysed] = _notices(await harness.deliver(case_message(CASE, FamaConfig())))
+    assert failed.text == FAILED and error in failed.data["error"] and failed.data["episode"] == CASE.episode
+    assert analysed.text == ANALYSIS
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        'Here is my verdict: {"verdict": "Yes", "cause": 2, "turn": 1, "rationale": "it stopped {early}"} Thanks.',
+        '```\n{"verdict": true, "cause": "2", "turn": 1}\n```',
+        '{"verdict": "yes", "cause": 2, "turn": 1, "recovered": false, "rationale": "r"}\n\n\n',
+    ],
+    ids=["prose-around", "fenced-boolean", "trailing-whitespace"],
+)
+def test_an_analyst_answer_is_read_from_prose_or_a_fence_and_records_the_evidence_it_was_shown(answer: str) -> None:
+    verdict = parse_analyst(answer, EARLY_STOP, ["trajectory", "gold_actions"])
+    assert (verdict.verdict, verdict.cause, verdict.turn) == (True, 2, 1)
+    assert verdict.evidence == ["trajectory", "gold_actions"]
+
+
+def test_the_orchestrator_and_mitigation_answers_accept_names_as_a_small_model_writes_them() -> None:
+    main_error = parse_main('{"main": "IFU", "recovered": ["Wrong Value"], "rationale": "r"}')
+    assert (main_error.main, main_error.recovered) == ([EARLY_STOP], [WRONG_VALUE])
+    assert parse_main('{"main": ["incomplete fulfilment or early stopping"]}').main == [EARLY_STOP]
+    assert parse_main('{"main": ["wrong_value", "IFU", "wrong_value", "early_stop"]}').main == [WRONG_VALUE, EARLY_STOP]
+    assert parse_mitigation('{"helpers": "Planner"}').helpers == ["planner"]
+    with pytest.raises(AnswerFormatError, match="not one JSON object"):
+        parse_main('{"main": ["early_stop"')
+
+
+@pytest.mark.slow
+def test_through_the_cli_only_the_judge_asks_the_server_for_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "journal.sqlite"
+    endpoint = ["--model", "openai", "--model-name", "m", "--model-setting", "backoff_base_s=0"]
+    with OpenAIServer() as server:
+        run = ["run", "--tasks", "1", "--max-turns", "1", "--journal", str(journal), "--json"]
+        assert main([*run, *endpoint, "--base-url", server.url]) in (0, 1)
+        others = len(server.chat_requests)
+        server.reply(*SCRIPT)
+        assert main(["fama", "analyze", str(journal), "--json", *endpoint, "--base-url", server.url]) == 0
+        formats = [r.get("response_format") for r in server.chat_requests]
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["analysed"] == 1 and summary["categories"][EARLY_STOP] == 1
+    assert others > 0 and formats[:others] == [None] * others
+    assert [f["type"] for f in formats[others:]] == ["json_schema"] * 6
+
+
+def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enough_failures() -> None:
+    settings = FamaConfig(window=4, share=0.5, min_failures=3)
+    assert choose_roster([["dce"], ["dce"]], settings) == []
+    assert choose_roster([["dce"], ["dce", "memory:6"], ["tor"]], settings) == ["dce"]
+    assert choose_roster([["memory:6", "dce"], ["dce", "memory:6"], ["tor"]], settings) == ["dce", "memory:6"]
+
+
+@pytest.mark.parametrize("category", ERROR_CATEGORIES)  # one in-process sim run each
+def test_on_sim_runs_with_one_category_the_main_error_is_that_category_and_the_roster_its_helper(
+    category: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "journal.sqlite"
+    run = ["run", "--tasks", "24", "--error-rate", f"{category}=0.5", "--journal", str(journal), "--json"]
+    assert main(run) == 0
+    capsys.readouterr()
+    assert main(["fama", "analyze", str(journal), "--model", "sim", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    cases = [line for line in lines if line["type"] == "case"]
+    [summary] = [line for line in lines if line["type"] == "summary"]
+    assert len(cases) >= 3 and summary["skipped"] == 0
+    agreeing = [c for c in cases if c["analysis"]["main"]["main"][:1] == [category]]
+    assert len(agreeing) >= 0.9 * len(cases)
+    assert set(MITIGATION[category]) <= set(summary["rosters"]["retail/sim"])
+    [decision] = [line for line in lines if line["type"] == "decision"]
+    assert decision["counts"]["categories"][category] >= 3
+
+
+async def test_a_roster_decision_is_journaled_with_the_counts_that_chose_it() -> None:
+    harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=SimBackend())
+    settings = FamaConfig(min_failures=2)
+    first = _notices(await harness.deliver(case_message(CASE, settings)))
+    second = _notices(await harness.deliver(case_message(CASE, settings)))
+    third = _notices(await harness.deliver(case_message(CASE, settings)))
+    assert [n.text for n in first] == [ANALYSIS]
+    assert [n.text for n in second] == [ANALYSIS, ROSTER]
+    assert [n.text for n in third] == [ANALYSIS]  # the same roster again is not a change
+    decision = second[1].data
+    assert decision["roster"] == ["planner"] and decision["failures"] == 2
+    assert decision["counts"] == {"categories": {EARLY_STOP: 2}, "helpers": {"planner": 2}}
+
+
+@pytest.mark.slow
+def test_the_loop_reruns_with_the_helper_its_analysis_chose_and_every_round_replays_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "loop"
+    loop = ["fama", "loop", "--tasks", "10", "--rounds", "1", "--error-rate", "wrong_value=0.5", "--out", str(out)]
+    assert main([*loop, "--model", "sim", "--json", "--plot", str(tmp_path / "loop.png")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    baseline, rerun = [line for line in lines if line["type"] == "round"]
+    assert baseline["roster"] == [] and baseline["analysed"] == baseline["failures"] >= 3
+    assert baseline["categories"][WRONG_VALUE] >= 0.9 * baseline["analysed"]
+    assert set(MITIGATION[WRONG_VALUE]) <= set(baseline["chosen"]) and rerun["roster"] == baseline["chosen"]
+    assert (tmp_path / "loop.png").stat().st_size > 0
+    for r in (baseline, rerun):
+        assert main(["replay", r["journal"]]) == 0
+        assert "identical" in capsys.readouterr().out
+
+
+def test_with_attribution_the_analysts_have_the_decisive_step_and_the_forks_stay_out_of_the_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "journal.sqlite"
+    run = ["run", "--tasks", "4", "--error-rate", f"{WRONG_VALUE}=0.5", "--run-id", "a", "--journal", str(journal)]
+    assert main([*run, "--json"]) == 0
+    capsys.readouterr()
+    with JournalReader(journal) as reader:
+        before = [e.episode for e in reader.episodes()]
+    analyze = ["fama", "analyze", str(journal), "--model", "sim", "--json"]
+    assert main([*analyze, "--attribution", "oracle"]) == 0
+    cases = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"type":"case"' in line]
+    assert cases and all(c["decisive"]["method"] == "oracle-guided repair" for c in cases)
+    assert {c["decisive"]["category"] for c in cases} == {WRONG_VALUE}
+    assert all("attribution" in v["evidence"] for c in cases for v in c["analysis"]["verdicts"])
+    with JournalReader(journal) as reader:
+        assert [e.episode for e in reader.episodes()] == before
+    assert main(analyze) == 0  # off by default: no decisive step, and no analyst says it used one
+    plain = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"type":"case"' in line]
+    assert [c["decisive"] for c in plain] == [None] * len(cases)
+    assert not any("attribution" in v["evidence"] for c in plain for v in c["analysis"]["verdicts"])
