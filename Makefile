@@ -10,14 +10,14 @@ STAMP := $(VENV)/.installed
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: demo test lint lock bench real clean
+.PHONY: demo test lint wheel lock bench real clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
 
 $(STAMP): uv.lock pyproject.toml | $(UV)
-	$(UV) sync --locked --quiet --python $(PYTHON) --extra test --extra lint
+	$(UV) sync --locked --quiet --python $(PYTHON) --extra test --extra lint --reinstall-package faultline
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -35,7 +35,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+# The sdist and the wheel as built for users, the wheel installed with the locked dependencies into a
+# fresh environment outside this tree and run from an empty directory: tests/wheel/check.py says what it checks.
+wheel: | $(UV)
+	$(PYTHON) tests/wheel/check.py --uv $(UV) --python $(PYTHON)
+
+test: lint wheel
 	$(BIN)/python -m pytest -q -rfEs --numprocesses auto
 
 # Refresh the lock from pyproject.toml's ranges; commit the result.
@@ -52,4 +57,4 @@ real: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m local tests/runtime/test_local_model.py
 
 clean:
-	rm -rf $(VENV) $(TOOLS) runs .faultline *.egg-info
+	rm -rf $(VENV) $(TOOLS) runs .faultline build dist src/*.egg-info

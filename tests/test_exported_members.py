@@ -27,6 +27,7 @@ PUBLIC = {
         "NoResponderError",
         "NonDeterminismError",
         "HandlerTimeoutError",
+        "PluginError",
         "PublishRefusedError",
         "ReplyTimeoutError",
         "RunError",

@@ -4,6 +4,8 @@ The pieces live in subpackages (`faultline.bus`, `faultline.journal`, `faultline
 `faultline.agents`, `faultline.replay`, `faultline.envs`); the error tree is here.
 """
 
+import importlib.metadata
+
 from faultline._errors import (
     AccessError,
     AnswerFormatError,
@@ -24,6 +26,7 @@ from faultline._errors import (
     ModelError,
     NonDeterminismError,
     NoResponderError,
+    PluginError,
     PublishRefusedError,
     ReplyTimeoutError,
     RunError,
@@ -52,6 +55,7 @@ __all__ = [
     "ModelError",
     "NoResponderError",
     "NonDeterminismError",
+    "PluginError",
     "PublishRefusedError",
     "ReplyTimeoutError",
     "CampaignError",
@@ -61,4 +65,5 @@ __all__ = [
     "ToolError",
     "UsageError",
 ]
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("faultline")
+"""The installed distribution's version, as `faultline --version` prints it."""

@@ -41,6 +41,10 @@ class ConfigError(FaultlineError):
     """A setting or config file is wrong; the message names the key."""
 
 
+class PluginError(ConfigError):
+    """An agent class, domain or model backend, named by entry point or `package.module:attr`, cannot be loaded."""
+
+
 class SubjectError(FaultlineError):
     """A name that must be a NATS subject token is not one."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -44,6 +45,8 @@ _COMMANDS = {
 }
 """Each command and the module that registers it, in the order the help lists them."""
 
+_VERSION_FLAGS = ("-V", "--version")
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of printing usage and exiting."""
@@ -60,6 +63,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Event-sourced runtime for LLM multi-agent systems: run, journal, replay, inject faults.",
     )
     parser.add_argument(
+        *_VERSION_FLAGS,
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version('faultline')}",
+        help="print the installed version and exit",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (-v: INFO, -vv: DEBUG); logs go to stderr"
     )
     parser.add_argument(
@@ -69,7 +78,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    modules = [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
+    if command in _COMMANDS:
+        modules = [_COMMANDS[command]]
+    elif command in _VERSION_FLAGS:
+        modules = []  # argparse prints the version and exits before it looks for a command
+    else:
+        modules = list(dict.fromkeys(_COMMANDS.values()))
     for name in modules:
         importlib.import_module(f"faultline.cli.{name}").register(sub)
     return parser
