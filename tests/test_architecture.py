@@ -92,3 +92,27 @@ print(code, sorted(m for m in ("faiss", "numpy", "sqlite_utils") if m in sys.mod
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "0 []"
+
+
+def test_no_modules_import_each_other() -> None:
+    """A circle of imports is one idea split in two, or a shared piece in the wrong module: the piece
+    moves to a module both import (an import inside a function only hides the circle, and grimp sees it)."""
+    graph = grimp.build_graph("faultline")
+    imports = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    pairs = sorted(f"{a} <-> {b}" for a in imports for b in imports[a] if a < b and a in imports[b])
+    assert pairs == []
+    cycles = sorted(
+        " -> ".join((a, *chain)) for a in imports for b in imports[a] if (chain := graph.find_shortest_chain(b, a))
+    )
+    assert cycles == []
+
+
+def test_the_author_module_loads_no_nats_and_no_runtime() -> None:
+    """`faultline.agent` is what an agent's own package imports; it must not drag in the live system."""
+    script = """
+import sys
+import faultline.agent
+print(sorted(m for m in sys.modules if m == "nats" or m.startswith(("nats.", "faultline.bus", "faultline.runtime"))))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

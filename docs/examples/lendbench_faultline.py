@@ -16,7 +16,7 @@ from lendbench.data import load_data
 from lendbench.tasks import POLICY, SPLITS, USER_PROMPT
 from lendbench.tools import ALL_TOOLS
 
-from faultline.envs import Action, Budgets, Domain, Task, ToolSpec, document_tool, seed_documents
+from faultline.agent import Action, Budgets, Domain, Task, ToolSpec, document_tool, seed_documents
 
 WRITES = {"place_hold", "renew_loans", "report_lost"}
 """lendbench does not say which tools change data; the adapter does."""

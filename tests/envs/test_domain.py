@@ -7,7 +7,7 @@ from random import Random
 
 import pytest
 
-from faultline._errors import DomainError, ToolError
+from faultline._errors import DomainError, PluginError, ToolError
 from faultline.envs import (
     EARLY_STOP,
     POLICY_VIOLATION,
@@ -241,16 +241,24 @@ def test_load_domain_by_builtin_name_and_import_path() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("shop", "unknown domain 'shop': use a built-in (retail, phone) or 'package.module:ClassName'"),
-        ("no_such_package.domains:Shop", "cannot import domain no_such_package.domains:Shop: ModuleNotFoundError"),
-        (f"{__name__}:Missing", f"cannot import domain {__name__}:Missing: module '{__name__}' has no attribute"),
-        (f"{__name__}:NotADomain", "is a type, not a Domain subclass"),
-        (f"{__name__}:pytest", "is a module, not a Domain subclass"),
-        (f"{__name__}:Abstract", "cannot instantiate domain"),
+        (
+            "shop",
+            "cannot load domain 'shop': not a registered name (registered: phone, retail)"
+            " nor a package.module:Name path",
+        ),
+        (
+            "no_such_package.domains:Shop",
+            "cannot load domain 'no_such_package.domains:Shop': no module named 'no_such_package'"
+            " (is it installed, or in a --plugin-path folder?)",
+        ),
+        (f"{__name__}:Missing", f"cannot load domain '{__name__}:Missing': module '{__name__}' has no attribute"),
+        (f"{__name__}:NotADomain", "it is a type, not a Domain subclass"),
+        (f"{__name__}:pytest", "it is a module, not a Domain subclass"),
+        (f"{__name__}:Abstract", "the class refused its parameters"),
     ],
 )
 def test_load_domain_explains_a_bad_spec(spec: str, message: str) -> None:
-    with pytest.raises(DomainError) as caught:
+    with pytest.raises(PluginError) as caught:
         load_domain(spec)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from faultline._errors import DomainError
+from faultline._errors import DomainError, PluginError
 from faultline.agents import EpisodeSpec, ToolAgent
 from faultline.core import AgentHarness, UserTurn
 from faultline.envs import Action, Budgets, Domain, Task, load_domain, tool, use_plugin_path
@@ -144,13 +144,16 @@ def test_parameters_after_the_class_reach_its_constructor_and_tasks_keep_extra_f
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("tests.envs.test_domain_options:Notes?split=dev", "cannot instantiate domain .*unknown split 'dev'"),
-        ("tests.envs.test_domain_options:Notes?colour=red", "cannot instantiate domain .*colour"),
+        (
+            "tests.envs.test_domain_options:Notes?split=dev",
+            "cannot load domain .*: the class refused its parameters: .*unknown split 'dev'",
+        ),
+        ("tests.envs.test_domain_options:Notes?colour=red", "the class refused its parameters: .*colour"),
         ("tests.envs.test_domain_options:Notes?split", "parameters must look like"),
     ],
 )
 def test_parameters_the_domain_refuses_are_one_line(spec: str, message: str) -> None:
-    with pytest.raises(DomainError, match=message):
+    with pytest.raises(PluginError, match=message):
         load_domain(spec)
 
 
@@ -162,7 +165,7 @@ def test_a_plugin_folder_makes_a_domain_importable(tmp_path: Path, monkeypatch: 
         "    def tasks(self): return [Task(id='a', instruction='nothing')]\n"
     )
     monkeypatch.setattr(sys, "path", list(sys.path))
-    with pytest.raises(DomainError, match="cannot import domain tiny_plugin_domain:Tiny"):
+    with pytest.raises(PluginError, match="cannot load domain 'tiny_plugin_domain:Tiny': no module named"):
         load_domain("tiny_plugin_domain:Tiny")
     use_plugin_path([tmp_path])
     assert [t.id for t in load_domain("tiny_plugin_domain:Tiny").tasks()] == ["a"]

@@ -10,7 +10,6 @@ import faultline.envs.retail as retail
 def test_the_public_names_are_exactly_these() -> None:
     assert sorted(envs.__all__) == sorted(
         [
-            "BUILTIN_DOMAINS",
             "EARLY_STOP",
             "ERROR_CATEGORIES",
             "POLICY_VIOLATION",

@@ -230,29 +230,29 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
         ),
         (
             '[agents.tool_agent]\nmodel_role = "agent"\n',
-            "agent 'tool_agent' is not a built-in agent (dce, env, fama, planner, tool, tor, tsa, user, user_context,"
+            "agent 'tool_agent' is not a registered agent (dce, env, fama, planner, tool, tor, tsa, user, user_context,"
             " verifier) and has no class:"
             " set class = 'package.module:ClassName' - at $.agents.tool_agent",
         ),
         (
             '[workers.a]\nagents = ["scheduler"]\n',
-            "unknown agent 'scheduler' (known: dce, env, fama, planner, tool, tor, tsa, user, user_context, verifier;"
-            " or give package.module:Class) - at $.workers.a.agents",
+            "cannot load agent 'scheduler': not a registered name (registered: dce, env, fama, planner, tool, tor,"
+            " tsa, user, user_context, verifier) nor a package.module:Name path - at $.workers.a.agents",
         ),
         (
             '[agents.triage]\nclass = "no_such_package.triage:TriageAgent"\n',
-            "agent class 'no_such_package.triage:TriageAgent': cannot import 'no_such_package.triage'"
-            " (ModuleNotFoundError: No module named 'no_such_package') - at $.agents.triage.class",
+            "cannot load agent 'no_such_package.triage:TriageAgent': no module named 'no_such_package'"
+            " (is it installed, or in a --plugin-path folder?) - at $.agents.triage.class",
         ),
         (
             '[agents.triage]\nclass = "broken_agent_module:TriageAgent"\n',
-            "agent class 'broken_agent_module:TriageAgent': cannot import 'broken_agent_module'"
-            " (NameError: name 'undefined_name' is not defined) - at $.agents.triage.class",
+            "cannot load agent 'broken_agent_module:TriageAgent': importing 'broken_agent_module' raised"
+            " NameError: name 'undefined_name' is not defined - at $.agents.triage.class",
         ),
         (
             '[agents.triage]\nclass = "tests.runtime.toy:SlowCountingBackend"\n',
-            "agent class 'tests.runtime.toy:SlowCountingBackend' is not a faultline Agent subclass with a name"
-            " - at $.agents.triage.class",
+            "cannot load agent 'tests.runtime.toy:SlowCountingBackend': class SlowCountingBackend is not a"
+            " faultline Agent subclass with a name - at $.agents.triage.class",
         ),
     ],
 )

@@ -53,7 +53,7 @@ def test_the_worked_example_runs_in_the_workers_and_replays_only_where_it_import
     missing = subprocess.run(replay, capture_output=True, text=True, cwd=tmp_path, check=False)
     assert missing.returncode == 1
     assert missing.stderr.startswith(
-        "faultline: error: cannot import domain lendbench_faultline:LendBench: ModuleNotFoundError"
+        "faultline: error: cannot load domain 'lendbench_faultline:LendBench': no module named 'lendbench_faultline'"
     )
     assert len(missing.stderr.splitlines()) == 1
     (tmp_path / "faultline.toml").write_text(f'[plugins]\npath = ["{plugins}"]\n')
@@ -74,7 +74,7 @@ def lendbench_tasks() -> list[dict[str, Any]]:
         (
             ["--domain", "absent_plugin:Shelf"],
             1,
-            "error: cannot import domain absent_plugin:Shelf: ModuleNotFoundError",
+            "error: cannot load domain 'absent_plugin:Shelf': no module named 'absent_plugin'",
         ),
         (["--plugin-path", "nowhere"], 2, "usage error: --plugin-path nowhere: no such folder"),
         (["--task-range", "3:1"], 2, "usage error: --task-range '3:1': use FROM:TO with whole numbers, FROM < TO"),

@@ -266,7 +266,10 @@ def test_the_metadata_helper_checks_the_rates() -> None:
         ({}, "sim: bad request metadata: Object missing required field `sim`"),
         ({"sim": "oracle", "domain": "phone", "task": "send-00"}, "at `$.sim`"),
         ({"sim": "judge", "stage": "verdict"}, "sim: no simulated judge stage 'verdict' - at $.metadata.stage"),
-        ({"sim": "user", "domain": "nowhere", "task": "send-00"}, "sim: unknown domain 'nowhere'"),
+        (
+            {"sim": "user", "domain": "nowhere", "task": "send-00"},
+            "sim: cannot load domain 'nowhere': not a registered name",
+        ),
         ({"sim": "user", "domain": "phone", "task": "nope"}, "sim: domain 'phone' has no task 'nope'"),
         ({"sim": "tool", "domain": "phone", "task": "send-00", "error_rates": {"early_stop": 2}}, "between 0 and 1"),
     ],

@@ -61,6 +61,9 @@ class EchoBackend:
 
     calls = 0
 
+    def __init__(self, settings: object = None) -> None:
+        """Built as every backend is, from its role's settings, which an echo needs none of."""
+
     async def complete(self, request: LlmRequest) -> LlmResponse:
         type(self).calls += 1
         text = request.messages[-1].content

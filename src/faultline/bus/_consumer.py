@@ -16,20 +16,17 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import anyio
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js import api
+from nats.js import JetStreamContext, api
 
 from faultline._errors import BusError, DeliveriesLostError
 from faultline.bus._messaging import Subscription, nats_failure
 from faultline.core import Envelope, check_delivered, decode_envelope
-
-if TYPE_CHECKING:
-    from faultline.bus._transport import Bus
 
 
 @dataclass(slots=True)
@@ -64,12 +61,27 @@ def _parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
 
 
 class Consumer:
-    """A JetStream push consumer read as batches of deliveries."""
+    """A JetStream push consumer read as batches of deliveries.
+
+    Made by `Bus` (`Bus.consumer`, `Bus.own_consumer`); it holds only the connection and the stream it reads.
+    """
 
     def __init__(
-        self, bus: Bus, name: str, deliver_subject: str, durable: bool, info: api.ConsumerInfo | None = None
+        self,
+        nc: NatsClient,
+        js: JetStreamContext,
+        stream: str,
+        name: str,
+        deliver_subject: str,
+        durable: bool,
+        info: api.ConsumerInfo | None = None,
+        *,
+        pending_msgs_limit: int,
     ) -> None:
-        self.bus = bus
+        self._nc = nc
+        self._js = js
+        self._stream = stream
+        self._pending_msgs_limit = pending_msgs_limit
         self.name = name
         self.durable = durable
         self.delivered = (info.delivered.consumer_seq or 0) if info and info.delivered else 0
@@ -90,13 +102,13 @@ class Consumer:
 
     async def _start(self) -> None:
         with nats_failure(f"subscribing to consumer {self.name}"):
-            sub = await self.bus.nc.subscribe(
+            sub = await self._nc.subscribe(
                 self._deliver_subject,
                 cb=self._on_msg,
-                pending_msgs_limit=self.bus.settings.pending_msgs_limit,
+                pending_msgs_limit=self._pending_msgs_limit,
                 pending_bytes_limit=-1,
             )
-        self._sub = Subscription(sub, self.bus.nc)
+        self._sub = Subscription(sub, self._nc)
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.reply:
@@ -229,7 +241,7 @@ class Consumer:
         if not self._acks:
             return  # a consumer for reading: nothing to acknowledge
         try:  # a plain try, not `nats_failure`: this runs once a message, and a context manager costs 2.5 us
-            await self.bus.nc.publish(delivery.reply, verdict)
+            await self._nc.publish(delivery.reply, verdict)
         except nats.errors.Error as exc:
             raise BusError(
                 f"{verdict!r} for stream sequence {delivery.stream_seq} on {self.name} failed: {exc}"
@@ -242,7 +254,7 @@ class Consumer:
 
     async def _info(self) -> api.ConsumerInfo:
         with nats_failure(f"asking for the state of consumer {self.name}"):
-            info: api.ConsumerInfo = await self.bus.js.consumer_info(self.bus.subjects.stream, self.name)
+            info: api.ConsumerInfo = await self._js.consumer_info(self._stream, self.name)
         return info
 
     async def close(self, *, delete: bool = False) -> None:
@@ -253,6 +265,6 @@ class Consumer:
         if delete and self.durable:
             with nats_failure(f"deleting consumer {self.name}"):
                 try:
-                    await self.bus.js.delete_consumer(self.bus.subjects.stream, self.name)
+                    await self._js.delete_consumer(self._stream, self.name)
                 except nats.js.errors.NotFoundError:
                     pass

@@ -507,9 +507,7 @@ class Bus:
             with nats_failure(f"resetting consumer {name} to its acknowledgement floor"):
                 info = (await self.js.reset_consumer(stream, name)).info
         assert info.config.deliver_subject is not None
-        consumer = Consumer(self, name, info.config.deliver_subject, durable=True, info=info)
-        await consumer._start()
-        return consumer, fresh
+        return await self._open_consumer(name, info.config.deliver_subject, durable=True, info=info), fresh
 
     async def consumer(
         self,
@@ -538,9 +536,7 @@ class Bus:
                 try:
                     info = await self.js.consumer_info(stream, name)
                     assert info.config.deliver_subject is not None
-                    consumer = Consumer(self, name, info.config.deliver_subject, durable=True, info=info)
-                    await consumer._start()
-                    return consumer
+                    return await self._open_consumer(name, info.config.deliver_subject, durable=True, info=info)
                 except nats.js.errors.NotFoundError:
                     pass
             if name is not None and replace:
@@ -565,9 +561,24 @@ class Bus:
                 **_start_policy(start),
             )
             info = await self.js.add_consumer(stream, config)
-            consumer = Consumer(self, info.name, deliver_subject, durable=durable, info=info)
-            await consumer._start()
-            return consumer
+            return await self._open_consumer(info.name, deliver_subject, durable=durable, info=info)
+
+    async def _open_consumer(
+        self, name: str, deliver_subject: str, *, durable: bool, info: api.ConsumerInfo
+    ) -> Consumer:
+        """Subscribe to the deliveries of consumer `name`, which the server holds as `info`."""
+        consumer = Consumer(
+            self.nc,
+            self.js,
+            self.subjects.stream,
+            name,
+            deliver_subject,
+            durable,
+            info,
+            pending_msgs_limit=self.settings.pending_msgs_limit,
+        )
+        await consumer._start()
+        return consumer
 
     async def decode_or_dead_letter(self, delivery: Delivery) -> Envelope | None:
         """The envelope, or None after sending the bytes to the dead-letter subject."""

@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
-from faultline.cli import _jsonl
+from faultline.cli import _fama_loop, _jsonl
+from faultline.cli._fama_counts import SIM_JUDGE_NOTE, category_counts
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
@@ -35,8 +36,6 @@ from faultline.services.fama import (
     failure_cases,
     serve_fama,
 )
-
-SIM_JUDGE_NOTE = "sim judge: a deterministic stand-in that measures the mechanism, not a model"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,8 +78,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--dry-run", action="store_true", help="journal each roster decision, publish none (over [fama] dry_run)"
     )
     s.set_defaults(handler=_serve)
-    from faultline.cli import _fama_loop  # the loop's module imports this one for the shared tables
-
     _fama_loop.register(commands)
 
 
@@ -139,12 +136,6 @@ async def _run_analysis(config: Config, cases: list[Any]) -> JournalAnalysis:
         return await analyze_cases(cases, backend, config.fama)
     finally:
         await backend.aclose()
-
-
-def category_counts(cases: list[CaseReport]) -> dict[str, int]:
-    """How many analysed failures name each category among their main errors (every category listed)."""
-    found = Counter(c for case in cases if case.analysis for c in case.analysis.main.main)
-    return {cat.id: found.get(cat.id, 0) for cat in CATEGORIES}
 
 
 def analysis_summary(result: JournalAnalysis, counts: dict[str, int]) -> dict[str, Any]:

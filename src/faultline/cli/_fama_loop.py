@@ -24,7 +24,7 @@ from rich.table import Table
 
 from faultline._errors import RunError, UsageError
 from faultline.cli import _jsonl
-from faultline.cli._fama import SIM_JUDGE_NOTE, category_counts
+from faultline.cli._fama_counts import SIM_JUDGE_NOTE, category_counts
 from faultline.cli._plots import png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model, whole_number
 from faultline.core import parse_roster

@@ -65,11 +65,25 @@ from faultline.core._models import (
     ReportsAttempts,
     Usage,
 )
+from faultline.core._plugins import (
+    ENTRY_POINT_GROUPS,
+    PluginKind,
+    is_plugin_name,
+    load_plugin,
+    plugin_error,
+    registered,
+)
 from faultline.core._reflection import PASS, RECHECK, Verdict, parse_verdict, render_verdict
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
 from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
 
 __all__ = [
+    "ENTRY_POINT_GROUPS",
+    "PluginKind",
+    "is_plugin_name",
+    "load_plugin",
+    "plugin_error",
+    "registered",
     "Agent",
     "AgentHarness",
     "AssistantTurn",

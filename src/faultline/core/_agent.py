@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, ClassVar
 
-from faultline._errors import ConfigError
 from faultline.core._messages import Envelope
+from faultline.core._plugins import load_plugin, plugin_error
 from faultline.core._subjects import check_token
 
 if TYPE_CHECKING:
@@ -56,18 +55,13 @@ class Agent:
         raise NotImplementedError
 
 
-def load_agent_class(spec: str) -> type[Agent]:
-    """An agent class from `package.module:Class`, with a one-line error when it is wrong."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"agent class {spec!r} must look like 'package.module:ClassName'")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - whatever the module raises on import, the answer is one line
-        raise ConfigError(
-            f"agent class {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})"
-        ) from None
-    cls = getattr(module, attr, None)
+def load_agent_class(name: str) -> type[Agent]:
+    """The agent class a registered name (`tool`) or a `package.module:Class` path stands for."""
+    cls = load_plugin("agent", name)
     if not (isinstance(cls, type) and issubclass(cls, Agent) and hasattr(cls, "name")):
-        raise ConfigError(f"agent class {spec!r} is not a faultline Agent subclass with a name")
+        raise plugin_error("agent", name, f"{_describe(cls)} is not a faultline Agent subclass with a name")
     return cls
+
+
+def _describe(found: object) -> str:
+    return f"class {found.__name__}" if isinstance(found, type) else f"a {type(found).__name__}"

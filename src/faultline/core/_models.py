@@ -114,6 +114,7 @@ class ModelCall:
         self.attempts.append(attempt)
 
 
+@runtime_checkable
 class ModelBackend(Protocol):
     """A source of model replies. Backends raise ModelError when they give up."""
 

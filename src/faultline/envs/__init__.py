@@ -1,16 +1,17 @@
 """Tool-use domains: seeded data, tools with JSON schemas, a policy text, tasks with ground truth.
 
 Built-ins: `retail` (orders, returns, exchanges) and `phone` (messages,
-contacts, reminders on a device). Third-party domains subclass `Domain` and
-are found by `load_domain("package.module:ClassName")`, from folders named
-by `use_plugin_path` if they are not installed.
+contacts, reminders on a device), registered under the `faultline.domains`
+entry points. Third-party domains subclass `Domain` and are found by
+`load_domain` under a name their package registers, or as
+`"package.module:ClassName"` from folders named by `use_plugin_path`.
 """
 
 from faultline.envs._catalog import DomainCatalog
 from faultline.envs._databases import borrow_database, return_database
 from faultline.envs._documents import Collection, Documents, document_tool, seed_documents
 from faultline.envs._domain import Domain, tool
-from faultline.envs._loader import BUILTIN_DOMAINS, load_domain, use_plugin_path
+from faultline.envs._loader import load_domain, use_plugin_path
 from faultline.envs._schema import arguments_schema, check_arguments, schema_problem
 from faultline.envs._types import (
     EARLY_STOP,
@@ -28,7 +29,6 @@ from faultline.envs._types import (
 
 __all__ = [
     "DomainCatalog",
-    "BUILTIN_DOMAINS",
     "EARLY_STOP",
     "ERROR_CATEGORIES",
     "POLICY_VIOLATION",

@@ -1,4 +1,4 @@
-"""Finding a domain by name: a built-in, or any `package.module:ClassName` on the path, with parameters.
+"""Finding a domain by name: a registered one (`retail`), or any `package.module:ClassName` on the path, with parameters.
 
 A spec may end in `?key=value&...`, the domain's parameters (`mybench.domains:Airline?split=test`):
 they are passed to the class as keyword arguments, as strings, so one class serves every split.
@@ -13,21 +13,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import parse_qsl
 
-from faultline._errors import DomainError
+from faultline.core import load_plugin, plugin_error
 from faultline.envs._domain import Domain
-
-BUILTIN_DOMAINS: dict[str, str] = {
-    "retail": "faultline.envs.retail:Retail",
-    "phone": "faultline.envs.phone:Phone",
-}
-"""Short names of the domains that ship with Faultline, and where they live."""
 
 _loaded: dict[str, Domain] = {}
 _lock = threading.Lock()
 
 
 def load_domain(spec: str) -> Domain:
-    """The domain named by `spec`: a built-in name or `package.module:ClassName`, each with `?parameters`.
+    """The domain named by `spec`: a registered name or `package.module:ClassName`, each with `?parameters`.
 
     The class is instantiated with the parameters as keyword arguments (none
     by default); an attribute that is already a `Domain` instance is used as
@@ -54,29 +48,18 @@ def use_plugin_path(folders: Iterable[str | Path]) -> None:
 
 def _load(spec: str) -> Domain:
     name, _, query = spec.partition("?")
-    path = BUILTIN_DOMAINS.get(name, name)
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        names = ", ".join(BUILTIN_DOMAINS)
-        raise DomainError(f"unknown domain {spec!r}: use a built-in ({names}) or 'package.module:ClassName'")
     try:
         parameters = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
     except ValueError:
-        raise DomainError(f"domain {spec!r}: parameters must look like ?key=value&key2=value2") from None
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - whatever the plugin raises, the user needs it in one line
-        raise DomainError(f"cannot import domain {path}: {type(exc).__name__}: {exc}") from None
-    target = getattr(module, attribute, None)
-    if target is None:
-        raise DomainError(f"cannot import domain {path}: module {module_name!r} has no attribute {attribute!r}")
+        raise plugin_error("domain", spec, "parameters must look like ?key=value&key2=value2") from None
+    target = load_plugin("domain", name)
     if isinstance(target, Domain):
         if parameters:
-            raise DomainError(f"domain {path} is an instance and takes no parameters, got {query!r}")
+            raise plugin_error("domain", spec, "it is an instance and takes no parameters")
         return target
     if not (isinstance(target, type) and issubclass(target, Domain)):
-        raise DomainError(f"{path} is a {type(target).__name__}, not a Domain subclass")
+        raise plugin_error("domain", name, f"it is a {type(target).__name__}, not a Domain subclass")
     try:
         return target(**parameters)
     except (TypeError, ValueError) as exc:
-        raise DomainError(f"cannot instantiate domain {spec}: {exc}") from None
+        raise plugin_error("domain", spec, f"the class refused its parameters: {exc}") from None

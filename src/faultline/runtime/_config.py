@@ -10,7 +10,6 @@ keys are errors. To add a section, add a struct with defaults and a field on
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import tomllib
@@ -23,10 +22,19 @@ import msgspec
 
 from faultline._errors import ConfigError, SubjectError
 from faultline.bus import BusSettings
-from faultline.core import DEFAULT_PREFIX, ModelBackend, check_token, parse_roster
+from faultline.core import (
+    DEFAULT_PREFIX,
+    ModelBackend,
+    check_token,
+    is_plugin_name,
+    load_plugin,
+    parse_roster,
+    plugin_error,
+    registered,
+)
 from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
-from faultline.runtime.models._openai import OpenAIBackend, OpenAISettings
+from faultline.runtime.models._openai import OpenAISettings
 
 DEFAULT_CONFIG_FILE = Path("faultline.toml")
 """Read by `load_config(None)` when it exists in the working directory."""
@@ -118,7 +126,8 @@ class AgentConfig(_Section, frozen=True):
 
 class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A model role: the offline `sim` stand-in, an OpenAI-compatible endpoint with these
-    settings, or a backend class of your own given as `package.module:Class` (built with no arguments).
+    settings, or a backend of your own: a name registered under the `faultline.models` entry
+    points, or `package.module:Class`, called with these settings.
 
     `tool_calls` says how the tool agent offers its tools to this role's model: "native"
     (OpenAI `tools`), or "text" for servers that lack tool calling (the tools described in
@@ -362,24 +371,18 @@ def bus_settings(config: Config) -> BusSettings:
 
 
 def make_backend(config: Config, role: str) -> ModelBackend:
-    """The backend for a model role: the offline simulator or an OpenAI-compatible endpoint."""
+    """The backend for a model role: the class or factory its `backend` names, called with the role's settings."""
     settings = config.model(role)
-    if settings.backend == "sim":
-        from faultline.runtime.models._sim import SimBackend
-
-        return SimBackend()
-    if settings.backend == "openai":
-        return OpenAIBackend(settings)
-    return _load_backend(settings.backend)
-
-
-def _load_backend(spec: str) -> ModelBackend:
-    module_name, _, attr = spec.partition(":")
+    factory = load_plugin("model", settings.backend)
+    if not callable(factory):
+        raise plugin_error("model", settings.backend, f"a {type(factory).__name__} is not a backend class or factory")
     try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"model backend {spec!r} cannot be loaded ({exc})") from None
-    return cls()  # type: ignore[no-any-return]
+        backend = factory(settings)
+    except Exception as exc:  # noqa: BLE001 - whatever a plugin's constructor raises, the answer is one line
+        raise plugin_error("model", settings.backend, f"building it raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(backend, ModelBackend):
+        raise plugin_error("model", settings.backend, "what it built has no `complete` and `aclose` methods")
+    return backend
 
 
 def _named_tables() -> dict[str, type[msgspec.Struct]]:
@@ -448,10 +451,9 @@ def _check(config: Config, source: str) -> None:
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc} - at $.defenses.{path}") from None
     for role, settings in config.models.items():
-        if settings.backend not in ("sim", "openai") and not _CLASS_SPEC.match(settings.backend):
-            raise ConfigError(
-                f'{source}: backend must be "sim", "openai" or package.module:Class - at $.models.{role}.backend'
-            )
+        if not is_plugin_name("model", settings.backend):
+            known = ", ".join(f'"{name}"' for name in sorted(registered("model")))
+            raise ConfigError(f"{source}: backend must be {known} or package.module:Class - at $.models.{role}.backend")
         if settings.backend == "openai" and not settings.model:
             raise ConfigError(f'{source}: a model name is needed with backend = "openai" - at $.models.{role}.model')
     try:

@@ -24,10 +24,9 @@ from faultline.bus import (
     recorder_identity,
     worker_reads,
 )
-from faultline.core import Subjects
+from faultline.core import Subjects, registered
 from faultline.runtime._config import ALL_AGENTS, Config, WorkerConfig
 from faultline.runtime._services import (
-    BUILTIN_AGENTS,
     CONTROLLER_AGENT,
     HELPER_AGENTS,
     agent_names,
@@ -73,10 +72,10 @@ def worker_groups(config: Config, source: str = "faultline.toml") -> dict[str, t
 def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tuple[str, ...]]:
     """Check that every agent has a class that imports and exactly one worker group; return the groups."""
     for name, settings in config.agents.items():
-        if not settings.class_ and name not in BUILTIN_AGENTS:
-            builtin = ", ".join(sorted(BUILTIN_AGENTS))
+        if not settings.class_ and name not in registered("agent"):
+            known = ", ".join(sorted(registered("agent")))
             raise ConfigError(
-                f"{source}: agent {name!r} is not a built-in agent ({builtin}) and has no class:"
+                f"{source}: agent {name!r} is not a registered agent ({known}) and has no class:"
                 f" set class = 'package.module:ClassName' - at $.agents.{name}"
             )
     groups = worker_groups(config, source)

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 import anyio
 
-from faultline._errors import ConfigError, JournalError
+from faultline._errors import JournalError
 from faultline.bus import Bus, BusSettings, Login
-from faultline.core import HELPERS, Agent, helper_agent, load_agent_class
+from faultline.core import HELPERS, Agent, helper_agent, load_agent_class, registered
 from faultline.runtime._config import ALL_AGENTS, Config, bus_settings, make_backend
 from faultline.runtime._faulting import faults_and_defenses, injector_for, request_faults
 from faultline.runtime._helper_pool import HelperPool
@@ -24,19 +24,8 @@ from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
 
-BUILTIN_AGENTS: dict[str, str] = {
-    "tool": "faultline.agents:ToolAgent",
-    "user": "faultline.agents:UserSimulator",
-    "env": "faultline.agents:EnvironmentHost",
-    "dce": "faultline.agents.helpers:ConstraintsExtractor",
-    "tsa": "faultline.agents.helpers:ToolSuggester",
-    "tor": "faultline.agents.helpers:OutputReformulator",
-    "planner": "faultline.agents.helpers:Planner",
-    "user_context": "faultline.agents.helpers:UserContext",
-    "verifier": "faultline.agents.helpers:Verifier",
-    "fama": "faultline.services.fama:FamaController",
-}
-"""Agent names the runtime knows without configuration, mapped to their classes."""
+EPISODE_AGENTS = ("env", "tool", "user")
+"""The agents of the built-in tool-use system, by their registered names: what a `*` worker group runs."""
 HELPER_AGENTS = frozenset(map(helper_agent, HELPERS))
 """The helpers among them: they run where the roster asks for them (`helper_workers`), never in a `*` group."""
 CONTROLLER_AGENT = "fama"
@@ -56,26 +45,17 @@ class _Service(Protocol):
 
 def agent_names(config: Config) -> list[str]:
     """Every agent a `*` in a worker's agent list stands for: all but the helpers and the controller."""
-    return sorted({*BUILTIN_AGENTS, *config.agents} - HELPER_AGENTS - {CONTROLLER_AGENT})
+    return sorted({*EPISODE_AGENTS, *config.agents} - HELPER_AGENTS - {CONTROLLER_AGENT})
 
 
 def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
-    """Agent classes for names (built-in, configured) or `package.module:Class` paths."""
+    """Agent classes for names: configured (`[agents.<name>] class`), registered, or `package.module:Class`."""
     if ALL_AGENTS in names:
         names = agent_names(config)
     classes = []
     for name in names:
         configured = config.agents.get(name)
-        if ":" in name:
-            spec = name
-        elif configured is not None and configured.class_:
-            spec = configured.class_
-        elif name in BUILTIN_AGENTS:
-            spec = BUILTIN_AGENTS[name]
-        else:
-            known = ", ".join(sorted({*BUILTIN_AGENTS, *config.agents})) or "none"
-            raise ConfigError(f"unknown agent {name!r} (known: {known}; or give package.module:Class)")
-        classes.append(load_agent_class(spec))
+        classes.append(load_agent_class(configured.class_ if configured is not None and configured.class_ else name))
     return classes
 
 
@@ -85,7 +65,7 @@ def agent_lookup(config: Config) -> Callable[[str], type[Agent] | None]:
 
     def lookup(name: str) -> type[Agent] | None:
         if name not in cache:
-            known = name in BUILTIN_AGENTS or (name in config.agents and config.agents[name].class_)
+            known = name in registered("agent") or (name in config.agents and config.agents[name].class_)
             cache[name] = resolve_agents([name], config)[0] if known else None
         return cache[name]
 

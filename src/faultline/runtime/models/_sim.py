@@ -62,12 +62,12 @@ task), so a fault on a read or on a result the agent would have read changes not
 Decision steps. Step k < len(task.actions) is ground-truth action k; step
 len(task.actions) is the final answer. The step in progress is the number of
 tool calls that succeeded so far (a call that failed `MAX_RETRIES + 1` times
-in a row also counts). A write is preceded by a confirmation question; the
-call follows once the user replied. A mistake replaces the action of its step,
-after which the ground truth carries on; "early_stop" ends the conversation
-at its step without the required outputs; at the final step "wrong_value"
-states a wrong number and "policy_violation" makes one of the task's
-forbidden writes.
+in a row also counts; `AgentView` in `_sim_transcript.py` reads it). A write
+is preceded by a confirmation question; the call follows once the user
+replied. A mistake replaces the action of its step, after which the ground
+truth carries on; "early_stop" ends the conversation at its step without the
+required outputs; at the final step "wrong_value" states a wrong number and
+"policy_violation" makes one of the task's forbidden writes.
 
 Response metadata: `sim`, `phase` (tool: greet, ask, confirm, call, final;
 user: request, reveal, confirm, clarify, end), `done` (the speaker ends the
@@ -102,10 +102,10 @@ from faultline.envs import (
     load_domain,
 )
 from faultline.faults import INJECTOR_ROLE, simulate
+from faultline.runtime.models._sim_helpers import respond_helper
 from faultline.runtime.models._sim_judge import respond_judge
+from faultline.runtime.models._sim_transcript import AgentView, prompt_word_count, word_count
 
-MAX_RETRIES: Final = 2
-"""How often the simulated agent retries a tool call that failed before moving on."""
 MAX_USER_TURNS: Final = 30
 """The simulated user ends the conversation after this many turns of its own."""
 RESPOND: Final = "respond"
@@ -117,8 +117,6 @@ _BYE = "Thank you, that's all I needed."
 _HIDDEN_REQUEST = "Hello, I need some help with my account. Please ask me for whatever you need."
 _EXPLICIT_CONFIRM = ("yes/no", "shall i proceed", "do you confirm", "should i proceed")
 _CONFIRM_WORDS = ("confirm", "proceed", "go ahead", "shall i", "should i", "would you like me to", "do you want me to")
-_STATEMENT_PARTS = re.compile(r", my | and my ")
-"""What separates the facts of one statement of the user's (`_reveal` writes them so)."""
 _WEAK_WORDS = frozenset({"the", "and", "your", "new", "other", "first", "last", "code", "number"})
 
 
@@ -185,6 +183,9 @@ class SimBackend:
 
     model: Final = "sim"
 
+    def __init__(self, settings: object = None) -> None:
+        """Built like every backend, from its role's settings; the simulator needs none of them."""
+
     async def complete(self, request: LlmRequest) -> LlmResponse:
         return self.respond(request)
 
@@ -194,16 +195,14 @@ class SimBackend:
     def respond(self, request: LlmRequest) -> LlmResponse:
         """The reply to `request`, computed synchronously (the same request always gives the same reply)."""
         if request.metadata.get("sim") == "helper":
-            from faultline.runtime.models._sim_helpers import respond_helper
-
             return respond_helper(request)
         if request.metadata.get("sim") == "blame":
             return _blame(request)
         if request.metadata.get("sim") == "judge":
-            return respond_judge(request, _prompt_words(request.messages))
+            return respond_judge(request, prompt_word_count(request.messages))
         if request.metadata.get("sim") == INJECTOR_ROLE:
             text = simulate(request)
-            usage = Usage(prompt_tokens=_prompt_words(request.messages), completion_tokens=_words(text))
+            usage = Usage(prompt_tokens=prompt_word_count(request.messages), completion_tokens=word_count(text))
             return LlmResponse(content=text, usage=usage, model="sim", finish_reason="stop")
         spec = _spec(request.metadata)
         try:
@@ -221,11 +220,11 @@ class SimBackend:
             arguments = dict(reply.action.arguments)
             raw = json.dumps(arguments, sort_keys=True)
             calls.append(LlmToolCall(id=reply.call_id, name=reply.action.name, arguments=arguments, raw_arguments=raw))
-        completion = _words(reply.content) + sum(_words(call.raw_arguments) for call in calls)
+        completion = word_count(reply.content) + sum(word_count(call.raw_arguments) for call in calls)
         return LlmResponse(
             content=reply.content,
             tool_calls=calls,
-            usage=Usage(prompt_tokens=_prompt_words(request.messages), completion_tokens=completion),
+            usage=Usage(prompt_tokens=prompt_word_count(request.messages), completion_tokens=completion),
             model=self.model,
             finish_reason="tool_calls" if calls else "stop",
             metadata={"sim": spec.sim, **reply.metadata},
@@ -265,62 +264,8 @@ def _rates_problem(rates: dict[str, float]) -> str:
 # -- the tool-use agent --------------------------------------------------------------------------
 
 
-@dataclass
-class _AgentView:
-    """What the agent's transcript says about progress through the ground truth."""
-
-    step: int = 0
-    calls: int = 0
-    user_texts: list[str] = field(default_factory=list)
-    last_text: str | None = None
-    answered: bool = False
-
-    @classmethod
-    def of(cls, messages: list[ChatMessage]) -> _AgentView:
-        view = cls()
-        results = {m.tool_call_id: m.content for m in messages if m.role == "tool"}
-        failures = 0
-        for message in messages:
-            if message.role == "user":
-                view.user_texts.append(message.content)
-                view.answered = True
-            elif message.role == "assistant":
-                view.answered = False
-                view.last_text = None if message.tool_calls else message.content
-                for call in message.tool_calls:
-                    view.calls += 1
-                    if call.id not in results:
-                        continue
-                    failures = failures + 1 if _is_error(results[call.id]) else 0
-                    if failures == 0 or failures > MAX_RETRIES:
-                        view.step += 1
-                        failures = 0
-        return view
-
-    def replied_to(self, text: str) -> bool:
-        """Whether the agent's last message was `text` and the user has answered it."""
-        return self.answered and self.last_text == text
-
-    def revealed(self, value: str) -> bool:
-        return any(value.casefold() in said.casefold() for said in self.user_texts)
-
-    def stated(self, facts: dict[str, str]) -> dict[str, str]:
-        """The facts the user's latest statements give, by key, as the agent read them: a turn
-        of the form `My KEY is VALUE, my KEY is VALUE and my KEY is VALUE.` over keys of `facts`,
-        each VALUE one word (no fact value has a space)."""
-        said: dict[str, str] = {}
-        keys = {key.casefold(): key for key in facts}
-        for text in self.user_texts:
-            if not (text.startswith("My ") and text.endswith(".")):
-                continue
-            parts = [p.partition(" is ") for p in _STATEMENT_PARTS.split(text[3:-1])]
-            if all(sep and key.casefold() in keys and value and not value.split()[1:] for key, sep, value in parts):
-                said |= {keys[key.casefold()]: value for key, _, value in parts}
-        return said
-
-
 def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMessage]) -> _Reply:
-    view = _AgentView.of(messages)
+    view = AgentView.of(messages)
     step, last = view.step, len(task.actions)
     if not view.user_texts:
         return _Reply(GREETING, metadata={"phase": "greet", "step": step, "done": False})
@@ -351,11 +296,11 @@ def _play_tool(spec: SimSpec, domain: Domain, task: Task, messages: list[ChatMes
 
 
 def _act(
-    task: Task, view: _AgentView, step: int, action: Action, mistake: dict[str, Any] | None, writes: set[str]
+    task: Task, view: AgentView, step: int, action: Action, mistake: dict[str, Any] | None, writes: set[str]
 ) -> _Reply:
     """Ask for missing facts, then for confirmation of a write, then call the tool.
 
-    A fact of the user's goes into the call as the user stated it (`_AgentView.stated`), as an
+    A fact of the user's goes into the call as the user stated it (`AgentView.stated`), as an
     agent fills in what it was told: a statement that reached the agent changed, the call carries it."""
     metadata: dict[str, Any] = {"step": step, "done": False} | ({"mistake": mistake} if mistake else {})
     values = set(_leaves(action.arguments))
@@ -421,16 +366,6 @@ def _garble(outputs: list[str]) -> list[str]:
             wrong = output[:i] + str((int(output[i]) + 1) % 10) + output[i + 1 :]
             return [*outputs[:index], wrong, *outputs[index + 1 :]]
     return list(outputs)
-
-
-def _is_error(content: str) -> bool:
-    if content.lstrip().lower().startswith("error"):
-        return True
-    try:
-        decoded = json.loads(content)
-    except ValueError:
-        return False
-    return isinstance(decoded, dict) and bool(decoded.get("error"))
 
 
 def _substituted(value: Any, heard: dict[str, str]) -> Any:
@@ -531,12 +466,3 @@ def _mentions(text: str, key: str) -> bool:
 
 def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _words(text: str) -> int:
-    return len(text.split())
-
-
-def _prompt_words(messages: list[ChatMessage]) -> int:
-    return sum(_words(m.content) + sum(_words(c.raw_arguments or json.dumps(c.arguments)) for c in m.tool_calls)
-               for m in messages)  # fmt: skip

@@ -31,7 +31,7 @@ from typing import Any
 from faultline._errors import FaultlineError, ModelError
 from faultline.core import PASS, RECHECK, ChatMessage, LlmRequest, LlmResponse, Usage, Verdict, render_verdict
 from faultline.envs import Domain, Task, load_domain
-from faultline.runtime.models._sim import _AgentView, _prompt_words, _words
+from faultline.runtime.models._sim_transcript import AgentView, prompt_word_count, word_count
 
 DCE_RULES = 3
 TSA_TOOLS = 2
@@ -55,7 +55,7 @@ def respond_helper(request: LlmRequest) -> LlmResponse:
     text = answer(domain, task, conversation, meta)
     return LlmResponse(
         content=text,
-        usage=Usage(prompt_tokens=_prompt_words(request.messages), completion_tokens=_words(text)),
+        usage=Usage(prompt_tokens=prompt_word_count(request.messages), completion_tokens=word_count(text)),
         model="sim",
         finish_reason="stop",
         metadata={"sim": "helper", "helper": helper},
@@ -120,7 +120,7 @@ def _leaves(path: str, value: Any) -> Any:
 
 
 def _planner(domain: Domain, task: Task, conversation: list[ChatMessage], meta: dict[str, Any]) -> str:
-    step = _AgentView.of(conversation).step
+    step = AgentView.of(conversation).step
     steps = [f"{a.name}({json.dumps(a.arguments, sort_keys=True)})" for a in task.actions[step:]]
     steps = steps[: max(int(meta.get("max_steps", 8)) - 1, 0)]
     steps.append("tell the user the outcome")
@@ -129,7 +129,7 @@ def _planner(domain: Domain, task: Task, conversation: list[ChatMessage], meta: 
 
 def _verifier(domain: Domain, task: Task, conversation: list[ChatMessage], meta: dict[str, Any]) -> str:
     proposal = meta.get("proposal") or {}
-    step = _AgentView.of(conversation).step
+    step = AgentView.of(conversation).step
     if step >= len(task.actions):
         verdict = Verdict(verdict=RECHECK, reflection="every needed action has run", final="Tell the user the outcome.")
     else:
