@@ -48,8 +48,8 @@ from rich.table import Table
 from bench._common import machine
 from faultline.agents import EnvironmentHost, ToolAgent, UserSimulator
 from faultline.agents.helpers import HELPER_CLASSES
+from faultline.api import RunPlan, RunResult, plan_episodes, run_plan
 from faultline.bus import Bus, EmbeddedServer
-from faultline.cli._run_plan import RunPlan, RunResult, plan_episodes, run_plan
 from faultline.core import Agent, LlmRequest, LlmResponse
 from faultline.envs import load_domain
 from faultline.journal import JournalReader

@@ -1,7 +1,8 @@
 """Faultline: an event-sourced runtime for LLM multi-agent systems that use tools.
 
-The pieces live in subpackages (`faultline.bus`, `faultline.journal`, `faultline.runtime`,
-`faultline.agents`, `faultline.replay`, `faultline.envs`); the error tree is here.
+Two modules are public: `faultline.agent`, what authors of agents and domains import, and
+`faultline.api` (`run`, `replay`, `attribute`), what the command line does, for programs. The error
+tree is here.
 """
 
 import importlib.metadata

@@ -14,8 +14,8 @@ import msgspec
 import nats
 from nats.aio.client import Client as NatsClient
 
+from faultline.api import RunPlan, plan_episodes, start_envelopes
 from faultline.bus import OPERATOR, Access, Bus
-from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
 from faultline.runtime import (

@@ -23,8 +23,8 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
+from faultline.api import RunPlan, plan_episodes, start_envelopes
 from faultline.bus import JOURNAL, OPERATOR
-from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
 from faultline.core import (
     DeadLetter,
     Envelope,

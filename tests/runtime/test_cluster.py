@@ -22,9 +22,9 @@ import nats.errors
 import pytest
 
 from faultline._errors import BusError
+from faultline.api import RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal
 from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, free_port
 from faultline.cli import main
-from faultline.cli._run_plan import RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal
 from faultline.journal import JournalReader, verify
 from faultline.runtime import ProcessSpec, Supervisor, bus_settings, load_config, system_access, worker_identity
 from tests.runtime.live import WORKER_AGENTS, retail

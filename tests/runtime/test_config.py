@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from faultline._errors import ConfigError
+from faultline.api import run_limits
 from faultline.cli import build_parser, main
-from faultline.cli._run import effective_config, run_limits
+from faultline.cli._run import effective_config
 from faultline.runtime import (
     AgentConfig,
     Config,
@@ -308,13 +309,13 @@ def test_run_limits_follow_the_backend_unless_told(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     args = build_parser("run").parse_args(["run", *flags])
-    assert run_limits(args, effective_config(args)) == expected
+    assert run_limits(effective_config(args), args.concurrency or 0, args.episode_timeout or 0.0) == expected
 
 
 def test_run_limits_from_the_config_file(tmp_path: Path) -> None:
     path = write(tmp_path, "[run]\nconcurrency = 1\nepisode_timeout_s = 900.0\n")
     args = build_parser("run").parse_args(["run", "--config", str(path), "--model", "openai", "--model-name", "m"])
-    assert run_limits(args, effective_config(args)) == (1, 900.0)
+    assert run_limits(effective_config(args)) == (1, 900.0)
 
 
 def test_a_malformed_model_setting_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

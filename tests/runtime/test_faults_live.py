@@ -11,8 +11,8 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
+from faultline.api import wait_for_journal
 from faultline.cli import main
-from faultline.cli._run_plan import wait_for_journal
 from faultline.core import (
     DefenseFired,
     Envelope,

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from faultline.agents import EpisodeSpec
+from faultline.api import RunPlan, plan_episodes, start_envelopes
 from faultline.cli import main
-from faultline.cli._run_plan import RunPlan, plan_episodes, start_envelopes
 from faultline.core import RUNNER, ContextRequest, Envelope, EpisodeCompleted, EpisodeStarted, Notice, derive_id
 from faultline.envs import load_domain
 from faultline.journal import JournalReader

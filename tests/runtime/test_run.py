@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from faultline.api import _run as api_run
 from faultline.bus import free_port
 from faultline.cli import _run as cli_run
 from faultline.cli import main
@@ -270,7 +271,7 @@ def test_a_run_the_model_server_refuses_exits_1_with_status_and_message(
 def test_a_slow_run_says_what_it_is_waiting_for(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_run, "PROGRESS_TICK_S", 0.1)
+    monkeypatch.setattr(api_run, "PROGRESS_TICK_S", 0.1)
     monkeypatch.setattr(cli_run, "PROGRESS_LINE_S", 0.5)
     code = main(["run", "--json", "--fault", "cycle", "--tasks", "2", "--episode-timeout", "3",
                  "--journal", str(tmp_path / "j.sqlite")])  # fmt: skip

@@ -10,10 +10,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from faultline.api import PlannedEpisode, RunResult
+from faultline.api import _plan as run_plan
+from faultline.api import _run as api_run
 from faultline.cli import _run as cli_run
-from faultline.cli import _run_plan as run_plan
 from faultline.cli import main
-from faultline.cli._run_plan import PlannedEpisode, RunResult
 from faultline.core import EpisodeCompleted, ErrorRaised, LlmResponse, Recording, ToolCall
 from faultline.journal import JournalReader
 from faultline.runtime import CallInFlight
@@ -123,7 +124,7 @@ def test_a_server_without_tool_calling_gets_tools_in_the_prompt_and_calls_in_the
 def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_run, "PROGRESS_TICK_S", 0.1)
+    monkeypatch.setattr(api_run, "PROGRESS_TICK_S", 0.1)
     monkeypatch.setattr(cli_run, "PROGRESS_LINE_S", 0.5)
     monkeypatch.setattr(run_plan, "MODEL_CALLS_POLL_S", 0.1)
     journal = tmp_path / "j.sqlite"

@@ -1,5 +1,6 @@
 """The agents that ship with Faultline: the episode loop (tool agent, user simulator,
-environment host), the FAMA helpers (`faultline.agents.helpers`), and the memory service."""
+environment host), the FAMA helpers (`faultline.agents.helpers`), and what an agent asks the
+memory service (`faultline.agents.memory`). They need no NATS, so a journal replays without it."""
 
 from faultline.agents._env import EnvironmentHost
 from faultline.agents._episode import PROTOCOL, EpisodeSpec

@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
+from faultline.api import episode_id
 from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, whole_number
-from faultline.cli._run_plan import episode_id
 from faultline.envs import load_domain
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types
 from faultline.report import (
@@ -217,16 +217,16 @@ def _campaign(args: argparse.Namespace) -> int:
         started = time.monotonic()
         label = f"cell {index}/{len(manifest.cells)} {cell.name}" + _campaign_eta(manifest)
         outcome = execute_run(run_args, label=label, sim_note=False)
-        if outcome.request.signum is not None:
+        if outcome.signal is not None:
             console.print(
-                f"faultline: stopped by {outcome.request.name} in cell {cell.name}; run the same command again to"
+                f"faultline: stopped by {outcome.signal_name} in cell {cell.name}; run the same command again to"
                 f" resume: {index - 1} of {len(manifest.cells)} cells are finished",
                 soft_wrap=True,
                 highlight=False,
             )
-            return 128 + outcome.request.signum
-        if outcome.problem:
-            raise JournalError(f"cell {cell.name} ended, but its journal did not catch up: {outcome.problem}")
+            return 128 + outcome.signal
+        if outcome.journal_problem:
+            raise JournalError(f"cell {cell.name} ended, but its journal did not catch up: {outcome.journal_problem}")
         manifest = manifest.finished(cell, time.monotonic() - started)
         write_manifest(folder, manifest)
     Console().print(_cells_table(manifest, folder))

@@ -22,9 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
+from faultline.api import SIM_NOTE, PlannedEpisode, RunResult, Summary, costed, summarize
 from faultline.cli._filters import add_episode_filters, episode_filter, require_journal_file
-from faultline.cli._run import SIM_NOTE
-from faultline.cli._run_plan import PlannedEpisode, RunResult, Summary, costed, summarize
 from faultline.core import EpisodeCompleted, EpisodeStarted
 from faultline.journal import EpisodeFilter, EpisodeSummary, JournalReader
 

@@ -6,8 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from faultline.api import config_source
 from faultline.cli import _jsonl
-from faultline.cli._system import config_source
 from faultline.runtime import ALL_AGENTS, DEFAULT_CONFIG_FILE, Config, ModelConfig, check_system, load_config
 
 

@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
+from faultline.api import attribute, failed_episodes
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal_file
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.core import EpisodeCompleted, MessageBody
-from faultline.journal import JournalReader
 from faultline.replay import (
     DEFAULT_SAMPLES,
     FAULT_REPAIR,
@@ -28,9 +28,9 @@ from faultline.replay import (
     Drop,
     ForkResult,
     Keep,
+    Method,
     Replace,
     UndoFault,
-    attribute_episode,
     fork_episode,
     forks_path,
 )
@@ -91,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_attribute)
 
 
-_METHODS = {"auto": "auto", "fault": FAULT_REPAIR, "oracle": ORACLE_REPAIR, "sampled": SAMPLED}
+_METHODS: dict[str, Method] = {"auto": "auto", "fault": FAULT_REPAIR, "oracle": ORACLE_REPAIR, "sampled": SAMPLED}
 
 
 def _add_destination(parser: argparse.ArgumentParser, what: str, *aliases: str) -> None:
@@ -203,10 +203,7 @@ def _attribute(args: argparse.Namespace) -> int:
 def _attribute_with(args: argparse.Namespace) -> int:
     episodes = list(args.episode)
     if args.all_failed or (not episodes and episode_filter(args) is not None):
-        with JournalReader(args.journal) as reader:
-            episodes += [
-                e.episode for e in reader.episodes() if e.outcome not in (None, "success") and not e.forked_from
-            ]
+        episodes += failed_episodes(args.journal)
         if not episodes:
             raise UsageError(f"{args.journal}: no failed episode to attribute")
     if not episodes:
@@ -214,26 +211,16 @@ def _attribute_with(args: argparse.Namespace) -> int:
     episodes = filtered_episodes(args.journal, args, episodes) or episodes
     if args.samples < 1 or args.workers < 1:
         raise UsageError("--samples and --workers must be at least 1")
-    config = effective_config(args)
     scratch = _destination(args)
-
-    async def main() -> list[Attribution]:
-        lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
-        return [
-            await attribute_episode(
-                args.journal,
-                e,
-                lookup=lookup,
-                backends=backends,
-                method=_METHODS[args.method],  # type: ignore[arg-type]
-                samples=args.samples,
-                workers=args.workers,
-                scratch=scratch,
-            )
-            for e in episodes
-        ]
-
-    results = anyio.run(main)
+    results = attribute(
+        args.journal,
+        episodes,
+        config=effective_config(args),
+        method=_METHODS[args.method],
+        samples=args.samples,
+        workers=args.workers,
+        scratch=scratch,
+    )
     summary = attribution_summary(results)
     if args.json:
         for result in results:

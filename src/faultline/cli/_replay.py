@@ -9,13 +9,13 @@ import msgspec
 from rich.console import Console
 from rich.syntax import Syntax
 
+from faultline.api import replay
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
 from faultline.cli._run import whole_number
-from faultline.cli._system import add_plugin_flag, check_domains, with_plugin_path
-from faultline.journal import JournalReader
-from faultline.replay import Replayer, ReplayReport
-from faultline.runtime import agent_lookup, load_config
+from faultline.cli._system import add_plugin_flag, with_plugin_path
+from faultline.replay import ReplayReport
+from faultline.runtime import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,11 +49,8 @@ def _replay(args: argparse.Namespace) -> int:
     require_journal_file(args.journal)
     config = with_plugin_path(load_config(args.config), args.plugin_path)
     chosen = filtered_episodes(args.journal, args, args.episode)
-    with JournalReader(args.journal) as reader:
-        wanted = set(chosen or ())
-        check_domains(e.domain for e in reader.episodes() if e.domain and (not wanted or e.episode in wanted))
-    report = Replayer(agent_lookup(config), jobs=args.jobs, reexecute_tools=args.reexecute_tools).replay(
-        args.journal, chosen
+    report = replay(
+        args.journal, episodes=chosen or (), config=config, jobs=args.jobs, reexecute_tools=args.reexecute_tools
     )
     if args.json:
         _jsonl.rows("divergence", report.divergences)

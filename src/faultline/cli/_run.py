@@ -6,15 +6,13 @@ import argparse
 import contextlib
 import functools
 import math
-import os
-import tempfile
+import re
+import time
 import tomllib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
 import msgspec
 from rich.console import Console
 from rich.progress import (
@@ -29,74 +27,26 @@ from rich.progress import (
 from rich.table import Table
 
 from faultline._errors import ConfigError, JournalError, RunError, UsageError
-from faultline.bus import OPERATOR, Access, Bus, Login
+from faultline.api import SIM_NOTE, RunPlan, RunReport, RunSpec, Summary, run, uses_sim
 from faultline.cli import _jsonl
-from faultline.cli._run_plan import (
-    RunPlan,
-    RunResult,
-    Summary,
-    plan_episodes,
-    run_plan,
-    summarize,
-    wait_for_journal,
-    with_costs,
-)
 from faultline.cli._system import (
-    StopRequest,
     add_defense_flag,
     add_insecure_flag,
     add_plugin_flag,
-    config_source,
-    journal_problem,
     login,
-    run_supervised,
-    server_tls,
-    stop_on_signal,
     warn_insecure,
-    with_helpers,
     with_plugin_path,
-    worker_specs,
 )
-from faultline.core import EpisodeCompleted, ModelBackend, parse_roster
+from faultline.core import parse_roster
 from faultline.envs import ERROR_CATEGORIES, Domain, load_domain
-from faultline.faults import FaultRule
-from faultline.runtime import (
-    ALL_ROLES,
-    LOCAL_SETTINGS,
-    MEMORY_IDENTITY,
-    MODEL_NAME,
-    Config,
-    MemoryConfig,
-    ProcessSpec,
-    Supervisor,
-    apply_defense_flags,
-    bus_settings,
-    check_system,
-    completing_agents,
-    follow_settings,
-    hold_directories,
-    load_config,
-    local_model_server,
-    make_backend,
-    parse_fault_spec,
-    read_rosters,
-    rules_in_force,
-    scoped_to_run,
-    state_dir,
-    system_access,
-)
+from faultline.runtime import ALL_ROLES, LOCAL_SETTINGS, MODEL_NAME, Config, load_config, local_model_server
 from faultline.runtime.models import sim_metadata
 
-SIM_NOTE = "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime, they say nothing about models"
-SIM_CONCURRENCY, SIM_EPISODE_TIMEOUT_S = 8, 120.0
-"""`run`'s defaults when every role is simulated: sim answers at once."""
-OPENAI_CONCURRENCY, OPENAI_EPISODE_TIMEOUT_S = 2, 600.0
-"""`run`'s defaults with an openai role: a model server, often a small local one, answers slowly."""
-PROGRESS_TICK_S = 1.0
-"""How often the progress display refreshes what the run is waiting for."""
 PROGRESS_LINE_S = 10.0
 """How often a run whose stderr is not a terminal prints a line saying what it is waiting for."""
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
+MEMORY_MODE = re.compile(r"off|topk(:\d+)?|dynamic")
+"""What `--memory` takes."""
 
 
 def whole_number(minimum: int) -> Callable[[str], int]:
@@ -417,67 +367,21 @@ def effective_config(args: argparse.Namespace) -> Config:
     return config
 
 
-def _with_memory(config: Config, mode: str | None, journal: Path) -> Config:
-    memory = config.memory
-    if mode is not None:
-        name, _, k = mode.partition(":")
-        if name not in ("off", "topk", "dynamic") or (k and (name != "topk" or not k.isdigit())):
-            raise UsageError(f"--memory {mode!r}: use off, topk, topk:K or dynamic")
-        memory = msgspec.structs.replace(memory, mode=name, **({"k": int(k)} if k else {}))
-    if memory.store == MemoryConfig().store:
-        memory = msgspec.structs.replace(memory, store=str(journal.parent / "memory.sqlite"))
-    return msgspec.structs.replace(config, memory=memory)
-
-
-def run_limits(args: argparse.Namespace, config: Config) -> tuple[int, float]:
-    """Episodes in flight and the episode timeout: the command line's, else the config's `[run]`, else by backend.
-
-    With an openai role, the timeout is at least twice the longest call its retries allow, so
-    a call that fails for good ends its episode as a journaled model error, not as a timeout.
-    """
-    remote = [m for m in (config.model(config.role_of(a)) for a in ("tool", "user")) if m.backend == "openai"]
-    by_backend = (
-        (OPENAI_CONCURRENCY, max(OPENAI_EPISODE_TIMEOUT_S, *(2 * m.call_budget_s for m in remote)))
-        if remote
-        else (SIM_CONCURRENCY, SIM_EPISODE_TIMEOUT_S)
-    )
-    concurrency = args.concurrency or config.run.concurrency or by_backend[0]
-    return concurrency, args.episode_timeout or config.run.episode_timeout_s or by_backend[1]
-
-
-def _uses_sim(config: Config) -> bool:
-    return any(m.backend == "sim" for m in config.models.values()) or not config.models
-
-
-@dataclass
-class RunOutcome:
-    """What `execute_run` leaves: the summary, the signal that cut the run short (if one did), and
-    what went wrong with the journal ("" when nothing did)."""
-
-    summary: Summary
-    request: StopRequest
-    problem: str
-    result: RunResult
-    journal: Path
-    run_id: str
-    uses_sim: bool
-
-
 def _run(args: argparse.Namespace) -> int:
-    outcome = serving_local_model(execute_run)(args)
-    summary, request, problem, journal = outcome.summary, outcome.request, outcome.problem, outcome.journal
+    report = serving_local_model(execute_run)(args)
+    summary = report.summary
     if args.json:
         _jsonl.summary(summary)
     else:
-        Console().print(_table(summary, args.domain, outcome.run_id))
+        Console().print(_table(summary, args.domain, report.run_id))
         if summary.costs:
-            Console().print(_costs_table(summary, uses_sim=outcome.uses_sim))
+            Console().print(_costs_table(summary, uses_sim=report.uses_sim))
     console = Console(stderr=True)
-    if request.signum is not None:
-        console.print(_stopped(request, outcome.result, problem, args.nats, journal), soft_wrap=True, highlight=False)
-        return 128 + request.signum
-    if problem:
-        raise JournalError(f"the run ended, but the journal did not catch up: {problem}")
+    if report.signal is not None:
+        console.print(_stopped(report, args.nats), soft_wrap=True, highlight=False)
+        return 128 + report.signal
+    if report.journal_problem:
+        raise JournalError(f"the run ended, but the journal did not catch up: {report.journal_problem}")
     errors = sum(summary.errors.values())
     if errors and errors == summary.episodes:
         raise RunError(f"all {errors} episodes ended in error: {_causes(summary.errors)}")
@@ -487,211 +391,111 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = True) -> RunOutcome:
-    """Run `faultline run`'s episodes as its arguments say, on a system of its own or the one at --nats.
+def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = True) -> RunReport:
+    """`faultline run`'s arguments as a `RunSpec`, run with a progress display (the caller reports the outcome).
 
     `label` names the progress bar (default: the domain's episodes); `sim_note` prints what sim's
-    numbers mean when a role uses it. Prints progress only: the caller reports the outcome.
+    numbers mean when a role uses it.
     """
     if args.defense and args.nats:
         raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
     if (args.insecure or args.tls) and args.nats:
         flag = "--insecure" if args.insecure else "--tls"
         raise UsageError(f"{flag} sets up the system `run` starts; with --nats, give it to `faultline up`")
-    config = apply_defense_flags(effective_config(args), args.defense)
-    journal = args.journal or Path(config.journal.path)
-    config = _with_memory(config, args.memory, journal)
-    domain = load_domain(args.domain)  # before any process starts: a domain that cannot import is one line
-    run_id = args.run_id or f"r{os.urandom(3).hex()}"
-    rules = [scoped_to_run(parse_fault_spec(spec), run_id) for spec in args.fault]
-    concurrency, episode_timeout_s = run_limits(args, config)
-    roster = _roster(args.helpers) if args.helpers is not None else parse_roster(config.helpers.roster)
-    if args.nats and args.helpers is None:
-        roster = anyio.run(_live_roster, args.nats, config, args.domain, login(args, config, args.nats))
-    plan = RunPlan(
+    if args.memory is not None and not MEMORY_MODE.fullmatch(args.memory):
+        raise UsageError(f"--memory {args.memory!r}: use off, topk, topk:K or dynamic")
+    config = effective_config(args)
+    domain = load_domain(args.domain)  # before any process starts: a domain that cannot load is one line
+    spec = RunSpec(
         domain=args.domain,
         tasks=args.tasks or 10,
         task_ids=_task_ids(args, domain),
         trials=args.trials,
         seed=args.seed,
-        concurrency=concurrency,
-        episode_timeout_s=episode_timeout_s,
-        max_turns=args.max_turns or domain.budgets.user_turns,
-        max_steps=args.max_steps or domain.budgets.agent_steps,
+        config=config,
+        config_path=args.config,
+        journal=args.journal,
         error_rates=_error_rates(args, config),
-        run_id=run_id,
-        memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},
-        helpers=roster,
-        helper_wait_s=config.helpers.wait_s,
-        verifier_revisions=config.helpers.verifier_revisions,
-        tor_threshold=config.helpers.tor_threshold,
-        helper_effect=config.helpers.sim_effect,
-        tool_role=config.role_of("tool"),
-        user_role=config.role_of("user"),
-        tool_calls=config.model(config.role_of("tool")).tool_calls,
+        concurrency=args.concurrency or 0,
+        episode_timeout_s=args.episode_timeout or 0.0,
+        max_turns=args.max_turns or 0,
+        max_steps=args.max_steps or 0,
+        run_id=args.run_id,
+        helpers=_roster(args.helpers) if args.helpers is not None else None,
+        memory=args.memory,
+        faults=args.fault,
+        defenses=args.defense,
+        nats=args.nats,
+        login=login(args, config, args.nats) if args.nats else None,
+        insecure=args.insecure,
+        tls=args.tls,
     )
-    result = RunResult(plan_episodes(plan, domain))
-    run_dir = state_dir(journal)
-    effective = run_dir / "effective-config.json"
-    groups = {} if args.nats else with_helpers(check_system(config, config_source(args.config)), roster)
-    workers = worker_specs(config, groups, effective)
-    console = Console(stderr=True)
-    supervisor: Supervisor | None = None
-    with hold_directories([] if args.nats else [run_dir], "run"), _throwaway_access(args, config, groups) as access:
-        if sim_note and _uses_sim(config) and not args.json:
-            console.print(f"[dim]note: {SIM_NOTE}[/dim]")
-        if args.insecure:
-            warn_insecure(console, "on its local port")
-        tls = None if args.nats else server_tls(args, config, run_dir / "tls")
-        with _display(console, result, plan, quiet=args.json, label=label) as display:
-            if args.nats:
-                connect_as = login(args, config, args.nats)
-                request = anyio.run(_run_remote, args.nats, config, plan, result, display, rules, connect_as)
-            else:
-                effective.write_bytes(msgspec.json.encode(config))
-                supervisor = Supervisor(
-                    journal_path=journal,
-                    workers=workers,
-                    services=_services(config, effective),
-                    prefix=config.nats.prefix,
-                    log_dir=run_dir / "logs",
-                    access=access,
-                    completers=completing_agents(config, groups),
-                    bus_settings=bus_settings(config),
-                    server_tls=tls,
-                    tls_ca=tls.ca if tls else None,
-                    sync_interval=config.nats.sync_interval,
-                )
-                request = anyio.run(_run_local, supervisor, config, plan, result, display, rules)
-    problem = journal_problem(supervisor) if supervisor else ""
-    summary = summarize(result, args.trials, "" if args.nats else str(journal))
-    if plan.helpers and not args.nats and not problem:
-        summary = with_costs(summary, journal, run_id, plan.helpers)
-    return RunOutcome(summary, request, problem, result, journal, run_id, _uses_sim(config))
+    notes = [f"[dim]note: {SIM_NOTE}[/dim]"] if sim_note and uses_sim(config) and not args.json else []
+    display = _Display(Console(stderr=True), quiet=args.json, label=label, notes=notes, insecure=args.insecure)
+    return run(spec, progress=display)
 
 
-@dataclass
 class _Display:
-    """A run's progress bar, which also says what the run waits for; where stderr is not a terminal,
-    a line every PROGRESS_LINE_S says it instead, for logs that a progress bar never reaches."""
+    """A run's progress bar, with an ETA, which also says what the run waits for; where stderr is not a
+    terminal, a line every PROGRESS_LINE_S says it instead, for logs that a progress bar never reaches.
+    With `quiet` (JSON output) there is no bar where stderr is not a terminal. `notes` are printed
+    once the run is checked and starts, and a warning with `insecure`."""
 
-    progress: Progress
-    bar: TaskID
-    result: RunResult
-    limit_s: float
-    lines: bool
-    after: str = ""
-    """What the run waits for once no episode runs any more."""
+    def __init__(
+        self, console: Console, *, quiet: bool, label: str = "", notes: Sequence[str] = (), insecure: bool = False
+    ) -> None:
+        self.console = console
+        self.notes = notes
+        self.insecure = insecure
+        self.lines = not console.is_terminal
+        self.label = label
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[ok]} ok"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            *([TextColumn("[dim]{task.fields[waiting]}")] if console.is_terminal else []),
+            console=console,
+            transient=False,
+            disable=self.lines and quiet,
+        )
+        self.bar: TaskID | None = None
+        self.boot: TaskID | None = None
+        self.total = 0
+        self.last_line = time.monotonic()
 
-    def on_done(self, _episode: str, _done: EpisodeCompleted) -> None:
-        ok = sum(c.outcome == "success" for c in self.result.completed.values())
-        waiting = self.result.waiting_for(anyio.current_time(), self.limit_s)
-        self.progress.update(self.bar, advance=1, ok=ok, waiting=waiting)
+    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
+        self.total = episodes
+        for note in self.notes:
+            self.console.print(note)
+        if self.insecure:
+            warn_insecure(self.console, "on its local port")
+        self.progress.start()
+        self.bar = self.progress.add_task(self.label or f"{plan.domain} episodes", total=episodes, ok=0, waiting="")
+        if starting_system:
+            self.boot = self.progress.add_task("starting nats-server, journal, workers", total=None, ok="", waiting="")
 
-    async def show(self) -> None:
-        last_line = anyio.current_time()
-        while True:
-            await anyio.sleep(PROGRESS_TICK_S)
-            now = anyio.current_time()
-            waiting = self.result.waiting_for(now, self.limit_s) or self.after
-            self.progress.update(self.bar, waiting=waiting)
-            if self.lines and waiting and now - last_line >= PROGRESS_LINE_S:
-                last_line = now
-                done = f"{len(self.result.completed)} of {len(self.result.planned)} episodes done"
-                self.progress.console.print(f"{done}; {waiting}", soft_wrap=True, highlight=False)
+    def system_up(self) -> None:
+        if self.boot is not None:
+            self.progress.remove_task(self.boot)
+            self.boot = None
 
+    def update(self, done: int, ok: int, waiting: str) -> None:
+        assert self.bar is not None
+        self.progress.update(self.bar, completed=done, ok=ok, waiting=waiting)
+        now = time.monotonic()
+        if self.lines and waiting and now - self.last_line >= PROGRESS_LINE_S:
+            self.last_line = now
+            self.progress.console.print(
+                f"{done} of {self.total} episodes done; {waiting}", soft_wrap=True, highlight=False
+            )
 
-@contextlib.contextmanager
-def _display(console: Console, result: RunResult, plan: RunPlan, *, quiet: bool, label: str = "") -> Iterator[_Display]:
-    """The progress display of a run, with an ETA; with `quiet` (JSON output) no bar where stderr is not a terminal."""
-    terminal = console.is_terminal
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[ok]} ok"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        *([TextColumn("[dim]{task.fields[waiting]}")] if terminal else []),
-        console=console,
-        transient=False,
-        disable=not terminal and quiet,
-    ) as progress:
-        bar = progress.add_task(label or f"{plan.domain} episodes", total=len(result.planned), ok=0, waiting="")
-        yield _Display(progress, bar, result, plan.episode_timeout_s, lines=not terminal)
-
-
-@contextlib.contextmanager
-def _throwaway_access(
-    args: argparse.Namespace, config: Config, groups: dict[str, tuple[str, ...]]
-) -> Iterator[Access | None]:
-    """Credentials for the system `run` starts, made for this run and deleted after it; None with --nats or --insecure."""
-    if args.nats or args.insecure:
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="faultline-access-") as folder:
-        yield system_access(Path(folder), config, groups, config.nats.prefix).prepare()
-
-
-def _services(config: Config, effective: Path) -> list[ProcessSpec]:
-    if config.memory.mode == "off":
-        return []
-    return [ProcessSpec("memory", ("memory", "serve", "--config", str(effective)), MEMORY_IDENTITY)]
-
-
-async def _run_local(
-    supervisor: Supervisor, config: Config, plan: RunPlan, result: RunResult, display: _Display, rules: list[FaultRule]
-) -> StopRequest:
-    """Start the system, run the episodes, wait until the memory service and the journal have them all, stop."""
-    boot = display.progress.add_task("starting nats-server, journal, workers", total=None, ok="", waiting="")
-
-    async def work(supervisor: Supervisor) -> None:
-        display.progress.remove_task(boot)
-        assert supervisor.bus is not None
-        workers = len(supervisor.workers)
-        async with rules_in_force(
-            supervisor.bus, rules, workers=workers, settings=follow_settings(config), models=_models(config)
-        ):
-            await run_plan(supervisor.bus, plan, result, display.on_done)
-        if config.memory.mode != "off":
-            from faultline.services.memory import wait_for_memory
-
-            display.after = "waiting for the memory service to take in the episodes"
-            await wait_for_memory(supervisor.bus)
-        display.after = "waiting for the journal to copy the stream"
-        await wait_for_journal(supervisor.bus)
-
-    _, request = await run_supervised(supervisor, work, display.show)
-    return request
-
-
-async def _run_remote(
-    url: str,
-    config: Config,
-    plan: RunPlan,
-    result: RunResult,
-    display: _Display,
-    rules: list[FaultRule],
-    connect_as: Login,
-) -> StopRequest:
-    """Run the episodes on the system already running at `url` (its workers and journal)."""
-    async with stop_on_signal(display.show) as request:
-        bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
-        try:
-            async with rules_in_force(
-                bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
-            ):
-                await run_plan(bus, plan, result, display.on_done)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await bus.close()
-    return request
-
-
-def _models(config: Config) -> Callable[[str], ModelBackend]:
-    """The backends of this process's fault injector (the instruction faults at the entry point)."""
-    return lambda role: make_backend(config, role)
+    def finished(self) -> None:
+        if self.bar is not None:  # a run refused before it started showed nothing
+            self.progress.stop()
 
 
 def _roster(text: str) -> list[str]:
@@ -701,28 +505,20 @@ def _roster(text: str) -> list[str]:
         raise UsageError(f"--helpers {text!r}: {exc}") from None
 
 
-async def _live_roster(url: str, config: Config, domain: str, connect_as: Login) -> list[str]:
-    """The roster the system at `url` gives new episodes of `domain` with the tool agent's model."""
-    bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
-    try:
-        rosters = await read_rosters(bus)
-    finally:
-        await bus.close()
-    return rosters.for_episode(domain, config.model(config.role_of("tool")).model)
-
-
-def _stopped(request: StopRequest, result: RunResult, problem: str, url: str, journal: Path) -> str:
+def _stopped(report: RunReport, url: str) -> str:
     """The one line that says what a stop signal left behind."""
+    episodes = report.episodes
     done = (
-        f"faultline: stopped by {request.name}: {len(result.completed)} of {len(result.planned)} episodes completed,"
-        f" {len(result.running)} were running"
+        f"faultline: stopped by {report.signal_name}: {len(episodes.completed)} of {len(episodes.planned)} episodes"
+        f" completed, {len(episodes.running)} were running"
     )
     if url:
         return f"{done}; the system at {url} goes on with those"
-    if problem:
-        return f"{done}; every process is stopped, but the journal did not catch up: {problem}"
+    if report.journal_problem:
+        return f"{done}; every process is stopped, but the journal did not catch up: {report.journal_problem}"
     return (
-        f"{done}; nats-server, the journal service and the workers are stopped, and {journal} holds all they published"
+        f"{done}; nats-server, the journal service and the workers are stopped, and {report.journal} holds all"
+        " they published"
     )
 
 

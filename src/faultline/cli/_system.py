@@ -6,10 +6,7 @@ import argparse
 import functools
 import json
 import os
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -21,9 +18,19 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline._files import write_atomically
-from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential, make_certificates
+from faultline.api import (
+    config_source,
+    fama_service,
+    journal_problem,
+    made_tls,
+    roster_worker,
+    run_supervised,
+    with_helpers,
+    worker_specs,
+)
+from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential
 from faultline.cli import _jsonl
-from faultline.core import HELPERS, helper_agent
+from faultline.core import HELPERS
 from faultline.envs import load_domain, use_plugin_path
 from faultline.runtime import (
     STATUS_WINDOW_S,
@@ -33,7 +40,6 @@ from faultline.runtime import (
     ProcessSpec,
     Rosters,
     Supervisor,
-    WorkerConfig,
     apply_defense_flags,
     bus_settings,
     check_system,
@@ -45,7 +51,6 @@ from faultline.runtime import (
     run_worker,
     state_dir,
     system_access,
-    worker_identity,
 )
 
 STATE_FILE = Path(".faultline/up.json")
@@ -53,9 +58,6 @@ OTEL_HEADERS_ENV = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
 HEALTH_TIMEOUT_S = 3.0
 """How long `journal health` waits for the journal service's answer."""
 T = TypeVar("T")
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-"""Signals on which `up` and `run` stop their system in order: workers, services, journal, server."""
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -90,13 +92,8 @@ def add_insecure_flag(p: argparse.ArgumentParser) -> None:
 
 
 def server_tls(args: argparse.Namespace, config: Config, folder: Path) -> TLSFiles | None:
-    """The embedded server's TLS files with --tls: the configuration's own, else made (once) in `folder`."""
-    n = config.nats
-    if not args.tls:
-        return None
-    if n.tls_cert:
-        return TLSFiles(Path(n.tls_ca), Path(n.tls_cert), Path(n.tls_key))
-    return make_certificates(folder)
+    """The embedded server's TLS files with --tls (see `made_tls`), else None."""
+    return made_tls(config, folder) if args.tls else None
 
 
 def warn_insecure(console: Console, port_or_url: str) -> None:
@@ -326,132 +323,6 @@ def _journal_serve(args: argparse.Namespace) -> int:
     serve = functools.partial(run_journal, completers=completers)
     anyio.run(serve, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config), otel)
     return 0
-
-
-def config_source(path: Path | None) -> str:
-    """How errors name the configuration: its file, else the built-in defaults."""
-    return str(path) if path else "built-in defaults"
-
-
-def worker_specs(config: Config, groups: dict[str, tuple[str, ...]], config_path: Path | None) -> list[ProcessSpec]:
-    """One process per worker instance of `groups` (what `check_system` accepted, and `with_helpers`);
-    a group the config does not declare runs one process."""
-    specs = []
-    for group, names in groups.items():
-        count = config.workers.get(group, WorkerConfig()).count
-        extra = ("--config", str(config_path)) if config_path else ()
-        for i in range(count if names else 0):
-            args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *extra)
-            specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group)))
-    return specs
-
-
-HELPER_GROUP = "helpers"
-"""The worker group that runs a run's helpers, in a process of their own."""
-
-
-def with_helpers(groups: dict[str, tuple[str, ...]], roster: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """`groups` and, when the roster names helpers, a group that runs their agents."""
-    return {**groups, HELPER_GROUP: tuple(map(helper_agent, roster))} if roster else groups
-
-
-def fama_service(config: Config, config_path: Path | None, journal: Path) -> list[ProcessSpec]:
-    """The FAMA controller's service when `[fama] enabled`; it publishes rosters, so it runs as the operator.
-
-    `journal` is the file `up`'s journal service writes, which `[fama] attribution` reads.
-    """
-    if not config.fama.enabled:
-        return []
-    extra = ("--config", str(config_path)) if config_path else ()
-    return [ProcessSpec("fama", ("fama", "serve", *extra, "--journal", str(journal)), OPERATOR)]
-
-
-def roster_worker(config_path: Path | None) -> ProcessSpec:
-    """The worker of a long-running system that serves the helpers the live roster asks for."""
-    extra = ("--config", str(config_path)) if config_path else ()
-    return ProcessSpec(HELPER_GROUP, ("worker", "--follow-roster", *extra), worker_identity(HELPER_GROUP))
-
-
-@dataclass
-class StopRequest:
-    """The signal that ended a `stop_on_signal` block, or None when the block ended by itself."""
-
-    signum: int | None = None
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum else ""
-
-
-@asynccontextmanager
-async def stop_on_signal(*alongside: Callable[[], Coroutine[Any, Any, None]]) -> AsyncIterator[StopRequest]:
-    """Cancel the block at the first of STOP_SIGNALS; its `finally` clauses then stop what it started.
-
-    The `alongside` tasks (a progress display) run until the block ends. An error raised in the
-    block leaves it as itself, not wrapped in an exception group.
-    """
-    request = StopRequest()
-    error: Exception | None = None
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async with anyio.create_task_group() as tg:
-
-            async def watch() -> None:
-                async for signum in signals:
-                    request.signum = signum
-                    tg.cancel_scope.cancel()
-                    return
-
-            tg.start_soon(watch)
-            for task in alongside:
-                tg.start_soon(task)
-            try:
-                yield request
-            except Exception as exc:  # noqa: BLE001 - raised again below, outside the task group
-                error = exc
-            tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
-
-
-async def run_supervised(
-    supervisor: Supervisor,
-    work: Callable[[Supervisor], Awaitable[T]],
-    *alongside: Callable[[], Coroutine[Any, Any, None]],
-) -> tuple[T | None, StopRequest]:
-    """Start the system, run `work` on it, then stop every process in order, also after an error or a signal.
-
-    Returns what `work` returned (None when a signal cut it short) and the signal, if one came.
-    """
-    result: T | None = None
-    error: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        async with stop_on_signal(*alongside) as request:
-            try:
-                await supervisor.start(tg)
-                result = await work(supervisor)
-            except Exception as exc:  # noqa: BLE001 - raised again below, outside the task group
-                error = exc
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await supervisor.stop()
-        tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
-    return result, request
-
-
-def journal_problem(supervisor: Supervisor) -> str:
-    """Empty when the journal service exited 0 once asked to stop, which it does only after copying the
-    whole stream; else what happened to it, in words."""
-    code = next((row["returncode"] for row in supervisor.status() if row["name"] == "journal"), None)
-    if code == 0:
-        return ""
-    log = f" (see {supervisor.log_dir / 'journal.log'})" if supervisor.log_dir else ""
-    if code is None:
-        return "the journal service did not run"
-    if code < 0:
-        return f"the journal service was ended by {signal.Signals(-code).name}{log}"
-    return f"the journal service exited with status {code}{log}"
 
 
 def _up(args: argparse.Namespace) -> int:

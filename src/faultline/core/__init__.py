@@ -62,11 +62,9 @@ from faultline.core._models import (
     ModelAttempt,
     ModelBackend,
     ModelCall,
-    ReportsAttempts,
     Usage,
 )
 from faultline.core._plugins import (
-    ENTRY_POINT_GROUPS,
     PluginKind,
     is_plugin_name,
     load_plugin,
@@ -78,7 +76,6 @@ from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_tu
 from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
 
 __all__ = [
-    "ENTRY_POINT_GROUPS",
     "PluginKind",
     "is_plugin_name",
     "load_plugin",
@@ -125,7 +122,6 @@ __all__ = [
     "Recorder",
     "RequestFault",
     "Recording",
-    "ReportsAttempts",
     "Services",
     "Start",
     "Tally",

@@ -1,4 +1,4 @@
-"""The runtime: the Agent and Context API, workers, the supervisor, model backends, configuration, CLI."""
+"""The runtime: workers, the supervisor, the journal service, model backends, configuration."""
 
 from faultline.runtime._config import (
     ALL_AGENTS,

@@ -1,0 +1,84 @@
+"""The programmatic API: what the `faultline` command does, callable from a notebook, a test or a script.
+
+    from faultline.api import RunSpec, attribute, replay, run
+
+    report = run(RunSpec(tasks=5, trials=2))
+    print(report.summary.pass_k, report.journal)
+    assert replay(report.journal).identical
+    for answer in attribute(report.journal):
+        print(answer.episode, answer.agent, answer.step, answer.method)
+
+`run` starts a local system for the run (or uses the one at `RunSpec.nats`) and stops it after;
+`replay` and `attribute` need only the journal file. The command line parses its arguments and
+calls these. Below them, `RunPlan` and `run_plan` run planned episodes on a bus a program holds.
+"""
+
+from faultline.api._journal import attribute, failed_episodes, replay
+from faultline.api._plan import (
+    PlannedEpisode,
+    RunPlan,
+    RunResult,
+    Summary,
+    costed,
+    episode_id,
+    pass_hat_k,
+    plan_episodes,
+    run_plan,
+    start_envelopes,
+    summarize,
+    wait_for_journal,
+    with_costs,
+)
+from faultline.api._run import SIM_NOTE, RunProgress, RunReport, RunSpec, run, run_limits, uses_sim
+from faultline.api._system import (
+    HELPER_GROUP,
+    STOP_SIGNALS,
+    StopRequest,
+    config_source,
+    fama_service,
+    journal_problem,
+    made_tls,
+    roster_worker,
+    run_supervised,
+    stop_on_signal,
+    with_helpers,
+    worker_specs,
+)
+
+__all__ = [
+    "HELPER_GROUP",
+    "SIM_NOTE",
+    "STOP_SIGNALS",
+    "PlannedEpisode",
+    "RunPlan",
+    "RunProgress",
+    "RunReport",
+    "RunResult",
+    "RunSpec",
+    "StopRequest",
+    "Summary",
+    "attribute",
+    "config_source",
+    "costed",
+    "episode_id",
+    "failed_episodes",
+    "fama_service",
+    "journal_problem",
+    "made_tls",
+    "pass_hat_k",
+    "plan_episodes",
+    "replay",
+    "roster_worker",
+    "run",
+    "run_limits",
+    "run_plan",
+    "run_supervised",
+    "start_envelopes",
+    "stop_on_signal",
+    "summarize",
+    "uses_sim",
+    "wait_for_journal",
+    "with_costs",
+    "with_helpers",
+    "worker_specs",
+]

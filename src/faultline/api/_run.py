@@ -1,0 +1,385 @@
+"""`run`: run a domain's tasks K times each on a live system, and report pass^k.
+
+The run `faultline run` makes, for a notebook, a test or a script: a fresh local system
+(nats-server on a free loopback port, the journal service, the workers, and a memory service
+when memory is on) started for the run and stopped in order after it, or the system already
+running at `RunSpec.nats`. Every message goes to the journal file the report names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+import msgspec
+
+from faultline._errors import ConfigError
+from faultline.api._plan import (
+    RunPlan,
+    RunResult,
+    Summary,
+    plan_episodes,
+    run_plan,
+    summarize,
+    wait_for_journal,
+    with_costs,
+)
+from faultline.api._system import (
+    StopRequest,
+    config_source,
+    journal_problem,
+    made_tls,
+    run_supervised,
+    stop_on_signal,
+    with_helpers,
+    worker_specs,
+)
+from faultline.bus import OPERATOR, Access, Bus, Login
+from faultline.core import ModelBackend, parse_roster
+from faultline.envs import load_domain
+from faultline.faults import FaultRule
+from faultline.runtime import (
+    MEMORY_IDENTITY,
+    Config,
+    MemoryConfig,
+    ProcessSpec,
+    Supervisor,
+    apply_defense_flags,
+    bus_settings,
+    check_system,
+    completing_agents,
+    follow_settings,
+    hold_directories,
+    make_backend,
+    parse_fault_spec,
+    read_rosters,
+    rules_in_force,
+    scoped_to_run,
+    state_dir,
+    system_access,
+)
+
+SIM_NOTE = (
+    "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime,"
+    " they say nothing about models"
+)
+SIM_CONCURRENCY, SIM_EPISODE_TIMEOUT_S = 8, 120.0
+"""The defaults when every role is simulated: sim answers at once."""
+OPENAI_CONCURRENCY, OPENAI_EPISODE_TIMEOUT_S = 2, 600.0
+"""The defaults with an openai role: a model server, often a small local one, answers slowly."""
+PROGRESS_TICK_S = 1.0
+"""How often a run tells its watcher what it is waiting for."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What to run, how often, on what system, under which faults.
+
+    A zero or None leaves the choice to the configuration (`[run]`, `[helpers]`, `[memory]`),
+    else to the default for the tool agent's backend. `task_ids` overrides `tasks`, the first
+    that many tasks of the domain. `helpers` is a roster (`["dce", "memory:3"]`); `memory`
+    is `off`, `topk`, `topk:K` or `dynamic`. `faults` are rule specs as `faultline inject`
+    takes them (`storm:copies=3,kind=tool_call`), in force for the run's episodes only, and
+    `defenses` the `--defense` lists of the workers it starts. With `nats`, the run uses the
+    system at that URL, connecting as `login` (the operator), and starts nothing.
+    """
+
+    domain: str = "retail"
+    tasks: int = 10
+    task_ids: Sequence[str] = ()
+    trials: int = 1
+    seed: int = 0
+    config: Config = field(default_factory=Config)
+    config_path: Path | None = None
+    """The file `config` was read from, named in its errors (None: the built-in defaults)."""
+    journal: Path | None = None
+    """The journal file (default: the configuration's `journal.path`)."""
+    error_rates: Mapping[str, float] = field(default_factory=dict)
+    """The `sim` tool agent's mistake rate per FAMA category."""
+    concurrency: int = 0
+    episode_timeout_s: float = 0.0
+    max_turns: int = 0
+    max_steps: int = 0
+    run_id: str = ""
+    helpers: Sequence[str] | None = None
+    memory: str | None = None
+    faults: Sequence[str] = ()
+    defenses: Sequence[str] = ()
+    nats: str = ""
+    login: Login | None = None
+    insecure: bool = False
+    """Start NATS without credentials or permissions (for debugging)."""
+    tls: bool = False
+    """The started nats-server speaks TLS only (the configuration's certificates, else made ones)."""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """How a run went: pass^k and the outcomes (`summary`), each episode (`episodes`), the journal."""
+
+    summary: Summary
+    episodes: RunResult
+    journal: Path
+    run_id: str
+    uses_sim: bool
+    """Some model role was the offline simulator: the numbers exercise the runtime, not a model."""
+    signal: int | None = None
+    """The signal that cut the run short, if one did; the episodes it did not complete are not counted."""
+    journal_problem: str = ""
+    """What went wrong with the journal service, in words ("" when it copied the whole stream)."""
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal else ""
+
+
+class RunProgress(Protocol):
+    """Whoever watches a run (the command line's progress bar). Each call must return at once."""
+
+    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
+        """The run is planned; with `starting_system`, its local system is starting."""
+
+    def system_up(self) -> None:
+        """The local system runs: nats-server, the journal service and the workers."""
+
+    def update(self, done: int, ok: int, waiting: str) -> None:
+        """After each episode and every PROGRESS_TICK_S: episodes completed, successes, what the run waits for."""
+
+    def finished(self) -> None:
+        """The run is over (also after an error or a signal)."""
+
+
+class _Quiet:
+    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
+        return None
+
+    def system_up(self) -> None:
+        return None
+
+    def update(self, done: int, ok: int, waiting: str) -> None:
+        return None
+
+    def finished(self) -> None:
+        return None
+
+
+def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> RunReport:
+    """Run `spec`'s episodes and report them; a signal (SIGINT, SIGTERM) ends the run early, in order.
+
+    Raises FaultlineError subclasses for what is wrong before anything starts (a domain that does
+    not load, a bad fault rule, a configuration the system refuses).
+    """
+    spec = spec or RunSpec()
+    watcher = progress or _Quiet()
+    config = apply_defense_flags(spec.config, list(spec.defenses))
+    journal = spec.journal or Path(config.journal.path)
+    config = _with_memory(config, spec.memory, journal)
+    domain = load_domain(spec.domain)  # before any process starts: a domain that cannot load is one line
+    run_id = spec.run_id or f"r{os.urandom(3).hex()}"
+    rules = [scoped_to_run(parse_fault_spec(text), run_id) for text in spec.faults]
+    concurrency, episode_timeout_s = run_limits(config, spec.concurrency, spec.episode_timeout_s)
+    roster = list(spec.helpers) if spec.helpers is not None else parse_roster(config.helpers.roster)
+    if spec.nats and spec.helpers is None:
+        roster = anyio.run(_live_roster, spec.nats, config, spec.domain, spec.login or Login())
+    plan = RunPlan(
+        domain=spec.domain,
+        tasks=spec.tasks,
+        task_ids=list(spec.task_ids),
+        trials=spec.trials,
+        seed=spec.seed,
+        concurrency=concurrency,
+        episode_timeout_s=episode_timeout_s,
+        max_turns=spec.max_turns or domain.budgets.user_turns,
+        max_steps=spec.max_steps or domain.budgets.agent_steps,
+        error_rates=dict(spec.error_rates),
+        run_id=run_id,
+        memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},
+        helpers=roster,
+        helper_wait_s=config.helpers.wait_s,
+        verifier_revisions=config.helpers.verifier_revisions,
+        tor_threshold=config.helpers.tor_threshold,
+        helper_effect=config.helpers.sim_effect,
+        tool_role=config.role_of("tool"),
+        user_role=config.role_of("user"),
+        tool_calls=config.model(config.role_of("tool")).tool_calls,
+    )
+    result = RunResult(plan_episodes(plan, domain))
+    run_dir = state_dir(journal)
+    effective = run_dir / "effective-config.json"
+    groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), roster)
+    supervisor: Supervisor | None = None
+    ticker = _Ticker(watcher, result, episode_timeout_s)
+    try:
+        with hold_directories([] if spec.nats else [run_dir], "run"), _throwaway_access(spec, config, groups) as access:
+            watcher.started(plan, len(result.planned), starting_system=not spec.nats)
+            if spec.nats:
+                request = anyio.run(_run_remote, spec.nats, config, plan, result, ticker, rules, spec.login or Login())
+            else:
+                effective.write_bytes(msgspec.json.encode(config))
+                tls = made_tls(config, run_dir / "tls") if spec.tls else None
+                supervisor = Supervisor(
+                    journal_path=journal,
+                    workers=worker_specs(config, groups, effective),
+                    services=_services(config, effective),
+                    prefix=config.nats.prefix,
+                    log_dir=run_dir / "logs",
+                    access=access,
+                    completers=completing_agents(config, groups),
+                    bus_settings=bus_settings(config),
+                    server_tls=tls,
+                    tls_ca=tls.ca if tls else None,
+                    sync_interval=config.nats.sync_interval,
+                )
+                request = anyio.run(_run_local, supervisor, config, plan, result, ticker, rules)
+    finally:
+        watcher.finished()
+    problem = journal_problem(supervisor) if supervisor else ""
+    summary = summarize(result, spec.trials, "" if spec.nats else str(journal))
+    if plan.helpers and not spec.nats and not problem:
+        summary = with_costs(summary, journal, run_id, plan.helpers)
+    return RunReport(summary, result, journal, run_id, uses_sim(config), request.signum, problem)
+
+
+def run_limits(config: Config, concurrency: int = 0, episode_timeout_s: float = 0.0) -> tuple[int, float]:
+    """Episodes in flight and the episode timeout: the given ones, else the config's `[run]`, else by backend.
+
+    With an openai role, the timeout is at least twice the longest call a role's retries allow, so
+    a call that fails for good ends its episode as a journaled model error, not as a timeout.
+    """
+    remote = [m for m in (config.model(config.role_of(a)) for a in ("tool", "user")) if m.backend == "openai"]
+    by_backend = (
+        (OPENAI_CONCURRENCY, max(OPENAI_EPISODE_TIMEOUT_S, *(2 * m.call_budget_s for m in remote)))
+        if remote
+        else (SIM_CONCURRENCY, SIM_EPISODE_TIMEOUT_S)
+    )
+    return (
+        concurrency or config.run.concurrency or by_backend[0],
+        episode_timeout_s or config.run.episode_timeout_s or by_backend[1],
+    )
+
+
+def uses_sim(config: Config) -> bool:
+    """Whether some model role is the offline simulator."""
+    return any(m.backend == "sim" for m in config.models.values()) or not config.models
+
+
+def _with_memory(config: Config, mode: str | None, journal: Path) -> Config:
+    memory = config.memory
+    if mode is not None:
+        name, _, k = mode.partition(":")
+        if name not in ("off", "topk", "dynamic") or (k and (name != "topk" or not k.isdigit())):
+            raise ConfigError(f"memory {mode!r}: use off, topk, topk:K or dynamic")
+        memory = msgspec.structs.replace(memory, mode=name, **({"k": int(k)} if k else {}))
+    if memory.store == MemoryConfig().store:
+        memory = msgspec.structs.replace(memory, store=str(journal.parent / "memory.sqlite"))
+    return msgspec.structs.replace(config, memory=memory)
+
+
+@dataclass
+class _Ticker:
+    """Tells the watcher how the run goes: after each episode, and every PROGRESS_TICK_S what it waits for."""
+
+    watcher: RunProgress
+    result: RunResult
+    limit_s: float
+    after: str = ""
+    """What the run waits for once no episode runs any more."""
+
+    def on_done(self, _episode: str, _done: object) -> None:
+        self._tell()
+
+    async def tick(self) -> None:
+        while True:
+            await anyio.sleep(PROGRESS_TICK_S)
+            self._tell()
+
+    def _tell(self) -> None:
+        ok = sum(c.outcome == "success" for c in self.result.completed.values())
+        waiting = self.result.waiting_for(anyio.current_time(), self.limit_s) or self.after
+        self.watcher.update(len(self.result.completed), ok, waiting)
+
+
+@contextlib.contextmanager
+def _throwaway_access(spec: RunSpec, config: Config, groups: dict[str, tuple[str, ...]]) -> Iterator[Access | None]:
+    """Credentials for the system the run starts, made for it and deleted after it; None with `nats` or `insecure`."""
+    if spec.nats or spec.insecure:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="faultline-access-") as folder:
+        yield system_access(Path(folder), config, groups, config.nats.prefix).prepare()
+
+
+def _services(config: Config, effective: Path) -> list[ProcessSpec]:
+    if config.memory.mode == "off":
+        return []
+    return [ProcessSpec("memory", ("memory", "serve", "--config", str(effective)), MEMORY_IDENTITY)]
+
+
+async def _run_local(
+    supervisor: Supervisor, config: Config, plan: RunPlan, result: RunResult, ticker: _Ticker, rules: list[FaultRule]
+) -> StopRequest:
+    """Start the system, run the episodes, wait until the memory service and the journal have them all, stop."""
+
+    async def work(supervisor: Supervisor) -> None:
+        ticker.watcher.system_up()
+        assert supervisor.bus is not None
+        workers = len(supervisor.workers)
+        async with rules_in_force(
+            supervisor.bus, rules, workers=workers, settings=follow_settings(config), models=_models(config)
+        ):
+            await run_plan(supervisor.bus, plan, result, ticker.on_done)
+        if config.memory.mode != "off":
+            from faultline.services.memory import wait_for_memory
+
+            ticker.after = "waiting for the memory service to take in the episodes"
+            await wait_for_memory(supervisor.bus)
+        ticker.after = "waiting for the journal to copy the stream"
+        await wait_for_journal(supervisor.bus)
+
+    _, request = await run_supervised(supervisor, work, ticker.tick)
+    return request
+
+
+async def _run_remote(
+    url: str,
+    config: Config,
+    plan: RunPlan,
+    result: RunResult,
+    ticker: _Ticker,
+    rules: list[FaultRule],
+    connect_as: Login,
+) -> StopRequest:
+    """Run the episodes on the system already running at `url` (its workers and journal)."""
+    async with stop_on_signal(ticker.tick) as request:
+        bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
+        try:
+            async with rules_in_force(
+                bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
+            ):
+                await run_plan(bus, plan, result, ticker.on_done)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await bus.close()
+    return request
+
+
+def _models(config: Config) -> Callable[[str], ModelBackend]:
+    """The backends of this process's fault injector (the instruction faults at the entry point)."""
+    return lambda role: make_backend(config, role)
+
+
+async def _live_roster(url: str, config: Config, domain: str, connect_as: Login) -> list[str]:
+    """The roster the system at `url` gives new episodes of `domain` with the tool agent's model."""
+    bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
+    try:
+        rosters = await read_rosters(bus)
+    finally:
+        await bus.close()
+    return rosters.for_episode(domain, config.model(config.role_of("tool")).model)
