@@ -349,8 +349,12 @@ PUBLIC = {
         "OpenAIBackend",
         "OpenAIEmbedder",
         "OpenAISettings",
+        "Rule",
+        "ScriptedBackend",
         "SimBackend",
+        "load_script",
         "parse_tool_arguments",
+        "read_rules",
         "sim_metadata",
     },
     "faultline.replay": {

@@ -34,7 +34,7 @@ def test_the_built_ins_are_registered_like_any_package() -> None:
         registered("agent")
     )
     assert {"retail", "phone"} <= set(registered("domain"))
-    assert {"sim", "openai"} <= set(registered("model"))
+    assert {"sim", "openai", "scripted"} <= set(registered("model"))
     assert load_agent_class("tool").name == "tool"
     assert isinstance(make_backend(Config(), "tool"), SimBackend)
 

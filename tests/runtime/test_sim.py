@@ -263,7 +263,6 @@ def test_the_metadata_helper_checks_the_rates() -> None:
 @pytest.mark.parametrize(
     ("metadata", "message"),
     [
-        ({}, "sim: bad request metadata: Object missing required field `sim`"),
         ({"sim": "oracle", "domain": "phone", "task": "send-00"}, "at `$.sim`"),
         ({"sim": "judge", "stage": "verdict"}, "sim: no simulated judge stage 'verdict' - at $.metadata.stage"),
         (
@@ -315,3 +314,15 @@ def test_the_simulated_user_answers_a_free_form_agent(agent_says: str, phase: st
     assert answer.metadata["phase"] == phase
     assert answer.content == reply.format(**facts)
     assert answer.metadata["done"] is (phase == "end")
+
+
+async def test_an_agent_the_simulator_does_not_know_gets_its_last_message_back() -> None:
+    """A request with no `sim` metadata (a user's own agent) is answered by the generic policy, not refused."""
+    request = LlmRequest(
+        role="small",
+        messages=[ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="sum 2 and 3")],
+    )
+    reply = await SimBackend().complete(request)
+    assert reply.content == "[sim small] sum 2 and 3"
+    assert reply.tool_calls == [] and reply.finish_reason == "stop"
+    assert reply == await SimBackend().complete(request), "a pure function of the request"

@@ -14,7 +14,7 @@ import json
 import re
 import tomllib
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -35,6 +35,7 @@ from faultline.core import (
 from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
 from faultline.runtime.models._openai import OpenAISettings
+from faultline.runtime.models._scripted import FUNCTION, load_script
 
 DEFAULT_CONFIG_FILE = Path("faultline.toml")
 """Read by `load_config(None)` when it exists in the working directory."""
@@ -136,6 +137,9 @@ class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fiel
 
     backend: str = "sim"
     tool_calls: Literal["native", "text"] = "native"
+    script: str = ""
+    """`backend = "scripted"`: a rules file (JSON lines, relative to the config file) or
+    `package.module:function` (see `faultline.runtime.models.ScriptedBackend`)."""
 
 
 class RunDefaults(_Section, frozen=True):
@@ -314,7 +318,18 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
         raw, source = with_model_settings(raw, models), f"{source} with --model-setting"
     config = _relative_to(parse_config(raw, source=source), path.parent)
     use_plugin_path(config.plugins.path)
+    check_scripts(config, source)
     return config
+
+
+def check_scripts(config: Config, source: str = "faultline.toml") -> None:
+    """Read every scripted role's rules (or import its function) now: a bad line is one error, before anything starts."""
+    for role, settings in config.models.items():
+        if settings.backend == "scripted":
+            try:
+                load_script(settings.script)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}: {exc} - at $.models.{role}.script") from None
 
 
 def with_model_settings(raw: dict[str, Any], models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -489,4 +504,12 @@ def _relative_to(config: Config, folder: Path) -> Config:
         journal=msgspec.structs.replace(config.journal, path=place(config.journal.path)),
         memory=msgspec.structs.replace(config.memory, store=place(config.memory.store)),
         plugins=PluginsConfig(path=tuple(map(place, config.plugins.path))),
+        models={role: _script_placed(m, place) for role, m in config.models.items()},
     )
+
+
+def _script_placed(settings: ModelConfig, place: Callable[[str], str]) -> ModelConfig:
+    """A scripted role's rules file, relative to the config file's folder (a function is left as it is)."""
+    if not settings.script or FUNCTION.match(settings.script):
+        return settings
+    return msgspec.structs.replace(settings, script=place(settings.script))

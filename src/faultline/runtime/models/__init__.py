@@ -1,4 +1,5 @@
-"""Model backends: `openai` (any OpenAI-compatible endpoint) and `sim` (offline, deterministic)."""
+"""Model backends: `openai` (any OpenAI-compatible endpoint), `sim` (offline, deterministic) and
+`scripted` (answers a test chooses, from a rules file or a function)."""
 
 from faultline.runtime.models._openai import (
     DEFAULT_MAX_TOKENS,
@@ -7,6 +8,7 @@ from faultline.runtime.models._openai import (
     OpenAISettings,
     parse_tool_arguments,
 )
+from faultline.runtime.models._scripted import Rule, ScriptedBackend, load_script, read_rules
 from faultline.runtime.models._sim import SimBackend, sim_metadata
 
 __all__ = [
@@ -14,7 +16,11 @@ __all__ = [
     "OpenAIBackend",
     "OpenAIEmbedder",
     "OpenAISettings",
+    "Rule",
+    "ScriptedBackend",
     "SimBackend",
+    "load_script",
     "parse_tool_arguments",
+    "read_rules",
     "sim_metadata",
 ]

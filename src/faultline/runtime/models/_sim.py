@@ -7,6 +7,9 @@ makes mistakes at configured rates; nothing it does is a result about models.
 The reply is a pure function of the request: no clock, no global randomness.
 Randomness comes from `random.Random(f"sim:{seed}:{task}:{step}")`.
 
+A request with no `sim` metadata (an agent of the user's own) gets the generic policy: the reply
+repeats the last message after `[sim ROLE]` (`_generic`).
+
 Request metadata (build it with `sim_metadata`):
 
     sim                     "user" (the simulated customer) or "tool" (the tool-use agent); "helper" and
@@ -204,6 +207,8 @@ class SimBackend:
             text = simulate(request)
             usage = Usage(prompt_tokens=prompt_word_count(request.messages), completion_tokens=word_count(text))
             return LlmResponse(content=text, usage=usage, model="sim", finish_reason="stop")
+        if "sim" not in request.metadata:
+            return _generic(request)
         spec = _spec(request.metadata)
         try:
             domain = load_domain(spec.domain)
@@ -229,6 +234,16 @@ class SimBackend:
             finish_reason="tool_calls" if calls else "stop",
             metadata={"sim": spec.sim, **reply.metadata},
         )
+
+
+def _generic(request: LlmRequest) -> LlmResponse:
+    """An agent the simulator knows nothing of (its request carries no `sim` metadata): the reply repeats
+    the request's last message after `[sim ROLE]`, and never calls a tool. It lets a system of the user's
+    own run end to end offline, to exercise the runtime; for answers a test chooses, use `scripted`."""
+    last = next((m.content for m in reversed(request.messages) if m.content), "")
+    text = f"[sim {request.role}] {last}"
+    usage = Usage(prompt_tokens=prompt_word_count(request.messages), completion_tokens=word_count(text))
+    return LlmResponse(content=text, usage=usage, model="sim", finish_reason="stop", metadata={"sim": "generic"})
 
 
 @dataclass
