@@ -23,7 +23,7 @@ $(STAMP): uv.lock pyproject.toml | $(UV)
 demo: $(STAMP)
 	$(BIN)/faultline run --tasks 20 --trials 2 --error-rates 0.05 --journal runs/demo.sqlite
 	@echo
-	@echo "Look at the result (the simulator made mistakes at 5% of its decisions):"
+	@echo "Look at the result (the simulator drew a mistake at 20% of its decisions: 5% in each of the 4 FAMA categories):"
 	@echo "  $(BIN)/faultline journal episodes runs/demo.sqlite              # one line per episode"
 	@echo "  $(BIN)/faultline journal show runs/demo.sqlite --episode <id>   # an episode's timeline"
 	@echo "  $(BIN)/faultline replay runs/demo.sqlite                        # re-execute it exactly"

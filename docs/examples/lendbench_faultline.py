@@ -61,7 +61,8 @@ class LendBench(Domain):
         ]
 
     def output_error(self, output: Any) -> str:
-        return output if isinstance(output, str) and output.startswith("Error:") else ""
+        """lendbench's tools return "Error: <reason>"; the reason alone, since the agent shows it as `Error: ...`."""
+        return output.removeprefix("Error:").strip() if isinstance(output, str) and output.startswith("Error:") else ""
 
     def output_told(self, output: str, told: str) -> bool:
         """lendbench's matcher: case and thousands separators do not count."""

@@ -138,11 +138,13 @@ class HandlerTimeoutError(FaultlineError):
 
 
 class DirectoryBusyError(FaultlineError):
-    """Another running process holds the lock of a state directory; `pid` is that process (0 if unknown)."""
+    """Another running process holds the lock of a state directory; `pid` is that process (0 if unknown),
+    `holder` the faultline command it runs ("" if unknown)."""
 
-    def __init__(self, message: str, pid: int) -> None:
+    def __init__(self, message: str, pid: int, holder: str = "") -> None:
         super().__init__(message)
         self.pid = pid
+        self.holder = holder
 
 
 class RunError(FaultlineError):

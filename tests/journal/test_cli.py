@@ -197,3 +197,13 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(journal_file: Path, co
         proc.stdout.close()
         err = proc.stderr.read()
         assert (proc.wait(timeout=60), err) == (0, b"")
+
+
+@pytest.mark.parametrize(
+    ("offset", "shown"), [(-0.0001, "0.000"), (0.0, "0.000"), (-0.5, "-0.500"), (1.23456, "1.235")]
+)
+def test_show_times_never_read_negative_zero(offset: float, shown: str) -> None:
+    """Processes stamp messages with their own clocks: a start a hair before the episode's reads 0.000."""
+    from faultline.cli._journal import _seconds
+
+    assert _seconds(offset) == shown

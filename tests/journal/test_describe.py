@@ -15,6 +15,7 @@ from faultline.core import (
     FaultSkipped,
     ModelAttempt,
     Recording,
+    Start,
     ToolCall,
     ToolResult,
     UserTurn,
@@ -64,6 +65,11 @@ from faultline.journal import describe_body
         ),
         (Control(name="helpers", data={"roster": ["planner"]}), 'helpers {"roster":["planner"]}'),
         (DeadLetter(reason="not msgpack", subject="fl.ep.e.a", data=b"\xff\x00"), "fl.ep.e.a: not msgpack (2 bytes)"),
+        (Start(text="go", data={"question": "why"}), 'start \'go\' {"question":"why"}'),
+        (
+            Start(data={f"setting_{i}": i for i in range(20)}),
+            "start '' " + '{"setting_0":0,"setting_1":1,"setting_10":10,"setting_11":11,"setting_12":12,"s…',
+        ),
     ],
 )
 def test_each_kind_has_a_readable_line(body: Body, line: str) -> None:

@@ -101,10 +101,13 @@ def test_a_role_inherits_unset_keys_from_the_default_model() -> None:
     [
         ('[workers.tool]\ncount = "two"\n', "faultline.toml: Expected int, got str - at $.workers.tool.count"),
         ("[workers.tool]\ncount = 0\n", "Expected int >= 1 - at $.workers.tool.count"),
-        ('[nats]\nurll = ""\n', "Object contains unknown field urll - at $.nats"),
+        ('[nats]\nurll = ""\n', "Object contains unknown field urll (did you mean url?) - at $.nats"),
         ("[runtime]\nack_wait_s = -1.0\n", "Expected float > 0.0 - at $.runtime.ack_wait_s"),
         ('[models.judge]\nbackend = "gpt"\n', "- at $.models.judge.backend"),
-        ("[models.judge]\ntimeout = 3\n", "Object contains unknown field timeout - at $.models.judge"),
+        (
+            "[models.judge]\ntimeout = 3\n",
+            "Object contains unknown field timeout (did you mean timeout_s?) - at $.models.judge",
+        ),
         ('[models.judge]\nbackend = "openai"\n', 'needed with backend = "openai" - at $.models.judge.model'),
         ('[agents.triage]\nclass = "triage.TriageAgent"\n', "'package.module:ClassName'"),
         ('[nats]\nprefix = "a.b"\n', "subject prefix 'a.b' is not a valid subject token"),

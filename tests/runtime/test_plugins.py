@@ -5,6 +5,7 @@ in one line when it cannot be imported."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from faultline.agent import Domain, Task
 from faultline.cli import main
 from faultline.journal import JournalReader
 
@@ -79,8 +81,20 @@ def lendbench_tasks() -> list[dict[str, Any]]:
         (["--plugin-path", "nowhere"], 2, "usage error: --plugin-path nowhere: no such folder"),
         (["--task-range", "3:1"], 2, "usage error: --task-range '3:1': use FROM:TO with whole numbers, FROM < TO"),
         (["--task-range", "0:99"], 2, "usage error: --task-range '0:99': domain 'retail' has 65 tasks"),
-        (["--task-ids", "x,y"], 1, "error: domain 'retail' has no task 'x'"),
+        (["--task-ids", "x,y"], 2, "usage error: --task-ids: domain 'retail' has no task 'x'"),
+        (["--task-ids", "cancel-00,cancel-00"], 2, "usage error: --task-ids: 'cancel-00' is named twice; --trials K"),
+        (["--task-ids", ","], 2, "usage error: --task-ids ',': names no task"),
         (["--tasks", "2", "--task-ids", "1"], 2, "not allowed with argument --tasks"),
+        (
+            ["--domain", f"{__name__}:RaisingTasks"],
+            1,
+            "error: domain 'raising': tasks() raised FileNotFoundError: tasks.json is missing",
+        ),
+        (
+            ["--domain", f"{__name__}:TwiceListed"],
+            1,
+            "error: domain 'twice' lists task 'a' twice: task ids must be unique",
+        ),
     ],
 )
 def test_a_domain_or_selection_that_cannot_work_is_one_line_before_anything_starts(
@@ -91,3 +105,33 @@ def test_a_domain_or_selection_that_cannot_work_is_one_line_before_anything_star
     assert out == "" and len(err.splitlines()) == 1
     assert message in err
     assert not (tmp_path / ".faultline").exists()
+
+
+class RaisingTasks(Domain):
+    """A benchmark adapter whose task file is not there."""
+
+    name = "raising"
+
+    def seed_database(self, db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE t (x)")
+
+    def tasks(self) -> list[Task]:
+        raise FileNotFoundError("tasks.json is missing")
+
+
+class TwiceListed(RaisingTasks):
+    name = "twice"
+
+    def tasks(self) -> list[Task]:
+        return [Task(id="a", instruction="one"), Task(id="a", instruction="two")]
+
+
+def test_a_benchmark_tool_error_reaches_the_model_once_prefixed(plugins: Path) -> None:
+    """lendbench's tools answer "Error: ..."; the adapter hands on the reason, the model reads one prefix."""
+    from faultline.envs import Action, load_domain, use_plugin_path
+
+    use_plugin_path([plugins])
+    domain = load_domain(DOMAIN)
+    db = domain.open_database()
+    outcome = domain.call(db, Action(name="get_member_details", arguments={"member_id": "nobody"}))
+    assert outcome.as_text() == "Error: member not found"

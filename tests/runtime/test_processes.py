@@ -308,6 +308,23 @@ async def test_a_second_up_names_the_process_that_holds_the_system(tmp_path: Pat
     assert first.returncode == 0 and "journal caught up" in first_err.splitlines()[-1]
 
 
+async def test_a_run_in_the_folder_of_a_running_up_names_its_url(tmp_path: Path) -> None:
+    """`run` cannot start a second system on the same state folder; the one running there is named, with how
+    to run on it instead."""
+    config = write_up_config(tmp_path)
+    first = faultline("up", "--config", str(config), cwd=tmp_path)
+    try:
+        up = await wait_until_up(tmp_path, first)
+        run = faultline("run", "--config", str(config), "--tasks", "1", cwd=tmp_path)
+        run_err = await finish(run)
+        first.send_signal(signal.SIGTERM)
+    finally:
+        await finish(first)
+    assert run.returncode == 1
+    assert run_err.endswith(f"or use another directory; or run on that system: add --nats {up.url}\n"), run_err
+    assert len(run_err.splitlines()) == 1
+
+
 async def test_up_says_when_the_journal_did_not_catch_up_and_the_next_up_journals_the_rest(tmp_path: Path) -> None:
     config = write_up_config(tmp_path)
     process = faultline("up", "--config", str(config), cwd=tmp_path)

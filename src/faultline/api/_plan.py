@@ -81,7 +81,7 @@ def episode_id(run_id: str, task: str, trial: int) -> str:
 
 
 def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
-    tasks = [domain.task(i) for i in plan.task_ids] if plan.task_ids else domain.tasks()[: plan.tasks]
+    tasks = [domain.task(i) for i in plan.task_ids] if plan.task_ids else domain.checked_tasks()[: plan.tasks]
     return [
         PlannedEpisode(
             episode=episode_id(plan.run_id, task.id, trial),

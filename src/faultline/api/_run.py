@@ -182,6 +182,9 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     journal = spec.journal or Path(config.journal.path)
     config = _with_memory(config, spec.memory, journal)
     domain = load_domain(spec.domain)  # before any process starts: a domain that cannot load is one line
+    twice = next((task for i, task in enumerate(spec.task_ids) if task in spec.task_ids[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"task_ids names {twice!r} twice: trials runs each task several times")
     run_id = spec.run_id or f"r{os.urandom(3).hex()}"
     rules = [scoped_to_run(parse_fault_spec(text), run_id) for text in spec.faults]
     concurrency, episode_timeout_s = run_limits(config, spec.concurrency, spec.episode_timeout_s)

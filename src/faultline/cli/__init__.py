@@ -10,10 +10,12 @@ on stderr and a non-zero exit code; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.metadata
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -53,7 +55,23 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         command = self.prog.removeprefix("faultline").strip()
+        message = _with_suggestion(message)
         raise UsageError(f"{command}: {message}" if command else message)
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def _with_suggestion(message: str) -> str:
+    """argparse's invalid-choice message, with the closest choice named first (`replya`: did you mean `replay`?)."""
+    match = _INVALID_CHOICE.search(message)
+    if match is None:
+        return message
+    choices = re.findall(r"'([^']*)'", match.group(2))
+    close = difflib.get_close_matches(match.group(1), choices, n=1)
+    if not close:
+        return message
+    return f"{message[: match.start()]}invalid choice: {match.group(1)!r}: did you mean {close[0]!r}? (choose from {match.group(2)})"
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -125,7 +125,7 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
     return CampaignSettings(
         domain=args.domain,
         model=_model(args),
-        tasks=[task.id for task in domain.tasks()[: args.tasks]],
+        tasks=[task.id for task in domain.checked_tasks()[: args.tasks]],
         trials=args.trials,
         seed=args.seed,
         faults=_faults(args.faults),

@@ -301,7 +301,7 @@ def _show(args: argparse.Namespace) -> int:
         summary_text, style = _summary(row, 400)
         table.add_row(
             str(row.pos),
-            f"{row.ts - start:.3f}",
+            _seconds(row.ts - start),
             _route(row),
             Text(row.kind, style=style),
             Text(summary_text, style=style),
@@ -390,3 +390,9 @@ def _episodes(args: argparse.Namespace) -> int:
 
 def _episode_json(episode: EpisodeSummary) -> dict[str, Any]:
     return msgspec.structs.asdict(episode) | {"duration_s": episode.duration_s}
+
+
+def _seconds(offset: float) -> str:
+    """An offset in seconds to the millisecond; one that rounds to zero reads 0.000, never -0.000."""
+    text = f"{offset:.3f}"
+    return "0.000" if text == "-0.000" else text

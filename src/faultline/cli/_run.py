@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from faultline._errors import ConfigError, JournalError, RunError, UsageError
+from faultline._errors import ConfigError, DirectoryBusyError, JournalError, RunError, UsageError
 from faultline.api import SIM_NOTE, RunPlan, RunReport, RunSpec, Summary, run, uses_sim
 from faultline.cli import _jsonl
 from faultline.cli._system import (
@@ -34,6 +34,7 @@ from faultline.cli._system import (
     add_insecure_flag,
     add_plugin_flag,
     login,
+    running_url,
     warn_insecure,
     with_plugin_path,
 )
@@ -230,18 +231,29 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _task_ids(args: argparse.Namespace, domain: Domain) -> list[str]:
-    """The ids `--task-ids` or `--task-range` select (checked against the domain), or [] for `--tasks`."""
-    if args.task_ids:
+    """The ids `--task-ids` or `--task-range` select (checked against the domain), or [] for `--tasks`.
+
+    A selection the domain cannot satisfy is a usage error (exit 2), whichever flag made it; a domain
+    whose task list cannot be read is the domain's error (exit 1).
+    """
+    tasks = domain.checked_tasks()
+    if args.task_ids is not None:
         ids = [part.strip() for part in args.task_ids.split(",") if part.strip()]
-        for task_id in ids:
-            domain.task(task_id)
+        if not ids:
+            raise UsageError(f"--task-ids {args.task_ids!r}: names no task; give ids separated by commas")
+        twice = next((task_id for i, task_id in enumerate(ids) if task_id in ids[:i]), None)
+        if twice is not None:
+            raise UsageError(f"--task-ids: {twice!r} is named twice; --trials K runs each task K times")
+        known = {task.id for task in tasks}
+        missing = [task_id for task_id in ids if task_id not in known]
+        if missing:
+            raise UsageError(f"--task-ids: domain {args.domain!r} has no task {missing[0]!r}")
         return ids
     if not args.task_range:
         return []
     start, colon, stop = args.task_range.partition(":")
     if not (colon and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
         raise UsageError(f"--task-range {args.task_range!r}: use FROM:TO with whole numbers, FROM < TO, e.g. 10:20")
-    tasks = domain.tasks()
     if int(stop) > len(tasks):
         raise UsageError(f"--task-range {args.task_range!r}: domain {args.domain!r} has {len(tasks)} tasks")
     return [task.id for task in tasks[int(start) : int(stop)]]
@@ -432,7 +444,13 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
     )
     notes = [f"[dim]note: {SIM_NOTE}[/dim]"] if sim_note and uses_sim(config) and not args.json else []
     display = _Display(Console(stderr=True), quiet=args.json, label=label, notes=notes, insecure=args.insecure)
-    return run(spec, progress=display)
+    try:
+        return run(spec, progress=display)
+    except DirectoryBusyError as exc:
+        url = running_url() if exc.holder == "up" else ""
+        if not url:
+            raise
+        raise DirectoryBusyError(f"{exc}; or run on that system: add --nats {url}", exc.pid, exc.holder) from None
 
 
 class _Display:

@@ -275,6 +275,14 @@ def _url(args: argparse.Namespace, config: Config, *, state: bool = False) -> st
     return url
 
 
+def running_url() -> str:
+    """The URL of the `faultline up` running in this folder, "" when none wrote its state here."""
+    try:
+        return str(json.loads(STATE_FILE.read_text()).get("url", ""))
+    except (OSError, ValueError):
+        return ""
+
+
 def login(args: argparse.Namespace, config: Config, url: str = "") -> Login:
     """How a command connects: its flags (--creds, --tls-ca), else the `[nats]` keys, else what the `faultline up`
     running here wrote when `url` is its server (its operator's credential and its CA)."""

@@ -177,6 +177,7 @@ class Domain(ABC):
 
         For benchmarks whose tools return error strings instead of raising; such
         an error is treated like a raised `ToolError` (see `rollback_on_error`).
+        Return the reason alone: the agent's model reads it as `Error: <reason>`.
         """
         return ""
 
@@ -192,13 +193,30 @@ class Domain(ABC):
     # -- what the base class derives ----------------------------------------------------------
 
     def task(self, task_id: str) -> Task:
-        memo = self._memo()
-        if memo.tasks is None:
-            memo.tasks = {task.id: task for task in self.tasks()}
         try:
-            return memo.tasks[task_id]
+            return self._indexed_tasks()[task_id]
         except KeyError:
             raise DomainError(f"domain {self.name!r} has no task {task_id!r}") from None
+
+    def checked_tasks(self) -> list[Task]:
+        """`tasks()` as the runtime reads it: an error inside it is one DomainError, and an id
+        listed twice (two episodes would share an id) is refused."""
+        return list(self._indexed_tasks().values())
+
+    def _indexed_tasks(self) -> dict[str, Task]:
+        memo = self._memo()
+        if memo.tasks is None:
+            try:
+                listed = self.tasks()
+            except Exception as exc:  # noqa: BLE001 - whatever a plugin's tasks() raises, the answer is one line
+                raise DomainError(f"domain {self.name!r}: tasks() raised {type(exc).__name__}: {exc}") from None
+            indexed: dict[str, Task] = {}
+            for task in listed:
+                if task.id in indexed:
+                    raise DomainError(f"domain {self.name!r} lists task {task.id!r} twice: task ids must be unique")
+                indexed[task.id] = task
+            memo.tasks = indexed
+        return memo.tasks
 
     def open_database(self) -> sqlite3.Connection:
         """A fresh in-memory copy of the seeded data; writes to it are visible nowhere else.

@@ -36,6 +36,10 @@ DESCRIBE_WIDTH = 160
 _json = msgspec.json.Encoder(order="deterministic")
 
 
+START_DATA_WIDTH = 80
+"""Characters of a Start's data a summary shows: the built-in episodes' settings run to several hundred."""
+
+
 def _compact(value: Any) -> str:
     """Values as compact JSON; strings bare, so text reads as text."""
     if isinstance(value, str):
@@ -84,7 +88,9 @@ def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
             text = repr(_one_line(body.text))
             line = f"{text} [done]" if body.done else text
         case Start():
-            line = f"start {body.text!r}" + (f" {_compact(body.data)}" if body.data else "")
+            data = _compact(body.data) if body.data else ""
+            shown = data if len(data) <= START_DATA_WIDTH else f"{data[: START_DATA_WIDTH - 1]}…"
+            line = f"start {body.text!r}" + (f" {shown}" if shown else "")
         case ToolCall():
             line = f"{body.name}({_args(body.arguments)})"
             if body.arguments_error:

@@ -10,6 +10,7 @@ keys are errors. To add a section, add a struct with defaults and a field on
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
@@ -428,12 +429,32 @@ def _convert(value: Any, type_: type[T], path: str, source: str) -> T:
     try:
         return msgspec.convert(value, type_)
     except msgspec.ValidationError as exc:
-        message = str(exc).replace("`", "")
+        message = _with_suggestion(str(exc), type_).replace("`", "")
         if " - at $" in message:
             message = message.replace(" - at $", f" - at {path}", 1)
         elif path != "$":
             message = f"{message} - at {path}"
         raise ConfigError(f"{source}: {message}") from None
+
+
+_UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `([^`]+)`(?: - at `\$((?:\.[^.`]+)*)`)?$")
+
+
+def _with_suggestion(message: str, type_: type) -> str:
+    """msgspec's message, with the closest key of the table named when it is an unknown key (a typo)."""
+    match = _UNKNOWN_FIELD.match(message)
+    if match is None:
+        return message
+    table: Any = type_
+    for part in filter(None, (match.group(2) or "").split(".")):
+        table = typing.get_type_hints(table).get(part) if isinstance(table, type) else None
+    if not (isinstance(table, type) and issubclass(table, msgspec.Struct)):
+        return message
+    close = difflib.get_close_matches(match.group(1), [f.encode_name for f in msgspec.structs.fields(table)], n=1)
+    if not close:
+        return message
+    unknown, _, where = message.partition(" - at ")
+    return f"{unknown} (did you mean `{close[0]}`?)" + (f" - at {where}" if where else "")
 
 
 def _check(config: Config, source: str) -> None:

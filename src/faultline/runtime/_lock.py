@@ -48,7 +48,8 @@ def _hold(folder: Path, command: str) -> Iterator[None]:
             pid, holder = _holder(path)
             who = f"`faultline {holder}` (pid {pid})" if pid else "another process"
             stop = f"stop it first (kill -TERM {pid})" if pid else "stop it first"
-            raise DirectoryBusyError(f"{folder} is in use by {who}: {stop} or use another directory", pid) from None
+            message = f"{folder} is in use by {who}: {stop} or use another directory"
+            raise DirectoryBusyError(message, pid, holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "command": command}).encode(), 0)
         yield
