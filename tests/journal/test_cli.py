@@ -207,3 +207,16 @@ def test_show_times_never_read_negative_zero(offset: float, shown: str) -> None:
     from faultline.cli._journal import _seconds
 
     assert _seconds(offset) == shown
+
+
+def test_a_damaged_journal_is_named_as_damaged_with_what_to_do(
+    journal_file: Path, tmp_path: Path, capsys: Capsys
+) -> None:
+    """A journal cut short (a full disk, a copy stopped halfway) is a damaged journal, not some other file."""
+    damaged = tmp_path / "cut.db"
+    data = journal_file.read_bytes()
+    damaged.write_bytes(data[:4096] + b"\0" * 100 + data[4096 + 100 : len(data) // 2])
+    code, out, err = run(capsys, "verify", str(damaged))
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.startswith(f"faultline: error: {damaged}: a damaged database file (")
+    assert "faultline journal serve" in err and "faultline journal import" in err

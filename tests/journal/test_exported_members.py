@@ -29,6 +29,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "export_jsonl",
             "export_row",
             "forked_from",
+            "is_sqlite_file",
             "import_jsonl",
             "verify",
             "write_view",

@@ -10,7 +10,15 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.cli import _jsonl
-from faultline.journal import DESCRIBE_WIDTH, EpisodeDiff, JournalReader, JournalRow, diff_episodes, forked_from
+from faultline.journal import (
+    DESCRIBE_WIDTH,
+    EpisodeDiff,
+    JournalReader,
+    JournalRow,
+    diff_episodes,
+    forked_from,
+    is_sqlite_file,
+)
 from faultline.replay import forks_path
 
 CONTEXT = 3
@@ -97,7 +105,7 @@ def _source_of(fork_journal: Path, episode: str) -> Path:
     candidates = [fork_journal] + sorted(
         path
         for path in fork_journal.parent.glob(f"{stem}.*")
-        if path != fork_journal and forks_path(path) == fork_journal
+        if path != fork_journal and forks_path(path) == fork_journal and is_sqlite_file(path)  # not `view`'s HTML
     )
     for journal in candidates:
         if journal.is_file():

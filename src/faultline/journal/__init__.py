@@ -10,25 +10,25 @@ from faultline.journal._diff import EpisodeDiff, Step, diff_episodes, forked_fro
 from faultline.journal._export import ExportedRow, export_jsonl, export_row, import_jsonl
 from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, JournalReader
 from faultline.journal._rows import GENESIS, Incoming, JournalRow
-from faultline.journal._schema import SCHEMA_VERSION, JournalSettings
+from faultline.journal._schema import SCHEMA_VERSION, JournalSettings, is_sqlite_file
 from faultline.journal._verify import VerifyReport, verify
 from faultline.journal._view import ViewStats, write_view
 from faultline.journal._writer import Journal
 
 __all__ = [
     "DESCRIBE_WIDTH",
+    "GENESIS",
+    "SCHEMA_VERSION",
+    "AgentCost",
     "EpisodeDiff",
     "EpisodeFilter",
-    "AgentCost",
     "EpisodeSummary",
     "ExportedRow",
-    "GENESIS",
     "Incoming",
     "Journal",
     "JournalReader",
     "JournalRow",
     "JournalSettings",
-    "SCHEMA_VERSION",
     "Step",
     "VerifyReport",
     "ViewStats",
@@ -38,6 +38,7 @@ __all__ = [
     "export_row",
     "forked_from",
     "import_jsonl",
+    "is_sqlite_file",
     "verify",
     "write_view",
 ]

@@ -202,12 +202,31 @@ def configure(conn: sqlite3.Connection, settings: JournalSettings) -> None:
     conn.execute(f"PRAGMA wal_autocheckpoint = {settings.wal_autocheckpoint_pages}")
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file."""
+
+
+def is_sqlite_file(path: Path) -> bool:
+    """Whether `path` is an SQLite database by its first bytes (an HTML page or a JSON file is not)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
 def table_names(conn: sqlite3.Connection, path: Path) -> set[str]:
-    """Tables in the file; a file that is not SQLite at all is reported as not a journal."""
+    """Tables in the file; a file that is not SQLite is not a journal, an SQLite file that cannot be read is damaged."""
     try:
         return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
-        raise JournalError(f"{path}: not a Faultline journal ({exc})") from None
+        if not is_sqlite_file(path):
+            raise JournalError(f"{path}: not a Faultline journal (not an SQLite database file)") from None
+        raise JournalError(
+            f"{path}: a damaged database file ({exc}), cut short or overwritten: a journal's messages are also in the"
+            " stream of the system that wrote it (`faultline journal serve NEW.sqlite` copies them again) and in any"
+            " export of it (`faultline journal import`)"
+        ) from None
 
 
 def create(conn: sqlite3.Connection, version: int = SCHEMA_VERSION) -> None:
