@@ -383,12 +383,14 @@ async def test_a_stop_signal_ends_run_cleanly_with_a_journal_that_verifies(tmp_p
     assert process.returncode == 128 + signum, err[-2000:]
     last = err.splitlines()[-1]
     stopped = re.fullmatch(
-        rf"faultline: stopped by {signal.Signals(signum).name}: (\d+) of 3250 episodes completed, \d+ were running;"
+        rf"faultline: stopped by {signal.Signals(signum).name}: (\d+) of 3250 episodes completed, (\d+) were running,"
+        r" (\d+) never started \(pass\^k counts the completed\);"
         rf" nats-server, the journal service and the workers are stopped, and {re.escape(str(journal))} holds all"
         " they published",
         last,
     )
     assert stopped, last
+    assert sum(int(n) for n in stopped.groups()) == 3250
     assert [pid for pid in kids if alive(pid)] == []
     assert list(temp.iterdir()) == [], "the embedded server's store is removed"
     assert completed_in(journal) >= int(stopped.group(1)) >= 3

@@ -241,11 +241,16 @@ async def wait_for_journal(bus: Bus, timeout_s: float = 60.0) -> int:
     return int(msgspec.json.decode(reply)["last_seq"])
 
 
-def pass_hat_k(successes: Sequence[int], trials: int, k: int) -> float:
-    """pass^k: mean over tasks of C(c, k) / C(n, k), with n trials and c successes per task."""
-    if not successes or k > trials:
+def pass_hat_k(tasks: Sequence[tuple[int, int]], k: int) -> float:
+    """pass^k: mean over tasks of C(c, k) / C(n, k), for each task's (c successes, n completed trials).
+
+    A task with fewer than k completed trials (a run cut short) says nothing of pass^k and is
+    left out; NaN when no task has k.
+    """
+    counted = [(c, n) for c, n in tasks if n >= k]
+    if not counted:
         return math.nan
-    return sum(math.comb(c, k) / math.comb(trials, k) for c in successes) / len(successes)
+    return sum(math.comb(c, k) / math.comb(n, k) for c, n in counted) / len(counted)
 
 
 class AgentCostRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -274,6 +279,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
     episodes_per_s: float
     journal: str = ""
+    not_run: int = 0
+    """Planned episodes that did not complete (a run cut short): left out of every number above."""
     errors: dict[str, int] = {}
     """Causes of the episodes that ended in error, with how many ended with each."""
     costs: list[AgentCostRow] = []
@@ -284,23 +291,25 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
-    per_task: dict[str, int] = defaultdict(int)
+    """The run's numbers over the episodes that completed: a run cut short counts none it did not finish."""
+    per_task: dict[str, tuple[int, int]] = {}
     outcomes: dict[str, int] = defaultdict(int)
     errors: dict[str, int] = defaultdict(int)
     rows = result.outcomes()
     for planned, done in rows:
-        per_task[planned.task] += int(done.outcome == "success")
+        c, n = per_task.get(planned.task, (0, 0))
+        per_task[planned.task] = (c + int(done.outcome == "success"), n + 1)
         outcomes[done.outcome] += 1
         if done.outcome == "error":
             errors[done.cause] += 1
     tasks = sorted({p.task for p in result.planned})
-    successes = [per_task.get(t, 0) for t in tasks]
     n = max(len(rows), 1)
     return Summary(
         episodes=len(rows),
         tasks=len(tasks),
         trials=trials,
-        pass_k={k: pass_hat_k(successes, trials, k) for k in range(1, trials + 1)},
+        pass_k={k: pass_hat_k(list(per_task.values()), k) for k in range(1, trials + 1)},
+        not_run=len(result.planned) - len(rows),
         outcomes=dict(outcomes),
         avg_turns=sum(d.turns for _, d in rows) / n,
         avg_tokens=sum(d.tokens for _, d in rows) / n,

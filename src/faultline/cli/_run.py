@@ -526,9 +526,10 @@ def _roster(text: str) -> list[str]:
 def _stopped(report: RunReport, url: str) -> str:
     """The one line that says what a stop signal left behind."""
     episodes = report.episodes
+    never = len(episodes.planned) - len(episodes.completed) - len(episodes.running)
     done = (
         f"faultline: stopped by {report.signal_name}: {len(episodes.completed)} of {len(episodes.planned)} episodes"
-        f" completed, {len(episodes.running)} were running"
+        f" completed, {len(episodes.running)} were running, {never} never started (pass^k counts the completed)"
     )
     if url:
         return f"{done}; the system at {url} goes on with those"
@@ -573,6 +574,8 @@ def _table(summary: Summary, domain: str, run_id: str) -> Table:
         table.add_row(f"pass^{k}", "-" if math.isnan(value) else f"{value:.3f}")
     outcomes = ", ".join(f"{n} {o}" for o, n in sorted(summary.outcomes.items()))
     table.add_row("episodes", f"{summary.episodes} ({outcomes})")
+    if summary.not_run:
+        table.add_row("not completed", f"{summary.not_run} (the run was cut short; counted nowhere)")
     table.add_row("avg turns", f"{summary.avg_turns:.1f}")
     table.add_row("avg tokens", f"{summary.avg_tokens:.0f}")
     table.add_row("avg latency / episode", f"{summary.avg_latency_s * 1000:.0f} ms")

@@ -1,0 +1,47 @@
+"""pass^k and the counts of a run, also of a run cut short: episodes that never completed count nowhere."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from faultline.api import PlannedEpisode, RunResult, pass_hat_k, summarize
+from faultline.core import EpisodeCompleted
+
+
+def planned(task: str, trial: int) -> PlannedEpisode:
+    return PlannedEpisode(episode=f"{task}-t{trial}", task=task, trial=trial, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "k", "expected"),
+    [
+        ([(2, 2), (0, 2)], 1, 0.5),
+        ([(2, 2), (1, 2)], 2, 0.5),
+        ([(1, 2), (1, 1)], 1, 0.75),  # a task with one completed trial counts with n = 1
+        ([(1, 2), (1, 1)], 2, 0.0),  # and says nothing of pass^2
+        ([(1, 1)], 2, math.nan),
+        ([], 1, math.nan),
+    ],
+)
+def test_pass_hat_k_is_the_mean_of_c_choose_k_over_n_choose_k(
+    tasks: list[tuple[int, int]], k: int, expected: float
+) -> None:
+    got = pass_hat_k(tasks, k)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def test_a_run_cut_short_counts_only_what_completed() -> None:
+    """Two tasks x two trials; b's second trial never ran. Before, it counted as a failure (pass^1 0.5)."""
+    result = RunResult([planned("a", 0), planned("b", 0), planned("a", 1), planned("b", 1)])
+    result.completed = {
+        "a-t0": EpisodeCompleted(outcome="success", reward=1.0),
+        "b-t0": EpisodeCompleted(outcome="success", reward=1.0),
+        "a-t1": EpisodeCompleted(outcome="failure"),
+    }
+    summary = summarize(result, trials=2)
+    assert (summary.episodes, summary.not_run, summary.tasks) == (3, 1, 2)
+    assert summary.pass_k[1] == pytest.approx((1 / 2 + 1 / 1) / 2)
+    assert summary.pass_k[2] == 0.0  # only task a has two completed trials, one of them failed
+    assert summary.outcomes == {"success": 2, "failure": 1}
