@@ -84,6 +84,7 @@ def lendbench_tasks() -> list[dict[str, Any]]:
         (["--task-ids", "x,y"], 2, "usage error: --task-ids: domain 'retail' has no task 'x'"),
         (["--task-ids", "cancel-00,cancel-00"], 2, "usage error: --task-ids: 'cancel-00' is named twice; --trials K"),
         (["--task-ids", ","], 2, "usage error: --task-ids ',': names no task"),
+        (["--memory", "topk:x"], 2, "usage error: --memory 'topk:x': use off, topk, topk:K or dynamic"),
         (["--tasks", "2", "--task-ids", "1"], 2, "not allowed with argument --tasks"),
         (
             ["--domain", f"{__name__}:RaisingTasks"],

@@ -23,13 +23,14 @@ from faultline.api._plan import (
     episode_id,
     pass_hat_k,
     plan_episodes,
+    repeated,
     run_plan,
     start_envelopes,
     summarize,
     wait_for_journal,
     with_costs,
 )
-from faultline.api._run import SIM_NOTE, RunProgress, RunReport, RunSpec, run, run_limits, uses_sim
+from faultline.api._run import SIM_NOTE, RunProgress, RunReport, RunSpec, memory_mode, run, run_limits, uses_sim
 from faultline.api._system import (
     HELPER_GROUP,
     STOP_SIGNALS,
@@ -65,8 +66,10 @@ __all__ = [
     "fama_service",
     "journal_problem",
     "made_tls",
+    "memory_mode",
     "pass_hat_k",
     "plan_episodes",
+    "repeated",
     "replay",
     "roster_worker",
     "run",

@@ -80,6 +80,16 @@ def episode_id(run_id: str, task: str, trial: int) -> str:
     return safe if len(safe) <= 64 else f"{safe[:47]}-{zlib.crc32(safe.encode()):08x}"
 
 
+def repeated(task_ids: Sequence[str]) -> str | None:
+    """The first task id named a second time (its episodes would share ids), or None."""
+    seen: set[str] = set()
+    for task_id in task_ids:
+        if task_id in seen:
+            return task_id
+        seen.add(task_id)
+    return None
+
+
 def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
     tasks = [domain.task(i) for i in plan.task_ids] if plan.task_ids else domain.checked_tasks()[: plan.tasks]
     return [

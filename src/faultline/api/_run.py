@@ -26,6 +26,7 @@ from faultline.api._plan import (
     RunResult,
     Summary,
     plan_episodes,
+    repeated,
     run_plan,
     summarize,
     wait_for_journal,
@@ -182,15 +183,16 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     journal = spec.journal or Path(config.journal.path)
     config = _with_memory(config, spec.memory, journal)
     domain = load_domain(spec.domain)  # before any process starts: a domain that cannot load is one line
-    twice = next((task for i, task in enumerate(spec.task_ids) if task in spec.task_ids[:i]), None)
+    twice = repeated(spec.task_ids)
     if twice is not None:
         raise ConfigError(f"task_ids names {twice!r} twice: trials runs each task several times")
     run_id = spec.run_id or f"r{os.urandom(3).hex()}"
     rules = [scoped_to_run(parse_fault_spec(text), run_id) for text in spec.faults]
     concurrency, episode_timeout_s = run_limits(config, spec.concurrency, spec.episode_timeout_s)
+    connect_as = spec.login or Login()
     roster = list(spec.helpers) if spec.helpers is not None else parse_roster(config.helpers.roster)
     if spec.nats and spec.helpers is None:
-        roster = anyio.run(_live_roster, spec.nats, config, spec.domain, spec.login or Login())
+        roster = anyio.run(_live_roster, spec.nats, config, spec.domain, connect_as)
     plan = RunPlan(
         domain=spec.domain,
         tasks=spec.tasks,
@@ -223,7 +225,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         with hold_directories([] if spec.nats else [run_dir], "run"), _throwaway_access(spec, config, groups) as access:
             watcher.started(plan, len(result.planned), starting_system=not spec.nats)
             if spec.nats:
-                request = anyio.run(_run_remote, spec.nats, config, plan, result, ticker, rules, spec.login or Login())
+                request = anyio.run(_run_remote, spec.nats, config, plan, result, ticker, rules, connect_as)
             else:
                 effective.write_bytes(msgspec.json.encode(config))
                 tls = made_tls(config, run_dir / "tls") if spec.tls else None
@@ -273,13 +275,19 @@ def uses_sim(config: Config) -> bool:
     return any(m.backend == "sim" for m in config.models.values()) or not config.models
 
 
+def memory_mode(text: str) -> tuple[str, int | None]:
+    """`off`, `topk`, `topk:K` or `dynamic` as (mode, K); ConfigError for anything else."""
+    name, _, k = text.partition(":")
+    if name not in ("off", "topk", "dynamic") or (k and (name != "topk" or not k.isdigit())):
+        raise ConfigError(f"memory {text!r}: use off, topk, topk:K or dynamic")
+    return name, int(k) if k else None
+
+
 def _with_memory(config: Config, mode: str | None, journal: Path) -> Config:
     memory = config.memory
     if mode is not None:
-        name, _, k = mode.partition(":")
-        if name not in ("off", "topk", "dynamic") or (k and (name != "topk" or not k.isdigit())):
-            raise ConfigError(f"memory {mode!r}: use off, topk, topk:K or dynamic")
-        memory = msgspec.structs.replace(memory, mode=name, **({"k": int(k)} if k else {}))
+        name, k = memory_mode(mode)
+        memory = msgspec.structs.replace(memory, mode=name, **({"k": k} if k is not None else {}))
     if memory.store == MemoryConfig().store:
         memory = msgspec.structs.replace(memory, store=str(journal.parent / "memory.sqlite"))
     return msgspec.structs.replace(config, memory=memory)

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import functools
 import math
-import re
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from faultline._errors import ConfigError, DirectoryBusyError, JournalError, RunError, UsageError
-from faultline.api import SIM_NOTE, RunPlan, RunReport, RunSpec, Summary, run, uses_sim
+from faultline.api import SIM_NOTE, RunPlan, RunReport, RunSpec, Summary, memory_mode, repeated, run, uses_sim
 from faultline.cli import _jsonl
 from faultline.cli._system import (
     add_defense_flag,
@@ -46,8 +45,6 @@ from faultline.runtime.models import sim_metadata
 PROGRESS_LINE_S = 10.0
 """How often a run whose stderr is not a terminal prints a line saying what it is waiting for."""
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
-MEMORY_MODE = re.compile(r"off|topk(:\d+)?|dynamic")
-"""What `--memory` takes."""
 
 
 def whole_number(minimum: int) -> Callable[[str], int]:
@@ -241,7 +238,7 @@ def _task_ids(args: argparse.Namespace, domain: Domain) -> list[str]:
         ids = [part.strip() for part in args.task_ids.split(",") if part.strip()]
         if not ids:
             raise UsageError(f"--task-ids {args.task_ids!r}: names no task; give ids separated by commas")
-        twice = next((task_id for i, task_id in enumerate(ids) if task_id in ids[:i]), None)
+        twice = repeated(ids)
         if twice is not None:
             raise UsageError(f"--task-ids: {twice!r} is named twice; --trials K runs each task K times")
         known = {task.id for task in tasks}
@@ -414,8 +411,11 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
     if (args.insecure or args.tls) and args.nats:
         flag = "--insecure" if args.insecure else "--tls"
         raise UsageError(f"{flag} sets up the system `run` starts; with --nats, give it to `faultline up`")
-    if args.memory is not None and not MEMORY_MODE.fullmatch(args.memory):
-        raise UsageError(f"--memory {args.memory!r}: use off, topk, topk:K or dynamic")
+    if args.memory is not None:
+        try:
+            memory_mode(args.memory)
+        except ConfigError as exc:
+            raise UsageError(f"--{exc}") from None  # the flag is the API's `memory`
     config = effective_config(args)
     domain = load_domain(args.domain)  # before any process starts: a domain that cannot load is one line
     spec = RunSpec(

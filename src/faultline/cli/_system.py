@@ -6,7 +6,6 @@ import argparse
 import functools
 import json
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -31,7 +30,7 @@ from faultline.api import (
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential
 from faultline.cli import _jsonl
 from faultline.core import HELPERS
-from faultline.envs import load_domain, use_plugin_path
+from faultline.envs import use_plugin_path
 from faultline.runtime import (
     STATUS_WINDOW_S,
     Config,
@@ -176,12 +175,6 @@ def with_plugin_path(config: Config, folders: list[Path]) -> Config:
     return msgspec.structs.replace(config, plugins=msgspec.structs.replace(config.plugins, path=path))
 
 
-def check_domains(specs: Iterable[str]) -> None:
-    """Import every domain in `specs` now, so that one that cannot be found is one line before anything starts."""
-    for spec in dict.fromkeys(specs):
-        load_domain(spec)
-
-
 def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser("serve", help="copy the stream into a journal file until stopped")
     p.add_argument("file", type=Path)
@@ -266,9 +259,7 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _url(args: argparse.Namespace, config: Config, *, state: bool = False) -> str:
-    url = args.nats or config.nats.url
-    if not url and state and STATE_FILE.exists():
-        url = json.loads(STATE_FILE.read_text()).get("url", "")
+    url = args.nats or config.nats.url or (running_url() if state else "")
     if not url:
         where = " (no `faultline up` is running here)" if state else ""
         raise UsageError(f"no NATS server given: pass --nats URL or set nats.url in faultline.toml{where}")

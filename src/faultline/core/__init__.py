@@ -66,6 +66,7 @@ from faultline.core._models import (
 )
 from faultline.core._plugins import (
     PluginKind,
+    is_import_path,
     is_plugin_name,
     load_plugin,
     plugin_error,
@@ -77,6 +78,7 @@ from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, 
 
 __all__ = [
     "PluginKind",
+    "is_import_path",
     "is_plugin_name",
     "load_plugin",
     "plugin_error",

@@ -34,7 +34,12 @@ def registered(kind: PluginKind) -> dict[str, str]:
 
 def is_plugin_name(kind: PluginKind, name: str) -> bool:
     """Whether `name` can name a plugin of `kind`: registered, or written `package.module:attr`."""
-    return name in _registered(ENTRY_POINT_GROUPS[kind]) or _split(name) is not None
+    return name in _registered(ENTRY_POINT_GROUPS[kind]) or is_import_path(name)
+
+
+def is_import_path(text: str) -> bool:
+    """Whether `text` is written `package.module:attr` (dotted names of identifiers on both sides)."""
+    return _split(text) is not None
 
 
 def load_plugin(kind: PluginKind, name: str) -> object:

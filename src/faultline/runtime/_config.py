@@ -27,6 +27,7 @@ from faultline.core import (
     DEFAULT_PREFIX,
     ModelBackend,
     check_token,
+    is_import_path,
     is_plugin_name,
     load_plugin,
     parse_roster,
@@ -36,7 +37,7 @@ from faultline.core import (
 from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
 from faultline.runtime.models._openai import OpenAISettings
-from faultline.runtime.models._scripted import FUNCTION, load_script
+from faultline.runtime.models._scripted import load_script
 
 DEFAULT_CONFIG_FILE = Path("faultline.toml")
 """Read by `load_config(None)` when it exists in the working directory."""
@@ -47,7 +48,6 @@ DEFAULT_MODEL_ROLE = "default"
 ALL_AGENTS = "*"
 ALL_ROLES = "*"
 
-_CLASS_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 Seconds = Annotated[float, msgspec.Meta(gt=0.0)]
 
@@ -475,7 +475,7 @@ def _check(config: Config, source: str) -> None:
             if agent != ALL_AGENTS:
                 _check_token(agent, f"$.workers.{name}.agents", source, "agent name")
     for name, agent_config in config.agents.items():
-        if agent_config.class_ and not _CLASS_SPEC.match(agent_config.class_):
+        if agent_config.class_ and not is_import_path(agent_config.class_):
             raise ConfigError(
                 f"{source}: Expected 'package.module:ClassName', got {agent_config.class_!r} - at $.agents.{name}.class"
             )
@@ -531,6 +531,6 @@ def _relative_to(config: Config, folder: Path) -> Config:
 
 def _script_placed(settings: ModelConfig, place: Callable[[str], str]) -> ModelConfig:
     """A scripted role's rules file, relative to the config file's folder (a function is left as it is)."""
-    if not settings.script or FUNCTION.match(settings.script):
+    if not settings.script or is_import_path(settings.script):
         return settings
     return msgspec.structs.replace(settings, script=place(settings.script))

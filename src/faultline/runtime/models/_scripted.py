@@ -18,7 +18,6 @@ that returns the reply's text or a whole `LlmResponse`; it must be a pure functi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -26,10 +25,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from faultline._errors import ConfigError, ModelError
-from faultline.core import LlmRequest, LlmResponse, LlmToolCall, Usage, load_plugin, plugin_error
-
-FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-"""A script written `package.module:function`; anything else is a rules file."""
+from faultline.core import LlmRequest, LlmResponse, LlmToolCall, Usage, is_import_path, load_plugin, plugin_error
 
 
 class ScriptSettings(Protocol):
@@ -84,7 +80,7 @@ def load_script(script: str) -> Script | list[Rule]:
     """What `script` names: a function (`package.module:function`) or the rules of a file."""
     if not script:
         raise ConfigError('scripted model: set script = "answers.jsonl" or "package.module:function"')
-    if not FUNCTION.match(script):
+    if not is_import_path(script):  # a rules file
         return read_rules(Path(script))
     function = load_plugin("model", script)
     if not callable(function):
