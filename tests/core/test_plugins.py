@@ -30,16 +30,17 @@ def installed(site: Path, name: str, entry_points: str) -> Path:
 
 
 def test_the_built_ins_are_registered_like_any_package() -> None:
-    assert {"env", "tool", "user", "dce", "tsa", "tor", "planner", "user_context", "verifier", "fama"} == set(
+    assert {"env", "tool", "user", "dce", "tsa", "tor", "planner", "user_context", "verifier", "fama", "scorer"} == set(
         registered("agent")
     )
     assert {"retail", "phone"} <= set(registered("domain"))
     assert {"sim", "openai", "scripted"} <= set(registered("model"))
+    assert {"tool-use"} <= set(registered("system"))
     assert load_agent_class("tool").name == "tool"
     assert isinstance(make_backend(Config(), "tool"), SimBackend)
 
 
-@pytest.mark.parametrize("kind", ["agent", "domain", "model"])
+@pytest.mark.parametrize("kind", ["agent", "domain", "model", "system"])
 @pytest.mark.parametrize(
     ("name", "why"),
     [

@@ -234,13 +234,13 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
         ),
         (
             '[agents.tool_agent]\nmodel_role = "agent"\n',
-            "agent 'tool_agent' is not a registered agent (dce, env, fama, planner, tool, tor, tsa, user, user_context,"
+            "agent 'tool_agent' is not a registered agent (dce, env, fama, planner, scorer, tool, tor, tsa, user, user_context,"
             " verifier) and has no class:"
             " set class = 'package.module:ClassName' - at $.agents.tool_agent",
         ),
         (
             '[workers.a]\nagents = ["scheduler"]\n',
-            "cannot load agent 'scheduler': not a registered name (registered: dce, env, fama, planner, tool, tor,"
+            "cannot load agent 'scheduler': not a registered name (registered: dce, env, fama, planner, scorer, tool, tor,"
             " tsa, user, user_context, verifier) nor a package.module:Name path - at $.workers.a.agents",
         ),
         (

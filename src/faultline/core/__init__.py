@@ -18,6 +18,7 @@ from faultline.core._harness import AgentHarness
 from faultline.core._interceptors import Inbound, Interceptor, InterceptorChain, Outbound
 from faultline.core._messages import (
     RUNNER,
+    SCORER,
     AssistantTurn,
     Body,
     ContextReply,
@@ -32,6 +33,7 @@ from faultline.core._messages import (
     ErrorRaised,
     FaultApplied,
     FaultSkipped,
+    Finished,
     MessageBody,
     NoOutput,
     Note,
@@ -75,8 +77,18 @@ from faultline.core._plugins import (
 from faultline.core._reflection import PASS, RECHECK, Verdict, parse_verdict, render_verdict
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
 from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
+from faultline.core._system import Grade, InputRecord, System, SystemRef, load_system, read_inputs, record_of
 
 __all__ = [
+    "SCORER",
+    "Finished",
+    "Grade",
+    "InputRecord",
+    "System",
+    "SystemRef",
+    "load_system",
+    "read_inputs",
+    "record_of",
     "PluginKind",
     "is_import_path",
     "is_plugin_name",

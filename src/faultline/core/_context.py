@@ -23,10 +23,12 @@ import msgspec
 from faultline._errors import FaultlineError, ModelError, NonDeterminismError
 from faultline.core._messages import (
     RUNNER,
+    SCORER,
     Body,
     Envelope,
     EpisodeCompleted,
     ErrorRaised,
+    Finished,
     Recording,
     derive_id,
     digest,
@@ -190,6 +192,10 @@ class Context:
     def publish(self, topic: str, body: Body) -> Envelope:
         """A message to every agent subscribed to `topic` in this episode."""
         return self._output(body, topic=topic)
+
+    def finish(self, output: Any) -> Envelope:
+        """Finish this episode with `output`: the system's scorer grades it (only from its finishers)."""
+        return self._output(Finished(output=output), recipient=SCORER)
 
     def emit(self, body: Body) -> Envelope:
         """A lifecycle event (episode completed, ...) on its own subject."""

@@ -21,6 +21,8 @@ from faultline.core._models import ModelAttempt
 
 RUNNER = "runner"
 """The sender name of messages the runtime itself writes (episode starts, time-outs)."""
+SCORER = "scorer"
+"""The runtime's agent that grades a system's episodes: finishers send it their `Finished`."""
 
 
 class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True, omit_defaults=True):
@@ -157,6 +159,15 @@ class ConversationEnded(Body, frozen=True, tag="conversation_ended"):
     cause: str = ""
     failed: bool = False
     """The episode failed whatever the database holds (the tool agent's step limit, from protocol 3)."""
+
+
+class Finished(Body, frozen=True, tag="finished"):
+    """An agent finishes its episode with `output`: the system's scorer grades it (`faultline.agent.System`).
+
+    Sent to the scorer (`SCORER`), which takes it only from the system's finishers; `Context.finish` sends it.
+    """
+
+    output: Any = None
 
 
 # -- recorded nondeterminism ------------------------------------------------------------------
@@ -320,6 +331,7 @@ MessageBody = Union[
     Note,
     Tally,
     ConversationEnded,
+    Finished,
     Recording,
     NoOutput,
     EpisodeStarted,

@@ -1,4 +1,4 @@
-"""Plugins: agent classes, domains and model backends, found by entry point or by `package.module:attr`.
+"""Plugins: agent classes, domains, model backends and systems, found by entry point or by `package.module:attr`.
 
 An installed package registers a plugin under the entry-point group of its kind
 (`[project.entry-points."faultline.domains"] airline = "mybench.domains:Airline"`), and
@@ -17,12 +17,13 @@ from typing import Literal
 
 from faultline._errors import PluginError
 
-PluginKind = Literal["agent", "domain", "model"]
+PluginKind = Literal["agent", "domain", "model", "system"]
 
 ENTRY_POINT_GROUPS: dict[PluginKind, str] = {
     "agent": "faultline.agents",
     "domain": "faultline.domains",
     "model": "faultline.models",
+    "system": "faultline.systems",
 }
 """The entry-point group each kind of plugin is registered under."""
 

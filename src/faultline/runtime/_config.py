@@ -47,6 +47,7 @@ T = TypeVar("T")
 DEFAULT_MODEL_ROLE = "default"
 ALL_AGENTS = "*"
 ALL_ROLES = "*"
+BUILTIN_SYSTEM = "tool-use"
 
 
 Seconds = Annotated[float, msgspec.Meta(gt=0.0)]
@@ -215,7 +216,17 @@ class PluginsConfig(_Section, frozen=True):
     services, `replay`) puts them in front of its import path, so that a domain, agent class or
     model backend given as `package.module:Class` is found there."""
 
-    path: tuple[str, ...] = ()
+    path: tuple[str, ...] = (".",)
+    """By default the config file's own folder (the working folder without a file), where a project's code sits."""
+
+
+class SystemConfig(_Section, frozen=True):
+    """The system a run's episodes run on: the built-in `tool-use` (a domain's tasks, `--domain`), or your own
+    `package.module:Class` (a `faultline.agent.System`) with its input records in `inputs`, a JSON-lines file
+    relative to this file. `--system` and `--inputs` override them."""
+
+    class_: str = msgspec.field(default=BUILTIN_SYSTEM, name="class")
+    inputs: str = ""
 
 
 class HelpersConfig(_Section, frozen=True):
@@ -275,6 +286,7 @@ class Config(_Section, frozen=True):
     faults: FaultsConfig = FaultsConfig()
     run: RunDefaults = RunDefaults()
     plugins: PluginsConfig = PluginsConfig()
+    system: SystemConfig = SystemConfig()
     helpers: HelpersConfig = HelpersConfig()
     fama: FamaConfig = FamaConfig()
 
@@ -300,9 +312,9 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
     """
     if path is None:
         if not DEFAULT_CONFIG_FILE.is_file():
-            if not models:
-                return Config()
-            return parse_config(with_model_settings({}, models), source="--model-setting")
+            config = parse_config(with_model_settings({}, models), source="--model-setting") if models else Config()
+            use_plugin_path(config.plugins.path)
+            return config
         path = DEFAULT_CONFIG_FILE
     source = str(path)
     try:
@@ -474,6 +486,9 @@ def _check(config: Config, source: str) -> None:
         for agent in worker.agents:
             if agent != ALL_AGENTS:
                 _check_token(agent, f"$.workers.{name}.agents", source, "agent name")
+    if not is_plugin_name("system", config.system.class_):
+        known = ", ".join(f'"{name}"' for name in sorted(registered("system")))
+        raise ConfigError(f"{source}: class must be {known} or package.module:Class - at $.system.class")
     for name, agent_config in config.agents.items():
         if agent_config.class_ and not is_import_path(agent_config.class_):
             raise ConfigError(
@@ -525,6 +540,9 @@ def _relative_to(config: Config, folder: Path) -> Config:
         journal=msgspec.structs.replace(config.journal, path=place(config.journal.path)),
         memory=msgspec.structs.replace(config.memory, store=place(config.memory.store)),
         plugins=PluginsConfig(path=tuple(map(place, config.plugins.path))),
+        system=msgspec.structs.replace(config.system, inputs=place(config.system.inputs))
+        if config.system.inputs
+        else config.system,
         models={role: _script_placed(m, place) for role, m in config.models.items()},
     )
 

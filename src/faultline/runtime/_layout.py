@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from faultline._errors import ConfigError
+from faultline._errors import ConfigError, FaultlineError
 from faultline.bus import (
     JOURNAL,
     Access,
@@ -31,6 +31,7 @@ from faultline.runtime._services import (
     HELPER_AGENTS,
     agent_names,
     resolve_agents,
+    system_of,
 )
 from faultline.runtime._worker import agent_filters, consumer_name
 
@@ -70,9 +71,14 @@ def worker_groups(config: Config, source: str = "faultline.toml") -> dict[str, t
 
 
 def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tuple[str, ...]]:
-    """Check that every agent has a class that imports and exactly one worker group; return the groups."""
+    """Check the system and that each of its agents has a class that imports, under its own name, and exactly one
+    worker group; return the groups."""
+    try:
+        system_of(config)
+    except FaultlineError as exc:
+        raise ConfigError(f"{source}: {exc} - at $.system.class") from None
     for name, settings in config.agents.items():
-        if not settings.class_ and name not in registered("agent"):
+        if not settings.class_ and name not in registered("agent") and name not in system_of(config).agent_names:
             known = ", ".join(sorted(registered("agent")))
             raise ConfigError(
                 f"{source}: agent {name!r} is not a registered agent ({known}) and has no class:"
@@ -83,9 +89,22 @@ def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tu
     where |= {name: f"$.agents.{name}.class" for name, settings in config.agents.items() if settings.class_}
     for agent, path in where.items():
         try:
-            resolve_agents([agent], config)
+            (cls,) = resolve_agents([agent], config)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc} - at {path}") from None
+        if cls.name != agent:
+            raise ConfigError(
+                f"{source}: agent {agent!r} is class {cls.__module__}.{cls.__qualname__}, whose name is {cls.name!r}:"
+                f" messages to {agent!r} would reach no one; name the table [agents.{cls.name}] - at {path}"
+            )
+    placed = {agent for agents in groups.values() for agent in agents}
+    system = system_of(config)
+    unplaced = [name for name in system.agent_names if name not in placed] if system.is_user_system else []
+    if unplaced:
+        raise ConfigError(
+            f"{source}: agent {unplaced[0]!r} of the system is in no worker group, so its messages would wait"
+            f' forever: add it to a [workers.<name>] agents list, or give one group "*" - at $.workers'
+        )
     return groups
 
 

@@ -6,6 +6,7 @@ docstring promises (a worker drains, the journal catches up) and exits 0.
 
 from __future__ import annotations
 
+import functools
 import gc
 import signal
 from collections.abc import Awaitable, Callable, Collection
@@ -16,7 +17,7 @@ import anyio
 
 from faultline._errors import JournalError
 from faultline.bus import Bus, BusSettings, Login
-from faultline.core import HELPERS, Agent, helper_agent, load_agent_class, registered
+from faultline.core import HELPERS, Agent, SystemRef, helper_agent, load_agent_class, load_system, registered
 from faultline.runtime._config import ALL_AGENTS, Config, bus_settings, make_backend
 from faultline.runtime._faulting import faults_and_defenses, injector_for, request_faults
 from faultline.runtime._helper_pool import HelperPool
@@ -24,8 +25,6 @@ from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
 
-EPISODE_AGENTS = ("env", "tool", "user")
-"""The agents of the built-in tool-use system, by their registered names: what a `*` worker group runs."""
 HELPER_AGENTS = frozenset(map(helper_agent, HELPERS))
 """The helpers among them: they run where the roster asks for them (`helper_workers`), never in a `*` group."""
 CONTROLLER_AGENT = "fama"
@@ -43,19 +42,32 @@ class _Service(Protocol):
     def stop(self) -> None: ...
 
 
+def system_of(config: Config) -> SystemRef:
+    """The system of the configuration's `[system] class` (the built-in tool-use one by default), checked."""
+    return _load_system(config.system.class_)
+
+
+_load_system = functools.cache(load_system)
+
+
 def agent_names(config: Config) -> list[str]:
-    """Every agent a `*` in a worker's agent list stands for: all but the helpers and the controller."""
-    return sorted({*EPISODE_AGENTS, *config.agents} - HELPER_AGENTS - {CONTROLLER_AGENT})
+    """Every agent a `*` in a worker's agent list stands for: the system's and the configured ones, but the
+    helpers and the controller."""
+    return sorted({*system_of(config).agent_names, *config.agents} - HELPER_AGENTS - {CONTROLLER_AGENT})
 
 
 def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
-    """Agent classes for names: configured (`[agents.<name>] class`), registered, or `package.module:Class`."""
+    """Agent classes for names: configured (`[agents.<name>] class`), the system's, registered, or a path."""
     if ALL_AGENTS in names:
         names = agent_names(config)
+    system = system_of(config)
     classes = []
     for name in names:
         configured = config.agents.get(name)
-        classes.append(load_agent_class(configured.class_ if configured is not None and configured.class_ else name))
+        if configured is not None and configured.class_:
+            classes.append(load_agent_class(configured.class_))
+        else:
+            classes.append(system.agent(name) or load_agent_class(name))
     return classes
 
 
@@ -65,7 +77,11 @@ def agent_lookup(config: Config) -> Callable[[str], type[Agent] | None]:
 
     def lookup(name: str) -> type[Agent] | None:
         if name not in cache:
-            known = name in registered("agent") or (name in config.agents and config.agents[name].class_)
+            known = (
+                name in registered("agent")
+                or (name in config.agents and config.agents[name].class_)
+                or system_of(config).agent(name) is not None
+            )
             cache[name] = resolve_agents([name], config)[0] if known else None
         return cache[name]
 

@@ -1,0 +1,191 @@
+"""A system: the agents of an episode, where it begins, who may finish it, and how it is graded.
+
+A system is the user's own: any topology of agents that talk through messages. Faultline needs
+four facts of it to run episodes: its agents, the entry (the agent the runner hands the start
+message, built from one input record), the finishers (the agents whose `Finished` ends an
+episode) and the scorer (a function of the input record and the final output). The runtime's
+own agent `scorer` receives every `Finished`, grades it and completes the episode, so no agent
+of the user's needs the right to complete episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import msgspec
+
+from faultline._errors import ConfigError
+from faultline.core._agent import Agent
+from faultline.core._messages import SCORER, Start
+from faultline.core._plugins import load_plugin, plugin_error
+
+
+class Grade(msgspec.Struct, frozen=True):
+    """What a scorer says of an episode: its reward (1.0 or more is a success) and, short of that, why."""
+
+    reward: float
+    cause: str = ""
+
+    @property
+    def success(self) -> bool:
+        return self.reward >= 1.0
+
+
+class InputRecord(msgspec.Struct, frozen=True):
+    """One input of a system: its id (unique in its file) and the record's fields."""
+
+    id: str
+    data: dict[str, Any]
+
+
+class System:
+    """Subclass and set the class attributes; override `start` and `score`.
+
+        class Research(System):
+            name = "research"
+            agents = (Planner, Researcher, Writer, Reviewer)
+            entry = "planner"
+            finishers = ("reviewer",)
+            needs = ("question",)
+
+            def score(self, record, output):
+                return Grade(1.0) if record.data["answer"] in output else Grade(0.0, "answer missing")
+
+    `needs` are the fields every input record must have; a record without one is refused,
+    naming its file and line, before any episode starts. `start` builds the entry agent's
+    first message from a record (by default `Start(data=record.data)`). `score` runs once per
+    episode, in the scorer agent, on the output of the first `Finished` a finisher sent; an
+    exception it raises completes the episode as `error` with that cause. Both must be pure
+    functions of their arguments: replay runs them again.
+    """
+
+    name: ClassVar[str] = "system"
+    agents: ClassVar[tuple[type[Agent], ...]] = ()
+    entry: ClassVar[str] = ""
+    finishers: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[tuple[str, ...]] = ()
+    completer: ClassVar[str] = SCORER
+    """The agent that completes episodes: the runtime's scorer, which grades with `score`. The built-in
+    tool-use system's environment completes its own (it scores the database it holds)."""
+
+    def start(self, record: InputRecord) -> Start:
+        return Start(data=record.data)
+
+    def score(self, record: InputRecord, output: Any) -> Grade:
+        raise NotImplementedError(f"{type(self).__name__}.score")
+
+
+@dataclass(frozen=True)
+class SystemRef:
+    """A system as episodes name it: the import path of its class (or registered name), and its checked form."""
+
+    path: str
+    system: System
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        """Its agents', and the scorer when it grades the system's episodes."""
+        names = tuple(cls.name for cls in self.system.agents)
+        return (*names, SCORER) if self.system.completer == SCORER else names
+
+    @property
+    def is_user_system(self) -> bool:
+        """Whether its episodes begin from input records and end graded by the scorer (not a built-in domain system)."""
+        return self.system.completer == SCORER
+
+    def agent(self, name: str) -> type[Agent] | None:
+        return next((cls for cls in self.system.agents if cls.name == name), None)
+
+
+def load_system(path: str) -> SystemRef:
+    """The system class at `package.module:Class` (or registered under `faultline.systems`), checked.
+
+    Every mistake is one PluginError line: a class that is not a System, an agent class twice or
+    named `scorer`, an entry or a finisher that is not one of its agents, no finisher at all.
+    """
+    found = load_plugin("system", path)
+    if not (isinstance(found, type) and issubclass(found, System)):
+        raise plugin_error("system", path, f"{_describe(found)} is not a faultline System subclass")
+    try:
+        system = found()
+    except Exception as exc:  # noqa: BLE001 - whatever a plugin's constructor raises, the answer is one line
+        raise plugin_error("system", path, f"building it raised {type(exc).__name__}: {exc}") from None
+    problem = _problem(system)
+    if problem:
+        raise plugin_error("system", path, problem)
+    return SystemRef(path, system)
+
+
+def _problem(system: System) -> str:
+    agents = system.agents
+    for cls in agents:
+        if not (isinstance(cls, type) and issubclass(cls, Agent) and hasattr(cls, "name")):
+            return f"its agents must be Agent subclasses with a name, not {cls!r}"
+    names = [cls.name for cls in agents]
+    if not names:
+        return "it names no agents: set agents = (MyAgent, ...)"
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice:
+        return f"two of its agents are named {twice!r}"
+    if system.completer == SCORER and SCORER in names:
+        return f"{SCORER!r} is the runtime's own agent, which grades episodes: name yours otherwise"
+    if system.completer != SCORER and system.completer not in names:
+        return f"its completer {system.completer!r} is not one of its agents ({', '.join(names)})"
+    if system.entry not in names:
+        return f"its entry {system.entry!r} is not one of its agents ({', '.join(names)})"
+    if not system.finishers:
+        return "no agent can finish its episodes: set finishers = ('agent-name', ...), the agents that send Finished"
+    stray = [name for name in system.finishers if name not in names]
+    if stray:
+        return f"its finisher {stray[0]!r} is not one of its agents ({', '.join(names)})"
+    return ""
+
+
+def _describe(found: object) -> str:
+    return f"class {found.__name__}" if isinstance(found, type) else f"a {type(found).__name__}"
+
+
+def read_inputs(path: Path, needs: Sequence[str] = ()) -> list[InputRecord]:
+    """The input records of a JSON-lines file: one object a line, with an optional `id` (else its line number).
+
+    A line that is not a JSON object, an id given twice or a record without a field of `needs`
+    is one ConfigError naming the file and line. Blank lines are skipped.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such inputs file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the inputs ({exc})") from None
+    records: list[InputRecord] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not a JSON object ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: each line must be a JSON object, not a {type(data).__name__}")
+        record_id = str(data.get("id", number))
+        if record_id in seen:
+            raise ConfigError(f"{where}: id {record_id!r} is also on line {seen[record_id]}: ids must differ")
+        seen[record_id] = number
+        missing = [name for name in needs if name not in data]
+        if missing:
+            raise ConfigError(f"{where}: the record has no {missing[0]!r}, which the system needs")
+        records.append(InputRecord(record_id, data))
+    if not records:
+        raise ConfigError(f"{path}: no input records (one JSON object a line)")
+    return records
+
+
+def record_of(data: Mapping[str, Any]) -> InputRecord:
+    """The input record a scorer's Start carries (`{"id": ..., "data": {...}}`)."""
+    return msgspec.convert(data, InputRecord)
