@@ -6,7 +6,9 @@ An agent subclasses `Agent` and handles one message at a time in `on_message(msg
 everything nondeterministic (model calls, service requests, time, randomness) goes through
 `ctx`, so the journal can replay it exactly. Messages are typed bodies sent with `ctx.send`,
 `ctx.publish` and `ctx.emit`. A tool-use domain subclasses `Domain` and marks its tools with
-`@tool`. `AgentHarness` drives one agent in-process for a unit test; `Replayer` checks that a
+`@tool`. A system of one's own subclasses `System`: its agents, the entry that receives each input
+record, the finishers whose `ctx.finish(output)` ends an episode, and `score`, which grades the
+output with a `Grade` (docs/agents.md). `AgentHarness` drives one agent in-process for a unit test; `Replayer` checks that a
 journal recorded with your agents replays identically. Importing this module loads no NATS.
 
 What is not named here is Faultline's own machinery, free to change between versions.
@@ -28,7 +30,10 @@ from faultline.core import (
     EpisodeCompleted,
     EpisodeStarted,
     ErrorRaised,
+    Finished,
+    Grade,
     Inbound,
+    InputRecord,
     Interceptor,
     LlmRequest,
     LlmResponse,
@@ -39,6 +44,7 @@ from faultline.core import (
     Notice,
     Outbound,
     Start,
+    System,
     Timer,
     TimerFired,
     ToolCall,
@@ -86,7 +92,10 @@ __all__ = [
     "EpisodeStarted",
     "ErrorRaised",
     "FaultlineError",
+    "Finished",
+    "Grade",
     "Inbound",
+    "InputRecord",
     "Interceptor",
     "LlmRequest",
     "LlmResponse",
@@ -101,6 +110,7 @@ __all__ = [
     "Replayer",
     "Score",
     "Start",
+    "System",
     "Task",
     "Timer",
     "TimerFired",

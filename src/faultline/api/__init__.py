@@ -23,6 +23,7 @@ from faultline.api._plan import (
     episode_id,
     pass_hat_k,
     plan_episodes,
+    plan_records,
     repeated,
     run_plan,
     start_envelopes,
@@ -30,7 +31,17 @@ from faultline.api._plan import (
     wait_for_journal,
     with_costs,
 )
-from faultline.api._run import SIM_NOTE, RunProgress, RunReport, RunSpec, memory_mode, run, run_limits, uses_sim
+from faultline.api._run import (
+    SIM_NOTE,
+    RunProgress,
+    RunReport,
+    RunSpec,
+    memory_mode,
+    run,
+    run_limits,
+    uses_sim,
+    with_system,
+)
 from faultline.api._system import (
     HELPER_GROUP,
     STOP_SIGNALS,
@@ -69,6 +80,7 @@ __all__ = [
     "memory_mode",
     "pass_hat_k",
     "plan_episodes",
+    "plan_records",
     "repeated",
     "replay",
     "roster_worker",
@@ -83,5 +95,6 @@ __all__ = [
     "wait_for_journal",
     "with_costs",
     "with_helpers",
+    "with_system",
     "worker_specs",
 ]

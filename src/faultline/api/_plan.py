@@ -21,9 +21,21 @@ import anyio
 import msgspec
 
 from faultline._errors import JournalError
-from faultline.agents import PROTOCOL, EpisodeSpec
+from faultline.agents import PROTOCOL, EpisodeSpec, ScorerStart
 from faultline.bus import Bus
-from faultline.core import RUNNER, Envelope, EpisodeCompleted, EpisodeStarted, derive_id, helper_agent
+from faultline.core import (
+    BUILTIN_SYSTEM,
+    RUNNER,
+    SCORER,
+    Envelope,
+    EpisodeCompleted,
+    EpisodeStarted,
+    InputRecord,
+    Start,
+    derive_id,
+    helper_agent,
+    load_system,
+)
 from faultline.envs import Domain
 from faultline.runtime import CallInFlight, Completions, check_journal, model_calls_in_flight, started_envelope
 
@@ -40,6 +52,9 @@ MODEL_CALLS_POLL_S = 1.0
 
 class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     domain: str = "retail"
+    system: str = ""
+    """A system of one's own (`package.module:Class`), whose episodes begin from input records instead of
+    the domain's tasks; empty for the built-in tool-use system."""
     tasks: int = 10
     """The first this many tasks of the domain, unless `task_ids` names them."""
     task_ids: list[str] = []
@@ -72,6 +87,8 @@ class PlannedEpisode:
     task: str
     trial: int
     seed: int
+    record: InputRecord | None = None
+    """The input record the episode begins from, on a system of one's own."""
 
 
 def episode_id(run_id: str, task: str, trial: int) -> str:
@@ -104,8 +121,28 @@ def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
     ]
 
 
+def plan_records(plan: RunPlan, records: Sequence[InputRecord]) -> list[PlannedEpisode]:
+    """The episodes of a system of one's own: each record (`task_ids` selects them by id), `plan.trials` times."""
+    by_id = {record.id: record for record in records}
+    chosen = [by_id[i] for i in plan.task_ids] if plan.task_ids else list(records[: plan.tasks])
+    return [
+        PlannedEpisode(
+            episode=episode_id(plan.run_id, record.id, trial),
+            task=record.id,
+            trial=trial,
+            seed=zlib.crc32(f"{plan.seed}/{record.id}/{trial}".encode()),
+            record=record,
+        )
+        for trial in range(plan.trials)
+        for record in chosen
+    ]
+
+
 def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
-    """The episode-started event and one Start per agent."""
+    """The episode-started event and one Start per agent: on a system of one's own, the entry's and the
+    scorer's; on the tool-use system, every agent's and each helper's."""
+    if planned.record is not None:
+        return system_start_envelopes(plan, planned, planned.record)
     spec = EpisodeSpec(
         domain=plan.domain,
         task=planned.task,
@@ -141,6 +178,25 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         for i, agent in enumerate((*AGENTS, *map(helper_agent, plan.helpers)))
     ]
     return [started_envelope(e, started), *starts]
+
+
+def system_start_envelopes(plan: RunPlan, planned: PlannedEpisode, record: InputRecord) -> list[Envelope]:
+    ref = load_system(plan.system)
+    started = EpisodeStarted(
+        task=planned.task, trial=planned.trial, seed=planned.seed, system=plan.system, settings={"input": record.data}
+    )
+    e = planned.episode
+    starts = [
+        (ref.system.entry, ref.system.start(record)),
+        (SCORER, Start(data=msgspec.to_builtins(ScorerStart(system=plan.system, input=record)))),
+    ]
+    return [
+        started_envelope(e, started),
+        *(
+            Envelope(id=derive_id(e, i + 1, "s"), episode=e, sender=RUNNER, recipient=agent, body=body, ts=time.time())
+            for i, (agent, body) in enumerate(starts)
+        ),
+    ]
 
 
 @dataclass
@@ -196,8 +252,9 @@ async def run_plan(
     """
     limiter = anyio.CapacityLimiter(plan.concurrency)
     started = anyio.current_time()
+    completers = (load_system(plan.system or BUILTIN_SYSTEM).system.completer,)
     try:
-        async with Completions(bus) as completions, anyio.create_task_group() as tg:
+        async with Completions(bus, completers) as completions, anyio.create_task_group() as tg:
             watching = anyio.CancelScope()
 
             async def watch_model_calls() -> None:

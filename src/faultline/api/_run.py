@@ -20,12 +20,13 @@ from typing import Protocol
 import anyio
 import msgspec
 
-from faultline._errors import ConfigError
+from faultline._errors import ConfigError, PluginError
 from faultline.api._plan import (
     RunPlan,
     RunResult,
     Summary,
     plan_episodes,
+    plan_records,
     repeated,
     run_plan,
     summarize,
@@ -43,7 +44,7 @@ from faultline.api._system import (
     worker_specs,
 )
 from faultline.bus import OPERATOR, Access, Bus, Login
-from faultline.core import ModelBackend, parse_roster
+from faultline.core import InputRecord, ModelBackend, load_system, parse_roster, read_inputs
 from faultline.envs import load_domain
 from faultline.faults import FaultRule
 from faultline.runtime import (
@@ -77,6 +78,8 @@ OPENAI_CONCURRENCY, OPENAI_EPISODE_TIMEOUT_S = 2, 600.0
 """The defaults with an openai role: a model server, often a small local one, answers slowly."""
 PROGRESS_TICK_S = 1.0
 """How often a run tells its watcher what it is waiting for."""
+DOMAIN_TASKS = 10
+"""The tasks of a domain a run takes when it is not told how many."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +96,13 @@ class RunSpec:
     """
 
     domain: str = "retail"
-    tasks: int = 10
+    system: str = ""
+    """A system of one's own, `package.module:Class` (default: the configuration's `[system] class`, else the
+    built-in tool-use system on `domain`)."""
+    inputs: Path | None = None
+    """Its input records, a JSON-lines file (default: the configuration's `[system] inputs`)."""
+    tasks: int = 0
+    """The first this many tasks of the domain (0: 10) or input records (0: all)."""
     task_ids: Sequence[str] = ()
     trials: int = 1
     seed: int = 0
@@ -135,6 +144,13 @@ class RunReport:
     """The signal that cut the run short, if one did; the episodes it did not complete are not counted."""
     journal_problem: str = ""
     """What went wrong with the journal service, in words ("" when it copied the whole stream)."""
+    plan: RunPlan | None = None
+    """What ran: the domain or system, the selection, the settings every episode took."""
+
+    @property
+    def ran_on(self) -> str:
+        """The system (`package.module:Class`) or the domain the episodes ran on."""
+        return (self.plan.system or self.plan.domain) if self.plan else ""
 
     @property
     def signal_name(self) -> str:
@@ -181,13 +197,15 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     watcher = progress or _Quiet()
     config = apply_defense_flags(spec.config, list(spec.defenses))
     journal = spec.journal or Path(config.journal.path)
-    config = _with_memory(config, spec.memory, journal)
-    domain = load_domain(spec.domain)  # before any process starts: a domain that cannot load is one line
     twice = repeated(spec.task_ids)
     if twice is not None:
         raise ConfigError(f"task_ids names {twice!r} twice: trials runs each task several times")
+    config, records = with_system(config, spec)
+    if records is not None:
+        return _run_system(spec, config, journal, records, watcher)
+    config = _with_memory(config, spec.memory, journal)
+    domain = load_domain(spec.domain)  # before any process starts: a domain that cannot load is one line
     run_id = spec.run_id or f"r{os.urandom(3).hex()}"
-    rules = [scoped_to_run(parse_fault_spec(text), run_id) for text in spec.faults]
     concurrency, episode_timeout_s = run_limits(config, spec.concurrency, spec.episode_timeout_s)
     connect_as = spec.login or Login()
     roster = list(spec.helpers) if spec.helpers is not None else parse_roster(config.helpers.roster)
@@ -195,7 +213,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         roster = anyio.run(_live_roster, spec.nats, config, spec.domain, connect_as)
     plan = RunPlan(
         domain=spec.domain,
-        tasks=spec.tasks,
+        tasks=spec.tasks or DOMAIN_TASKS,
         task_ids=list(spec.task_ids),
         trials=spec.trials,
         seed=spec.seed,
@@ -215,12 +233,62 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         user_role=config.role_of("user"),
         tool_calls=config.model(config.role_of("tool")).tool_calls,
     )
-    result = RunResult(plan_episodes(plan, domain))
+    return _run_planned(spec, config, journal, plan, RunResult(plan_episodes(plan, domain)), watcher)
+
+
+def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord] | None]:
+    """The configuration with the run's system in `[system]`, for its workers; and that system's input records
+    (checked against its `needs` and `spec.task_ids`), or None for the built-in tool-use system."""
+    path = spec.system or config.system.class_
+    try:
+        system = load_system(path)
+    except PluginError as exc:
+        raise ConfigError(f"{exc}{'' if spec.system else ' - at $.system.class'}") from None
+    if not system.is_user_system:
+        return config, None
+    inputs = spec.inputs or (Path(config.system.inputs) if config.system.inputs else None)
+    if inputs is None:
+        raise ConfigError(f"system {path!r} needs input records: give inputs (--inputs FILE.jsonl, [system] inputs)")
+    records = read_inputs(inputs, system.system.needs)
+    known = {record.id for record in records}
+    missing = [task_id for task_id in spec.task_ids if task_id not in known]
+    if missing:
+        raise ConfigError(f"{inputs}: no input record has id {missing[0]!r}")
+    for given, flag in ((spec.helpers, "helpers"), (spec.memory, "memory"), (spec.error_rates or None, "error_rates")):
+        if given is not None:
+            raise ConfigError(f"{flag} steer the built-in tool-use agents; system {path!r} has none of them")
+    system_config = msgspec.structs.replace(config.system, class_=path, inputs=str(inputs))
+    return msgspec.structs.replace(config, system=system_config), records
+
+
+def _run_system(
+    spec: RunSpec, config: Config, journal: Path, records: list[InputRecord], watcher: RunProgress
+) -> RunReport:
+    concurrency, episode_timeout_s = run_limits(config, spec.concurrency, spec.episode_timeout_s)
+    plan = RunPlan(
+        domain="",
+        system=config.system.class_,
+        tasks=spec.tasks or len(records),
+        task_ids=list(spec.task_ids),
+        trials=spec.trials,
+        seed=spec.seed,
+        concurrency=concurrency,
+        episode_timeout_s=episode_timeout_s,
+        run_id=spec.run_id or f"r{os.urandom(3).hex()}",
+    )
+    return _run_planned(spec, config, journal, plan, RunResult(plan_records(plan, records)), watcher)
+
+
+def _run_planned(
+    spec: RunSpec, config: Config, journal: Path, plan: RunPlan, result: RunResult, watcher: RunProgress
+) -> RunReport:
+    rules = [scoped_to_run(parse_fault_spec(text), plan.run_id) for text in spec.faults]
+    connect_as = spec.login or Login()
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"
-    groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), roster)
+    groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), plan.helpers)
     supervisor: Supervisor | None = None
-    ticker = _Ticker(watcher, result, episode_timeout_s)
+    ticker = _Ticker(watcher, result, plan.episode_timeout_s)
     try:
         with hold_directories([] if spec.nats else [run_dir], "run"), _throwaway_access(spec, config, groups) as access:
             watcher.started(plan, len(result.planned), starting_system=not spec.nats)
@@ -248,8 +316,8 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     problem = journal_problem(supervisor) if supervisor else ""
     summary = summarize(result, spec.trials, "" if spec.nats else str(journal))
     if plan.helpers and not spec.nats and not problem:
-        summary = with_costs(summary, journal, run_id, plan.helpers)
-    return RunReport(summary, result, journal, run_id, uses_sim(config), request.signum, problem)
+        summary = with_costs(summary, journal, plan.run_id, plan.helpers)
+    return RunReport(summary, result, journal, plan.run_id, uses_sim(config), request.signum, problem, plan)
 
 
 def run_limits(config: Config, concurrency: int = 0, episode_timeout_s: float = 0.0) -> tuple[int, float]:

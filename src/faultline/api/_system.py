@@ -19,7 +19,7 @@ import anyio
 
 from faultline.bus import OPERATOR, TLSFiles, make_certificates
 from faultline.core import helper_agent
-from faultline.runtime import Config, ProcessSpec, Supervisor, WorkerConfig, worker_identity
+from faultline.runtime import DEFAULT_CONFIG_FILE, Config, ProcessSpec, Supervisor, WorkerConfig, worker_identity
 
 T = TypeVar("T")
 
@@ -36,7 +36,10 @@ def made_tls(config: Config, folder: Path) -> TLSFiles:
 
 
 def config_source(path: Path | None) -> str:
-    """How errors name the configuration: its file, else the built-in defaults."""
+    """How errors name the configuration: its file (`./faultline.toml` when none was given and it exists), else the
+    built-in defaults."""
+    if path is None and DEFAULT_CONFIG_FILE.is_file():
+        return str(DEFAULT_CONFIG_FILE)
     return str(path) if path else "built-in defaults"
 
 

@@ -26,7 +26,18 @@ from rich.progress import (
 from rich.table import Table
 
 from faultline._errors import ConfigError, DirectoryBusyError, JournalError, RunError, UsageError
-from faultline.api import SIM_NOTE, RunPlan, RunReport, RunSpec, Summary, memory_mode, repeated, run, uses_sim
+from faultline.api import (
+    SIM_NOTE,
+    RunPlan,
+    RunReport,
+    RunSpec,
+    Summary,
+    memory_mode,
+    repeated,
+    run,
+    uses_sim,
+    with_system,
+)
 from faultline.cli import _jsonl
 from faultline.cli._system import (
     add_defense_flag,
@@ -38,7 +49,7 @@ from faultline.cli._system import (
     with_plugin_path,
 )
 from faultline.core import parse_roster
-from faultline.envs import ERROR_CATEGORIES, Domain, load_domain
+from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime import ALL_ROLES, LOCAL_SETTINGS, MODEL_NAME, Config, load_config, local_model_server
 from faultline.runtime.models import sim_metadata
 
@@ -98,13 +109,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="retail, phone, or package.module:Class, each with ?key=value parameters for the domain"
         " (e.g. mybench.airline:Airline?split=test; default retail)",
     )
+    p.add_argument(
+        "--system",
+        metavar="PKG.MODULE:CLASS",
+        help="a system of your own (a faultline.agent.System) instead of the built-in tool-use agents on --domain"
+        " (default: the config's [system] class); see docs/agents.md",
+    )
+    p.add_argument(
+        "--inputs",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="the system's input records, one JSON object a line with an optional id (default: [system] inputs)",
+    )
     selection = p.add_mutually_exclusive_group()
     selection.add_argument(
-        "--tasks", type=whole_number(1), default=None, metavar="N", help="the first N tasks of the domain (default 10)"
+        "--tasks",
+        type=whole_number(1),
+        default=None,
+        metavar="N",
+        help="the first N tasks of the domain (default 10), or input records (default all)",
     )
-    selection.add_argument("--task-ids", metavar="ID,ID,...", help="these tasks, by id, in this order")
+    selection.add_argument("--task-ids", metavar="ID,ID,...", help="these tasks (input records), by id, in this order")
     selection.add_argument(
-        "--task-range", metavar="FROM:TO", help="the tasks at positions FROM to TO-1 of the domain's list (from 0)"
+        "--task-range",
+        metavar="FROM:TO",
+        help="the tasks (input records) at positions FROM to TO-1 of the domain's list (the inputs file), from 0",
     )
     p.add_argument(
         "--trials", type=whole_number(1), default=1, metavar="K", help="runs per task, for pass^1..pass^K (default 1)"
@@ -227,33 +256,29 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     add_plugin_flag(p)
 
 
-def _task_ids(args: argparse.Namespace, domain: Domain) -> list[str]:
-    """The ids `--task-ids` or `--task-range` select (checked against the domain), or [] for `--tasks`.
-
-    A selection the domain cannot satisfy is a usage error (exit 2), whichever flag made it; a domain
-    whose task list cannot be read is the domain's error (exit 1).
-    """
-    tasks = domain.checked_tasks()
+def _task_ids(args: argparse.Namespace, ids: Sequence[str], source: str) -> list[str]:
+    """The ids `--task-ids` or `--task-range` select among `ids` (of `source`: the domain, the inputs), or [] for
+    `--tasks`. A selection `ids` cannot satisfy is a usage error (exit 2), whichever flag made it."""
     if args.task_ids is not None:
-        ids = [part.strip() for part in args.task_ids.split(",") if part.strip()]
-        if not ids:
+        chosen = [part.strip() for part in args.task_ids.split(",") if part.strip()]
+        if not chosen:
             raise UsageError(f"--task-ids {args.task_ids!r}: names no task; give ids separated by commas")
-        twice = repeated(ids)
+        twice = repeated(chosen)
         if twice is not None:
             raise UsageError(f"--task-ids: {twice!r} is named twice; --trials K runs each task K times")
-        known = {task.id for task in tasks}
-        missing = [task_id for task_id in ids if task_id not in known]
+        known = set(ids)
+        missing = [task_id for task_id in chosen if task_id not in known]
         if missing:
-            raise UsageError(f"--task-ids: domain {args.domain!r} has no task {missing[0]!r}")
-        return ids
+            raise UsageError(f"--task-ids: {source} has no task {missing[0]!r}")
+        return chosen
     if not args.task_range:
         return []
     start, colon, stop = args.task_range.partition(":")
     if not (colon and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
         raise UsageError(f"--task-range {args.task_range!r}: use FROM:TO with whole numbers, FROM < TO, e.g. 10:20")
-    if int(stop) > len(tasks):
-        raise UsageError(f"--task-range {args.task_range!r}: domain {args.domain!r} has {len(tasks)} tasks")
-    return [task.id for task in tasks[int(start) : int(stop)]]
+    if int(stop) > len(ids):
+        raise UsageError(f"--task-range {args.task_range!r}: {source} has {len(ids)} tasks")
+    return list(ids[int(start) : int(stop)])
 
 
 def _error_rates(args: argparse.Namespace, config: Config) -> dict[str, float]:
@@ -382,7 +407,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         _jsonl.summary(summary)
     else:
-        Console().print(_table(summary, args.domain, report.run_id))
+        Console().print(_table(summary, report.ran_on or args.domain, report.run_id))
         if summary.costs:
             Console().print(_costs_table(summary, uses_sim=report.uses_sim))
     console = Console(stderr=True)
@@ -417,11 +442,13 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         except ConfigError as exc:
             raise UsageError(f"--{exc}") from None  # the flag is the API's `memory`
     config = effective_config(args)
-    domain = load_domain(args.domain)  # before any process starts: a domain that cannot load is one line
+    ids, source = _selectable(args, config)
     spec = RunSpec(
         domain=args.domain,
-        tasks=args.tasks or 10,
-        task_ids=_task_ids(args, domain),
+        system=args.system or "",
+        inputs=args.inputs,
+        tasks=args.tasks or 0,
+        task_ids=_task_ids(args, ids, source),
         trials=args.trials,
         seed=args.seed,
         config=config,
@@ -451,6 +478,20 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         if not url:
             raise
         raise DirectoryBusyError(f"{exc}; or run on that system: add --nats {url}", exc.pid, exc.holder) from None
+
+
+def _selectable(args: argparse.Namespace, config: Config) -> tuple[list[str], str]:
+    """The ids a selection picks from, and what holds them: the system's input records, else the domain's tasks.
+
+    Loaded before any process starts, so that a system, an inputs file or a domain that cannot load is one line.
+    """
+    _, records = with_system(config, RunSpec(system=args.system or "", inputs=args.inputs, config=config))
+    if records is not None:
+        return [record.id for record in records], "the inputs"
+    if args.inputs is not None:
+        raise UsageError("--inputs are the input records of a system of your own: give --system (or [system] class)")
+    domain = load_domain(args.domain)
+    return [task.id for task in domain.checked_tasks()], f"domain {args.domain!r}"
 
 
 class _Display:
@@ -492,7 +533,9 @@ class _Display:
         if self.insecure:
             warn_insecure(self.console, "on its local port")
         self.progress.start()
-        self.bar = self.progress.add_task(self.label or f"{plan.domain} episodes", total=episodes, ok=0, waiting="")
+        self.bar = self.progress.add_task(
+            self.label or f"{plan.system or plan.domain} episodes", total=episodes, ok=0, waiting=""
+        )
         if starting_system:
             self.boot = self.progress.add_task("starting nats-server, journal, workers", total=None, ok="", waiting="")
 

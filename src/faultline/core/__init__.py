@@ -77,9 +77,19 @@ from faultline.core._plugins import (
 from faultline.core._reflection import PASS, RECHECK, Verdict, parse_verdict, render_verdict
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
 from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
-from faultline.core._system import Grade, InputRecord, System, SystemRef, load_system, read_inputs, record_of
+from faultline.core._system import (
+    BUILTIN_SYSTEM,
+    Grade,
+    InputRecord,
+    System,
+    SystemRef,
+    load_system,
+    read_inputs,
+    record_of,
+)
 
 __all__ = [
+    "BUILTIN_SYSTEM",
     "SCORER",
     "Finished",
     "Grade",

@@ -210,6 +210,7 @@ class EpisodeStarted(Body, frozen=True, tag="episode_started"):
 
     domain: str = ""
     task: str = ""
+    """The task's id; for a system of one's own, its input record's."""
     trial: int = 0
     seed: int = 0
     roster: list[str] = []
@@ -220,6 +221,8 @@ class EpisodeStarted(Body, frozen=True, tag="episode_started"):
     """For a fork: the change, the id of the message it changed and the id delivered instead."""
     fault_rules: list[dict[str, Any]] = []
     """For a fork: the fault rules in force in its live part (those of its source, and the one it injected)."""
+    system: str = ""
+    """The system of one's own the episode ran on (`package.module:Class`); empty for the built-in tool-use system."""
 
 
 class EpisodeCompleted(Body, frozen=True, tag="episode_completed"):

@@ -23,6 +23,9 @@ from faultline.core._agent import Agent
 from faultline.core._messages import SCORER, Start
 from faultline.core._plugins import load_plugin, plugin_error
 
+BUILTIN_SYSTEM = "tool-use"
+"""The registered name of the built-in system: the tool-use domains."""
+
 
 class Grade(msgspec.Struct, frozen=True):
     """What a scorer says of an episode: its reward (1.0 or more is a success) and, short of that, why."""

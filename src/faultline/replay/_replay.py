@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from faultline._errors import ChainError, JournalError, NonDeterminismError
+from faultline._errors import ChainError, JournalError, NonDeterminismError, PluginError
 from faultline.core import (
     Agent,
     DefenseFired,
@@ -45,6 +45,7 @@ from faultline.core import (
     Recorder,
     Recording,
     failed_by_agent,
+    load_system,
 )
 from faultline.faults import CONTROL_EPISODE, OPERATOR, Defense, build_defenses, screen, settings_from
 from faultline.journal import JournalReader, JournalRow, verify
@@ -354,20 +355,22 @@ class Replayer:
         skipped: set[str] = set()
         served: set[str] = set()
 
-        def lookup(name: str) -> type[Agent] | None:
-            cls = self.lookup(name)
-            if cls is None:
-                skipped.add(name)
-            return cls
-
         with JournalReader(path, expand_requests=False) as reader:  # requests are compared by digest only
             for episode, rows in reader.by_episode(wanted):
                 if episode == CONTROL_EPISODE:
                     continue  # fault rules and other commands: no agent handles them
                 report.episodes += 1
                 injected = _fork_changes(rows)
+                classes = episode_lookup(rows, self.lookup)
+
+                def lookup(name: str, classes: AgentLookup = classes) -> type[Agent] | None:
+                    cls = classes(name)
+                    if cls is None:
+                        skipped.add(name)
+                    return cls
+
                 for name, track in _tracks(rows, lookup).items():
-                    cls = self.lookup(name)
+                    cls = classes(name)
                     assert cls is not None
                     serve = cls.environment and not self.reexecute_tools
                     if serve:
@@ -385,6 +388,20 @@ class Replayer:
         report.skipped_agents = sorted(skipped - {"runner", "bus", OPERATOR})
         report.served_agents = sorted(served)
         return report
+
+
+def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLookup:
+    """`lookup`, but for an episode of a system of one's own, that system's agents first: the journal names its
+    system, so it replays with no configuration."""
+    started = next((row for row in rows if row.kind == "episode_started"), None)
+    body = started.envelope().body if started is not None else None
+    if not (isinstance(body, EpisodeStarted) and body.system):
+        return lookup
+    try:
+        ref = load_system(body.system)
+    except PluginError:
+        return lookup  # its agents are reported as not replayed, by name
+    return lambda name: ref.agent(name) or lookup(name)
 
 
 def _check_episodes(path: str | Path, episodes: list[str]) -> None:

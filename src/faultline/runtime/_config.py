@@ -24,6 +24,7 @@ import msgspec
 from faultline._errors import ConfigError, SubjectError
 from faultline.bus import BusSettings
 from faultline.core import (
+    BUILTIN_SYSTEM,
     DEFAULT_PREFIX,
     ModelBackend,
     check_token,
@@ -47,7 +48,6 @@ T = TypeVar("T")
 DEFAULT_MODEL_ROLE = "default"
 ALL_AGENTS = "*"
 ALL_ROLES = "*"
-BUILTIN_SYSTEM = "tool-use"
 
 
 Seconds = Annotated[float, msgspec.Meta(gt=0.0)]

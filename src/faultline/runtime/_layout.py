@@ -45,8 +45,9 @@ def worker_groups(config: Config, source: str = "faultline.toml") -> dict[str, t
     """
     owner: dict[str, str] = {}
     wildcard = ""
+    system = system_of(config)
     for group, worker in config.workers.items():
-        placed = sorted(set(worker.agents) & (HELPER_AGENTS | {CONTROLLER_AGENT}))
+        placed = sorted(set(worker.agents) & (HELPER_AGENTS | {CONTROLLER_AGENT}) - set(system.agent_names))
         if placed:
             raise ConfigError(
                 f"{source}: agent {placed[0]!r} is placed by the runtime, not by a worker group (helpers run in"

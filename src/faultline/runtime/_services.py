@@ -51,9 +51,9 @@ _load_system = functools.cache(load_system)
 
 
 def agent_names(config: Config) -> list[str]:
-    """Every agent a `*` in a worker's agent list stands for: the system's and the configured ones, but the
-    helpers and the controller."""
-    return sorted({*system_of(config).agent_names, *config.agents} - HELPER_AGENTS - {CONTROLLER_AGENT})
+    """Every agent a `*` in a worker's agent list stands for: the system's, and the configured ones but the
+    helpers and the controller (a system's own agent may share a helper's name: a user's system has no helpers)."""
+    return sorted({*system_of(config).agent_names, *(set(config.agents) - HELPER_AGENTS - {CONTROLLER_AGENT})})
 
 
 def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
