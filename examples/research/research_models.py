@@ -1,8 +1,8 @@
 """A scripted model for the research example: offline, deterministic, a pure function of the request.
 
 It stands in for a real model in tests and in CI; `faultline.toml` names it for every role. Its
-knowledge is FACTS: a part about anything else gets "I found nothing", which the reviewer sends back
-and the scorer, in the end, fails.
+knowledge is FACTS: a part about anything else gets "I found nothing", which the writer leaves out and
+the scorer fails. As the fault injector's model it loses the fact of the message it is given.
 """
 
 from __future__ import annotations
@@ -31,4 +31,6 @@ def answer(request: LlmRequest) -> str:
         return " ".join(line for line in notes.splitlines() if line and not line.startswith("I found nothing"))
     if request.role == "reviewer":
         return "APPROVE" if text.strip() else "REVISE: the draft is empty"
+    if request.role == "injector":  # semantic faults (faultline inject hallucination, ...): the fact is lost
+        return "<rewrite>I found nothing useful.</rewrite>"
     return "I do not know."

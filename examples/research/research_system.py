@@ -82,12 +82,12 @@ class Writer(Agent):
         body = msg.body
         if not isinstance(body, Note):
             return
-        if msg.sender == "planner":
+        if msg.sender == "planner" and body.text == "plan":
             self.plan = body.data
         elif msg.sender == "reviewer":
             await self._write(ctx, f"Reviewer: {body.text}\n\nDraft:\n{self.draft}")
             return
-        else:
+        elif msg.sender.startswith("researcher"):
             self.answers.setdefault(int(body.data["part"]), body.text)
         if self.plan and not self.draft and len(self.answers) == len(self.plan["parts"]):
             notes = "\n".join(self.answers[i] for i in sorted(self.answers))

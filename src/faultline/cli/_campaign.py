@@ -22,8 +22,7 @@ from rich.table import Table
 
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
 from faultline.api import episode_id
-from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, whole_number
-from faultline.envs import load_domain
+from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, selectable_ids, whole_number
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types
 from faultline.report import (
     BASELINE,
@@ -59,7 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help=f"fault types, each a cell: all registered ones (default: {', '.join(sorted(fault_types()))}),"
         " masfire (MAS-FIRE's 15), or a list",
     )
-    p.add_argument("--tasks", type=whole_number(1), default=10, metavar="N", help="the first N tasks (default 10)")
+    p.add_argument(
+        "--system",
+        metavar="PKG.MODULE:CLASS",
+        help="a system of your own instead of the built-in tool-use agents on --domain (see `run`)",
+    )
+    p.add_argument("--inputs", type=Path, metavar="FILE.jsonl", help="the system's input records (see `run`)")
+    p.add_argument(
+        "--tasks", type=whole_number(1), default=10, metavar="N", help="the first N tasks or input records (default 10)"
+    )
     p.add_argument("--trials", type=whole_number(1), default=1, metavar="K", help="runs per task (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -117,15 +124,17 @@ def _model(args: argparse.Namespace) -> str:
     """The tool agent's backend and model, as the campaign names it."""
     config = effective_config(args)
     model = config.model(config.role_of("tool"))
-    return model.backend if model.backend == "sim" else f"{model.backend}:{model.model}"
+    return model.backend if model.backend == "sim" or not model.model else f"{model.backend}:{model.model}"
 
 
 def _settings(args: argparse.Namespace) -> CampaignSettings:
-    domain = load_domain(args.domain)
+    ids, _ = selectable_ids(args, effective_config(args))
     return CampaignSettings(
         domain=args.domain,
+        system=args.system or "",
+        inputs=str(args.inputs.resolve()) if args.inputs else "",
         model=_model(args),
-        tasks=[task.id for task in domain.checked_tasks()[: args.tasks]],
+        tasks=ids[: args.tasks],
         trials=args.trials,
         seed=args.seed,
         faults=_faults(args.faults),
@@ -184,7 +193,7 @@ def _run_argv(args: argparse.Namespace, journal: Path, settings: CampaignSetting
             for task in settings.tasks:
                 argv += ["--fault", f"{cell.fault}:episode={episode_id(run_id, task, trial)},budget=1"]
     for flag, value in (
-        ("--model", args.model), ("--base-url", args.base_url), ("--model-name", args.model_name),
+        ("--system", settings.system), ("--inputs", settings.inputs), ("--model", args.model), ("--base-url", args.base_url), ("--model-name", args.model_name),
         ("--config", args.config), ("--helpers", args.helpers), ("--concurrency", args.jobs),
         ("--episode-timeout", args.episode_timeout), ("--creds", args.creds), ("--tls-ca", args.tls_ca),
     ):  # fmt: skip
@@ -245,7 +254,7 @@ def _campaign_eta(manifest: CampaignManifest) -> str:
 
 def _cells_table(manifest: CampaignManifest, folder: Path) -> Table:
     s = manifest.settings
-    table = Table(title=f"campaign {folder} — {s.domain}, {len(s.tasks)} tasks x {s.trials} trials, {s.model}")
+    table = Table(title=f"campaign {folder} — {s.system or s.domain}, {len(s.tasks)} tasks x {s.trials} trials, {s.model}")
     for column in ("cell", "fault", "defense", "wall time"):
         table.add_column(column, justify="right" if column == "wall time" else "left")
     for cell in manifest.cells:

@@ -442,7 +442,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         except ConfigError as exc:
             raise UsageError(f"--{exc}") from None  # the flag is the API's `memory`
     config = effective_config(args)
-    ids, source = _selectable(args, config)
+    ids, source = selectable_ids(args, config)
     spec = RunSpec(
         domain=args.domain,
         system=args.system or "",
@@ -480,7 +480,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         raise DirectoryBusyError(f"{exc}; or run on that system: add --nats {url}", exc.pid, exc.holder) from None
 
 
-def _selectable(args: argparse.Namespace, config: Config) -> tuple[list[str], str]:
+def selectable_ids(args: argparse.Namespace, config: Config) -> tuple[list[str], str]:
     """The ids a selection picks from, and what holds them: the system's input records, else the domain's tasks.
 
     Loaded before any process starts, so that a system, an inputs file or a domain that cannot load is one line.

@@ -32,7 +32,8 @@ from faultline.faults._rules import FaultSite, FaultType, register_fault
 INJECTOR_ROLE = "injector"
 """The model role of the fault-injector model (`[models.injector]` in faultline.toml)."""
 
-_TEXT_KINDS = frozenset({"assistant_turn", "user_turn", "context_reply"})
+_TEXT_KINDS = frozenset({"assistant_turn", "user_turn", "context_reply", "note"})
+"""Bodies whose `text` an injector rewrites: the conversation, helpers' answers, and the notes of systems of one's own."""
 _CALL_KINDS = frozenset({"tool_call"})
 
 SYSTEM = (

@@ -28,6 +28,10 @@ class CampaignSettings(msgspec.Struct, frozen=True, kw_only=True):
     """What makes two campaigns the same: a re-run with other settings is refused, not mixed in."""
 
     domain: str
+    system: str = ""
+    """A system of one's own the campaign ran instead of the tool-use agents on `domain`."""
+    inputs: str = ""
+    """Its input records' file."""
     model: str
     tasks: list[str]
     """The task ids, in order."""

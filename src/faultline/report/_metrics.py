@@ -98,6 +98,7 @@ class DefenseEffect(msgspec.Struct, frozen=True, kw_only=True, tag="defense_effe
 
 class ReportSummary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_field="type"):
     domain: str
+    """The domain the campaign ran on, or the system of one's own (`package.module:Class`)."""
     model: str
     tasks: int
     trials: int
@@ -261,7 +262,7 @@ def campaign_report(folder: Path) -> CampaignReport:
         behaviours.extend(behaviour_rows(cell, result))
     settings = manifest.settings
     summary = ReportSummary(
-        domain=settings.domain,
+        domain=settings.system or settings.domain,
         model=settings.model,
         tasks=len(settings.tasks),
         trials=settings.trials,
