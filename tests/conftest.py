@@ -1,9 +1,9 @@
-"""Fixtures shared by every test folder: a real nats-server, a connected bus, a small disk to fill."""
+"""Fixtures shared by every test folder: a connected bus, a small disk to fill (the real nats-server, `nats_server`,
+is the one `faultline.testing.fixtures` gives every user)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -15,13 +15,6 @@ from tests.disk import small_disk as small_disk
 # hypothesis takes to draw an example there says nothing about the code, so time is not checked.
 settings.register_profile("shared-cores", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("shared-cores")
-
-
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
-    """A real nats-server with JetStream on a free loopback port, stopped afterwards."""
-    with EmbeddedServer(store_dir=tmp_path / "nats") as server:
-        yield server
 
 
 @pytest.fixture

@@ -254,7 +254,9 @@ def _campaign_eta(manifest: CampaignManifest) -> str:
 
 def _cells_table(manifest: CampaignManifest, folder: Path) -> Table:
     s = manifest.settings
-    table = Table(title=f"campaign {folder} — {s.system or s.domain}, {len(s.tasks)} tasks x {s.trials} trials, {s.model}")
+    table = Table(
+        title=f"campaign {folder} — {s.system or s.domain}, {len(s.tasks)} tasks x {s.trials} trials, {s.model}"
+    )
     for column in ("cell", "fault", "defense", "wall time"):
         table.add_column(column, justify="right" if column == "wall time" else "left")
     for cell in manifest.cells:

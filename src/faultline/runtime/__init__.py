@@ -41,6 +41,7 @@ from faultline.runtime._faulting import (
     scoped_to_run,
 )
 from faultline.runtime._helper_pool import HelperPool
+from faultline.runtime._journal_service import JournalService
 from faultline.runtime._layout import (
     FAMA_CONSUMERS,
     MEMORY_IDENTITY,
@@ -65,6 +66,7 @@ from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
 __all__ = [
+    "JournalService",
     "LOCAL_SETTINGS",
     "MODEL_NAME",
     "local_model_server",

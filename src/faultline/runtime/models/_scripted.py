@@ -93,9 +93,15 @@ class ScriptedBackend:
 
     model: Final = "scripted"
 
-    def __init__(self, settings: ScriptSettings) -> None:
-        self.script = settings.script
-        self.answer = load_script(settings.script)
+    def __init__(self, settings: ScriptSettings | None = None, *, answer: Script | None = None) -> None:
+        """From a role's settings (`script`), or, in a test, straight from an `answer` function of the request."""
+        self.answer: Script | list[Rule]
+        if answer is not None:
+            self.script, self.answer = getattr(answer, "__qualname__", "answer"), answer
+        elif settings is not None:
+            self.script, self.answer = settings.script, load_script(settings.script)
+        else:
+            raise ConfigError("scripted model: give the role's settings or an answer function")
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         if isinstance(self.answer, list):
