@@ -8,7 +8,15 @@ from pathlib import Path
 
 from faultline.api import config_source
 from faultline.cli import _jsonl
-from faultline.runtime import ALL_AGENTS, DEFAULT_CONFIG_FILE, Config, ModelConfig, check_system, load_config
+from faultline.runtime import (
+    ALL_AGENTS,
+    DEFAULT_CONFIG_FILE,
+    Config,
+    ModelConfig,
+    check_system,
+    load_config,
+    system_of,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -64,10 +72,25 @@ def summary(config: Config, groups: dict[str, tuple[str, ...]]) -> list[str]:
         f"{name}: {agent.class_ or 'built-in'}, model role {config.role_of(name)}"
         for name, agent in config.agents.items()
     ]
+    lines += _block("system", _system(config))
     lines += _block("workers", workers)
-    lines += _block("agents", agents or ["built-in agents only"])
+    lines += _block("agents", agents or ["no [agents] tables"])
     lines += _block("models", [f"{role}: {_model(m)}" for role, m in config.models.items()])
     return lines
+
+
+def _system(config: Config) -> list[str]:
+    """What the system is: the built-in tool-use agents, or one's own with its entry, finishers and inputs."""
+    ref = system_of(config)
+    if not ref.is_user_system:
+        return ["tool-use (built-in): env, tool and user on --domain's tasks; env completes and scores episodes"]
+    system = ref.system
+    inputs = config.system.inputs or "none: give --inputs FILE.jsonl to `run`"
+    return [
+        f"{ref.path}: agents {', '.join(cls.name for cls in system.agents)}",
+        f"entry {system.entry}; finished by {', '.join(system.finishers)}; graded by the scorer ({ref.path}.score)",
+        f"inputs {inputs}",
+    ]
 
 
 def _block(title: str, items: list[str]) -> list[str]:
@@ -81,6 +104,10 @@ def _processes(count: int) -> str:
 def _model(settings: ModelConfig) -> str:
     if settings.backend == "sim":
         return "sim (offline deterministic simulation, not a model)"
+    if settings.backend == "scripted":
+        return f"scripted (answers from {settings.script}; offline, not a model)"
+    if settings.backend != "openai":
+        return f"{settings.backend} (a backend of your own)"
     if not settings.api_key_env:
         key = "no API key"
     else:

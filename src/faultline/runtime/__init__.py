@@ -60,12 +60,14 @@ from faultline.runtime._services import (
     run_journal,
     run_worker,
     serve_until_signal,
+    system_of,
     worker_settings,
 )
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
 from faultline.runtime._worker import Worker, WorkerSettings, shard_of
 
 __all__ = [
+    "system_of",
     "JournalService",
     "LOCAL_SETTINGS",
     "MODEL_NAME",
