@@ -1,0 +1,83 @@
+"""Both examples end to end from their folders, as their README runs them: run, replay, a faulted run and its
+attribution, a campaign and its report; on the scripted model, in separate worker processes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from faultline.cli import main
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+class Example(NamedTuple):
+    name: str
+    outcomes: dict[str, int]
+    fault: str
+    """A fault that breaks one record's episode, and whom it hits."""
+    record: str
+    agent: str
+
+
+RESEARCH = Example(
+    "research", {"success": 3, "failure": 1}, "critical_information_loss", "france-japan", "researcher_a"
+)
+DEBATE = Example("debate", {"success": 3, "failure": 1}, "hallucination", "exercise", "pro")
+
+
+@pytest.fixture(params=[RESEARCH, DEBATE], ids=lambda e: e.name)
+def example(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Example:
+    """A copy of the example, as the working folder."""
+    chosen: Example = request.param
+    copy = tmp_path / chosen.name
+    shutil.copytree(EXAMPLES / chosen.name, copy, ignore=shutil.ignore_patterns("runs", "__pycache__"))
+    monkeypatch.chdir(copy)
+    return chosen
+
+
+def lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+def test_run_then_replay_is_identical(example: Example, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--json"]) == 0
+    (summary,) = lines(capsys)
+    assert summary["outcomes"] == example.outcomes
+    assert main(["replay", "runs/journal.sqlite"]) == 0
+    assert "identical: 4 episodes" in capsys.readouterr().out
+
+
+def test_a_fault_on_one_agent_is_found_by_attribution(example: Example, capsys: pytest.CaptureFixture[str]) -> None:
+    fault = f"{example.fault}:from={example.agent}"
+    argv = ["run", "--json", "--task-ids", example.record, "--fault", fault, "--journal", "runs/f.sqlite"]
+    assert main(argv) == 0
+    (summary,) = lines(capsys)
+    assert summary["outcomes"] == {"failure": 1}
+    assert main(["attribute", "runs/f.sqlite", "--all-failed", "--json"]) == 0
+    episode, _ = lines(capsys)
+    assert (episode["method"], episode["agent"], episode["fault"], episode["decided"]) == (
+        "fault-event repair",
+        example.agent,
+        example.fault,
+        True,
+    )
+
+
+def test_a_campaign_reports_each_fault_against_the_baseline(
+    example: Example, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = ["--out", "runs/campaign", "--tasks", "2", "--faults", f"storm,{example.fault}"]
+    assert main(["campaign", *out, "--episode-timeout", "10"]) == 0
+    capsys.readouterr()
+    assert main(["report", "runs/campaign", "--json"]) == 0
+    rows = {row["fault"]: row for row in lines(capsys) if row.get("type") == "fault"}
+    assert set(rows) == {"storm", example.fault}
+    assert rows["storm"]["rs"] == 1.0
+    assert rows[example.fault]["rs"] < 1.0
