@@ -16,6 +16,7 @@ What is not named here is Faultline's own machinery, free to change between vers
 """
 
 from faultline._errors import DomainError, FaultlineError, NonDeterminismError, ToolError
+from faultline.agents import UserSimulator
 from faultline.core import (
     Agent,
     AgentHarness,
@@ -120,6 +121,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Usage",
+    "UserSimulator",
     "UserTurn",
     "document_tool",
     "load_domain",

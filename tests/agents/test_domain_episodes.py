@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from faultline._errors import ToolError
 from faultline.agents import EnvironmentHost, EpisodeSpec, ToolAgent, UserSimulator
 from faultline.core import (
     Agent,
@@ -122,3 +123,46 @@ async def test_the_domain_supplies_the_user_prompt_or_the_whole_user_agent() -> 
         UserTurn(text="scripted reply to Note"),
     ]
     assert own.recordings == []
+
+
+class Greeter(UserSimulator):
+    """A benchmark's user: its own greeting first, then the model, through the public API only."""
+
+    def opening(self, task: Task) -> str:
+        return "Hi! I need some help."
+
+
+class GreetingUser(Helpdesk):
+    user_agent = Greeter
+
+
+class FailingTransfer(Helpdesk):
+    terminal_on_error = True
+
+    @tool("Hand the user to a human.", terminal=True, summary=("string", "The case."))
+    def transfer(self, db: sqlite3.Connection, summary: str) -> str:
+        raise ToolError("no human is free")
+
+
+async def test_a_user_simulator_subclass_says_its_opening_then_lets_the_model_speak() -> None:
+    user = AgentHarness(UserSimulator(), backend=SimBackend())
+    [first] = await user.deliver(start("GreetingUser"))
+    assert first.body == UserTurn(text="Hi! I need some help.")
+    assert user.recordings == []  # the opening is said as written: no model call
+    [second] = await user.deliver(AssistantTurn(text="How can I help?"), sender="tool")
+    assert isinstance(second.body, UserTurn) and second.body.text and len(user.recordings) == 1
+    prompt = user.recordings[0].request.messages
+    assert [m.role for m in prompt] == ["system", "assistant", "user"]
+    assert prompt[1].content == "Hi! I need some help."
+
+
+async def test_a_terminal_tool_that_fails_ends_the_episode_only_where_the_domain_says_so() -> None:
+    env = AgentHarness(EnvironmentHost())
+    await env.deliver(start("FailingTransfer"))
+    [failed] = await env.deliver(ToolCall(call_id="a", name="transfer", arguments={"summary": "x"}), sender="tool")
+    assert isinstance(failed.body, ToolResult) and failed.body.error and failed.body.ends
+
+    kept = AgentHarness(EnvironmentHost())
+    await kept.deliver(start("Helpdesk"))
+    [refused] = await kept.deliver(ToolCall(call_id="a", name="transfer", arguments={}), sender="tool")
+    assert isinstance(refused.body, ToolResult) and refused.body.error and not refused.body.ends

@@ -153,6 +153,46 @@ def test_document_key_order_never_reaches_the_state_hash() -> None:
     assert desk.state_hash(other) == desk.state_hash(db)
 
 
+class OrderedDesk(Domain):
+    """A benchmark whose tools return stored documents whole: the model sees them in their own key order."""
+
+    name = "ordered-desk"
+
+    def seed_database(self, db: sqlite3.Connection) -> None:
+        seed_documents(db, {"members": {"m1": {"name": "Ann", "age": 30, "city": "Oslo"}}}, key_order="kept")
+
+    def tasks(self) -> list[Task]:
+        return []
+
+    def canonical_row(self, table: str, row: dict[str, Any]) -> Any:
+        return {**row, "doc": json.loads(row["doc"])} if "doc" in row else row
+
+    @tool("Look a member up.", member=("string", "The member's id."))
+    def lookup(self, db: sqlite3.Connection, member: str) -> Any:
+        return document_tool(lambda data, member: data["members"][member])(db, member=member)
+
+    @tool("Move a member.", writes=True, member=("string", "The id."), city=("string", "The new city."))
+    def move(self, db: sqlite3.Connection, member: str, city: str) -> str:
+        def write(data: Any, member: str, city: str) -> str:
+            data["members"][member] = {
+                "city": city,
+                **{k: v for k, v in data["members"][member].items() if k != "city"},
+            }
+            return "moved"
+
+        return str(document_tool(write)(db, member=member, city=city))
+
+
+def test_documents_seeded_with_their_key_order_kept_come_back_in_it() -> None:
+    desk = OrderedDesk()
+    db = desk.open_database()
+    assert list(desk.call(db, Action(name="lookup", arguments={"member": "m1"})).output) == ["name", "age", "city"]
+    before = desk.state_hash(db)
+    desk.call(db, Action(name="move", arguments={"member": "m1", "city": "Oslo"}))  # same values, other order
+    assert list(desk.call(db, Action(name="lookup", arguments={"member": "m1"})).output) == ["city", "name", "age"]
+    assert desk.state_hash(db) == before  # the domain's canonical_row keeps key order out of the hash
+
+
 def test_only_the_hashed_tables_count_and_the_fast_digest_still_equals_a_full_recount() -> None:
     desk = Desk()
     db = desk.open_database()

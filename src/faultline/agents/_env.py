@@ -65,7 +65,7 @@ class EnvironmentHost(Agent):
                 call_id=call.call_id, name=call.name, error=f"arguments are not valid JSON: {call.arguments_error}"
             )
         outcome = self.domain.call(self.db, Action(name=call.name, arguments=call.arguments))
-        if outcome.ok and self.domain.is_terminal(call.name):
+        if self.domain.is_terminal(call.name) and (outcome.ok or self.domain.terminal_on_error):
             self.ended_by = call.name
         return ToolResult(
             call_id=call.call_id, name=call.name, output=outcome.output, error=outcome.error, ends=bool(self.ended_by)

@@ -48,6 +48,9 @@ class UserSimulator(Agent):
     From the simulator's side the agent's messages are the `user` role and its own are
     `assistant`, as a model playing a part expects. A domain with a user agent of its own
     (`Domain.user_agent`) gets it: every message of the episode is handed to that instead.
+    A subclass of this one keeps the episode protocol (the Start it reads, the turns it sends,
+    how it hands the environment the end) and changes what it says: `opening` is the first
+    turn, said as written (a benchmark's own greeting) before the model speaks.
     """
 
     name = "user"
@@ -69,7 +72,7 @@ class UserSimulator(Agent):
         elif isinstance(body, Start):
             self.spec = EpisodeSpec.from_start(body)
             domain = load_domain(self.spec.domain)
-            if domain.user_agent is not None:
+            if domain.user_agent is not None and not isinstance(self, domain.user_agent):
                 self.stand_in = domain.user_agent()
                 await self.stand_in.on_message(msg, ctx)
                 return
@@ -78,7 +81,11 @@ class UserSimulator(Agent):
                 task = msgspec.structs.replace(task, instruction=self.spec.instruction)
             system = domain.user_prompt(task) or _default_prompt(task, domain.hidden_instructions)
             self.system = self.spec.system_prompt(system)
-            await self._speak(ctx)
+            opening = self.opening(task)
+            if opening:
+                self._say(ctx, opening)
+            else:
+                await self._speak(ctx)
         elif isinstance(body, AssistantTurn) and body.ends and not self.ended:
             self._end(ctx)
         elif isinstance(body, AssistantTurn) and not self.ended:
@@ -101,6 +108,13 @@ class UserSimulator(Agent):
         if response.metadata.get("done") or STOP in text:
             self._end(ctx)
             return
+        self._say(ctx, text)
+
+    def opening(self, task: Task) -> str:
+        """The first user turn, said as written instead of asking the model ("": the model speaks first)."""
+        return ""
+
+    def _say(self, ctx: Context, text: str) -> None:
         self.turns += 1
         self.transcript.append(ChatMessage(role="assistant", content=text))
         ctx.send("tool", UserTurn(text=text))

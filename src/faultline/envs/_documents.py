@@ -3,6 +3,11 @@
 `seed_documents` stores each collection (name -> {key: document}) as a table
 of `(key, doc)` rows, the document as canonical JSON (sorted keys), so key
 order never reaches the state hash and the incremental digest still applies.
+A benchmark whose tools return stored documents whole, for a model that reads them
+in their original key order, seeds with `key_order="kept"`: documents are then
+stored and read back in the order they were written, and the state hash sees that
+order unless the domain's `canonical_row` parses `doc`
+(`{**row, "doc": json.loads(row["doc"])} if "doc" in row else row`: mappings hash key-sorted).
 `document_tool` turns a benchmark's `function(data, **arguments)` into a
 Faultline tool: `data` is a dict-like view that reads documents as the
 function touches them and writes back, inside the call's transaction, every
@@ -14,17 +19,27 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from typing import Any
+from typing import Any, Literal
 
 from faultline.envs._domain import ToolFunction
 
+KeyOrder = Literal["sorted", "kept"]
 
-def seed_documents(db: sqlite3.Connection, data: Mapping[str, Mapping[Any, Any]]) -> None:
-    """One table per collection of `data`; keys are stored as text, documents as canonical JSON."""
+
+def seed_documents(
+    db: sqlite3.Connection, data: Mapping[str, Mapping[Any, Any]], *, key_order: KeyOrder = "sorted"
+) -> None:
+    """One table per collection of `data`; keys are stored as text, documents as JSON with their keys sorted
+    (canonical), or as written with `key_order="kept"` (see the module docstring)."""
+    sort_keys = key_order == "sorted"
+    if not sort_keys:
+        db.execute(f"CREATE TABLE {_KEY_ORDER_TABLE} (key_order TEXT NOT NULL)")
+        db.execute(f"INSERT INTO {_KEY_ORDER_TABLE} VALUES (?)", (key_order,))
     for name, documents in data.items():
         db.execute(f'CREATE TABLE "{name}" (key TEXT PRIMARY KEY, doc TEXT NOT NULL)')
         db.executemany(
-            f'INSERT INTO "{name}" VALUES (?, ?)', [(str(key), _encode(doc)) for key, doc in documents.items()]
+            f'INSERT INTO "{name}" VALUES (?, ?)',
+            [(str(key), _encode(doc, sort_keys)) for key, doc in documents.items()],
         )
 
 
@@ -51,8 +66,9 @@ class Documents(Mapping[str, "Collection"]):
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
-        names = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'")
-        self._collections = {name: Collection(db, name) for (name,) in names}
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        sort_keys = _KEY_ORDER_TABLE not in tables
+        self._collections = {name: Collection(db, name, sort_keys) for name in tables if not name.startswith("_")}
 
     def __getitem__(self, name: str) -> Collection:
         return self._collections[name]
@@ -71,9 +87,10 @@ class Documents(Mapping[str, "Collection"]):
 class Collection(MutableMapping[str, Any]):
     """One collection: documents by key, decoded on first access and compared with their stored text at the end."""
 
-    def __init__(self, db: sqlite3.Connection, name: str) -> None:
+    def __init__(self, db: sqlite3.Connection, name: str, sort_keys: bool = True) -> None:
         self._db = db
         self._table = f'"{name}"'
+        self._sort_keys = sort_keys
         self._stored: dict[str, str | None] = {}
         """The text each touched key had when first read (None: it did not exist)."""
         self._docs: dict[str, Any] = {}
@@ -108,7 +125,7 @@ class Collection(MutableMapping[str, Any]):
 
     def write_back(self) -> None:
         for key, before in self._stored.items():
-            after = _encode(self._docs[key]) if key in self._docs else None
+            after = _encode(self._docs[key], self._sort_keys) if key in self._docs else None
             if after == before:
                 continue
             if after is None:
@@ -119,5 +136,9 @@ class Collection(MutableMapping[str, Any]):
                 self._db.execute(f"UPDATE {self._table} SET doc = ? WHERE key = ?", (after, key))
 
 
-def _encode(document: Any) -> str:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_KEY_ORDER_TABLE = "_key_order"
+"""Present, with one row, in a database seeded with `key_order="kept"`."""
+
+
+def _encode(document: Any, sort_keys: bool = True) -> str:
+    return json.dumps(document, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)

@@ -51,7 +51,8 @@ def tool(
     `fields`, `name=(json_type, description)` pairs (see `arguments_schema`).
     The method is called as `method(db, **arguments)` once the arguments fit,
     and refuses by raising `ToolError`. A `terminal` tool ends the episode
-    once it succeeded (a transfer to a human): no tool runs after it.
+    once it succeeded (a transfer to a human; `Domain.terminal_on_error` also when it failed):
+    no tool runs after it.
     """
 
     def mark(method: _Method) -> _Method:
@@ -110,7 +111,11 @@ class Domain(ABC):
     """True: task instructions are a brief for the user simulator (often in the second person) that
     must never reach the agent as written; the default user paraphrases instead of quoting."""
     user_agent: ClassVar[type[Agent] | None] = None
-    """The agent class that plays the user in this domain's episodes (None: `UserSimulator`)."""
+    """The agent class that plays the user in this domain's episodes (None: `UserSimulator`). A subclass
+    of `UserSimulator` keeps the episode protocol and changes what the user says (`opening`)."""
+    terminal_on_error: ClassVar[bool] = False
+    """True: a terminal tool ends the episode even when the call fails (benchmarks whose transfer ends
+    the conversation whatever it returns); False: only once it succeeded."""
     hashed_tables: ClassVar[frozenset[str] | None] = None
     """The tables the state hash covers (None: every table); the others are scratch space."""
     hashed_columns: ClassVar[Mapping[str, Sequence[str]]] = {}
