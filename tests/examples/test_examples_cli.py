@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 from typing import NamedTuple
 
+import anyio
 import pytest
 
 from faultline.cli import main
+from tests.runtime.test_processes import faultline, finish, wait_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +43,11 @@ def example(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.
     shutil.copytree(EXAMPLES / chosen.name, copy, ignore=shutil.ignore_patterns("runs", "__pycache__"))
     monkeypatch.chdir(copy)
     return chosen
+
+
+async def in_thread(*argv: str) -> int:
+    """The command line, from an async test (it runs an event loop of its own)."""
+    return await anyio.to_thread.run_sync(main, list(argv))
 
 
 def lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
@@ -81,3 +89,43 @@ def test_a_campaign_reports_each_fault_against_the_baseline(
     assert set(rows) == {"storm", example.fault}
     assert rows["storm"]["rs"] == 1.0
     assert rows[example.fault]["rs"] < 1.0
+
+
+def test_a_fault_that_cannot_apply_to_the_system_is_refused_in_one_line_before_anything_starts(
+    example: Example, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--fault", "tool_selection_error"]) == 1
+    assert main(["run", "--fault", "blind_trust"]) == 1
+    assert main(["campaign", "--out", "runs/c", "--faults", "redundant_call"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == [
+        f"faultline: error: fault 'tool_selection_error': tool_selection_error rewrites tool_call messages and system"
+        f" {example.name!r} sends none (it sends finished, note, start; System.sends says so)",
+        "faultline: error: fault 'blind_trust': blind_trust changes the system prompt or instruction the built-in"
+        f" tool-use agents read from their Start; the agents of system {example.name!r} build their own prompts",
+        f"faultline: usage error: --faults: redundant_call rewrites tool_call messages and system {example.name!r}"
+        " sends none (it sends finished, note, start; System.sends says so)",
+    ]
+    assert not Path("runs").exists()  # refused before any process started
+
+
+async def test_a_long_running_system_serves_runs_and_live_faults(
+    example: Example, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`faultline up` runs the system's own agents (not the built-in helpers, one of which is also called
+    `planner`), and a run on it with a rule injected live completes like the local one."""
+    up = faultline("up", cwd=Path.cwd())
+    try:
+        url = (await wait_until_up(Path.cwd(), up)).url
+        assert await in_thread("run", "--nats", url, "--json", "--episode-timeout", "30") == 0
+        (summary,) = lines(capsys)
+        assert summary["outcomes"] == example.outcomes
+        assert await in_thread("inject", "storm", "--from", example.agent, "--json") == 0
+        assert await in_thread("run", "--nats", url, "--json", "--episode-timeout", "30") == 0
+        _, _, summary = lines(capsys)
+        assert summary["outcomes"] == example.outcomes  # duplicates are ignored by these agents
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert "journal caught up" in await finish(up)
+    assert main(["replay", "runs/journal.sqlite"]) == 0
+    assert "identical: 8 episodes" in capsys.readouterr().out

@@ -46,7 +46,7 @@ from faultline.api._system import (
 from faultline.bus import OPERATOR, Access, Bus, Login
 from faultline.core import InputRecord, ModelBackend, load_system, parse_roster, read_inputs
 from faultline.envs import load_domain
-from faultline.faults import FaultRule
+from faultline.faults import FaultRule, why_not_on
 from faultline.runtime import (
     MEMORY_IDENTITY,
     Config,
@@ -257,6 +257,10 @@ def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord
     for given, flag in ((spec.helpers, "helpers"), (spec.memory, "memory"), (spec.error_rates or None, "error_rates")):
         if given is not None:
             raise ConfigError(f"{flag} steer the built-in tool-use agents; system {path!r} has none of them")
+    for text in spec.faults:
+        why = why_not_on(parse_fault_spec(text).fault, system.system)
+        if why:
+            raise ConfigError(f"fault {text!r}: {why}")
     system_config = msgspec.structs.replace(config.system, class_=path, inputs=str(inputs))
     return msgspec.structs.replace(config, system=system_config), records
 

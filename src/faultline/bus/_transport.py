@@ -10,6 +10,7 @@ announcements (`subscribe`, `notify`, `request`). Every failure is a BusError.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import ssl
@@ -184,11 +185,13 @@ class Bus:
         return bus
 
     async def close(self) -> None:
+        """Drain, else close; a connection the server already dropped has nothing left to lose, so that is no error."""
         if not self.nc.is_closed:
             try:
                 await self.nc.drain()
-            except (TimeoutError, nats.errors.Error):
-                await self.nc.close()
+            except (TimeoutError, nats.errors.Error, ConnectionError):
+                with contextlib.suppress(ConnectionError):
+                    await self.nc.close()
 
     async def __aenter__(self) -> Bus:
         return self

@@ -23,7 +23,8 @@ from rich.table import Table
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
 from faultline.api import episode_id
 from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, selectable_ids, whole_number
-from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types
+from faultline.core import System, load_system
+from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
 from faultline.report import (
     BASELINE,
     MANIFEST,
@@ -98,16 +99,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_campaign)
 
 
-def _faults(text: str) -> list[str]:
+def _faults(text: str, system: System | None = None) -> list[str]:
+    """The fault types `--faults` names; on a system of one's own, `all` and `masfire` keep those that can apply
+    to it (saying which they leave out), and a type named that cannot is a usage error."""
     known = fault_types()
-    if text.strip() == ALL:
-        return sorted(known)
-    if text.strip() == MASFIRE:
-        return list(MASFIRE_FAULTS)
+    if text.strip() in (ALL, MASFIRE):
+        chosen = sorted(known) if text.strip() == ALL else list(MASFIRE_FAULTS)
+        if system is None:
+            return chosen
+        left_out = [name for name in chosen if why_not_on(name, system)]
+        if left_out:
+            Console(stderr=True).print(
+                f"note: left out {len(left_out)} fault types that cannot apply to system {system.name!r}:"
+                f" {', '.join(left_out)} (`faultline run --fault TYPE` says why)",
+                soft_wrap=True,
+                highlight=False,
+            )
+        return [name for name in chosen if name not in left_out]
     names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise UsageError(f"--faults {text!r}: use all, masfire or fault types among {', '.join(sorted(known))}")
+    for name in names:
+        why = why_not_on(name, system) if system is not None else ""
+        if why:
+            raise UsageError(f"--faults: {why}")
     return names
 
 
@@ -128,7 +144,9 @@ def _model(args: argparse.Namespace) -> str:
 
 
 def _settings(args: argparse.Namespace) -> CampaignSettings:
-    ids, _ = selectable_ids(args, effective_config(args))
+    config = effective_config(args)
+    ids, _ = selectable_ids(args, config)
+    system = load_system(args.system or config.system.class_)
     return CampaignSettings(
         domain=args.domain,
         system=args.system or "",
@@ -137,7 +155,7 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
         tasks=ids[: args.tasks],
         trials=args.trials,
         seed=args.seed,
-        faults=_faults(args.faults),
+        faults=_faults(args.faults, system.system if system.is_user_system else None),
         defenses=_defenses(args.defenses),
         helpers=args.helpers or "",
     )

@@ -50,6 +50,7 @@ from faultline.runtime import (
     run_worker,
     state_dir,
     system_access,
+    system_of,
 )
 
 STATE_FILE = Path(".faultline/up.json")
@@ -330,12 +331,10 @@ def _up(args: argparse.Namespace) -> int:
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
     groups = check_system(config, config_source(args.config))
-    workers = [
-        *worker_specs(config, groups, args.config),
-        roster_worker(args.config),
-        *fama_service(config, args.config, journal),
-    ]
-    groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
+    workers = worker_specs(config, groups, args.config)
+    if not system_of(config).is_user_system:  # FAMA's helpers and controller serve the built-in tool-use agents
+        workers += [roster_worker(args.config), *fama_service(config, args.config, journal)]
+        groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
     prefix = _prefix(args, config)
     store_dir = Path(config.nats.store_dir)
     if args.tls and (args.nats or config.nats.url):

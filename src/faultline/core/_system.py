@@ -71,6 +71,9 @@ class System:
     entry: ClassVar[str] = ""
     finishers: ClassVar[tuple[str, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()
+    sends: ClassVar[frozenset[str]] = frozenset({"start", "note", "finished"})
+    """The body kinds its agents send (`Note` is "note"): a fault type that rewrites none of them is
+    refused for its runs, naming why, instead of never applying."""
     completer: ClassVar[str] = SCORER
     """The agent that completes episodes: the runtime's scorer, which grades with `score`. The built-in
     tool-use system's environment completes its own (it scores the database it holds)."""

@@ -39,6 +39,7 @@ from faultline.faults._rules import (
     fault_types,
     register_fault,
     remove_rule_control,
+    why_not_on,
 )
 from faultline.faults._semantic import INJECTOR_ROLE, TEMPLATES, simulate
 from faultline.faults._structural import COMPRESSED
@@ -78,6 +79,7 @@ __all__ = [
     "context_injector",
     "fault_type",
     "fault_types",
+    "why_not_on",
     "register_fault",
     "remove_rule_control",
     "screen",

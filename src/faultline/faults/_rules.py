@@ -57,6 +57,7 @@ from faultline.core import (
     RequestFault,
     Services,
     Start,
+    System,
     ToolCall,
     body_kind,
     derive_id,
@@ -272,6 +273,27 @@ def fault_type(name: str) -> FaultType:
 def fault_types() -> dict[str, FaultType]:
     """Every registered fault type by name."""
     return dict(_REGISTRY)
+
+
+def why_not_on(name: str, system: System) -> str:
+    """Why fault type `name` cannot apply to a run of a system of one's own ("" when it can).
+
+    Prompt faults change what the built-in agents read from their Start (a system prompt, the
+    user's instruction); other types rewrite only their `kinds`, which the system may never send
+    (`System.sends`). A fault on model requests applies to any agent that calls a model.
+    """
+    fault = fault_type(name)
+    if fault.mechanism == "prompt":
+        return (
+            f"{name} changes the system prompt or instruction the built-in tool-use agents read from their Start;"
+            f" the agents of system {system.name!r} build their own prompts"
+        )
+    if not fault.kinds or REQUEST_KIND in fault.kinds or fault.kinds & system.sends:
+        return ""
+    return (
+        f"{name} rewrites {', '.join(sorted(fault.kinds))} messages and system {system.name!r} sends none"
+        f" (it sends {', '.join(sorted(system.sends))}; System.sends says so)"
+    )
 
 
 # -- the current rule set ------------------------------------------------------------------------
