@@ -254,6 +254,21 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sou
             " NameError: name 'undefined_name' is not defined - at $.agents.triage.class",
         ),
         (
+            '[agents.ping]\nclass = "tests.runtime.toy:Pinger"\n',
+            "agent 'ping' is class tests.runtime.toy.Pinger, whose name is 'pinger': messages to 'ping' would reach"
+            " no one; name the table [agents.pinger] - at $.agents.ping.class",
+        ),
+        (
+            '[agents.pinger]\nclass = "tests.runtime.toy:Pinger"\n[workers.main]\nagents = ["tool", "user", "env"]\n',
+            "agent 'pinger' is in no worker group, so its messages would wait forever: add it to a"
+            ' [workers.<name>] agents list, or give one group "*" - at $.workers',
+        ),
+        (
+            '[system]\nclass = "tests.core.test_system:StrangeEntry"\n',
+            "cannot load system 'tests.core.test_system:StrangeEntry': its entry 'nobody' is not one of its agents"
+            " (solo) - at $.system.class",
+        ),
+        (
             '[agents.triage]\nclass = "tests.runtime.toy:SlowCountingBackend"\n',
             "cannot load agent 'tests.runtime.toy:SlowCountingBackend': class SlowCountingBackend is not a"
             " faultline Agent subclass with a name - at $.agents.triage.class",

@@ -243,7 +243,9 @@ def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord
     try:
         system = load_system(path)
     except PluginError as exc:
-        raise ConfigError(f"{exc}{'' if spec.system else ' - at $.system.class'}") from None
+        raise ConfigError(
+            f"{exc}" if spec.system else f"{config_source(spec.config_path)}: {exc} - at $.system.class"
+        ) from None
     if not system.is_user_system:
         return config, None
     inputs = spec.inputs or (Path(config.system.inputs) if config.system.inputs else None)

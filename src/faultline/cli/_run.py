@@ -485,7 +485,8 @@ def selectable_ids(args: argparse.Namespace, config: Config) -> tuple[list[str],
 
     Loaded before any process starts, so that a system, an inputs file or a domain that cannot load is one line.
     """
-    _, records = with_system(config, RunSpec(system=args.system or "", inputs=args.inputs, config=config))
+    spec = RunSpec(system=args.system or "", inputs=args.inputs, config=config, config_path=args.config)
+    _, records = with_system(config, spec)
     if records is not None:
         return [record.id for record in records], "the inputs"
     if args.inputs is not None:

@@ -100,10 +100,11 @@ def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tu
             )
     placed = {agent for agents in groups.values() for agent in agents}
     system = system_of(config)
-    unplaced = [name for name in system.agent_names if name not in placed] if system.is_user_system else []
+    own = [name for name, settings in config.agents.items() if settings.class_]
+    unplaced = [name for name in (*(system.agent_names if system.is_user_system else ()), *own) if name not in placed]
     if unplaced:
         raise ConfigError(
-            f"{source}: agent {unplaced[0]!r} of the system is in no worker group, so its messages would wait"
+            f"{source}: agent {unplaced[0]!r} is in no worker group, so its messages would wait"
             f' forever: add it to a [workers.<name>] agents list, or give one group "*" - at $.workers'
         )
     return groups
