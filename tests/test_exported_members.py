@@ -266,6 +266,7 @@ PUBLIC = {
         "screen",
         "settings_from",
         "simulate",
+        "why_not_on",
     },
     "faultline.bus": {
         "JOURNAL",

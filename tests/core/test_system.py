@@ -143,3 +143,28 @@ async def test_the_scorer_grades_the_first_finish_of_a_finisher() -> None:
     done = await SystemHarness(Echo).run({"say": "hello"})
     assert done.completed is not None and (done.completed.outcome, done.completed.reward) == ("success", 1.0)
     assert done.completed.details == {"system": "system", "input": "1"}
+
+
+class Eager(Agent):
+    """Tries to finish an episode it may not finish, then asks the finisher."""
+
+    name = "eager"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Start):
+            ctx.finish("forged")
+            ctx.send("solo", Start(data={"say": "real"}))
+
+
+class Guarded(Echo):
+    agents = (Eager, Solo)
+    entry = "eager"
+
+    def score(self, record: InputRecord, output: Any) -> Grade:
+        return Grade(1.0) if output == "real" else Grade(0.0, f"graded {output!r}")
+
+
+async def test_a_finish_from_an_agent_that_is_not_a_finisher_is_ignored() -> None:
+    done = await SystemHarness(path(Guarded)).run({"say": "x"})
+    assert done.completed is not None and done.completed.outcome == "success"
+    assert [m.sender for m in done.messages if m.kind == "finished"] == ["eager", "solo"]

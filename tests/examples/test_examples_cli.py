@@ -27,12 +27,16 @@ class Example(NamedTuple):
     """A fault that breaks one record's episode, and whom it hits."""
     record: str
     agent: str
+    campaign: str
+    """A fault type that breaks episodes without stalling them (a stalled one waits for its timeout)."""
 
 
 RESEARCH = Example(
-    "research", {"success": 3, "failure": 1}, "critical_information_loss", "france-japan", "researcher_a"
+    "research", {"success": 3, "failure": 1}, "critical_information_loss", "france-japan", "researcher_a", "memory_loss"
 )
-DEBATE = Example("debate", {"success": 3, "failure": 1}, "hallucination", "exercise", "pro")
+DEBATE = Example(
+    "debate", {"success": 3, "failure": 1}, "hallucination", "exercise", "pro", "critical_information_loss"
+)
 
 
 @pytest.fixture(params=[RESEARCH, DEBATE], ids=lambda e: e.name)
@@ -81,14 +85,16 @@ def test_a_fault_on_one_agent_is_found_by_attribution(example: Example, capsys: 
 def test_a_campaign_reports_each_fault_against_the_baseline(
     example: Example, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = ["--out", "runs/campaign", "--tasks", "2", "--faults", f"storm,{example.fault}"]
+    out = ["--out", "runs/campaign", "--tasks", "2", "--faults", f"storm,{example.campaign}"]
     assert main(["campaign", *out, "--episode-timeout", "10"]) == 0
     capsys.readouterr()
     assert main(["report", "runs/campaign", "--json"]) == 0
-    rows = {row["fault"]: row for row in lines(capsys) if row.get("type") == "fault"}
-    assert set(rows) == {"storm", example.fault}
+    report = lines(capsys)
+    rows = {row["fault"]: row for row in report if row.get("type") == "fault"}
+    assert report[-1]["domain"] == f"{example.name}_system:{example.name.title()}"  # the system the campaign ran
+    assert set(rows) == {"storm", example.campaign}
     assert rows["storm"]["rs"] == 1.0
-    assert rows[example.fault]["rs"] < 1.0
+    assert rows[example.campaign]["rs"] < 1.0
 
 
 def test_a_fault_that_cannot_apply_to_the_system_is_refused_in_one_line_before_anything_starts(

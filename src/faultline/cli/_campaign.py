@@ -149,7 +149,7 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
     system = load_system(args.system or config.system.class_)
     return CampaignSettings(
         domain=args.domain,
-        system=args.system or "",
+        system=system.path if system.is_user_system else "",
         inputs=str(args.inputs.resolve()) if args.inputs else "",
         model=_model(args),
         tasks=ids[: args.tasks],
