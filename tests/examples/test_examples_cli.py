@@ -80,6 +80,24 @@ def test_a_fault_on_one_agent_is_found_by_attribution(example: Example, capsys: 
         example.fault,
         True,
     )
+    fork = episode["evidence"][0]["forks"][0]["fork"]
+    assert f"-f{episode['position']}-" in fork  # one position: the table's, the fork id's, the viewer's
+
+
+def test_the_attribution_table_reads_at_80_columns(
+    example: Example, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fault = f"{example.fault}:from={example.agent}"
+    assert main(["run", "--json", "--task-ids", example.record, "--fault", fault]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["attribute", "runs/journal.sqlite", "--all-failed"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 80
+    assert f"{example.record}-t0" in out and "…" not in out  # ids whole, nothing cut
+    assert f"{example.agent}," in out and "succeeded" in out  # the step, and its one fork: no interval
+    assert "[0." not in out
+    assert "did:" in out  # what the agent did
 
 
 def test_a_campaign_reports_each_fault_against_the_baseline(

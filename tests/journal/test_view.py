@@ -17,7 +17,7 @@ import pytest
 from faultline.cli import main
 from faultline.core import FaultApplied
 from faultline.journal import JournalReader
-from faultline.journal._view import DECISIVE, FAULT
+from faultline.journal._view import DECISIVE, FAULT, REPAIRED_INPUT
 from faultline.replay import forks_path
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -87,8 +87,9 @@ def test_the_page_holds_every_episode_and_fork_with_faults_and_the_attributed_st
     chunk = viewed.chunk(episode)
     assert [r[0] for r in chunk["rows"]] == [r.pos for r in rows]
     assert [r[0] for r in chunk["rows"] if r[7] & FAULT] == [r.pos for r in rows if r.kind == "fault_applied"]
-    decisive = [r[0] for r in chunk["rows"] if r[7] & DECISIVE]
-    assert viewed.attribution["position"] in decisive
+    repaired = [r[0] for r in chunk["rows"] if r[7] & REPAIRED_INPUT]
+    assert repaired == [viewed.attribution["position"]]  # the position the table and the fork id name
+    assert [r[0] for r in chunk["rows"] if r[7] & DECISIVE]  # and what the agent did with it
     assert viewed.entry(episode)["attribution"]["agent"] == viewed.attribution["agent"]
     model_call = next(r for r in chunk["rows"] if r[6].get("llm"))
     prompt = [chunk["parts"][i] for i in model_call[6]["prompt"]]
@@ -130,7 +131,7 @@ def test_in_chromium_an_episode_shows_its_lanes_fault_and_a_model_calls_prompt(v
             page.wait_for_selector(".msg")
             assert page.locator(".lane-head").all_inner_texts() == ["pos", *lanes]
             assert page.locator(".msg.fault").count() == len([r for r in chunk["rows"] if r[7] & FAULT])
-            assert page.locator(f'.msg.decisive[data-pos="{viewed.attribution["position"]}"]').count() == 1
+            assert page.locator(f'.msg.input[data-pos="{viewed.attribution["position"]}"]').count() == 1
             page.click(f'.msg.llm[data-pos="{first_call[0]}"]')
             page.wait_for_selector("#detail.open .prompt pre")
             assert page.locator("#detail .prompt pre").first.inner_text() == first_message

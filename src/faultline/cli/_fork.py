@@ -17,6 +17,7 @@ from faultline.api import attribute, failed_episodes
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal_file
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
+from faultline.cli._text import clip, table_console
 from faultline.core import EpisodeCompleted, MessageBody
 from faultline.replay import (
     DEFAULT_SAMPLES,
@@ -29,6 +30,7 @@ from faultline.replay import (
     ForkResult,
     Keep,
     Method,
+    Probe,
     Replace,
     UndoFault,
     fork_episode,
@@ -227,29 +229,83 @@ def _attribute_with(args: argparse.Namespace) -> int:
             print(msgspec.json.encode(result).decode())
         print(json.dumps(summary))
         return 0
-    console = Console()
-    table = Table(title=f"attribution of {len(results)} failed episodes (forks in {scratch})")
-    for column in ("episode", "method", "agent", "step", "position", "category", "p (95% CI)", "p after", "forks"):
-        table.add_column(column)
-    for r in results:
-        table.add_row(
-            r.episode,
-            r.method,
-            r.agent or "-",
-            "-" if r.step is None else f"{r.step}/{r.steps}" + ("" if r.decided else " (undecided)"),
-            "-" if r.position is None else str(r.position),
-            " ".join(x for x in (r.category, r.fault) if x) or "-",
-            "-" if r.p is None else f"{r.p:.2f} [{r.low:.2f}, {r.high:.2f}]",
-            "-" if r.p_after is None else f"{r.p_after:.2f} [{r.low_after:.2f}, {r.high_after:.2f}]",
-            str(r.forks),
-        )
-    console.print(table)
+    console = table_console()
+    console.print(attribution_table(results, scratch))
     console.print(
         f"decided {summary['decided']}/{summary['episodes']}, flip rate {summary['flip_rate']:.0%}, "
         f"{summary['forks']} forks, {summary['model_calls']} model calls, {summary['seconds']:.1f}s",
         soft_wrap=True,
     )
     return 0
+
+
+def attribution_table(results: list[Attribution], scratch: Path | str) -> Table:
+    """One row per episode that reads at 80 columns: ids whole, the rest wrapped at word boundaries."""
+    table = Table(title=f"attribution of {len(results)} failed episodes (forks in {scratch})", show_lines=True)
+    table.add_column("episode", no_wrap=True, min_width=max((len(r.episode) for r in results), default=7))
+    table.add_column("decisive step, and the forks that show it", ratio=1, overflow="fold")
+    table.add_column("what went wrong", ratio=1, overflow="fold")
+    for r in results:
+        table.add_row(r.episode, f"{_decisive(r)}\n{_evidence(r)}", _wrong(r))
+    return table
+
+
+def _decisive(r: Attribution) -> str:
+    if r.agent is None or r.step is None:
+        return "none found"
+    where = f"{r.agent}, step {r.step} of {r.steps}, at position {r.position}"
+    return where if r.decided else f"{where} (undecided)"
+
+
+def _evidence(r: Attribution) -> str:
+    """The method, and the forks behind the answer: an interval only where more than one fork gave it."""
+    lines = []
+    after = _probe(r, (r.step or 0) + 1) if r.p_after is not None else None
+    for label, probe in ((f"{r.method}: ", _probe(r, r.step)), ("the step after: ", after)):
+        if probe is not None:
+            lines.append(label + _rate(probe))
+    return "\n".join(lines) or f"{r.method}: {r.forks} forks"
+
+
+def _probe(r: Attribution, step: int | None) -> Probe | None:
+    if step is None:
+        return None
+    return next((p for p in r.evidence if p.step == step and p.change != "replay"), None)
+
+
+def _rate(probe: Probe) -> str:
+    if probe.samples == 1:
+        return f"its fork {'succeeded' if probe.successes else 'failed'}"
+    return f"p {probe.p:.2f} [{probe.low:.2f}, {probe.high:.2f}], {probe.successes} of {probe.samples} forks"
+
+
+def _wrong(r: Attribution) -> str:
+    if not r.decided and r.agent is None:
+        return r.search
+    lines = []
+    if r.fault:
+        lines.append(f"the fault {r.fault} on its output; undone, the episode succeeds")
+    if r.wrong is not None:
+        lines.append(f"did: {_action_text(r.wrong)}")
+    if r.right is not None:
+        lines.append(f"should: {_action_text(r.right)}")
+    if r.category:
+        lines.append(f"category: {r.category}")
+    return "\n".join(lines) or "-"
+
+
+def _action_text(action: dict[str, Any]) -> str:
+    """An action as a person reads it: a call with its arguments, a reply or a note with its text."""
+    name = str(action.get("name", "?"))
+    if "arguments" in action:
+        detail = json.dumps(action["arguments"], ensure_ascii=False, separators=(", ", ": "))
+    elif "text" in action:
+        detail = repr(str(action["text"]))
+    elif "output" in action:
+        detail = json.dumps(action["output"], ensure_ascii=False)
+    else:
+        return name
+    return f"{name} {clip(detail, 120)}"
 
 
 def attribution_summary(results: list[Attribution]) -> dict[str, Any]:

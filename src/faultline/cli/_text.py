@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
@@ -11,7 +12,8 @@ PIPE_WIDTH = 200
 
 
 def table_console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
+    """A console as wide as the terminal, or `$COLUMNS`; piped without `$COLUMNS`, PIPE_WIDTH wide."""
+    return Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPE_WIDTH, highlight=False)
 
 
 def clip(text: str, width: int) -> str:

@@ -40,7 +40,17 @@ import anyio
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.core import AssistantTurn, FaultApplied, LlmResponse, LlmToolCall, ModelBackend, Recording, ToolCall
+from faultline.core import (
+    AssistantTurn,
+    FaultApplied,
+    Finished,
+    LlmResponse,
+    LlmToolCall,
+    ModelBackend,
+    Note,
+    Recording,
+    ToolCall,
+)
 from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE, Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay._fork import Answer, Change, ForkResult, Keep, UndoFault, fork_episode, forks_path
@@ -113,7 +123,9 @@ class Probe(msgspec.Struct, frozen=True, kw_only=True):
 class Attribution(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="episode"):
     """The answer for one failed episode, with the forks that back it.
 
-    `step`/`position` name the decisive step (None: none found); `decided` is False when
+    `step`/`position` name the decisive step (None: none found): `position` is where its forks
+    changed the history, the journal position of the input the step handled (or of the fault event
+    undone), as the fork ids (`-f<position>-`) and the viewer give it; `decided` is False when
     the evidence does not single it out (overlapping intervals, or no change rescued the
     episode). `p`/`low`/`high` are the success rate, with its 95% Wilson interval, of the
     changes at the decisive step; `p_after`/`low_after`/`high_after` the same one step later.
@@ -202,21 +214,23 @@ def steps(rows: list[JournalRow], lookup: AgentLookup) -> list[Step]:
                 continue
             if step is None:
                 step = Step(index=0, agent=row.sender, input_pos=source.pos, input_id=source.id,
-                            position=row.pos, action={"name": "(nothing)"})  # fmt: skip
+                            position=row.pos, action={"name": NOTHING})  # fmt: skip
             found[key] = msgspec.structs.replace(step, model_call=rec.index)
         elif row.recipient or row.topic:
             if step is None:
                 found[key] = Step(index=0, agent=row.sender, input_pos=source.pos, input_id=source.id,
                                   position=row.pos, action=_action(row))  # fmt: skip
-            elif step.action.get("name") in _SECONDARY and row.kind not in _SECONDARY:
+            elif step.action.get("name") == NOTHING or (
+                step.action.get("name") in _SECONDARY and row.kind not in _SECONDARY
+            ):
                 found[key] = msgspec.structs.replace(step, action=_action(row))
     ordered = sorted(found.values(), key=lambda s: s.position)
     return [msgspec.structs.replace(s, index=i) for i, s in enumerate(ordered, start=1)]
 
 
-_SECONDARY: Final = frozenset(
-    {"(nothing)", "tally", "note", "notice", "context_request", "timer", "conversation_ended"}
-)
+NOTHING = "(nothing)"
+"""The action of a step that made a model call and sent nothing (yet, in journal order)."""
+_SECONDARY: Final = frozenset({NOTHING, "tally", "note", "notice", "context_request", "timer", "conversation_ended"})
 """Outputs that do not say what a step did when it also sent something else (a tally beside a reply)."""
 
 
@@ -226,6 +240,10 @@ def _action(row: JournalRow) -> dict[str, Any]:
         return {"name": body.name, "arguments": body.arguments}
     if isinstance(body, AssistantTurn):
         return {"name": "reply", "text": body.text, "done": body.done}
+    if isinstance(body, Note):
+        return {"name": "note", "text": body.text, "to": row.recipient or f"#{row.topic}"}
+    if isinstance(body, Finished):
+        return {"name": "finish", "output": body.output}
     return {"name": row.kind}
 
 
@@ -514,7 +532,7 @@ def _at_step(
         blank,
         agent=step.agent,
         step=step.index,
-        position=step.position,
+        position=step.input_pos,
         p=probe.p,
         low=probe.low,
         high=probe.high,
@@ -551,7 +569,7 @@ async def _fault_repair(forks: _Forks, made: list[Step]) -> Attribution | None:
                 _blank(FAULT_REPAIR, f"undid {len(probes)} of {len(faults)} fault events in journal order"),
                 agent=sender,
                 step=probe.step,
-                position=step.position if step else row.pos,
+                position=row.pos,
                 decided=True,
                 fault=applied.fault,
                 p=probe.p,
