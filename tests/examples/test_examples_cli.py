@@ -98,6 +98,10 @@ def test_the_attribution_table_reads_at_80_columns(
     assert f"{example.agent}," in out and "succeeded" in out  # the step, and its one fork: no interval
     assert "[0." not in out
     assert "did:" in out  # what the agent did
+    assert main(["journal", "episodes", "runs/journal.sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 80
+    assert f"{example.agent} at" in out and "attributed from the forks in journal.forks.sqlite" in out
 
 
 def test_a_campaign_reports_each_fault_against_the_baseline(

@@ -175,8 +175,8 @@ def test_episodes_table_and_json(journal_file: Path, capsys: Capsys) -> None:
     assert code == 0
     lines = [line for line in out.splitlines() if "ep-" in line]
     assert len(lines) == 2
-    assert "success" in lines[0] and "retail/t7" in lines[0] and "failure" in lines[1]
-    assert "2 episodes" in out
+    assert "success" in lines[0] and "t7 #2" in lines[0] and "failure" in lines[1]
+    assert "2 episodes of retail" in out
     code, out, _ = run(capsys, "episodes", str(journal_file), "--json")
     episodes, summary = jsonl.read(out)
     assert summary == {"type": "summary", "episodes": 2, "outcomes": {"success": 1, "failure": 1}}

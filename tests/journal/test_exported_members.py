@@ -24,6 +24,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "Step",
             "VerifyReport",
             "ViewStats",
+            "attributed_steps",
             "describe_body",
             "diff_episodes",
             "export_jsonl",

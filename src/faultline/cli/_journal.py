@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -19,18 +20,20 @@ from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_journal_health, add_journal_serve, otel_headers
-from faultline.cli._text import table_console
+from faultline.cli._text import Column, fitted_table, table_console
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
     EpisodeSummary,
     JournalReader,
     JournalRow,
+    attributed_steps,
     describe_body,
     export_jsonl,
     export_row,
     import_jsonl,
     verify,
 )
+from faultline.replay import forks_path
 
 TAIL_ROWS = 20
 """Rows `tail` prints when -n is not given."""
@@ -352,40 +355,54 @@ def _episodes(args: argparse.Namespace) -> int:
             outcomes[episode.outcome or "incomplete"] = outcomes.get(episode.outcome or "incomplete", 0) + 1
         _jsonl.summary({"episodes": len(episodes), "outcomes": outcomes})
         return 0
-    table = Table(header_style="bold")
-    for name, justify in [
-        ("episode", "left"),
-        ("domain/task", "left"),
-        ("trial", "right"),
-        ("outcome", "left"),
-        ("reward", "right"),
-        ("turns", "right"),
-        ("msgs", "right"),
-        ("tools", "right"),
-        ("faults", "right"),
-        ("defenses", "right"),
-        ("seconds", "right"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    blamed = attributed_steps(args.file, forks_path(args.file))
+    columns = [
+        Column("episode", max((len(e.episode) for e in episodes), default=7)),
+        Column("task", 10, drop=3, wrap=True),
+        Column("outcome", 11),
+        Column("cause", 16, wrap=True),
+        Column("turns", 5, drop=4, justify="right"),
+        Column("tokens", 6, drop=5, justify="right"),
+        Column("s", 5, drop=2, justify="right"),
+        *([Column("attributed to", 14, drop=1, wrap=True)] if blamed else []),
+    ]
+    rows: list[list[RenderableType]] = []
     for e in episodes:
         outcome = Text(e.outcome or "incomplete", style={"success": "green", None: "yellow"}.get(e.outcome, "red"))
-        table.add_row(
-            e.episode,
-            f"{e.domain or '-'}/{e.task or '-'}",
-            str(e.trial),
-            outcome,
-            "-" if e.reward is None else f"{e.reward:g}",
-            str(e.turns),
-            str(e.messages),
-            str(e.tool_calls),
-            str(e.faults),
-            str(e.defenses),
-            f"{e.duration_s:.2f}",
+        if e.reward is not None and 0 < e.reward < 1:
+            outcome.append(f" {e.reward:.2g}")
+        agent, pos = blamed.get(e.episode, ("", 0))
+        rows.append(
+            [
+                e.episode,
+                _task(e),
+                outcome,
+                e.cause or "",
+                str(e.turns),
+                str(e.tokens),
+                f"{e.duration_s:.2f}",
+                f"{agent} at {pos}" if agent else "",
+            ]
         )
     console = table_console()
-    console.print(table)
-    console.print(Text(f"{len(episodes)} episodes", style="dim"))
+    caption = _episodes_caption(episodes, blamed, args.file)
+    console.print(
+        fitted_table(columns, rows, console.width, caption=caption, caption_justify="left", header_style="bold")
+    )
     return 0
+
+
+def _task(e: EpisodeSummary) -> str:
+    """The task, with its trial when there are several, and the domain when it is not the run's only one."""
+    return f"{e.task or '-'}" + (f" #{e.trial}" if e.trial else "") + (" (fork)" if e.forked_from else "")
+
+
+def _episodes_caption(episodes: list[EpisodeSummary], blamed: dict[str, tuple[str, int]], journal: Path) -> str:
+    domains = sorted({e.domain for e in episodes if e.domain})
+    counts = f"{len(episodes)} episodes" + (f" of {', '.join(domains)}" if domains else "")
+    if blamed:
+        return f"{counts}; attributed from the forks in {forks_path(journal).name} (faultline attribute)"
+    return counts
 
 
 def _episode_json(episode: EpisodeSummary) -> dict[str, Any]:

@@ -12,10 +12,11 @@ from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, 
 from faultline.journal._rows import GENESIS, Incoming, JournalRow
 from faultline.journal._schema import SCHEMA_VERSION, JournalSettings, is_sqlite_file
 from faultline.journal._verify import VerifyReport, verify
-from faultline.journal._view import ViewStats, write_view
+from faultline.journal._view import ViewStats, attributed_steps, write_view
 from faultline.journal._writer import Journal
 
 __all__ = [
+    "attributed_steps",
     "DESCRIBE_WIDTH",
     "GENESIS",
     "SCHEMA_VERSION",

@@ -215,6 +215,22 @@ def _attribution(original: list[JournalRow], forks: list[tuple[str, list[Journal
     return {"pos": at, "agent": target.recipient, "fork": fork_id, "repairs": repairs, "input": target.id}
 
 
+def attributed_steps(journal: str | Path, forks: str | Path) -> dict[str, tuple[str, int]]:
+    """For each episode of `journal` that the repair forks in `forks` rescued: the agent and the journal position
+    of its decisive step, as the viewer marks it and `faultline attribute` names it."""
+    if not Path(forks).exists():
+        return {}
+    with JournalReader(forks) as reader:
+        sources = {s.forked_from for s in reader.episodes() if s.forked_from}
+    with JournalReader(journal) as reader:
+        originals = {episode: rows for episode, rows in reader.by_episode(sorted(sources)) if rows}
+    by_original: dict[str, list[tuple[str, list[JournalRow]]]] = {}
+    for fork_id, original_id, rows in _repair_forks(Path(forks), originals):
+        by_original.setdefault(original_id, []).append((fork_id, rows))
+    found = {episode: _attribution(rows, by_original.get(episode, [])) for episode, rows in originals.items()}
+    return {episode: (a["agent"], a["pos"]) for episode, a in found.items() if "pos" in a}
+
+
 def _mark_attribution(chunk: _Chunk, rows: Sequence[JournalRow], attribution: dict[str, Any]) -> None:
     """Flag the repaired input and the agent's outputs made while handling it."""
     for i, row in enumerate(rows):
