@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -162,9 +163,7 @@ def faultline(*args: str, cwd: Path, **popen: Any) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "faultline.cli", *args],
         cwd=cwd,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        **popen,
+        **{"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, **popen},
     )
 
 
@@ -386,7 +385,8 @@ async def test_a_stop_signal_ends_run_cleanly_with_a_journal_that_verifies(tmp_p
         rf"faultline: stopped by {signal.Signals(signum).name}: (\d+) of 3250 episodes completed, (\d+) were running,"
         r" (\d+) never started \(pass\^k counts the completed\);"
         rf" nats-server, the journal service and the workers are stopped, and {re.escape(str(journal))} holds all"
-        " they published",
+        r" they published; to run the other \d+ into the same journal: faultline run --tasks 1000 --trials 50"
+        rf" --journal {re.escape(str(journal))} --run-id r[0-9a-f]{{6}} --resume",
         last,
     )
     assert stopped, last
@@ -395,6 +395,36 @@ async def test_a_stop_signal_ends_run_cleanly_with_a_journal_that_verifies(tmp_p
     assert list(temp.iterdir()) == [], "the embedded server's store is removed"
     assert completed_in(journal) >= int(stopped.group(1)) >= 3
     assert verify(journal).ok
+
+
+async def test_the_rest_of_an_interrupted_run_runs_with_the_command_its_stop_line_prints(tmp_path: Path) -> None:
+    """Completed episodes count as they ended; those that started and never completed run again under new ids;
+    pass^k is over every planned episode, as for an uninterrupted run."""
+    journal = tmp_path / "j.sqlite"
+    argv = ("run", "--tasks", "12", "--trials", "2", "--concurrency", "2", "--journal", str(journal))
+    process = faultline(*argv, cwd=tmp_path)
+    try:
+        await until_completed(journal, 3, process)
+        process.send_signal(signal.SIGTERM)
+    finally:
+        err = await finish(process)
+    command = err.splitlines()[-1].rpartition("into the same journal: ")[2]
+    words = shlex.split(command)
+    assert words[0] == "faultline" and words[-1] == "--resume", command
+    before = completed_in(journal)
+    resumed = faultline(*words[1:], "--json", cwd=tmp_path, stdout=subprocess.PIPE)
+    out, err = await anyio.to_thread.run_sync(lambda: resumed.communicate(timeout=120))
+    assert resumed.returncode == 0, err.decode()[-2000:]
+    summary = json.loads(out.decode().splitlines()[-1])
+    assert summary["episodes"] == 24 and summary["not_run"] == 0
+    with JournalReader(journal) as reader:
+        episodes = [e for e in reader.episodes() if e.outcome]
+    assert len(episodes) == completed_in(journal) >= 24 > before
+    run_id = words[words.index("--run-id") + 1]
+    planned = {f"{run_id}-{task}-t{trial}" for task in {e.task for e in episodes} for trial in (0, 1)}
+    again = [e.episode for e in episodes if e.episode not in planned]
+    assert all(e.startswith(f"{run_id}-r1-") for e in again)  # a restarted episode has an id of its own
+    assert len({(e.task, e.trial) for e in episodes}) == 24
 
 
 async def test_a_sigkilled_run_leaves_no_process_behind_and_a_journal_that_verifies(tmp_path: Path) -> None:

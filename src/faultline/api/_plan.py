@@ -7,6 +7,7 @@ episode that runs past its time limit is completed by the runner as `timeout`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -136,6 +137,35 @@ def plan_records(plan: RunPlan, records: Sequence[InputRecord]) -> list[PlannedE
         for trial in range(plan.trials)
         for record in chosen
     ]
+
+
+def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
+    """`result`'s plan for run `run_id`, resumed from what `journal` holds of it: its completed episodes count as
+    they ended, and each one that started but never completed runs again under a new id (that of run
+    `<run_id>-r<k>`), so no message of the interrupted attempt is taken for one of the new."""
+    from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
+
+    with JournalReader(journal) as reader:
+        held = {e.episode: e for e in reader.episodes() if e.episode.startswith(f"{run_id}-")}
+    planned: list[PlannedEpisode] = []
+    completed: dict[str, EpisodeCompleted] = {}
+    for p in result.planned:
+        retries = (episode_id(f"{run_id}-r{k}", p.task, p.trial) for k in range(1, len(held) + 2))
+        attempts = [p.episode, *retries]
+        done = next((held[a] for a in attempts if a in held and held[a].outcome), None)
+        if done is not None:
+            planned.append(dataclasses.replace(p, episode=done.episode))
+            completed[done.episode] = EpisodeCompleted(
+                outcome=done.outcome,  # type: ignore[arg-type]
+                reward=done.reward or 0.0,
+                cause=done.cause,
+                turns=done.turns,
+                tokens=done.tokens,
+            )
+        else:
+            fresh = next(a for a in attempts if a not in held)
+            planned.append(dataclasses.replace(p, episode=fresh))
+    return RunResult(planned, completed)
 
 
 def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
@@ -291,9 +321,10 @@ async def run_plan(
                 if len(result.completed) == len(result.planned):
                     watching.cancel()
 
-            if result.planned:
+            todo = [p for p in result.planned if p.episode not in result.completed]  # a resumed run's rest
+            if todo:
                 tg.start_soon(watch_model_calls)
-            for p in result.planned:
+            for p in todo:
                 tg.start_soon(one, p)
     except* JournalError as refused:
         raise refused.exceptions[0] from None

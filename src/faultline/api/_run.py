@@ -28,6 +28,7 @@ from faultline.api._plan import (
     plan_episodes,
     plan_records,
     repeated,
+    resumed,
     run_plan,
     summarize,
     wait_for_journal,
@@ -122,6 +123,9 @@ class RunSpec:
     memory: str | None = None
     faults: Sequence[str] = ()
     defenses: Sequence[str] = ()
+    resume: bool = False
+    """Run only what run `run_id` left undone in `journal`: its completed episodes count as they ended, the
+    others run (again, under new ids when they had started)."""
     nats: str = ""
     login: Login | None = None
     insecure: bool = False
@@ -288,6 +292,12 @@ def _run_system(
 def _run_planned(
     spec: RunSpec, config: Config, journal: Path, plan: RunPlan, result: RunResult, watcher: RunProgress
 ) -> RunReport:
+    if spec.resume:
+        if not spec.run_id:
+            raise ConfigError("resume needs the id of the run to resume (run_id, --run-id)")
+        if not journal.is_file():
+            raise ConfigError(f"{journal}: no such journal, so run {spec.run_id!r} has nothing to resume")
+        result = resumed(result, journal, spec.run_id)
     rules = [scoped_to_run(parse_fault_spec(text), plan.run_id) for text in spec.faults]
     connect_as = spec.login or Login()
     run_dir = state_dir(journal)

@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import functools
 import math
+import shlex
+import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
@@ -191,6 +193,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="tool-agent steps (model calls) before an episode fails (default: the domain's budget, 60 for the built-ins)",
     )
     p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --run-id and the arguments of a run that was cut short: run what it left undone into the same"
+        " journal (its completed episodes count as they ended); the stop line of such a run prints this command",
+    )
     p.add_argument(
         "--helpers",
         default=None,
@@ -460,6 +468,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         max_turns=args.max_turns or 0,
         max_steps=args.max_steps or 0,
         run_id=args.run_id,
+        resume=args.resume,
         helpers=_roster(args.helpers) if args.helpers is not None else None,
         memory=args.memory,
         faults=args.fault,
@@ -575,14 +584,31 @@ def _stopped(report: RunReport, url: str) -> str:
         f"faultline: stopped by {report.signal_name}: {len(episodes.completed)} of {len(episodes.planned)} episodes"
         f" completed, {len(episodes.running)} were running, {never} never started (pass^k counts the completed)"
     )
+    rest = len(episodes.planned) - len(episodes.completed)
+    resume = f"; to run the other {rest} into the same journal: {resume_command(report)}" if rest else ""
     if url:
-        return f"{done}; the system at {url} goes on with those"
+        return f"{done}; the system at {url} goes on with those{resume}"
     if report.journal_problem:
         return f"{done}; every process is stopped, but the journal did not catch up: {report.journal_problem}"
     return (
         f"{done}; nats-server, the journal service and the workers are stopped, and {report.journal} holds all"
-        " they published"
+        f" they published{resume}"
     )
+
+
+def resume_command(report: RunReport, argv: Sequence[str] | None = None) -> str:
+    """The command line that runs what `report`'s run left undone: its own, with its run id and --resume."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--run-id":
+            skip = True
+        elif not word.startswith("--run-id=") and word != "--resume":
+            kept.append(word)
+    return shlex.join(["faultline", *kept, "--run-id", report.run_id, "--resume"])
 
 
 def _causes(errors: dict[str, int]) -> str:
