@@ -149,11 +149,15 @@ async def test_a_long_running_system_serves_runs_and_live_faults(
         (summary,) = lines(capsys)
         assert summary["outcomes"] == example.outcomes
         assert await in_thread("inject", "storm", "--from", example.agent, "--json") == 0
-        assert await in_thread("run", "--nats", url, "--json", "--episode-timeout", "30") == 0
+        assert await in_thread("run", "--json", "--episode-timeout", "30") == 0  # finds the up running here
         _, _, summary = lines(capsys)
         assert summary["outcomes"] == example.outcomes  # duplicates are ignored by these agents
+        assert await in_thread("faults", "clear") == 0
+        capsys.readouterr()
+        assert await in_thread("campaign", "--out", "runs/c", "--tasks", "1", "--faults", "storm") == 0
+        assert f"the cells run on the `faultline up` running here (pid {up.pid}" in capsys.readouterr().err
     finally:
         up.send_signal(signal.SIGINT)
         assert "journal caught up" in await finish(up)
     assert main(["replay", "runs/journal.sqlite"]) == 0
-    assert "identical: 8 episodes" in capsys.readouterr().out
+    assert "identical: 10 episodes" in capsys.readouterr().out

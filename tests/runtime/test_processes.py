@@ -308,13 +308,13 @@ async def test_a_second_up_names_the_process_that_holds_the_system(tmp_path: Pat
 
 
 async def test_a_run_in_the_folder_of_a_running_up_names_its_url(tmp_path: Path) -> None:
-    """`run` cannot start a second system on the same state folder; the one running there is named, with how
-    to run on it instead."""
+    """`run` runs on the `up` running in its folder; asked for a system of its own there (--defense sets up its
+    workers), it cannot start one on the same state folder, and names the running one, with how to use it."""
     config = write_up_config(tmp_path)
     first = faultline("up", "--config", str(config), cwd=tmp_path)
     try:
         up = await wait_until_up(tmp_path, first)
-        run = faultline("run", "--config", str(config), "--tasks", "1", cwd=tmp_path)
+        run = faultline("run", "--config", str(config), "--tasks", "1", "--defense", "dedup", cwd=tmp_path)
         run_err = await finish(run)
         first.send_signal(signal.SIGTERM)
     finally:

@@ -23,6 +23,7 @@ from rich.table import Table
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
 from faultline.api import episode_id
 from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, selectable_ids, whole_number
+from faultline.cli._system import running_up
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
 from faultline.report import (
@@ -162,7 +163,19 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
 
 
 def _journal(args: argparse.Namespace) -> str:
-    """The running system's journal with --nats (required there), else "" (a journal per cell)."""
+    """The running system's journal with --nats (required there), else "" (a journal per cell).
+
+    Without --nats and --defenses, the `faultline up` running in this folder is the system, as for `inject`.
+    """
+    up = {} if args.nats or args.defenses or args.journal else running_up()
+    if up.get("journal"):
+        args.nats, args.journal = up["url"], Path(up["journal"])
+        Console(stderr=True).print(
+            f"note: the cells run on the `faultline up` running here (pid {up['pid']}, {up['url']}), journal"
+            f" {up['journal']}; pass --defenses none for a system of their own per cell",
+            soft_wrap=True,
+            highlight=False,
+        )
     if not args.nats:
         if args.journal or args.creds or args.tls_ca:
             raise UsageError(

@@ -46,6 +46,7 @@ from faultline.cli._system import (
     add_insecure_flag,
     add_plugin_flag,
     login,
+    running_up,
     running_url,
     warn_insecure,
     with_plugin_path,
@@ -450,6 +451,18 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         except ConfigError as exc:
             raise UsageError(f"--{exc}") from None  # the flag is the API's `memory`
     config = effective_config(args)
+    if not (args.nats or config.nats.url or args.defense or args.insecure or args.tls):
+        up = running_up()
+        if up:  # as `inject` and `status` do: the system running here
+            args.nats = up["url"]
+            if args.journal is None and up.get("journal"):
+                args.journal = Path(up["journal"])
+            Console(stderr=True).print(
+                f"note: runs on the `faultline up` running here (pid {up['pid']}, {up['url']}); its journal"
+                f" is {up.get('journal', 'its own')}",
+                soft_wrap=True,
+                highlight=False,
+            )
     ids, source = selectable_ids(args, config)
     spec = RunSpec(
         domain=args.domain,

@@ -269,10 +269,18 @@ def _url(args: argparse.Namespace, config: Config, *, state: bool = False) -> st
 
 def running_url() -> str:
     """The URL of the `faultline up` running in this folder, "" when none wrote its state here."""
+    return running_up().get("url", "")
+
+
+def running_up() -> dict[str, str]:
+    """What the `faultline up` running in this folder wrote of itself (url, journal, credentials, pid), or {} when
+    none runs here (no state file, or its process is gone)."""
     try:
-        return str(json.loads(STATE_FILE.read_text()).get("url", ""))
-    except (OSError, ValueError):
-        return ""
+        state = json.loads(STATE_FILE.read_text())
+        os.kill(int(state["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {key: str(value) for key, value in state.items()}
 
 
 def login(args: argparse.Namespace, config: Config, url: str = "") -> Login:
@@ -366,6 +374,7 @@ def _up(args: argparse.Namespace) -> int:
     async def serve(supervisor: Supervisor) -> None:
         state = {"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid(), "credentials": operator}
         state["tls_ca"] = ca
+        state["journal"] = str(journal.resolve())
         write_atomically(STATE_FILE, json.dumps(state).encode())  # tests and scripts wait for this file
         try:
             console.print(_process_table(supervisor.status(), supervisor.url, journal))
