@@ -117,6 +117,14 @@ def test_a_campaign_reports_each_fault_against_the_baseline(
     assert set(rows) == {"storm", example.campaign}
     assert rows["storm"]["rs"] == 1.0
     assert rows[example.campaign]["rs"] < 1.0
+    if example is RESEARCH:  # its agents ignore a duplicate: the storm touched nothing they acted on
+        assert rows["storm"]["no_effect"] == rows["storm"]["injected"] == 2
+    assert rows[example.campaign]["no_effect"] < rows[example.campaign]["injected"]
+    assert main(["report", "runs/campaign", "--html", "runs/report.html"]) == 0
+    assert "what the columns mean" in Path("runs/report.html").read_text()
+    assert main(["report", "runs/campaign"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no effect" in text and "RS_f: of the units the fault-free baseline solved" in text
 
 
 def test_a_fault_that_cannot_apply_to_the_system_is_refused_in_one_line_before_anything_starts(

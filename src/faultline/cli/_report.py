@@ -18,7 +18,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.cli._plots import png
-from faultline.report import DETECTORS, TIERS, CampaignReport, FaultRow, TierRow, campaign_report
+from faultline.report import DEFINITIONS, DETECTORS, TIERS, CampaignReport, FaultRow, TierRow, campaign_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,7 +66,7 @@ Grid = list[list[str]]
 
 
 def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
-    head = ["fault", "defense", "RS_f", "O_f", "L_f", "S_f"]
+    head = ["fault", "defense", "RS_f", "O_f", "L_f", "S_f", "no effect"]
     rows = [
         [
             r.fault,
@@ -75,6 +75,8 @@ def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
             _share(r.o, r.triggered, r.injected),
             _share(r.l, r.fixed, r.triggered),
             _share(r.s, r.final_success, r.triggered),
+            f"{r.no_effect}/{r.injected}"
+            + (" (all: nothing to tolerate)" if r.injected and r.no_effect == r.injected else ""),
         ]  # fmt: skip
         for r in report.faults
     ]
@@ -131,7 +133,8 @@ def _tables(report: CampaignReport, name: str) -> list[Table]:
         for row in rows:
             table.add_row(*row)
         tables.append(table)
-    tables[0].caption = _caption(report)
+    definitions = "; ".join(f"{name}: {text}" for name, text in DEFINITIONS.items())
+    tables[0].caption = f"{_caption(report)}\n{definitions}"
     detectors = ", ".join(f"{d.name} ({d.tier}): {d.summary}" for d in DETECTORS.values())
     tables[1].caption = f"detectors: {detectors}"
     return tables
@@ -205,6 +208,7 @@ def _html(report: CampaignReport, name: str) -> str:
     detectors = "".join(
         f"<li><b>{html.escape(d.name)}</b> ({d.tier}): {html.escape(d.summary)}</li>" for d in DETECTORS.values()
     )
+    definitions = "".join(f"<dt>{html.escape(n)}</dt><dd>{html.escape(t)}</dd>" for n, t in DEFINITIONS.items())
     style = (
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1em}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}td.none{background:#eee}"
@@ -212,5 +216,6 @@ def _html(report: CampaignReport, name: str) -> str:
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>faultline report {html.escape(name)}</title>'
         f"<style>{style}</style></head><body><h1>faultline report {html.escape(name)}</h1>"
-        f"<p>{html.escape(_caption(report))}</p>{''.join(parts)}<h2>detectors</h2><ul>{detectors}</ul></body></html>"
+        f"<p>{html.escape(_caption(report))}</p>{''.join(parts)}<h2>what the columns mean</h2><dl>{definitions}</dl>"
+        f"<h2>detectors</h2><ul>{detectors}</ul></body></html>"
     )

@@ -19,6 +19,7 @@ from faultline.report._campaign import (
     write_manifest,
 )
 from faultline.report._metrics import (
+    DEFINITIONS,
     SIM_NOTE,
     BehaviourRow,
     CampaignReport,
@@ -48,6 +49,7 @@ __all__ = [
     "MANIFEST",
     "NO_DEFENSE",
     "ReportSummary",
+    "DEFINITIONS",
     "SIM_NOTE",
     "TIERS",
     "Tier",

@@ -13,10 +13,19 @@ fault-free cell):
 
 Each tier has its own (O, L, S), counting only that tier's behaviours (Figure 4's shape).
 Every ratio carries its counts; a ratio over nothing is None.
+
+A faulted unit whose agents sent and asked their models exactly what they did in the
+baseline's run of the same unit had a fault with no effect: it applied to a message no
+agent acted on (a duplicate a defense dropped, a message its recipient ignores). Such a
+unit is counted apart (`no_effect`): solving it says nothing of tolerating the fault.
+The comparison is exact on a deterministic model (`sim`, `scripted`); with a sampling
+model two runs differ anyway, so few units ever count.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +33,24 @@ from typing import Any
 
 import msgspec
 
-from faultline.core import Envelope
-from faultline.journal import JournalReader
+from faultline.core import RUNNER, Envelope, FaultApplied, Recording, body_digest
+from faultline.faults import OPERATOR
+from faultline.journal import JournalReader, JournalRow
 from faultline.report._behaviours import DETECTORS, TIERS, Behaviour, Tier, detect
 from faultline.report._campaign import BASELINE, NO_DEFENSE, CampaignCell, CampaignManifest, read_manifest
 
 Unit = tuple[str, int]
 """(task, trial)."""
+
+DEFINITIONS = {
+    "RS_f": "of the units the fault-free baseline solved, the share the faulted run solved too (equation 1)",
+    "O_f": "of the faulted units, the share where a fault-tolerant behaviour fired (equation 2)",
+    "L_f": "of those, the share where a behaviour repaired the fault locally",
+    "S_f": "of those, the share that were solved in the end",
+    "no effect": "faulted units whose agents did exactly what they did without the fault: it touched nothing they"
+    " acted on, so the unit says nothing of tolerance",
+}
+"""What each column of the robustness table means, for the terminal and the HTML report."""
 
 EVIDENCE_KINDS = ("fault_applied", "defense_fired", "tool_result", "assistant_turn", "user_turn", "context_reply")
 """The body kinds a detector reads; the report decodes no other row."""
@@ -66,6 +86,8 @@ class FaultRow(_Tolerance, frozen=True, kw_only=True, tag="fault", tag_field="ty
     solved: int
     """N_f,success: units of T_base solved under the fault."""
     rs: float | None
+    no_effect: int = 0
+    """Faulted units whose agents did exactly what they did in the baseline (see the module docstring)."""
 
 
 class TierRow(_Tolerance, frozen=True, kw_only=True, tag="tier", tag_field="type"):
@@ -131,6 +153,8 @@ class CellResult(msgspec.Struct, frozen=True, kw_only=True):
     solved: set[Unit]
     injected: set[Unit]
     behaviours: dict[Unit, list[Behaviour]]
+    traces: dict[Unit, str] = {}
+    """Per unit, a digest of what its agents sent and asked their models (`trace_digest`)."""
 
     @property
     def units(self) -> int:
@@ -142,6 +166,7 @@ def read_cell(journal: Path, run_id: str = "") -> tuple[CellResult, int]:
     solved: set[Unit] = set()
     injected: set[Unit] = set()
     behaviours: dict[Unit, list[Behaviour]] = {}
+    traces: dict[Unit, str] = {}
     with JournalReader(journal, expand_requests=False) as reader:
         prefix = f"{run_id}-" if run_id else ""
         episodes = {e.episode: e for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)}
@@ -150,13 +175,54 @@ def read_cell(journal: Path, run_id: str = "") -> tuple[CellResult, int]:
             if summary is None:
                 continue
             unit = (summary.task, summary.trial)
+            traces[unit] = trace_digest(rows)
             if summary.outcome == "success":
                 solved.add(unit)
             if summary.faults:
                 injected.add(unit)
                 steps: list[tuple[int, Envelope]] = [(r.pos, r.envelope()) for r in rows if r.kind in EVIDENCE_KINDS]
                 behaviours[unit] = detect(steps)
-    return CellResult(solved=solved, injected=injected, behaviours=behaviours), len(episodes)
+    return CellResult(solved=solved, injected=injected, behaviours=behaviours, traces=traces), len(episodes)
+
+
+def trace_digest(rows: list[JournalRow]) -> str:
+    """What an episode's agents did, comparable across runs: each message an agent sent (who, what kind, its body;
+    for a faulted one, what the agent sent, not what the fault delivered) and each model request it made (its
+    digest), in journal order. Ids, times and the runtime's own rows (starts, completions) are left out."""
+    parts = hashlib.sha256()
+    faults = [
+        body for row in rows if row.kind == "fault_applied" and isinstance(body := row.envelope().body, FaultApplied)
+    ]
+    made_by_faults = {str(result.get("id", "")) for f in faults if f.model_call < 0 for result in f.results}
+    for row in rows:
+        if row.kind == "fault_applied":
+            fault = row.envelope().body
+            if isinstance(fault, FaultApplied) and fault.model_call < 0:  # what the agent sent, not the fault
+                parts.update(_sent(fault.original).encode())
+            continue
+        if row.sender in (RUNNER, OPERATOR) or row.kind in _NOT_ACTS or row.id in made_by_faults:
+            continue
+        if row.kind == "recording":
+            recording = row.envelope().body
+            if not (isinstance(recording, Recording) and recording.call == "llm"):
+                continue
+            parts.update(f"{row.sender}|llm|{recording.request_digest}\n".encode())
+        else:
+            parts.update(f"{row.sender}|{row.kind}|{row.recipient}|{row.topic}|{row.body_digest}\n".encode())
+    return parts.hexdigest()
+
+
+def _sent(original: dict[str, Any]) -> str:
+    """A faulted message as its sender sent it, in a trace's terms (the whole record when it is not an envelope)."""
+    try:
+        sent = msgspec.convert(original, Envelope)
+    except msgspec.ValidationError:
+        return json.dumps(original, sort_keys=True, default=str) + "\n"
+    return f"{sent.sender}|{sent.kind}|{sent.recipient}|{sent.topic}|{body_digest(sent.body)}\n"
+
+
+_NOT_ACTS = frozenset({"fault_skipped", "defense_fired", "episode_completed", "no_output"})
+"""Rows that record the runtime's doing, not an agent's."""
 
 
 def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
@@ -182,6 +248,7 @@ def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
 
 def fault_row(cell: CampaignCell, result: CellResult, base: CellResult) -> FaultRow:
     solved = len(result.solved & base.solved)
+    unchanged = {u for u in result.injected if u in base.traces and result.traces.get(u) == base.traces[u]}
     return FaultRow(
         fault=cell.fault,
         defense=cell.defense,
@@ -189,6 +256,7 @@ def fault_row(cell: CampaignCell, result: CellResult, base: CellResult) -> Fault
         base_solved=len(base.solved),
         solved=solved,
         rs=ratio(solved, len(base.solved)),
+        no_effect=len(unchanged),
         **_tolerance(result, None),
     )
 
