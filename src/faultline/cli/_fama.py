@@ -22,7 +22,7 @@ from faultline._errors import UsageError
 from faultline.cli import _fama_loop, _jsonl
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, category_counts
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
-from faultline.cli._plots import png
+from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import _common, _prefix, _url, login
 from faultline.runtime import Config, load_config, make_backend
@@ -163,6 +163,7 @@ def plot_categories(path: Path, series: dict[str, dict[str, int]], title: str) -
         axes.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(CATEGORIES))])
         axes.set_xticklabels([f"{SHORT[c.id]}\n{c.title}" for c in CATEGORIES], fontsize=7)
         axes.set_ylabel("failures (main error)")
+        count_axis(axes, max((n for counts in series.values() for n in counts.values()), default=0))
         axes.set_title(title)
         if len(series) > 1:
             axes.legend()

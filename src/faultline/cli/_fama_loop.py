@@ -25,7 +25,7 @@ from rich.table import Table
 from faultline._errors import RunError, UsageError
 from faultline.cli import _jsonl
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, category_counts
-from faultline.cli._plots import png
+from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model, whole_number
 from faultline.core import parse_roster
 from faultline.journal import JournalReader
@@ -229,6 +229,9 @@ def _plot(path: Path, rounds: list[Round]) -> None:
             left.plot(
                 ks, [r.pass_k[k] for k in ks], marker="o", label=f"round {r.round}: {','.join(r.roster) or 'none'}"
             )
+        most_k = max((max(r.pass_k, default=1) for r in rounds), default=1)
+        left.set_xticks(range(1, most_k + 1))  # k is a whole number, one trial or many
+        left.set_xlim(0.5, most_k + 0.5)
         left.set_xlabel("k")
         left.set_ylabel("pass^k")
         left.set_ylim(0, 1.05)
@@ -240,4 +243,5 @@ def _plot(path: Path, rounds: list[Round]) -> None:
         right.set_xticks([j + width * (len(rounds) - 1) / 2 for j in range(len(CATEGORIES))])
         right.set_xticklabels([SHORT[c.id] for c in CATEGORIES])
         right.set_ylabel("failures (main error)")
+        count_axis(right, max((n for r in rounds for n in r.categories.values()), default=0))
         right.legend(fontsize=7)

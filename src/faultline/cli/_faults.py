@@ -101,7 +101,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 def _connect(args: argparse.Namespace, body: Callable[[Bus], Awaitable[T]]) -> T:
     config = _config(args)
-    url = _url(args, config, state=True)
+    url = _url(args, config)
     prefix = args.prefix or config.nats.prefix
     if not args.prefix and not args.nats and STATE_FILE.exists():
         prefix = json.loads(STATE_FILE.read_text()).get("prefix", prefix)

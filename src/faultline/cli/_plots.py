@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from faultline._errors import UsageError
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 
@@ -31,3 +32,13 @@ def png(path: str | Path, *, width: float = 8.0, height: float = 4.5) -> Iterato
     figure = Figure(figsize=(width, height), layout="constrained")
     yield figure
     figure.savefig(target, dpi=120)
+
+
+def count_axis(axes: Axes, most: float) -> None:
+    """A y axis of counts: from zero, whole numbers only, and a visible range when every count is zero."""
+    from matplotlib.ticker import MaxNLocator
+
+    axes.set_ylim(0, max(most, 1) * 1.1)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if not most:
+        axes.text(0.5, 0.5, "none", transform=axes.transAxes, ha="center", va="center", color="gray")

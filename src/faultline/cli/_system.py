@@ -60,9 +60,15 @@ HEALTH_TIMEOUT_S = 3.0
 T = TypeVar("T")
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, *, starts_nats: bool = False) -> None:
+    """The flags of every command that talks to a system: where its NATS is, how to connect, its config."""
+    nats_help = (
+        "use this NATS server instead of starting one (default: nats.url)"
+        if starts_nats
+        else "the running system's NATS server (default: nats.url, else the `faultline up` running here)"
+    )
     parser.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
-    parser.add_argument("--nats", default="", metavar="URL", help="use this NATS server instead of an embedded one")
+    parser.add_argument("--nats", default="", metavar="URL", help=nats_help)
     parser.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
     parser.add_argument(
         "--creds",
@@ -107,7 +113,7 @@ def warn_insecure(console: Console, port_or_url: str) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("up", help="start nats-server, the journal service and the workers; Ctrl-C stops")
-    _common(p)
+    _common(p, starts_nats=True)
     p.add_argument("--journal", type=Path, help="journal file (default from config)")
     add_insecure_flag(p)
     add_defense_flag(p)
@@ -224,7 +230,7 @@ def add_journal_health(commands: argparse._SubParsersAction) -> None:  # type: i
 
 def _journal_health(args: argparse.Namespace) -> int:
     config = _config(args)
-    url = _url(args, config, state=True)
+    url = _url(args, config)
 
     async def ask() -> JournalState:
         bus = await Bus.connect(url, prefix=_prefix(args, config), login=login(args, config, url))
@@ -259,11 +265,13 @@ def _config(args: argparse.Namespace) -> Config:
     return load_config(args.config)
 
 
-def _url(args: argparse.Namespace, config: Config, *, state: bool = False) -> str:
-    url = args.nats or config.nats.url or (running_url() if state else "")
+def _url(args: argparse.Namespace, config: Config) -> str:
+    """The running system's NATS: --nats, else `[nats] url`, else the `faultline up` running in this folder."""
+    url = args.nats or config.nats.url or running_url()
     if not url:
-        where = " (no `faultline up` is running here)" if state else ""
-        raise UsageError(f"no NATS server given: pass --nats URL or set nats.url in faultline.toml{where}")
+        raise UsageError(
+            "no NATS server given: pass --nats URL or set nats.url in faultline.toml (no `faultline up` is running here)"
+        )
     return url
 
 
@@ -447,7 +455,7 @@ async def gather_status(
 
 def _status(args: argparse.Namespace) -> int:
     config = _config(args)
-    url = _url(args, config, state=True)
+    url = _url(args, config)
     replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, login(args, config, url))
     rosters = anyio.run(_rosters, url, _prefix(args, config), login(args, config, url))
     if args.json:
