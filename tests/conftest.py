@@ -26,3 +26,9 @@ async def bus(nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
         yield connected
     finally:
         await connected.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped output is as wide as the commands make it, whatever `$COLUMNS` the shell that runs the tests exports."""
+    monkeypatch.delenv("COLUMNS", raising=False)

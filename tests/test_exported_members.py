@@ -442,6 +442,7 @@ PUBLIC = {
         "read_cell",
         "read_manifest",
         "write_manifest",
+        "DEFINITIONS",
     },
     "faultline.testing": {
         "HarnessEpisode",

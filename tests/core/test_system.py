@@ -5,10 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from faultline._errors import ConfigError, PluginError
-from faultline.core import Agent, Context, Envelope, Grade, InputRecord, Start, System, load_system, read_inputs
+from faultline.agents import Scorer
+from faultline.core import (
+    Agent,
+    Context,
+    Envelope,
+    Grade,
+    InputRecord,
+    Recorder,
+    Start,
+    System,
+    load_system,
+    read_inputs,
+)
 from faultline.testing import SystemHarness
 
 
@@ -168,3 +181,21 @@ async def test_a_finish_from_an_agent_that_is_not_a_finisher_is_ignored() -> Non
     done = await SystemHarness(path(Guarded)).run({"say": "x"})
     assert done.completed is not None and done.completed.outcome == "success"
     assert [m.sender for m in done.messages if m.kind == "finished"] == ["eager", "solo"]
+
+
+async def test_a_second_start_to_the_scorer_is_ignored() -> None:
+    """A broadcast of the entry's Start also reaches the scorer; it keeps the runner's."""
+    harness = SystemHarness(Echo)
+    done = await harness.run({"say": "hi"})
+    assert done.completed is not None and done.completed.outcome == "success"
+    scorer = Scorer()
+    runner_start = next(m for m in done.messages if m.recipient == "scorer" and m.kind == "start")
+    await scorer.on_message(
+        runner_start,
+        Context(agent="scorer", message=runner_start, recorder=Recorder(services=harness), services=harness),
+    )
+    stray = msgspec.structs.replace(runner_start, sender="solo", body=Start(data={"say": "hi"}))
+    await scorer.on_message(
+        stray, Context(agent="scorer", message=stray, recorder=Recorder(services=harness), services=harness)
+    )
+    assert scorer.start is not None and scorer.start.input.data == {"say": "hi"}

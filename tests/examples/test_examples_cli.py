@@ -117,9 +117,8 @@ def test_a_campaign_reports_each_fault_against_the_baseline(
     assert set(rows) == {"storm", example.campaign}
     assert rows["storm"]["rs"] == 1.0
     assert rows[example.campaign]["rs"] < 1.0
-    if example is RESEARCH:  # its agents ignore a duplicate: the storm touched nothing they acted on
-        assert rows["storm"]["no_effect"] == rows["storm"]["injected"] == 2
-    assert rows[example.campaign]["no_effect"] < rows[example.campaign]["injected"]
+    assert 0 <= rows["storm"]["no_effect"] <= rows["storm"]["injected"] == 2  # which copy a storm makes varies
+    assert rows[example.campaign]["no_effect"] == 0  # this fault changed what the agents did
     assert main(["report", "runs/campaign", "--html", "runs/report.html"]) == 0
     assert "what the columns mean" in Path("runs/report.html").read_text()
     assert main(["report", "runs/campaign"]) == 0

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from faultline.cli import main
-from faultline.core import AssistantTurn, DefenseFired, ToolResult, UserTurn
+from faultline.core import AssistantTurn, DefenseFired, Envelope, FaultApplied, ToolResult, UserTurn
 from faultline.report import CampaignManifest, CampaignSettings, campaign_report, plan_cells, write_manifest
 
 from .journals import Step, episode, faulted, write_journal
@@ -122,3 +122,30 @@ def test_a_campaign_folder_of_other_settings_is_refused_before_anything_runs(
         err == f"faultline: error: {folder} holds a campaign with other settings (tasks, defenses): use another --out\n"
     )
     assert (folder / "manifest.json").read_bytes() == before
+
+
+def test_a_fault_that_changed_nothing_an_agent_acted_on_counts_as_no_effect(tmp_path: Path) -> None:
+    """A storm whose copy nobody answered left every agent doing what it did without the fault: no effect; one
+    whose copy the user answered did change what happened, whether the unit was solved or not."""
+    reply = AssistantTurn(text="Your order A1 is cancelled.")
+    sent = msgspec.to_builtins(Envelope(id="m1", episode="x", sender="tool", recipient="user", body=reply))
+    storm = FaultApplied(rule_id="r1", fault="storm", original=sent, results=[{"id": "m1"}, {"id": "m2"}])
+    ignored: list[Step] = [("tool", "user", reply), ("tool", "user", reply), ("tool", "", storm)]
+    answered: list[Step] = [*ignored, ("user", "tool", UserTurn(text="You said that already."))]
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1", "t2"], trials=1, seed=0, faults=["storm"], defenses=[]
+    )
+    cells = plan_cells(settings.faults, settings.defenses)
+    outcomes = {
+        "baseline": [("t1", [("tool", "user", reply)]), ("t2", [("tool", "user", reply)])],
+        "storm": [("t1", ignored), ("t2", answered)],
+    }
+    for cell in cells:
+        episodes = [episode(f"{cell.name}-{t}", t, steps) for t, steps in outcomes[cell.name]]
+        write_journal(tmp_path / cell.folder / "journal.sqlite", *episodes)
+    write_manifest(
+        tmp_path,
+        CampaignManifest(id="c1", settings=settings, cells=[msgspec.structs.replace(c, done=True) for c in cells]),
+    )
+    (row,) = campaign_report(tmp_path).faults
+    assert (row.injected, row.no_effect, row.rs) == (2, 1, 1.0)

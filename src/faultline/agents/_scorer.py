@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from faultline.core import (
+    RUNNER,
     SCORER,
     Agent,
     Context,
@@ -35,8 +36,9 @@ class ScorerStart(msgspec.Struct, frozen=True, kw_only=True):
 class Scorer(Agent):
     """Takes the first `Finished` of one of the system's finishers, scores it, completes the episode.
 
-    A `Finished` from an agent that is not a finisher is logged and ignored (the episode goes on);
-    a scorer that raises completes the episode as `error`, naming the exception.
+    A `Finished` from an agent that is not a finisher is logged and ignored (the episode goes on), and
+    so is a Start that is not the runner's first (a broadcast or a storm of the entry's Start); a
+    scorer that raises completes the episode as `error`, naming the exception.
     """
 
     name = SCORER
@@ -50,7 +52,7 @@ class Scorer(Agent):
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         body = msg.body
-        if isinstance(body, Start):
+        if isinstance(body, Start) and msg.sender == RUNNER and self.start is None:
             self.start = msgspec.convert(body.data, ScorerStart)
             self.ref = _system(self.start.system)
             self.started_at = await ctx.now()
