@@ -1,15 +1,18 @@
-"""`faultline view`: a journal as one HTML file to open in a browser, offline."""
+"""`faultline view`: a journal as one HTML file to open in a browser, offline, or served live on a local port."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import webbrowser
 from pathlib import Path
+
+import anyio
 
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
-from faultline.journal import JournalReader, write_view
+from faultline.journal import JournalReader, ViewServer, write_view
 from faultline.replay import forks_path
 
 
@@ -33,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--out", "-o", type=Path, metavar="FILE", help="where to write it (default: JOURNAL with .html)")
     p.add_argument("--open", action="store_true", help="open it in the default browser")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the page on a local port instead of writing it; open pages update as episodes complete"
+        " (they reload when the journal or its forks grow), until Ctrl-C",
+    )
+    p.add_argument("--port", type=int, default=0, help="with --serve: the port (default: a free one)")
     p.add_argument("--json", action="store_true", help="one summary object instead of the path")
     add_episode_filters(p)
     p.set_defaults(handler=_view)
@@ -48,12 +58,15 @@ def _view(args: argparse.Namespace) -> int:
             missing = [e for e in args.episode if not reader.has_episode(e)]
         if missing:
             raise UsageError(f"{args.journal}: no episode {missing[0]!r}")
+    forks = args.forks or forks_path(args.journal)
+    if args.serve:
+        return _serve(args, forks)
     out = args.out or args.journal.with_suffix(".html")
     stats = write_view(
         args.journal,
         out,
         episodes=chosen,
-        forks=args.forks or forks_path(args.journal),
+        forks=forks,
         open_episode=chosen[0] if args.episode and chosen else "",
     )
     if args.json:
@@ -63,3 +76,31 @@ def _view(args: argparse.Namespace) -> int:
     if args.open:
         webbrowser.open(out.resolve().as_uri())
     return 0
+
+
+def _serve(args: argparse.Namespace, forks: Path) -> int:
+    """Serve the live page until a stop signal; the episodes a filter picks are picked again as the journal grows."""
+    if args.out or args.json:
+        raise UsageError("--serve writes no file: leave out --out and --json")
+
+    def episodes() -> list[str] | None:
+        return filtered_episodes(args.journal, args, args.episode)
+
+    try:
+        server = ViewServer(args.journal, forks=forks, episodes=episodes, port=args.port).start()
+    except OSError as exc:
+        raise UsageError(f"--port {args.port}: cannot serve there ({exc.strerror or exc})") from None
+    print(f"serving {args.journal} at {server.url} (updates as episodes complete; Ctrl-C stops)", flush=True)
+    if args.open:
+        webbrowser.open(server.url)
+    try:
+        anyio.run(_until_signal)
+    finally:
+        server.close()
+    return 0
+
+
+async def _until_signal() -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            return

@@ -13,9 +13,11 @@ from faultline.journal._rows import GENESIS, Incoming, JournalRow
 from faultline.journal._schema import SCHEMA_VERSION, JournalSettings, is_sqlite_file
 from faultline.journal._verify import VerifyReport, verify
 from faultline.journal._view import ViewStats, attributed_steps, write_view
+from faultline.journal._view_server import ViewServer
 from faultline.journal._writer import Journal
 
 __all__ = [
+    "ViewServer",
     "attributed_steps",
     "DESCRIBE_WIDTH",
     "GENESIS",
