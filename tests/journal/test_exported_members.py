@@ -23,6 +23,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "JournalSettings",
             "Step",
             "VerifyReport",
+            "ViewServer",
             "ViewStats",
             "attributed_steps",
             "describe_body",
