@@ -140,3 +140,45 @@ def test_in_chromium_an_episode_shows_its_lanes_fault_and_a_model_calls_prompt(v
             assert not errors
         finally:
             browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium found: install the distro's chromium package")
+@pytest.mark.parametrize("size", [(1440, 900), (1024, 768)], ids=["1440x900", "1024x768"])
+def test_in_chromium_forks_sit_under_their_original_and_search_bookkeeping_and_model_use_work(
+    viewed: Viewed, size: tuple[int, int]
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    episode = viewed.attribution["episode"]
+    forks = [e["id"] for e in viewed.index if e["forked_from"] == episode]
+    chunk = viewed.chunk(episode)
+    folded = [r for r in chunk["rows"] if r[4] in ("no_output", "tally", "recording") and not r[6].get("llm")]
+    assert folded, "the episode has bookkeeping rows to fold"
+    model_users = sorted({r[2] for r in chunk["rows"] if r[6].get("llm")})
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(viewed.html.as_uri())
+            listed = page.locator("tr[data-episode]").evaluate_all("rows => rows.map(r => r.dataset.episode)")
+            assert listed[: 1 + len(forks)] == [episode, *forks]  # each fork right under its original
+            assert page.locator("tr.fork-row").count() == len(forks)
+            page.click(f'tr[data-episode="{episode}"]')
+            page.wait_for_selector(".msg")
+            assert sorted(page.locator("table.agents tr[data-agent]").evaluate_all(
+                "rows => rows.map(r => r.dataset.agent)")) == model_users  # fmt: skip
+            shown = page.locator(".lanes .msg:visible").count()
+            page.check("#f-bookkeeping")
+            assert page.locator(".lanes .msg:visible").count() == shown + len(folded)
+            page.fill("#f-search", "no message holds this text")
+            page.wait_for_function("document.querySelectorAll('tr[data-episode]').length === 0")
+            page.fill("#f-search", "")
+            page.wait_for_selector(f'tr[data-episode="{episode}"]')
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=ARTIFACTS / f"view-list-{size[0]}x{size[1]}.png")
+            assert not errors
+        finally:
+            browser.close()

@@ -66,6 +66,8 @@ class _Episode(msgspec.Struct, kw_only=True):
     fork_point: int = 0
     """Index of the first message after the copied history (a fork) or of the forked one (an original)."""
     attribution: dict[str, Any] = {}
+    agents: dict[str, dict[str, float]] = {}
+    """Per agent, its model use in the episode: calls, tokens, seconds waiting for the model."""
     sim: bool = False
     chunk: int = 0
 
@@ -158,6 +160,8 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
             if body.fault not in entry.faults:
                 entry.faults.append(body.fault)
         entry.sim = entry.sim or _is_sim(body)
+        if isinstance(body, Recording) and body.call == "llm":
+            _count_call(entry.agents.setdefault(row.sender, {"calls": 0, "tokens": 0, "latency_s": 0.0}), body)
         to = row.recipient or (f"#{row.topic}" if row.topic else "")
         summary = describe_body(body, SUMMARY_WIDTH)
         chunk.rows.append(
@@ -167,6 +171,14 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
     if rows:
         entry.first_ts, entry.seconds = rows[0].ts, round(rows[-1].ts - t0, 3)
     return entry
+
+
+def _count_call(totals: dict[str, float], call: Recording) -> None:
+    response: dict[str, Any] = call.response if isinstance(call.response, dict) else {}
+    usage: dict[str, Any] = response["usage"] if isinstance(response.get("usage"), dict) else {}
+    totals["calls"] += 1
+    totals["tokens"] += int(usage.get("prompt_tokens", 0) or 0) + int(usage.get("completion_tokens", 0) or 0)
+    totals["latency_s"] = round(totals["latency_s"] + float(response.get("latency_s", 0.0) or 0.0), 3)
 
 
 def _repair_forks(forks: Path, originals: dict[str, list[JournalRow]]) -> Iterator[tuple[str, str, list[JournalRow]]]:

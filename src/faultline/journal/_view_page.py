@@ -66,6 +66,11 @@ body.detail-open #episode { margin-right: min(520px, 40vw); }
 .msg.fault .k::before { content: "⚡ "; color: var(--fault-b); }
 .msg.decisive, .msg.input { background: var(--dec); border-left-color: var(--dec-b); box-shadow: 0 0 0 2px var(--dec-b); }
 .msg.selected { outline: 2px solid #3b6df0; }
+tr.fork-row td.id { padding-left: 18px; }
+.msg.bookkeeping { display: none; }
+body.bookkeeping .msg.bookkeeping { display: block; }
+table.agents td, table.agents th { padding: 1px 8px; text-align: right; }
+table.agents td:first-child, table.agents th:first-child { text-align: left; }
 .hidden-note { grid-column: 1 / -1; color: var(--muted); font-size: 12px; padding: 4px 0; }
 #detail { position: fixed; right: 0; top: 44px; bottom: 0; width: min(520px, 40vw); background: var(--bg);
   border-left: 1px solid var(--line); box-shadow: -4px 0 12px rgba(0,0,0,.06); overflow: auto; padding: 10px 14px;
@@ -92,6 +97,8 @@ runtime, so their outcomes say nothing about any model.</div>
 <label>domain<select id="f-domain"></select></label>
 <label>task<select id="f-task"></select></label>
 <label>fault<select id="f-fault"></select></label>
+<label>search<input id="f-search" type="search" placeholder="text of any message"></label>
+<label><input id="f-bookkeeping" type="checkbox"> bookkeeping</label>
 </div>
 <div class="pager"><button id="prev">‹</button><span id="page"></span><button id="next">›</button></div>
 <table class="eps"><thead><tr><th>episode</th><th>task</th><th>outcome</th><th>msgs</th><th>faults</th></tr></thead>
@@ -108,6 +115,7 @@ const META = JSON.parse(document.getElementById("meta").textContent);
 const EPISODES = JSON.parse(document.getElementById("index").textContent);
 const BY_ID = new Map(EPISODES.map((e) => [e.id, e]));
 const PAGE_SIZE = 50, ROWS_SHOWN = 300;
+const BOOKKEEPING = ["no_output", "tally", "recording"];  // folded unless "bookkeeping" is ticked (not model calls)
 const STATUS = { passed: ["success"], failed: ["failure", "timeout"], errored: ["error"], incomplete: [""] };
 const cache = new Map();
 let page = 0, current = null;
@@ -146,29 +154,61 @@ function setupFilters() {
   options(document.getElementById("f-fault"), uniq((e) => e.faults));
   for (const id of ["f-status", "f-domain", "f-task", "f-fault"])
     document.getElementById(id).addEventListener("change", () => { page = 0; renderList(); });
+  let typing = null;
+  document.getElementById("f-search").addEventListener("input", (ev) => {
+    clearTimeout(typing);
+    typing = setTimeout(async () => { await search(ev.target.value.trim()); page = 0; renderList(); }, 250);
+  });
+  document.getElementById("f-bookkeeping").addEventListener("change", (ev) =>
+    document.body.classList.toggle("bookkeeping", ev.target.checked));
   document.getElementById("prev").onclick = () => { page = Math.max(0, page - 1); renderList(); };
   document.getElementById("next").onclick = () => { page += 1; renderList(); };
+}
+let matching = null;  // the episodes whose messages hold the search text (null: no search)
+async function search(text) {
+  if (!text) { matching = null; return; }
+  const needle = text.toLowerCase(), found = new Set();
+  for (const e of EPISODES) {
+    const data = await load(e);
+    if (data.rows.some((r) => String(r[5]).toLowerCase().includes(needle))) found.add(e.id);
+  }
+  matching = found;
 }
 function filtered() {
   const v = (id) => document.getElementById(id).value;
   const status = v("f-status"), domain = v("f-domain"), task = v("f-task"), fault = v("f-fault");
-  return EPISODES.filter((e) => (!status || STATUS[status].includes(e.outcome)) && (!domain || e.domain === domain)
-    && (!task || e.task === task) && (!fault || e.faults.includes(fault)));
+  const keep = (e) => (!status || STATUS[status].includes(e.outcome)) && (!domain || e.domain === domain)
+    && (!task || e.task === task) && (!fault || e.faults.includes(fault)) && (!matching || matching.has(e.id));
+  // A fork is listed under its original when that is in the list too; the pager counts originals.
+  const forksOf = new Map();
+  for (const e of EPISODES) if (e.forked_from && BY_ID.has(e.forked_from) && keep(e))
+    forksOf.set(e.forked_from, [...(forksOf.get(e.forked_from) || []), e]);
+  const top = EPISODES.filter((e) => keep(e) && !(e.forked_from && BY_ID.has(e.forked_from)));
+  for (const e of EPISODES) if (e.forked_from && BY_ID.has(e.forked_from) && keep(e) && !keep(BY_ID.get(e.forked_from)))
+    top.push(e);
+  return { top, forksOf };
 }
 function outcomeBadge(e) {
   return el("span", { class: "badge o-" + (e.outcome || "none") }, e.outcome || "incomplete");
 }
+function listRow(e, fork) {
+  return el("tr", { "data-episode": e.id, class: (current === e.id ? "selected " : "") + (fork ? "fork-row" : ""),
+      onclick: () => show(e.id) },
+    el("td", { class: "id" }, fork ? `↳ ${e.id}` : e.id,
+      e.forked_from ? el("div", { class: "muted" }, `fork: ${e.fork_change || "change"} at ${e.forked_at}`) : null),
+    el("td", {}, `${e.domain}/${e.task}`, el("div", { class: "muted" }, `trial ${e.trial}`)),
+    el("td", {}, outcomeBadge(e), e.attribution.pos ? el("div", { class: "muted" }, "attributed") : null),
+    el("td", {}, String(e.messages)), el("td", {}, e.faults.join(", ")));
+}
 function renderList() {
-  const rows = filtered();
-  const pages = Math.max(1, Math.ceil(rows.length / PAGE_SIZE));
+  const { top, forksOf } = filtered();
+  const pages = Math.max(1, Math.ceil(top.length / PAGE_SIZE));
   page = Math.min(page, pages - 1);
-  document.getElementById("page").textContent = `page ${page + 1} of ${pages} · ${rows.length} episodes`;
-  document.getElementById("episodes").replaceChildren(...rows.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE).map((e) =>
-    el("tr", { "data-episode": e.id, class: current === e.id ? "selected" : "", onclick: () => show(e.id) },
-      el("td", { class: "id" }, e.id, e.forked_from ? el("div", { class: "muted" }, "fork") : null),
-      el("td", {}, `${e.domain}/${e.task}`, el("div", { class: "muted" }, `trial ${e.trial}`)),
-      el("td", {}, outcomeBadge(e), e.attribution.pos ? el("div", { class: "muted" }, "attributed") : null),
-      el("td", {}, String(e.messages)), el("td", {}, e.faults.join(", ")))));
+  const forks = [...forksOf.values()].reduce((n, list) => n + list.length, 0);
+  document.getElementById("page").textContent =
+    `page ${page + 1} of ${pages} · ${top.length} episodes` + (forks ? ` and ${forks} forks under them` : "");
+  document.getElementById("episodes").replaceChildren(...top.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE).flatMap((e) =>
+    [listRow(e, false), ...(forksOf.get(e.id) || []).map((f) => listRow(f, true))]));
 }
 
 function laneOf(rows) {
@@ -184,6 +224,7 @@ function kindClass(row) {
   if (flags & META.flags.fault) c.push("fault");
   if (flags & META.flags.decisive) c.push("decisive");
   if (flags & META.flags.input) c.push("input");
+  if (BOOKKEEPING.includes(row[4]) && !detail.llm) c.push("bookkeeping");
   return c.join(" ");
 }
 function timeline(entry, data, lanes, from) {
@@ -229,6 +270,11 @@ async function show(id) {
     ...fact("messages", String(entry.messages)), ...fact("seconds", entry.seconds.toFixed(2)),
     ...(entry.cause ? fact("cause", entry.cause) : []), ...(entry.faults.length ? fact("faults", entry.faults.join(", ")) : []));
   const notes = [];
+  const agents = Object.entries(entry.agents || {});
+  if (agents.length) notes.push(el("table", { class: "agents" },
+    el("tr", {}, el("th", {}, "model use"), el("th", {}, "calls"), el("th", {}, "tokens"), el("th", {}, "seconds")),
+    ...agents.map(([name, t]) => el("tr", { "data-agent": name }, el("td", {}, name), el("td", {}, String(t.calls)),
+      el("td", {}, String(t.tokens)), el("td", {}, t.latency_s.toFixed(2))))));
   const original = entry.forked_from ? BY_ID.get(entry.forked_from) : null;
   if (entry.forked_from) notes.push(el("p", { class: "facts" }, `Fork (${entry.fork_change}) of `,
     original ? el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); show(original.id); } }, entry.forked_from)
