@@ -170,6 +170,13 @@ def test_in_chromium_forks_sit_under_their_original_and_search_bookkeeping_and_m
             page.wait_for_selector(".msg")
             assert sorted(page.locator("table.agents tr[data-agent]").evaluate_all(
                 "rows => rows.map(r => r.dataset.agent)")) == model_users  # fmt: skip
+            calls = [r for r in chunk["rows"] if r[6].get("llm")]
+            assert page.locator(".waterfall .wf-row").evaluate_all("rows => rows.map(r => r.dataset.agent)") == [
+                a for a in dict.fromkeys(r[2] for r in chunk["rows"]) if a in model_users
+            ]
+            assert page.locator(".waterfall .bar").count() == len(calls)  # one bar per model call
+            after = [r for r in chunk["rows"] if r[8] is not None]
+            assert after and page.locator(".when .took").count() >= min(len(after), 1)
             shown = page.locator(".lanes .msg:visible").count()
             page.check("#f-bookkeeping")
             assert page.locator(".lanes .msg:visible").count() == shown + len(folded)

@@ -80,7 +80,11 @@ def _builtins(value: Any) -> Any:
 
 
 class _Chunk:
-    """One episode's messages as the page reads them: rows of arrays and a table of prompt messages."""
+    """One episode's messages as the page reads them: rows of arrays and a table of prompt messages.
+
+    A row is [position, seconds since the episode began, sender, receiver, kind, summary, detail,
+    flags, seconds since the message that caused it (None: no cause in the episode)].
+    """
 
     def __init__(self) -> None:
         self.rows: list[list[Any]] = []
@@ -114,6 +118,7 @@ def _detail(body: Any, chunk: _Chunk) -> Any:
             "tool_calls": response.get("tool_calls") or [],
             "model": response.get("model", ""),
             "usage": response.get("usage") or {},
+            "latency_s": response.get("latency_s", 0.0),
             "error": body.error,
         }
     if isinstance(body, ToolCall):
@@ -146,6 +151,7 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
     """The list entry of one episode, its rows added to `chunk`."""
     entry = _Episode(id=episode, source=source)
     t0 = rows[0].ts if rows else 0.0
+    sent_at = {row.id: row.ts for row in rows}
     for row in rows:
         body = row.decoded_body()
         flags = 0
@@ -164,8 +170,9 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
             _count_call(entry.agents.setdefault(row.sender, {"calls": 0, "tokens": 0, "latency_s": 0.0}), body)
         to = row.recipient or (f"#{row.topic}" if row.topic else "")
         summary = describe_body(body, SUMMARY_WIDTH)
+        after = round(row.ts - sent_at[row.causation], 3) if row.causation in sent_at else None
         chunk.rows.append(
-            [row.pos, round(row.ts - t0, 3), row.sender, to, row.kind, summary, _detail(body, chunk), flags]
+            [row.pos, round(row.ts - t0, 3), row.sender, to, row.kind, summary, _detail(body, chunk), flags, after]
         )
     entry.messages = len(rows)
     if rows:

@@ -71,6 +71,12 @@ tr.fork-row td.id { padding-left: 18px; }
 body.bookkeeping .msg.bookkeeping { display: block; }
 table.agents td, table.agents th { padding: 1px 8px; text-align: right; }
 table.agents td:first-child, table.agents th:first-child { text-align: left; }
+.when .took { font-size: 10px; color: var(--muted); }
+.waterfall { margin: 4px 0 10px; }
+.wf-row { display: grid; grid-template-columns: 120px 1fr; align-items: center; height: 16px; }
+.wf-name { font-size: 11px; overflow: hidden; text-overflow: ellipsis; }
+.track { position: relative; height: 10px; background: #f2f4f8; }
+.track .bar { position: absolute; top: 0; height: 10px; background: #6b8fd6; }
 .hidden-note { grid-column: 1 / -1; color: var(--muted); font-size: 12px; padding: 4px 0; }
 #detail { position: fixed; right: 0; top: 44px; bottom: 0; width: min(520px, 40vw); background: var(--bg);
   border-left: 1px solid var(--line); box-shadow: -4px 0 12px rgba(0,0,0,.06); overflow: auto; padding: 10px 14px;
@@ -227,6 +233,25 @@ function kindClass(row) {
   if (BOOKKEEPING.includes(row[4]) && !detail.llm) c.push("bookkeeping");
   return c.join(" ");
 }
+function waterfall(data, lanes) {
+  // Per agent, its model calls as bars on the episode's time axis: where the time went.
+  const end = Math.max(0.001, ...data.rows.map((r) => r[1]));
+  const box = el("div", { class: "waterfall" });
+  for (const lane of lanes) {
+    const calls = data.rows.filter((r) => r[2] === lane && r[6] && r[6].llm);
+    if (!calls.length) continue;
+    const track = el("div", { class: "track" });
+    for (const r of calls) {
+      const took = Math.min(r[1], (r[6].latency_s || 0));
+      const bar = el("div", { class: "bar", "data-pos": r[0], title: `${lane}: model call at +${r[1].toFixed(3)}s, ${took.toFixed(3)}s` });
+      bar.style.left = `${(100 * (r[1] - took)) / end}%`;
+      bar.style.width = `max(2px, ${(100 * took) / end}%)`;
+      track.append(bar);
+    }
+    box.append(el("div", { class: "wf-row", "data-agent": lane }, el("span", { class: "wf-name" }, lane), track));
+  }
+  return box.childElementCount ? el("div", {}, el("h3", {}, "model calls over time"), box) : null;
+}
 function timeline(entry, data, lanes, from) {
   const grid = el("div", { class: "lanes" });
   grid.style.gridTemplateColumns = `64px repeat(${lanes.length}, minmax(120px, 1fr))`;
@@ -242,7 +267,9 @@ function timeline(entry, data, lanes, from) {
         el("div", {}, el("span", { class: "k" }, r[4]), el("span", { class: "to" }, r[3] ? ` → ${r[3]}` : "")),
         el("div", { class: "sum" }, r[5]));
       box.style.gridColumn = String(lanes.indexOf(r[2]) + 2);
-      const when = el("div", { class: "when" }, `${r[0]} +${r[1].toFixed(3)}s`);
+      const when = el("div", { class: "when" }, `${r[0]} +${r[1].toFixed(3)}s`,
+        r[8] === null || r[8] === undefined ? null
+          : el("div", { class: "took", title: "seconds after the message that caused it" }, `Δ${r[8].toFixed(3)}s`));
       when.style.gridColumn = "1";
       grid.append(when, box);
     }
@@ -298,7 +325,8 @@ async function show(id) {
       el("div", { class: "side", "data-side": "fork" }, el("h3", {}, `fork ${entry.id}`),
         timeline(entry, data, lanes, entry.fork_point)));
   } else {
-    sides = el("div", { class: "sides" }, el("div", { class: "side" }, timeline(entry, data, laneOf(data.rows), 0)));
+    const lanes = laneOf(data.rows);
+    sides = el("div", { class: "sides" }, el("div", { class: "side" }, waterfall(data, lanes), timeline(entry, data, lanes, 0)));
   }
   pane.replaceChildren(el("h2", { class: "id" }, entry.id), facts, ...notes, sides);
   pane.scrollTop = 0;
