@@ -132,7 +132,8 @@ def test_in_chromium_an_episode_shows_its_lanes_fault_and_a_model_calls_prompt(v
             assert page.locator(".lane-head").all_inner_texts() == ["pos", *lanes]
             assert page.locator(".msg.fault").count() == len([r for r in chunk["rows"] if r[7] & FAULT])
             assert page.locator(f'.msg.input[data-pos="{viewed.attribution["position"]}"]').count() == 1
-            page.click(f'.msg.llm[data-pos="{first_call[0]}"]')
+            assert page.locator(f'.msg.llm[data-pos="{first_call[0]}"]').is_hidden()  # inside what it produced
+            page.click(f'.call-chip[data-pos="{first_call[0]}"]')
             page.wait_for_selector("#detail.open .prompt pre")
             assert page.locator("#detail .prompt pre").first.inner_text() == first_message
             ARTIFACTS.mkdir(exist_ok=True)
@@ -153,7 +154,11 @@ def test_in_chromium_forks_sit_under_their_original_and_search_bookkeeping_and_m
     episode = viewed.attribution["episode"]
     forks = [e["id"] for e in viewed.index if e["forked_from"] == episode]
     chunk = viewed.chunk(episode)
-    folded = [r for r in chunk["rows"] if r[4] in ("no_output", "tally", "recording") and not r[6].get("llm")]
+    folded = [
+        r
+        for r in chunk["rows"]
+        if r[4] in ("no_output", "tally", "recording") and not (r[6].get("llm") and r[9] is None)
+    ]
     assert folded, "the episode has bookkeeping rows to fold"
     model_users = sorted({r[2] for r in chunk["rows"] if r[6].get("llm")})
     with sync_playwright() as playwright:
@@ -175,6 +180,8 @@ def test_in_chromium_forks_sit_under_their_original_and_search_bookkeeping_and_m
                 a for a in dict.fromkeys(r[2] for r in chunk["rows"]) if a in model_users
             ]
             assert page.locator(".waterfall .bar").count() == len(calls)  # one bar per model call
+            nested = [r for r in calls if r[9] is not None]
+            assert nested and page.locator(".call-chip").count() == len(nested)  # each inside what it produced
             after = [r for r in chunk["rows"] if r[8] is not None]
             assert after and page.locator(".when .took").count() >= min(len(after), 1)
             shown = page.locator(".lanes .msg:visible").count()

@@ -83,7 +83,8 @@ class _Chunk:
     """One episode's messages as the page reads them: rows of arrays and a table of prompt messages.
 
     A row is [position, seconds since the episode began, sender, receiver, kind, summary, detail,
-    flags, seconds since the message that caused it (None: no cause in the episode)].
+    flags, seconds since the message that caused it (None: no cause in the episode), for a recording
+    the position of the message its handling sent (None: it sent none)].
     """
 
     def __init__(self) -> None:
@@ -152,6 +153,7 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
     entry = _Episode(id=episode, source=source)
     t0 = rows[0].ts if rows else 0.0
     sent_at = {row.id: row.ts for row in rows}
+    made = _made_by_call(rows)
     for row in rows:
         body = row.decoded_body()
         flags = 0
@@ -172,12 +174,31 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
         summary = describe_body(body, SUMMARY_WIDTH)
         after = round(row.ts - sent_at[row.causation], 3) if row.causation in sent_at else None
         chunk.rows.append(
-            [row.pos, round(row.ts - t0, 3), row.sender, to, row.kind, summary, _detail(body, chunk), flags, after]
+            [
+                *(row.pos, round(row.ts - t0, 3), row.sender, to, row.kind, summary, _detail(body, chunk), flags),
+                *(after, made.get(row.pos)),
+            ]
         )
     entry.messages = len(rows)
     if rows:
         entry.first_ts, entry.seconds = rows[0].ts, round(rows[-1].ts - t0, 3)
     return entry
+
+
+def _made_by_call(rows: Sequence[JournalRow]) -> dict[int, int]:
+    """For each model call's recording, the position of the message its handling sent (where the page shows it)."""
+    first_output: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if row.kind not in _NOT_OUTPUTS and (row.recipient or row.topic):
+            first_output.setdefault((row.sender, row.causation), row.pos)
+    return {
+        row.pos: first_output[(row.sender, row.causation)]
+        for row in rows
+        if row.kind == "recording" and (row.sender, row.causation) in first_output
+    }
+
+
+_NOT_OUTPUTS = frozenset({"recording", "no_output", "tally"})
 
 
 def _count_call(totals: dict[str, float], call: Recording) -> None:

@@ -68,6 +68,8 @@ body.detail-open #episode { margin-right: min(520px, 40vw); }
 .msg.selected { outline: 2px solid #3b6df0; }
 tr.fork-row td.id { padding-left: 18px; }
 .msg.bookkeeping { display: none; }
+.call-chip { font-size: 10px; margin-top: 2px; border: 1px solid #6b8fd6; background: #eef3fc; border-radius: 3px;
+  cursor: pointer; }
 body.bookkeeping .msg.bookkeeping { display: block; }
 table.agents td, table.agents th { padding: 1px 8px; text-align: right; }
 table.agents td:first-child, table.agents th:first-child { text-align: left; }
@@ -121,7 +123,8 @@ const META = JSON.parse(document.getElementById("meta").textContent);
 const EPISODES = JSON.parse(document.getElementById("index").textContent);
 const BY_ID = new Map(EPISODES.map((e) => [e.id, e]));
 const PAGE_SIZE = 50, ROWS_SHOWN = 300;
-const BOOKKEEPING = ["no_output", "tally", "recording"];  // folded unless "bookkeeping" is ticked (not model calls)
+const BOOKKEEPING = ["no_output", "tally", "recording"];
+// Folded unless "bookkeeping" is ticked; a model call is shown inside the message it produced, or on its own.
 const STATUS = { passed: ["success"], failed: ["failure", "timeout"], errored: ["error"], incomplete: [""] };
 const cache = new Map();
 let page = 0, current = null;
@@ -230,7 +233,7 @@ function kindClass(row) {
   if (flags & META.flags.fault) c.push("fault");
   if (flags & META.flags.decisive) c.push("decisive");
   if (flags & META.flags.input) c.push("input");
-  if (BOOKKEEPING.includes(row[4]) && !detail.llm) c.push("bookkeeping");
+  if (BOOKKEEPING.includes(row[4]) && !(detail.llm && (row[9] === null || row[9] === undefined))) c.push("bookkeeping");
   return c.join(" ");
 }
 function waterfall(data, lanes) {
@@ -262,10 +265,13 @@ function timeline(entry, data, lanes, from) {
     const stop = Math.min(data.rows.length, from + shown + ROWS_SHOWN);
     for (let i = from + shown; i < stop; i++) {
       const r = data.rows[i];
+      const calls = data.rows.filter((c) => c[9] === r[0] && c[6] && c[6].llm);
       const box = el("div", { class: kindClass(r), "data-pos": r[0], "data-kind": r[4], title: r[5],
           onclick: () => detail(entry, data, r, box) },
         el("div", {}, el("span", { class: "k" }, r[4]), el("span", { class: "to" }, r[3] ? ` → ${r[3]}` : "")),
-        el("div", { class: "sum" }, r[5]));
+        el("div", { class: "sum" }, r[5]),
+        ...calls.map((c) => el("button", { class: "call-chip", "data-pos": c[0], title: c[5],
+          onclick: (ev) => { ev.stopPropagation(); detail(entry, data, c, box); } }, `model call ${c[0]}`)));
       box.style.gridColumn = String(lanes.indexOf(r[2]) + 2);
       const when = el("div", { class: "when" }, `${r[0]} +${r[1].toFixed(3)}s`,
         r[8] === null || r[8] === undefined ? null
