@@ -67,10 +67,10 @@ body.detail-open #episode { margin-right: min(520px, 40vw); }
 .msg.decisive, .msg.input { background: var(--dec); border-left-color: var(--dec-b); box-shadow: 0 0 0 2px var(--dec-b); }
 .msg.selected { outline: 2px solid #3b6df0; }
 tr.fork-row td.id { padding-left: 18px; }
-.msg.bookkeeping { display: none; }
+.msg.bookkeeping, .when.bookkeeping { display: none; }
 .call-chip { font-size: 10px; margin-top: 2px; border: 1px solid #6b8fd6; background: #eef3fc; border-radius: 3px;
   cursor: pointer; }
-body.bookkeeping .msg.bookkeeping { display: block; }
+body.bookkeeping .msg.bookkeeping, body.bookkeeping .when.bookkeeping { display: block; }
 table.agents td, table.agents th { padding: 1px 8px; text-align: right; }
 table.agents td:first-child, table.agents th:first-child { text-align: left; }
 .when .took { font-size: 10px; color: var(--muted); }
@@ -277,6 +277,7 @@ function timeline(entry, data, lanes, from) {
         r[8] === null || r[8] === undefined ? null
           : el("div", { class: "took", title: "seconds after the message that caused it" }, `Δ${r[8].toFixed(3)}s`));
       when.style.gridColumn = "1";
+      if (box.classList.contains("bookkeeping")) when.classList.add("bookkeeping");  // folded with its card
       grid.append(when, box);
     }
     shown = stop - from;
