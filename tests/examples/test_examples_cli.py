@@ -13,6 +13,8 @@ import anyio
 import pytest
 
 from faultline.cli import main
+from faultline.journal import JournalReader
+from faultline.journal.otel import episode_spans
 from tests.runtime.test_processes import faultline, finish, wait_until_up
 
 pytestmark = pytest.mark.slow
@@ -64,6 +66,13 @@ def test_run_then_replay_is_identical(example: Example, capsys: pytest.CaptureFi
     assert summary["outcomes"] == example.outcomes
     assert main(["replay", "runs/journal.sqlite"]) == 0
     assert "identical: 4 episodes" in capsys.readouterr().out
+    system = f"{example.name}_system:{example.name.title()}"
+    with JournalReader("runs/journal.sqlite") as reader:
+        (episode, rows), *_ = reader.by_episode([e.episode for e in reader.episodes()])
+    spans = {span.name: span for span in episode_spans(episode, rows)}  # what `journal otel` sends
+    root = next(span for name, span in spans.items() if name.startswith("episode "))
+    assert root.name.startswith(f"episode {system}/") and root.attributes["faultline.system"] == system
+    assert {f"invoke_agent {agent}" for agent in ("scorer",)} <= set(spans)
 
 
 def test_a_fault_on_one_agent_is_found_by_attribution(example: Example, capsys: pytest.CaptureFixture[str]) -> None:

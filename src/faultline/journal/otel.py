@@ -142,6 +142,8 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
             "faultline.task": started.task,
             "faultline.trial": started.trial,
         }
+        if started.system:
+            attributes["faultline.system"] = started.system
         if started.forked_from:
             attributes["faultline.forked_from"] = started.forked_from
     status = None
@@ -151,7 +153,8 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
             attributes["faultline.cause"] = completed.cause
         if completed.outcome in ("error", "timeout"):
             status = Status(StatusCode.ERROR, completed.cause or completed.outcome)
-    name = f"episode {started.domain}/{started.task}" if started is not None else f"episode {episode}"
+    ran_on = (started.domain or started.system) if started is not None else ""
+    name = f"episode {ran_on}/{started.task}" if started is not None else f"episode {episode}"
     spans.append(
         ReadableSpan(
             name,
