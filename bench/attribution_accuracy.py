@@ -121,7 +121,8 @@ async def label_set(
                     (s.index for s in steps(faulted, lookup) if s.agent == agent and s.input_id == target.causation),
                     None,
                 )
-                kept.append((fork.episode, fault, agent, step))
+                if step is not None:  # an episode whose label has no step cannot score a method's step
+                    kept.append((fork.episode, fault, agent, step))
             break
     return kept, tally
 
@@ -197,6 +198,11 @@ Score = tuple[bool, bool, bool, bool, int, int, float]
 """(agent right, step right, answered, flipped, forks, model calls, seconds) of one method on one episode."""
 
 
+def same(answer: object, label: object) -> bool:
+    """Whether a method's answer is the label: no answer (None) is never right, whatever the label."""
+    return answer is not None and answer == label
+
+
 async def evaluate(
     labelled: Path, scratch: Path, kept: list[tuple[str, str, str, int | None]], samples: int, config: Config
 ) -> dict[str, dict[str, dict[str, float]]]:
@@ -221,8 +227,8 @@ async def evaluate(
             )
             by_method.setdefault(method, []).append(
                 (
-                    result.agent == agent,
-                    result.step == step,
+                    same(result.agent, agent),
+                    same(result.step, step),
                     result.decided,
                     result.flipped,
                     result.forks,
@@ -233,14 +239,14 @@ async def evaluate(
         started = time.perf_counter()
         got = first_tool_error(rows, made)
         by_method.setdefault(FIRST_TOOL_ERROR, []).append(
-            (got[0] == agent, got[1] == step, got[1] is not None, False, 0, 0, time.perf_counter() - started)
+            (same(got[0], agent), same(got[1], step), got[1] is not None, False, 0, 0, time.perf_counter() - started)
         )
         started = time.perf_counter()
         said_agent, said_step = await judge(rows, made, config)
         by_method.setdefault(JUDGE, []).append(
             (
-                said_agent == agent,
-                said_step == step,
+                same(said_agent, agent),
+                same(said_step, step),
                 said_step is not None,
                 False,
                 0,

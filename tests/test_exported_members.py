@@ -414,6 +414,7 @@ PUBLIC = {
         "replay_agent",
         "steps",
         "wilson",
+        "largest_rise",
     },
     "faultline.report": {
         "BASELINE",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,13 @@ from faultline.replay import (
     ORACLE_REPAIR,
     SAMPLED,
     Inject,
+    Probe,
     attribute_episode,
     decisions,
     fork_episode,
+    largest_rise,
     steps,
+    wilson,
 )
 from faultline.runtime import Config, agent_lookup, make_backend
 from faultline.runtime.models import OpenAIBackend, SimBackend
@@ -206,3 +210,27 @@ def test_a_successful_episode_has_nothing_to_attribute(journal_copy: Path, capsy
         ok = next(s.episode for s in reader.episodes() if s.outcome == "success")
     assert main(["attribute", str(journal_copy), "--episode", ok]) == 1
     assert "succeeded: there is no failure to attribute" in capsys.readouterr().err
+
+
+def curve(values: list[float], samples: int = 8) -> Callable[[int], Awaitable[Probe]]:
+    """p(k) = values[k - 1] from `samples` forks each (after the last step: 0, the recorded failure)."""
+
+    async def p(k: int) -> Probe:
+        wins = round(values[k - 1] * samples) if k <= len(values) else 0
+        low, high = wilson(wins, samples)
+        return Probe(step=k, agent="a", position=k, change="keep", successes=wins, samples=samples, low=low, high=high)
+
+    return p
+
+
+@pytest.mark.parametrize(
+    ("values", "found"),
+    [
+        ([1, 1, 0.875, 0.125, 0], ("bisection", 3)),  # the largest rise, not the last step with any success
+        ([1, 1, 1, 1, 0], ("bisection", 4)),
+        ([0.125, 0, 1, 0, 0], ("scan", 3)),  # p rises again later: not monotone, every step probed
+        ([0, 0, 0], ("scan", None)),  # no step rescues it
+    ],
+)
+async def test_the_search_finds_the_step_where_p_rises_most(values: list[float], found: tuple[str, int | None]) -> None:
+    assert await largest_rise(curve(values), len(values)) == found

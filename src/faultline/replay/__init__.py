@@ -16,6 +16,7 @@ from faultline.replay._attribution import (
     categorize,
     decisions,
     gold_action,
+    largest_rise,
     steps,
     wilson,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "forks_path",
     "gold_action",
     "replay_agent",
+    "largest_rise",
     "steps",
     "wilson",
 ]

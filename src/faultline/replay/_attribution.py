@@ -20,8 +20,8 @@ and the rest runs live. What each method can prove:
   on is drawn again (Wilson interval). The decisive step is where p rises most
   from step k+1 to step k (p after the last step is 0: that is the recorded
   failure, replayed exactly); it is "undecided" when the two intervals overlap.
-  p is searched by bisection while the probed values stay monotone and by a full
-  scan once they do not. With the `sim` model a new draw is asked for through the
+  p is searched by bisection for where it falls below half its first value, while
+  the probed values stay monotone (`largest_rise`), and by a full scan once they do not. With the `sim` model a new draw is asked for through the
   episode's `sample` setting, since the simulator has no sampling of its own.
 
 `flipped` says whether some single change rescued the episode (the flip rate of
@@ -627,6 +627,43 @@ async def _oracle_repair(
     )
 
 
+async def largest_rise(p: Callable[[int], Awaitable[Probe]], n: int) -> tuple[str, int | None]:
+    """The step k of 1..n where p rises most from step k+1 (p(n+1) is the recorded failure), and how it was found.
+
+    Bisection for the step where p falls below half of p(1), while the probes stay monotone; then the
+    largest rise among the adjacent steps probed, so a curve such as 1, 1, .88, .12, 0 gives step 3 (the
+    rise of .76), not step 4, the last with any success. Once the probes are not monotone, or p(1) is 0,
+    a scan probes every step. None: no step's p is above the next one's.
+    """
+    probed: dict[int, Probe] = {}
+
+    async def at(k: int) -> Probe:
+        if k not in probed:
+            probed[k] = await p(k)
+        return probed[k]
+
+    first = await at(1)
+    search = "bisection" if first.successes else "scan"
+    lo, hi = 1, n + 1  # p(lo) is above the threshold, p(hi) is not
+    threshold = first.p / 2
+    while search == "bisection" and hi - lo > 1:
+        mid = (lo + hi) // 2
+        probe = await at(mid)
+        if probe.low > probed[lo].high:  # p rose later on: not monotone
+            search = "scan"
+        elif probe.p > threshold:
+            lo = mid
+        else:
+            hi = mid
+    if search == "scan":
+        for k in range(1, n + 2):
+            await at(k)
+    await at(n + 1)
+    rises = [(probed[k].p - probed[k + 1].p, k) for k in sorted(probed) if k + 1 in probed]
+    rise, best = max(rises, key=lambda r: (r[0], -r[1]))
+    return search, best if rise > 0 else None
+
+
 async def _sampled(forks: _Forks, made: list[Step], samples: int) -> Attribution | None:
     """p(k) by bisection while the probes are monotone, else by a scan; see the module docstring."""
     probes: dict[int, Probe] = {}
@@ -648,31 +685,13 @@ async def _sampled(forks: _Forks, made: list[Step], samples: int) -> Attribution
             probes[k] = await forks.probe(k, step.agent, step.input_pos, Keep(), settings)
         return probes[k]
 
-    def high(probe: Probe) -> bool:
-        return probe.successes > 0
-
     n = len(made)
-    lo, hi = 1, n + 1  # p(lo) is high, p(hi) is not
-    search = "bisection" if high(await p(1)) else "scan"
-    while search == "bisection" and hi - lo > 1:
-        mid = (lo + hi) // 2
-        probe = await p(mid)
-        if probe.low > probes[lo].high:  # p rose later on: not monotone
-            search = "scan"
-        elif high(probe):
-            lo = mid
-        else:
-            hi = mid
-    if search == "scan":
-        for k in range(1, n + 1):
-            await p(k)
-        rises = [(probes[k].p - (await p(k + 1)).p, k) for k in range(1, n + 1)]
-        rise, lo = max(rises, key=lambda r: (r[0], -r[1]))
-        if rise <= 0:
-            return msgspec.structs.replace(
-                _blank(SAMPLED, f"scan: resampling from no step rescues the episode ({samples} samples per step)"),
-                evidence=[probes[k] for k in sorted(probes)],
-            )
+    search, lo = await largest_rise(p, n)
+    if lo is None:
+        return msgspec.structs.replace(
+            _blank(SAMPLED, f"scan: resampling from no step rescues the episode ({samples} samples per step)"),
+            evidence=[probes[k] for k in sorted(probes)],
+        )
     search = f"{search} over {n} steps"
     best, after = probes[lo], await p(lo + 1)
     step = made[lo - 1]
