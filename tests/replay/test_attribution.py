@@ -112,12 +112,15 @@ def test_fault_event_repair_finds_the_injected_fault_and_writes_only_forks(
         "cycle",
     )
     assert result["decided"] and result["flipped"] and summary["flip_rate"] == 1.0
-    [probe] = result["evidence"]
+    [probe, control] = result["evidence"]
     assert probe["change"] == "undo_fault" and probe["forks"][0]["outcome"] == "success"
+    # The control fork changes nothing and runs the rest again: it fails as the episode did, so the undo decided.
+    assert control["change"] == "keep" and control["forks"][0]["outcome"] == "failure"
+    assert "control fork, which changes nothing, failed" in result["search"]
     with JournalReader(labelled) as reader:
         assert list(reader.rows()) == before
     with JournalReader(forks) as reader:
-        assert {s.episode for s in reader.episodes()} == {probe["forks"][0]["fork"]}
+        assert {s.episode for s in reader.episodes()} == {probe["forks"][0]["fork"], control["forks"][0]["fork"]}
     assert main(["replay", str(forks)]) == 0
 
 
@@ -168,7 +171,10 @@ def test_oracle_repair_through_the_openai_backend(
     assert result.step == step_of(journal_copy, episode, carrying[-1]) and result.decided
     assert result.right is not None and result.right["name"] == "cancel_pending_order"
     assert openai_server.chat_requests, "the continuation after the repaired step ran on the openai backend"
-    assert all(f.outcome == "failure" for p in result.evidence[:-1] for f in p.forks)
+    *earlier, rescued, control = result.evidence
+    assert all(f.outcome == "failure" for p in earlier for f in p.forks)
+    assert rescued.change == "oracle" and rescued.successes == 1
+    assert control.change == "keep" and control.successes == 0  # nothing changed: it fails as the episode did
 
 
 async def test_sampled_counterfactuals_find_where_success_becomes_possible(journal_copy: Path, tmp_path: Path) -> None:

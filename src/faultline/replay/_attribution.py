@@ -15,6 +15,10 @@ and the rest runs live. What each method can prove:
   as its recorded output (`Answer`); the backend is not asked, so it works for
   every backend. The decisive step is the latest one of the first run of steps
   whose repair alone rescues the episode (after it the failure is locked in).
+- Both repairs run a control fork beside the one that rescued: the same history,
+  nothing changed, the rest live again. The step is decided only when the control
+  fails as the episode did; with a sampling model a lucky continuation could
+  otherwise be reported as the cause.
 - sampled counterfactuals: from the exact prefix before step k, `samples` live
   continuations estimate p(k), the chance of success when everything from step k
   on is drawn again (Wilson interval). The decisive step is where p rises most
@@ -565,12 +569,18 @@ async def _fault_repair(forks: _Forks, made: list[Step]) -> Attribution | None:
         probe = await forks.probe(step.index if step else None, sender, row.pos, UndoFault(), [None])
         probes.append(probe)
         if probe.successes:
+            # The control keeps what the fault delivered and runs the rest again: from its first message.
+            delivered = {str(result.get("id", "")) for result in applied.results}
+            at = min((r.pos for r in forks.rows if r.id in delivered), default=row.pos)
+            control = await forks.probe(step.index if step else None, sender, at, Keep(), [None])
+            probes.append(control)
+            search = f"undid {len(probes) - 1} of {len(faults)} fault events in journal order; {_controlled(control)}"
             return msgspec.structs.replace(
-                _blank(FAULT_REPAIR, f"undid {len(probes)} of {len(faults)} fault events in journal order"),
+                _blank(FAULT_REPAIR, search),
                 agent=sender,
                 step=probe.step,
                 position=row.pos,
-                decided=True,
+                decided=not control.successes,
                 fault=applied.fault,
                 p=probe.p,
                 low=probe.low,
@@ -582,6 +592,15 @@ async def _fault_repair(forks: _Forks, made: list[Step]) -> Attribution | None:
         _blank(FAULT_REPAIR, f"undoing any one of the {len(faults)} fault events does not rescue the episode"),
         evidence=probes,
     )
+
+
+def _controlled(control: Probe) -> str:
+    """What the control fork (the same history, nothing changed, run live again) says of a repair that rescued."""
+    if control.successes:
+        return (
+            "its control fork, which changes nothing, succeeded too: the continuation alone can rescue it, so undecided"
+        )
+    return "its control fork, which changes nothing, failed as the episode did"
 
 
 async def _oracle_repair(
@@ -615,13 +634,16 @@ async def _oracle_repair(
         )
     step, gold, probe = rescued[-1]
     after = probes[probes.index(probe) + 1] if probes.index(probe) + 1 < len(probes) else None
+    control = await forks.probe(step.index, step.agent, step.input_pos, Keep(), [None])
     return _at_step(
-        _blank(ORACLE_REPAIR, f"gold action at each of {len(probes)} steps in turn, one per fork"),
+        _blank(
+            ORACLE_REPAIR, f"gold action at each of {len(probes)} steps in turn, one per fork; {_controlled(control)}"
+        ),
         step,
         probe,
         after,
-        probes,
-        decided=True,
+        [*probes, control],
+        decided=not control.successes,
         category=categorize(step.action, gold, task, domain),
         right=gold,
     )
