@@ -179,19 +179,19 @@ def read_inputs(path: Path, needs: Sequence[str] = ()) -> list[InputRecord]:
             raise ConfigError(f"{where}: not a JSON object ({exc.msg} at column {exc.colno})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: each line must be a JSON object, not a {type(data).__name__}")
-        record_id = str(data.get("id", number))
-        if record_id in seen:
-            raise ConfigError(f"{where}: id {record_id!r} is also on line {seen[record_id]}: ids must differ")
-        seen[record_id] = number
+        record = record_of(data, number)
+        if record.id in seen:
+            raise ConfigError(f"{where}: id {record.id!r} is also on line {seen[record.id]}: ids must differ")
+        seen[record.id] = number
         missing = [name for name in needs if name not in data]
         if missing:
             raise ConfigError(f"{where}: the record has no {missing[0]!r}, which the system needs")
-        records.append(InputRecord(record_id, data))
+        records.append(record)
     if not records:
         raise ConfigError(f"{path}: no input records (one JSON object a line)")
     return records
 
 
-def record_of(data: Mapping[str, Any]) -> InputRecord:
-    """The input record a scorer's Start carries (`{"id": ..., "data": {...}}`)."""
-    return msgspec.convert(data, InputRecord)
+def record_of(data: Mapping[str, Any], position: int = 1) -> InputRecord:
+    """An input record from its fields: its id is its `id`, else its position (from 1), as in an inputs file."""
+    return InputRecord(str(data.get("id", position)), dict(data))

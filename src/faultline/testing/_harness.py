@@ -24,6 +24,7 @@ from faultline.core import (
     error_completion,
     failure_envelopes,
     load_system,
+    record_of,
 )
 
 MAX_MESSAGES = 10_000
@@ -78,7 +79,7 @@ class SystemHarness:
     async def run(self, record: Mapping[str, object] | InputRecord, *, episode: str = "harness") -> HarnessEpisode:
         """Run the episode of one input record (a dict with an optional `id`) until it completes or goes quiet."""
         if not isinstance(record, InputRecord):
-            record = InputRecord(str(record.get("id", 1)), dict(record))
+            record = record_of(record)
         planned = PlannedEpisode(episode=episode, task=record.id, trial=0, seed=0, record=record)
         _started, *kickoff = start_envelopes(RunPlan(domain="", system=self.path), planned)
         queue = deque(kickoff)

@@ -14,12 +14,12 @@ from faultline.bus import Bus
 from faultline.core import (
     Envelope,
     EpisodeCompleted,
-    InputRecord,
     ModelBackend,
     System,
     SystemRef,
     load_system,
     read_inputs,
+    record_of,
 )
 from faultline.journal import JournalReader
 from faultline.replay import Replayer, ReplayReport
@@ -41,10 +41,10 @@ class SystemRun:
 
     def outcome(self, record: str, trial: int = 0) -> EpisodeCompleted:
         """How the episode of input record `record` (its id) and `trial` completed."""
-        episode = next(p.episode for p in self.planned if (p.task, p.trial) == (record, trial))
-        return self.completed[episode]
+        return self.completed[self.episode(record, trial)]
 
     def episode(self, record: str, trial: int = 0) -> str:
+        """The id of the episode of input record `record` and `trial`."""
         return next(p.episode for p in self.planned if (p.task, p.trial) == (record, trial))
 
     def messages(self, record: str, trial: int = 0) -> list[Envelope]:
@@ -83,7 +83,7 @@ async def run_system(
     records = (
         read_inputs(inputs, ref.system.needs)
         if isinstance(inputs, Path)
-        else [InputRecord(str(item.get("id", i)), dict(item)) for i, item in enumerate(inputs, start=1)]
+        else [record_of(item, i) for i, item in enumerate(inputs, start=1)]
     )
     plan = RunPlan(
         domain="", system=path, tasks=len(records), trials=trials, run_id=run_id, episode_timeout_s=episode_timeout_s
