@@ -226,6 +226,7 @@ PUBLIC = {
         "load_system",
         "read_inputs",
         "record_of",
+        "numbered_lines",
     },
     "faultline.faults": {
         "COMPRESSED",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -54,7 +53,7 @@ class Scorer(Agent):
         body = msg.body
         if isinstance(body, Start) and msg.sender == RUNNER and self.start is None:
             self.start = msgspec.convert(body.data, ScorerStart)
-            self.ref = _system(self.start.system)
+            self.ref = load_system(self.start.system)
             self.started_at = await ctx.now()
         elif isinstance(body, Finished) and self.start is not None and self.ref is not None and not self.done:
             if msg.sender not in self.ref.system.finishers:
@@ -82,7 +81,3 @@ class Scorer(Agent):
             latency_s=latency_s,
             details=details,
         )
-
-
-_system = functools.cache(load_system)
-"""One load of each system per worker process."""

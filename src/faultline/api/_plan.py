@@ -110,32 +110,28 @@ def repeated(task_ids: Sequence[str]) -> str | None:
 
 def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
     tasks = [domain.task(i) for i in plan.task_ids] if plan.task_ids else domain.checked_tasks()[: plan.tasks]
-    return [
-        PlannedEpisode(
-            episode=episode_id(plan.run_id, task.id, trial),
-            task=task.id,
-            trial=trial,
-            seed=zlib.crc32(f"{plan.seed}/{task.id}/{trial}".encode()),
-        )
-        for trial in range(plan.trials)
-        for task in tasks
-    ]
+    return _planned(plan, [(task.id, None) for task in tasks])
 
 
 def plan_records(plan: RunPlan, records: Sequence[InputRecord]) -> list[PlannedEpisode]:
     """The episodes of a system of one's own: each record (`task_ids` selects them by id), `plan.trials` times."""
     by_id = {record.id: record for record in records}
     chosen = [by_id[i] for i in plan.task_ids] if plan.task_ids else list(records[: plan.tasks])
+    return _planned(plan, [(record.id, record) for record in chosen])
+
+
+def _planned(plan: RunPlan, units: Sequence[tuple[str, InputRecord | None]]) -> list[PlannedEpisode]:
+    """Each (task id, input record) `plan.trials` times, trial by trial, with a seed of its own."""
     return [
         PlannedEpisode(
-            episode=episode_id(plan.run_id, record.id, trial),
-            task=record.id,
+            episode=episode_id(plan.run_id, task, trial),
+            task=task,
             trial=trial,
-            seed=zlib.crc32(f"{plan.seed}/{record.id}/{trial}".encode()),
+            seed=zlib.crc32(f"{plan.seed}/{task}/{trial}".encode()),
             record=record,
         )
         for trial in range(plan.trials)
-        for record in chosen
+        for task, record in units
     ]
 
 

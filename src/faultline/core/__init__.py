@@ -84,6 +84,7 @@ from faultline.core._system import (
     System,
     SystemRef,
     load_system,
+    numbered_lines,
     read_inputs,
     record_of,
 )
@@ -97,6 +98,8 @@ __all__ = [
     "System",
     "SystemRef",
     "load_system",
+    "numbered_lines",
+    "numbered_lines",
     "read_inputs",
     "record_of",
     "PluginKind",

@@ -10,6 +10,7 @@ of the user's needs the right to complete episodes.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -107,11 +108,13 @@ class SystemRef:
         return next((cls for cls in self.system.agents if cls.name == name), None)
 
 
+@functools.cache
 def load_system(path: str) -> SystemRef:
     """The system class at `package.module:Class` (or registered under `faultline.systems`), checked.
 
     Every mistake is one PluginError line: a class that is not a System, an agent class twice or
-    named `scorer`, an entry or a finisher that is not one of its agents, no finisher at all.
+    named `scorer`, an entry or a finisher that is not one of its agents, no finisher at all. Loaded
+    once per process: the runner asks for it at every episode's start, each scorer at its first.
     """
     found = load_plugin("system", path)
     if not (isinstance(found, type) and issubclass(found, System)):
@@ -161,17 +164,9 @@ def read_inputs(path: Path, needs: Sequence[str] = ()) -> list[InputRecord]:
     A line that is not a JSON object, an id given twice or a record without a field of `needs`
     is one ConfigError naming the file and line. Blank lines are skipped.
     """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such inputs file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the inputs ({exc})") from None
     records: list[InputRecord] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, line in numbered_lines(path, missing="no such inputs file", unreadable="cannot read the inputs"):
         where = f"{path}:{number}"
         try:
             data = json.loads(line)
@@ -190,6 +185,23 @@ def read_inputs(path: Path, needs: Sequence[str] = ()) -> list[InputRecord]:
     if not records:
         raise ConfigError(f"{path}: no input records (one JSON object a line)")
     return records
+
+
+def numbered_lines(
+    path: Path, *, missing: str = "no such file", unreadable: str = "cannot read the file", label: str = ""
+) -> list[tuple[int, str]]:
+    """The lines of a text file that are not blank, with their numbers (from 1), for readers of JSON lines.
+
+    A file that is not there, or cannot be read as UTF-8, is one ConfigError: `<label><path>: <missing>`,
+    or `<label><path>: <unreadable> (why)`.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{label}{path}: {missing}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{label}{path}: {unreadable} ({exc})") from None
+    return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
 
 
 def record_of(data: Mapping[str, Any], position: int = 1) -> InputRecord:

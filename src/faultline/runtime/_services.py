@@ -6,7 +6,6 @@ docstring promises (a worker drains, the journal catches up) and exits 0.
 
 from __future__ import annotations
 
-import functools
 import gc
 import signal
 from collections.abc import Awaitable, Callable, Collection
@@ -44,10 +43,7 @@ class _Service(Protocol):
 
 def system_of(config: Config) -> SystemRef:
     """The system of the configuration's `[system] class` (the built-in tool-use one by default), checked."""
-    return _load_system(config.system.class_)
-
-
-_load_system = functools.cache(load_system)
+    return load_system(config.system.class_)
 
 
 def agent_names(config: Config) -> list[str]:

@@ -25,7 +25,16 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from faultline._errors import ConfigError, ModelError
-from faultline.core import LlmRequest, LlmResponse, LlmToolCall, Usage, is_import_path, load_plugin, plugin_error
+from faultline.core import (
+    LlmRequest,
+    LlmResponse,
+    LlmToolCall,
+    Usage,
+    is_import_path,
+    load_plugin,
+    numbered_lines,
+    plugin_error,
+)
 
 
 class ScriptSettings(Protocol):
@@ -57,16 +66,8 @@ Script = Callable[[LlmRequest], str | LlmResponse]
 
 def read_rules(path: Path) -> list[Rule]:
     """The rules of a file, each line checked: a bad one is one error naming the file and line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"scripted model: {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"scripted model: {path}: cannot read the file ({exc})") from None
     rules = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, line in numbered_lines(path, label="scripted model: "):
         try:
             rules.append(msgspec.json.decode(line, type=Rule))
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
