@@ -393,7 +393,7 @@ def _episodes(args: argparse.Namespace) -> int:
 
 
 def _task(e: EpisodeSummary) -> str:
-    """The task, with its trial when there are several, and the domain when it is not the run's only one."""
+    """The task, with its trial past the first, and whether the episode is a fork (the caption names the domains)."""
     return f"{e.task or '-'}" + (f" #{e.trial}" if e.trial else "") + (" (fork)" if e.forked_from else "")
 
 

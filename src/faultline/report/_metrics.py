@@ -190,15 +190,16 @@ def trace_digest(rows: list[JournalRow]) -> str:
     for a faulted one, what the agent sent, not what the fault delivered) and each model request it made (its
     digest), in journal order. Ids, times and the runtime's own rows (starts, completions) are left out."""
     parts = hashlib.sha256()
-    faults = [
-        body for row in rows if row.kind == "fault_applied" and isinstance(body := row.envelope().body, FaultApplied)
-    ]
-    made_by_faults = {str(result.get("id", "")) for f in faults if f.model_call < 0 for result in f.results}
+    faults = {  # on messages; a fault on a model request changed no message
+        row.pos: body
+        for row in rows
+        if row.kind == "fault_applied" and isinstance(body := row.envelope().body, FaultApplied) and body.model_call < 0
+    }
+    made_by_faults = {str(result.get("id", "")) for f in faults.values() for result in f.results}
     for row in rows:
         if row.kind == "fault_applied":
-            fault = row.envelope().body
-            if isinstance(fault, FaultApplied) and fault.model_call < 0:  # what the agent sent, not the fault
-                parts.update(_sent(fault.original).encode())
+            if row.pos in faults:  # what the agent sent, not what the fault delivered
+                parts.update(_sent(faults[row.pos].original).encode())
             continue
         if row.sender in (RUNNER, OPERATOR) or row.kind in _NOT_ACTS or row.id in made_by_faults:
             continue
