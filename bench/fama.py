@@ -9,10 +9,11 @@
    (model tokens per episode, every agent's, and episode latency). FAMA's claim is that the
    targeted subset costs less than all helpers.
 
-The sim model and the sim judge are simulations: these numbers measure the mechanism (its cost,
-its wiring), never a model or a result about helpers.
+The analysts read the trajectory alone, as in the FAMA paper, unless `--analysts informed` gives
+them the task's ground truth too. The sim model and the sim judge are simulations: these numbers
+measure the mechanism (its cost, its wiring), never a model or a result about helpers.
 
-    python -m bench.fama [--tasks N] [--trials K] [--rounds R] [--rate P] [--json out.json]
+    python -m bench.fama [--tasks N] [--trials K] [--rounds R] [--rate P] [--analysts MODE] [--json out.json]
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from rich.console import Console
@@ -60,14 +61,14 @@ def faultline(*args: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def controller_cost(journal: Path) -> dict[str, float]:
+def controller_cost(journal: Path, analysts: Literal["trajectory", "informed"]) -> dict[str, float]:
     started = time.perf_counter()
-    cases = failure_cases(journal)
+    cases = failure_cases(journal, analysts=analysts)
     built = time.perf_counter() - started
     judge = TimedSim()
 
     async def go() -> int:
-        result = await analyze_cases(cases, judge, FamaConfig())
+        result = await analyze_cases(cases, judge, FamaConfig(analysts=analysts))
         return sum(1 for c in result.cases if c.analysis is not None)
 
     analysed = anyio.run(go)
@@ -96,15 +97,22 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rate", type=float, default=0.1, help="every category's sim mistake rate")
+    parser.add_argument(
+        "--analysts",
+        choices=("trajectory", "informed"),
+        default="trajectory",
+        help="what the analysts read: the trajectory (the FAMA paper's mode, default) or also the ground truth",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         common = ["--tasks", str(args.tasks), "--trials", str(args.trials), "--error-rates", str(args.rate)]
-        rows = faultline("fama", "loop", *common, "--rounds", str(args.rounds), "--out", str(out / "loop"), "--json")
+        loop = ["fama", "loop", *common, "--rounds", str(args.rounds), "--analysts", args.analysts]
+        rows = faultline(*loop, "--out", str(out / "loop"), "--json")
         rounds = [r for r in rows if r["type"] == "round"]
-        cost = controller_cost(Path(rounds[0]["journal"]))
+        cost = controller_cost(Path(rounds[0]["journal"]), args.analysts)
         all_journal = out / "all.sqlite"
         [everything] = faultline(
             "run", *common, "--helpers", ALL_HELPERS, "--run-id", "all", "--journal", str(all_journal), "--json"
@@ -118,7 +126,10 @@ def main() -> int:
         }
         all_row["token_overhead"] = all_row["tokens"] / base["tokens"] - 1
         all_row["latency_overhead"] = all_row["latency_s"] / base["latency_s"] - 1
-    table = Table(title=f"fama loop, sim, every category at {args.rate:g} ({args.tasks} tasks x {args.trials})")
+    table = Table(
+        title=f"fama loop, sim, every category at {args.rate:g} ({args.tasks} tasks x {args.trials}),"
+        f" {args.analysts} analysts"
+    )
     for column in (
         "round",
         "roster",
@@ -159,7 +170,8 @@ def main() -> int:
     )
     console.print("[dim]sim model and sim judge: these numbers measure the mechanism, not a model[/dim]")
     if args.json:
-        args.json.write_text(json.dumps({"rounds": rounds, "all_helpers": all_row, "controller": cost}, indent=2))
+        report = {"analysts": args.analysts, "rounds": rounds, "all_helpers": all_row, "controller": cost}
+        args.json.write_text(json.dumps(report, indent=2))
     return 0
 
 

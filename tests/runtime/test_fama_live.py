@@ -84,7 +84,7 @@ async def test_with_attribution_the_controller_attributes_each_failure_from_the_
     config = tmp_path / "faultline.toml"
     config.write_text(
         f'[journal]\npath = "{journal}"\n[nats]\nstore_dir = "{tmp_path / "nats"}"\n'
-        '[fama]\nenabled = true\ndry_run = true\nattribution = "oracle"\n'
+        '[fama]\nenabled = true\ndry_run = true\nattribution = "oracle"\nanalysts = "informed"\n'
     )
     process = faultline("up", "--config", str(config), cwd=tmp_path)
     try:

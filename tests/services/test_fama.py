@@ -153,10 +153,12 @@ def test_through_the_cli_only_the_judge_asks_the_server_for_json(
         server.reply(*SCRIPT)
         assert main(["fama", "analyze", str(journal), "--json", *endpoint, "--base-url", server.url]) == 0
         formats = [r.get("response_format") for r in server.chat_requests]
+        prompts = [r["messages"][-1]["content"] for r in server.chat_requests[others:]]
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["analysed"] == 1 and summary["categories"][EARLY_STOP] == 1
     assert others > 0 and formats[:others] == [None] * others
     assert [f["type"] for f in formats[others:]] == ["json_schema"] * 6
+    assert all("# Trajectory" in p and "# Correct actions" not in p for p in prompts[:5])  # the paper's mode
 
 
 def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enough_failures() -> None:
@@ -167,23 +169,27 @@ def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enou
 
 
 @pytest.mark.parametrize("category", ERROR_CATEGORIES)  # one in-process sim run each
-def test_on_sim_runs_with_one_category_the_main_error_is_that_category_and_the_roster_its_helper(
+def test_on_sim_runs_with_one_category_informed_analysts_name_that_category_and_the_roster_its_helper(
     category: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     journal = tmp_path / "journal.sqlite"
     run = ["run", "--tasks", "24", "--error-rate", f"{category}=0.5", "--journal", str(journal), "--json"]
     assert main(run) == 0
     capsys.readouterr()
-    assert main(["fama", "analyze", str(journal), "--model", "sim", "--json"]) == 0
+    assert main(["fama", "analyze", str(journal), "--model", "sim", "--analysts", "informed", "--json"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     cases = [line for line in lines if line["type"] == "case"]
     [summary] = [line for line in lines if line["type"] == "summary"]
     assert len(cases) >= 3 and summary["skipped"] == 0
+    # The evidence's categories are judged apart from the simulator's mistake lists, so its labels are
+    # not met by construction: another item of the same order is a wrong entity to the simulator and a
+    # wrong value to `categorize`. Most cases, not all, name the category injected.
     agreeing = [c for c in cases if c["analysis"]["main"]["main"][:1] == [category]]
-    assert len(agreeing) >= 0.9 * len(cases)
+    assert len(agreeing) > len(cases) / 2
     assert set(MITIGATION[category]) <= set(summary["rosters"]["retail/sim"])
     [decision] = [line for line in lines if line["type"] == "decision"]
-    assert decision["counts"]["categories"][category] >= 3
+    counts = decision["counts"]["categories"]
+    assert max(counts, key=counts.__getitem__) == category and counts[category] >= 2
 
 
 async def test_a_roster_decision_is_journaled_with_the_counts_that_chose_it() -> None:
@@ -206,9 +212,12 @@ def test_the_loop_reruns_with_the_helper_its_analysis_chose_and_every_round_repl
 ) -> None:
     out = tmp_path / "loop"
     loop = ["fama", "loop", "--tasks", "10", "--rounds", "1", "--error-rate", "wrong_value=0.5", "--out", str(out)]
-    assert main([*loop, "--model", "sim", "--json", "--plot", str(tmp_path / "loop.png")]) == 0
+    assert (
+        main([*loop, "--model", "sim", "--analysts", "informed", "--json", "--plot", str(tmp_path / "loop.png")]) == 0
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     baseline, rerun = [line for line in lines if line["type"] == "round"]
+    assert lines[-1]["analysts"] == "informed"
     assert baseline["roster"] == [] and baseline["analysed"] == baseline["failures"] >= 3
     assert baseline["categories"][WRONG_VALUE] >= 0.9 * baseline["analysed"]
     assert set(MITIGATION[WRONG_VALUE]) <= set(baseline["chosen"]) and rerun["roster"] == baseline["chosen"]
@@ -218,7 +227,7 @@ def test_the_loop_reruns_with_the_helper_its_analysis_chose_and_every_round_repl
         assert "identical" in capsys.readouterr().out
 
 
-def test_with_attribution_the_analysts_have_the_decisive_step_and_the_forks_stay_out_of_the_journal(
+def test_with_attribution_informed_analysts_have_the_decisive_step_and_the_forks_stay_out_of_the_journal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     journal = tmp_path / "journal.sqlite"
@@ -228,14 +237,14 @@ def test_with_attribution_the_analysts_have_the_decisive_step_and_the_forks_stay
     with JournalReader(journal) as reader:
         before = [e.episode for e in reader.episodes()]
     analyze = ["fama", "analyze", str(journal), "--model", "sim", "--json"]
-    assert main([*analyze, "--attribution", "oracle"]) == 0
+    assert main([*analyze, "--attribution", "oracle", "--analysts", "informed"]) == 0
     cases = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"type":"case"' in line]
     assert cases and all(c["decisive"]["method"] == "oracle-guided repair" for c in cases)
     assert {c["decisive"]["category"] for c in cases} == {WRONG_VALUE}
     assert all("attribution" in v["evidence"] for c in cases for v in c["analysis"]["verdicts"])
     with JournalReader(journal) as reader:
         assert [e.episode for e in reader.episodes()] == before
-    assert main(analyze) == 0  # off by default: no decisive step, and no analyst says it used one
+    assert main(analyze) == 0  # off by default, and the analysts read the trajectory alone
     plain = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"type":"case"' in line]
     assert [c["decisive"] for c in plain] == [None] * len(cases)
-    assert not any("attribution" in v["evidence"] for c in plain for v in c["analysis"]["verdicts"])
+    assert all(v["evidence"] == ["trajectory"] for c in plain for v in c["analysis"]["verdicts"])

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.cli import _fama_loop, _jsonl
-from faultline.cli._fama_counts import SIM_JUDGE_NOTE, category_counts
+from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
@@ -57,9 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--attribution",
         choices=("off", "oracle", "auto"),
-        help="give the analysts the replay-based attribution's decisive step (runs forks, written to the"
-        " journal's forks file; over [fama] attribution, default off)",
+        help="find the replay-based attribution's decisive step, shown to informed analysts and reported beside"
+        " the verdicts (runs forks, written to the journal's forks file; over [fama] attribution, default off)",
     )
+    add_analysts_flag(p)
     add_model_flags(p)
     add_episode_filters(p, "of the failed ones; several narrow it down")
     p.set_defaults(handler=_analyze)
@@ -97,13 +98,9 @@ def _analyze(args: argparse.Namespace) -> int:
 
 @serving_local_model
 def _analyze_with(args: argparse.Namespace) -> int:
-    config = effective_config(args)
-    if args.attribution:
-        config = msgspec.structs.replace(
-            config, fama=msgspec.structs.replace(config.fama, attribution=args.attribution)
-        )
+    config = with_fama_flags(effective_config(args), attribution=args.attribution, analysts=args.analysts)
     chosen = filtered_episodes(args.journal, args, args.episode)
-    cases = failure_cases(args.journal, chosen)
+    cases = failure_cases(args.journal, chosen, config.fama.analysts)
     missing = sorted(set(args.episode).intersection(chosen or args.episode) - {c.episode for c in cases})
     if missing:
         raise UsageError(f"fama analyze: not a failed episode of {args.journal}: {', '.join(missing)}")
@@ -116,10 +113,10 @@ def _analyze_with(args: argparse.Namespace) -> int:
         _jsonl.rows("case", result.cases)
         _jsonl.rows("category", ({"category": c, "failures": n} for c, n in counts.items()))
         _jsonl.rows("decision", result.decisions)
-        _jsonl.summary(analysis_summary(result, counts))
+        _jsonl.summary(analysis_summary(result, counts) | {"analysts": config.fama.analysts})
         return 0
     console = Console()
-    console.print(_cases_table(result.cases))
+    console.print(_cases_table(result.cases, config.fama.analysts))
     console.print(_counts_table(counts, len(result.cases)))
     for decision in result.decisions:
         console.print(
@@ -177,8 +174,9 @@ def _mark(case: CaseReport, category: str) -> str:
     return f"yes ({verdict.cause})" + (" rec." if verdict.recovered else "")
 
 
-def _cases_table(cases: list[CaseReport]) -> Table:
-    table = Table(title="FAMA analysis of failed episodes")
+def _cases_table(cases: list[CaseReport], analysts: str) -> Table:
+    read = "the trajectory only" if analysts == "trajectory" else "the trajectory and the ground truth"
+    table = Table(title=f"FAMA analysis of failed episodes (the analysts read {read})")
     table.add_column("episode", overflow="fold")
     for cat in CATEGORIES:
         table.add_column(SHORT[cat.id], justify="center")

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from faultline._errors import RunError, UsageError
 from faultline.cli import _jsonl
-from faultline.cli._fama_counts import SIM_JUDGE_NOTE, category_counts
+from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model, whole_number
 from faultline.core import parse_roster
@@ -73,13 +73,14 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--out", type=Path, default=Path("runs/fama-loop"), help="folder of the rounds' journals")
     p.add_argument("--json", action="store_true", help="JSON lines: one per round, then a summary")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="pass^k per round and main-error counts per round")
+    add_analysts_flag(p)
     add_model_flags(p)
     p.set_defaults(handler=_loop)
 
 
 @serving_local_model
 def _loop(args: argparse.Namespace) -> int:
-    config = effective_config(args)
+    config = with_fama_flags(effective_config(args), analysts=args.analysts)
     args.out.mkdir(parents=True, exist_ok=True)
     taken = sorted(p.name for p in args.out.glob("round-*.sqlite"))
     if taken:
@@ -107,10 +108,11 @@ def _loop(args: argparse.Namespace) -> int:
             "final_pass_1": last.pass_k.get(1, 0.0),
             "token_overhead": last.token_overhead,
             "latency_overhead": last.latency_overhead,
+            "analysts": config.fama.analysts,
         }
         _jsonl.summary(summary_line)
         return 0
-    Console().print(_table(rounds, args.trials))
+    Console().print(_table(rounds, args.trials, config.fama.analysts))
     if config.model(config.fama.role).backend == "sim":
         Console().print(f"[dim]{SIM_JUDGE_NOTE}; sim runs exercise the runtime, they are no result about models[/dim]")
     return 0
@@ -145,7 +147,7 @@ async def _analyse_round(
     config: Config, journal: Path, roster: list[str]
 ) -> tuple[int, int, dict[str, int], list[str]]:
     """Failures, analysed failures, main-error counts, and the roster for the next round."""
-    cases = await attribute_cases(journal, failure_cases(journal), config)
+    cases = await attribute_cases(journal, failure_cases(journal, analysts=config.fama.analysts), config)
     backend = make_backend(config, config.fama.role)
     try:
         result = await analyze_cases(cases, backend, config.fama)
@@ -195,8 +197,8 @@ def _round(
     )
 
 
-def _table(rounds: list[Round], trials: int) -> Table:
-    table = Table(title="FAMA loop: each round against the baseline (round 0, no helpers)")
+def _table(rounds: list[Round], trials: int, analysts: str) -> Table:
+    table = Table(title=f"FAMA loop: each round against the baseline (round 0, no helpers); {analysts} analysts")
     table.add_column("round", justify="right")
     table.add_column("helpers")
     for k in range(1, trials + 1):

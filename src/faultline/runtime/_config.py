@@ -261,6 +261,12 @@ class FamaConfig(_Section, frozen=True):
     the controller `faultline up` runs, which reads the failed episode from the journal file once the
     journal service has written it. It runs forks, whose agents call their models again, so it is
     off by default.
+
+    `analysts` is what the analysts read. "trajectory", the FAMA paper's mode and the default: the
+    conversation, the tool calls and their results, and the outcome as the completed event states it.
+    "informed" adds the task's ground-truth actions and required outputs, the evidence that lines the
+    trajectory up with them, and the attribution's decisive step; with "trajectory" an attribution
+    that is on is reported beside the verdicts, never shown to the analysts.
     """
 
     enabled: bool = False
@@ -270,6 +276,7 @@ class FamaConfig(_Section, frozen=True):
     min_failures: Annotated[int, msgspec.Meta(ge=1)] = 3
     dry_run: bool = False
     attribution: Literal["off", "oracle", "auto"] = "off"
+    analysts: Literal["trajectory", "informed"] = "trajectory"
 
 
 class Config(_Section, frozen=True):

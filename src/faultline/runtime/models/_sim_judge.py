@@ -1,13 +1,16 @@
-"""The simulator's stand-in for the FAMA judge: deterministic verdicts from the evidence in the request.
+"""The simulator's stand-in for the FAMA judge: deterministic verdicts from what the request shows.
 
 A SIMULATION for exercising the controller (its stages, recordings, window and roster), never a
 result about models. The answer is a pure function of `request.metadata`, which the controller
-fills from the trajectory compared with the task's ground truth (`faultline.services.fama`); it
-never sees the simulator's mistake labels.
+fills with what the prompt shows (`faultline.services.fama`); it never sees the simulator's
+mistake labels.
 
-    analyst       yes when a deviation of its category is in the evidence (recovered ones say so) or
-                  the attribution's decisive step is of its category, and, for early_stop, when the episode ended with ground-truth actions or required
-                  outputs left and no unrecovered deviation explains it
+    analyst       trajectory analysts (metadata `analysts` "trajectory", the FAMA paper's mode): yes
+                  when the trajectory shows a sign of its category (`_sim_trajectory.py`); informed
+                  analysts: yes when a deviation of its category is in the evidence (recovered ones
+                  say so) or the attribution's decisive step is of its category, and, for early_stop,
+                  when the episode ended with ground-truth actions or required outputs left and no
+                  unrecovered deviation explains it
     orchestrator  the categories of the analysts' yes verdicts that were not recovered
     mitigation    the helpers the request's pairs give for the main categories
 """
@@ -20,6 +23,7 @@ from typing import Any
 from faultline._errors import ModelError
 from faultline.core import LlmRequest, LlmResponse, Usage
 from faultline.envs import EARLY_STOP, ERROR_CATEGORIES
+from faultline.runtime.models._sim_trajectory import read_trajectory
 
 CAUSE = {"policy_violation": 3, "wrong_value": 6, "wrong_entity": 2, "early_stop": 4}
 """The cause number each analyst names (see the controller's cause lists)."""
@@ -30,7 +34,9 @@ def respond_judge(request: LlmRequest, words: int) -> LlmResponse:
     meta = request.metadata
     stage = meta.get("stage")
     evidence: dict[str, Any] = dict(meta.get("evidence") or {})
-    if stage == "analyst":
+    if stage == "analyst" and meta.get("analysts") == "trajectory":
+        answer = _trajectory_analyst(str(meta.get("category", "")), dict(meta.get("trajectory") or {}))
+    elif stage == "analyst":
         answer = _analyst(str(meta.get("category", "")), evidence)
     elif stage == "orchestrator":
         answer = _orchestrator(list(meta.get("verdicts") or []))
@@ -50,9 +56,21 @@ def respond_judge(request: LlmRequest, words: int) -> LlmResponse:
     )
 
 
-def _analyst(category: str, evidence: dict[str, Any]) -> dict[str, Any]:
+def _known(category: str) -> None:
     if category not in ERROR_CATEGORIES:
         raise ModelError(f"sim: unknown category {category!r} - at $.metadata.category")
+
+
+def _trajectory_analyst(category: str, shown: dict[str, Any]) -> dict[str, Any]:
+    _known(category)
+    found = read_trajectory(category, shown)
+    if found is None:
+        return _verdict(False, category, -1, False, "no sign of this error in the trajectory", ["trajectory"])
+    return _verdict(True, category, found.turn, found.recovered, found.rationale, ["trajectory"], found.cause)
+
+
+def _analyst(category: str, evidence: dict[str, Any]) -> dict[str, Any]:
+    _known(category)
     deviations = list(evidence.get("deviations") or [])
     mine = [d for d in deviations if d.get("category") == category]
     unrecovered = [d for d in deviations if not d.get("recovered")]
@@ -78,10 +96,13 @@ def _analyst(category: str, evidence: dict[str, Any]) -> dict[str, Any]:
     return _verdict(False, category, -1, False, "no sign of this error against the ground truth", used)
 
 
-def _verdict(yes: bool, category: str, turn: int, recovered: bool, rationale: str, used: list[str]) -> dict[str, Any]:
+def _verdict(
+    yes: bool, category: str, turn: int, recovered: bool, rationale: str, used: list[str], cause: int = 0
+) -> dict[str, Any]:
+    """The answer's JSON object; a yes names `cause`, or the category's usual one (`CAUSE`) when 0."""
     return {
         "verdict": "yes" if yes else "no",
-        "cause": CAUSE[category] if yes else 0,
+        "cause": (cause or CAUSE[category]) if yes else 0,
         "turn": turn,
         "recovered": recovered,
         "rationale": rationale,

@@ -1,9 +1,10 @@
 """The FAMA controller: failure analysis of completed episodes, and a helper roster chosen from it.
 
-`failure_case` turns a failed episode's messages into what the analysts read (the trajectory and
-the task's ground truth, never a simulator's labels); `FamaController` is the agent that runs the
-four error analysts, the orchestrator and the mitigation agent on it through `ctx.llm`, and keeps
-the roster of its (domain, model) over a window of failures (`faultline.runtime.FamaConfig`).
+`failure_case` turns a failed episode's messages into what the analysts read (the trajectory, as
+in the FAMA paper, or with the task's ground truth for informed analysts; never a simulator's
+labels); `FamaController` is the agent that runs the four error analysts, the orchestrator and
+the mitigation agent on it through `ctx.llm`, and keeps the roster of its (domain, model) over a
+window of failures (`faultline.runtime.FamaConfig`).
 """
 
 from faultline.services.fama._case import (

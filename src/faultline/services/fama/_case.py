@@ -1,11 +1,13 @@
-"""A failed episode as the FAMA analysts see it: the trajectory, the task's ground truth, and what
-the one says against the other.
+"""A failed episode as the FAMA analysts see it: the trajectory and, for informed analysts, the
+task's ground truth and what the one says against the other.
 
 `failure_case` is a pure function of an episode's envelopes in stream order, so the controller on
 the bus and `faultline fama analyze` on a journal file build the same case. It reads what a human
-analyst could read: the conversation, the tool calls and their results, the completed event's
-outcome, and the task's ground-truth actions and required outputs from the domain. It never reads
-a simulator's own mistake labels (`EpisodeCompleted.details`, tallies, model response metadata).
+analyst could read: the conversation, the tool calls and their results and the completed event's
+outcome; for informed analysts (`analysts="informed"`) also the task's ground-truth actions and
+required outputs from the domain, which a trajectory case, as in the FAMA paper, never loads. It
+never reads a simulator's own mistake labels (`EpisodeCompleted.details`, tallies, model response
+metadata).
 
 The evidence lines the trajectory up with the ground truth: each successful tool call that is not
 the next ground-truth action is a deviation, judged by `faultline.replay.categorize` against the
@@ -16,7 +18,7 @@ action it displaced was made later; a write that went through is never recovered
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -39,6 +41,10 @@ TOOL_AGENT = "tool"
 """The agent whose decisions are analysed."""
 FAILED_OUTCOMES = frozenset({"failure", "timeout"})
 """Outcomes the controller analyses; an `error` is a crash of code, not a decision gone wrong."""
+
+Analysts = Literal["trajectory", "informed"]
+"""What the analysts are shown: the trajectory alone, as in the FAMA paper, or with the ground truth
+and the attribution (`faultline.runtime.FamaConfig.analysts`)."""
 
 
 class Deviation(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,10 +103,17 @@ class FailureCase(msgspec.Struct, frozen=True, kw_only=True):
     gold_actions: list[dict[str, Any]] = []
     required_outputs: list[str] = []
     evidence: Evidence = Evidence()
+    analysts: Analysts = "informed"
+    """What the analysts are shown of this case; one journaled before the choice existed was informed."""
 
     def transcript(self) -> str:
         """The trajectory as numbered lines, as a model reads it."""
         return "\n".join(f"[{i}] {turn['role']}: {turn['text']}" for i, turn in enumerate(self.trajectory))
+
+    def shown(self) -> list[str]:
+        """What the analysts are given, as a verdict's `evidence` records it: trajectory analysts get
+        the trajectory whatever else the case holds (an attribution reported beside them)."""
+        return ["trajectory"] if self.analysts == "trajectory" else list(self.evidence.sources)
 
 
 class _Call(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,8 +122,12 @@ class _Call(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
 
 
-def failure_case(envelopes: Iterable[Envelope]) -> FailureCase | None:
-    """The case of one episode from its envelopes in stream order; None unless it failed."""
+def failure_case(envelopes: Iterable[Envelope], analysts: Analysts = "trajectory") -> FailureCase | None:
+    """The case of one episode from its envelopes in stream order; None unless it failed.
+
+    A trajectory case (the default, the FAMA paper's) holds the trajectory, the outcome and who ended
+    the conversation; an informed one also the ground truth and the evidence built from it.
+    """
     started: EpisodeStarted | None = None
     completed: EpisodeCompleted | None = None
     episode = ""
@@ -150,23 +167,30 @@ def failure_case(envelopes: Iterable[Envelope]) -> FailureCase | None:
                 pass
     if started is None or completed is None or completed.outcome not in FAILED_OUTCOMES:
         return None
-    domain, task = _ground_truth(started)
-    gold = [a.as_dict() for a in task.actions] if task else []
-    outputs = list(task.outputs) if task else []
     ended_by = "limit" if completed.outcome == "timeout" or not last_speaker else last_speaker
-    evidence = _evidence(trajectory, made, gold, outputs, task, domain, ended_by)
-    return FailureCase(
+    alone = FailureCase(
         episode=episode,
         domain=started.domain,
         task=started.task,
         model=model or "unknown",
         outcome=completed.outcome,
         cause=completed.cause,
-        instruction=task.instruction if task else "",
         trajectory=trajectory,
+        evidence=Evidence(ended_by=ended_by, sources=["trajectory"]),
+        analysts="trajectory",
+    )
+    if analysts == "trajectory":
+        return alone
+    domain, task = _ground_truth(started)
+    gold = [a.as_dict() for a in task.actions] if task else []
+    outputs = list(task.outputs) if task else []
+    return msgspec.structs.replace(
+        alone,
+        instruction=task.instruction if task else "",
         gold_actions=gold,
         required_outputs=outputs,
-        evidence=evidence,
+        evidence=_evidence(trajectory, made, gold, outputs, task, domain, ended_by),
+        analysts="informed",
     )
 
 

@@ -75,7 +75,7 @@ async def analyze(case: FailureCase, ctx: Context, role: str) -> Analysis:
     verdicts = []
     for cat in CATEGORIES:
         answer = await ctx.llm(analyst_request(case, cat, role))
-        verdicts.append(parse_analyst(answer.content, cat.id, case.evidence.sources))
+        verdicts.append(parse_analyst(answer.content, cat.id, case.shown()))
     main = parse_main((await ctx.llm(orchestrator_request(case, verdicts, role))).content)
     helpers = Mitigation()
     if main.main:

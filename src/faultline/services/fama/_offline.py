@@ -16,7 +16,7 @@ from faultline.core import AgentHarness, ModelBackend, Notice
 from faultline.journal import JournalReader
 from faultline.replay import attribute_episode
 from faultline.runtime import Config, FamaConfig, agent_lookup, make_backend
-from faultline.services.fama._case import Decisive, FailureCase, failure_case, with_attribution
+from faultline.services.fama._case import Analysts, Decisive, FailureCase, failure_case, with_attribution
 from faultline.services.fama._controller import (
     ANALYSIS,
     FAILED,
@@ -46,7 +46,7 @@ class CaseReport(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     model_calls: int = 0
     decisive: Decisive | None = None
-    """The attribution's decisive step the analysts had among their evidence."""
+    """The attribution's decisive step: among informed analysts' evidence, beside trajectory analysts' verdicts."""
 
 
 class JournalAnalysis(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,10 +56,12 @@ class JournalAnalysis(msgspec.Struct, frozen=True, kw_only=True):
     decisions: list[dict[str, Any]] = []
 
 
-def failure_cases(path: str | Path, episodes: Iterable[str] | None = None) -> list[FailureCase]:
-    """The failed episodes of a journal as cases, in stream order (the others are left out)."""
+def failure_cases(
+    path: str | Path, episodes: Iterable[str] | None = None, analysts: Analysts = "trajectory"
+) -> list[FailureCase]:
+    """The failed episodes of a journal as cases for these analysts, in stream order (the others are left out)."""
     with JournalReader(path) as reader:
-        found = (failure_case(row.envelope() for row in rows) for _, rows in reader.by_episode(episodes))
+        found = (failure_case((row.envelope() for row in rows), analysts) for _, rows in reader.by_episode(episodes))
         return [case for case in found if case is not None]
 
 

@@ -7,8 +7,14 @@ prompts are short and name the exact keys without example values, which a small 
 answer is read tolerantly (the first JSON object in it, fenced or amid prose; a lone name where a
 list is asked for); anything else, a refusal included, is an `AnswerFormatError` that says what was
 wrong, and the controller journals the failure and skips the case. Requests carry `metadata` for
-the offline judge (`sim` "judge"): the stage, the category, and the case's evidence, which real
-backends ignore.
+the offline judge (`sim` "judge"), which real backends ignore: the stage, the category, and what the
+prompt shows, in a form the stand-in reads without parsing prose.
+
+What a request shows follows the case's `analysts`. A trajectory case (the FAMA paper's mode) shows,
+in the prompt and in the metadata alike, the numbered trajectory, the outcome and cause as the
+completed event states them and who ended the conversation, and nothing else the case holds. An
+informed case adds the instruction, the ground-truth actions, the facts to tell the user, the
+evidence built from them and the attribution's decisive step.
 """
 
 from __future__ import annotations
@@ -79,7 +85,12 @@ class Mitigation(msgspec.Struct, frozen=True, kw_only=True):
     rationale: str = ""
 
 
+_ENDED_BY = {"agent": "the agent", "user": "the user", "limit": "a turn or time limit"}
+
+
 def _case_text(case: FailureCase) -> str:
+    if case.analysts == "trajectory":
+        return _trajectory_text(case)
     gold = "\n".join(f"- {json.dumps(a, sort_keys=True)}" for a in case.gold_actions) or "- (not known)"
     outputs = "\n".join(f"- {o}" for o in case.required_outputs) or "- (none)"
     text = (
@@ -97,7 +108,21 @@ def _case_text(case: FailureCase) -> str:
     )
 
 
+def _trajectory_text(case: FailureCase) -> str:
+    ended = _ENDED_BY.get(case.evidence.ended_by)
+    closing = f"\nThe conversation was ended by {ended}." if ended else ""
+    return f"# Trajectory\n{case.transcript()}\n\n# Outcome\n{case.outcome}: {case.cause}{closing}"
+
+
 def _meta(case: FailureCase, stage: str, **more: Any) -> dict[str, Any]:
+    if case.analysts == "trajectory":
+        shown = {
+            "turns": case.trajectory,
+            "outcome": case.outcome,
+            "cause": case.cause,
+            "ended_by": case.evidence.ended_by,
+        }
+        return {"sim": "judge", "stage": stage, "analysts": "trajectory", "trajectory": shown, **more}
     evidence = msgspec.to_builtins(case.evidence)
     return {"sim": "judge", "stage": stage, "evidence": evidence, **more}
 

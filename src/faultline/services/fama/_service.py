@@ -11,11 +11,13 @@ does the two things the agent cannot do in a handler, because they are not a fun
   is a dry run, publishes the roster on `fl.ctl.helpers` for the tool agent's configured model name,
   again with an id derived from the notice's. It runs with the operator's credential: a roster is privileged.
 
-With `[fama] attribution` on, it also gives the analysts the replay-based attribution's decisive
-step: once the journal service answers that the journal file holds the stream up to the completed
-event, it attributes the episode from that file (read only; the forks go to the journal's forks
-file), and sends the case without it when the journal does not catch up within `journal_wait_s` or
-the attribution fails. The journaled case holds whatever evidence was found, so replay never forks.
+It builds each case for the analysts `[fama] analysts` names (the trajectory alone by default, as
+in the FAMA paper). With `[fama] attribution` on, it also finds the replay-based attribution's
+decisive step, which informed analysts are given and trajectory analysts never see: once the
+journal service answers that the journal file holds the stream up to the completed event, it
+attributes the episode from that file (read only; the forks go to the journal's forks file), and
+sends the case without it when the journal does not catch up within `journal_wait_s` or the
+attribution fails. The journaled case holds whatever evidence was found, so replay never forks.
 Forks run the episode's agents in this process and call their models, which is why it is off by default.
 
 The stages run in a `Worker` of this process that serves the `fama` agent like any worker serves
@@ -154,7 +156,8 @@ class FamaService:
             return
         if completed.episode.startswith(f"{CONTROLLER}-"):
             return
-        case = failure_case(await read_episode(self.bus, completed.episode, self.read_timeout_s))
+        envelopes = await read_episode(self.bus, completed.episode, self.read_timeout_s)
+        case = failure_case(envelopes, self.settings.analysts)
         if case is None:
             return
         if self.attribute is not None:
