@@ -1,366 +1,425 @@
-"""Attribution accuracy against faults the benchmark injected itself, with every method and two baselines.
+"""Attribution on organic failures: who made an episode fail, by every method, scored after it answered.
 
-1. A campaign (a real `faultline run`, with no simulated mistakes unless --rate is
-   set), or an existing journal (--journal).
-2. Every passing episode (up to --episodes) gets one fault: the type is the next of
-   every shipped fault type in turn, the sending agent and the message are drawn by
-   a seeded rng among the messages that type applies to, and a fork applies it
-   (`Inject`: a fault event in the journal, as a worker's interceptor writes one).
-   The label is that agent and the step that sent the message. Every faulted
-   episode that fails is kept; nothing chooses episodes by their labels, and
-   nothing reads the simulator's mistake records.
-3. On every kept episode: fault-event repair, oracle-guided repair, sampled
-   counterfactuals, and the baselines "first tool error" (the step whose tool call
-   first came back with an error) and an all-at-once judge (the whole trace in one
-   model request, as Who&When's; with `sim` a documented heuristic stands in, see
-   the sim backend), each scored on agent and step, over every kept episode and
-   over those of each fault mechanism; and per fault type, how many of the
-   episodes it was injected into failed. Forks run under the fault rules of the
-   episode they fork, the injected fault included.
+1. Campaigns, one per seed (a real `faultline run`): the simulator makes its own
+   stochastic mistakes (`--rate` per category and decision), and two fault rules
+   run live: a decoy (`parameter_format_error`: the tool rejects the malformed call,
+   the agent calls again; journaled, visible, harmless) and a cause
+   (`parameter_filling_error`: a changed argument, which fails the episode when a
+   write goes through with it). Every failed episode is kept.
+2. Every method answers on every failure, seeing only the journal: oracle-guided
+   repair, sampled counterfactuals, an all-at-once judge and a step-by-step judge
+   (agents whose model calls go through `ctx.llm`; with `sim` documented heuristics
+   that read only the trace stand in, see the sim backend), the first tool error,
+   and a random step. Forks draw the model's randomness afresh, so continuations
+   differ as a sampling model's would.
+3. Only then does the scorer read the labels: the simulator's mistake records and
+   the injected faults' events. An episode's label is its earliest cause: the steps
+   carrying its first simulated mistake (a wrong write shows on its confirmation
+   question and on its call), or the step whose write call a fault changed and the
+   tool accepted, whichever came first. Decoys are never labels. A failure with
+   neither is counted as unexplained and scored by no method.
+4. Fault-event repair is reported apart, as a confirmation rate on the failures
+   that carry a causing fault: it reads the fault events, so beside the others it
+   would be graded on its own input.
 
---organic skips steps 2 and 3's scoring: it attributes the campaign's own failures
-(a real model's mistakes have no labels) and reports flip rate and cost only.
+With `sim` the numbers measure the runtime's mechanisms (forks, search, scoring),
+never a model. `--config` with an openai model runs the same harness on a real
+model's failures: it has no labels, so only what each method answered, and its cost,
+are reported.
 
-With `sim` the numbers measure the runtime's mechanisms (forks, injection,
-search), never a model.
-
-    python -m bench.attribution_accuracy [--episodes 30] [--samples 4] [--config faultline.toml] [--json out.json]
+    python -m bench.attribution_accuracy [--seeds 11,12,13] [--tasks 115] [--trials 2] [--rate 0.05] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from random import Random
 from typing import Any, ClassVar
 
 import anyio
+import msgspec
 from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import FaultlineError
 from faultline.cli import main as cli
-from faultline.core import Agent, AgentHarness, ChatMessage, Context, Envelope, LlmRequest, Notice, ToolResult
-from faultline.faults import fault_types
-from faultline.journal import JournalReader, JournalRow
-from faultline.replay import (
-    FAULT_REPAIR,
-    ORACLE_REPAIR,
-    SAMPLED,
-    Attribution,
-    Inject,
-    Step,
-    attribute_episode,
-    fork_episode,
-    steps,
+from faultline.core import (
+    Agent,
+    AgentHarness,
+    ChatMessage,
+    Context,
+    Envelope,
+    FaultApplied,
+    LlmRequest,
+    Notice,
+    Recording,
+    ToolResult,
 )
+from faultline.envs import load_domain
+from faultline.journal import JournalReader, JournalRow
+from faultline.replay import FAULT_REPAIR, ORACLE_REPAIR, SAMPLED, Method, Step, attribute_episode, steps, wilson
 from faultline.runtime import Config, agent_lookup, load_config, make_backend
 
+DECOY = "parameter_format_error"
+CAUSE = "parameter_filling_error"
 FIRST_TOOL_ERROR = "first tool error"
 JUDGE = "all-at-once judge"
+STEP_JUDGE = "step-by-step judge"
+RANDOM = "random step"
+METHODS = (ORACLE_REPAIR, SAMPLED, JUDGE, STEP_JUDGE, FIRST_TOOL_ERROR, RANDOM)
 JUDGE_PROMPT = (
     "Below is the trace of a failed multi-agent episode, one line per step: `step N | agent | what it sent`. "
     "Name the agent and the step that caused the failure, exactly as:\nagent: NAME\nstep: N"
 )
+STEP_PROMPT = (
+    "Below is the start of the trace of a multi-agent episode that failed, one line per step: "
+    "`step N | agent | what it sent`. Is its last step the one that made the episode fail? "
+    "Answer yes or no on the first line."
+)
+WHO_AND_WHEN = "Who&When (all-at-once, hand-crafted systems): agent 53.5%, step 14.2%"
 
 
-def campaign(journal: Path, tasks: int, rate: float, seed: int, config: Path | None) -> None:
-    args = ["run", "--tasks", str(tasks), "--trials", "1", "--error-rates", str(rate), "--seed", str(seed)]
-    args += ["--journal", str(journal), "--json"] + (["--config", str(config)] if config else [])
-    assert cli(args) == 0
+class Label(msgspec.Struct, frozen=True):
+    """What the scorer holds an episode's failure to be; `steps` are every step carrying that cause."""
+
+    cause: str
+    agent: str
+    steps: list[int]
 
 
-def candidates(rows: list[JournalRow], fault: str, lookup: Any) -> list[JournalRow]:
-    """Messages of agents the fault type applies to (tool-call faults: tool calls; the rest: direct messages)."""
-    kinds = fault_types()[fault].kinds
-    return [
-        r
-        for r in rows
-        if r.recipient and lookup(r.sender) is not None and (r.kind in kinds if kinds else r.kind != "start")
-    ]
+class Said(msgspec.Struct, frozen=True):
+    """One method's answer on one failure, with what it cost."""
+
+    agent: str | None
+    step: int | None
+    decided: bool
+    forks: int = 0
+    model_calls: int = 0
+    seconds: float = 0.0
 
 
-async def label_set(
-    journal: Path, labelled: Path, want: int, seed: int, config: Config
-) -> tuple[list[tuple[str, str, str, int | None]], dict[str, dict[str, int]]]:
-    """(episode, fault, agent, step) of every injected episode that failed, and per fault type
-    how many episodes it was injected into and how many of those failed."""
-    lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
-    rng = Random(seed)
-    names = sorted(fault_types())
+def campaign(journal: Path, seed: int, args: argparse.Namespace) -> None:
+    command = ["run", "--tasks", str(args.tasks), "--trials", str(args.trials), "--seed", str(seed)]
+    command += ["--error-rates", str(args.rate), "--journal", str(journal), "--json"]
+    command += ["--fault", f"{DECOY}:probability={args.decoys}", "--fault", f"{CAUSE}:probability={args.causes}"]
+    command += ["--config", str(args.config)] if args.config else []
+    assert cli(command) == 0
+
+
+def failures(journal: Path) -> list[str]:
     with JournalReader(journal) as reader:
-        passed = [s.episode for s in reader.episodes() if s.outcome == "success" and not s.forked_from][:want]
-    kept = []
-    tally: dict[str, dict[str, int]] = {}
-    for n, episode in enumerate(passed):
-        with JournalReader(journal) as reader:
-            rows = list(reader.episode_rows(episode))
-        for attempt in range(len(names)):
-            fault = names[(n + attempt) % len(names)]
-            pool = candidates(rows, fault, lookup)
-            if not pool:
-                continue
-            agent = rng.choice(sorted({r.sender for r in pool}))
-            target = rng.choice([r for r in pool if r.sender == agent])
-            try:
-                fork = await fork_episode(
-                    journal, episode, target.pos, Inject(fault=fault), lookup=lookup, backends=backends, out=labelled
-                )
-            except FaultlineError:
-                continue  # the fault does not apply to that message: the next type
-            counts = tally.setdefault(fault, {"injected": 0, "failed": 0})
-            counts["injected"] += 1
-            counts["failed"] += fork.outcome.outcome != "success"
-            if fork.outcome.outcome != "success":
-                with JournalReader(labelled) as reader:
-                    faulted = list(reader.episode_rows(fork.episode))
-                step = next(
-                    (s.index for s in steps(faulted, lookup) if s.agent == agent and s.input_id == target.causation),
-                    None,
-                )
-                if step is not None:  # an episode whose label has no step cannot score a method's step
-                    kept.append((fork.episode, fault, agent, step))
-            break
-    return kept, tally
+        return [s.episode for s in reader.episodes() if s.outcome not in (None, "success") and not s.forked_from]
 
 
-def first_tool_error(rows: list[JournalRow], made: list[Step]) -> tuple[str | None, int | None]:
+# -- the methods that read only the journal ------------------------------------------------------
+
+
+def failed_calls(rows: list[JournalRow]) -> list[JournalRow]:
+    """The tool calls whose result came back with an error, in journal order."""
+    by_id = {r.id: r for r in rows}
+    found = []
+    for row in rows:
+        body = row.envelope().body if row.kind == "tool_result" else None
+        if isinstance(body, ToolResult) and body.error and (call := by_id.get(row.causation)) is not None:
+            found.append(call)
+    return found
+
+
+def step_of(made: list[Step], row: JournalRow) -> Step | None:
+    """The step that sent `row`."""
+    return next((s for s in made if s.agent == row.sender and s.input_id == row.causation), None)
+
+
+def first_tool_error(rows: list[JournalRow], made: list[Step]) -> Said:
     """The baseline: blame the step whose tool call first came back with an error."""
-    by_id = {r.id: r for r in rows}
-    for row in rows:
-        body = row.envelope().body if row.kind == "tool_result" else None
-        if isinstance(body, ToolResult) and body.error and (call := by_id.get(row.causation)) is not None:
-            step = next((s for s in made if s.agent == call.sender and s.input_id == call.causation), None)
-            return (step.agent, step.index) if step else (None, None)
-    return None, None
+    step = next((s for call in failed_calls(rows) if (s := step_of(made, call)) is not None), None)
+    return Said(step.agent if step else None, step.index if step else None, False)
 
 
-def trace(rows: list[JournalRow], made: list[Step]) -> str:
-    """The episode as the judge reads it: a line per step, marked when its tool call came back with an error."""
-    by_id = {r.id: r for r in rows}
-    failed = set()
-    for row in rows:
-        body = row.envelope().body if row.kind == "tool_result" else None
-        if isinstance(body, ToolResult) and body.error and (call := by_id.get(row.causation)) is not None:
-            failed.add((call.sender, call.causation))
-    return "\n".join(
+def random_step(episode: str, made: list[Step], seed: int) -> Said:
+    step = Random(f"{seed}:{episode}").choice(made)
+    return Said(step.agent, step.index, False)
+
+
+def trace_lines(rows: list[JournalRow], made: list[Step]) -> list[str]:
+    """The episode as the judges read it: a line per step, marked when its tool call came back with an error."""
+    failed = {(call.sender, call.causation) for call in failed_calls(rows)}
+    return [
         f"step {s.index} | {s.agent} | {json.dumps(s.action, sort_keys=True)[:300]}"
         + (" | error" if (s.agent, s.input_id) in failed else "")
         for s in made
-    )
+    ]
 
 
 class TraceJudge(Agent):
-    """The all-at-once judge as an agent: its one model call goes through `ctx.llm`, as every agent's does, so
-    the same judge runs in the runtime, journaled, as it runs here in a harness."""
+    """A judge as an agent: its model calls go through `ctx.llm`, as every agent's do, so the same
+    judge runs journaled in the runtime as it runs here in a harness. The Notice's text is what it
+    reads; `sim` in the Notice's first line says which stand-in answers with the offline model."""
 
     name: ClassVar[str] = "judge"
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         assert isinstance(msg.body, Notice)
+        prompt, _, text = msg.body.text.partition("\n")
         request = LlmRequest(
             role="judge",
-            messages=[
-                ChatMessage(role="system", content=JUDGE_PROMPT),
-                ChatMessage(role="user", content=msg.body.text),
-            ],
-            metadata={"sim": "blame"},
+            messages=[ChatMessage(role="system", content=prompt), ChatMessage(role="user", content=text)],
+            metadata={"sim": "blame" if prompt == JUDGE_PROMPT else "blame_step"},
         )
         ctx.emit(Notice(text=(await ctx.llm(request)).content))
 
 
-async def judge(rows: list[JournalRow], made: list[Step], config: Config) -> tuple[str | None, int | None]:
-    """The all-at-once judge: one model request (the tool role's model) with the whole trace."""
+async def ask(config: Config, episode: str, prompt: str, text: str) -> str | None:
+    """One judge request (the tool role's model); None when the model call failed."""
     backend = make_backend(config, "tool")
-    harness = AgentHarness(TraceJudge(), episode=f"judge-{rows[0].episode}", backend=backend)
+    harness = AgentHarness(TraceJudge(), episode=f"judge-{episode}", backend=backend)
     try:
-        [answer] = await harness.deliver(Notice(text=trace(rows, made)))
+        [answer] = await harness.deliver(Notice(text=f"{prompt}\n{text}"))
     except FaultlineError:
-        return None, None
+        return None
     finally:
         await backend.aclose()
     assert isinstance(answer.body, Notice)
-    response = answer.body
+    return answer.body.text
+
+
+async def judge(episode: str, rows: list[JournalRow], made: list[Step], config: Config) -> Said:
+    """All at once: the whole trace in one request."""
+    said = await ask(config, episode, JUDGE_PROMPT, "\n".join(trace_lines(rows, made)))
     agent, step = None, None
-    for line in response.text.splitlines():
+    for line in (said or "").splitlines():
         key, _, value = line.partition(":")
         if key.strip().lower() == "agent":
             agent = value.strip()
         elif key.strip().lower() == "step" and value.strip().isdigit():
             step = int(value.strip())
-    return agent, step
+    return Said(agent, step, False, model_calls=1)
 
 
-Score = tuple[bool, bool, bool, bool, int, int, float]
-"""(agent right, step right, answered, flipped, forks, model calls, seconds) of one method on one episode."""
+async def step_judge(episode: str, rows: list[JournalRow], made: list[Step], config: Config) -> Said:
+    """Step by step: the trace up to each step in turn, until the judge says that step failed it."""
+    lines = trace_lines(rows, made)
+    for n, step in enumerate(made, start=1):
+        said = await ask(config, episode, STEP_PROMPT, "\n".join(lines[:n]))
+        if said is not None and said.strip().lower().startswith("yes"):
+            return Said(step.agent, step.index, False, model_calls=n)
+    return Said(None, None, False, model_calls=len(made))
 
 
-def same(answer: object, label: object) -> bool:
-    """Whether a method's answer is the label: no answer (None) is never right, whatever the label."""
-    return answer is not None and answer == label
-
-
-async def evaluate(
-    labelled: Path, scratch: Path, kept: list[tuple[str, str, str, int | None]], samples: int, config: Config
-) -> dict[str, dict[str, dict[str, float]]]:
-    """Each method's summary over every kept episode ("all") and over those of each fault mechanism."""
+async def answers(
+    journal: Path, scratch: Path, episode: str, args: argparse.Namespace, config: Config
+) -> dict[str, Said]:
     lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
-    scores: dict[str, dict[str, list[Score]]] = {}
-    for episode, fault, agent, step in kept:
-        mechanism = fault_types()[fault].mechanism
-        by_method: dict[str, list[Score]] = {}
-        with JournalReader(labelled) as reader:
-            rows = list(reader.episode_rows(episode))
-        made = steps(rows, lookup)
-        for method in (FAULT_REPAIR, ORACLE_REPAIR, SAMPLED):
-            result: Attribution = await attribute_episode(
-                labelled,
-                episode,
-                lookup=lookup,
-                backends=backends,
-                method=method,
-                samples=samples,
-                scratch=scratch,  # type: ignore[arg-type]
-            )
-            by_method.setdefault(method, []).append(
-                (
-                    same(result.agent, agent),
-                    same(result.step, step),
-                    result.decided,
-                    result.flipped,
-                    result.forks,
-                    result.model_calls,
-                    result.seconds,
-                )  # fmt: skip
-            )
-        started = time.perf_counter()
-        got = first_tool_error(rows, made)
-        by_method.setdefault(FIRST_TOOL_ERROR, []).append(
-            (same(got[0], agent), same(got[1], step), got[1] is not None, False, 0, 0, time.perf_counter() - started)
+    with JournalReader(journal) as reader:
+        rows = list(reader.episode_rows(episode))
+    made = steps(rows, lookup)
+    found: dict[str, Said] = {}
+    repairs: list[Method] = [ORACLE_REPAIR, SAMPLED]
+    if any(r.kind == "fault_applied" for r in rows):
+        repairs.append(FAULT_REPAIR)
+    for method in repairs:
+        result = await attribute_episode(
+            journal, episode, lookup=lookup, backends=backends, method=method, samples=args.samples, scratch=scratch
         )
-        started = time.perf_counter()
-        said_agent, said_step = await judge(rows, made, config)
-        by_method.setdefault(JUDGE, []).append(
-            (
-                same(said_agent, agent),
-                same(said_step, step),
-                said_step is not None,
-                False,
-                0,
-                1,
-                time.perf_counter() - started,
-            )
+        found[method] = Said(
+            result.agent, result.step, result.decided, result.forks, result.model_calls, result.seconds
         )
-        for group in ("all", mechanism):
-            for method, items in by_method.items():
-                scores.setdefault(group, {}).setdefault(method, []).extend(items)
-    return {group: {method: _summary(items) for method, items in methods.items()} for group, methods in scores.items()}
+    for name, run in ((JUDGE, judge), (STEP_JUDGE, step_judge)):
+        started = time.perf_counter()
+        said = await run(episode, rows, made, config)
+        found[name] = msgspec.structs.replace(said, seconds=time.perf_counter() - started)
+    found[FIRST_TOOL_ERROR] = first_tool_error(rows, made)
+    found[RANDOM] = random_step(episode, made, args.seed_of_random)
+    return found
 
 
-def _summary(items: list[Score]) -> dict[str, float]:
-    n = len(items) or 1
+# -- the scorer: reads the labels, after every method has answered -------------------------------
+
+
+def label(rows: list[JournalRow], made: list[Step], domain: str) -> Label | None:
+    """The earliest cause of the failure (see the module docstring), or None when there is none."""
+    causes: list[Label] = []
+    first: dict[str, Any] | None = None
+    carrying: list[int] = []
+    for row in rows:
+        body = row.envelope().body if row.kind == "recording" else None
+        if not isinstance(body, Recording) or body.call != "llm":
+            continue
+        mistake = (body.response or {}).get("metadata", {}).get("mistake")
+        if mistake and (first is None or mistake == first) and (step := step_of(made, row)) is not None:
+            first = first or mistake
+            carrying.append(step.index)
+    if first is not None:
+        causes.append(Label(f"mistake: {first['category']}", "tool", carrying))
+    writes = {tool.name for tool in load_domain(domain).tools() if tool.writes} if domain else set()
+    results = {r.causation: r.envelope().body for r in rows if r.kind == "tool_result"}
+    for row in rows:
+        applied = row.envelope().body if row.kind == "fault_applied" else None
+        if not isinstance(applied, FaultApplied) or applied.fault != CAUSE:
+            continue
+        delivered = [str(result.get("id", "")) for result in applied.results]
+        went_through = any(isinstance(results.get(d), ToolResult) and not results[d].error for d in delivered)  # type: ignore[union-attr]
+        name = (applied.original.get("body") or {}).get("name")
+        sender, causation = str(applied.original.get("sender", "")), str(applied.original.get("causation", ""))
+        step = next((s for s in made if s.agent == sender and s.input_id == causation), None)
+        if went_through and name in writes and step is not None:
+            causes.append(Label(f"fault: {applied.fault}", sender, [step.index]))
+    return min(causes, key=lambda c: min(c.steps)) if causes else None
+
+
+def fault_events(rows: list[JournalRow]) -> set[str]:
     return {
-        "episodes": len(items),
-        "agent_accuracy": sum(i[0] for i in items) / n,
-        "step_accuracy": sum(i[1] for i in items) / n,
-        "answered": sum(i[2] for i in items) / n,
-        "flip_rate": sum(i[3] for i in items) / n,
-        "forks_per_episode": sum(i[4] for i in items) / n,
-        "model_calls_per_episode": sum(i[5] for i in items) / n,
-        "seconds_per_episode": sum(i[6] for i in items) / n,
+        body.fault for r in rows if r.kind == "fault_applied" and isinstance(body := r.envelope().body, FaultApplied)
     }
 
 
-async def organic(
-    journal: Path, scratch: Path, samples: int, config: Config, limit: int
-) -> dict[str, dict[str, dict[str, float]]]:
-    """The campaign's own failures, by every method: no labels, so flip rate and cost only."""
-    lookup, backends = agent_lookup(config), (lambda role: make_backend(config, role))
-    with JournalReader(journal) as reader:
-        failed = [s.episode for s in reader.episodes() if s.outcome not in (None, "success") and not s.forked_from]
-    scores: dict[str, list[Score]] = {}
-    for episode in failed[:limit]:
-        for method in (ORACLE_REPAIR, SAMPLED):
-            result = await attribute_episode(
-                journal,
-                episode,
-                lookup=lookup,
-                backends=backends,
-                method=method,
-                samples=samples,
-                workers=1,
-                scratch=scratch,  # type: ignore[arg-type]
+Score = dict[str, Any]
+
+
+def score(answer: Said, truth: Label | None) -> Score:
+    """The answer against the label (None: unexplained, so right or wrong is not known)."""
+    known = truth is not None and answer.step is not None
+    return {
+        "agent": None if truth is None else answer.agent is not None and answer.agent == truth.agent,
+        "step": None if truth is None else known and answer.step in truth.steps,
+        "near": None if truth is None else known and any(abs(answer.step - s) <= 1 for s in truth.steps),  # type: ignore[operator]
+        "decided": answer.decided,
+        "answered": answer.step is not None,
+        "forks": answer.forks,
+        "model_calls": answer.model_calls,
+        "seconds": answer.seconds,
+    }
+
+
+def summary(scores: list[Score]) -> dict[str, Any]:
+    """Rates with their intervals (accuracy over the labelled failures, the rest over all), and costs."""
+    n = len(scores)
+    out: dict[str, Any] = {"n": n, "labelled": sum(s["step"] is not None for s in scores)}
+    for key in ("agent", "step", "near", "decided", "answered"):
+        counted = [s[key] for s in scores if s[key] is not None]
+        k = sum(bool(v) for v in counted)
+        low, high = wilson(k, len(counted))
+        out[key] = {"rate": k / len(counted) if counted else 0.0, "low": low, "high": high, "k": k, "n": len(counted)}
+    for key in ("forks", "model_calls", "seconds"):
+        out[f"{key}_per_failure"] = sum(s[key] for s in scores) / n if n else 0.0
+    return out
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def benchmark(args: argparse.Namespace, config: Config, tmp: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+    scored: dict[str, list[Score]] = {m: [] for m in METHODS}
+    confirmations: list[dict[str, Any]] = []
+    causes: dict[str, int] = {}
+    unexplained, per_seed = 0, {}
+    lookup = agent_lookup(config)
+    for seed in args.seeds:
+        journal, scratch = tmp / f"campaign-{seed}.sqlite", tmp / f"forks-{seed}.sqlite"
+        started = time.perf_counter()
+        campaign(journal, seed, args)
+        failed = failures(journal)[: args.limit or None]
+        per_seed[seed] = {"failures": len(failed), "campaign_s": time.perf_counter() - started}
+        for i, episode in enumerate(failed, start=1):
+            progress(f"seed {seed}: failure {i} of {len(failed)}")
+            said = anyio.run(answers, journal, scratch, episode, args, config)
+            with JournalReader(journal) as reader:
+                rows = list(reader.episode_rows(episode))
+                found = reader.episode(episode)
+            truth = label(rows, steps(rows, lookup), found.domain if found else "")
+            if truth is None:
+                unexplained += 1
+            else:
+                causes[truth.cause] = causes.get(truth.cause, 0) + 1
+            for method in METHODS:
+                scored[method].append(score(said[method], truth))
+            if FAULT_REPAIR in said and truth is not None:
+                confirmations.append(
+                    {"cause": truth.cause, "carries": sorted(fault_events(rows)), **score(said[FAULT_REPAIR], truth)}
+                )
+    return {
+        "commit": commit(),
+        "seeds": args.seeds,
+        "campaign": {k: getattr(args, k) for k in ("tasks", "trials", "rate", "decoys", "causes", "samples")},
+        "per_seed": per_seed,
+        "failures": sum(s["failures"] for s in per_seed.values()),
+        "unexplained": unexplained,
+        "causes": causes,
+        "methods": {m: summary(s) for m, s in scored.items()},
+        "fault_repair": {
+            "on_causing_faults": summary([c for c in confirmations if c["cause"].startswith("fault")]),
+            "on_decoys_only": summary([c for c in confirmations if c["carries"] == [DECOY]]),
+        },
+    }
+
+
+def _rate(cell: dict[str, Any]) -> str:
+    return f"{cell['rate']:.0%} [{cell['low']:.0%}, {cell['high']:.0%}]"
+
+
+def show(result: dict[str, Any], console: Console) -> None:
+    table = Table(
+        title=f"attribution on {result['failures']} organic failures (sim: the runtime's mechanisms, not a model)"
+    )
+    for column in ("method", "n", "labelled", "agent", "step", "step ±1", "decided", "forks", "model calls", "s"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for method, s in result["methods"].items():
+        if not s["n"]:
+            continue
+        table.add_row(
+            method, str(s["n"]), str(s["labelled"]), _rate(s["agent"]), _rate(s["step"]), _rate(s["near"]), _rate(s["decided"]),
+            f"{s['forks_per_failure']:.1f}", f"{s['model_calls_per_failure']:.1f}", f"{s['seconds_per_failure']:.2f}",
+        )  # fmt: skip
+    console.print(table)
+    console.print(f"per failure; 95% Wilson intervals. Beside: {WHO_AND_WHEN} (real models, not simulator failures)")
+    console.print(
+        f"causes: {', '.join(f'{k} {v}' for k, v in sorted(result['causes'].items()))};"
+        f" unexplained (no label, scored by no method): {result['unexplained']}"
+    )
+    for name, s in result["fault_repair"].items():
+        if s["n"]:
+            console.print(
+                f"fault-event repair, {name.replace('_', ' ')}: n {s['n']}, decided {_rate(s['decided'])},"
+                f" step right {_rate(s['step'])} (a confirmation rate, not an accuracy)"
             )
-            scores.setdefault(method, []).append(
-                (False, False, result.decided, result.flipped, result.forks, result.model_calls, result.seconds)
-            )
-    return {"all": {method: _summary(items) for method, items in scores.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=30, help="passing episodes to fault (default 30)")
-    parser.add_argument("--tasks", type=int, default=40, help="tasks of the campaign (default 40)")
-    parser.add_argument("--rate", type=float, default=0.0, help="simulated mistake rate of the campaign (default 0)")
-    parser.add_argument("--samples", type=int, default=4, help="continuations per step, sampled method (default 4)")
-    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[11, 12, 13])
+    parser.add_argument("--tasks", type=int, default=115, help="tasks per campaign (default 115)")
+    parser.add_argument("--trials", type=int, default=2, help="trials per task (default 2)")
+    parser.add_argument("--rate", type=float, default=0.05, help="simulated mistake rate per category (default 0.05)")
+    parser.add_argument("--decoys", type=float, default=0.08, help=f"{DECOY} probability per message (default 0.08)")
+    parser.add_argument("--causes", type=float, default=0.03, help=f"{CAUSE} probability per message (default 0.03)")
+    parser.add_argument("--samples", type=int, default=4, help="continuations at the step named, sampled (default 4)")
+    parser.add_argument("--limit", type=int, default=0, help="failures attributed per seed (default all)")
     parser.add_argument("--config", type=Path, help="faultline.toml with the models (default: sim)")
-    parser.add_argument("--journal", type=Path, help="attribute this campaign instead of running one")
-    parser.add_argument("--organic", action="store_true", help="attribute the campaign's own failures (no labels)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    args.seed_of_random = 0
     config = load_config(args.config) if args.config else Config()
-    with tempfile.TemporaryDirectory() as tmp:
-        journal = args.journal or Path(tmp) / "campaign.sqlite"
-        labelled, scratch = Path(tmp) / "labelled.sqlite", Path(tmp) / "forks.sqlite"
-        started = time.perf_counter()
-        if args.journal is None:
-            campaign(journal, args.tasks, args.rate, args.seed, args.config)
-        run_s = time.perf_counter() - started
-        started = time.perf_counter()
-        tally: dict[str, dict[str, int]] = {}
-        if args.organic:
-            kept: list[Any] = []
-            summary = anyio.run(organic, journal, scratch, args.samples, config, args.episodes)
-        else:
-            kept, tally = anyio.run(label_set, journal, labelled, args.episodes, args.seed, config)
-            summary = anyio.run(evaluate, labelled, scratch, kept, args.samples, config)
-        attribute_s = time.perf_counter() - started
-    title = (
-        f"attribution of {len(kept) if not args.organic else 'organic'} failed episodes"
-        f" (campaign {run_s:.0f}s, faults and attribution {attribute_s:.0f}s)"
-    )
-    table = Table(title=title)
-    columns = ("faults", "method", "n", "agent", "step", "answered", "flip rate", "forks/ep", "model calls/ep", "s/ep")
-    for column in columns:
-        table.add_column(column)
-    for group, methods in sorted(summary.items(), key=lambda g: (g[0] != "all", g[0])):
-        for method, s in methods.items():
-            table.add_row(
-                group,
-                method,
-                str(s["episodes"]),
-                f"{s['agent_accuracy']:.0%}",
-                f"{s['step_accuracy']:.0%}",
-                f"{s['answered']:.0%}",
-                f"{s['flip_rate']:.0%}",
-                f"{s['forks_per_episode']:.1f}",
-                f"{s['model_calls_per_episode']:.0f}",
-                f"{s['seconds_per_episode']:.2f}",
-            )
-    Console().print(table)
-    if tally:
-        Console().print(
-            "failed of injected, per fault type: "
-            + ", ".join(
-                f"{k} ({fault_types()[k].mechanism}) {v['failed']}/{v['injected']}" for k, v in sorted(tally.items())
-            )
-        )
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory() as tmp, console.status("campaigns") as status:
+        result = benchmark(args, config, Path(tmp), status.update)
+    show(result, Console())
     if args.json:
-        args.json.write_text(json.dumps({"methods": summary, "faults": tally}, indent=2))
+        args.json.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

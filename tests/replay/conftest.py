@@ -1,4 +1,4 @@
-"""A journal of sim episodes with mistakes, made once for the replay tests by a real `faultline run`."""
+"""Journals of sim episodes, with mistakes and without, made once for the replay tests by a real `faultline run`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,16 @@ def sim_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--json",
         ]
     )
+    assert code == 0
+    return path
+
+
+@pytest.fixture(scope="session")
+def faultless_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Episodes the simulator makes no mistake in, whose forks draw none either: a fault put into
+    one is its only cause."""
+    path = tmp_path_factory.mktemp("faultless") / "journal.sqlite"
+    code = main(["run", "--tasks", "12", "--error-rates", "0", "--seed", "7", "--journal", str(path), "--json"])
     assert code == 0
     return path
 

@@ -260,17 +260,28 @@ def _decisive(r: Attribution) -> str:
 def _evidence(r: Attribution) -> str:
     """The method, and the forks behind the answer: an interval only where more than one fork gave it."""
     lines = []
-    after = _probe(r, (r.step or 0) + 1) if r.p_after is not None else None
-    for label, probe in ((f"{r.method}: ", _probe(r, r.step)), ("the step after: ", after)):
+    if r.method == SAMPLED:
+        after = _probe(r, (r.step or 0) + 1) if r.p_after is not None else None
+        compared = (f"{r.method}: ", _probe(r, r.step)), ("the step after: ", after)
+    else:  # a repair, and its control: the step kept, the rest drawn again
+        controls = ("keep", "recorded")
+        compared = (f"{r.method}: ", _probe(r, r.step, not_of=controls)), ("its control: ", _probe(r, r.step, controls))
+    for label, probe in compared:
         if probe is not None:
             lines.append(label + _rate(probe))
     return "\n".join(lines) or f"{r.method}: {r.forks} forks"
 
 
-def _probe(r: Attribution, step: int | None) -> Probe | None:
+def _probe(r: Attribution, step: int | None, of: tuple[str, ...] = (), not_of: tuple[str, ...] = ()) -> Probe | None:
+    """The last probe of `step` (with a change in `of`, if given, and none in `not_of`)."""
     if step is None:
         return None
-    return next((p for p in r.evidence if p.step == step and p.change != "replay"), None)
+    found = [
+        p
+        for p in r.evidence
+        if p.step == step and p.change != "replay" and (not of or p.change in of) and p.change not in not_of
+    ]
+    return found[-1] if found else None
 
 
 def _rate(probe: Probe) -> str:

@@ -87,6 +87,7 @@ class _Memo:
     keys: KeyIndex | None = None
     expected: dict[tuple[str, bytes], str] = field(default_factory=dict)
     mistakes: dict[tuple[str, bytes, int, str], list[Action]] = field(default_factory=dict)
+    records: frozenset[str | int] | None = None
 
 
 class Domain(ABC):
@@ -167,6 +168,30 @@ class Domain(ABC):
         """
         tools = {name: spec for name, (spec, _) in self._toolbox().items()}
         return derived_candidates(task, step, category, tools, self._key_index())
+
+    def policy_breach(self, task: Task, action: Action) -> str:
+        """The policy rule `action` breaks in `task`, in a few words, or "" when the domain sees none.
+
+        For calls the tools accept although the policy forbids them (the tools refuse the rest);
+        `faultline.replay.categorize` names such a call a policy violation. A domain judges from
+        its data and policy, never from `mistake_candidates`. Default: no rule is checked.
+        """
+        return ""
+
+    def names_record(self, value: Any) -> bool:
+        """Whether `value` is the key of a record in the seeded data (a table's one-column primary key).
+
+        Tells an argument that picks the record a call acts on (an order id) from one that only
+        sets a value; a domain whose records are keyed otherwise says so here.
+        """
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            return False
+        memo = self._memo()
+        if memo.records is None:
+            template = self._template()
+            with _templates_lock:
+                memo.records = _record_keys(template)
+        return value in memo.records
 
     def user_prompt(self, task: Task) -> str:
         """The system prompt of the default user simulator for `task`; "" for Faultline's own."""
@@ -407,6 +432,19 @@ class Domain(ABC):
         if memo is None:
             memo = vars(self).setdefault("_faultline_memo", _Memo())
         return memo
+
+
+def _record_keys(db: sqlite3.Connection) -> frozenset[str | int]:
+    """Every text or whole-number value of a one-column primary key, bookkeeping tables left out."""
+    keys: set[str | int] = set()
+    tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        if table.startswith(("_fl_", "sqlite_")):
+            continue
+        primary = [row[1] for row in db.execute(f'PRAGMA table_info("{table}")') if row[5]]
+        if len(primary) == 1:
+            keys.update(v for (v,) in db.execute(f'SELECT "{primary[0]}" FROM "{table}"') if isinstance(v, str | int))
+    return frozenset(keys)
 
 
 def _end_call(db: sqlite3.Connection, *, keep: bool) -> None:

@@ -13,13 +13,13 @@ from faultline.replay._attribution import (
     Probe,
     Step,
     attribute_episode,
-    categorize,
     decisions,
     gold_action,
     largest_rise,
     steps,
     wilson,
 )
+from faultline.replay._categorize import categorize
 from faultline.replay._fork import (
     Answer,
     Change,

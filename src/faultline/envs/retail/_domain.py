@@ -11,7 +11,7 @@ from typing import Any
 from faultline._errors import ToolError
 from faultline.envs._domain import Domain, tool
 from faultline.envs._types import Action, Task
-from faultline.envs.retail import _mistakes, _tasks
+from faultline.envs.retail import _breaches, _mistakes, _tasks
 from faultline.envs.retail._data import generate, write
 from faultline.envs.retail._index import StoreIndex
 from faultline.envs.retail._policy import POLICY
@@ -64,6 +64,10 @@ class Retail(Domain):
 
     def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
         return _mistakes.candidates(self.index, task, step, category)
+
+    def policy_breach(self, task: Task, action: Action) -> str:
+        """Judged against the seeded store by the rules of `_breaches`, read off the policy."""
+        return _breaches.breach(self.index, task, action)
 
     # -- reads ------------------------------------------------------------------------------
 

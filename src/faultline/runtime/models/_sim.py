@@ -32,8 +32,10 @@ Request metadata (build it with `sim_metadata`):
                             so a step whose call was sent back is not the same mistake again
 
 Blame. Requests with `sim` "blame" get a heuristic stand-in for a model that
-reads a whole trace and names the failing agent and step (see `_blame`); it is
-a baseline for attribution benchmarks, not a result about judges.
+reads a whole trace and names the failing agent and step (see `_blame`), those
+with "blame_step" one that reads a trace up to a step and says whether that step
+failed it (`_blame_step`); they are baselines for attribution benchmarks, not
+results about judges.
 
 Helpers. A simulated helper note lowers the rate of the mistakes its helper is
 meant to prevent, by the factor `helper_effect` (the episode's setting): dce
@@ -201,6 +203,8 @@ class SimBackend:
             return respond_helper(request)
         if request.metadata.get("sim") == "blame":
             return _blame(request)
+        if request.metadata.get("sim") == "blame_step":
+            return _blame_step(request)
         if request.metadata.get("sim") == "judge":
             return respond_judge(request, prompt_word_count(request.messages))
         if request.metadata.get("sim") == INJECTOR_ROLE:
@@ -420,6 +424,20 @@ def _blame(request: LlmRequest) -> LlmResponse:
         f"agent: {parts[1]}\nstep: {parts[0].removeprefix('step ')}" if len(parts) > 1 else "agent: unknown\nstep: 0"
     )
     return LlmResponse(content=answer, model="sim", finish_reason="stop", metadata={"sim": "blame"})
+
+
+def _blame_step(request: LlmRequest) -> LlmResponse:
+    """A stand-in for a model asked, step by step, whether the last step of a trace made it fail.
+
+    A heuristic, not a model: yes when that line reports an error or ends the conversation
+    (`"done": true`), no otherwise.
+    """
+    lines = [line for m in request.messages if m.role == "user" for line in m.content.splitlines()]
+    last = next((line for line in reversed(lines) if line.startswith("step ")), "").casefold()
+    failed = last.endswith("| error") or '"done": true' in last
+    return LlmResponse(
+        content="yes" if failed else "no", model="sim", finish_reason="stop", metadata={"sim": "blame_step"}
+    )
 
 
 # -- the simulated user --------------------------------------------------------------------------
