@@ -27,7 +27,7 @@ never a model. `--config` with an openai model runs the same harness on a real
 model's failures: it has no labels, so only what each method answered, and its cost,
 are reported.
 
-    python -m bench.attribution_accuracy [--seeds 11,12,13] [--tasks 115] [--trials 2] [--rate 0.05] [--json out.json]
+    python -m bench.attribution_accuracy [--seeds 11,12,13] [--tasks 65] [--trials 4] [--rate 0.05] [--json out.json]
 """
 
 from __future__ import annotations
@@ -402,8 +402,8 @@ def show(result: dict[str, Any], console: Console) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[11, 12, 13])
-    parser.add_argument("--tasks", type=int, default=115, help="tasks per campaign (default 115)")
-    parser.add_argument("--trials", type=int, default=2, help="trials per task (default 2)")
+    parser.add_argument("--tasks", type=int, default=65, help="tasks per campaign (default 65: every retail task)")
+    parser.add_argument("--trials", type=int, default=4, help="trials per task (default 4)")
     parser.add_argument("--rate", type=float, default=0.05, help="simulated mistake rate per category (default 0.05)")
     parser.add_argument("--decoys", type=float, default=0.08, help=f"{DECOY} probability per message (default 0.08)")
     parser.add_argument("--causes", type=float, default=0.03, help=f"{CAUSE} probability per message (default 0.03)")
