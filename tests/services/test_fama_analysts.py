@@ -97,7 +97,8 @@ def test_a_trajectory_request_carries_no_gold_action_required_output_or_attribut
             assert hidden not in request
     [analyst, *_] = _requests(TRAJECTORY_ONLY)
     assert "only pending orders can be cancelled" in analyst and "I have done what I can" in analyst
-    assert "final database differs from the ground truth" in analyst  # the cause, as the completed event states it
+    # The grader's cause is written against the ground truth: the outcome alone is shown.
+    assert "final database differs" not in analyst and "failure" in analyst
     assert TRAJECTORY_ONLY.shown() == ["trajectory"]
 
 

@@ -1,7 +1,7 @@
 """The sim judge's analysts in the FAMA paper's mode: findings read off the trajectory alone.
 
 A SIMULATION, never a result about models. A trajectory analyst is shown the numbered turns (user,
-agent, call, result), the outcome and cause as the completed event states them, and who ended the
+agent, call, result), the outcome (not the grader's cause, written against the ground truth), and who ended the
 conversation. This stand-in reads only those, by a few fixed rules, and names the earliest turn
 that shows its category:
 

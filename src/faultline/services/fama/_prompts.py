@@ -11,10 +11,12 @@ the offline judge (`sim` "judge"), which real backends ignore: the stage, the ca
 prompt shows, in a form the stand-in reads without parsing prose.
 
 What a request shows follows the case's `analysts`. A trajectory case (the FAMA paper's mode) shows,
-in the prompt and in the metadata alike, the numbered trajectory, the outcome and cause as the
-completed event states them and who ended the conversation, and nothing else the case holds. An
-informed case adds the instruction, the ground-truth actions, the facts to tell the user, the
-evidence built from them and the attribution's decisive step.
+in the prompt and in the metadata alike, the numbered trajectory, the outcome (failure or timeout)
+and who ended the conversation, and nothing else the case holds: not the completed event's cause
+either, which the grader wrote by comparing the episode with the ground truth ("final database
+differs", "not told to the user: ..."). An informed case adds the cause, the instruction, the
+ground-truth actions, the facts to tell the user, the evidence built from them and the
+attribution's decisive step.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _case_text(case: FailureCase) -> str:
 def _trajectory_text(case: FailureCase) -> str:
     ended = _ENDED_BY.get(case.evidence.ended_by)
     closing = f"\nThe conversation was ended by {ended}." if ended else ""
-    return f"# Trajectory\n{case.transcript()}\n\n# Outcome\n{case.outcome}: {case.cause}{closing}"
+    return f"# Trajectory\n{case.transcript()}\n\n# Outcome\n{case.outcome}{closing}"
 
 
 def _meta(case: FailureCase, stage: str, **more: Any) -> dict[str, Any]:
@@ -119,7 +121,6 @@ def _meta(case: FailureCase, stage: str, **more: Any) -> dict[str, Any]:
         shown = {
             "turns": case.trajectory,
             "outcome": case.outcome,
-            "cause": case.cause,
             "ended_by": case.evidence.ended_by,
         }
         return {"sim": "judge", "stage": stage, "analysts": "trajectory", "trajectory": shown, **more}
