@@ -8,25 +8,29 @@ and the rest runs live. What each method can prove:
 
 - fault-event repair: the journal holds the faults injected into the episode;
   the fork at a fault event delivers the original message instead (`UndoFault`).
-  When that alone makes the episode succeed, the fault decided it. No ground
-  truth is needed and any model backend works.
+  No ground truth is needed and any model backend works.
 - oracle-guided repair: where the domain has gold actions (the task's ground
   truth), the runtime gives the step's model call the gold action for that point
   as its recorded output (`Answer`); the backend is not asked, so it works for
-  every backend. The decisive step is the latest one of the first run of steps
-  whose repair alone rescues the episode (after it the failure is locked in).
-- Both repairs run a control fork beside the one that rescued: the same history,
-  nothing changed, the rest live again. The step is decided only when the control
-  fails as the episode did; with a sampling model a lucky continuation could
-  otherwise be reported as the cause.
-- sampled counterfactuals: from the exact prefix before step k, `samples` live
-  continuations estimate p(k), the chance of success when everything from step k
-  on is drawn again (Wilson interval). The decisive step is where p rises most
-  from step k+1 to step k (p after the last step is 0: that is the recorded
-  failure, replayed exactly); it is "undecided" when the two intervals overlap.
-  p is searched by bisection for where it falls below half its first value, while
-  the probed values stay monotone (`largest_rise`), and by a full scan once they do not. With the `sim` model a new draw is asked for through the
-  episode's `sample` setting, since the simulator has no sampling of its own.
+  every backend. Steps are tried in order; the first whose repair decides is named.
+- Each repair is weighed against a control fork: the same history with the step
+  (or the fault) kept, the rest drawn again. A repair decides only when the success
+  interval of its continuations lies above the control's, so with a sampling model
+  one lucky continuation never names a cause (`_weigh`: one continuation each
+  first, `samples` each when the repair rescued and the control did not).
+- sampled counterfactuals: from the exact prefix before step k, live continuations
+  estimate p(k), the chance of success when everything from step k on is drawn
+  again (Wilson interval). The decisive step is where p rises most from step k+1
+  to step k (p after the last step is 0: that is the recorded failure, replayed
+  exactly); it is "undecided" when the two intervals overlap. Only steps with a
+  model call are probed (the others draw nothing new), p is searched by bisection
+  for where it falls below half its first value while the probed values stay
+  monotone (`largest_rise`), by a full scan once they do not, with a few
+  continuations per probe; the step found and the next then get `samples` each.
+
+Every fork draws the model's randomness afresh after the history it keeps (each its
+own `sample`), as a sampling model's continuation would: the simulator, which has
+no sampling of its own, draws its mistakes again, so forks and their controls differ.
 
 `flipped` says whether some single change rescued the episode (the flip rate of
 a set of episodes is the share where one did).
@@ -37,6 +41,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -133,7 +138,8 @@ class Attribution(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", t
     undone), as the fork ids (`-f<position>-`) and the viewer give it; `decided` is False when
     the evidence does not single it out (overlapping intervals, or no change rescued the
     episode). `p`/`low`/`high` are the success rate, with its 95% Wilson interval, of the
-    changes at the decisive step; `p_after`/`low_after`/`high_after` the same one step later.
+    changes at the decisive step; `p_after`/`low_after`/`high_after` the same for what they are
+    weighed against: the step after it (sampled) or the control fork (the repairs).
     """
 
     episode: str
@@ -322,16 +328,34 @@ class _Forks:
         journal: Path,
         episode: str,
         rows: list[JournalRow],
+        made: list[Step],
         *,
         lookup: AgentLookup,
         backends: Callable[[str], ModelBackend],
         out: Path,
         workers: int,
     ) -> None:
-        self.journal, self.episode, self.rows = journal, episode, rows
+        self.journal, self.episode, self.rows, self.made = journal, episode, rows, made
         self.lookup, self.backends, self.out = lookup, backends, out
         self.limiter = anyio.CapacityLimiter(max(1, workers))
         self.results: dict[str, ForkResult] = {}
+        self.draws = 0
+
+    def fresh(self, position: int, count: int = 1) -> list[Mapping[str, Any] | None]:
+        """Settings for `count` forks that each draw the model's randomness afresh from `position` on.
+
+        A fork is a new draw of everything live after its change, as a sampling model's
+        continuation is; each gets a number of its own in this attribution (in the order asked
+        for, so an attribution run again reuses its forks). Models that sample by themselves
+        ignore the setting; the simulator draws its mistakes again (`sample`, `sample_from`).
+        """
+        before = {
+            agent: 1
+            + sum(1 for s in self.made if s.agent == agent and s.model_call is not None and s.input_pos < position)
+            for agent in {s.agent for s in self.made}
+        }
+        self.draws += count
+        return [{"sample": n, "sample_from": before} for n in range(self.draws - count + 1, self.draws + 1)]
 
     async def run(
         self,
@@ -364,6 +388,12 @@ class _Forks:
         for r in results:
             self.results[r.episode] = r
         return results
+
+    async def draw(
+        self, step: int | None, agent: str, at: int, change: Change, n: int, answer: Answer | None = None
+    ) -> Probe:
+        """`probe` with `n` forks that each draw afresh from `at` on (see `fresh`)."""
+        return await self.probe(step, agent, at, change, self.fresh(at, n), answer)
 
     async def probe(
         self,
@@ -433,15 +463,16 @@ async def attribute_episode(
         journal,
         episode,
         rows,
+        made,
         lookup=lookup,
         backends=backends,
         out=Path(scratch) if scratch is not None else forks_path(journal),
         workers=workers,
     )
     order: list[tuple[str, Callable[[], Awaitable[Attribution | None]]]] = [
-        (FAULT_REPAIR, lambda: _fault_repair(forks, made)),
-        (ORACLE_REPAIR, lambda: _oracle_repair(forks, made, task, domain)),
-        (SAMPLED, lambda: _sampled(forks, made, samples)),
+        (FAULT_REPAIR, lambda: _fault_repair(forks, samples)),
+        (ORACLE_REPAIR, lambda: _oracle_repair(forks, task, domain, samples)),
+        (SAMPLED, lambda: _sampled(forks, samples)),
     ]
     chosen = [(name, run) for name, run in order if method in ("auto", name)]
     answer: Attribution | None = None
@@ -523,96 +554,152 @@ def _undoable(row: JournalRow) -> bool:
     return isinstance(applied, FaultApplied) and applied.model_call < 0
 
 
-async def _fault_repair(forks: _Forks, made: list[Step]) -> Attribution | None:
-    """Undo each fault event in turn; the first whose undoing alone rescues the episode decided it.
-    A fault on a model request has no message to deliver instead: the other methods cover it."""
+async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
+    """Undo each fault event in turn, beside a control that keeps it; the first whose undoing rescues
+    the episode where the control does not decided it. A fault on a model request has no message to
+    deliver instead: the other methods cover it."""
     faults = [r for r in forks.rows if r.kind == "fault_applied" and _undoable(r)]
     if not faults:
         return None
     probes: list[Probe] = []
+    weighed: list[tuple[JournalRow, FaultApplied, Step | None, Probe, Probe]] = []
     for row in faults:
         applied = row.envelope().body
         assert isinstance(applied, FaultApplied)
         sender, causation = str(applied.original.get("sender", "")), str(applied.original.get("causation", ""))
-        step = next((s for s in made if s.agent == sender and s.input_id == causation), None)
-        probe = await forks.probe(step.index if step else None, sender, row.pos, UndoFault(), [None])
-        probes.append(probe)
-        if probe.successes:
-            # The control keeps what the fault delivered and runs the rest again: from its first message.
-            delivered = {str(result.get("id", "")) for result in applied.results}
-            at = min((r.pos for r in forks.rows if r.id in delivered), default=row.pos)
-            control = await forks.probe(step.index if step else None, sender, at, Keep(), [None])
-            probes.append(control)
-            search = f"undid {len(probes) - 1} of {len(faults)} fault events in journal order; {_controlled(control)}"
-            return msgspec.structs.replace(
-                _blank(FAULT_REPAIR, search),
-                agent=sender,
-                step=probe.step,
-                position=row.pos,
-                decided=not control.successes,
-                fault=applied.fault,
-                p=probe.p,
-                low=probe.low,
-                high=probe.high,
-                wrong=step.action if step else None,
-                evidence=probes,
-            )
+        step = next((s for s in forks.made if s.agent == sender and s.input_id == causation), None)
+        index = step.index if step else None
+        # The control keeps what the fault delivered and draws the rest again, from its first message.
+        delivered = {str(result.get("id", "")) for result in applied.results}
+        at = min((r.pos for r in forks.rows if r.id in delivered), default=row.pos)
+        undo, control = await _weigh(
+            samples,
+            partial(forks.draw, index, sender, row.pos, UndoFault()),
+            partial(forks.draw, index, sender, at, Keep()),
+        )
+        probes += [undo] + ([control] if control else [])
+        if control is not None:
+            weighed.append((row, applied, step, undo, control))
+            if undo.low > control.high:
+                break
+    if not weighed:
+        return msgspec.structs.replace(
+            _blank(FAULT_REPAIR, f"undoing any one of the {len(faults)} fault events does not rescue the episode"),
+            evidence=probes,
+        )
+    row, applied, step, undo, control = max(weighed, key=lambda w: (w[3].low > w[4].high, w[3].p - w[4].p))
+    search = f"undid {len(probes) - len(weighed)} of {len(faults)} fault events in journal order; {_controlled(undo, control)}"
     return msgspec.structs.replace(
-        _blank(FAULT_REPAIR, f"undoing any one of the {len(faults)} fault events does not rescue the episode"),
+        _blank(FAULT_REPAIR, search),
+        agent=str(applied.original.get("sender", "")),
+        step=undo.step,
+        position=row.pos,
+        decided=undo.low > control.high,
+        fault=applied.fault,
+        p=undo.p,
+        low=undo.low,
+        high=undo.high,
+        p_after=control.p,
+        low_after=control.low,
+        high_after=control.high,
+        wrong=step.action if step else None,
         evidence=probes,
     )
 
 
-def _controlled(control: Probe) -> str:
-    """What the control fork (the same history, nothing changed, run live again) says of a repair that rescued."""
-    if control.successes:
-        return (
-            "its control fork, which changes nothing, succeeded too: the continuation alone can rescue it, so undecided"
-        )
-    return "its control fork, which changes nothing, failed as the episode did"
+async def _weigh(
+    samples: int, repair: Callable[[int], Awaitable[Probe]], control: Callable[[int], Awaitable[Probe]]
+) -> tuple[Probe, Probe | None]:
+    """A repair and its control (None: the repair's first continuation did not rescue, so no control ran).
+
+    One continuation each first; when the repair rescued and its control did not, both are topped up
+    to `samples`, so one lucky continuation never decides: the repair decided the episode when its
+    interval lies above the control's."""
+    fixed = await repair(1)
+    if not fixed.successes:
+        return fixed, None
+    kept = await control(1)
+    if not kept.successes and samples > 1:
+        fixed = _pooled(fixed, await repair(samples - 1))
+        if kept.change != RECORDED:
+            kept = _pooled(kept, await control(samples - 1))
+    return fixed, kept
 
 
-async def _oracle_repair(
-    forks: _Forks, made: list[Step], task: Task | None, domain: Domain | None
-) -> Attribution | None:
-    """Give each model step of a tool-calling agent its gold action, one step per fork; see the module docstring."""
+RECORDED: Final = "recorded"
+"""The change of a control with nothing left to draw: the recorded failure itself."""
+
+
+async def _control(forks: _Forks, step: Step, n: int) -> Probe:
+    """The control of a repaired step: its recorded output kept, everything after it drawn again.
+
+    It forks at the first message after the step's own outputs; when there is none, the rest is the
+    recorded failure itself, with nothing left to draw."""
+    sent = max(
+        (r.pos for r in forks.rows if r.sender == step.agent and r.causation == step.input_id), default=step.position
+    )
+    at = next((r.pos for r in forks.rows if r.pos > sent and (r.recipient or r.topic)), None)
+    if at is None:
+        recorded = [ForkOutcome(fork=forks.episode, outcome="failure", cause="the recorded episode")]
+        return Probe(step=step.index, agent=step.agent, position=sent, change=RECORDED, successes=0, samples=1,
+                     low=0.0, high=0.0, forks=recorded)  # fmt: skip
+    return await forks.probe(step.index, step.agent, at, Keep(), forks.fresh(at, n))
+
+
+def _controlled(repair: Probe, control: Probe) -> str:
+    """What a repair that rescued and its control (the same history, the step kept, the rest drawn again) say."""
+    said = (
+        f"{repair.successes} of {repair.samples} repaired continuations succeeded,"
+        f" {control.successes} of {control.samples} of the control's"
+    )
+    if repair.low > control.high:
+        return f"{said}: decided"
+    return f"{said}: the intervals overlap, so undecided (the continuation alone can rescue it)"
+
+
+async def _oracle_repair(forks: _Forks, task: Task | None, domain: Domain | None, samples: int) -> Attribution | None:
+    """Give each model step of a tool-calling agent its gold action, one step at a time, beside a control;
+    see the module docstring."""
     if task is None or domain is None:
         return None
     tools = [spec.name for spec in domain.tools()]
     candidates = [
         (s, gold)
-        for s in made
+        for s in forks.made
         if s.model_call is not None and (gold := gold_action(forks.rows, s, task, tools)) is not None
     ]
     if not candidates:
         return None
     probes: list[Probe] = []
-    rescued: list[tuple[Step, dict[str, Any], Probe]] = []
+    weighed: list[tuple[Step, dict[str, Any], Probe, Probe]] = []
     for step, gold in candidates:
         answer = Answer(agent=step.agent, response=_gold_response(gold, step))
-        probe = await forks.probe(step.index, step.agent, step.input_pos, Keep(), [None], answer)
-        probes.append(probe)
-        if probe.successes:
-            rescued.append((step, gold, probe))
-        elif rescued:
-            break  # the first run of rescuing steps has ended
-    if not rescued:
+        fixed, control = await _weigh(
+            samples,
+            partial(forks.draw, step.index, step.agent, step.input_pos, Keep(), answer=answer),
+            partial(_control, forks, step),
+        )
+        probes += [fixed] + ([control] if control else [])
+        if control is not None:
+            weighed.append((step, gold, fixed, control))
+            if fixed.low > control.high:
+                break
+    if not weighed:
         return msgspec.structs.replace(
-            _blank(ORACLE_REPAIR, f"no single gold action among {len(probes)} steps rescues the episode"),
+            _blank(ORACLE_REPAIR, f"no single gold action among {len(candidates)} steps rescues the episode"),
             evidence=probes,
         )
-    step, gold, probe = rescued[-1]
-    after = probes[probes.index(probe) + 1] if probes.index(probe) + 1 < len(probes) else None
-    control = await forks.probe(step.index, step.agent, step.input_pos, Keep(), [None])
+    step, gold, fixed, control = max(weighed, key=lambda w: (w[2].low > w[3].high, w[2].p - w[3].p))
+    tried = sum(1 for p in probes if p.change == "oracle")
     return _at_step(
         _blank(
-            ORACLE_REPAIR, f"gold action at each of {len(probes)} steps in turn, one per fork; {_controlled(control)}"
+            ORACLE_REPAIR, f"gold action at {tried} steps in turn, each beside a control; {_controlled(fixed, control)}"
         ),
         step,
-        probe,
-        after,
-        [*probes, control],
-        decided=not control.successes,
+        fixed,
+        control,
+        probes,
+        decided=fixed.low > control.high,
         category=categorize(step.action, gold, task, domain),
         right=gold,
     )
@@ -655,43 +742,76 @@ async def largest_rise(p: Callable[[int], Awaitable[Probe]], n: int) -> tuple[st
     return search, best if rise > 0 else None
 
 
-async def _sampled(forks: _Forks, made: list[Step], samples: int) -> Attribution | None:
-    """p(k) by bisection while the probes are monotone, else by a scan; see the module docstring."""
+PILOT_SAMPLES: Final = 1
+"""Continuations per probe while the sampled method searches; the two steps it names get `samples`."""
+
+
+async def _sampled(forks: _Forks, samples: int) -> Attribution | None:
+    """p(k) by bisection while the probes are monotone, else by a scan; see the module docstring.
+
+    Only steps that made a model call are probed: resampling from a step without one draws
+    nothing new before the next that has one, so both share that step's continuations. The
+    search probes with `PILOT_SAMPLES` continuations (the first step, its threshold, with up to
+    `samples` before it gives up to a scan); the step it finds and the one after are then topped
+    up to `samples`, unless no outcome of the rest could separate their intervals.
+    """
+    drawn = [s for s in forks.made if s.model_call is not None]
     probes: dict[int, Probe] = {}
 
-    async def p(k: int) -> Probe:
-        """The probe of step k (k = len(made) + 1: after the last step, the recorded failure)."""
-        if k > len(made):
+    async def p(k: int, wanted: int = min(samples, PILOT_SAMPLES)) -> Probe:
+        """The probe of the k-th model step (k = len(drawn) + 1: after the last one, the recorded failure)."""
+        if k > len(drawn):
             return Probe(step=None, agent="", position=0, change="replay", successes=0, samples=1, low=0.0, high=0.0)
-        if k not in probes:
-            step = made[k - 1]
-            before = {
-                a: 1
-                + sum(1 for s in made if s.agent == a and s.model_call is not None and s.input_pos < step.input_pos)
-                for a in {s.agent for s in made}
-            }
-            settings: list[Mapping[str, Any] | None] = [
-                {"sample": j, "sample_from": before} for j in range(1, samples + 1)
-            ]
-            probes[k] = await forks.probe(k, step.agent, step.input_pos, Keep(), settings)
+        step = drawn[k - 1]
+        had = probes.get(k)
+        more = wanted - (had.samples if had else 0)
+        if more > 0:
+            probe = await forks.draw(step.index, step.agent, step.input_pos, Keep(), more)
+            probes[k] = _pooled(had, probe) if had else probe
+        if k == 1 and not probes[k].successes and wanted < samples:
+            return await p(1, samples)  # the search's threshold: worth every sample before a full scan
         return probes[k]
 
-    n = len(made)
+    n = len(drawn)
+    if n == 0:
+        return None
     search, lo = await largest_rise(p, n)
     if lo is None:
         return msgspec.structs.replace(
-            _blank(SAMPLED, f"scan: resampling from no step rescues the episode ({samples} samples per step)"),
+            _blank(SAMPLED, f"scan: resampling from no model step rescues the episode ({len(probes)} probed)"),
             evidence=[probes[k] for k in sorted(probes)],
         )
-    search = f"{search} over {n} steps"
     best, after = probes[lo], await p(lo + 1)
-    step = made[lo - 1]
-    decided = best.low > after.high
+    if _separable(best, after, samples):
+        best, after = await p(lo, samples), await p(lo + 1, samples)
+    step = drawn[lo - 1]
     return _at_step(
-        _blank(SAMPLED, f"{search}, {samples} samples per step"),
+        _blank(
+            SAMPLED,
+            f"{search} over {n} model steps of {len(forks.made)}, {min(samples, PILOT_SAMPLES)} samples per probe,"
+            f" {samples} at the step named and the next",
+        ),
         step,
         best,
         after,
         [probes[k] for k in sorted(probes)],
-        decided=decided,
+        decided=best.low > after.high,
     )
+
+
+def _pooled(one: Probe, more: Probe) -> Probe:
+    """Two probes of the same step as one."""
+    wins, n = one.successes + more.successes, one.samples + more.samples
+    low, high = wilson(wins, n)
+    return msgspec.structs.replace(one, successes=wins, samples=n, low=low, high=high, forks=[*one.forks, *more.forks])
+
+
+def _separable(best: Probe, after: Probe, samples: int) -> bool:
+    """Whether topping the two probes up to `samples` is worth it: something to add, and some outcome
+    of the added continuations would put best's interval above after's."""
+    exact = after.step is None  # after the last model step: the recorded failure, nothing to draw
+    if best.samples >= samples and (exact or after.samples >= samples):
+        return False
+    top = wilson(best.successes + max(0, samples - best.samples), max(samples, best.samples))[0]
+    bottom = after.high if exact else wilson(after.successes, max(samples, after.samples))[1]
+    return top > bottom
