@@ -104,7 +104,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     result = measure(args.tasks or None)
-    report(result, Console())
+    console = Console()
+    console.width = max(console.width, 100)  # the matrix's category names, unwrapped
+    report(result, console)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0
