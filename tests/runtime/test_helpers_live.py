@@ -102,14 +102,20 @@ async def test_a_helper_killed_mid_episode_costs_one_wait_and_the_episode_comple
             assert helper is not None
             os.kill(helper, signal.SIGSTOP)  # frozen, so that it dies holding the episode's request
             requests = await bus.consumer(None, [bus.subjects.direct(planned.episode, "dce")])
+            notices = await bus.consumer(None, [bus.subjects.event("notice", planned.episode)])
             async with Completions(bus) as completions:
                 await bus.publish_all(start_envelopes(plan, planned))
                 with anyio.fail_after(EPISODE_TIMEOUT_S):
                     while not [d for d in await requests.batch() if isinstance(d.envelope().body, ContextRequest)]:
                         pass
+                    # Killed once the wait has run out: a helper restarted sooner would answer the request
+                    # it was handed again, and the episode would not have paid the wait at all.
+                    while not [d for d in await notices.batch() if isinstance(d.envelope().body, Notice)]:
+                        pass
                     os.kill(helper, signal.SIGKILL)
                     done = (await completions.wait([planned.episode]))[planned.episode]
             await requests.close()
+            await notices.close()
             await said.wait_for("worker-helpers is running again")
             await journal_everything(bus)
     assert done.outcome in ("success", "failure"), done.cause
