@@ -23,16 +23,19 @@
    would be graded on its own input.
 
 With `sim` the numbers measure the runtime's mechanisms (forks, search, scoring),
-never a model. `--config` with an openai model runs the same harness on a real
-model's failures: it has no labels, so only what each method answered, and its cost,
-are reported.
+never a model. `--model local` (a llama.cpp server started for the run, `make real`)
+or `--config` with an openai model runs the same harness on a real model's own
+failures: they have no labels, so only what each method answered, and its cost, are
+reported. Such a model makes no simulated mistakes; the fault rules still run.
 
     python -m bench.attribution_accuracy [--seeds 11,12,13] [--tasks 65] [--trials 4] [--rate 0.05] [--json out.json]
+    python -m bench.attribution_accuracy --model local --seeds 1 --tasks 3 --trials 1 --decoys 0 --causes 0
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import tempfile
@@ -64,7 +67,7 @@ from faultline.core import (
 from faultline.envs import load_domain
 from faultline.journal import JournalReader, JournalRow
 from faultline.replay import FAULT_REPAIR, ORACLE_REPAIR, SAMPLED, Method, Step, attribute_episode, steps, wilson
-from faultline.runtime import Config, agent_lookup, load_config, make_backend
+from faultline.runtime import MODEL_NAME, Config, agent_lookup, load_config, local_model_server, make_backend
 
 DECOY = "parameter_format_error"
 CAUSE = "parameter_filling_error"
@@ -82,6 +85,8 @@ STEP_PROMPT = (
     "`step N | agent | what it sent`. Is its last step the one that made the episode fail? "
     "Answer yes or no on the first line."
 )
+RANDOM_SEED = 0
+"""The random baseline's seed: with the episode id, it picks that episode's step."""
 WHO_AND_WHEN = "Who&When (all-at-once, hand-crafted systems): agent 53.5%, step 14.2%"
 
 
@@ -104,12 +109,30 @@ class Said(msgspec.Struct, frozen=True):
     seconds: float = 0.0
 
 
-def campaign(journal: Path, seed: int, args: argparse.Namespace) -> None:
+def campaign(journal: Path, seed: int, args: argparse.Namespace, config: Path | None) -> None:
     command = ["run", "--tasks", str(args.tasks), "--trials", str(args.trials), "--seed", str(seed)]
-    command += ["--error-rates", str(args.rate), "--journal", str(journal), "--json"]
-    command += ["--fault", f"{DECOY}:probability={args.decoys}", "--fault", f"{CAUSE}:probability={args.causes}"]
-    command += ["--config", str(args.config)] if args.config else []
+    command += ["--journal", str(journal), "--json"] + (["--config", str(config)] if config else [])
+    command += ["--error-rates", str(args.rate)] if config is None else []  # the simulator's own mistakes
+    for fault, probability in ((DECOY, args.decoys), (CAUSE, args.causes)):
+        command += ["--fault", f"{fault}:probability={probability}"] if probability else []
     assert cli(command) == 0
+
+
+LOCAL_MODEL = """\
+[models.default]
+backend = "openai"
+base_url = "{url}"
+api_key_env = ""
+model = "{model}"
+max_tokens = 128
+tool_calls = "text"
+timeout_s = 300.0
+max_retries = 1
+
+[run]
+concurrency = 1
+"""
+"""Every role on the local model server, as `faultline run --model local` sets them (LOCAL_SETTINGS)."""
 
 
 def failures(journal: Path) -> list[str]:
@@ -235,7 +258,7 @@ async def answers(
         said = await run(episode, rows, made, config)
         found[name] = msgspec.structs.replace(said, seconds=time.perf_counter() - started)
     found[FIRST_TOOL_ERROR] = first_tool_error(rows, made)
-    found[RANDOM] = random_step(episode, made, args.seed_of_random)
+    found[RANDOM] = random_step(episode, made, RANDOM_SEED)
     return found
 
 
@@ -332,7 +355,7 @@ def benchmark(args: argparse.Namespace, config: Config, tmp: Path, progress: Cal
     for seed in args.seeds:
         journal, scratch = tmp / f"campaign-{seed}.sqlite", tmp / f"forks-{seed}.sqlite"
         started = time.perf_counter()
-        campaign(journal, seed, args)
+        campaign(journal, seed, args, args.config)
         failed = failures(journal)[: args.limit or None]
         per_seed[seed] = {"failures": len(failed), "campaign_s": time.perf_counter() - started}
         for i, episode in enumerate(failed, start=1):
@@ -410,13 +433,21 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="continuations at the step named, sampled (default 4)")
     parser.add_argument("--limit", type=int, default=0, help="failures attributed per seed (default all)")
     parser.add_argument("--config", type=Path, help="faultline.toml with the models (default: sim)")
+    parser.add_argument(
+        "--model", choices=("sim", "local"), default="sim",
+        help="local: every role on a llama.cpp server started for the benchmark (make real installs it)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    args.seed_of_random = 0
-    config = load_config(args.config) if args.config else Config()
     console = Console(stderr=True)
-    with tempfile.TemporaryDirectory() as tmp, console.status("campaigns") as status:
-        result = benchmark(args, config, Path(tmp), status.update)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack, console.status("campaigns") as status:
+        if args.model == "local":
+            url = stack.enter_context(local_model_server(log_file=Path(tmp) / "llama.log"))
+            args.config = Path(tmp) / "local.toml"
+            args.config.write_text(LOCAL_MODEL.format(url=url, model=MODEL_NAME))
+        config = load_config(args.config) if args.config else Config()
+        result = benchmark(args, config, Path(tmp), status.update if console.is_terminal else console.log)
+    result["model"] = args.model if args.config is None or args.model == "local" else str(args.config)
     show(result, Console())
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
