@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from faultline._errors import AnswerFormatError
 from faultline.cli import main
 from faultline.core import AgentHarness, Notice
-from faultline.envs import EARLY_STOP, ERROR_CATEGORIES, WRONG_VALUE
+from faultline.envs import EARLY_STOP, ERROR_CATEGORIES, WRONG_ENTITY, WRONG_VALUE
 from faultline.journal import JournalReader
 from faultline.runtime import FamaConfig
 from faultline.runtime.models import OpenAIBackend, SimBackend
@@ -21,11 +22,14 @@ from faultline.services.fama import (
     FAILED,
     MITIGATION,
     ROSTER,
+    Deviation,
     Evidence,
     FailureCase,
     FamaController,
+    MainError,
     case_message,
     choose_roster,
+    mitigation_request,
     parse_analyst,
     parse_main,
     parse_mitigation,
@@ -166,6 +170,51 @@ def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enou
     assert choose_roster([["dce"], ["dce"]], settings) == []
     assert choose_roster([["dce"], ["dce", "memory:6"], ["tor"]], settings) == ["dce"]
     assert choose_roster([["memory:6", "dce"], ["dce", "memory:6"], ["tor"]], settings) == ["dce", "memory:6"]
+
+
+@pytest.mark.parametrize(
+    ("written", "roster"),
+    [
+        ('{"helpers": ["dce", "memory:2"]}', ["dce", "memory:2"]),
+        ('{"helpers": ["Memory : 10"]}', ["memory:10"]),
+        ('{"helpers": ["memory"]}', ["memory:6"]),
+    ],
+)
+def test_the_mitigation_agent_chooses_the_memory_turns(written: str, roster: list[str]) -> None:
+    assert parse_mitigation(written).helpers == roster
+
+
+@pytest.mark.parametrize("k", ["0", "11", "two", "-1", ""])
+def test_a_memory_k_out_of_bounds_is_an_answer_format_error_that_names_the_bounds(k: str) -> None:
+    with pytest.raises(AnswerFormatError, match=r"memory:K .* from 1 to 10"):
+        parse_mitigation(json.dumps({"helpers": ["dce", f"memory:{k}"]}))
+
+
+def test_the_mitigation_schema_offers_memory_with_each_k_and_the_prompt_says_how() -> None:
+    request = mitigation_request(CASE, MainError(main=[WRONG_ENTITY]), "judge")
+    [names] = [request.response_schema["properties"]["helpers"]["items"]["enum"]]
+    assert {"memory", "memory:1", "memory:2", "memory:10", "verifier"} <= set(names) and "memory:11" not in names
+    assert "memory:K" in request.messages[0].content and "K from 1 to 10" in request.messages[0].content
+
+
+def test_votes_for_memory_count_together_and_memory_keeps_the_k_recommended_most() -> None:
+    settings = FamaConfig(window=4, share=0.5, min_failures=3)
+    assert choose_roster([["memory:2"], ["memory:6"], ["tor"]], settings) == ["memory:6"]  # tied: the latest
+    assert choose_roster([["memory:2"], ["memory:2", "dce"], ["memory:6"], ["dce"]], settings) == ["dce", "memory:2"]
+
+
+async def test_the_sim_mitigation_stand_in_gives_its_k_through_the_same_parser() -> None:
+    harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=SimBackend())
+    entity = msgspec.structs.replace(
+        CASE,
+        evidence=Evidence(
+            deviations=[Deviation(turn=1, wrong={"name": "x"}, right={"name": "y"}, category=WRONG_ENTITY)]
+        ),
+    )
+    [analysed] = _notices(await harness.deliver(case_message(entity, FamaConfig())))
+    [mitigation] = [r for r in harness.recordings if r.request.metadata["stage"] == "mitigation"]
+    assert json.loads(mitigation.response.content)["helpers"] == ["memory:6"]
+    assert analysed.data["mitigation"]["helpers"] == ["memory:6"]
 
 
 @pytest.mark.parametrize("category", ERROR_CATEGORIES)  # one in-process sim run each

@@ -12,6 +12,7 @@ from typing import Final
 
 import msgspec
 
+from faultline.core import memory_turns
 from faultline.envs import EARLY_STOP, POLICY_VIOLATION, WRONG_ENTITY, WRONG_VALUE
 
 
@@ -86,12 +87,17 @@ CATEGORY_IDS: Final[tuple[str, ...]] = tuple(c.id for c in CATEGORIES)
 SHORT: Final[dict[str, str]] = {POLICY_VIOLATION: "DPV", WRONG_VALUE: "IR", WRONG_ENTITY: "CM", EARLY_STOP: "IFU"}
 """Column labels for tables and plots, as the paper abbreviates them."""
 
+MAX_MEMORY_TURNS: Final = 10
+"""The largest K the mitigation agent may give memory (`memory:K`, K from 1). The paper found the best K
+depends on the domain (2 for airline, 6 for retail), so K is the mitigation agent's choice, within bounds."""
+
 HELPER_FUNCTIONS: Final[dict[str, str]] = {
     "dce": "Domain Constraints Extractor: before each decision, lists the policy rules that bear on the next step.",
     "tsa": "Tool Suggestion: names the tool(s) that fit the next step and the argument values already known.",
     "tor": "Tool Output Reformulator: restates a long tool output as the few exact facts the next step needs.",
     "planner": "Planner: keeps a short plan of the steps still to do for the whole request.",
-    "memory": "Memory (User Context Manager, memory:K): repeats the user's last K turns verbatim before each decision.",
+    "memory": "Memory (User Context Manager, memory:K): repeats the user's last K turns verbatim before each decision;"
+    f" K from 1 to {MAX_MEMORY_TURNS}, more for long conversations (memory alone keeps {memory_turns('memory')}).",
     "verifier": "Verifier: reviews each proposed tool call against policy and conversation, and sends wrong ones back.",
 }
 """What each helper does, as the mitigation agent is told (docs/helpers.md has the details)."""

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.core import Agent, Context, Envelope, Note, Notice, parse_roster
+from faultline.core import Agent, Context, Envelope, Note, Notice, helper_name, parse_roster
 from faultline.runtime import FamaConfig
 from faultline.services.fama._case import FailureCase
 from faultline.services.fama._categories import CATEGORIES
@@ -84,11 +84,22 @@ async def analyze(case: FailureCase, ctx: Context, role: str) -> Analysis:
 
 
 def choose_roster(recommended: list[list[str]], settings: FamaConfig) -> list[str]:
-    """The helpers recommended for at least `share` of the analysed failures (none before `min_failures`)."""
+    """The helpers recommended for at least `share` of the analysed failures (none before `min_failures`).
+
+    A helper counts by name, so `memory:2` and `memory:6` are both votes for memory; memory then keeps the
+    K recommended most often, the latest of those tied."""
     if len(recommended) < settings.min_failures:
         return []
-    counts = Counter(entry for helpers in recommended for entry in set(helpers))
-    return parse_roster([e for e, n in counts.items() if n >= settings.share * len(recommended)])
+    counts = Counter(helper_name(entry) for helpers in recommended for entry in set(helpers))
+    chosen = {name for name, n in counts.items() if n >= settings.share * len(recommended)}
+    return parse_roster([_entry_for(name, recommended) for name in chosen])
+
+
+def _entry_for(name: str, recommended: list[list[str]]) -> str:
+    """The roster entry for helper `name`: for memory, the `memory:K` recommended most often, the latest if tied."""
+    entries = [e for helpers in recommended for e in helpers if helper_name(e) == name]
+    counts = Counter(entries)
+    return max(reversed(entries), key=lambda e: counts[e])
 
 
 def window_counts(analyses: list[Analysis]) -> dict[str, dict[str, int]]:

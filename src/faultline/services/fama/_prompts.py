@@ -28,12 +28,13 @@ from typing import Any
 import msgspec
 
 from faultline._errors import AnswerFormatError, ConfigError
-from faultline.core import HELPERS, ChatMessage, LlmRequest, parse_roster
+from faultline.core import HELPERS, ChatMessage, LlmRequest, memory_turns, parse_roster
 from faultline.services.fama._case import FailureCase
 from faultline.services.fama._categories import (
     CATEGORIES,
     CATEGORY_IDS,
     HELPER_FUNCTIONS,
+    MAX_MEMORY_TURNS,
     MITIGATION,
     SHORT,
     Category,
@@ -62,7 +63,7 @@ Reply with one JSON object with exactly these keys:
 MITIGATION_PROMPT = """Choose the fewest helpers that prevent the errors named. Helpers:
 {helpers}
 Reply with one JSON object with exactly these keys:
-"helpers": the list of the names of the helpers chosen
+"helpers": the list of the names of the helpers chosen (memory as memory:K, K its number of turns)
 "rationale": why, in one short sentence"""
 
 
@@ -159,7 +160,16 @@ def analyst_schema(cat: Category, case: FailureCase) -> dict[str, Any]:
 
 
 MAIN_SCHEMA = _object(main=_some(CATEGORY_IDS), recovered=_some(CATEGORY_IDS), rationale=_RATIONALE)
-MITIGATION_SCHEMA = _object(helpers=_some(HELPERS), rationale=_RATIONALE)
+MITIGATION_NAMES: tuple[str, ...] = (
+    *(h for h in HELPERS if h != "memory"),
+    "memory",
+    *(f"memory:{k}" for k in range(1, MAX_MEMORY_TURNS + 1)),
+)
+"""What the mitigation agent may name: each helper, memory bare (the default K) or with its K."""
+MITIGATION_SCHEMA = _object(
+    helpers={"type": "array", "items": {"enum": list(MITIGATION_NAMES)}, "maxItems": len(HELPERS)},
+    rationale=_RATIONALE,
+)
 
 
 def analyst_request(case: FailureCase, cat: Category, role: str) -> LlmRequest:
@@ -298,15 +308,37 @@ def parse_main(content: str) -> MainError:
 
 
 def parse_mitigation(content: str) -> Mitigation:
-    """The mitigation agent's answer, its helpers as a canonical roster."""
+    """The mitigation agent's answer, its helpers as a canonical roster; `memory:K` keeps the K it
+    chose (1 to `MAX_MEMORY_TURNS`), a bare `memory` the default."""
     data = _json_object(content, "mitigation")
     helpers = _names(data.get("helpers"))
     if not isinstance(helpers, list) or not all(isinstance(h, str) for h in helpers):
         raise AnswerFormatError(
             f"mitigation: helpers must be a list of names from {', '.join(HELPERS)}: {content[:200]!r}"
         )
+    entries = [_entry(h) for h in helpers]
+    for entry in entries:
+        _check_memory_turns(entry)
     try:
-        roster = parse_roster([h.strip().lower() for h in helpers])
+        roster = parse_roster(entries)
     except ConfigError as exc:
         raise AnswerFormatError(f"mitigation: {exc}") from None
     return Mitigation(helpers=roster, rationale=str(data.get("rationale", "")))
+
+
+def _entry(name: str) -> str:
+    """A helper as a model may write it (`Memory : 2`) in roster spelling (`memory:2`)."""
+    helper, colon, k = name.strip().lower().partition(":")
+    return f"{helper.strip()}{colon}{k.strip()}"
+
+
+def _check_memory_turns(entry: str) -> None:
+    """AnswerFormatError unless a `memory:K` entry's K is a whole number from 1 to `MAX_MEMORY_TURNS`."""
+    name, colon, k = entry.partition(":")
+    if name != "memory" or not colon:
+        return
+    if not (k.isdigit() and 1 <= int(k) <= MAX_MEMORY_TURNS):
+        raise AnswerFormatError(
+            f"mitigation: {entry!r}: memory:K keeps the user's last K turns, K a whole number from 1 to "
+            f"{MAX_MEMORY_TURNS} (or memory alone for {memory_turns('memory')})"
+        )
