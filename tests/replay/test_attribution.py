@@ -206,7 +206,7 @@ async def test_sampled_counterfactuals_find_where_success_becomes_possible(journ
     assert (result.method, result.agent, result.step) == (SAMPLED, "tool", step_of(journal_copy, episode, carrying[-1]))
     assert result.decided and result.p == 1.0 and result.p_after == 0.0
     assert result.low is not None and result.high_after is not None and result.low > result.high_after
-    assert result.search.startswith("bisection") and result.forks == sum(p.samples for p in result.evidence)
+    assert result.search.startswith("backward scan") and result.forks == sum(p.samples for p in result.evidence)
     named, after = (next(p for p in result.evidence if p.step == k) for k in (result.step, result.step + 1))
     assert named.samples == after.samples == 6, "the step named and the next get every sample"
     assert {p.samples for p in result.evidence} - {6} <= {1}, "the search probes with one"
@@ -250,11 +250,23 @@ def curve(values: list[float], samples: int = 8) -> Callable[[int], Awaitable[Pr
 @pytest.mark.parametrize(
     ("values", "found"),
     [
-        ([1, 1, 0.875, 0.125, 0], ("bisection", 3)),  # the largest rise, not the last step with any success
-        ([1, 1, 1, 1, 0], ("bisection", 4)),
-        ([0.125, 0, 1, 0, 0], ("scan", 3)),  # p rises again later: not monotone, every step probed
-        ([0, 0, 0], ("scan", None)),  # no step rescues it
+        ([1, 1, 0.875, 0.125, 0], ("backward scan", 3)),  # the largest rise, not the last step with any success
+        ([1, 1, 1, 1, 0], ("backward scan", 4)),
+        ([0.125, 0, 1, 0, 0], ("backward scan", 3)),  # p rises again later: what lies before does not matter
+        ([0, 0, 0], ("backward scan", None)),  # no step rescues it
     ],
 )
 async def test_the_search_finds_the_step_where_p_rises_most(values: list[float], found: tuple[str, int | None]) -> None:
     assert await largest_rise(curve(values), len(values)) == found
+
+
+async def test_the_search_probes_from_the_end_and_stops_past_the_first_step_that_rescues() -> None:
+    asked: list[int] = []
+    values = curve([0.5, 1, 1, 0, 0])
+
+    async def p(k: int) -> Probe:
+        asked.append(k)
+        return await values(k)
+
+    assert await largest_rise(p, 5) == ("backward scan", 3)
+    assert asked == [6, 5, 4, 3, 2], "the first steps, whose continuations are the longest, are never probed"

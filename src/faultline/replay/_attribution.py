@@ -23,10 +23,9 @@ and the rest runs live. What each method can prove:
   again (Wilson interval). The decisive step is where p rises most from step k+1
   to step k (p after the last step is 0: that is the recorded failure, replayed
   exactly); it is "undecided" when the two intervals overlap. Only steps with a
-  model call are probed (the others draw nothing new), p is searched by bisection
-  for where it falls below half its first value while the probed values stay
-  monotone (`largest_rise`), by a full scan once they do not, with a few
-  continuations per probe; the step found and the next then get `samples` each.
+  model call are probed (the others draw nothing new), from the last back to the
+  first that rescues the episode, where continuations are shortest (`largest_rise`),
+  one continuation per probe; the step found and the next then get `samples` each.
 
 Every fork draws the model's randomness afresh after the history it keeps (each its
 own `sample`), as a sampling model's continuation would: the simulator, which has
@@ -708,38 +707,30 @@ async def _oracle_repair(forks: _Forks, task: Task | None, domain: Domain | None
 async def largest_rise(p: Callable[[int], Awaitable[Probe]], n: int) -> tuple[str, int | None]:
     """The step k of 1..n where p rises most from step k+1 (p(n+1) is the recorded failure), and how it was found.
 
-    Bisection for the step where p falls below half of p(1), while the probes stay monotone; then the
-    largest rise among the adjacent steps probed, so a curve such as 1, 1, .88, .12, 0 gives step 3 (the
-    rise of .76), not step 4, the last with any success. Once the probes are not monotone, or p(1) is 0,
-    a scan probes every step. None: no step's p is above the next one's.
+    Searched from the end, where continuations are shortest: steps n, n-1, ... are probed until one
+    rescues the episode (the latest step before which the failure was not yet locked in), then the
+    step before it; the answer is the largest rise among the adjacent steps probed. So a curve such
+    as 1, 1, .88, .12, 0 gives step 3 (the rise of .76), not step 4, the last with any success, and
+    one that rises again, such as .12, 0, 1, 0, 0, gives step 3 whatever lies before it. None: no
+    step rescues the episode.
     """
-    probed: dict[int, Probe] = {}
+    probed: dict[int, Probe] = {n + 1: await p(n + 1)}
+    k = n
+    while k >= 1:
+        probed[k] = await p(k)
+        if probed[k].successes:
+            break
+        k -= 1
+    if k > 1:
+        probed[k - 1] = await p(k - 1)
+    return "backward scan", _best_rise(probed)
 
-    async def at(k: int) -> Probe:
-        if k not in probed:
-            probed[k] = await p(k)
-        return probed[k]
 
-    first = await at(1)
-    search = "bisection" if first.successes else "scan"
-    lo, hi = 1, n + 1  # p(lo) is above the threshold, p(hi) is not
-    threshold = first.p / 2
-    while search == "bisection" and hi - lo > 1:
-        mid = (lo + hi) // 2
-        probe = await at(mid)
-        if probe.low > probed[lo].high:  # p rose later on: not monotone
-            search = "scan"
-        elif probe.p > threshold:
-            lo = mid
-        else:
-            hi = mid
-    if search == "scan":
-        for k in range(1, n + 2):
-            await at(k)
-    await at(n + 1)
+def _best_rise(probed: Mapping[int, Probe]) -> int | None:
+    """The step of the largest positive rise of p to the next step among adjacent steps probed."""
     rises = [(probed[k].p - probed[k + 1].p, k) for k in sorted(probed) if k + 1 in probed]
-    rise, best = max(rises, key=lambda r: (r[0], -r[1]))
-    return search, best if rise > 0 else None
+    rise, best = max(rises, key=lambda r: (r[0], -r[1]), default=(0.0, 0))
+    return best if rise > 0 else None
 
 
 PILOT_SAMPLES: Final = 1
@@ -747,13 +738,13 @@ PILOT_SAMPLES: Final = 1
 
 
 async def _sampled(forks: _Forks, samples: int) -> Attribution | None:
-    """p(k) by bisection while the probes are monotone, else by a scan; see the module docstring.
+    """p(k) searched from the last model step back (`largest_rise`); see the module docstring.
 
     Only steps that made a model call are probed: resampling from a step without one draws
     nothing new before the next that has one, so both share that step's continuations. The
-    search probes with `PILOT_SAMPLES` continuations (the first step, its threshold, with up to
-    `samples` before it gives up to a scan); the step it finds and the one after are then topped
-    up to `samples`, unless no outcome of the rest could separate their intervals.
+    search probes with `PILOT_SAMPLES` continuations; the step it finds and the one after are then
+    topped up to `samples`, unless no outcome of the rest could separate their intervals, and when
+    the step after then shows the larger rise, the answer moves on to it.
     """
     drawn = [s for s in forks.made if s.model_call is not None]
     probes: dict[int, Probe] = {}
@@ -768,8 +759,6 @@ async def _sampled(forks: _Forks, samples: int) -> Attribution | None:
         if more > 0:
             probe = await forks.draw(step.index, step.agent, step.input_pos, Keep(), more)
             probes[k] = _pooled(had, probe) if had else probe
-        if k == 1 and not probes[k].successes and wanted < samples:
-            return await p(1, samples)  # the search's threshold: worth every sample before a full scan
         return probes[k]
 
     n = len(drawn)
@@ -782,13 +771,17 @@ async def _sampled(forks: _Forks, samples: int) -> Attribution | None:
             evidence=[probes[k] for k in sorted(probes)],
         )
     best, after = probes[lo], await p(lo + 1)
-    if _separable(best, after, samples):
+    while _separable(best, after, samples):
         best, after = await p(lo, samples), await p(lo + 1, samples)
+        later = _best_rise({k: probe for k, probe in probes.items() if k >= lo} | {n + 1: await p(n + 1)})
+        if later is None or later <= lo:
+            break
+        lo, best, after = later, probes[later], await p(later + 1)  # the next step rescues more: the rise is later
     step = drawn[lo - 1]
     return _at_step(
         _blank(
             SAMPLED,
-            f"{search} over {n} model steps of {len(forks.made)}, {min(samples, PILOT_SAMPLES)} samples per probe,"
+            f"{search} over {n} model steps of {len(forks.made)}, {min(samples, PILOT_SAMPLES)} sample per probe,"
             f" {samples} at the step named and the next",
         ),
         step,
