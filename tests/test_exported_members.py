@@ -445,6 +445,8 @@ PUBLIC = {
         "read_manifest",
         "write_manifest",
         "DEFINITIONS",
+        "RS_VARIANTS",
+        "RsVariant",
     },
     "faultline.testing": {
         "HarnessEpisode",

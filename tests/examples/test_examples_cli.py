@@ -132,7 +132,7 @@ def test_a_campaign_reports_each_fault_against_the_baseline(
     assert "what the columns mean" in Path("runs/report.html").read_text()
     assert main(["report", "runs/campaign"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "no effect" in text and "RS_f: of the units the fault-free baseline solved" in text
+    assert "no effect" in text and "RS_f: units the faulted run solved over units the fault-free baseline" in text
 
 
 def test_a_fault_that_cannot_apply_to_the_system_is_refused_in_one_line_before_anything_starts(

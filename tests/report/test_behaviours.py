@@ -7,12 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from faultline.core import AssistantTurn, ContextReply, DefenseFired, FaultApplied, MessageBody, ToolResult, UserTurn
+from faultline.core import (
+    AssistantTurn,
+    ContextReply,
+    ContextRequest,
+    DefenseFired,
+    FaultApplied,
+    MessageBody,
+    ToolCall,
+    ToolResult,
+    UserTurn,
+)
 from faultline.report import DETECTORS, read_cell
 
 from .journals import Step, episode, faulted, write_journal
 
 EARLY = "I want to return the blue kettle"
+PROPOSAL = {"name": "get_order", "arguments": {"order_id": "A2"}}
 
 
 def memory_lost(text: str = EARLY) -> MessageBody:
@@ -31,9 +42,9 @@ FIRES: dict[str, list[Step]] = {
         ("user", "tool", faulted("m9", "m9", "m9-copy")),
         ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m9-copy")),
     ],
-    "tool_error_corrected": [
+    "tool_error_corrected": [  # the faulted call m9 failed
         ("tool", "", faulted("m9", "m9", fault="argument_error")),
-        ("env", "tool", ToolResult(call_id="c1", name="get_order", error="unknown order 'A2'")),
+        ("env", "tool", ToolResult(call_id="c1", name="get_order", error="unknown order 'A2'"), "m9"),
         ("env", "tool", ToolResult(call_id="c2", name="get_order", output={"status": "shipped"})),
     ],
     "asked_user": [
@@ -41,9 +52,10 @@ FIRES: dict[str, list[Step]] = {
         ("tool", "user", AssistantTurn(text="Which order do you mean?"), "m9"),
         ("user", "tool", UserTurn(text="Order A1.")),
     ],
-    "verifier_recheck": [
-        ("tool", "", faulted("m9", "m9", fault="argument_error")),
-        ("verifier", "tool", ContextReply(step=1, helper="verifier", verdict="RECHECK", text="wrong id")),
+    "verifier_recheck": [  # the verifier reviewed a call proposed while handling the faulted user turn m9
+        ("user", "tool", faulted("m9", "m9", fault="hallucination")),
+        ("tool", "verifier", ContextRequest(step=1, proposal=PROPOSAL), "m9"),
+        ("verifier", "tool", ContextReply(step=1, helper="verifier", verdict="RECHECK", text="wrong id"), "m2"),
         ("env", "tool", ToolResult(call_id="c1", name="get_order", output={"status": "shipped"})),
     ],
     "helper_restored": [
@@ -101,3 +113,98 @@ def test_no_behaviour_is_counted_in_an_episode_without_a_fault(tmp_path: Path) -
     steps = [s for s in FIRES["tool_error_corrected"] if s[0] != "tool"]
     cell, _ = read_cell(write_journal(tmp_path / "cell.sqlite", episode("e1", "t1", steps)))
     assert cell.injected == set() and cell.behaviours == {} and cell.solved == {("t1", 0)}
+
+
+def test_a_clarifying_question_after_a_faulted_instruction_counts_and_a_later_one_does_not(tmp_path: Path) -> None:
+    """`instruction_ambiguity` rewrites the user's Start: the user's first turn speaks the vague instruction, and
+    the agent's question about it (after a look-up of its own) answers the fault; a question after the user's
+    next turn is the episode's ordinary course."""
+    steps: list[Step] = [
+        ("runner", "user", faulted("s-user", "s-user", fault="instruction_ambiguity")),
+        ("user", "tool", UserTurn(text="I want to return the thing I bought."), "s-user"),
+        ("tool", "env", ToolCall(call_id="c1", name="find_user"), "m2"),
+        ("env", "tool", ToolResult(call_id="c1", name="find_user", output={"orders": ["A1", "A2"]}), "m3"),
+        ("tool", "user", AssistantTurn(text="Which of your two orders do you mean?"), "m4"),
+        ("user", "tool", UserTurn(text="Order A1."), "m5"),
+        ("tool", "user", AssistantTurn(text="Done. Anything else?"), "m6"),
+    ]
+    cell, _ = read_cell(write_journal(tmp_path / "cell.sqlite", episode("e1", "t1", steps)))
+    assert [(b.name, b.pos, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("asked_user", 6, True)]
+
+
+def call(call_id: str, order: str, cause: str) -> Step:
+    return ("tool", "env", ToolCall(call_id=call_id, name="get_order", arguments={"order_id": order}), cause)
+
+
+def failed(call_id: str, cause: str) -> Step:
+    return ("env", "tool", ToolResult(call_id=call_id, name="get_order", error="unknown order"), cause)
+
+
+def succeeded(call_id: str, cause: str) -> Step:
+    return ("env", "tool", ToolResult(call_id=call_id, name="get_order", output={"status": "shipped"}), cause)
+
+
+def corrected_call(cause: str, at: int = 2) -> list[Step]:
+    """A tool call (message m`at`) made while handling message `cause` fails, and the agent's next call succeeds."""
+    return [
+        call("c1", "A2", cause),
+        failed("c1", f"m{at}"),
+        call("c2", "A1", f"m{at + 1}"),
+        succeeded("c2", f"m{at + 2}"),
+    ]
+
+
+def test_a_corrected_tool_error_counts_only_when_the_fault_caused_it(tmp_path: Path) -> None:
+    """The failed call was made while handling the faulted user turn m9: the fault's doing. The same failure of a
+    call made while handling m0, a turn before the fault, is the episode's own."""
+    fault = ("user", "tool", faulted("m9", "m9", fault="hallucination"))
+    journal = write_journal(
+        tmp_path / "cell.sqlite",
+        episode("e-tied", "t1", [fault, *corrected_call("m9")]),
+        episode("e-untied", "t2", [fault, *corrected_call("m0")]),
+    )
+    cell, _ = read_cell(journal)
+    assert [(b.name, b.pos, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("tool_error_corrected", 4, True)]
+    assert cell.behaviours[("t2", 0)] == []
+
+
+def test_a_recheck_counts_only_when_it_reviews_what_the_fault_touched(tmp_path: Path) -> None:
+    """RECHECK of a call proposed in answer to the faulted user turn m9 counts; RECHECK of one proposed while
+    handling m0, before the fault, does not, though it comes after the fault."""
+
+    def rechecked(cause: str) -> list[Step]:
+        return [
+            ("user", "tool", faulted("m9", "m9", fault="hallucination")),
+            ("tool", "verifier", ContextRequest(step=1, proposal=PROPOSAL), cause),
+            ("verifier", "tool", ContextReply(step=1, helper="verifier", verdict="RECHECK", text="wrong id"), "m2"),
+            ("env", "tool", ToolResult(call_id="c1", name="get_order", output={"status": "shipped"})),
+        ]
+
+    journal = write_journal(
+        tmp_path / "cell.sqlite", episode("e-tied", "t1", rechecked("m9")), episode("e-untied", "t2", rechecked("m0"))
+    )
+    cell, _ = read_cell(journal)
+    assert [(b.name, b.pos, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("verifier_recheck", 4, True)]
+    assert cell.behaviours[("t2", 0)] == []
+
+
+def test_a_call_sent_from_a_faulted_model_call_is_the_faults_doing(tmp_path: Path) -> None:
+    """A fault on the tool agent's model call while it handles user turn m1 touches what the agent sends after that
+    call (the failed call m3); a call it sent before the faulted model call (m2) is its own."""
+    lost = FaultApplied(
+        rule_id="r1",
+        fault="memory_loss",
+        original={"id": "llm-0", "sender": "tool", "causation": "m1", "messages": []},
+        results=[{"id": "llm-0", "messages": []}],
+        model_call=0,
+    )
+    turn: Step = ("user", "tool", UserTurn(text="Return order A1, please."))
+    after = [turn, ("tool", "", lost, "m1"), *corrected_call("m1", at=3)]
+    before = [turn, call("c1", "A2", "m1"), ("tool", "", lost, "m1"), failed("c1", "m2"), call("c2", "A1", "m4")]
+    before.append(succeeded("c2", "m5"))
+    journal = write_journal(
+        tmp_path / "cell.sqlite", episode("e-after", "t1", after), episode("e-before", "t2", before)
+    )
+    cell, _ = read_cell(journal)
+    assert [(b.name, b.pos, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("tool_error_corrected", 5, True)]
+    assert cell.behaviours[("t2", 0)] == []

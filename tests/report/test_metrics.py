@@ -8,9 +8,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from faultline._errors import ConfigError
 from faultline.cli import main
 from faultline.core import AssistantTurn, DefenseFired, Envelope, FaultApplied, ToolResult, UserTurn
-from faultline.report import CampaignManifest, CampaignSettings, campaign_report, plan_cells, write_manifest
+from faultline.report import (
+    DEFINITIONS,
+    RS_VARIANTS,
+    CampaignManifest,
+    CampaignSettings,
+    campaign_report,
+    plan_cells,
+    write_manifest,
+)
 
 from .journals import Step, episode, faulted, write_journal
 
@@ -37,24 +46,38 @@ FILTERED: list[Step] = [
 ]
 
 
+Outcomes = dict[str, list[tuple[str, list[Step], str]]]
+"""Per cell name, the episodes of its journal: (task, steps, outcome)."""
+
+
 def _campaign(folder: Path, *, last_done: bool = True) -> Path:
     settings = CampaignSettings(
         domain="retail", model="sim", tasks=["t1", "t2", "t3", "t4"], trials=1, seed=0, faults=["storm"],
         defenses=["dedup"],
     )  # fmt: skip
-    cells = plan_cells(settings.faults, settings.defenses)
-    assert [c.name for c in cells] == ["baseline", "storm", "baseline+dedup", "storm+dedup"]
-    outcomes = {
+    outcomes: Outcomes = {
         "baseline": [("t1", [], "success"), ("t2", [], "success"), ("t3", [], "success"), ("t4", [], "failure")],
         "storm": [("t1", ASKED, "success"), ("t2", GAVE_UP, "failure"), ("t3", SILENT, "success"),
                   ("t4", STRAY_DEFENSE, "success")],
         "baseline+dedup": [(t, [], "success") for t in settings.tasks],
         "storm+dedup": [(t, FILTERED, "success") for t in settings.tasks],
     }  # fmt: skip
+    return _write(folder, settings, outcomes, unfinished="" if last_done else "storm+dedup")
+
+
+def _write(
+    folder: Path,
+    settings: CampaignSettings,
+    outcomes: dict[str, list[tuple[str, list[Step], str]]],
+    unfinished: str = "",
+) -> Path:
+    """A campaign folder whose cells hold an episode per (task, steps, outcome) of `outcomes[cell]`."""
+    cells = plan_cells(settings.faults, settings.defenses)
+    assert [c.name for c in cells] == list(outcomes)
     for cell in cells:
         episodes = [episode(f"{cell.name}-{t}", t, steps, outcome=o) for t, steps, o in outcomes[cell.name]]
         write_journal(folder / cell.folder / "journal.sqlite", *episodes)
-    done = [msgspec.structs.replace(c, done=last_done or c.name != "storm+dedup") for c in cells]
+    done = [msgspec.structs.replace(c, done=c.name != unfinished) for c in cells]
     write_manifest(folder, CampaignManifest(id="c1", settings=settings, cells=done))
     return folder
 
@@ -62,8 +85,8 @@ def _campaign(folder: Path, *, last_done: bool = True) -> Path:
 def test_rs_o_l_s_per_fault_and_tier_with_their_counts(tmp_path: Path) -> None:
     report = campaign_report(_campaign(tmp_path / "c"))
     plain, defended = report.faults
-    # T_base = {t1, t2, t3}; under storm t1 and t3 of them are solved (t4 too, but the baseline failed it)
-    assert (plain.base_solved, plain.solved, plain.rs) == (3, 2, pytest.approx(2 / 3))
+    # T_base = {t1, t2, t3}; under storm t1, t3 and t4 are solved (equation 1 counts t4, which the baseline failed)
+    assert (plain.base_solved, plain.solved, plain.rs) == (3, 3, 1.0)
     # injected: all 4; triggered: t1 (asked) and t4 (stray defense); fixed: t1; solved of those: t1, t4
     assert (plain.injected, plain.triggered, plain.fixed, plain.final_success) == (4, 2, 1, 2)
     assert (plain.o, plain.l, plain.s) == (0.5, 0.5, 1.0)
@@ -80,8 +103,53 @@ def test_rs_o_l_s_per_fault_and_tier_with_their_counts(tmp_path: Path) -> None:
         ("dedup", "defense_filtered"): ("rule", 4, 4, 4),
     }
     [effect] = report.effects
-    assert (effect.fault, effect.defense, effect.delta) == ("storm", "dedup", pytest.approx(1 / 3))
-    assert (report.summary.cells_done, report.summary.episodes) == (4, 16)
+    assert (effect.fault, effect.defense, effect.delta) == ("storm", "dedup", 0.0)
+    assert (report.summary.cells_done, report.summary.episodes, report.summary.rs) == (4, 16, "paper")
+
+
+def test_rs_baseline_solved_counts_only_the_baselines_successes(tmp_path: Path) -> None:
+    report = campaign_report(_campaign(tmp_path / "c"), rs="baseline-solved")
+    plain, defended = report.faults
+    # of T_base = {t1, t2, t3}, storm solved t1 and t3; t4 it solved does not count
+    assert (plain.base_solved, plain.solved) == (3, 2) and plain.rs == pytest.approx(2 / 3)
+    assert (defended.base_solved, defended.solved, defended.rs) == (4, 4, 1.0)
+    [effect] = report.effects
+    assert effect.delta == pytest.approx(1 / 3)
+    assert (plain.o, plain.l, plain.s) == (0.5, 0.5, 1.0)  # equation 2 does not depend on it
+    assert report.summary.rs == "baseline-solved"
+    assert report.definitions()["RS_f"] == RS_VARIANTS["baseline-solved"] != DEFINITIONS["RS_f"]
+
+
+def test_rs_of_equation_1_exceeds_1_when_the_fault_cell_solves_what_the_baseline_failed(tmp_path: Path) -> None:
+    """Baseline: t1 solved, t2 failed; under storm both solved: 2/1 as the paper counts, 1/1 of the baseline's."""
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1", "t2"], trials=1, seed=0, faults=["storm"], defenses=[]
+    )
+    outcomes: Outcomes = {
+        "baseline": [("t1", [], "success"), ("t2", [], "failure")],
+        "storm": [("t1", SILENT, "success"), ("t2", SILENT, "success")],
+    }
+    _write(tmp_path, settings, outcomes)
+    (paper,) = campaign_report(tmp_path).faults
+    (kept,) = campaign_report(tmp_path, rs="baseline-solved").faults
+    assert (paper.solved, paper.base_solved, paper.rs) == (2, 1, 2.0)
+    assert (kept.solved, kept.base_solved, kept.rs) == (1, 1, 1.0)
+
+
+def test_an_unknown_way_of_counting_rs_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="paper, baseline-solved"):
+        campaign_report(_campaign(tmp_path / "c"), rs="intersection")  # type: ignore[arg-type]
+
+
+def test_report_command_counts_rs_as_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _campaign(tmp_path / "c")
+    rs = {}
+    for variant in ("paper", "baseline-solved"):
+        assert main(["report", str(folder), "--json", "--rs", variant]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        rs[variant] = [(line["rs"], line["solved"]) for line in lines if line["type"] == "fault"]
+        assert lines[-1]["rs"] == variant
+    assert rs == {"paper": [(1.0, 3), (1.0, 4)], "baseline-solved": [(pytest.approx(2 / 3), 2), (1.0, 4)]}
 
 
 def test_an_unfinished_cell_is_left_out(tmp_path: Path) -> None:
@@ -135,17 +203,10 @@ def test_a_fault_that_changed_nothing_an_agent_acted_on_counts_as_no_effect(tmp_
     settings = CampaignSettings(
         domain="retail", model="sim", tasks=["t1", "t2"], trials=1, seed=0, faults=["storm"], defenses=[]
     )
-    cells = plan_cells(settings.faults, settings.defenses)
-    outcomes = {
-        "baseline": [("t1", [("tool", "user", reply)]), ("t2", [("tool", "user", reply)])],
-        "storm": [("t1", ignored), ("t2", answered)],
+    sent_once: list[Step] = [("tool", "user", reply)]
+    outcomes: Outcomes = {
+        "baseline": [("t1", sent_once, "success"), ("t2", sent_once, "success")],
+        "storm": [("t1", ignored, "success"), ("t2", answered, "success")],
     }
-    for cell in cells:
-        episodes = [episode(f"{cell.name}-{t}", t, steps) for t, steps in outcomes[cell.name]]
-        write_journal(tmp_path / cell.folder / "journal.sqlite", *episodes)
-    write_manifest(
-        tmp_path,
-        CampaignManifest(id="c1", settings=settings, cells=[msgspec.structs.replace(c, done=True) for c in cells]),
-    )
-    (row,) = campaign_report(tmp_path).faults
+    (row,) = campaign_report(_write(tmp_path, settings, outcomes)).faults
     assert (row.injected, row.no_effect, row.rs) == (2, 1, 1.0)

@@ -2,7 +2,8 @@
 
 Tables on stdout by default; `--json` prints one JSON object per row (each with a `type`)
 and a `summary` last; `--html` writes one self-contained page; `--plot` a heatmap of
-(O, L, S) by tier (MAS-FIRE Figure 4's shape).
+(O, L, S) by tier (MAS-FIRE Figure 4's shape). `--rs` picks how RS_f counts the units
+solved under a fault: as equation 1 does (default), or only those the baseline solved.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.cli._plots import png
-from faultline.report import DEFINITIONS, DETECTORS, TIERS, CampaignReport, FaultRow, TierRow, campaign_report
+from faultline.report import DETECTORS, RS_VARIANTS, TIERS, CampaignReport, FaultRow, TierRow, campaign_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,13 +34,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="one JSON object per row, each with a type, then a summary")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write the report as one self-contained HTML page")
     p.add_argument("--plot", type=Path, metavar="FILE", help="also write a heatmap of (O, L, S) by tier as a PNG")
+    p.add_argument(
+        "--rs",
+        choices=list(RS_VARIANTS),
+        default="paper",
+        help="how RS_f counts N_f,success: every unit solved under the fault, as equation 1 (paper, the default),"
+        " or only the units the baseline solved too (baseline-solved: the share of its successes that survived)",
+    )
     p.set_defaults(handler=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html {args.html}: folder {args.html.parent} does not exist")
-    report = campaign_report(args.campaign)
+    report = campaign_report(args.campaign, rs=args.rs)
     if args.plot is not None:
         _heatmap(report, args.plot)
     if args.html is not None:
@@ -133,7 +141,7 @@ def _tables(report: CampaignReport, name: str) -> list[Table]:
         for row in rows:
             table.add_row(*row)
         tables.append(table)
-    definitions = "; ".join(f"{name}: {text}" for name, text in DEFINITIONS.items())
+    definitions = "; ".join(f"{name}: {text}" for name, text in report.definitions().items())
     tables[0].caption = f"{_caption(report)}\n{definitions}"
     detectors = ", ".join(f"{d.name} ({d.tier}): {d.summary}" for d in DETECTORS.values())
     tables[1].caption = f"detectors: {detectors}"
@@ -208,7 +216,9 @@ def _html(report: CampaignReport, name: str) -> str:
     detectors = "".join(
         f"<li><b>{html.escape(d.name)}</b> ({d.tier}): {html.escape(d.summary)}</li>" for d in DETECTORS.values()
     )
-    definitions = "".join(f"<dt>{html.escape(n)}</dt><dd>{html.escape(t)}</dd>" for n, t in DEFINITIONS.items())
+    definitions = "".join(
+        f"<dt>{html.escape(n)}</dt><dd>{html.escape(t)}</dd>" for n, t in report.definitions().items()
+    )
     style = (
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1em}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}td.none{background:#eee}"

@@ -20,6 +20,7 @@ from faultline.report._campaign import (
 )
 from faultline.report._metrics import (
     DEFINITIONS,
+    RS_VARIANTS,
     SIM_NOTE,
     BehaviourRow,
     CampaignReport,
@@ -27,6 +28,7 @@ from faultline.report._metrics import (
     DefenseEffect,
     FaultRow,
     ReportSummary,
+    RsVariant,
     TierRow,
     campaign_report,
     read_cell,
@@ -49,7 +51,9 @@ __all__ = [
     "MANIFEST",
     "NO_DEFENSE",
     "ReportSummary",
+    "RsVariant",
     "DEFINITIONS",
+    "RS_VARIANTS",
     "SIM_NOTE",
     "TIERS",
     "Tier",

@@ -2,14 +2,16 @@
 
 A detector reads one episode's messages and names each behaviour it sees, the tier
 it belongs to (MAS-FIRE's four: mechanism, rule, prompt, reasoning) and whether it
-repaired the fault locally. Only evidence at or after the first applied fault counts:
-a behaviour is a response to the fault, not the episode's ordinary course. No detector
-reads the simulator's own mistake labels (the `tally` notes).
+repaired the fault locally. Only evidence at or after the first applied fault counts,
+and only evidence the fault caused: a behaviour is a response to the fault, not the
+episode's ordinary course. What the fault caused is read from the causation ids (each
+message names the message its sender was handling). No detector reads the simulator's
+own mistake labels (the `tally` notes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,24 +55,65 @@ class EpisodeTrace:
     faulted_ids: set[str] = field(default_factory=set)
     """Ids of the messages the faults sent out instead of the originals."""
     touched_ids: set[str] = field(default_factory=set)
-    """Those and the originals' ids: a message handled with one of them as its cause answers the fault."""
+    """Those, the originals' ids and what an agent sent from a faulted model call: a message handled with one
+    of them as its cause answers the fault."""
     removed: list[str] = field(default_factory=list)
     """Text the faults took out of the messages they rewrote (turns dropped or cut from a transcript)."""
+    by_id: dict[str, Envelope] = field(default_factory=dict)
+    """The episode's messages by id, to walk a causal chain back."""
 
     @classmethod
     def of(cls, steps: Iterable[tuple[int, Envelope]]) -> EpisodeTrace:
         trace = cls(list(steps))
+        calls: list[tuple[int, str, str]] = []
         for pos, env in trace.steps:
+            trace.by_id.setdefault(env.id, env)
             if isinstance(env.body, FaultApplied):
                 trace.fault_pos = trace.fault_pos or pos
                 trace.faulted_ids.update(str(r.get("id", "")) for r in env.body.results)
                 trace.touched_ids.add(str(env.body.original.get("id", "")))
                 trace.removed += _removed(env.body)
+                if env.body.model_call >= 0:
+                    calls.append((pos, str(env.body.original.get("sender", "")), env.causation))
         trace.touched_ids |= trace.faulted_ids
+        trace.touched_ids |= {
+            env.id
+            for pos, env in trace.steps
+            if any(pos > at and env.sender == agent and env.causation == handling for at, agent, handling in calls)
+        }
+        trace.touched_ids.discard("")
         return trace
 
     def after_fault(self) -> list[tuple[int, Envelope]]:
         return [(pos, env) for pos, env in self.steps if self.fault_pos and pos >= self.fault_pos]
+
+    def chain(self, message_id: str) -> Iterator[str]:
+        """`message_id`, the id of the message its sender was handling, and so on back, to the first id this
+        episode's steps do not hold."""
+        seen: set[str] = set()
+        while message_id and message_id not in seen:
+            yield message_id
+            seen.add(message_id)
+            env = self.by_id.get(message_id)
+            if env is None:
+                return
+            message_id = env.causation
+
+    def caused_by_fault(self, message_id: str) -> bool:
+        """Whether the causal chain back from `message_id` passes through a message the faults touched."""
+        return any(c in self.touched_ids for c in self.chain(message_id))
+
+    def answers_faulted_turn(self, question: Envelope) -> bool:
+        """Whether `question` was sent in answer to a turn the fault touched: its chain meets a touched message
+        before the last turn of the one it asks, or that turn was said while handling one (the user speaking an
+        instruction a fault rewrote in their Start)."""
+        for c in self.chain(question.causation):
+            if c in self.touched_ids:
+                return True
+            env = self.by_id.get(c)
+            if env is not None and env.sender == question.recipient:
+                return env.causation in self.touched_ids
+        return False
 
 
 MIN_RESTORED_CHARS = 12
@@ -111,12 +154,13 @@ def _defense_filtered(trace: EpisodeTrace) -> list[Sighting]:
 
 
 def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
-    """A tool call failed and the agent called again; repaired when its next call succeeded (the same tool
-    with other arguments, or the right tool instead of a wrong one)."""
+    """A tool call the fault caused failed (the faulted call, or one whose causal chain passes through a faulted
+    message) and the agent called again; repaired when its next call succeeded (the same tool with other
+    arguments, or the right tool instead of a wrong one)."""
     steps = trace.after_fault()
     found = []
     for i, (pos, env) in enumerate(steps):
-        if isinstance(env.body, ToolResult) and env.body.error:
+        if isinstance(env.body, ToolResult) and env.body.error and trace.caused_by_fault(env.causation):
             after = next((e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)), None)
             if after is not None:
                 found.append((pos, not after.error))
@@ -124,25 +168,28 @@ def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
 
 
 def _asked_user(trace: EpisodeTrace) -> list[Sighting]:
-    """The agent put a question back to the user while handling a faulted message; repaired when the user
-    answered it. (A question in the ordinary course of the episode is not a response to the fault.)"""
+    """The agent put a question back to the user in answer to a faulted message or to the user's turn that
+    spoke a faulted instruction; repaired when the user answered it. (A question in the ordinary course of the
+    episode, after the user spoke again, is not a response to the fault.)"""
     steps = trace.after_fault()
     found = []
     for i, (pos, env) in enumerate(steps):
         body = env.body
-        if isinstance(body, AssistantTurn) and env.causation in trace.touched_ids and "?" in body.text:
+        if isinstance(body, AssistantTurn) and "?" in body.text and trace.answers_faulted_turn(env):
             answered = any(isinstance(e.body, UserTurn) and e.sender == "user" for _, e in steps[i + 1 :])
             found.append((pos, answered))
     return found
 
 
 def _verifier_recheck(trace: EpisodeTrace) -> list[Sighting]:
-    """The verifier answered RECHECK on a proposed call; repaired when the next tool result is not an error."""
+    """The verifier answered RECHECK on a proposal the fault touched (the request it reviewed, or a message
+    on that request's causal chain, was faulted); repaired when the next tool result is not an error."""
     steps = trace.after_fault()
     found = []
     for i, (pos, env) in enumerate(steps):
         body = env.body
-        if isinstance(body, ContextReply) and body.helper == VERIFIER and body.verdict == RECHECK:
+        recheck = isinstance(body, ContextReply) and body.helper == VERIFIER and body.verdict == RECHECK
+        if recheck and trace.caused_by_fault(env.causation):
             after = next((e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)), None)
             repaired = after is not None and not after.error
             found.append((pos, repaired))
@@ -167,19 +214,21 @@ DETECTORS: dict[str, Detector] = {
         Detector(
             "tool_error_corrected",
             "mechanism",
-            "a tool call failed and the agent called again (the next call succeeded: repaired)",
+            "a tool call the fault caused failed and the agent called again (the next call succeeded: repaired)",
             _tool_error_corrected,
         ),
         Detector(
             "asked_user",
             "reasoning",
-            "the agent handled a faulted message by asking the user a question (the user answered: repaired)",
+            "the agent answered a faulted message, or the user's turn speaking a faulted instruction, with a"
+            " question to the user (the user answered: repaired)",
             _asked_user,
         ),
         Detector(
             "verifier_recheck",
             "mechanism",
-            "the verifier answered RECHECK (the next tool result is no error: repaired)",
+            "the verifier answered RECHECK on a proposal the fault touched (the next tool result is no error:"
+            " repaired)",
             _verifier_recheck,
         ),
         Detector(

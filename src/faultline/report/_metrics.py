@@ -4,8 +4,11 @@ A unit is one (task, trial) of the campaign: every cell runs the same units with
 same seeds. Per fault type f and defense set d (the baseline is that defense set's
 fault-free cell):
 
-- RS_f = N_f,success / |T_base| (equation 1): of the units the baseline solved, how many
-  f's cell solved too.
+- RS_f = N_f,success / |T_base| (equation 1): the units f's cell solved over the units the
+  baseline solved. As the paper defines it, N_f,success counts every unit solved under f,
+  so RS_f exceeds 1 when f's cell solved units the baseline failed. The variant
+  `baseline-solved` counts only the units of T_base solved under f: the share of the
+  baseline's successes that survived the fault, at most 1.
 - O_f = N_trigger / N_total, L_f = N_fixed / N_trigger, S_f = N_final_success / N_trigger
   (equation 2): N_total counts the units where a fault was applied, N_trigger those of
   them where a fault-tolerant behaviour fired, N_fixed those where one repaired the
@@ -29,10 +32,11 @@ import json
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
+from faultline._errors import ConfigError
 from faultline.core import RUNNER, Envelope, FaultApplied, Recording, body_digest
 from faultline.faults import OPERATOR
 from faultline.journal import JournalReader, JournalRow
@@ -42,8 +46,18 @@ from faultline.report._campaign import BASELINE, NO_DEFENSE, CampaignCell, Campa
 Unit = tuple[str, int]
 """(task, trial)."""
 
+RsVariant = Literal["paper", "baseline-solved"]
+"""How RS_f counts N_f,success: every unit solved under the fault, or only those the baseline solved too."""
+
+RS_VARIANTS: dict[RsVariant, str] = {
+    "paper": "units the faulted run solved over units the fault-free baseline solved (equation 1); above 1 when"
+    " the faulted run solved units the baseline failed",
+    "baseline-solved": "of the units the fault-free baseline solved, the share the faulted run solved too (at most 1)",
+}
+"""Each way of counting RS_f, with its definition."""
+
 DEFINITIONS = {
-    "RS_f": "of the units the fault-free baseline solved, the share the faulted run solved too (equation 1)",
+    "RS_f": RS_VARIANTS["paper"],
     "O_f": "of the faulted units, the share where a fault-tolerant behaviour fired (equation 2)",
     "L_f": "of those, the share where a behaviour repaired the fault locally",
     "S_f": "of those, the share that were solved in the end",
@@ -52,8 +66,12 @@ DEFINITIONS = {
 }
 """What each column of the robustness table means, for the terminal and the HTML report."""
 
-EVIDENCE_KINDS = ("fault_applied", "defense_fired", "tool_result", "assistant_turn", "user_turn", "context_reply")
-"""The body kinds a detector reads; the report decodes no other row."""
+EVIDENCE_KINDS = (
+    "fault_applied", "defense_fired", "tool_call", "tool_result", "assistant_turn", "user_turn", "context_request",
+    "context_reply",
+)  # fmt: skip
+"""The body kinds a detector reads (calls and requests for the causal chains through them); the report decodes
+no other row."""
 
 SIM_NOTE = "sim follows each task's ground truth: its numbers measure the runtime's mechanisms, not a model"
 
@@ -84,7 +102,7 @@ class FaultRow(_Tolerance, frozen=True, kw_only=True, tag="fault", tag_field="ty
     base_solved: int
     """|T_base|: units the same defense set's baseline solved."""
     solved: int
-    """N_f,success: units of T_base solved under the fault."""
+    """N_f,success: units solved under the fault (with `baseline-solved`, only those of T_base)."""
     rs: float | None
     no_effect: int = 0
     """Faulted units whose agents did exactly what they did in the baseline (see the module docstring)."""
@@ -129,6 +147,8 @@ class ReportSummary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", ta
     episodes: int
     behaviours: int
     note: str = ""
+    rs: RsVariant = "paper"
+    """How RS_f counted N_f,success (`RS_VARIANTS`)."""
 
 
 class CampaignReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,6 +165,10 @@ class CampaignReport(msgspec.Struct, frozen=True, kw_only=True):
         yield from self.behaviours
         yield from self.effects
         yield self.summary
+
+    def definitions(self) -> dict[str, str]:
+        """What each column of the robustness table means, RS_f as this report counted it."""
+        return {**DEFINITIONS, "RS_f": RS_VARIANTS[self.summary.rs]}
 
 
 class CellResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -247,8 +271,8 @@ def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
     }
 
 
-def fault_row(cell: CampaignCell, result: CellResult, base: CellResult) -> FaultRow:
-    solved = len(result.solved & base.solved)
+def fault_row(cell: CampaignCell, result: CellResult, base: CellResult, rs: RsVariant = "paper") -> FaultRow:
+    solved = len(result.solved & base.solved if rs == "baseline-solved" else result.solved)
     unchanged = {u for u in result.injected if u in base.traces and result.traces.get(u) == base.traces[u]}
     return FaultRow(
         fault=cell.fault,
@@ -309,8 +333,11 @@ def defense_effects(rows: list[FaultRow]) -> list[DefenseEffect]:
     ]
 
 
-def campaign_report(folder: Path) -> CampaignReport:
-    """The report of a campaign folder, over its finished cells (an unfinished cell is left out)."""
+def campaign_report(folder: Path, *, rs: RsVariant = "paper") -> CampaignReport:
+    """The report of a campaign folder, over its finished cells (an unfinished cell is left out); `rs` says how
+    RS_f counts the units solved under a fault (`RS_VARIANTS`)."""
+    if rs not in RS_VARIANTS:
+        raise ConfigError(f"rs={rs!r}: RS_f is counted one of these ways: {', '.join(RS_VARIANTS)}")
     manifest: CampaignManifest = read_manifest(folder)
     results: dict[str, CellResult] = {}
     episodes = 0
@@ -326,7 +353,7 @@ def campaign_report(folder: Path) -> CampaignReport:
         result = results.get(cell.name)
         if cell.fault == BASELINE or result is None or base is None:
             continue
-        faults.append(fault_row(cell, result, base))
+        faults.append(fault_row(cell, result, base, rs))
         tiers.extend(tier_rows(cell, result))
         behaviours.extend(behaviour_rows(cell, result))
     settings = manifest.settings
@@ -340,6 +367,7 @@ def campaign_report(folder: Path) -> CampaignReport:
         episodes=episodes,
         behaviours=sum(len(seen) for r in results.values() for seen in r.behaviours.values()),
         note=SIM_NOTE if settings.model == "sim" else "",
+        rs=rs,
     )
     return CampaignReport(
         faults=faults, tiers=tiers, behaviours=behaviours, effects=defense_effects(faults), summary=summary
