@@ -20,6 +20,7 @@ from faultline.agents.helpers import (
 )
 from faultline.core import (
     AgentHarness,
+    AssistantTurn,
     ChatMessage,
     ContextReply,
     ContextRequest,
@@ -138,6 +139,56 @@ async def test_verifier_passes_the_ground_truth_call_and_rechecks_another_with_t
     assert reply.data == {"call": right}
 
 
+def confirmation(action: dict[str, Any]) -> str:
+    return f"I am about to run {action['name']} with {json.dumps(action['arguments'], sort_keys=True)}. Proceed?"
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        ("Could you please tell me your email?", "PASS"),  # asks what the next step needs
+        ("I have done what I can for now. Goodbye.", "RECHECK"),  # hands the turn back with work left
+        (confirmation(TASK.actions[0].as_dict()), "PASS"),
+        (confirmation({"name": TASK.actions[0].name, "arguments": {"email": "someone.else@example.com"}}), "RECHECK"),
+        (confirmation(TASK.actions[2].as_dict()), "RECHECK"),  # a later action than the next one
+    ],
+)
+async def test_the_verifier_reviews_a_message_to_the_user_from_its_text(reply: str, verdict: str) -> None:
+    user = said("user", TASK.instruction)
+    harness = AgentHarness(Verifier(), backend=SimBackend())
+    await harness.deliver(start(["verifier"]))
+    request = ContextRequest(step=1, helpers=["verifier"], transcript=[user], proposal={"reply": reply})
+    answer = reply_of(await harness.deliver(request, sender="tool"))
+    assert answer.verdict == verdict
+    if verdict == "RECHECK":
+        assert answer.data == {"call": TASK.actions[0].as_dict()}
+    [recorded] = harness.recordings  # one model call, journaled as every other
+    assert recorded.request.metadata["proposal"] == {"reply": reply}
+    assert "message to the user" in recorded.request.messages[0].content
+    assert recorded.request.messages[-1].content.startswith(f"Proposed message to the user: {reply}")
+
+
+@pytest.mark.parametrize(("reply", "verdict"), [("All done: there are 4 of them.", "PASS"), ("All done.", "RECHECK")])
+async def test_with_every_action_done_the_verifier_passes_only_a_message_with_the_required_facts(
+    reply: str, verdict: str
+) -> None:
+    task = next(t for t in load_domain("retail").tasks() if t.outputs == ["4"])
+    transcript = [said("user", task.instruction)]
+    for i, action in enumerate(task.actions):
+        made = LlmToolCall(id=f"c{i}", name=action.name, arguments=dict(action.arguments))
+        transcript += [
+            said("assistant", "", tool_calls=[made]),
+            said("tool", "{}", tool_call_id=f"c{i}", name=action.name),
+        ]
+    harness = AgentHarness(Verifier(), backend=SimBackend())
+    await harness.deliver(EpisodeSpec(domain="retail", task=task.id, helpers=["verifier"]).start())
+    request = ContextRequest(step=3, helpers=["verifier"], transcript=transcript, proposal={"reply": reply})
+    answer = reply_of(await harness.deliver(request, sender="tool"))
+    assert answer.verdict == verdict
+    if verdict == "RECHECK":
+        assert answer.data == {"final": "Tell the user: 4."}
+
+
 async def test_a_malformed_verifier_answer_is_one_notice_and_no_verdict() -> None:
     harness = AgentHarness(Verifier(), backend=Scripted(LlmResponse(content="Looks fine to me.")))
     await harness.deliver(start(["verifier"]))
@@ -171,6 +222,34 @@ async def test_a_recheck_leads_to_one_revised_call_that_runs(tool_calls: str, pr
     revised = model.requests[-1]
     assert revised.metadata["rechecks"] == 1 and "RECHECK" in revised.messages[0].content
     assert await harness.deliver(TimerFired(data={"step": 1, "revision": 0}), sender="runner") == []
+
+
+async def test_a_message_to_the_user_goes_to_the_verifier_first_and_a_recheck_revises_it_once() -> None:
+    model = Scripted(LlmResponse(content="Goodbye."), LlmResponse(content="Which order should I cancel?"))
+    harness = AgentHarness(ToolAgent(), backend=model)
+    await harness.deliver(start(["verifier"], verifier_revisions=1, protocol=PROTOCOL))
+    outputs = await harness.deliver(UserTurn(text="cancel my order"), sender="user")
+    [request] = [o.body for o in outputs if isinstance(o.body, ContextRequest)]
+    assert request.proposal == {"reply": "Goodbye."} and not [o for o in outputs if isinstance(o.body, AssistantTurn)]
+
+    recheck = ContextReply(step=1, helper="verifier", verdict="RECHECK", text="work is left; fix: ask for the order")
+    outputs = await harness.deliver(recheck, sender="verifier")
+    [sent] = [o.body for o in outputs if isinstance(o.body, AssistantTurn)]
+    assert sent.text == "Which order should I cancel?"  # the last revision allowed is sent unreviewed
+    assert "RECHECK of your proposed message to the user: work is left" in model.requests[-1].messages[0].content
+
+
+@pytest.mark.parametrize(("protocol", "reviewed"), [(PROTOCOL, True), (4, False)])
+async def test_a_passed_message_is_sent_and_journals_of_protocol_4_send_it_unreviewed(
+    protocol: int, reviewed: bool
+) -> None:
+    harness = AgentHarness(ToolAgent(), backend=Scripted(LlmResponse(content="Which order?")))
+    await harness.deliver(start(["verifier"], protocol=protocol))
+    outputs = await harness.deliver(UserTurn(text="cancel my order"), sender="user")
+    assert bool([o for o in outputs if isinstance(o.body, ContextRequest)]) is reviewed
+    if reviewed:
+        outputs = await harness.deliver(ContextReply(step=1, helper="verifier", verdict="PASS"), sender="verifier")
+    assert [o.body.text for o in outputs if isinstance(o.body, AssistantTurn)] == ["Which order?"]
 
 
 async def test_helpers_that_miss_the_wait_are_named_and_the_decision_goes_on() -> None:

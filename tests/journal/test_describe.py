@@ -35,6 +35,10 @@ from faultline.journal import describe_body
         (ToolResult(call_id="c", name="refund", error="order A1 not found"), "refund error: order A1 not found"),
         (ContextRequest(step=3, helpers=["planner", "verifier"]), "step 3 asks planner, verifier"),
         (
+            ContextRequest(step=3, helpers=["verifier"], proposal={"reply": "All done.\n Goodbye."}, revision=1),
+            "step 3 proposes the message 'All done. Goodbye.' (revision 1)",
+        ),
+        (
             ContextReply(step=3, helper="verifier", verdict="RECHECK", text="wrong id"),
             "step 3 verifier RECHECK: 'wrong id'",
         ),

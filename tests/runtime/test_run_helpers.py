@@ -67,6 +67,9 @@ def test_every_episode_records_its_roster_and_every_helper_answers(helped: Path)
     assert not [r for r in all_rows if r.kind == "notice"], "no helper should miss its wait"
     recorded = {r.sender for r in all_rows if r.kind == "recording"}
     assert {"dce", "tsa", "planner", "verifier"} <= recorded  # model calls of the helpers are journaled
+    proposals = [r.envelope().body for r in all_rows if r.kind == "context_request" and r.recipient == "verifier"]
+    kinds = {"reply" if "reply" in p.proposal else "call" for p in proposals if isinstance(p, ContextRequest)}
+    assert kinds == {"call", "reply"}  # the verifier reviews messages to the user too
     assert main(["replay", str(helped)]) == 0
 
 
@@ -82,7 +85,7 @@ def test_a_recheck_is_followed_by_one_revised_proposal_with_the_proposal_and_ver
         assert any(isinstance(p, ContextRequest) and p.step == verdict.step and p.proposal for p in proposals)
         revised = next(r.envelope().body for r in episode if r.pos > row.pos and r.sender == "tool")
         assert isinstance(revised, Recording) and revised.call == "llm"
-        assert "RECHECK of your proposed call" in revised.request["messages"][0]["content"]
+        assert "RECHECK of your proposed " in revised.request["messages"][0]["content"]
     outcomes = [r.envelope().body for r in all_rows if r.kind == "episode_completed"]
     assert not [o for o in outcomes if "step limit" in o.cause]  # type: ignore[union-attr]
 

@@ -58,7 +58,8 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     `Tally` and `ConversationEnded` existed (both as `Note`s); 2, with those types; 3, the
     step limit ends the episode through the environment (`STEP_LIMIT_TO_ENV`); 4, the tool
     agent asks a helper only when the conversation can have changed its answer
-    (`ASK_WHEN_CHANGED`). New episodes are planned at `PROTOCOL`; a journaled episode
+    (`ASK_WHEN_CHANGED`); 5, the verifier also reviews the tool agent's messages to the user
+    (`VERIFY_REPLIES`). New episodes are planned at `PROTOCOL`; a journaled episode
     replays as it was recorded."""
 
     @classmethod
@@ -77,7 +78,7 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
         return f"{base}\n\n{self.system_addendum}" if self.system_addendum else base
 
 
-PROTOCOL = 4
+PROTOCOL = 5
 """The protocol new episodes are planned at (see `EpisodeSpec.protocol`)."""
 
 STEP_LIMIT_TO_ENV = 3
@@ -88,6 +89,11 @@ ASK_WHEN_CHANGED = 4
 """From this protocol on, the tool agent asks a helper before a decision only when what is new in
 the conversation can change the helper's last answer (`Helper.changed_by`); otherwise that answer
 stands for the decision. Before it, every helper was asked before every decision."""
+
+VERIFY_REPLIES = 5
+"""From this protocol on, a verifier in the roster reviews the tool agent's text turns (its messages
+to the user) before they are sent, as it reviews proposed tool calls, as the FAMA paper's verifier
+does; before it, only tool calls were reviewed."""
 
 TALLY = "tally"
 """Protocol 1: the text of the `Note` that carried a `Tally`."""

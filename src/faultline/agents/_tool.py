@@ -8,7 +8,13 @@ from typing import Any
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.agents._episode import ASK_WHEN_CHANGED, STEP_LIMIT_TO_ENV, EpisodeSpec, tally_message
+from faultline.agents._episode import (
+    ASK_WHEN_CHANGED,
+    STEP_LIMIT_TO_ENV,
+    VERIFY_REPLIES,
+    EpisodeSpec,
+    tally_message,
+)
 from faultline.agents._text_tools import parse_tool_text, tools_prompt
 from faultline.agents.helpers import HELPER_CLASSES
 from faultline.agents.memory import memory_examples, retrieval_mode, tool_name
@@ -59,9 +65,10 @@ class ToolAgent(Agent):
     answer in time is named in a `Notice` and the decision is made without it. A helper
     whose last answer nothing new in the conversation can change is not asked again: that
     answer stands (from protocol `ASK_WHEN_CHANGED`; before it, every helper was asked). With a
-    verifier in the roster, a proposed tool call is reviewed before it runs: PASS runs it,
-    RECHECK asks the model for a revised proposal (at most `verifier_revisions` of them),
-    and the last proposal runs. With an empty roster no request is sent at all.
+    verifier in the roster, a proposed tool call is reviewed before it runs, and from protocol
+    `VERIFY_REPLIES` a message to the user before it is sent: PASS runs (sends) it, RECHECK asks
+    the model for a revised proposal (at most `verifier_revisions` of them), and the last
+    proposal runs. With an empty roster no request is sent at all.
     With the episode's `tool_calls` "text" the tools are offered in the prompt and calls
     read from the answer (`_text_tools`), for servers without OpenAI `tools`.
     """
@@ -220,7 +227,8 @@ class ToolAgent(Agent):
         ctx.emit(Timer(after_s=self.spec.helper_wait_s, data={"step": self.step, "revision": self.revision}))
 
     async def _decide(self, ctx: Context) -> None:
-        """Ask the model for the step's action; a tool call goes to the verifier first, if there is one."""
+        """Ask the model for the step's action; a tool call (from protocol `VERIFY_REPLIES`, a message to
+        the user too) goes to the verifier first, if there is one."""
         assert self.spec is not None
         response = await ctx.llm(self._request())
         self.tokens += response.usage.total
@@ -229,9 +237,14 @@ class ToolAgent(Agent):
             1, self.spec.verifier_revisions
         )
         call = self._call_in(response)
-        if call is not None and verify:
+        proposal: dict[str, Any] = {}
+        if call is not None:
+            proposal = {"name": call.name, "arguments": call.arguments}
+        elif self.spec.protocol >= VERIFY_REPLIES:
+            proposal = {"reply": response.content}
+        if proposal and verify:
             self.proposal = response
-            self._ask(ctx, [VERIFIER], {"name": call.name, "arguments": call.arguments})
+            self._ask(ctx, [VERIFIER], proposal)
             return
         await self._act(ctx, response)
 
@@ -243,7 +256,8 @@ class ToolAgent(Agent):
             return
         self.revision += 1
         self.rechecks += 1
-        self.context[VERIFIER] = f"RECHECK of your proposed call: {reply.text}"
+        proposed = "call" if self._call_in(self.proposal) is not None else "message to the user"
+        self.context[VERIFIER] = f"RECHECK of your proposed {proposed}: {reply.text}"
         self.proposal = None
         await self._decide(ctx)
 

@@ -81,7 +81,8 @@ class ContextRequest(Body, frozen=True, tag="context_request"):
     `transcript` holds the conversation messages this helper has not been sent yet
     (a helper keeps the conversation it was sent, so each request carries only what is
     new). `proposal` is set when the verifier is asked to review a proposed tool call
-    ({"name", "arguments"}); `revision` counts the proposals of this step before it.
+    ({"name", "arguments"}) or message to the user ({"reply"}); `revision` counts the
+    proposals of this step before it.
     """
 
     step: int

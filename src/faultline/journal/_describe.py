@@ -97,6 +97,9 @@ def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
                 line += f" arguments error: {body.arguments_error}"
         case ToolResult():
             line = f"{body.name} error: {body.error}" if body.error else f"{body.name} → {_compact(body.output)}"
+        case ContextRequest() if "reply" in body.proposal:
+            line = f"step {body.step} proposes the message {_one_line(str(body.proposal['reply']))!r}"
+            line += f" (revision {body.revision})" if body.revision else ""
         case ContextRequest() if body.proposal:
             line = f"step {body.step} proposes {body.proposal.get('name')}({_args(body.proposal.get('arguments', {}))})"
             line += f" (revision {body.revision})" if body.revision else ""

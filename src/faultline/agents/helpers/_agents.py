@@ -192,25 +192,35 @@ class UserContext(Helper):
 
 
 class Verifier(Helper):
-    """Verifier: reviews the tool call the tool agent proposes before it runs, and answers PASS or
-    RECHECK with a fix in the structured reflection form. An answer that cannot be read is
-    journaled as one `Notice` and replied to with no verdict, so the proposal stands."""
+    """Verifier: reviews what the tool agent proposes before it happens, a tool call
+    (`{"name", "arguments"}`) or a message to the user (`{"reply"}`, from protocol
+    `VERIFY_REPLIES`), and answers PASS or RECHECK with a fix in the structured reflection form.
+    An answer that cannot be read is journaled as one `Notice` and replied to with no verdict,
+    so the proposal stands."""
 
     name = "verifier"
     entry = "verifier"
 
     async def answer(self, request: ContextRequest, ctx: Context) -> tuple[str, str, dict[str, Any]]:
-        if not request.proposal:
+        proposal = request.proposal
+        if "reply" in proposal:
+            system = prompts.VERIFIER_REPLY.format(policy=self.policy)
+            question = prompts.VERIFIER_REPLY_ASK.format(reply=proposal["reply"])
+            proposed = "message to the user"
+        elif proposal:
+            call = f"{proposal.get('name')}({json.dumps(proposal.get('arguments', {}), sort_keys=True)})"
+            system = prompts.VERIFIER.format(policy=self.policy)
+            question = prompts.VERIFIER_ASK.format(call=call)
+            proposed = "call"
+        else:
             return "", "", {}
-        call = f"{request.proposal.get('name')}({json.dumps(request.proposal.get('arguments', {}), sort_keys=True)})"
-        system = prompts.VERIFIER.format(policy=self.policy)
-        text = await self.ask(ctx, system, prompts.VERIFIER_ASK.format(call=call), proposal=request.proposal)
+        text = await self.ask(ctx, system, question, proposal=proposal)
         try:
             verdict = parse_verdict(text)
         except AnswerFormatError as exc:
             ctx.emit(
                 Notice(
-                    text=f"verifier answer could not be read ({exc}); the proposed call stands",
+                    text=f"verifier answer could not be read ({exc}); the proposed {proposed} stands",
                     data={"step": request.step, "revision": request.revision, "answer": text[:2000]},
                 )
             )

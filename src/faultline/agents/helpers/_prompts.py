@@ -56,3 +56,22 @@ or, when no tool should run now, what the agent should tell the user instead,
 {policy}"""
 
 VERIFIER_ASK = "Proposed call: {call}\nReview it."
+
+VERIFIER_REPLY = """You review a support agent's message to the user before it is sent. Check it against
+the policy and the conversation: what it tells the user is what the tools said, it asks for the
+user's explicit confirmation before any change to data, and it does not close the conversation
+while part of the user's request is still undone.
+
+Answer in exactly this form and nothing else:
+<reflect>PASS: one sentence on why the message is right</reflect>
+or, when it is wrong,
+<reflect>RECHECK: one sentence on what is wrong</reflect>
+followed by either the message the agent should send instead,
+<final>message to the user</final>
+or, when a tool should run first, that call as a JSON list with one object,
+<call>[{{"name": "tool_name", "arguments": {{...}}}}]</call>
+
+# Policy
+{policy}"""
+
+VERIFIER_REPLY_ASK = "Proposed message to the user: {reply}\nReview it."

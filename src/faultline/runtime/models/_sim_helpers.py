@@ -13,9 +13,15 @@ the helper's system prompt and its question.
     tor       the latest tool output flattened to "- path: value" lines, the shallowest
               first (at most 12)
     planner   the task's ground-truth actions not done yet, numbered, then the answer
-    verifier  PASS when the proposed call is the ground-truth action of the current
+    verifier  a proposed call: PASS when it is the ground-truth action of the current
               step; else RECHECK with that action as the fix (or, past the last
-              action, with a final answer), in the structured reflection form
+              action, with a final answer), in the structured reflection form.
+              A proposed message to the user (`{"reply"}`), read as text: with actions
+              left, RECHECK with the next action as the fix when it names a tool but not
+              that action with its argument values, or names none and asks nothing
+              (it would hand the turn back with the request undone), else PASS; with
+              every action done, PASS when it states every fact the task requires be
+              told, else RECHECK with a final answer that does
 
 The planner and the verifier know the task's ground truth, as the simulated tool
 agent does; neither reads the simulator's mistake records. Usage counts words.
@@ -130,6 +136,8 @@ def _planner(domain: Domain, task: Task, conversation: list[ChatMessage], meta: 
 def _verifier(domain: Domain, task: Task, conversation: list[ChatMessage], meta: dict[str, Any]) -> str:
     proposal = meta.get("proposal") or {}
     step = AgentView.of(conversation).step
+    if "reply" in proposal:
+        return render_verdict(_reply_verdict(domain, task, step, str(proposal["reply"])))
     if step >= len(task.actions):
         verdict = Verdict(verdict=RECHECK, reflection="every needed action has run", final="Tell the user the outcome.")
     else:
@@ -139,6 +147,36 @@ def _verifier(domain: Domain, task: Task, conversation: list[ChatMessage], meta:
         else:
             verdict = Verdict(verdict=RECHECK, reflection="the call does not match the next step", call=intended)
     return render_verdict(verdict)
+
+
+def _reply_verdict(domain: Domain, task: Task, step: int, reply: str) -> Verdict:
+    """The review of a message to the user at ground-truth step `step`, from its text alone."""
+    if step >= len(task.actions):
+        missing = [fact for fact in task.outputs if fact not in reply]
+        if not missing:
+            return Verdict(verdict=PASS, reflection="the message tells the user what the task requires")
+        final = f"Tell the user: {'; '.join(task.outputs)}."
+        return Verdict(verdict=RECHECK, reflection=f"the message leaves out {'; '.join(missing)}", final=final)
+    intended = task.actions[step].as_dict()
+    named = [t.name for t in domain.tools() if re.search(rf"\b{re.escape(t.name)}\b", reply)]
+    if named:
+        quoted = [json.dumps(v) for v in _values(intended["arguments"])]  # a string as JSON writes it, or bare
+        if named == [intended["name"]] and all(v in reply or v.strip('"') in reply for v in quoted):
+            return Verdict(verdict=PASS, reflection=f"the message proposes {intended['name']}, the next step")
+        return Verdict(verdict=RECHECK, reflection="the message proposes another action than the next step",
+                       call=intended)  # fmt: skip
+    if "?" not in reply:
+        return Verdict(verdict=RECHECK, reflection="the message ends the turn with the request undone", call=intended)
+    return Verdict(verdict=PASS, reflection="the message asks the user what the next step needs")
+
+
+def _values(arguments: Any) -> list[Any]:
+    """Every scalar inside an action's arguments."""
+    if isinstance(arguments, dict):
+        return [leaf for item in arguments.values() for leaf in _values(item)]
+    if isinstance(arguments, list):
+        return [leaf for item in arguments for leaf in _values(item)]
+    return [arguments]
 
 
 _ANSWERS: dict[str, Callable[[Domain, Task, list[ChatMessage], dict[str, Any]], str]] = {

@@ -98,7 +98,8 @@ HELPER_FUNCTIONS: Final[dict[str, str]] = {
     "planner": "Planner: keeps a short plan of the steps still to do for the whole request.",
     "memory": "Memory (User Context Manager, memory:K): repeats the user's last K turns verbatim before each decision;"
     f" K from 1 to {MAX_MEMORY_TURNS}, more for long conversations (memory alone keeps {memory_turns('memory')}).",
-    "verifier": "Verifier: reviews each proposed tool call against policy and conversation, and sends wrong ones back.",
+    "verifier": "Verifier: reviews each proposed tool call and message to the user against policy and conversation,"
+    " and sends wrong ones back.",
 }
 """What each helper does, as the mitigation agent is told (docs/helpers.md has the details)."""
 
