@@ -1,4 +1,5 @@
-"""`faultline report`: RS, O, L and S per fault type of a campaign folder, the behaviours behind them.
+"""`faultline report`: RS, O, L and S per fault type of a campaign folder, the behaviours behind them;
+with `--reflection JOURNAL`, the structured-reflection reward of a journal's turns instead (`_reflection`).
 
 Tables on stdout by default; `--json` prints one JSON object per row (each with a `type`)
 and a `summary` last; `--html` writes one self-contained page; `--plot` a heatmap of
@@ -19,6 +20,8 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.cli._plots import png
+from faultline.cli._reflection import HELP as REFLECTION_HELP
+from faultline.cli._reflection import report_reflection
 from faultline.report import DETECTORS, RS_VARIANTS, TIERS, CampaignReport, FaultRow, TierRow, campaign_report
 
 
@@ -30,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         " and O_f, L_f, S_f (equation 2) per fault type with their counts, the fault-tolerant behaviours found"
         " in the journals by tier, and what each defense changes in RS_f.",
     )
-    p.add_argument("campaign", type=Path, metavar="CAMPAIGN_DIR")
+    p.add_argument("campaign", type=Path, nargs="?", metavar="CAMPAIGN_DIR")
+    p.add_argument("--reflection", type=Path, metavar="JOURNAL", help=REFLECTION_HELP)
     p.add_argument("--json", action="store_true", help="one JSON object per row, each with a type, then a summary")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write the report as one self-contained HTML page")
     p.add_argument("--plot", type=Path, metavar="FILE", help="also write a heatmap of (O, L, S) by tier as a PNG")
@@ -45,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _report(args: argparse.Namespace) -> int:
+    if args.reflection is not None:
+        if args.campaign is not None or args.html is not None or args.plot is not None:
+            raise UsageError("report --reflection JOURNAL takes no CAMPAIGN_DIR, --html or --plot")
+        return report_reflection(args.reflection, args.json)
+    if args.campaign is None:
+        raise UsageError("report needs a CAMPAIGN_DIR, or --reflection JOURNAL")
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html {args.html}: folder {args.html.parent} does not exist")
     report = campaign_report(args.campaign, rs=args.rs)

@@ -74,7 +74,7 @@ from faultline.core._plugins import (
     plugin_error,
     registered,
 )
-from faultline.core._reflection import PASS, RECHECK, Verdict, parse_verdict, render_verdict
+from faultline.core._reflection import PASS, RECHECK, Turn, Verdict, parse_turn, parse_verdict, render_verdict
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
 from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
 from faultline.core._system import (
@@ -157,6 +157,7 @@ __all__ = [
     "Subjects",
     "ToolCall",
     "ToolResult",
+    "Turn",
     "Usage",
     "Verdict",
     "UserTurn",
@@ -177,6 +178,7 @@ __all__ = [
     "helper_name",
     "memory_turns",
     "parse_roster",
+    "parse_turn",
     "parse_verdict",
     "render_verdict",
     "timer_fired",

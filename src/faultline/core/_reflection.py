@@ -1,7 +1,9 @@
-"""A verdict in the structured reflection form: `<reflect>`, then `<call>` or `<final>`.
+"""The structured reflection form: `<reflect>`, then `<call>` or `<final>`.
 
-The verifier helper reads its model's answer with `parse_verdict`; the offline simulator
-writes its answers with `render_verdict`, so both speak the one form.
+`parse_turn` splits any answer in that form into its three parts (what the reward in
+`faultline.report` scores); a verdict is the verifier helper's use of the form. The verifier
+reads its model's answer with `parse_verdict`; the offline simulator writes its answers with
+`render_verdict`, so both speak the one form.
 """
 
 from __future__ import annotations
@@ -20,6 +22,17 @@ RECHECK: Literal["RECHECK"] = "RECHECK"
 _PART = {tag: re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL) for tag in ("reflect", "call", "final")}
 
 
+class Turn(msgspec.Struct, frozen=True, kw_only=True):
+    """One answer split into its parts, each possibly empty: the first `<reflect>` and `<final>`
+    (stripped), and the calls of every `<call>` block. A block that cannot be read adds no call;
+    `unreadable` says why, so a malformed call reads as a missing one."""
+
+    reflection: str = ""
+    calls: list[dict[str, Any]] = []
+    final: str = ""
+    unreadable: list[str] = []
+
+
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
     """PASS, or RECHECK with the corrected call (`{"name", "arguments"}`) or the message to send instead."""
 
@@ -33,6 +46,39 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
         if self.call:
             return f"call {self.call['name']}({json.dumps(self.call.get('arguments', {}), sort_keys=True)})"
         return f"tell the user: {self.final}" if self.final else ""
+
+
+def parse_turn(text: str) -> Turn:
+    """Read any answer in the form; it never fails, an unreadable `<call>` is noted in `unreadable`."""
+    reflect, final = _PART["reflect"].search(text), _PART["final"].search(text)
+    calls: list[dict[str, Any]] = []
+    unreadable: list[str] = []
+    for block in _PART["call"].finditer(text):
+        try:
+            calls.extend(_calls(block.group(1)))
+        except AnswerFormatError as exc:
+            unreadable.append(str(exc))
+    return Turn(
+        reflection=reflect.group(1).strip() if reflect else "",
+        calls=calls,
+        final=final.group(1).strip() if final else "",
+        unreadable=unreadable,
+    )
+
+
+def _calls(block: str) -> list[dict[str, Any]]:
+    """The calls of one `<call>` block: a JSON object or a list of them, each a name and its arguments."""
+    try:
+        value = json.loads(block)
+    except ValueError as exc:
+        raise AnswerFormatError(f"<call> is not JSON ({exc})") from None
+    items = [value] if isinstance(value, dict) else value
+    if not isinstance(items, list) or not all(
+        isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("arguments", {}), dict)
+        for item in items
+    ):
+        raise AnswerFormatError('<call> must hold {"name": ..., "arguments": {...}} objects')
+    return [{"name": item["name"], "arguments": item.get("arguments", {})} for item in items]
 
 
 def parse_verdict(text: str) -> Verdict:
@@ -52,21 +98,10 @@ def parse_verdict(text: str) -> Verdict:
         return msgspec.structs.replace(verdict, final=final.group(1).strip())
     if call is None:
         raise AnswerFormatError("RECHECK without a <call> or a <final>")
-    try:
-        calls = json.loads(call.group(1))
-    except ValueError as exc:
-        raise AnswerFormatError(f"<call> is not JSON ({exc})") from None
-    if isinstance(calls, dict):
-        calls = [calls]
-    if not (
-        isinstance(calls, list)
-        and len(calls) == 1
-        and isinstance(calls[0], dict)
-        and isinstance(calls[0].get("name"), str)
-        and isinstance(calls[0].get("arguments", {}), dict)
-    ):
+    calls = _calls(call.group(1))
+    if len(calls) != 1:
         raise AnswerFormatError('<call> must hold one {"name": ..., "arguments": {...}}')
-    return msgspec.structs.replace(verdict, call={"name": calls[0]["name"], "arguments": calls[0].get("arguments", {})})
+    return msgspec.structs.replace(verdict, call=calls[0])
 
 
 def render_verdict(verdict: Verdict) -> str:
