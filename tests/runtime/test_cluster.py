@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import ExitStack, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import nats.errors
 import pytest
 
-from faultline._errors import BusError
+from bench._cluster import cluster, stream_leader, stream_ready
 from faultline.api import RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal
-from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, free_port
 from faultline.cli import main
 from faultline.journal import JournalReader, verify
 from faultline.runtime import ProcessSpec, Supervisor, bus_settings, load_config, system_access, worker_identity
@@ -31,12 +26,9 @@ from tests.runtime.live import WORKER_AGENTS, retail
 
 pytestmark = pytest.mark.slow
 
-NODES = ("n1", "n2", "n3")
 TASKS = 16
 LOSE_AFTER = 4
 """Episodes completed before the leader is lost: the rest run through the loss."""
-CLUSTER_READY_TIMEOUT_S = 30.0
-ELECTION_TIMEOUT_S = 30.0
 
 CONFIG = """
 [nats]
@@ -47,70 +39,6 @@ ping_interval_s = 1.0
 [runtime]
 ack_wait_s = 5.0
 """
-
-
-@dataclass
-class Cluster:
-    nodes: dict[str, EmbeddedServer]
-
-    @property
-    def url(self) -> str:
-        return ",".join(node.url for node in self.nodes.values())
-
-    def pid(self, name: str) -> int:
-        pid = self.nodes[name].pid
-        assert pid is not None
-        return pid
-
-
-@asynccontextmanager
-async def cluster(tmp_path: Path, access: Access) -> AsyncIterator[Cluster]:
-    """Three nats-server processes routed to each other, with JetStream and the system's users."""
-    routes = [f"nats://127.0.0.1:{free_port()}" for _ in NODES]
-    with ExitStack() as stack:
-        nodes = {}
-        for name, route in zip(NODES, routes, strict=True):
-            args = (
-                "--server_name",
-                name,
-                "--cluster_name",
-                "faultline",
-                "--cluster",
-                route,
-                "--routes",
-                ",".join(routes),
-            )
-            node = EmbeddedServer(store_dir=tmp_path / name, config_file=access.server_config, extra_args=args)
-            nodes[name] = stack.enter_context(node)
-        yield Cluster(nodes)
-
-
-async def stream_ready(url: str, access: Access) -> None:
-    """Wait until the cluster has a JetStream leader and the journal stream exists on three nodes."""
-    bus = await Bus.connect(url, settings=BusSettings(replicas=3), login=Login(access.credential(OPERATOR)))
-    try:
-        with anyio.fail_after(CLUSTER_READY_TIMEOUT_S):
-            while True:
-                try:
-                    await bus.ensure_stream()
-                    return
-                except BusError:
-                    await anyio.sleep(0.2)  # no meta leader yet: asked again until the deadline
-    finally:
-        await bus.close()
-
-
-async def stream_leader(bus: Bus, other_than: str = "") -> str:
-    """The node leading the stream now; with `other_than`, wait until it is another node."""
-    with anyio.fail_after(ELECTION_TIMEOUT_S):
-        while True:
-            try:
-                info = await bus.js.stream_info(bus.subjects.stream)
-            except (TimeoutError, nats.errors.Error):  # no leader yet, or our node is the lost one
-                info = None
-            if info is not None and info.cluster and info.cluster.leader not in (None, other_than):
-                return str(info.cluster.leader)
-            await anyio.sleep(0.2)
 
 
 # After a pause, nats-py drops its socket to the stale node without closing it; the warning of that

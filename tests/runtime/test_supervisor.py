@@ -70,6 +70,11 @@ def pids(supervisor: Supervisor) -> dict[str, int | None]:
     return {row["name"]: row["pid"] for row in supervisor.status()} | {"nats-server": supervisor.server.pid}
 
 
+def ready(supervisor: Supervisor) -> dict[str, bool]:
+    """Whether each process running now announced that it serves."""
+    return {row["name"]: row["ready"] for row in supervisor.status()}
+
+
 async def test_a_restart_that_fails_is_retried_and_the_rest_runs_on(tmp_path: Path) -> None:
     journal, saved = tmp_path / "journal.sqlite", tmp_path / "saved.sqlite"
     with supervisor_log() as said:
@@ -86,11 +91,13 @@ async def test_a_restart_that_fails_is_retried_and_the_rest_runs_on(tmp_path: Pa
             os.kill(pid, signal.SIGKILL)
             seen = await said.wait_for("journal is down (exit code -9)")
             await said.wait_for("journal is down (exit code 1); restarting it in 1.0s", after=seen)
+            assert not ready(supervisor)["journal"] and ready(supervisor)["worker"]
             assert (await run_episode(bus, "during")).outcome == "success"
             assert {name: pid for name, pid in pids(supervisor).items() if name != "journal"} == others
             journal.rmdir()
             saved.rename(journal)
             await said.wait_for("journal is running again")
+            assert ready(supervisor)["journal"]
             await journal_everything(bus)
     assert any(f"(see {tmp_path / 'logs' / 'journal.log'})" in line for line in said.lines)
     seqs, episodes = journal_content(journal)

@@ -347,13 +347,15 @@ class Supervisor:
             await process.aclose()
 
     def status(self) -> list[dict[str, Any]]:
-        """Each child's name, pid, restarts and exit status (None while it runs)."""
+        """Each child's name, pid, restarts, exit status (None while it runs), and whether the process running
+        now announced it serves (a restarted one is not ready until it did)."""
         return [
             {
                 "name": n,
                 "pid": c.process.pid if c.process else None,
                 "restarts": c.restarts,
                 "returncode": c.process.returncode if c.process else None,
+                "ready": c.process is not None and c.process.returncode is None and self._ready[n].is_set(),
             }
             for n, c in self._children.items()
         ]

@@ -1,0 +1,108 @@
+"""A three-node JetStream cluster on loopback, as the cluster test and the chaos benchmark start it.
+
+Each node is a real nats-server process with its own store, routed to the other two; the
+journal stream is kept on all three (R3). A node can be restarted on its port and store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import nats.errors
+
+from faultline._errors import BusError
+from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, free_port
+
+NODES = ("n1", "n2", "n3")
+CLUSTER_READY_TIMEOUT_S = 30.0
+ELECTION_TIMEOUT_S = 30.0
+POLL_S = 0.2
+"""How often the cluster's state is asked again while waiting for it to change."""
+
+
+@dataclass
+class Cluster:
+    nodes: dict[str, EmbeddedServer]
+
+    @property
+    def url(self) -> str:
+        return ",".join(node.url for node in self.nodes.values())
+
+    def pid(self, name: str) -> int:
+        pid = self.nodes[name].pid
+        assert pid is not None, f"node {name} is not running"
+        return pid
+
+
+@asynccontextmanager
+async def cluster(tmp_path: Path, access: Access) -> AsyncIterator[Cluster]:
+    """Three nats-server processes routed to each other, with JetStream and the system's users."""
+    routes = [f"nats://127.0.0.1:{free_port()}" for _ in NODES]
+    with ExitStack() as stack:
+        nodes = {}
+        for name, route in zip(NODES, routes, strict=True):
+            args = (
+                "--server_name",
+                name,
+                "--cluster_name",
+                "faultline",
+                "--cluster",
+                route,
+                "--routes",
+                ",".join(routes),
+            )
+            node = EmbeddedServer(store_dir=tmp_path / name, config_file=access.server_config, extra_args=args)
+            nodes[name] = stack.enter_context(node)
+        yield Cluster(nodes)
+
+
+async def stream_ready(url: str, access: Access) -> None:
+    """Wait until the cluster has a JetStream leader and the journal stream exists on three nodes."""
+    bus = await Bus.connect(url, settings=BusSettings(replicas=3), login=Login(access.credential(OPERATOR)))
+    try:
+        with anyio.fail_after(CLUSTER_READY_TIMEOUT_S):
+            while True:
+                try:
+                    await bus.ensure_stream()
+                    return
+                except BusError:
+                    await anyio.sleep(POLL_S)  # no meta leader yet: asked again until the deadline
+    finally:
+        await bus.close()
+
+
+async def stream_leader(bus: Bus, other_than: str = "") -> str:
+    """The node leading the stream now; with `other_than`, wait until it is another node."""
+    with anyio.fail_after(ELECTION_TIMEOUT_S):
+        while True:
+            try:
+                info = await bus.js.stream_info(bus.subjects.stream)
+            except (TimeoutError, nats.errors.Error):  # no leader yet, or our node is the lost one
+                info = None
+            if info is not None and info.cluster and info.cluster.leader not in (None, other_than):
+                return str(info.cluster.leader)
+            await anyio.sleep(POLL_S)
+
+
+async def replicas_current(bus: Bus, timeout_s: float = ELECTION_TIMEOUT_S) -> str:
+    """Wait until the stream has a leader and both its followers are online and current; return the leader.
+
+    A node back from a kill or a pause catches up with the leader first: until then a second loss
+    would leave the stream without a majority.
+    """
+    with anyio.fail_after(timeout_s):
+        while True:
+            try:
+                info = await bus.js.stream_info(bus.subjects.stream)
+            except (TimeoutError, nats.errors.Error):
+                info = None
+            cluster = info.cluster if info is not None else None
+            if cluster is not None and cluster.leader:
+                followers = cluster.replicas or []
+                if len(followers) == len(NODES) - 1 and all(r.current and not r.offline for r in followers):
+                    return str(cluster.leader)
+            await anyio.sleep(POLL_S)

@@ -1,0 +1,244 @@
+"""A seeded nemesis: a schedule of process faults drawn from one seed, applied to a live clustered system.
+
+The schedule is a value (`Schedule`, printable and JSON): the same seed and episode count draw the same
+faults, so a failing run is rerun exactly with its seed. Faults are applied one after another, each
+once enough episodes have completed; the next waits until every process is back and the stream's
+three replicas are current, so no fault ever takes the stream's majority. A kind is a name in `KINDS`
+and a method of `Nemesis`: partitions, disk faults and clock jumps are kinds still to add.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import anyio
+import msgspec
+
+from bench._cluster import NODES, Cluster, replicas_current, stream_leader
+from faultline.runtime import Supervisor
+
+EPISODES_PER_FAULT = 8
+"""One fault is drawn for this many episodes of a schedule."""
+DELAY_S = (0.0, 1.0)
+"""The wall time a fault waits, once its episode count is reached, before it is applied."""
+RESTART_TIMEOUT_S = 60.0
+"""How long a killed worker or journal may take to serve again under the supervisor."""
+POLL_S = 0.2
+LEADER = "leader"
+"""The target that is whichever node leads the stream when the fault is applied."""
+
+
+class Kind(StrEnum):
+    KILL = "kill"
+    """SIGKILL. The supervisor restarts a worker or the journal; the nemesis restarts a node after `duration_s`."""
+    PAUSE = "pause"
+    """SIGSTOP, then SIGCONT after `duration_s`: a process that is alive, holds its sockets, and answers nothing."""
+
+
+KINDS = tuple(Kind)
+DURATIONS_S = {Kind.KILL: (0.5, 3.0), Kind.PAUSE: (1.0, 6.0)}
+"""The range each kind's duration is drawn from: how long a node stays down, or a process stopped. A killed
+worker or journal has none: the supervisor restarts it when its backoff says."""
+
+
+class Fault(msgspec.Struct, frozen=True, kw_only=True):
+    kind: Kind
+    target: str
+    """A process of the supervisor (`journal`, `worker-main-0`), a node (`n1`), or `leader`."""
+    after_episodes: int
+    """Applied once the runner has completed this many episodes (all of them, if fewer run)..."""
+    delay_s: float
+    """...and this much wall time has passed since."""
+    duration_s: float
+
+    def describe(self) -> str:
+        lasting = f" for {self.duration_s:g}s" if self.duration_s else ""
+        return f"{self.kind} {self.target}{lasting} after {self.after_episodes} episodes + {self.delay_s:g}s"
+
+
+class Schedule(msgspec.Struct, frozen=True, kw_only=True):
+    seed: int
+    episodes: int
+    faults: tuple[Fault, ...]
+
+    def describe(self) -> str:
+        head = f"seed {self.seed}: {self.episodes} episodes, {len(self.faults)} faults"
+        return "\n".join([head, *(f"  {i}. {fault.describe()}" for i, fault in enumerate(self.faults, 1))])
+
+
+def draw_schedule(seed: int, episodes: int, processes: Sequence[str], kinds: Sequence[Kind] = KINDS) -> Schedule:
+    """The schedule of `seed`: one fault per EPISODES_PER_FAULT episodes, each at a count drawn in its own
+    slice of the run's first three quarters (so that later faults still meet running episodes), of a kind,
+    target, delay and duration drawn from `random.Random(seed)`."""
+    rng = random.Random(seed)
+    targets = [*processes, *NODES, LEADER]
+    count = max(1, episodes // EPISODES_PER_FAULT)
+    slot = max(1, episodes * 3 // 4) / count
+    faults = []
+    for i in range(count):
+        after = 1 + int(i * slot) + rng.randrange(max(1, int(slot)))
+        kind = rng.choice(list(kinds))
+        target = rng.choice(targets)
+        delay_s, duration_s = round(rng.uniform(*DELAY_S), 2), round(rng.uniform(*DURATIONS_S[kind]), 2)
+        if kind is Kind.KILL and target in processes:
+            duration_s = 0.0  # the supervisor decides when it comes back
+        faults.append(Fault(kind=kind, target=target, after_episodes=after, delay_s=delay_s, duration_s=duration_s))
+    return Schedule(seed=seed, episodes=episodes, faults=tuple(faults))
+
+
+class Applied(msgspec.Struct, kw_only=True):
+    """A fault as it was applied: times in seconds since the run began."""
+
+    fault: Fault
+    target: str
+    """The node or process it hit (the leader's name for `leader`)."""
+    began_s: float
+    ended_s: float
+    """When the nemesis stopped interfering: SIGCONT sent, the node restarted, or (a supervised process
+    killed) the kill itself, since the system brings that one back alone."""
+    back_s: float = 0.0
+    """When every process served again and the stream's replicas were current."""
+    recovered_s: float | None = None
+    """From `ended_s` to the next episode completed; None when none completed after it."""
+    completed_during: int = 0
+    """Episodes completed between `began_s` and `ended_s`: what the system did while the fault lasted."""
+
+
+@dataclass
+class Progress:
+    """The episodes the runner has completed, and when: what faults wait on, and what recovery is timed by."""
+
+    began: float = field(default_factory=anyio.current_time)
+    completions: list[float] = field(default_factory=list)
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def now(self) -> float:
+        return anyio.current_time() - self.began
+
+    def completed(self) -> None:
+        self.completions.append(self.now())
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def reached(self, count: int) -> None:
+        while len(self.completions) < count:
+            await self._changed.wait()
+
+    def recovery(self, ended_s: float) -> float | None:
+        after = [t for t in self.completions if t >= ended_s]
+        return min(after) - ended_s if after else None
+
+
+@dataclass
+class Nemesis:
+    """Applies `schedule` to the system of `supervisor` on `cluster`, and puts every process back after."""
+
+    schedule: Schedule
+    cluster: Cluster
+    supervisor: Supervisor
+    progress: Progress
+    applied: list[Applied] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the last fault is undone and every process is back."""
+
+    async def run(self) -> None:
+        for fault in self.schedule.faults:
+            await self.progress.reached(fault.after_episodes)
+            await anyio.sleep(fault.delay_s)
+            applied = await self._apply(fault)
+            applied.back_s = self.progress.now()
+            self.applied.append(applied)
+        self.done.set()
+
+    def settle(self) -> None:
+        """Recovery times, once the run is over and every completion is known."""
+        for applied in self.applied:
+            applied.recovered_s = self.progress.recovery(applied.ended_s)
+            applied.completed_during = sum(applied.began_s <= t < applied.ended_s for t in self.progress.completions)
+
+    async def _apply(self, fault: Fault) -> Applied:
+        bus = self.supervisor.bus
+        assert bus is not None
+        target = await stream_leader(bus) if fault.target == LEADER else fault.target
+        if target in self.cluster.nodes:
+            pid = self.cluster.pid(target)
+            apply = self._kill_node if fault.kind is Kind.KILL else self._pause_node
+        else:
+            found = self.supervisor.pid(target)
+            assert found is not None, f"no process {target}"
+            pid = found
+            apply = self._kill_process if fault.kind is Kind.KILL else self._pause_process
+        return await apply(fault, target, pid)
+
+    async def _kill_node(self, fault: Fault, name: str, pid: int) -> Applied:
+        node = self.cluster.nodes[name]
+        os.kill(pid, signal.SIGKILL)
+        began_s = self.progress.now()
+        await anyio.to_thread.run_sync(node.wait)
+        try:
+            await anyio.sleep(fault.duration_s)
+        finally:
+            with anyio.CancelScope(shield=True):  # also when the run is cancelled: every node comes back
+                await anyio.to_thread.run_sync(node.restart)
+        ended_s = self.progress.now()
+        await self._replicas_current()
+        return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
+
+    async def _pause_node(self, fault: Fault, name: str, pid: int) -> Applied:
+        began_s, ended_s = await self._paused(pid, fault.duration_s)
+        await self._replicas_current()
+        return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
+
+    async def _kill_process(self, fault: Fault, name: str, pid: int) -> Applied:
+        os.kill(pid, signal.SIGKILL)
+        began_s = self.progress.now()
+        await self._served_again(name, pid)
+        return Applied(fault=fault, target=name, began_s=began_s, ended_s=began_s)
+
+    async def _pause_process(self, fault: Fault, name: str, pid: int) -> Applied:
+        began_s, ended_s = await self._paused(pid, fault.duration_s)
+        return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
+
+    async def _paused(self, pid: int, duration_s: float) -> tuple[float, float]:
+        os.kill(pid, signal.SIGSTOP)
+        began_s = self.progress.now()
+        try:
+            await anyio.sleep(duration_s)
+        finally:
+            os.kill(pid, signal.SIGCONT)  # also when the run is cancelled: no process is left stopped
+        return began_s, self.progress.now()
+
+    async def _served_again(self, name: str, old_pid: int) -> None:
+        """Wait until the supervisor has restarted `name` and the new process announced it serves."""
+        with anyio.fail_after(RESTART_TIMEOUT_S):
+            while True:
+                row = next(row for row in self.supervisor.status() if row["name"] == name)
+                if row["pid"] != old_pid and row["ready"]:
+                    return
+                await anyio.sleep(POLL_S)
+
+    async def _replicas_current(self) -> None:
+        bus = self.supervisor.bus
+        assert bus is not None
+        await replicas_current(bus)
+
+    async def all_back(self) -> None:
+        """Every process of the system serves and the stream's three replicas are current."""
+        with anyio.fail_after(RESTART_TIMEOUT_S):
+            while not all(row["ready"] for row in self.supervisor.status()):
+                await anyio.sleep(POLL_S)
+        await self._replicas_current()
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The nearest-rank `p` percentile (0 < p <= 100) of `values`; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]

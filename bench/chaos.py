@@ -1,0 +1,246 @@
+"""Chaos: seeded schedules of process faults against a 3-node JetStream cluster (R3) while episodes run.
+
+Each schedule starts a fresh system (three nats-server nodes on loopback, the journal service and two
+worker processes under the supervisor, the built-in retail system on the sim model), runs `--episodes`
+episodes four at a time, and meanwhile applies the faults drawn from its seed: SIGKILL, or SIGSTOP then
+SIGCONT, of a worker, the journal service, any node or the stream's leader. While faults are left
+once those episodes are done, more run, four at a time, so that every fault meets running episodes;
+the checker counts them like the others. Time to recover is from a fault's end (SIGCONT sent, the node
+restarted, or the kill of a process the supervisor restarts) to the next completed episode. Once the schedule has ended
+and every process serves again, the checker compares what the runner started with what the journal
+holds (none lost, none twice), verifies the journal and replays it. Schedule i uses seed `--seed` + i;
+a failing schedule is rerun alone with `--seed` and `--schedules 1`.
+
+    python -m bench.chaos --schedules 3 --episodes 30 --json chaos.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from bench._checker import Verdict, check
+from bench._cluster import cluster, stream_ready
+from bench._common import machine
+from bench._nemesis import Nemesis, Progress, Schedule, draw_schedule, percentile
+from faultline._errors import FaultlineError
+from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal, worker_specs
+from faultline.bus import Bus
+from faultline.envs import load_domain
+from faultline.runtime import Supervisor, bus_settings, completing_agents, load_config, parse_config, system_access
+
+AGENTS: tuple[str, ...] = ("env", "tool", "user")
+"""The built-in tool-use system's agents, in the worker group `main`."""
+GROUPS: dict[str, tuple[str, ...]] = {"main": AGENTS}
+WORKERS = 2
+CONCURRENCY = 4
+EPISODE_TIMEOUT_S = 60.0
+EXTRA_EPISODES = 400
+"""At most this many episodes past `--episodes`, run while the schedule has faults left."""
+JOURNAL_TIMEOUT_S = 60.0
+CONFIG = f"""
+[nats]
+replicas = 3
+publish_timeout_s = 2.0
+ping_interval_s = 1.0
+
+[runtime]
+ack_wait_s = 5.0
+
+[workers.main]
+agents = {json.dumps(list(AGENTS))}
+count = {WORKERS}
+"""
+
+
+class ScheduleReport(msgspec.Struct, kw_only=True):
+    schedule: Schedule
+    verdict: Verdict
+    applied: list[Any]
+    """Each fault as applied (`bench._nemesis.Applied`, as builtins)."""
+    completions_s: list[float]
+    """When each episode completed, in seconds since the system was up (the time base of `applied`)."""
+    runner_error: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and not self.runner_error
+
+
+def processes() -> list[str]:
+    """The supervised processes a schedule may hit: the journal service and each worker."""
+    config = parse_config(tomllib.loads(CONFIG))
+    return ["journal", *(spec.name for spec in worker_specs(config, GROUPS, None))]
+
+
+async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
+    """Run `schedule` on a fresh system in `workdir` and check what it left."""
+    config_path = workdir / "faultline.toml"
+    config_path.write_text(CONFIG)
+    config = load_config(config_path)
+    access = system_access(workdir / "credentials", config, GROUPS, "fl").prepare()
+    journal = workdir / "journal.sqlite"
+    domain = load_domain("retail")
+    tasks = len(domain.tasks())
+    plan = RunPlan(
+        tasks=tasks,
+        trials=math.ceil((schedule.episodes + EXTRA_EPISODES) / tasks),
+        run_id=f"chaos-{schedule.seed}",
+        concurrency=CONCURRENCY,
+        episode_timeout_s=EPISODE_TIMEOUT_S,
+    )
+    pool = iter(plan_episodes(plan, domain))
+    result = RunResult(list(itertools.islice(pool, schedule.episodes)))
+    runner_error = ""
+    began = time.monotonic()
+    async with cluster(workdir, access) as nodes:
+        await stream_ready(nodes.url, access)
+        supervisor = Supervisor(
+            journal_path=journal,
+            workers=worker_specs(config, GROUPS, config_path),
+            nats_url=nodes.url,
+            log_dir=workdir / "logs",
+            extra_args=("--config", str(config_path)),
+            access=access,
+            bus_settings=bus_settings(config),
+            completers=completing_agents(config, GROUPS),
+        )
+        async with supervisor.running():
+            bus = supervisor.bus
+            assert bus is not None
+            progress = Progress()
+            nemesis = Nemesis(schedule, nodes, supervisor, progress)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(nemesis.run)
+                try:
+                    await run_alongside(bus, plan, result, pool, nemesis, progress)
+                except FaultlineError as exc:  # the runner gave up: the checker names what it left running
+                    runner_error = f"{type(exc).__name__}: {exc}"
+                if not nemesis.done.is_set():  # the faults waiting on episodes would wait for ever
+                    runner_error = runner_error or f"the schedule outlasted {len(result.planned)} episodes"
+                    tg.cancel_scope.cancel()
+            await nemesis.all_back()
+            await wait_for_journal(bus, timeout_s=JOURNAL_TIMEOUT_S)
+            stored = await bus.stream_state()
+    nemesis.settle()
+    verdict = await anyio.to_thread.run_sync(check, journal, result, stored, runner_error)
+    return ScheduleReport(
+        schedule=schedule,
+        verdict=verdict,
+        applied=msgspec.to_builtins(nemesis.applied),
+        completions_s=[round(t, 3) for t in progress.completions],
+        runner_error=runner_error,
+        seconds=time.monotonic() - began,
+    )
+
+
+async def run_alongside(
+    bus: Bus, plan: RunPlan, result: RunResult, more: Iterator[PlannedEpisode], nemesis: Nemesis, progress: Progress
+) -> None:
+    """Run `result.planned`, then `more` (added to `result.planned`), CONCURRENCY at a time, until the schedule
+    has ended: every fault meets running episodes, and episodes in flight at its end time its recovery."""
+    planned = list(result.planned)
+    while planned:
+        part = RunResult(planned)
+        try:
+            await run_plan(bus, plan, part, lambda _episode, _done: progress.completed())
+        finally:
+            result.completed.update(part.completed)
+            result.running.update(part.running)
+            result.model_calls = part.model_calls
+        planned = [] if nemesis.done.is_set() else list(itertools.islice(more, CONCURRENCY))
+        result.planned.extend(planned)
+
+
+def summarize(reports: list[ScheduleReport]) -> dict[str, Any]:
+    """The numbers of a set of schedules: faults by kind and target, episodes, lost, duplicated, recovery."""
+    applied = [a for r in reports for a in r.applied]
+    recovered = [a["recovered_s"] for a in applied if a["recovered_s"] is not None]
+    return {
+        "schedules": len(reports),
+        "failed_schedules": [r.schedule.seed for r in reports if not r.ok],
+        "faults": dict(Counter(f"{a['fault']['kind']} {_target_class(a['fault']['target'])}" for a in applied)),
+        "episodes": sum(r.verdict.episodes for r in reports),
+        "completed": sum(r.verdict.completed for r in reports),
+        "outcomes": dict(sum((Counter(r.verdict.outcomes) for r in reports), Counter())),
+        "lost": sum(len(r.verdict.lost) for r in reports),
+        "duplicated": sum(len(r.verdict.duplicated) for r in reports),
+        "recovery_s": {"n": len(recovered), "p50": percentile(recovered, 50), "p99": percentile(recovered, 99)},
+        "no_episode_after": len(applied) - len(recovered),
+        "seconds": sum(r.seconds for r in reports),
+    }
+
+
+def _target_class(target: str) -> str:
+    return "worker" if target.startswith("worker") else "node" if target.startswith("n") else target
+
+
+def print_report(report: ScheduleReport, say: Callable[[str], None]) -> None:
+    v = report.verdict
+    say(
+        f"  {'ok' if report.ok else 'FAILED'} in {report.seconds:.0f}s: {v.completed}/{v.episodes} completed"
+        f" {v.outcomes}, lost {len(v.lost)}, duplicated {len(v.duplicated)}"
+    )
+    for applied in report.applied:
+        recovered, during = applied["recovered_s"], applied["completed_during"]
+        took = f"next episode {recovered:.2f}s after it" if recovered is not None else "no episode after it"
+        lasted = f" ({during} completed while it lasted)" if applied["ended_s"] > applied["began_s"] else ""
+        say(f"    {applied['fault']['kind']} {applied['target']} at {applied['began_s']:.1f}s: {took}{lasted}")
+    problems = {
+        "runner": report.runner_error,
+        "lost": v.lost,
+        "duplicated": v.duplicated,
+        "differing": v.differing,
+        "not success": v.not_success,
+        "stream": v.stream,
+        "verify": v.verify,
+        "replay": v.replay,
+    }
+    for name, problem in problems.items():
+        if problem:
+            say(f"    {name}: {problem}")
+
+
+async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    reports = []
+    for i in range(args.schedules):
+        schedule = draw_schedule(args.seed + i, args.episodes, processes())
+        say(schedule.describe())
+        with tempfile.TemporaryDirectory(prefix=f"chaos-{schedule.seed}-") as workdir:
+            report = await run_schedule(schedule, Path(workdir))
+        print_report(report, say)
+        reports.append(report)
+    summary = summarize(reports)
+    say(json.dumps(summary, indent=2))
+    return {"machine": machine(), "summary": summary, "schedules": msgspec.to_builtins(reports)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--schedules", type=int, default=1)
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0, help="schedule i draws from seed + i")
+    parser.add_argument("--json", default="", metavar="PATH", help="also write the schedules and results here")
+    args = parser.parse_args(argv)
+    result = anyio.run(main_async, args, lambda line: print(line, flush=True))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 1 if result["summary"]["failed_schedules"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
