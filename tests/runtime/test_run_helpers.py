@@ -50,6 +50,11 @@ def test_the_summary_gives_each_agent_its_model_use_and_the_helpers_overhead(
                                                                                               "verifier", "tor") if a in costs)  # fmt: skip
     tool_tokens = costs["tool"]["prompt_tokens"] + costs["tool"]["completion_tokens"]
     assert summary["helper_overhead"]["tokens"] == pytest.approx(helper_tokens / tool_tokens)
+    # The paper's overhead: the helpers' share of the completion tokens of the tool agent and the helpers.
+    generated = sum(costs[a]["completion_tokens"] for a in ("dce", "tsa", "planner", "verifier", "tor") if a in costs)
+    paper = summary["overhead"]
+    assert paper["episodes"] == 6 and paper["assistant_tokens"] == pytest.approx(costs["tool"]["completion_tokens"])
+    assert paper["share"] == pytest.approx(generated / (generated + costs["tool"]["completion_tokens"]))
 
 
 def rows(journal: Path) -> list[JournalRow]:

@@ -9,12 +9,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from faultline._errors import AnswerFormatError
+from faultline._errors import AnswerFormatError, ConfigError
 from faultline.cli import main
-from faultline.core import AgentHarness, Notice
+from faultline.core import AgentHarness, EpisodeStarted, Notice
 from faultline.envs import EARLY_STOP, ERROR_CATEGORIES, WRONG_ENTITY, WRONG_VALUE
 from faultline.journal import JournalReader
-from faultline.runtime import FamaConfig
+from faultline.runtime import Config, FamaConfig
 from faultline.runtime.models import OpenAIBackend, SimBackend
 from faultline.services.fama import (
     ANALYSIS,
@@ -29,10 +29,13 @@ from faultline.services.fama import (
     MainError,
     case_message,
     choose_roster,
+    joined,
     mitigation_request,
     parse_analyst,
     parse_main,
     parse_mitigation,
+    serve_fama,
+    task_rosters,
 )
 from tests.openai_server import OpenAIServer, Status, Text
 
@@ -203,6 +206,24 @@ def test_votes_for_memory_count_together_and_memory_keeps_the_k_recommended_most
     assert choose_roster([["memory:2"], ["memory:2", "dce"], ["memory:6"], ["dce"]], settings) == ["dce", "memory:2"]
 
 
+def test_a_joined_helper_stays_and_memory_takes_the_latest_k() -> None:
+    assert joined(["dce", "memory:6"], ["memory:2", "planner"]) == ["dce", "planner", "memory:2"]
+    assert joined(["tor"], []) == ["tor"]
+
+
+def test_per_task_each_task_takes_the_helpers_recommended_for_its_own_failures() -> None:
+    """The paper's use: a task's next roster is its own recommendations joined to its roster; the others keep theirs."""
+    rosters = {"a": [], "b": ["dce"], "c": []}
+    recommended = [("a", ["planner"]), ("b", ["memory:2"]), ("a", ["tor"])]
+    assert task_rosters(recommended, rosters) == {"a": ["tor", "planner"], "b": ["dce", "memory:2"], "c": []}
+
+
+async def test_the_live_controller_refuses_per_task_rosters() -> None:
+    config = Config(fama=FamaConfig(enabled=True, rosters="per_task"))
+    with pytest.raises(ConfigError, match="fama loop"):
+        await serve_fama(config, "nats://127.0.0.1:1", "fl", "fama")
+
+
 async def test_the_sim_mitigation_stand_in_gives_its_k_through_the_same_parser() -> None:
     harness = AgentHarness(FamaController(), episode="fama-retail-m", backend=SimBackend())
     entity = msgspec.structs.replace(
@@ -253,6 +274,31 @@ async def test_a_roster_decision_is_journaled_with_the_counts_that_chose_it() ->
     decision = second[1].data
     assert decision["roster"] == ["planner"] and decision["failures"] == 2
     assert decision["counts"] == {"categories": {EARLY_STOP: 2}, "helpers": {"planner": 2}}
+
+
+@pytest.mark.slow
+def test_per_task_the_loop_reruns_each_failed_task_with_its_own_helpers_and_reports_the_papers_overhead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "loop"
+    loop = ["fama", "loop", "--tasks", "6", "--rounds", "1", "--error-rate", "early_stop=0.5", "--out", str(out)]
+    assert main([*loop, "--model", "sim", "--analysts", "informed", "--rosters", "per_task", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    baseline, rerun = [line for line in lines if line["type"] == "round"]
+    with JournalReader(baseline["journal"]) as reader:
+        failed = {e.task for e in reader.episodes() if e.outcome != "success"}
+    assert failed and set(baseline["chosen_rosters"]) == failed and lines[-1]["rosters"] == "per_task"
+    assert all(roster == ["planner"] for roster in baseline["chosen_rosters"].values())
+    with JournalReader(rerun["journal"]) as reader:
+        started = [r.envelope().body for r in reader.rows() if r.kind == "episode_started"]
+    assert len(started) == 6 and {s.task: s.roster for s in started if isinstance(s, EpisodeStarted)} == {
+        s.task: baseline["chosen_rosters"].get(s.task, []) for s in started if isinstance(s, EpisodeStarted)
+    }
+    assert baseline["overhead"]["share"] == 0.0 and 0.0 < rerun["overhead"]["share"] < 1.0
+    paper = rerun["overhead"]
+    assert paper["helper_tokens"] / paper["mean_tokens"] == pytest.approx(paper["share"])
+    assert paper["min_tokens"] <= paper["median_tokens"] <= paper["max_tokens"]
+    assert main(["replay", rerun["journal"]]) == 0
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ calls these. Below them, `RunPlan` and `run_plan` run planned episodes on a bus 
 """
 
 from faultline.api._journal import attribute, failed_episodes, replay
+from faultline.api._overhead import TokenOverhead, token_overhead
 from faultline.api._plan import (
     PlannedEpisode,
     RunPlan,
@@ -69,6 +70,7 @@ __all__ = [
     "RunSpec",
     "StopRequest",
     "Summary",
+    "TokenOverhead",
     "attribute",
     "config_source",
     "costed",
@@ -91,6 +93,7 @@ __all__ = [
     "start_envelopes",
     "stop_on_signal",
     "summarize",
+    "token_overhead",
     "uses_sim",
     "wait_for_journal",
     "with_costs",

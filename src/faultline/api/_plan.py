@@ -13,7 +13,7 @@ import re
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ import msgspec
 
 from faultline._errors import JournalError
 from faultline.agents import PROTOCOL, EpisodeSpec, ScorerStart
+from faultline.api._overhead import TokenOverhead, token_overhead
 from faultline.bus import Bus
 from faultline.core import (
     BUILTIN_SYSTEM,
@@ -380,8 +381,11 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     costs: list[AgentCostRow] = []
     """Per agent, its model use per episode (from the journal; runs with helpers)."""
     helper_overhead: dict[str, float] = {}
-    """What the helpers' model calls add to the tool agent's, as fractions: `tokens`, `latency`
-    (FAMA's overhead, relative to the same agent without helpers)."""
+    """Faultline's own measure: what the helpers' model calls add to the tool agent's, as fractions of
+    the tool agent's prompt and completion tokens (`tokens`) and model latency (`latency`)."""
+    overhead: TokenOverhead | None = None
+    """The FAMA paper's (Table 2): the helpers' share of the tokens the tool agent and the helpers
+    generated per episode, with their spread over the run's completed episodes (runs with helpers)."""
 
 
 def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
@@ -415,13 +419,22 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
     )
 
 
-def with_costs(summary: Summary, journal: Path, run_id: str, roster: Sequence[str]) -> Summary:
-    """The summary with each agent's model use per episode, and the helpers' overhead over the tool agent."""
+def with_costs(
+    summary: Summary, journal: Path, run_id: str, roster: Sequence[str], episodes: Collection[str] | None = None
+) -> Summary:
+    """The summary with each agent's model use per episode, the helpers' overhead over the tool agent, and
+    the FAMA paper's overhead over `episodes` (the run's completed ones; default: those with model calls)."""
     from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
 
     with JournalReader(journal) as reader:
         costs = reader.agent_costs(f"{run_id}-")
-    return costed(summary, costs, roster)
+        by_episode = reader.episode_costs(f"{run_id}-", episodes)
+    generated = {
+        e: {c.agent: c.completion_tokens for c in by_episode.get(e, [])}
+        for e in (by_episode if episodes is None else episodes)
+    }
+    overhead = token_overhead(generated, {helper_agent(entry) for entry in roster})
+    return msgspec.structs.replace(costed(summary, costs, roster), overhead=overhead)
 
 
 def costed(summary: Summary, costs: Sequence[AgentCost], roster: Sequence[str]) -> Summary:

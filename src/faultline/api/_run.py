@@ -332,7 +332,7 @@ def _run_planned(
     problem = journal_problem(supervisor) if supervisor else ""
     summary = summarize(result, spec.trials, "" if spec.nats else str(journal))
     if plan.helpers and not spec.nats and not problem:
-        summary = with_costs(summary, journal, plan.run_id, plan.helpers)
+        summary = with_costs(summary, journal, plan.run_id, plan.helpers, [p.episode for p, _ in result.outcomes()])
     return RunReport(summary, result, journal, plan.run_id, uses_sim(config), request.signum, problem, plan)
 
 

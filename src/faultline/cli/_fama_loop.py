@@ -1,11 +1,15 @@
 """`faultline fama loop`: the FAMA paper's Algorithm 1 end to end on a local system.
 
 Round 0 runs the tasks with no helpers. After each round the controller's stages analyse its
-failures, and the helpers recommended for at least `[fama] share` of them join the roster the
-next round runs with (a helper once chosen stays). Each round is a real `faultline run` in its own
-process with its own journal (`OUT/round-R.sqlite`), so every round replays on its own. The table
-sets the rounds side by side with the baseline, as the paper's Table 2: pass^1..pass^k, model
-tokens per episode and latency, each with its overhead over round 0.
+failures, and the helpers they recommend join the rosters of the next round (a helper once chosen
+stays). With `[fama] rosters = "shared"` (Faultline's rule) one roster for every task takes the
+helpers recommended for at least `[fama] share` of the failures; with "per_task" (the paper's use)
+each task takes those recommended for its own failures, and tasks with the same roster run together.
+Each round is real `faultline run`s in processes of their own with one journal (`OUT/round-R.sqlite`),
+so every round replays on its own. The table sets the rounds side by side with the baseline:
+pass^1..pass^k, the paper's overhead (Table 2: the helpers' share of the tokens the tool agent and
+the helpers generated per episode), and Faultline's own measures, model tokens per episode (every
+agent's) and latency, each with its rise over round 0.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import argparse
 import json
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +29,27 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import RunError, UsageError
+from faultline.api import TokenOverhead, token_overhead
 from faultline.cli import _jsonl
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model, whole_number
-from faultline.core import parse_roster
+from faultline.core import HELPERS, helper_agent, helper_name, memory_turns
 from faultline.journal import JournalReader
 from faultline.runtime import Config, make_backend
-from faultline.services.fama import CATEGORIES, SHORT, analyze_cases, attribute_cases, choose_roster, failure_cases
+from faultline.services.fama import (
+    CATEGORIES,
+    SHORT,
+    analyze_cases,
+    attribute_cases,
+    choose_roster,
+    failure_cases,
+    joined,
+    task_rosters,
+)
+
+HELPER_AGENTS = frozenset(helper_agent(name) for name in HELPERS)
+"""Whose generated tokens are the helpers' in the paper's overhead."""
 
 
 class Round(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,9 +67,17 @@ class Round(msgspec.Struct, frozen=True, kw_only=True):
     analysed: int
     categories: dict[str, int]
     chosen: list[str]
-    """The roster the next round takes."""
+    """The roster the next round takes (per task: every helper some task takes)."""
     token_overhead: float = 0.0
+    """Faultline's: the rise of `tokens` over round 0's, as a fraction."""
     latency_overhead: float = 0.0
+    """Faultline's: the rise of `latency_s` over round 0's, as a fraction."""
+    overhead: TokenOverhead | None = None
+    """The paper's (Table 2): the helpers' share of the tokens generated per episode, and their spread."""
+    rosters: dict[str, list[str]] = {}
+    """Per task (`[fama] rosters = "per_task"`): each task's roster in this round, tasks with helpers only."""
+    chosen_rosters: dict[str, list[str]] = {}
+    """Per task: each task's roster for the next round, tasks with helpers only."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -73,6 +100,13 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--out", type=Path, default=Path("runs/fama-loop"), help="folder of the rounds' journals")
     p.add_argument("--json", action="store_true", help="JSON lines: one per round, then a summary")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="pass^k per round and main-error counts per round")
+    p.add_argument(
+        "--rosters",
+        choices=("shared", "per_task"),
+        help="shared: one roster for all tasks, the helpers recommended for [fama] share of the failures (Faultline's"
+        " rule); per_task: each task takes the helpers recommended for its own failure, as in the FAMA paper"
+        " (over [fama] rosters)",
+    )
     add_analysts_flag(p)
     add_model_flags(p)
     p.set_defaults(handler=_loop)
@@ -80,7 +114,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 @serving_local_model
 def _loop(args: argparse.Namespace) -> int:
-    config = with_fama_flags(effective_config(args), analysts=args.analysts)
+    config = with_fama_flags(effective_config(args), analysts=args.analysts, rosters=args.rosters)
+    per_task = config.fama.rosters == "per_task"
     args.out.mkdir(parents=True, exist_ok=True)
     taken = sorted(p.name for p in args.out.glob("round-*.sqlite"))
     if taken:
@@ -88,13 +123,35 @@ def _loop(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     rounds: list[Round] = []
     roster: list[str] = []
+    rosters: dict[str, list[str]] = {}
     for number in range(args.rounds + 1):
         journal = args.out / f"round-{number}.sqlite"
-        console.print(f"round {number}: running with helpers {','.join(roster) or 'none'}", highlight=False)
-        summary = _run_round(args, number, roster, journal)
-        done = anyio.run(_analyse_round, config, journal, roster)
-        rounds.append(_round(number, roster, journal, summary, *done, baseline=rounds[0] if rounds else None))
-        roster = rounds[-1].chosen
+        if number == 0 or not per_task:
+            console.print(f"round {number}: running with helpers {','.join(roster) or 'none'}", highlight=False)
+            summaries = [_run_round(args, number, roster, journal)]
+        else:
+            groups = _groups(rosters)
+            console.print(f"round {number}: running {len(groups)} group(s) of tasks, by roster", highlight=False)
+            summaries = [_run_round(args, number, list(r), journal, tasks) for r, tasks in groups.items()]
+        if number == 0:
+            rosters = {task: [] for task in _tasks(journal)}
+        failures, analysed, categories, recommended = anyio.run(_analyse_round, config, journal)
+        chosen, chosen_rosters = _next_rosters(config, roster, rosters, recommended)
+        latest = _round(
+            number,
+            roster,
+            journal,
+            _merged(summaries),
+            failures,
+            analysed,
+            categories,
+            chosen,
+            baseline=rounds[0] if rounds else None,
+            rosters={t: r for t, r in rosters.items() if r} if per_task else {},
+            chosen_rosters={t: r for t, r in chosen_rosters.items() if r},
+        )
+        rounds.append(latest)
+        roster, rosters = chosen, chosen_rosters
     if args.plot:
         _plot(args.plot, rounds)
     if args.json:
@@ -104,23 +161,75 @@ def _loop(args: argparse.Namespace) -> int:
             "rounds": len(rounds),
             "roster": last.roster,
             "next_roster": last.chosen,
+            "next_rosters": last.chosen_rosters,
             "baseline_pass_1": rounds[0].pass_k.get(1, 0.0),
             "final_pass_1": last.pass_k.get(1, 0.0),
             "token_overhead": last.token_overhead,
             "latency_overhead": last.latency_overhead,
+            "helper_share": last.overhead.share if last.overhead else 0.0,
             "analysts": config.fama.analysts,
+            "rosters": config.fama.rosters,
         }
         _jsonl.summary(summary_line)
         return 0
-    Console().print(_table(rounds, args.trials, config.fama.analysts))
+    Console().print(_table(rounds, args.trials, config.fama.analysts, config.fama.rosters))
     if config.model(config.fama.role).backend == "sim":
         Console().print(f"[dim]{SIM_JUDGE_NOTE}; sim runs exercise the runtime, they are no result about models[/dim]")
     return 0
 
 
-def _run_round(args: argparse.Namespace, number: int, roster: list[str], journal: Path) -> dict[str, Any]:
-    """One `faultline run` in a process of its own; its JSON summary."""
-    command = [sys.executable, "-m", "faultline.cli", "run", "--domain", args.domain, "--tasks", str(args.tasks)]
+def _next_rosters(
+    config: Config, roster: list[str], rosters: dict[str, list[str]], recommended: list[tuple[str, list[str]]]
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The roster and, per task, the rosters (task -> roster) the next round takes, from the helpers
+    recommended for this round's failures. Per task, the roster is every helper some task takes."""
+    if config.fama.rosters == "per_task":
+        chosen = task_rosters(recommended, rosters)
+        return _union(chosen.values()), chosen
+    return joined(roster, choose_roster([helpers for _, helpers in recommended], config.fama)), {}
+
+
+def _groups(rosters: dict[str, list[str]]) -> dict[tuple[str, ...], list[str]]:
+    """The tasks by roster, each group in the tasks' order: one run each."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for task, roster in rosters.items():
+        groups.setdefault(tuple(roster), []).append(task)
+    return groups
+
+
+def _union(rosters: Iterable[list[str]]) -> list[str]:
+    """Every helper some roster takes (memory with the largest K any takes)."""
+    entries = sorted({e for roster in rosters for e in roster}, key=lambda e: memory_turns(e) if ":" in e else 0)
+    return joined([], entries)
+
+
+def _tasks(journal: Path) -> list[str]:
+    """The tasks of a round, in the order their episodes started."""
+    with JournalReader(journal) as reader:
+        return list(dict.fromkeys(e.task for e in reader.episodes()))
+
+
+def _merged(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One round's summary from the summaries of its runs (one per group of tasks): pass^k over all its tasks."""
+    if len(summaries) == 1:
+        return summaries[0]
+    tasks = sum(int(s["tasks"]) for s in summaries)
+    episodes = sum(int(s["episodes"]) for s in summaries)
+    ks = {k for s in summaries for k in s["pass_k"]}
+    return {
+        "episodes": episodes,
+        "tasks": tasks,
+        "pass_k": {k: sum(float(s["pass_k"][k]) * int(s["tasks"]) for s in summaries) / tasks for k in ks},
+        "avg_latency_s": sum(float(s["avg_latency_s"]) * int(s["episodes"]) for s in summaries) / max(episodes, 1),
+    }
+
+
+def _run_round(
+    args: argparse.Namespace, number: int, roster: list[str], journal: Path, tasks: list[str] | None = None
+) -> dict[str, Any]:
+    """One `faultline run` in a process of its own (of `tasks`, else the first `--tasks`); its JSON summary."""
+    chosen = ["--task-ids", ",".join(tasks)] if tasks is not None else ["--tasks", str(args.tasks)]
+    command = [sys.executable, "-m", "faultline.cli", "run", "--domain", args.domain, *chosen]
     command += ["--trials", str(args.trials), "--seed", str(args.seed), "--journal", str(journal), "--json"]
     command += ["--run-id", f"round{number}", "--helpers", ",".join(roster) or "none"]
     if args.error_rates is not None:
@@ -143,19 +252,17 @@ def _run_round(args: argparse.Namespace, number: int, roster: list[str], journal
     return summary
 
 
-async def _analyse_round(
-    config: Config, journal: Path, roster: list[str]
-) -> tuple[int, int, dict[str, int], list[str]]:
-    """Failures, analysed failures, main-error counts, and the roster for the next round."""
+async def _analyse_round(config: Config, journal: Path) -> tuple[int, int, dict[str, int], list[tuple[str, list[str]]]]:
+    """Failures, analysed failures, main-error counts, and the helpers recommended for each analysed
+    failure with its task, in the journal's order."""
     cases = await attribute_cases(journal, failure_cases(journal, analysts=config.fama.analysts), config)
     backend = make_backend(config, config.fama.role)
     try:
         result = await analyze_cases(cases, backend, config.fama)
     finally:
         await backend.aclose()
-    recommended = [c.analysis.mitigation.helpers for c in result.cases if c.analysis is not None]
-    chosen = parse_roster(list(dict.fromkeys([*roster, *choose_roster(recommended, config.fama)])))
-    return len(cases), len(recommended), category_counts(result.cases), chosen
+    recommended = [(c.task, c.analysis.mitigation.helpers) for c in result.cases if c.analysis is not None]
+    return len(cases), len(recommended), category_counts(result.cases), recommended
 
 
 def _round(
@@ -169,10 +276,16 @@ def _round(
     chosen: list[str],
     *,
     baseline: Round | None,
+    rosters: dict[str, list[str]],
+    chosen_rosters: dict[str, list[str]],
 ) -> Round:
     episodes = int(summary["episodes"])
+    prefix = f"round{number}-"
     with JournalReader(journal) as reader:
-        costs = reader.agent_costs(f"round{number}-")
+        costs = reader.agent_costs(prefix)
+        completed = [e.episode for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)]
+        by_episode = reader.episode_costs(prefix, completed)
+    generated = {e: {c.agent: c.completion_tokens for c in by_episode.get(e, [])} for e in completed}
     tokens = sum(c.prompt_tokens + c.completion_tokens for c in costs) / max(episodes, 1)
     latency = float(summary["avg_latency_s"])
     overheads = {}
@@ -193,16 +306,23 @@ def _round(
         analysed=analysed,
         categories=categories,
         chosen=chosen,
+        overhead=token_overhead(generated, HELPER_AGENTS),
+        rosters=rosters,
+        chosen_rosters=chosen_rosters,
         **overheads,
     )
 
 
-def _table(rounds: list[Round], trials: int, analysts: str) -> Table:
-    table = Table(title=f"FAMA loop: each round against the baseline (round 0, no helpers); {analysts} analysts")
+def _table(rounds: list[Round], trials: int, analysts: str, rosters: str) -> Table:
+    scope = "one roster per task, as in the paper" if rosters == "per_task" else "one roster for all tasks"
+    table = Table(
+        title=f"FAMA loop: each round against the baseline (round 0, no helpers); {analysts} analysts; {scope}"
+    )
     table.add_column("round", justify="right")
     table.add_column("helpers")
     for k in range(1, trials + 1):
         table.add_column(f"pass^{k}", justify="right")
+    table.add_column("helper share", justify="right")
     table.add_column("tokens/ep", justify="right")
     table.add_column("latency s", justify="right")
     for cat in CATEGORIES:
@@ -213,14 +333,29 @@ def _table(rounds: list[Round], trials: int, analysts: str) -> Table:
         slower = "" if r.round == 0 else f" ({r.latency_overhead:+.0%})"
         table.add_row(
             str(r.round),
-            ",".join(r.roster) or "none",
+            _rosters_text(r.roster, r.rosters),
             *[f"{r.pass_k.get(k, 0.0):.3f}" for k in range(1, trials + 1)],
+            f"{r.overhead.share:.0%}" if r.overhead else "-",
             f"{r.tokens:.0f}{over}",
             f"{r.latency_s:.2f}{slower}",
             *[str(r.categories.get(c.id, 0)) for c in CATEGORIES],
-            ",".join(r.chosen) or "none",
+            _rosters_text(r.chosen, r.chosen_rosters),
         )
+    table.caption = (
+        "helper share: the helpers' share of the tokens the tool agent and the helpers generated per episode"
+        " (the FAMA paper's overhead, Table 2); tokens/ep: every agent's model tokens per episode and latency s:"
+        " per episode, each with its rise over round 0 (Faultline's measures)"
+    )
     return table
+
+
+def _rosters_text(roster: list[str], per_task: dict[str, list[str]]) -> str:
+    """A roster, or per task how many tasks take each helper."""
+    if not per_task:
+        return ",".join(roster) or "none"
+    counts = Counter(e for entries in per_task.values() for e in entries)
+    ordered = sorted(counts, key=lambda e: (HELPERS.index(helper_name(e)), memory_turns(e) if ":" in e else 0))
+    return ", ".join(f"{e} ({counts[e]} tasks)" for e in ordered) or "none"
 
 
 def _plot(path: Path, rounds: list[Round]) -> None:

@@ -34,6 +34,7 @@ from faultline.api import (
     RunReport,
     RunSpec,
     Summary,
+    TokenOverhead,
     memory_mode,
     repeated,
     run,
@@ -645,8 +646,18 @@ def _costs_table(summary: Summary, *, uses_sim: bool) -> Table:
     overhead = summary.helper_overhead
     tokens = f"+{overhead['tokens']:.0%} tokens" if "tokens" in overhead else "no tool-agent tokens to compare"
     latency = f", +{overhead['latency']:.0%} model latency" if "latency" in overhead else ""
-    table.caption = f"helpers over the tool agent alone: {tokens}{latency}"
+    ours = f"helpers over the tool agent alone (Faultline's measure): {tokens}{latency}"
+    table.caption = f"{_paper_overhead(summary.overhead)}\n{ours}" if summary.overhead else ours
     return table
+
+
+def _paper_overhead(row: TokenOverhead) -> str:
+    """The FAMA paper's overhead (Table 2) in one line: the helpers' share of the generated tokens, and their spread."""
+    return (
+        f"helpers' share of the generated tokens (FAMA Table 2): {row.share:.0%} of {row.mean_tokens:.0f} per episode"
+        f" (min {row.min_tokens:.0f}, median {row.median_tokens:.0f}, max {row.max_tokens:.0f};"
+        f" tool agent {row.assistant_tokens:.0f}, helpers {row.helper_tokens:.0f})"
+    )
 
 
 def _table(summary: Summary, domain: str, run_id: str) -> Table:

@@ -221,19 +221,35 @@ class JournalReader:
     def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
         """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`
         (and, given `episodes`, is one of them)."""
+        return [cost for _, cost in self._costs("agent", episode_prefix, episodes)]
+
+    def episode_costs(
+        self, episode_prefix: str = "", episodes: Collection[str] | None = None
+    ) -> dict[str, list[AgentCost]]:
+        """As `agent_costs`, for each episode apart (by episode id, then agent): what spreads over episodes
+        (FAMA's tokens per episode) needs each one's."""
+        found: dict[str, list[AgentCost]] = {}
+        for episode, cost in self._costs("episode, agent", episode_prefix, episodes):
+            found.setdefault(episode, []).append(cost)
+        return found
+
+    def _costs(
+        self, group: Literal["agent", "episode, agent"], episode_prefix: str, episodes: Collection[str] | None
+    ) -> Iterator[tuple[str, AgentCost]]:
         named = "" if episodes is None else " AND episode IN (SELECT value FROM json_each(?))"
         params: tuple[object, ...] = (episode_prefix, episode_prefix)
         if episodes is not None:
             params += (msgspec.json.encode(sorted(episodes)).decode(),)
         cursor = self._query(
-            "SELECT agent, count(DISTINCT episode), count(*), coalesce(sum(prompt_tokens), 0),"
+            "SELECT min(episode), agent, count(DISTINCT episode), count(*), coalesce(sum(prompt_tokens), 0),"
             " coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0.0), coalesce(group_concat(DISTINCT model), '')"
             " FROM model_calls"
-            f" WHERE substr(episode, 1, length(?)) = ?{named} GROUP BY agent ORDER BY agent",
+            f" WHERE substr(episode, 1, length(?)) = ?{named} GROUP BY {group} ORDER BY {group}",
             params,
         )
         names = AgentCost.__struct_fields__
-        return [AgentCost(**dict(zip(names, values, strict=True))) for values in cursor]
+        for episode, *values in cursor:
+            yield episode, AgentCost(**dict(zip(names, values, strict=True)))
 
     def episode(self, episode: str) -> EpisodeSummary | None:
         cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes WHERE episode = ?", (episode,))

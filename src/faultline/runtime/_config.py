@@ -267,6 +267,11 @@ class FamaConfig(_Section, frozen=True):
     "informed" adds the task's ground-truth actions and required outputs, the evidence that lines the
     trajectory up with them, and the attribution's decisive step; with "trajectory" an attribution
     that is on is reported beside the verdicts, never shown to the analysts.
+
+    `rosters` is how recommendations become rosters. "shared", Faultline's own rule and the default:
+    one roster per (domain, model), from `share` of the `window`, as above. "per_task", the FAMA paper's
+    use: each task's next attempt takes the helpers recommended for that task's own failure; only
+    `fama loop` runs it (a live system keeps one roster per (domain, model), so the controller refuses it).
     """
 
     enabled: bool = False
@@ -277,6 +282,7 @@ class FamaConfig(_Section, frozen=True):
     dry_run: bool = False
     attribution: Literal["off", "oracle", "auto"] = "off"
     analysts: Literal["trajectory", "informed"] = "trajectory"
+    rosters: Literal["shared", "per_task"] = "shared"
 
 
 class Config(_Section, frozen=True):

@@ -37,6 +37,8 @@ from faultline.services.fama._controller import (
     case_message,
     choose_roster,
     controller_episode,
+    joined,
+    task_rosters,
     window_counts,
 )
 from faultline.services.fama._offline import CaseReport, JournalAnalysis, analyze_cases, attribute_cases, failure_cases
@@ -88,12 +90,14 @@ __all__ = [
     "controller_episode",
     "failure_case",
     "failure_cases",
+    "joined",
     "mitigation_request",
     "orchestrator_request",
     "parse_analyst",
     "parse_main",
     "parse_mitigation",
     "serve_fama",
+    "task_rosters",
     "window_counts",
     "with_attribution",
 ]

@@ -85,6 +85,8 @@ async def analyze(case: FailureCase, ctx: Context, role: str) -> Analysis:
 
 def choose_roster(recommended: list[list[str]], settings: FamaConfig) -> list[str]:
     """The helpers recommended for at least `share` of the analysed failures (none before `min_failures`).
+    This combination rule is Faultline's own (the paper uses each task's recommendation for that task,
+    `task_rosters`): one roster per (domain, model) that a live system can publish.
 
     A helper counts by name, so `memory:2` and `memory:6` are both votes for memory; memory then keeps the
     K recommended most often, the latest of those tied."""
@@ -100,6 +102,23 @@ def _entry_for(name: str, recommended: list[list[str]]) -> str:
     entries = [e for helpers in recommended for e in helpers if helper_name(e) == name]
     counts = Counter(entries)
     return max(reversed(entries), key=lambda e: counts[e])
+
+
+def joined(roster: list[str], added: list[str]) -> list[str]:
+    """`roster` with the helpers of `added` joined: a helper once chosen stays, and memory takes the K
+    `added` gives it, if any."""
+    kept = {helper_name(entry): entry for entry in roster}
+    return parse_roster(list((kept | {helper_name(entry): entry for entry in added}).values()))
+
+
+def task_rosters(recommended: list[tuple[str, list[str]]], rosters: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The FAMA paper's per-task use of the recommendations: each task in `rosters` (task -> its roster now)
+    joins the helpers recommended for its own analysed failures, given as (task, helpers) in order; a
+    task without one keeps its roster."""
+    chosen = dict(rosters)
+    for task, helpers in recommended:
+        chosen[task] = joined(chosen.get(task, []), helpers)
+    return chosen
 
 
 def window_counts(analyses: list[Analysis]) -> dict[str, dict[str, int]]:

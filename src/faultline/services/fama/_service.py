@@ -37,7 +37,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from faultline._errors import FaultlineError, JournalError
+from faultline._errors import ConfigError, FaultlineError, JournalError
 from faultline.bus import Bus, Consumer, Delivery, Login
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, Notice, derive_id
 from faultline.runtime import (
@@ -215,8 +215,14 @@ async def serve_fama(
     """The `faultline fama serve` process: serve until SIGTERM/SIGINT, announced ready as `name`.
 
     `journal` is the file the system's journal service writes (default `[journal] path`), which
-    `[fama] attribution` reads.
+    `[fama] attribution` reads. ConfigError with `[fama] rosters = "per_task"`: a live system
+    publishes one roster per (domain, model).
     """
+    if config.fama.rosters != "shared":
+        raise ConfigError(
+            f'[fama] rosters = "{config.fama.rosters}" is for `faultline fama loop`: a live system keeps one roster'
+            ' per (domain, model); use rosters = "shared" for the controller'
+        )
     path = journal or Path(config.journal.path)
 
     async def attribute(case: FailureCase) -> FailureCase:
