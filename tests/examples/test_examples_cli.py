@@ -3,9 +3,12 @@ attribution, a campaign and its report; on the scripted model, in separate worke
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import signal
+from collections.abc import Iterator
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,14 +44,48 @@ DEBATE = Example(
 )
 
 
-@pytest.fixture(params=[RESEARCH, DEBATE], ids=lambda e: e.name)
-def example(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Example:
+@pytest.fixture(scope="module", params=[RESEARCH, DEBATE], ids=lambda e: e.name)
+def chosen(request: pytest.FixtureRequest) -> Example:
+    example: Example = request.param
+    return example
+
+
+def copy_of(example: Example, parent: Path) -> Path:
+    copy = parent / example.name
+    shutil.copytree(EXAMPLES / example.name, copy, ignore=shutil.ignore_patterns("runs", "__pycache__"))
+    return copy
+
+
+@pytest.fixture
+def example(chosen: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Example:
     """A copy of the example, as the working folder."""
-    chosen: Example = request.param
-    copy = tmp_path / chosen.name
-    shutil.copytree(EXAMPLES / chosen.name, copy, ignore=shutil.ignore_patterns("runs", "__pycache__"))
-    monkeypatch.chdir(copy)
+    monkeypatch.chdir(copy_of(chosen, tmp_path))
     return chosen
+
+
+class Faulted(NamedTuple):
+    runs: Path
+    summary: dict[str, object]
+
+
+@pytest.fixture(scope="module")
+def faulted_once(chosen: Example, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faulted]:
+    """One run of the example's faulted record, which the tests that attribute it copy: each attributes its own
+    copy of the journal, as it would have after running the record itself."""
+    copy = copy_of(chosen, tmp_path_factory.mktemp("faulted"))
+    argv = ["run", "--json", "--task-ids", chosen.record, "--fault", f"{chosen.fault}:from={chosen.agent}"]
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(io.StringIO()) as out:
+        patch.chdir(copy)
+        assert main(argv) == 0
+    (summary,) = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    yield Faulted(copy / "runs", summary)
+
+
+@pytest.fixture
+def faulted(example: Example, faulted_once: Faulted) -> dict[str, object]:
+    """The faulted record's run in the working folder's runs/journal.sqlite; its summary line."""
+    shutil.copytree(faulted_once.runs, "runs")
+    return faulted_once.summary
 
 
 async def in_thread(*argv: str) -> int:
@@ -75,13 +112,11 @@ def test_run_then_replay_is_identical(example: Example, capsys: pytest.CaptureFi
     assert {f"invoke_agent {agent}" for agent in ("scorer",)} <= set(spans)
 
 
-def test_a_fault_on_one_agent_is_found_by_attribution(example: Example, capsys: pytest.CaptureFixture[str]) -> None:
-    fault = f"{example.fault}:from={example.agent}"
-    argv = ["run", "--json", "--task-ids", example.record, "--fault", fault, "--journal", "runs/f.sqlite"]
-    assert main(argv) == 0
-    (summary,) = lines(capsys)
-    assert summary["outcomes"] == {"failure": 1}
-    assert main(["attribute", "runs/f.sqlite", "--all-failed", "--json"]) == 0
+def test_a_fault_on_one_agent_is_found_by_attribution(
+    example: Example, faulted: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert faulted["outcomes"] == {"failure": 1}
+    assert main(["attribute", "runs/journal.sqlite", "--all-failed", "--json"]) == 0
     episode, _ = lines(capsys)
     assert (episode["method"], episode["agent"], episode["fault"], episode["decided"]) == (
         "fault-event repair",
@@ -94,11 +129,8 @@ def test_a_fault_on_one_agent_is_found_by_attribution(example: Example, capsys: 
 
 
 def test_the_attribution_table_reads_at_80_columns(
-    example: Example, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    example: Example, faulted: dict[str, object], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fault = f"{example.fault}:from={example.agent}"
-    assert main(["run", "--json", "--task-ids", example.record, "--fault", fault]) == 0
-    capsys.readouterr()
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["attribute", "runs/journal.sqlite", "--all-failed"]) == 0
     out = capsys.readouterr().out

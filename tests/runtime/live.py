@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -30,6 +31,8 @@ from faultline.runtime import (
 
 EPISODE_TIMEOUT_S = 30.0
 JOURNAL_TIMEOUT_S = 30.0
+
+T = TypeVar("T")
 
 
 WORKER_AGENTS = ("env", "tool", "user")
@@ -94,6 +97,30 @@ async def live_system(
     )
     async with supervisor.running():
         yield supervisor
+
+
+@asynccontextmanager
+async def held(context: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """`context`, entered and left by a task of its own: a module's fixture can hold a `live_system` for all its
+    tests though its set-up and its teardown run in different tasks (a task group is left in the task that entered
+    it). A failure to enter is raised here; the task is awaited on the way out."""
+    entered: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    leave = asyncio.Event()
+
+    async def hold() -> None:
+        async with context as value:
+            entered.set_result(value)
+            await leave.wait()
+
+    task = asyncio.create_task(hold())
+    try:
+        await asyncio.wait([entered, task], return_when=asyncio.FIRST_COMPLETED)
+        if not entered.done():
+            task.result()  # what stopped it on the way in
+        yield entered.result()
+    finally:
+        leave.set()
+        await task
 
 
 @functools.cache

@@ -8,18 +8,22 @@ would have, and the journal holds nothing forged but dead letters.
 
 Reads likewise: a worker's credential may read only its own agents' inputs, so every
 attempt on another worker's consumer, on its deliveries or on every inbox is refused.
+
+The cases share one running system (per test process), each with an episode of its own,
+and each reads the journal from where the stream stood when it began.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
+import pytest_asyncio
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
@@ -34,15 +38,42 @@ from faultline.core import (
     encode,
 )
 from faultline.faults import add_rule_control
-from faultline.journal import JournalReader, verify
-from faultline.runtime import Completions, parse_fault_spec, worker_identity
-from tests.runtime.live import EPISODE_TIMEOUT_S, journal_everything, live_system, raw_client, retail
+from faultline.journal import JournalReader, JournalRow, verify
+from faultline.runtime import Completions, Supervisor, parse_fault_spec, worker_identity
+from tests.runtime.live import EPISODE_TIMEOUT_S, held, journal_everything, live_system, raw_client, retail
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 REFUSAL_TIMEOUT_S = 5.0
 OUTSIDER = worker_identity("helpers")
 """A worker group of the system that runs the agent `verifier` and none of the episode's agents."""
 
 S = Subjects()
+
+
+@dataclass(frozen=True)
+class Running:
+    supervisor: Supervisor
+    journal: Path
+
+    async def since(self) -> int:
+        """Where the stream stands now: what a case journals comes after."""
+        assert self.supervisor.bus is not None
+        return (await self.supervisor.bus.js.stream_info(S.stream)).state.last_seq
+
+    def rows_after(self, seq: int) -> list[JournalRow]:
+        with JournalReader(self.journal) as reader:
+            return [r for r in reader.rows() if r.stream_seq > seq]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    """The system every case trespasses on, with the worker group `helpers` beside it (credentials only)."""
+    folder = tmp_path_factory.mktemp("access")
+    journal = folder / "journal.sqlite"
+    async with held(live_system(folder, journal, groups={"helpers": ("verifier",)})) as supervisor:
+        yield Running(supervisor, journal)
+    assert verify(journal).ok  # and the journal the stopped system leaves holds
 
 
 @dataclass(frozen=True)
@@ -93,44 +124,43 @@ FORGERIES = {
 
 
 @pytest.mark.parametrize("case", FORGERIES)
-async def test_a_forbidden_publish_is_refused_and_the_run_is_unchanged(case: str, tmp_path: Path) -> None:
+async def test_a_forbidden_publish_is_refused_and_the_run_is_unchanged(case: str, running: Running) -> None:
     forgery = FORGERIES[case]
-    journal = tmp_path / "journal.sqlite"
-    plan = RunPlan(tasks=1, run_id="forged")
+    plan = RunPlan(tasks=1, run_id=f"forged{list(FORGERIES).index(case)}")
     (planned,) = plan_episodes(plan, retail())
     subject, forged = forgery.forge(planned.episode)
-    async with live_system(tmp_path, journal, groups={"helpers": ("verifier",)}) as supervisor:
-        bus = supervisor.bus
-        assert bus is not None
-        refusals: list[str] = []
-        refused = anyio.Event()
+    supervisor = running.supervisor
+    bus = supervisor.bus
+    assert bus is not None
+    since = await running.since()
+    refusals: list[str] = []
+    refused = anyio.Event()
 
-        async def on_error(exc: Exception) -> None:
-            refusals.append(str(exc))
-            refused.set()
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc))
+        refused.set()
 
-        raw = await raw_client(supervisor, forgery.identity, error_cb=on_error)
-        async with Completions(bus) as completions:
-            await bus.publish_all(start_envelopes(plan, planned)[:1])  # the episode exists: its start is journaled
-            try:
-                if forgery.refused_by == "server":
-                    await raw.publish(subject, encode(forged))
-                    with anyio.fail_after(REFUSAL_TIMEOUT_S):
-                        await refused.wait()
-                    assert refusals == [f'nats: permissions violation for publish to "{subject}"']
-                    forged_seq = 0
-                else:
-                    forged_seq = (await raw.jetstream().publish(subject, encode(forged))).seq
-            finally:
-                await raw.close()
-            await bus.publish_all(start_envelopes(plan, planned)[1:])
-            with anyio.fail_after(EPISODE_TIMEOUT_S):
-                done = await completions.wait([planned.episode])
-        assert (done[planned.episode].outcome, done[planned.episode].cause) == ("success", "")
-        await journal_everything(bus)
+    raw = await raw_client(supervisor, forgery.identity, error_cb=on_error)
+    async with Completions(bus) as completions:
+        await bus.publish_all(start_envelopes(plan, planned)[:1])  # the episode exists: its start is journaled
+        try:
+            if forgery.refused_by == "server":
+                await raw.publish(subject, encode(forged))
+                with anyio.fail_after(REFUSAL_TIMEOUT_S):
+                    await refused.wait()
+                assert refusals == [f'nats: permissions violation for publish to "{subject}"']
+                forged_seq = 0
+            else:
+                forged_seq = (await raw.jetstream().publish(subject, encode(forged))).seq
+        finally:
+            await raw.close()
+        await bus.publish_all(start_envelopes(plan, planned)[1:])
+        with anyio.fail_after(EPISODE_TIMEOUT_S):
+            done = await completions.wait([planned.episode])
+    assert (done[planned.episode].outcome, done[planned.episode].cause) == ("success", "")
+    await journal_everything(bus)
 
-    with JournalReader(journal) as reader:
-        rows = list(reader.rows())
+    rows = running.rows_after(since)
     completions_journaled = [
         (r.sender, body.outcome)
         for r in rows
@@ -146,7 +176,7 @@ async def test_a_forbidden_publish_is_refused_and_the_run_is_unchanged(case: str
         assert letters[0].reason.endswith("at `$.sender`"), letters[0].reason
         if forgery.identity == OPERATOR:  # the server lets the operator through: the journal service refuses it
             assert letters[0].reason.startswith("completion refused: 'tool' may not complete"), letters[0].reason
-    assert verify(journal).ok
+    assert verify(running.journal).ok
 
 
 STREAM = S.stream
@@ -185,49 +215,49 @@ TRESPASSES = {
 
 
 @pytest.mark.parametrize("case", TRESPASSES)
-async def test_a_forbidden_read_is_refused_and_the_run_is_unchanged(case: str, tmp_path: Path) -> None:
+async def test_a_forbidden_read_is_refused_and_the_run_is_unchanged(case: str, running: Running) -> None:
     trespass = TRESPASSES[case]
-    journal = tmp_path / "journal.sqlite"
-    plan = RunPlan(tasks=1, run_id="spied")
+    plan = RunPlan(tasks=1, run_id=f"spied{list(TRESPASSES).index(case)}")
     (planned,) = plan_episodes(plan, retail())
-    async with live_system(tmp_path, journal, groups={"helpers": ("verifier",)}) as supervisor:
-        bus = supervisor.bus
-        assert bus is not None
-        refusals: list[str] = []
-        refused = anyio.Event()
-        seen: list[bytes] = []
+    supervisor = running.supervisor
+    bus = supervisor.bus
+    assert bus is not None
+    since = await running.since()
+    refusals: list[str] = []
+    refused = anyio.Event()
+    seen: list[bytes] = []
 
-        async def on_error(exc: Exception) -> None:
-            refusals.append(str(exc))
-            refused.set()
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc))
+        refused.set()
 
-        async def on_msg(msg: Msg) -> None:
-            seen.append(msg.data)
+    async def on_msg(msg: Msg) -> None:
+        seen.append(msg.data)
 
-        raw = await raw_client(supervisor, OUTSIDER, error_cb=on_error)
-        async with Completions(bus) as completions:
-            try:
-                await _trespass(raw, trespass, on_msg)
-                with anyio.fail_after(REFUSAL_TIMEOUT_S):
-                    await refused.wait()
-                what = "publish" if trespass.act == "publish" else "subscription"
-                expected = f'nats: permissions violation for {what} to "{trespass.subject}"'
-                assert [r.lower() for r in refusals] == [expected.lower()]
-                await bus.publish_all(start_envelopes(plan, planned))
-                with anyio.fail_after(EPISODE_TIMEOUT_S):
-                    done = await completions.wait([planned.episode])
-                await raw.flush()
-            finally:
-                await raw.close()
-        assert seen == []  # no answer, no delivery came to the trespasser
-        assert (done[planned.episode].outcome, done[planned.episode].cause) == ("success", "")
-        await journal_everything(bus)
-        consumers = {info.name for info in await bus.js.consumers_info(STREAM)}
-        assert THEIRS in consumers and "spy" not in consumers
-    with JournalReader(journal) as reader:
-        rows = list(reader.rows())
+    raw = await raw_client(supervisor, OUTSIDER, error_cb=on_error)
+    async with Completions(bus) as completions:
+        try:
+            await _trespass(raw, trespass, on_msg)
+            with anyio.fail_after(REFUSAL_TIMEOUT_S):
+                await refused.wait()
+            what = "publish" if trespass.act == "publish" else "subscription"
+            expected = f'nats: permissions violation for {what} to "{trespass.subject}"'
+            assert [r.lower() for r in refusals] == [expected.lower()]
+            await bus.publish_all(start_envelopes(plan, planned))
+            with anyio.fail_after(EPISODE_TIMEOUT_S):
+                done = await completions.wait([planned.episode])
+            await raw.flush()
+        finally:
+            await raw.close()
+    assert seen == []  # no answer, no delivery came to the trespasser
+    assert (done[planned.episode].outcome, done[planned.episode].cause) == ("success", "")
+    await journal_everything(bus)
+    consumers = {info.name for info in await bus.js.consumers_info(STREAM)}
+    assert THEIRS in consumers and "spy" not in consumers
+    rows = running.rows_after(since)
+    assert [r.episode for r in rows if isinstance(r.decoded_body(), EpisodeCompleted)] == [planned.episode]
     assert not [r for r in rows if isinstance(r.decoded_body(), DeadLetter)]
-    assert verify(journal).ok
+    assert verify(running.journal).ok
 
 
 async def _trespass(raw: NatsClient, trespass: Trespass, on_msg: Callable[[Msg], Awaitable[None]]) -> None:
@@ -239,13 +269,15 @@ async def _trespass(raw: NatsClient, trespass: Trespass, on_msg: Callable[[Msg],
     await raw.publish(trespass.subject, trespass.payload, reply=inbox)
 
 
-async def test_a_worker_started_by_hand_for_a_consumer_up_did_not_make_is_told_so_in_one_line(tmp_path: Path) -> None:
-    async with live_system(tmp_path) as supervisor:
-        assert supervisor.access is not None
-        creds = supervisor.access.credential_file(worker_identity("main"))
-        command = ["worker", "--agents", "tool", "--shard", "1/2", "--nats", supervisor.url, "--creds", str(creds)]
-        with anyio.fail_after(60):
-            done = await anyio.run_process([sys.executable, "-m", "faultline.cli", *command], check=False, cwd=tmp_path)
+async def test_a_worker_started_by_hand_for_a_consumer_up_did_not_make_is_told_so_in_one_line(
+    running: Running, tmp_path: Path
+) -> None:
+    supervisor = running.supervisor
+    assert supervisor.access is not None
+    creds = supervisor.access.credential_file(worker_identity("main"))
+    command = ["worker", "--agents", "tool", "--shard", "1/2", "--nats", supervisor.url, "--creds", str(creds)]
+    with anyio.fail_after(60):
+        done = await anyio.run_process([sys.executable, "-m", "faultline.cli", *command], check=False, cwd=tmp_path)
     said = done.stderr.decode()
     assert done.returncode == 1 and "Traceback" not in said, said
     last = said.strip().splitlines()[-1]  # after the worker's log lines

@@ -1,18 +1,21 @@
 """No message takes the system down: poison published by a raw NATS client on a live system.
 
 Each message ends dead-lettered and journaled as such, every process keeps running
-(same pid, no restart), and the next episode passes.
+(same pid, no restart), and the next episode passes. The single poison messages go to one
+system shared by their cases (per test process), each between two episodes of its own.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import pytest
+import pytest_asyncio
 
 from faultline._errors import SubjectError
 from faultline.core import (
@@ -29,9 +32,10 @@ from faultline.core import (
 )
 from faultline.core._subjects import MAX_HOPS
 from faultline.journal import JournalReader, verify
-from tests.runtime.live import episode_of, journal_everything, live_system, processes, raw_client, run_episode
+from faultline.runtime import Supervisor
+from tests.runtime.live import episode_of, held, journal_everything, live_system, processes, raw_client, run_episode
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 CALL = ToolCall(call_id="c1", name="get_user_details", arguments={"user_id": "mia_li_3668"})
 
@@ -70,23 +74,38 @@ POISON: dict[str, Poison] = {
 }
 
 
+class Running(NamedTuple):
+    supervisor: Supervisor
+    journal: Path
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    """The live system the single poison messages are sent to."""
+    folder = tmp_path_factory.mktemp("poison")
+    journal = folder / "journal.sqlite"
+    async with held(live_system(folder, journal)) as supervisor:
+        yield Running(supervisor, journal)
+    assert verify(journal).ok  # and the journal the stopped system leaves holds
+
+
 @pytest.mark.parametrize("poison", POISON)
-async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: str, tmp_path: Path) -> None:
-    journal = tmp_path / "journal.sqlite"
-    async with live_system(tmp_path, journal) as supervisor:
-        bus = supervisor.bus
-        assert bus is not None
-        assert (await run_episode(bus, "before")).outcome == "success"
-        before = processes(supervisor)
-        raw = await raw_client(supervisor)
-        try:
-            subject, data, reason = POISON[poison](episode_of("before"), raw.max_payload)
-            seq = (await raw.jetstream().publish(subject, data)).seq
-        finally:
-            await raw.close()
-        assert (await run_episode(bus, "after")).outcome == "success"
-        await journal_everything(bus)
-        assert processes(supervisor) == before
+async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: str, running: Running) -> None:
+    supervisor, journal = running
+    bus = supervisor.bus
+    assert bus is not None
+    case = list(POISON).index(poison)
+    assert (await run_episode(bus, f"before{case}")).outcome == "success"
+    before = processes(supervisor)
+    raw = await raw_client(supervisor)
+    try:
+        subject, data, reason = POISON[poison](episode_of(f"before{case}"), raw.max_payload)
+        seq = (await raw.jetstream().publish(subject, data)).seq
+    finally:
+        await raw.close()
+    assert (await run_episode(bus, f"after{case}")).outcome == "success"
+    await journal_everything(bus)
+    assert processes(supervisor) == before
     with JournalReader(journal) as reader:
         rows = list(reader.rows())
     assert seq not in {r.stream_seq for r in rows}
