@@ -220,8 +220,13 @@ async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> di
     for i in range(args.schedules):
         schedule = draw_schedule(args.seed + i, args.episodes, processes())
         say(schedule.describe())
-        with tempfile.TemporaryDirectory(prefix=f"chaos-{schedule.seed}-") as workdir:
-            report = await run_schedule(schedule, Path(workdir))
+        if args.keep:  # the journal, the stores and every process's log, to look into a schedule
+            workdir = Path(args.keep) / f"seed-{schedule.seed}"
+            workdir.mkdir(parents=True)
+            report = await run_schedule(schedule, workdir)
+        else:
+            with tempfile.TemporaryDirectory(prefix=f"chaos-{schedule.seed}-") as temporary:
+                report = await run_schedule(schedule, Path(temporary))
         print_report(report, say)
         reports.append(report)
     summary = summarize(reports)
@@ -235,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0, help="schedule i draws from seed + i")
     parser.add_argument("--json", default="", metavar="PATH", help="also write the schedules and results here")
+    parser.add_argument("--keep", default="", metavar="DIR", help="run each schedule in DIR/seed-S and keep it")
     args = parser.parse_args(argv)
     result = anyio.run(main_async, args, lambda line: print(line, flush=True))
     if args.json:

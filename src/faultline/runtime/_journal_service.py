@@ -41,7 +41,7 @@ from faultline._errors import BusError, DeliveriesLostError, JournalError, Journ
 from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes
 from faultline.journal import Incoming, Journal
-from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, reopened
+from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, asked_again
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
@@ -138,7 +138,7 @@ class JournalService:
     async def _open(self) -> Consumer:
         """A fresh consumer from the file's last sequence.
 
-        Once running, a refusal to open it is waited out (`reopened`); at start it is raised,
+        Once running, a refusal to open it is waited out (`asked_again`); at start it is raised,
         so that the service fails with the reason.
         """
 
@@ -155,7 +155,7 @@ class JournalService:
                 heartbeat=True,
             )
 
-        return await (reopened(fresh) if self._ready.is_set() else fresh())
+        return await (asked_again(fresh) if self._ready.is_set() else fresh())
 
     async def _copy_batches(
         self, journal: Journal, stream: str, consumer: Consumer

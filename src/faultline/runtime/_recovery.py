@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import anyio
 
 from faultline._errors import BusError, DecodeError
-from faultline.bus import Bus, Consumer
+from faultline.bus import Bus
 from faultline.core import Envelope, EpisodeCompleted, Recording, Timer, TimerFired
+
+T = TypeVar("T")
 
 HISTORY_TIMEOUT_S = 10.0
 RETRY_S = 0.5
@@ -40,7 +44,7 @@ async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ..
     rec_subject = s.rec(episode, agent)
     subjects = [s.direct(episode, agent), rec_subject, *(s.topic(episode, t) for t in topics)]
     history = History()
-    for delivery in await bus.read_stored(subjects, HISTORY_TIMEOUT_S):
+    for delivery in await asked_again(functools.partial(bus.read_stored, subjects, HISTORY_TIMEOUT_S)):
         try:
             env = delivery.envelope()
         except DecodeError:
@@ -79,17 +83,18 @@ async def pending_timers(bus: Bus, agent: str) -> list[Envelope]:
     return [t for t in timers if t.id not in fired and t.episode not in completed]
 
 
-async def reopened(open_consumer: Callable[[], Awaitable[Consumer]]) -> Consumer:
-    """A consumer opened again, asked for with backoff while refused.
+async def asked_again(ask: Callable[[], Awaitable[T]]) -> T:
+    """What `ask` returns, asked for again with backoff while the stream refuses it.
 
-    Lost deliveries are found right after a node comes back, while the cluster may still be
-    electing leaders and answers "JetStream system temporarily unavailable"; the stream keeps
-    everything meanwhile.
+    Lost deliveries are found, and a restarted worker reads an instance's history, right after a
+    node comes back or the stream's leader is lost, while the cluster may still be electing leaders and
+    answers "JetStream system temporarily unavailable" or nothing; the stream keeps everything
+    meanwhile, so waiting loses nothing, and giving up would end the worker.
     """
     delay = RETRY_S
     while True:
         try:
-            return await open_consumer()
+            return await ask()
         except BusError as exc:
             log.warning("%s; asking again in %gs", exc, delay)
         await anyio.sleep(delay)

@@ -79,7 +79,7 @@ from faultline.core import (
     timer_fired,
 )
 from faultline.runtime._episodes import in_flight
-from faultline.runtime._recovery import load_history, pending_timers, reopened
+from faultline.runtime._recovery import asked_again, load_history, pending_timers
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +282,7 @@ class Worker:
                 except DeliveriesLostError as exc:
                     log.warning("%s; reading %s's inputs again from the acknowledgement floor", exc, cls.name)
                 await consumer.close()
-                consumer = await reopened(functools.partial(self._open_consumer, cls))
+                consumer = await asked_again(functools.partial(self._open_consumer, cls))
                 self._readers[cls.name] = (consumer, scope)
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
