@@ -216,22 +216,46 @@ def print_report(report: ScheduleReport, say: Callable[[str], None]) -> None:
 
 
 async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
-    reports = []
+    reports, broken = [], {}
     for i in range(args.schedules):
         schedule = draw_schedule(args.seed + i, args.episodes, processes())
         say(schedule.describe())
-        if args.keep:  # the journal, the stores and every process's log, to look into a schedule
-            workdir = Path(args.keep) / f"seed-{schedule.seed}"
-            workdir.mkdir(parents=True)
-            report = await run_schedule(schedule, workdir)
-        else:
-            with tempfile.TemporaryDirectory(prefix=f"chaos-{schedule.seed}-") as temporary:
-                report = await run_schedule(schedule, Path(temporary))
+        report = await _attempt(schedule, args.keep)
+        if isinstance(report, str):  # a process or node that never came back: the next schedule runs
+            broken[schedule.seed] = report
+            say(f"  FAILED before the checker: {report}")
+            continue
         print_report(report, say)
         reports.append(report)
-    summary = summarize(reports)
+    summary = summarize(reports) | {"broken_schedules": broken}
+    summary["failed_schedules"] += list(broken)
     say(json.dumps(summary, indent=2))
     return {"machine": machine(), "summary": summary, "schedules": msgspec.to_builtins(reports)}
+
+
+async def _attempt(schedule: Schedule, keep: str) -> ScheduleReport | str:
+    """The schedule's report, or what stopped it before the checker could run."""
+    error = ""
+    try:
+        return await _run_in(schedule, keep)
+    except* (FaultlineError, TimeoutError) as group:
+        error = "; ".join(f"{type(exc).__name__}: {exc}" for exc in _leaves(group))
+    return error
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    return [
+        leaf for exc in group.exceptions for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    ]
+
+
+async def _run_in(schedule: Schedule, keep: str) -> ScheduleReport:
+    if keep:  # the journal, the stores and every process's log, to look into a schedule
+        workdir = Path(keep) / f"seed-{schedule.seed}"
+        workdir.mkdir(parents=True)
+        return await run_schedule(schedule, workdir)
+    with tempfile.TemporaryDirectory(prefix=f"chaos-{schedule.seed}-") as temporary:
+        return await run_schedule(schedule, Path(temporary))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,12 +7,15 @@ identically. The others pin what a seed draws and what the checker reports.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
+from bench import chaos
 from bench._checker import _stream_problem, check
 from bench._nemesis import KINDS, LEADER, Kind, Schedule, draw_schedule, percentile
 from bench.chaos import processes, run_schedule
@@ -76,6 +79,26 @@ def test_the_checker_names_an_episode_lost_and_one_that_ended_otherwise(tmp_path
     assert verdict.differing == {seen.episode: f"runner {other!r}, journal {body.outcome!r}"}
     assert (verdict.duplicated, verdict.verify, verdict.replay) == ({}, "", "")
     assert not verdict.ok
+
+
+async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_one_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def never_back(schedule: Schedule, keep: str) -> chaos.ScheduleReport:
+        async def node() -> None:
+            raise TimeoutError(f"seed {schedule.seed}: the stream's replicas were not current")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(node)
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(chaos, "_run_in", never_back)
+    said: list[str] = []
+    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="")
+    summary = (await chaos.main_async(args, said.append))["summary"]
+    broken = {seed: f"TimeoutError: seed {seed}: the stream's replicas were not current" for seed in (5, 6)}
+    assert summary["broken_schedules"] == broken and summary["failed_schedules"] == [5, 6]
+    assert sum("FAILED before the checker" in line for line in said) == 2
 
 
 # After a node's pause, nats-py drops its socket to the stale node without closing it; the warning of
