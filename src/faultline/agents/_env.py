@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
-from faultline.agents._episode import EpisodeSpec, as_end, as_tally
+from faultline.agents._episode import RECALL_USER, EpisodeSpec, as_end, as_tally
+from faultline.agents.memory import is_preference_task, preference_ratings, task_user
 from faultline.core import (
     Agent,
     Context,
@@ -39,6 +41,8 @@ class EnvironmentHost(Agent):
         self.started_at = 0.0
         self.tally = Tally()
         self.calls = 0
+        self.called: list[str] = []
+        """The tools called, in order, for the user's ratings on preference tasks."""
         self.ended_by = ""
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
@@ -60,6 +64,7 @@ class EnvironmentHost(Agent):
         if self.db is None or self.domain is None or self.ended_by:
             return ToolResult(call_id=call.call_id, name=call.name, error="the episode is over; no tool runs now")
         self.calls += 1
+        self.called.append(call.name)
         if call.arguments_error:
             return ToolResult(
                 call_id=call.call_id, name=call.name, error=f"arguments are not valid JSON: {call.arguments_error}"
@@ -101,6 +106,17 @@ class EnvironmentHost(Agent):
                     "missing_outputs": result.missing_outputs,
                     "tool_calls": self.calls,
                     "mistakes": list(self.tally.mistakes),
-                },
+                }
+                | self._user_details(),
             )
         )
+
+    def _user_details(self) -> dict[str, Any]:
+        """Who the user was and, on a preference task, how they rated each tool called (for the memory)."""
+        assert self.spec is not None and self.task is not None
+        if self.spec.protocol < RECALL_USER:
+            return {}
+        details: dict[str, Any] = {"user": task_user(self.task)}
+        if is_preference_task(self.task):
+            details |= {"preference": True, "tool_ratings": preference_ratings(self.task, self.called)}
+        return details

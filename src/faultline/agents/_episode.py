@@ -59,8 +59,10 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     step limit ends the episode through the environment (`STEP_LIMIT_TO_ENV`); 4, the tool
     agent asks a helper only when the conversation can have changed its answer
     (`ASK_WHEN_CHANGED`); 5, the verifier also reviews the tool agent's messages to the user
-    (`VERIFY_REPLIES`). New episodes are planned at `PROTOCOL`; a journaled episode
-    replays as it was recorded."""
+    (`VERIFY_REPLIES`); 6, on preference tasks the tool agent names the task's user when it
+    asks the memory, and the environment reports the user and, on preference tasks, the
+    user's tool ratings (`RECALL_USER`). New episodes are planned at `PROTOCOL`; a journaled episode replays as
+    it was recorded."""
 
     @classmethod
     def from_start(cls, body: Start) -> EpisodeSpec:
@@ -78,7 +80,7 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
         return f"{base}\n\n{self.system_addendum}" if self.system_addendum else base
 
 
-PROTOCOL = 5
+PROTOCOL = 6
 """The protocol new episodes are planned at (see `EpisodeSpec.protocol`)."""
 
 STEP_LIMIT_TO_ENV = 3
@@ -94,6 +96,12 @@ VERIFY_REPLIES = 5
 """From this protocol on, a verifier in the roster reviews the tool agent's text turns (its messages
 to the user) before they are sent, as it reviews proposed tool calls, as the FAMA paper's verifier
 does; before it, only tool calls were reviewed."""
+
+RECALL_USER = 6
+"""From this protocol on, on a preference task the tool agent's memory request names the task's user
+(so hard preference guiding hides the tools that user rated 0), and the environment's completed
+event carries `user` and, on preference tasks, `preference` and `tool_ratings`; before it, recall
+was anonymous."""
 
 TALLY = "tally"
 """Protocol 1: the text of the `Note` that carried a `Tally`."""

@@ -10,6 +10,7 @@ import msgspec
 from faultline._errors import FaultlineError
 from faultline.agents._episode import (
     ASK_WHEN_CHANGED,
+    RECALL_USER,
     STEP_LIMIT_TO_ENV,
     VERIFY_REPLIES,
     EpisodeSpec,
@@ -17,7 +18,14 @@ from faultline.agents._episode import (
 )
 from faultline.agents._text_tools import parse_tool_text, tools_prompt
 from faultline.agents.helpers import HELPER_CLASSES
-from faultline.agents.memory import memory_examples, retrieval_mode, tool_name
+from faultline.agents.memory import (
+    RATING_RANKER,
+    is_preference_task,
+    memory_examples,
+    retrieval_mode,
+    task_user,
+    tool_name,
+)
 from faultline.core import (
     RECHECK,
     Agent,
@@ -166,15 +174,30 @@ class ToolAgent(Agent):
         )
 
     async def _recall(self, ctx: Context, query: str) -> None:
-        """Past episodes like this one, as in-context examples (MemToolAgent), when memory is on."""
+        """Past episodes like this one, as in-context examples (MemToolAgent), when memory is on.
+
+        On a preference task the request names the task's user (from protocol `RECALL_USER`), so
+        the tools that user rated 0 leave the tool list (hard preference guiding, which the paper
+        applies to personalised tool use only); `[memory] ranker = "rating"` groups the examples.
+        """
         assert self.spec is not None
         if not self.spec.memory or self.spec.memory.get("mode", "off") == "off":
             return
         mode = retrieval_mode(self.spec.memory)
         if mode is None:
             return
+        assert self.domain is not None
+        task = self.domain.task(self.spec.task)
+        user = task_user(task) if self.spec.protocol >= RECALL_USER and is_preference_task(task) else ""
         try:
-            self.examples, hidden = await memory_examples(ctx, domain=self.spec.domain, query=query, mode=mode)
+            self.examples, hidden = await memory_examples(
+                ctx,
+                domain=self.spec.domain,
+                query=query,
+                mode=mode,
+                user=user,
+                split_by_feedback=self.spec.memory.get("ranker") == RATING_RANKER,
+            )
         except FaultlineError:
             return  # no memory service: the episode goes on without examples
         self.tools = [t for t in self.tools if tool_name(t) not in set(hidden)]

@@ -180,7 +180,10 @@ def _search(args: argparse.Namespace) -> int:
     async def run() -> tuple[Retrieval, list[str]]:
         async with open_memory(config.memory, args.store, must_exist=True) as store:
             found = await store.retrieve(args.text, mode, domain=domain)
-            hidden = hidden_tools(store.entries(domain=domain, user=args.user)) if args.user else set()
+            hidden: set[str] = set()
+            if args.user:
+                entries = store.entries(domain=domain, user=args.user)
+                hidden = hidden_tools(entries, min_zero_ratings=config.memory.zero_ratings)
             return found, sorted(hidden)
 
     found, hidden = anyio.run(run)

@@ -168,6 +168,10 @@ class MemoryConfig(_Section, frozen=True):
     `embedding_dim` 0 meaning "ask the endpoint". Reflections on failed
     episodes come from the model role `extractor_role`; with a `sim` backend
     they are written offline from the recorded mistakes.
+    `ranker` "rating" lists the examples grouped by the user's rating (the
+    paper's simple ranker for preference tasks); "similarity" most similar first.
+    `zero_ratings` is how many 0 ratings of a tool by one user hide it from that
+    user: 1 is the paper's rule, 2 Faultline's earlier one (the pattern must recur).
     """
 
     mode: Literal["off", "topk", "dynamic"] = "off"
@@ -182,6 +186,8 @@ class MemoryConfig(_Section, frozen=True):
     embedding_dim: Annotated[int, msgspec.Meta(ge=0)] = 0
     hnsw_threshold: Annotated[int, msgspec.Meta(ge=1)] = 20_000
     extractor_role: str = "memory_extractor"
+    ranker: Literal["similarity", "rating"] = "similarity"
+    zero_ratings: Annotated[int, msgspec.Meta(ge=1)] = 1
     openai: OpenAISettings = OpenAISettings()
 
 

@@ -44,10 +44,12 @@ def episode(
     domain: str = "retail",
     outcome: str | None = None,
     user: str = "",
+    ratings: dict[str, int] | None = None,
     late: bool = False,
 ) -> list[Envelope]:
     """Start, the user's turns, tool calls and results, the reply and the completed event.
 
+    `ratings` makes it a preference task's episode, with the user's rating of each tool called.
     `late` adds a user turn after the completed event, which is not part of the episode.
     """
     envelopes: list[Envelope] = []
@@ -79,6 +81,8 @@ def episode(
     details: dict[str, Any] = {"domain": domain, "task": task, "mistakes": list(mistakes)}
     if user:
         details["user"] = user
+    if ratings is not None:
+        details |= {"preference": True, "tool_ratings": ratings}
     final = outcome or ("success" if reward >= 1.0 else "failure")
     add("env", EpisodeCompleted(outcome=final, reward=reward, turns=2, details=details))  # type: ignore[arg-type]
     if late:

@@ -56,6 +56,7 @@ EXPECTED = {
     "retrieval_body",
     "retrieval_mode",
     "serve_memory",
+    "sim_preferences",
     "sim_reflection",
     "tool_name",
     "tool_ratings",

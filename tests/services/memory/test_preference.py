@@ -1,8 +1,10 @@
-"""Hard preference guiding: tools rated 0 at least twice leave the tool list."""
+"""Hard preference guiding: a tool the user rated 0 leaves the tool list (the paper's rule), or, with
+`min_zero_ratings=2` (Faultline's option), a tool the user rated 0 twice."""
 
 from __future__ import annotations
 
 from faultline.services.memory import (
+    MIN_ZERO_RATINGS,
     MemoryEntry,
     ToolCallRecord,
     filter_tools,
@@ -31,21 +33,25 @@ SCHEMAS = [
 ]
 
 
-def test_two_zero_ratings_hide_a_tool_one_does_not() -> None:
+def test_one_zero_rating_hides_a_tool_by_default() -> None:
+    history = [rated(1, "search_a", 1), rated(2, "search_b", 0), rated(3, "search_c", 1)]
+    assert MIN_ZERO_RATINGS == 1
+    assert hidden_tools(history) == {"search_b"}
+    assert [tool_name(t) for t in filter_tools(SCHEMAS, history)] == ["search_a", "search_c"]
+
+
+def test_the_recurring_option_waits_for_a_second_zero() -> None:
     history = [rated(1, "search_a", 0), rated(2, "search_a", 0), rated(3, "search_b", 0), rated(4, "search_c", 1)]
+    assert hidden_tools(history, min_zero_ratings=2) == {"search_a"}
+    kept = filter_tools(SCHEMAS, history, min_zero_ratings=2)
+    assert [tool_name(t) for t in kept] == ["search_b", "search_c"]
+
+
+def test_positive_ratings_do_not_cancel_a_zero() -> None:
+    history = [rated(1, "search_a", 1), rated(2, "search_a", 0), rated(3, "search_a", 1)]
     assert hidden_tools(history) == {"search_a"}
-    assert [tool_name(t) for t in filter_tools(SCHEMAS, history)] == ["search_b", "search_c"]
-
-
-def test_positive_ratings_do_not_cancel_two_zeros() -> None:
-    history = [rated(1, "search_a", 0), rated(2, "search_a", 1), rated(3, "search_a", 1), rated(4, "search_a", 0)]
-    assert hidden_tools(history) == {"search_a"}
-
-
-def test_the_threshold_is_a_parameter() -> None:
-    history = [rated(1, "search_b", 0)]
-    assert hidden_tools(history) == set()
-    assert hidden_tools(history, min_zero_ratings=1) == {"search_b"}
+    history = [*history, rated(4, "search_a", 0)]
+    assert hidden_tools(history, min_zero_ratings=2) == {"search_a"}
 
 
 def test_explicit_ratings_win_over_feedback() -> None:
@@ -59,7 +65,7 @@ def test_explicit_ratings_win_over_feedback() -> None:
         tool_ratings={"search_a": 0, "pay": 1},
     )
     assert tool_ratings(entry) == {"search_a": 0, "pay": 1}
-    assert hidden_tools([entry, rated(2, "search_a", 0)]) == {"search_a"}
+    assert hidden_tools([entry]) == {"search_a"}
 
 
 def test_a_failed_run_with_several_tools_rates_none() -> None:
@@ -85,4 +91,4 @@ def test_repeated_calls_of_one_tool_count_once_per_entry() -> None:
         calls=[ToolCallRecord(name="search_b"), ToolCallRecord(name="search_b")],
     )
     assert tool_ratings(entry) == {"search_b": 0}
-    assert hidden_tools([entry]) == set()
+    assert hidden_tools([entry], min_zero_ratings=2) == set()

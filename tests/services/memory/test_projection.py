@@ -5,7 +5,14 @@ from __future__ import annotations
 import msgspec
 
 from faultline.core import ChatMessage, Envelope, EpisodeCompleted, LlmRequest, LlmResponse, UserTurn, derive_id
-from faultline.services.memory import MEMORY_AGENT, ToolCallRecord, entry_from_episode, episode_facts, sim_reflection
+from faultline.services.memory import (
+    MEMORY_AGENT,
+    ToolCallRecord,
+    entry_from_episode,
+    episode_facts,
+    sim_preferences,
+    sim_reflection,
+)
 from faultline.services.memory._projection import reflection_recording
 from tests.services.memory.episodes import episode, mistake
 
@@ -65,6 +72,19 @@ def test_user_and_tool_ratings_come_from_the_completed_details() -> None:
     assert entry is not None
     assert entry.user == "alice"
     assert entry.tool_ratings == {"book_table": 0, "find_table": 1}
+
+
+def test_a_preference_episode_gets_the_offline_preference_summary_whatever_its_feedback() -> None:
+    calls = [("create_zendesk_ticket", {"title": "x"}, "ok"), ("create_jira_issue", {"title": "x"}, "ok")]
+    ratings = {"create_zendesk_ticket": 0, "create_jira_issue": 1}
+    for reward in (0.0, 1.0):
+        entry = entry_from_episode(episode("pref", query="Open a ticket", calls=calls, reward=reward, ratings=ratings))
+        assert entry is not None
+        assert entry.reflection == sim_preferences(ratings)
+        assert entry.reflection == (
+            "PREFERENCES\n- preferred tools: create_jira_issue\n- avoided tools: create_zendesk_ticket"
+        )
+    assert sim_preferences({}) == "No clear preference"
 
 
 def test_a_journaled_model_reflection_wins_over_the_offline_one() -> None:

@@ -23,7 +23,9 @@ from faultline.services.memory import (
     MemoryServiceSettings,
     MemoryStore,
     RetrievalReply,
+    RetrievalRequest,
     TopK,
+    entry_from_episode,
     format_examples,
     memory_examples,
     retrieval_body,
@@ -133,15 +135,23 @@ async def test_hidden_tools_come_from_the_users_own_entries(bus: Bus) -> None:
         episode("a1", query="Book a table for two at seven", calls=booking, reward=0.0, user="alice"),
         episode("a2", query="Book a table for four tonight", calls=booking, reward=0.0, user="alice"),
         episode("b1", query="Book a table for six", calls=booking, reward=0.0, user="bob"),
+        episode("c1", query="Book a table for eight", calls=booking, reward=1.0, user="carol"),
     ]
     async with running(MemoryService(bus, store, settings=FAST)) as service:
         await publish(bus, episodes)
         with anyio.fail_after(20):
-            await service.wait_until(lambda: service.handled == 3)
-        alice = await ask(bus, retrieval_body(domain="retail", query="Book a table", mode=TopK(), user="alice"))
-        bob = await ask(bus, retrieval_body(domain="retail", query="Book a table", mode=TopK(), user="bob"))
-    assert alice["hidden_tools"] == ["book_table"]
-    assert bob["hidden_tools"] == []
+            await service.wait_until(lambda: service.handled == 4)
+        hidden = {
+            user: (await ask(bus, retrieval_body(domain="retail", query="Book a table", mode=TopK(), user=user)))[
+                "hidden_tools"
+            ]
+            for user in ("alice", "bob", "carol", "")
+        }
+    assert hidden == {"alice": ["book_table"], "bob": ["book_table"], "carol": [], "": []}
+    recurring = MemoryService(bus, store, settings=msgspec.structs.replace(FAST, min_zero_ratings=2))
+    for user, expected in (("alice", ["book_table"]), ("bob", [])):
+        reply = await recurring.retrieve(RetrievalRequest(query="Book a table", domain="retail", user=user))
+        assert reply.hidden_tools == expected
 
 
 async def test_dynamic_retrieval_over_the_bus(bus: Bus) -> None:
@@ -231,6 +241,35 @@ async def test_a_model_reflection_is_journaled_once_and_reused(bus: Bus, openai_
             await again.ingest(failed[-1])
     assert fresh.get("m") == entry
     assert len(openai_server.chat_requests) == 1
+
+
+async def test_the_preference_extractor_summarises_every_preference_episode(
+    bus: Bus, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply(Text("PREFERENCES\n- preferred tools: create_jira_issue\n- avoided tools: none"))
+    ticket = [("create_jira_issue", {"title": "Login page is down"}, "ok")]
+    earlier = [
+        episode("p1", query="Open a ticket: the login page is down", calls=ticket, user="ann", ratings={}),
+        episode("p2", query="Open a ticket: the login page is slow", calls=ticket, user="ben", ratings={}),
+    ]
+    liked = episode(
+        "p3", query="Open a ticket: the login page is blank", calls=ticket, user="ann", ratings={"create_jira_issue": 1}
+    )
+    store = MemoryStore(":memory:", HashingEmbedder())
+    async with OpenAIBackend(openai_server.settings()) as model:
+        await store.add_many([entry for entry in map(entry_from_episode, earlier) if entry is not None])
+        async with running(MemoryService(bus, store, extractor=model, settings=FAST)) as service:
+            await publish(bus, [liked])
+            with anyio.fail_after(20):
+                await service.wait_until(lambda: service.handled == 1)
+    entry = store.get("p3")
+    assert entry is not None and entry.feedback == 1
+    assert entry.reflection.startswith("PREFERENCES"), "a success of a preference task is summarised too"
+    [request] = openai_server.chat_requests
+    system, prompt = (m["content"] for m in request["messages"])
+    assert "which tools a user likes" in system
+    assert "login page is down" in prompt, "the user's own similar request is shown"
+    assert "login page is slow" not in prompt, "another user's request is not"
 
 
 class Switchable:

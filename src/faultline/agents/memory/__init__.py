@@ -6,7 +6,14 @@ asks it through `memory_examples(ctx, ...)`, which records the reply so that rep
 
 from faultline.agents.memory._client import memory_examples, retrieval_body, retrieval_mode, tool_name
 from faultline.agents.memory._entry import MemoryEntry, ScoredEntry, ToolCallRecord
-from faultline.agents.memory._examples import call_data, format_entries, format_examples, json_text, verdict
+from faultline.agents.memory._examples import (
+    RATING_RANKER,
+    call_data,
+    format_entries,
+    format_examples,
+    json_text,
+    verdict,
+)
 from faultline.agents.memory._modes import (
     DEFAULT_CANDIDATES,
     DEFAULT_PROMINENCE,
@@ -25,6 +32,7 @@ from faultline.agents.memory._protocol import (
     RetrievalRequest,
     SyncRequest,
 )
+from faultline.agents.memory._user import PREFERENCE_TAG, is_preference_task, preference_ratings, task_user
 
 __all__ = [
     "DEFAULT_CANDIDATES",
@@ -32,6 +40,8 @@ __all__ = [
     "DEFAULT_RADIUS",
     "DEFAULT_TOP_K",
     "MEMORY_SERVICE",
+    "PREFERENCE_TAG",
+    "RATING_RANKER",
     "SYNC_SERVICE",
     "CutReason",
     "Dynamic",
@@ -47,10 +57,13 @@ __all__ = [
     "call_data",
     "format_entries",
     "format_examples",
+    "is_preference_task",
     "json_text",
     "memory_examples",
+    "preference_ratings",
     "retrieval_body",
     "retrieval_mode",
+    "task_user",
     "tool_name",
     "verdict",
 ]

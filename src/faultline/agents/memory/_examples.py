@@ -9,6 +9,10 @@ import msgspec
 
 from faultline.agents.memory._entry import MemoryEntry, ScoredEntry, ToolCallRecord
 
+RATING_RANKER = "rating"
+"""`[memory] ranker` value for the paper's simple ranker: examples grouped by the user's rating.
+The default, "similarity", lists them most similar first."""
+
 _EXAMPLES_INTRO = """\
 Past requests similar to the current one follow, with the tool calls that were \
 made and whether the user was satisfied. A successful example shows calls that \

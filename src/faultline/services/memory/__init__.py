@@ -52,6 +52,7 @@ from faultline.services.memory._prompts import (
     PromptSettings,
     ToolExchange,
     extractor_request,
+    sim_preferences,
     sim_reflection,
 )
 from faultline.services.memory._rebuild import RebuildReport, rebuild
@@ -112,6 +113,7 @@ __all__ = [
     "retrieval_body",
     "retrieval_mode",
     "serve_memory",
+    "sim_preferences",
     "sim_reflection",
     "tool_name",
     "tool_ratings",

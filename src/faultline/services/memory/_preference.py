@@ -1,4 +1,4 @@
-"""Hard preference guiding: tools the user keeps rating 0 are taken out of the agent's tool list."""
+"""Hard preference guiding: tools the user rated 0 are taken out of the agent's tool list."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 from faultline.agents.memory import MemoryEntry, tool_name
 
-# MemToolAgent's preference rule counts a pattern only once it shows in at least
-# two rated queries; a single 0 can be a wrong parameter rather than a wrong tool.
-MIN_ZERO_RATINGS = 2
+MIN_ZERO_RATINGS = 1
+"""The paper's rule: any 0 rating removes the tool (MemToolAgent, Section 4.3.3). `[memory]
+zero_ratings = 2` is Faultline's stricter option, which waits for the pattern to recur, as the
+paper's preference extractor does, since a single 0 can be a wrong parameter, not a wrong tool."""
 
 
 def tool_ratings(entry: MemoryEntry) -> dict[str, int]:
@@ -31,12 +32,10 @@ def tool_ratings(entry: MemoryEntry) -> dict[str, int]:
 
 
 def hidden_tools(entries: Iterable[MemoryEntry], *, min_zero_ratings: int = MIN_ZERO_RATINGS) -> set[str]:
-    """Names of tools rated 0 in at least `min_zero_ratings` entries.
+    """Names of tools rated 0 in at least `min_zero_ratings` entries (default: one, as in the paper).
 
     Positive ratings do not cancel negative ones: the paper removes tools with
-    a 0 rating outright (Section 4.3.3), and its preference rule needs the
-    pattern to recur, which is what the count enforces. `min_zero_ratings=1`
-    gives the paper's plain removal of any tool ever rated 0.
+    a 0 rating outright. `min_zero_ratings=2` hides only a tool whose 0 recurs.
     """
     zeros: Counter[str] = Counter()
     for entry in entries:

@@ -8,11 +8,14 @@ entries. What it takes:
 - the query: the text of the first user turn addressed to the tool agent;
 - the tool calls, in order, with the environment's answers (for the extractor);
 - the first `episode completed` event: feedback is 1 when its reward is at
-  least 1, else 0; `details` may carry `mistakes`, `user` and `tool_ratings`;
+  least 1, else 0; `details` may carry `mistakes`, `user`, `preference` and `tool_ratings`;
 - the reflection, for failures only: the memory extractor's reply as
   journaled in a `Recording` by the memory service on
   `fl.rec.<episode>.memory`, or, when none is journaled, the offline critique
-  `sim_reflection(details["mistakes"])`.
+  `sim_reflection(details["mistakes"])`;
+- on preference tasks (`details["preference"]`), successes included, the
+  reflection is the user's preference summary instead: the journaled reply of
+  the extractor asked for preferences, else `sim_preferences` of the ratings.
 
 Messages after the first completed event (late or duplicate ones) are not
 part of the episode; the memory's own recording is, wherever it lies. An
@@ -46,7 +49,8 @@ from faultline.core import (
     digest,
     encode,
 )
-from faultline.services.memory._prompts import ExtractionInput, ToolExchange, sim_reflection
+from faultline.services.memory._preference import tool_ratings
+from faultline.services.memory._prompts import ExtractionInput, ToolExchange, sim_preferences, sim_reflection
 
 MEMORY_AGENT = "memory"
 """The sender of the memory service's recordings; they travel on `fl.rec.<episode>.memory`."""
@@ -80,8 +84,14 @@ class EpisodeFacts(msgspec.Struct, frozen=True, kw_only=True):
     reply: str = ""
     mistakes: list[dict[str, Any]] = []
     user: str = ""
+    preference: bool = False
     tool_ratings: dict[str, Literal[0, 1]] = {}
     reflection: Recording | None = None
+
+    @property
+    def reflects(self) -> bool:
+        """Whether the entry gets a reflection: a failure's critique, or a preference task's summary."""
+        return self.feedback == 0 or self.preference
 
 
 def episode_facts(envelopes: Iterable[Envelope]) -> EpisodeFacts | None:
@@ -144,28 +154,31 @@ def episode_facts(envelopes: Iterable[Envelope]) -> EpisodeFacts | None:
         reply=reply,
         mistakes=[dict(m) for m in details.get("mistakes") or [] if isinstance(m, Mapping)],
         user=str(details.get("user") or ""),
+        preference=bool(details.get("preference")),
         tool_ratings=_ratings(details.get("tool_ratings")),
         reflection=reflection,
     )
 
 
 def entry_from_facts(facts: EpisodeFacts) -> MemoryEntry:
-    """The entry: a success carries no reflection; a failure the journaled one, else the offline critique."""
-    reflection = ""
-    if facts.feedback == 0:
-        recorded = recorded_reflection(facts.reflection) if facts.reflection is not None else None
-        reflection = recorded if recorded is not None else sim_reflection(facts.mistakes)
-    return MemoryEntry(
+    """The entry: the journaled reflection when there is one, else the offline critique (failures)
+    or preference summary (preference tasks); a success of another task carries none."""
+    entry = MemoryEntry(
         id=facts.episode,
         episode=facts.episode,
         domain=facts.domain,
         query=facts.query,
         feedback=facts.feedback,
         calls=facts.calls,
-        reflection=reflection,
         user=facts.user,
         tool_ratings=facts.tool_ratings,
     )
+    if not facts.reflects:
+        return entry
+    reflection = recorded_reflection(facts.reflection) if facts.reflection is not None else None
+    if reflection is None:
+        reflection = sim_preferences(tool_ratings(entry)) if facts.preference else sim_reflection(facts.mistakes)
+    return msgspec.structs.replace(entry, reflection=reflection)
 
 
 def entry_from_episode(envelopes: Iterable[Envelope]) -> MemoryEntry | None:
@@ -191,7 +204,8 @@ def recorded_reflection(recording: Recording) -> str | None:
 def extraction_input(
     facts: EpisodeFacts, *, similar: list[MemoryEntry], tools: list[dict[str, Any]]
 ) -> ExtractionInput:
-    """What the memory extractor is shown for a failed episode: r = E(q, T, a, e, f, M')."""
+    """What the memory extractor is shown: r = E(q, T, a, e, f, M'); on a preference task it is
+    asked for the user's preferences, else for a critique of the failure."""
     return ExtractionInput(
         query=facts.query,
         feedback=facts.feedback,
@@ -200,6 +214,7 @@ def extraction_input(
         reply=facts.reply,
         similar=similar,
         domain=facts.domain,
+        style="preferences" if facts.preference else "critique",
         mistakes=facts.mistakes,
     )
 

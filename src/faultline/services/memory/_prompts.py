@@ -122,7 +122,26 @@ def _format_exchanges(exchanges: Sequence[ToolExchange], limit: int) -> str:
     return "\n".join(lines)
 
 
-# -- the offline critique writer ------------------------------------------------------------
+# -- the offline writers ---------------------------------------------------------------------
+
+
+def sim_preferences(ratings: Mapping[str, int]) -> str:
+    """The preference summary of one rated episode, with no model: the `sim` extractor's.
+
+    It has the form the preference prompt asks a model for, but reads only this
+    episode's ratings (a model also weighs similar past requests), so rebuilding
+    the memory from the journal writes the same text.
+    """
+    preferred = sorted(name for name, rating in ratings.items() if rating)
+    avoided = sorted(name for name, rating in ratings.items() if not rating)
+    if not preferred and not avoided:
+        return "No clear preference"
+    return (
+        "PREFERENCES\n"
+        f"- preferred tools: {', '.join(preferred) or 'none'}\n"
+        f"- avoided tools: {', '.join(avoided) or 'none'}"
+    )
+
 
 _CATEGORY_ALIASES = {
     "argument_error": "arguments",

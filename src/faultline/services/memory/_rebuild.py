@@ -23,9 +23,9 @@ class RebuildReport(msgspec.Struct, kw_only=True):
 
     `completed` counts episodes with a completed event; each of them was
     `added`, already `present` in the store, or `skipped` (no query, or an
-    outcome that gives no entry). Reflections of new failures came from the
-    journal (`recorded_reflections`, written by a model live) or were written
-    offline from the recorded mistakes (`offline_reflections`).
+    outcome that gives no entry). Reflections of new failures (and preference
+    summaries of preference tasks) came from the journal (`recorded_reflections`,
+    written by a model live) or were written offline (`offline_reflections`).
     """
 
     journal: str
@@ -66,7 +66,7 @@ async def rebuild(
         if facts is None:
             report.skipped += 1
             continue
-        if facts.feedback == 0:
+        if facts.reflects:
             if facts.reflection is not None and recorded_reflection(facts.reflection) is not None:
                 report.recorded_reflections += 1
             else:

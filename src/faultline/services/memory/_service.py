@@ -13,9 +13,10 @@ the same event with backoff, so no episode is lost and entries are added in
 completion order; adding is idempotent by episode id.
 
 Reflections are a projection of the journal too. A failed episode's
-reflection comes from the memory extractor. The offline extractor
-(`sim_reflection`) is a pure function of the journaled completed event, so
-nothing more is recorded. A model extractor is asked once, and the exchange
+reflection comes from the memory extractor; on a preference task, every
+episode's reflection is the extractor's summary of the user's preferences. The
+offline extractor (`sim_reflection`, `sim_preferences`) is a pure function of
+the journaled completed event, so nothing more is recorded. A model extractor is asked once, and the exchange
 is journaled before the entry is stored: a `Recording` (call "llm", index 0,
 request digest, request and response) from sender `memory` on
 `fl.rec.<episode>.memory`, whose id derives from the completed event's id.
@@ -55,7 +56,7 @@ from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, 
 from faultline.envs import load_domain
 from faultline.runtime import Config, bus_settings, serve_until_signal
 from faultline.services.memory._configured import extractor_backend, open_memory
-from faultline.services.memory._preference import hidden_tools
+from faultline.services.memory._preference import MIN_ZERO_RATINGS, hidden_tools
 from faultline.services.memory._projection import (
     EpisodeFacts,
     entry_from_facts,
@@ -84,8 +85,13 @@ class MemoryServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
     drain_timeout_s: float = 8.0
     sync_timeout_s: float = 60.0
     request_concurrency: int = 16
+    min_zero_ratings: int = MIN_ZERO_RATINGS
+    """0 ratings by one user that hide a tool from that user (`[memory] zero_ratings`)."""
     prompt: PromptSettings = PromptSettings()
 
+
+_SAME_USER_POOL = 4
+"""On a preference task, how many times `max_similar` entries are searched before keeping the user's own."""
 
 _request_decoder = msgspec.msgpack.Decoder(RetrievalRequest)
 _sync_decoder = msgspec.msgpack.Decoder(SyncRequest)
@@ -185,7 +191,7 @@ class MemoryService:
         facts = episode_facts(envelopes)
         if facts is None:
             return None
-        if facts.feedback == 0 and facts.reflection is None and self.extractor is not None:
+        if facts.reflects and facts.reflection is None and self.extractor is not None:
             facts = msgspec.structs.replace(facts, reflection=await self._reflect(facts, self.extractor))
         entry = entry_from_facts(facts)
         if await self.store.add(entry):
@@ -193,10 +199,13 @@ class MemoryService:
         return entry
 
     async def _reflect(self, facts: EpisodeFacts, extractor: ModelBackend) -> Recording:
-        """Ask the extractor model once and journal the exchange before anything is stored."""
+        """Ask the extractor model once (a critique, or on a preference task the user's preferences)
+        and journal the exchange before anything is stored."""
         prompt = self.settings.prompt
-        similar = await self.store.search(facts.query, prompt.max_similar, domain=facts.domain)
-        data = extraction_input(facts, similar=[s.entry for s in similar], tools=_domain_tools(facts.domain))
+        found = await self.store.search(facts.query, prompt.max_similar * _SAME_USER_POOL, domain=facts.domain)
+        # Preferences are one user's: the preference extractor sees only that user's past requests.
+        similar = [s.entry for s in found if not facts.preference or s.entry.user == facts.user]
+        data = extraction_input(facts, similar=similar[: prompt.max_similar], tools=_domain_tools(facts.domain))
         request = extractor_request(data, prompt)
         response = await extractor.complete(request)
         envelope = reflection_recording(facts, request, response)
@@ -286,7 +295,10 @@ class MemoryService:
     async def retrieve(self, request: RetrievalRequest) -> RetrievalReply:
         domain = request.domain or None
         found = await self.store.retrieve(request.query, request.mode, domain=domain)
-        hidden = hidden_tools(self.store.entries(domain=domain, user=request.user)) if request.user else set()
+        hidden: set[str] = set()
+        if request.user:
+            entries = self.store.entries(domain=domain, user=request.user)
+            hidden = hidden_tools(entries, min_zero_ratings=self.settings.min_zero_ratings)
         return RetrievalReply(
             entries=found.entries,
             n=found.n,
@@ -366,7 +378,9 @@ async def serve_memory(
         async with open_memory(config.memory, store) as memory:
             extractor = extractor_backend(config)
             try:
-                await serve_until_signal(bus, name, MemoryService(bus, memory, extractor=extractor))
+                settings = MemoryServiceSettings(min_zero_ratings=config.memory.zero_ratings)
+                service = MemoryService(bus, memory, extractor=extractor, settings=settings)
+                await serve_until_signal(bus, name, service)
             finally:
                 if extractor is not None:
                     await extractor.aclose()
