@@ -3,8 +3,9 @@
 The schedule is a value (`Schedule`, printable and JSON): the same seed and episode count draw the same
 faults, so a failing run is rerun exactly with its seed. Faults are applied one after another, each
 once enough episodes have completed; the next waits until every process is back and the stream's
-three replicas are current, so no fault ever takes the stream's majority. A kind is a name in `KINDS`
-and a method of `Nemesis`: partitions, disk faults and clock jumps are kinds still to add.
+three replicas are current, so no fault ever takes the stream's majority. A kind is a member of `Kind`
+with its way to apply and undo it in `Nemesis._apply`: partitions, disk faults and clock jumps are kinds
+still to add.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Fault(msgspec.Struct, frozen=True, kw_only=True):
     target: str
     """A process of the supervisor (`journal`, `worker-main-0`), a node (`n1`), or `leader`."""
     after_episodes: int
-    """Applied once the runner has completed this many episodes (all of them, if fewer run)..."""
+    """Applied once the runner has completed this many episodes..."""
     delay_s: float
     """...and this much wall time has passed since."""
     duration_s: float
