@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import shutil
+from collections.abc import Callable
+from contextlib import redirect_stdout
 from functools import partial
 from pathlib import Path
 
@@ -43,6 +47,23 @@ def faults(rows: list[JournalRow]) -> list[FaultApplied]:
 def made(applied: FaultApplied) -> list[object]:
     """What a fault made, without the episode and the time it was made at."""
     return [r.get("body", r.get("messages")) for r in applied.results]
+
+
+@pytest.fixture(scope="module")
+def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Path], Path]:
+    """`faulted_run(spec, folder)`: a copy in `folder` of the journal of a one-task `faultline run` under the fault
+    rule `spec`, run once per spec for the tests of this module."""
+    runs: dict[str, Path] = {}
+
+    def copy(spec: str, folder: Path) -> Path:
+        if spec not in runs:
+            journal = tmp_path_factory.mktemp("faulted") / "faulted.sqlite"
+            with redirect_stdout(io.StringIO()):
+                assert main(["run", "--tasks", "1", "--fault", spec, "--journal", str(journal), "--json"]) == 0
+            runs[spec] = journal
+        return Path(shutil.copy(runs[spec], folder / "faulted.sqlite"))
+
+    return copy
 
 
 async def fork(journal: Path | str, episode: str, at: int, change: Keep | Inject | UndoFault, **kw: Path) -> ForkResult:
@@ -90,11 +111,9 @@ async def test_a_fork_from_before_an_injected_semantic_fault_meets_it_again_and_
     "spec", ["hallucination:from=user", "memory_loss:from=tool,turns=1", "memory_loss:from=tool,turns=1,budget=2"]
 )
 def test_a_fork_without_a_change_reproduces_the_faults_of_a_live_run(
-    spec: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spec: str, tmp_path: Path, faulted_run: Callable[[str, Path], Path]
 ) -> None:
-    journal = tmp_path / "faulted.sqlite"
-    assert main(["run", "--tasks", "1", "--fault", spec, "--journal", str(journal), "--json"]) == 0
-    capsys.readouterr()
+    journal = faulted_run(spec, tmp_path)
     with JournalReader(journal) as reader:
         [summary] = reader.episodes()
     rows = episode_rows(journal, summary.episode)
@@ -116,11 +135,9 @@ def test_a_fork_without_a_change_reproduces_the_faults_of_a_live_run(
 
 
 def test_undoing_one_fault_of_a_standing_rule_leaves_the_rule_on_the_other_messages_and_forks_of_the_repair(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, faulted_run: Callable[[str, Path], Path]
 ) -> None:
-    journal = tmp_path / "faulted.sqlite"
-    assert main(["run", "--tasks", "1", "--fault", "hallucination:from=user", "--journal", str(journal)]) == 0
-    capsys.readouterr()
+    journal = faulted_run("hallucination:from=user", tmp_path)
     with JournalReader(journal) as reader:
         [summary] = reader.episodes()
     rows = episode_rows(journal, summary.episode)

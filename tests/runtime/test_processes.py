@@ -9,11 +9,11 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import pytest
@@ -284,43 +284,53 @@ async def test_up_then_sigterm_stops_everything_and_loses_nothing(tmp_path: Path
     assert not (tmp_path / ".faultline" / "up.json").exists()
 
 
-@pytest.mark.parametrize("elsewhere", [False, True], ids=["same directory", "same config elsewhere"])
-async def test_a_second_up_names_the_process_that_holds_the_system(tmp_path: Path, elsewhere: bool) -> None:
-    config = write_up_config(tmp_path)
-    first = faultline("up", "--config", str(config), cwd=tmp_path)
+class Running(NamedTuple):
+    folder: Path
+    config: Path
+    process: subprocess.Popen[bytes]
+    up: Up
+
+
+@pytest.fixture(scope="module")
+def first_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """A `faultline up` that the tests of what is refused beside it share; it stops cleanly after them."""
+    folder = tmp_path_factory.mktemp("first-up")
+    config = write_up_config(folder)
+    process = faultline("up", "--config", str(config), cwd=folder)
     try:
-        await wait_until_up(tmp_path, first)
-        cwd = tmp_path / "elsewhere" if elsewhere else tmp_path
-        cwd.mkdir(exist_ok=True)
-        second = faultline("up", "--config", str(config), cwd=cwd)
-        second_err = await finish(second)
-        assert first.poll() is None, "the first system runs on"
-        first.send_signal(signal.SIGTERM)
+        yield Running(folder, config, process, anyio.run(wait_until_up, folder, process))
+        assert process.poll() is None, "the first system runs on"
+        process.send_signal(signal.SIGTERM)
     finally:
-        first_err = await finish(first)
+        err = anyio.run(finish, process)
+    assert process.returncode == 0 and "journal caught up" in err.splitlines()[-1], err[-2000:]
+
+
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same directory", "same config elsewhere"])
+async def test_a_second_up_names_the_process_that_holds_the_system(first_up: Running, elsewhere: bool) -> None:
+    first = first_up.process
+    cwd = first_up.folder / "elsewhere" if elsewhere else first_up.folder
+    cwd.mkdir(exist_ok=True)
+    second = faultline("up", "--config", str(first_up.config), cwd=cwd)
+    second_err = await finish(second)
+    assert first.poll() is None, "the first system runs on"
     assert second.returncode == 1
-    state = tmp_path / ".faultline"
+    state = first_up.folder / ".faultline"
     assert second_err == (
         f"faultline: error: {state} is in use by `faultline up` (pid {first.pid}):"
         f" stop it first (kill -TERM {first.pid}) or use another directory\n"
     )
-    assert first.returncode == 0 and "journal caught up" in first_err.splitlines()[-1]
 
 
-async def test_a_run_in_the_folder_of_a_running_up_names_its_url(tmp_path: Path) -> None:
+async def test_a_run_in_the_folder_of_a_running_up_names_its_url(first_up: Running) -> None:
     """`run` runs on the `up` running in its folder; asked for a system of its own there (--defense sets up its
     workers), it cannot start one on the same state folder, and names the running one, with how to use it."""
-    config = write_up_config(tmp_path)
-    first = faultline("up", "--config", str(config), cwd=tmp_path)
-    try:
-        up = await wait_until_up(tmp_path, first)
-        run = faultline("run", "--config", str(config), "--tasks", "1", "--defense", "dedup", cwd=tmp_path)
-        run_err = await finish(run)
-        first.send_signal(signal.SIGTERM)
-    finally:
-        await finish(first)
+    config, folder = first_up.config, first_up.folder
+    run = faultline("run", "--config", str(config), "--tasks", "1", "--defense", "dedup", cwd=folder)
+    run_err = await finish(run)
+    assert first_up.process.poll() is None, "the first system runs on"
     assert run.returncode == 1
-    assert run_err.endswith(f"or use another directory; or run on that system: add --nats {up.url}\n"), run_err
+    assert run_err.endswith(f"or use another directory; or run on that system: add --nats {first_up.up.url}\n"), run_err
     assert len(run_err.splitlines()) == 1
 
 
