@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -213,9 +214,12 @@ class = "tests.runtime.toy:Ponger"
     return path
 
 
-async def test_a_rule_injected_into_a_running_system_takes_effect_within_200_ms(
+async def test_a_rule_injected_into_a_running_system_takes_effect_once_its_workers_say_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`inject` and `faults clear` return once every worker has taken the change in: every pong made
+    after that is faulted, or no longer faulted. (How fast a change spreads is a benchmark's
+    question, not a test's: on a loaded machine it has no bound.)"""
     config = _toy_config(tmp_path)
     journal = tmp_path / "live.sqlite"
     supervisor = Supervisor(
@@ -253,12 +257,14 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_within_200_ms(
         said = await anyio.to_thread.run_sync(
             cli, "inject", "broadcast", "--from", "ponger", "--targets", "bystander", "--id", "amp"
         )
+        added = time.time()
         assert "taken in by 1/1 worker(s)" in said
         await more_pongs(100)
         [listed], _ = jsonl.read(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))
         assert (listed["id"], listed["fault"], listed["sender"]) == ("amp", "broadcast", "ponger")
         assert listed["applied"] > 0
         assert "removed" in await anyio.to_thread.run_sync(cli, "faults", "clear", "amp")
+        cleared = time.time()
         await more_pongs(100)
         assert jsonl.read(await anyio.to_thread.run_sync(cli, "faults", "list", "--json"))[0] == []
         await wait_for_journal(bus)
@@ -268,10 +274,11 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_within_200_ms(
         rows = list(reader.episode_rows("live"))
     faulted = {a.original["id"] for a in bodies(rows, FaultApplied)}
     pong_times = [(r.ts, r.id) for r in rows if r.sender == "ponger" and r.recipient == "pinger"]
-    assert all(i in faulted for ts, i in pong_times if add.ts + 0.2 <= ts < clear.ts)
-    assert not any(i in faulted for ts, i in pong_times if ts >= clear.ts + 0.2 or ts < add.ts)
-    assert sum(1 for ts, _ in pong_times if add.ts + 0.2 <= ts < clear.ts) > 50
-    assert sum(1 for ts, _ in pong_times if ts >= clear.ts + 0.2) > 50
+    assert add.ts <= added <= clear.ts <= cleared
+    assert all(i in faulted for ts, i in pong_times if added <= ts < clear.ts)
+    assert not any(i in faulted for ts, i in pong_times if ts >= cleared or ts < add.ts)
+    assert sum(1 for ts, _ in pong_times if added <= ts < clear.ts) > 50
+    assert sum(1 for ts, _ in pong_times if ts >= cleared) > 50
     assert {r.recipient for r in rows if r.id not in {i for _, i in pong_times}} >= {"bystander"}
 
 
