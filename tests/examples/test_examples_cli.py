@@ -136,8 +136,10 @@ def test_the_attribution_table_reads_at_80_columns(
     out = capsys.readouterr().out
     assert max(map(len, out.splitlines())) <= 80
     assert f"{example.record}-t0" in out and "…" not in out  # ids whole, nothing cut
-    assert f"{example.agent}," in out and "succeeded" in out  # the step, and its one fork: no interval
-    assert "[0." not in out
+    assert f"{example.agent}," in out  # the step
+    # The undone fault's forks all succeed and its control's (the fault kept, the rest run again) all fail.
+    assert "fault-event repair: p" in out and "1.00 [0.68, 1.00], 8 of" in out
+    assert "its control: p 0.00" in out and "0 of 8" in out and "decided 1/1" in out
     assert "did:" in out  # what the agent did
     assert main(["journal", "episodes", "runs/journal.sqlite"]) == 0
     out = capsys.readouterr().out
