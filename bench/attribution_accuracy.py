@@ -29,7 +29,8 @@ failures: they have no labels, so only what each method answered, and its cost, 
 reported. Such a model makes no simulated mistakes; the fault rules still run.
 
     python -m bench.attribution_accuracy [--seeds 11,12,13] [--tasks 65] [--trials 4] [--rate 0.05] [--json out.json]
-    python -m bench.attribution_accuracy --model local --seeds 1 --tasks 3 --trials 1 --decoys 0 --causes 0
+    python -m bench.attribution_accuracy --model local --seeds 1 --tasks 2 --trials 1 --decoys 0 --causes 0 \
+        --samples 2 --limit 2 --max-turns 3
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def campaign(journal: Path, seed: int, args: argparse.Namespace, config: Path | 
     command = ["run", "--tasks", str(args.tasks), "--trials", str(args.trials), "--seed", str(seed)]
     command += ["--journal", str(journal), "--json"] + (["--config", str(config)] if config else [])
     command += ["--error-rates", str(args.rate)] if config is None else []  # the simulator's own mistakes
+    command += ["--max-turns", str(args.max_turns)] if args.max_turns else []
     for fault, probability in ((DECOY, args.decoys), (CAUSE, args.causes)):
         command += ["--fault", f"{fault}:probability={probability}"] if probability else []
     assert cli(command) == 0
@@ -432,6 +434,7 @@ def main() -> None:
     parser.add_argument("--causes", type=float, default=0.03, help=f"{CAUSE} probability per message (default 0.03)")
     parser.add_argument("--samples", type=int, default=4, help="continuations at the step named, sampled (default 4)")
     parser.add_argument("--limit", type=int, default=0, help="failures attributed per seed (default all)")
+    parser.add_argument("--max-turns", type=int, default=0, help="user turns per episode (default: the domain's)")
     parser.add_argument("--config", type=Path, help="faultline.toml with the models (default: sim)")
     parser.add_argument(
         "--model", choices=("sim", "local"), default="sim",
