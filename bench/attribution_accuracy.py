@@ -398,16 +398,30 @@ def _rate(cell: dict[str, Any]) -> str:
 
 
 def show(result: dict[str, Any], console: Console) -> None:
-    table = Table(
-        title=f"attribution on {result['failures']} organic failures (sim: the runtime's mechanisms, not a model)"
+    model = result.get("model", "sim")
+    note = "sim: the runtime's mechanisms, not a model" if model == "sim" else f"model {model}: no labels"
+    table = Table(title=f"attribution on {result['failures']} organic failures ({note})")
+    columns = (
+        "method",
+        "n",
+        "labelled",
+        "agent",
+        "step",
+        "step ±1",
+        "answered",
+        "decided",
+        "forks",
+        "model calls",
+        "s",
     )
-    for column in ("method", "n", "labelled", "agent", "step", "step ±1", "decided", "forks", "model calls", "s"):
+    for column in columns:
         table.add_column(column, justify="left" if column == "method" else "right")
     for method, s in result["methods"].items():
         if not s["n"]:
             continue
+        accuracy = [_rate(s[k]) if s[k]["n"] else "-" for k in ("agent", "step", "near")]
         table.add_row(
-            method, str(s["n"]), str(s["labelled"]), _rate(s["agent"]), _rate(s["step"]), _rate(s["near"]), _rate(s["decided"]),
+            method, str(s["n"]), str(s["labelled"]), *accuracy, _rate(s["answered"]), _rate(s["decided"]),
             f"{s['forks_per_failure']:.1f}", f"{s['model_calls_per_failure']:.1f}", f"{s['seconds_per_failure']:.2f}",
         )  # fmt: skip
     console.print(table)
