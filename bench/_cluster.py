@@ -21,6 +21,17 @@ NODES = ("n1", "n2", "n3")
 CLUSTER_READY_TIMEOUT_S = 30.0
 ELECTION_TIMEOUT_S = 30.0
 POLL_S = 0.2
+CLUSTER_CONFIG = """
+[nats]
+replicas = 3
+publish_timeout_s = 2.0
+ping_interval_s = 1.0
+
+[runtime]
+ack_wait_s = 5.0
+"""
+"""faultline.toml for a system on the cluster: the stream on all three nodes, short timeouts so a lost
+leader is noticed within seconds."""
 """How often the cluster's state is asked again while waiting for it to change."""
 
 

@@ -33,7 +33,7 @@ import anyio
 import msgspec
 
 from bench._checker import Verdict, check
-from bench._cluster import cluster, stream_ready
+from bench._cluster import CLUSTER_CONFIG, cluster, stream_ready
 from bench._common import machine
 from bench._nemesis import Nemesis, Progress, Schedule, draw_schedule, percentile
 from faultline._errors import FaultlineError
@@ -51,19 +51,14 @@ EPISODE_TIMEOUT_S = 60.0
 EXTRA_EPISODES = 400
 """At most this many episodes past `--episodes`, run while the schedule has faults left."""
 JOURNAL_TIMEOUT_S = 60.0
-CONFIG = f"""
-[nats]
-replicas = 3
-publish_timeout_s = 2.0
-ping_interval_s = 1.0
-
-[runtime]
-ack_wait_s = 5.0
-
+CONFIG = (
+    CLUSTER_CONFIG
+    + f"""
 [workers.main]
 agents = {json.dumps(list(AGENTS))}
 count = {WORKERS}
 """
+)
 
 
 class ScheduleReport(msgspec.Struct, kw_only=True):

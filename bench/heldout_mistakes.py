@@ -23,7 +23,7 @@ For each ground-truth write of a task, each rule below makes wrong actions in pl
 - early stop: ending the conversation in place of the write.
 
 A wrong action is kept when the tool accepts it after the ground truth before it and the task
-still ends in another state when the ground truth carries on after it (`decisive`).
+still ends in another state when the ground truth carries on after it (`Domain.is_decisive`).
 """
 
 from __future__ import annotations
@@ -405,21 +405,6 @@ RULES: dict[str, list[tuple[str, str, Rule]]] = {
 """Per ground-truth write tool: the category, the rule's name and the rule."""
 
 
-def decisive(domain: Domain, task: Task, step: int, wrong: Action) -> bool:
-    """Whether the tool accepts `wrong` in place of step `step` and the task then ends in another state."""
-    db = domain.open_database()
-    try:
-        for action in task.actions[:step]:
-            domain.call(db, action)
-        if domain.call(db, wrong).error:
-            return False
-        for action in task.actions[step + 1 :]:
-            domain.call(db, action)
-        return domain.state_hash(db) != domain.expected_hash(task)
-    finally:
-        db.close()
-
-
 def mistakes(domain: Domain, tasks: list[Task]) -> list[Mistake]:
     """The held-out family for `tasks` of the retail `domain`, in task, step and rule order."""
     made: list[Mistake] = []
@@ -440,7 +425,7 @@ def mistakes(domain: Domain, tasks: list[Task]) -> list[Mistake]:
                     for wrong in rule(store, dict(right.arguments)):
                         if len(kept) == PER_RULE:
                             break
-                        if wrong != right and wrong not in kept and decisive(domain, task, step, wrong):
+                        if wrong != right and wrong not in kept and domain.is_decisive(task, step, wrong):
                             kept.append(wrong)
                     made.extend(
                         Mistake(

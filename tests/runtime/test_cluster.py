@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bench._cluster import cluster, stream_leader, stream_ready
+from bench._cluster import CLUSTER_CONFIG, cluster, stream_leader, stream_ready
 from faultline.api import RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal
 from faultline.cli import main
 from faultline.journal import JournalReader, verify
@@ -30,16 +30,6 @@ TASKS = 16
 LOSE_AFTER = 4
 """Episodes completed before the leader is lost: the rest run through the loss."""
 
-CONFIG = """
-[nats]
-replicas = 3
-publish_timeout_s = 2.0
-ping_interval_s = 1.0
-
-[runtime]
-ack_wait_s = 5.0
-"""
-
 
 # After a pause, nats-py drops its socket to the stale node without closing it; the warning of that
 # socket's collection is the client library's, and says nothing about the system.
@@ -47,7 +37,7 @@ ack_wait_s = 5.0
 @pytest.mark.parametrize("loss", ["SIGKILL", "SIGSTOP"])
 async def test_losing_the_stream_leader_loses_no_episode(tmp_path: Path, loss: str) -> None:
     config = tmp_path / "faultline.toml"
-    config.write_text(CONFIG)
+    config.write_text(CLUSTER_CONFIG)
     access = system_access(tmp_path / "credentials", load_config(config), {"main": WORKER_AGENTS}, "fl").prepare()
     journal = tmp_path / "journal.sqlite"
     plan = RunPlan(tasks=TASKS, run_id=f"lose-{loss}", concurrency=4)

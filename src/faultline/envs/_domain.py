@@ -372,11 +372,13 @@ class Domain(ABC):
             candidates.extend(self.mistake_candidates(task, step, category))
         intended = task.actions[step] if step < len(task.actions) else None
         unique = [c for i, c in enumerate(candidates) if c != intended and c not in candidates[:i]]
-        decisive = [c for c in unique if self._is_decisive(task, step, c)] if unique else []
+        decisive = [c for c in unique if self.is_decisive(task, step, c)] if unique else []
         memo.mistakes[key] = decisive
         return decisive
 
-    def _is_decisive(self, task: Task, step: int, candidate: Action) -> bool:
+    def is_decisive(self, task: Task, step: int, candidate: Action) -> bool:
+        """Whether the tools accept `candidate` in place of ground-truth step `step` and the task, carried
+        on with the ground truth, then ends in a state other than the expected one."""
         db = self.open_database()
         try:
             for action in task.actions[:step]:

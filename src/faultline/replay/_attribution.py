@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import anyio
 import msgspec
@@ -77,6 +77,7 @@ DEFAULT_SAMPLES: Final = 8
 Method = Literal["auto", "fault-event repair", "oracle-guided repair", "sampled counterfactuals"]
 
 _Z: Final = 1.96  # 95% two-sided
+T = TypeVar("T")
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -560,34 +561,35 @@ async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
     faults = [r for r in forks.rows if r.kind == "fault_applied" and _undoable(r)]
     if not faults:
         return None
-    probes: list[Probe] = []
-    weighed: list[tuple[JournalRow, FaultApplied, Step | None, Probe, Probe]] = []
-    for row in faults:
+
+    def undone(row: JournalRow) -> tuple[FaultApplied, Step | None]:
         applied = row.envelope().body
         assert isinstance(applied, FaultApplied)
         sender, causation = str(applied.original.get("sender", "")), str(applied.original.get("causation", ""))
-        step = next((s for s in forks.made if s.agent == sender and s.input_id == causation), None)
-        index = step.index if step else None
+        return applied, next((s for s in forks.made if s.agent == sender and s.input_id == causation), None)
+
+    async def weigh(row: JournalRow) -> tuple[Probe, Probe | None]:
+        applied, step = undone(row)
+        index, sender = (step.index if step else None), str(applied.original.get("sender", ""))
         # The control keeps what the fault delivered and draws the rest again, from its first message.
         delivered = {str(result.get("id", "")) for result in applied.results}
         at = min((r.pos for r in forks.rows if r.id in delivered), default=row.pos)
-        undo, control = await _weigh(
+        return await _weigh(
             samples,
             partial(forks.draw, index, sender, row.pos, UndoFault()),
             partial(forks.draw, index, sender, at, Keep()),
         )
-        probes += [undo] + ([control] if control else [])
-        if control is not None:
-            weighed.append((row, applied, step, undo, control))
-            if undo.low > control.high:
-                break
-    if not weighed:
+
+    probes, named = await _first_decided(faults, weigh)
+    if named is None:
         return msgspec.structs.replace(
             _blank(FAULT_REPAIR, f"undoing any one of the {len(faults)} fault events does not rescue the episode"),
             evidence=probes,
         )
-    row, applied, step, undo, control = max(weighed, key=lambda w: (w[3].low > w[4].high, w[3].p - w[4].p))
-    search = f"undid {len(probes) - len(weighed)} of {len(faults)} fault events in journal order; {_controlled(undo, control)}"
+    row, undo, control = named
+    applied, step = undone(row)
+    tried = sum(1 for p in probes if p.change == "undo_fault")
+    search = f"undid {tried} of {len(faults)} fault events in journal order; {_controlled(undo, control)}"
     return msgspec.structs.replace(
         _blank(FAULT_REPAIR, search),
         agent=str(applied.original.get("sender", "")),
@@ -604,6 +606,24 @@ async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
         wrong=step.action if step else None,
         evidence=probes,
     )
+
+
+async def _first_decided(
+    candidates: Sequence[T], weigh: Callable[[T], Awaitable[tuple[Probe, Probe | None]]]
+) -> tuple[list[Probe], tuple[T, Probe, Probe] | None]:
+    """Each candidate repair weighed in turn (`_weigh`) until one decides; the probes run, and the one to
+    name: the first that decided, else the largest rise of a repair over its control (None: no repair
+    rescued the episode)."""
+    probes: list[Probe] = []
+    weighed: list[tuple[T, Probe, Probe]] = []
+    for candidate in candidates:
+        fixed, control = await weigh(candidate)
+        probes += [fixed] + ([control] if control else [])
+        if control is not None:
+            weighed.append((candidate, fixed, control))
+            if fixed.low > control.high:
+                break
+    return probes, max(weighed, key=lambda w: (w[1].low > w[2].high, w[1].p - w[2].p), default=None)
 
 
 async def _weigh(
@@ -669,26 +689,23 @@ async def _oracle_repair(forks: _Forks, task: Task | None, domain: Domain | None
     ]
     if not candidates:
         return None
-    probes: list[Probe] = []
-    weighed: list[tuple[Step, dict[str, Any], Probe, Probe]] = []
-    for step, gold in candidates:
+
+    async def weigh(candidate: tuple[Step, dict[str, Any]]) -> tuple[Probe, Probe | None]:
+        step, gold = candidate
         answer = Answer(agent=step.agent, response=_gold_response(gold, step))
-        fixed, control = await _weigh(
+        return await _weigh(
             samples,
             partial(forks.draw, step.index, step.agent, step.input_pos, Keep(), answer=answer),
             partial(_control, forks, step),
         )
-        probes += [fixed] + ([control] if control else [])
-        if control is not None:
-            weighed.append((step, gold, fixed, control))
-            if fixed.low > control.high:
-                break
-    if not weighed:
+
+    probes, named = await _first_decided(candidates, weigh)
+    if named is None:
         return msgspec.structs.replace(
             _blank(ORACLE_REPAIR, f"no single gold action among {len(candidates)} steps rescues the episode"),
             evidence=probes,
         )
-    step, gold, fixed, control = max(weighed, key=lambda w: (w[2].low > w[3].high, w[2].p - w[3].p))
+    (step, gold), fixed, control = named
     tried = sum(1 for p in probes if p.change == "oracle")
     return _at_step(
         _blank(
