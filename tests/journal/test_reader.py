@@ -95,4 +95,4 @@ def test_a_reader_sees_rows_the_writer_appends_while_it_is_open(tmp_path: Path) 
 
 def test_the_reader_cannot_write(journal_file: Path) -> None:
     with JournalReader(journal_file) as reader, pytest.raises(sqlite3.OperationalError, match="readonly"):
-        reader._conn.execute("INSERT INTO meta VALUES ('k', 'v')")
+        reader._files[0]._conn.execute("INSERT INTO meta VALUES ('k', 'v')")

@@ -39,7 +39,14 @@ from faultline.core import (
     load_system,
 )
 from faultline.envs import Domain
-from faultline.runtime import CallInFlight, Completions, check_journal, model_calls_in_flight, started_envelope
+from faultline.runtime import (
+    CallInFlight,
+    Completions,
+    ask_journal,
+    check_journal,
+    model_calls_in_flight,
+    started_envelope,
+)
 
 if TYPE_CHECKING:
     from faultline.journal import AgentCost
@@ -332,8 +339,7 @@ async def run_plan(
 async def wait_for_journal(bus: Bus, timeout_s: float = 60.0) -> int:
     """Block until the journal service holds everything the stream holds now; return that sequence."""
     last = (await bus.stream_state()).last_seq
-    reply = await bus.request(bus.subjects.svc("journal"), msgspec.json.encode({"until": last}), timeout_s)
-    return int(msgspec.json.decode(reply)["last_seq"])
+    return (await ask_journal(bus, timeout_s, until=last)).last_seq
 
 
 def pass_hat_k(tasks: Sequence[tuple[int, int]], k: int) -> float:

@@ -295,7 +295,7 @@ def _run_planned(
     if spec.resume:
         if not spec.run_id:
             raise ConfigError("resume needs the id of the run to resume (run_id, --run-id)")
-        if not journal.is_file():
+        if not journal.exists():
             raise ConfigError(f"{journal}: no such journal, so run {spec.run_id!r} has nothing to resume")
         result = resumed(result, journal, spec.run_id)
     rules = [scoped_to_run(parse_fault_spec(text), plan.run_id) for text in spec.faults]
@@ -315,6 +315,7 @@ def _run_planned(
                 tls = made_tls(config, run_dir / "tls") if spec.tls else None
                 supervisor = Supervisor(
                     journal_path=journal,
+                    journal_shards=config.journal.shards,
                     workers=worker_specs(config, groups, effective),
                     services=_services(config, effective),
                     prefix=config.nats.prefix,

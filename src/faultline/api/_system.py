@@ -157,12 +157,17 @@ async def run_supervised(
 def journal_problem(supervisor: Supervisor) -> str:
     """Empty when the journal service exited 0 once asked to stop, which it does only after copying the
     whole stream; else what happened to it, in words."""
-    code = next((row["returncode"] for row in supervisor.status() if row["name"] == "journal"), None)
-    if code == 0:
-        return ""
-    log = f" (see {supervisor.log_dir / 'journal.log'})" if supervisor.log_dir else ""
-    if code is None:
-        return "the journal service did not run"
-    if code < 0:
-        return f"the journal service was ended by {signal.Signals(-code).name}{log}"
-    return f"the journal service exited with status {code}{log}"
+    problems = []
+    for name in supervisor.journal_names:
+        code = supervisor.exit_code(name)
+        if code == 0:
+            continue
+        log = f" (see {supervisor.log_dir / (name + '.log')})" if supervisor.log_dir else ""
+        service = "the journal service" if name == "journal" else f"journal service {name}"
+        if code is None:
+            problems.append(f"{service} did not run")
+        elif code < 0:
+            problems.append(f"{service} was ended by {signal.Signals(-code).name}{log}")
+        else:
+            problems.append(f"{service} exited with status {code}{log}")
+    return "; ".join(problems)

@@ -225,10 +225,10 @@ def recorder_identity(
     return Identity(name, publish, subscribe, _guards(subjects, (d for d in durables if d != consumer)))
 
 
-def journal_identity(subjects: Subjects, consumer: str = JOURNAL) -> Identity:
-    """The journal service reads everything through its durable `consumer` and speaks as nobody."""
-    publish, subscribe = _js_api(subjects, JOURNAL)
-    return Identity(JOURNAL, (*publish, *_owns(subjects, consumer)), subscribe)
+def journal_identity(subjects: Subjects, name: str = JOURNAL, consumer: str = JOURNAL) -> Identity:
+    """A journal service (or one shard's) reads everything through its durable `consumer` and speaks as nobody."""
+    publish, subscribe = _js_api(subjects, name)
+    return Identity(name, (*publish, *_owns(subjects, consumer)), subscribe)
 
 
 def load_credential(path: Path) -> Credential:

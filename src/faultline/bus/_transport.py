@@ -254,20 +254,31 @@ class Bus:
             raise BusError(f"request on {subject} failed: {exc or type(exc).__name__}") from None
         return bytes(reply.data)
 
-    async def request_all(self, subject: str, payload: bytes, window_s: float) -> list[bytes]:
-        """Ask every subscriber of `subject` and return the answers that arrive within `window_s`, however many."""
+    async def request_all(
+        self, subject: str, payload: bytes, window_s: float, *, enough: Callable[[list[bytes]], bool] | None = None
+    ) -> list[bytes]:
+        """Ask every subscriber of `subject` and return the answers that arrive within `window_s`, however many.
+
+        Returns sooner once `enough(answers)` holds, and at once when nobody subscribes.
+        """
         answers: list[bytes] = []
+        done = anyio.Event()
 
         async def collect(msg: Msg) -> None:
-            if not (msg.headers and msg.headers.get(api.Header.STATUS) == api.StatusCode.SERVICE_UNAVAILABLE):
-                answers.append(msg.data)  # not the server's "no responders" notice
+            if msg.headers and msg.headers.get(api.Header.STATUS) == api.StatusCode.SERVICE_UNAVAILABLE:
+                done.set()  # the server's "no responders" notice
+                return
+            answers.append(msg.data)
+            if enough is not None and enough(answers):
+                done.set()
 
         inbox = self.nc.new_inbox()
         with nats_failure(f"asking on {subject}"):
             sub = Subscription(await self.nc.subscribe(inbox, cb=collect), self.nc)
             try:
                 await self.nc.publish(subject, payload, reply=inbox)
-                await anyio.sleep(window_s)  # no count to wait for: whoever answers in time is counted
+                with anyio.move_on_after(window_s):  # no count to wait for: whoever answers in time is counted
+                    await done.wait()
             finally:
                 await sub.unsubscribe()
         return answers

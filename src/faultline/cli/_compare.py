@@ -23,7 +23,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.api import SIM_NOTE, PlannedEpisode, RunResult, Summary, costed, summarize
-from faultline.cli._filters import add_episode_filters, episode_filter, require_journal_file
+from faultline.cli._filters import add_episode_filters, episode_filter, require_journal
 from faultline.core import EpisodeCompleted, EpisodeStarted
 from faultline.journal import EpisodeFilter, EpisodeSummary, JournalReader
 
@@ -110,7 +110,7 @@ def _labels(paths: Sequence[Path]) -> list[str]:
 
 def _completed(path: Path, wanted: EpisodeFilter | None) -> list[EpisodeSummary]:
     """The journal's completed episodes that are not forks (and match `wanted`)."""
-    require_journal_file(path)
+    require_journal(path)
     with JournalReader(path) as reader:
         episodes = reader.episodes() if wanted is None else reader.select(wanted)
         found = [e for e in episodes if e.outcome is not None and not e.forked_from]

@@ -21,7 +21,7 @@ from rich.table import Table
 from faultline._errors import UsageError
 from faultline.cli import _fama_loop, _jsonl
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
-from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import _common, _prefix, _url, login
@@ -92,7 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    require_journal_file(args.journal)  # before --model local starts a server
+    require_journal(args.journal)  # before --model local starts a server
     return _analyze_with(args)
 
 

@@ -7,15 +7,15 @@ from datetime import datetime
 from pathlib import Path
 
 from faultline._errors import JournalError, UsageError
-from faultline.journal import EpisodeFilter, JournalReader
+from faultline.journal import EpisodeFilter, JournalReader, journal_exists
 
 STATUSES = ("passed", "failed", "errored", "incomplete")
 
 
-def require_journal_file(path: Path) -> None:
-    """JournalError for a journal file that is not there, before anything opens (or creates) it."""
-    if not path.is_file():
-        raise JournalError(f"{path}: no such journal file")
+def require_journal(path: Path) -> None:
+    """JournalError for a journal (file or set) that is not there, before anything opens (or creates) it."""
+    if not journal_exists(path):
+        raise JournalError(f"{path}: no such journal file or journal set")
 
 
 def add_episode_filters(

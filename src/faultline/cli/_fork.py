@@ -15,7 +15,7 @@ from rich.table import Table
 from faultline._errors import UsageError
 from faultline.api import attribute, failed_episodes
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal_file
+from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._text import clip, table_console
 from faultline.core import EpisodeCompleted, MessageBody
@@ -146,7 +146,7 @@ def _settings(items: list[str]) -> dict[str, Any]:
 
 
 def _fork(args: argparse.Namespace) -> int:
-    require_journal_file(args.journal)
+    require_journal(args.journal)
     return _fork_with(args)
 
 
@@ -197,7 +197,7 @@ def _fork_table(result: ForkResult) -> Table:
 
 
 def _attribute(args: argparse.Namespace) -> int:
-    require_journal_file(args.journal)
+    require_journal(args.journal)
     return _attribute_with(args)
 
 

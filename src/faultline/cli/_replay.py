@@ -11,7 +11,7 @@ from rich.syntax import Syntax
 
 from faultline.api import replay
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.cli._run import whole_number
 from faultline.cli._system import add_plugin_flag, with_plugin_path
 from faultline.replay import ReplayReport
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _replay(args: argparse.Namespace) -> int:
-    require_journal_file(args.journal)
+    require_journal(args.journal)
     config = with_plugin_path(load_config(args.config), args.plugin_path)
     chosen = filtered_episodes(args.journal, args, args.episode)
     report = replay(

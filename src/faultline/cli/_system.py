@@ -31,6 +31,7 @@ from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential
 from faultline.cli import _jsonl
 from faultline.core import HELPERS
 from faultline.envs import use_plugin_path
+from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
     STATUS_WINDOW_S,
     Config,
@@ -40,6 +41,7 @@ from faultline.runtime import (
     Rosters,
     Supervisor,
     apply_defense_flags,
+    ask_journal,
     bus_settings,
     check_system,
     completing_agents,
@@ -183,10 +185,20 @@ def with_plugin_path(config: Config, folders: list[Path]) -> Config:
 
 
 def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = commands.add_parser("serve", help="copy the stream into a journal file until stopped")
-    p.add_argument("file", type=Path)
+    p = commands.add_parser(
+        "serve", help="copy the stream into a journal file (or a shard of a journal set) until stopped"
+    )
+    p.add_argument("file", type=Path, help="the journal file; with --shards, the journal set's folder")
     _common(p)
     p.add_argument("--name", default="journal", help="process name announced to the supervisor")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="write shard --shard of a journal set of N shards at FILE (a folder): the episodes that hash to it",
+    )
+    p.add_argument("--shard", type=int, default=0, metavar="K", help="which shard of --shards this service writes")
     p.add_argument(
         "--completers",
         metavar="AGENTS",
@@ -235,10 +247,9 @@ def _journal_health(args: argparse.Namespace) -> int:
     async def ask() -> JournalState:
         bus = await Bus.connect(url, prefix=_prefix(args, config), login=login(args, config, url))
         try:
-            reply = await bus.request(bus.subjects.svc("journal"), b"{}", HEALTH_TIMEOUT_S)
+            return await ask_journal(bus, HEALTH_TIMEOUT_S)
         finally:
             await bus.close()
-        return msgspec.json.decode(reply, type=JournalState)
 
     state = anyio.run(ask)
     if args.json:
@@ -336,7 +347,9 @@ def _journal_serve(args: argparse.Namespace) -> int:
     url = _url(args, config)
     otel = OtelStream(args.file, args.otel, otel_headers(args.otel_header, "--otel-header")) if args.otel else None
     completers = None if args.completers is None else tuple(a.strip() for a in args.completers.split(",") if a.strip())
-    serve = functools.partial(run_journal, completers=completers)
+    if not 1 <= args.shards <= MAX_SHARDS or not 0 <= args.shard < args.shards:
+        raise UsageError(f"--shard {args.shard} --shards {args.shards}: give 1 to {MAX_SHARDS} shards, numbered from 0")
+    serve = functools.partial(run_journal, completers=completers, shard=args.shard, shards=args.shards)
     anyio.run(serve, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config), otel)
     return 0
 
@@ -358,6 +371,7 @@ def _up(args: argparse.Namespace) -> int:
     tls = server_tls(args, config, state_dir(journal) / "tls")
     supervisor = Supervisor(
         journal_path=journal,
+        journal_shards=config.journal.shards,
         workers=[ProcessSpec(s.name, (*s.args, *defenses), s.identity) for s in workers],
         nats_url=args.nats or config.nats.url,
         prefix=prefix,

@@ -11,7 +11,7 @@ import anyio
 
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
-from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal_file
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.journal import JournalReader, ViewServer, write_view
 from faultline.replay import forks_path
 
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _view(args: argparse.Namespace) -> int:
-    require_journal_file(args.journal)
+    require_journal(args.journal)
     if args.forks is not None and not args.forks.is_file():
         raise UsageError(f"--forks {args.forks}: no such journal file")
     chosen = filtered_episodes(args.journal, args, args.episode)

@@ -76,7 +76,14 @@ from faultline.core._plugins import (
 )
 from faultline.core._reflection import PASS, RECHECK, Turn, Verdict, parse_turn, parse_verdict, render_verdict
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
-from faultline.core._subjects import DEFAULT_PREFIX, Subjects, check_delivered, check_token, validate_envelope
+from faultline.core._subjects import (
+    DEFAULT_PREFIX,
+    Subjects,
+    check_delivered,
+    check_token,
+    episode_shard,
+    validate_envelope,
+)
 from faultline.core._system import (
     BUILTIN_SYSTEM,
     Grade,
@@ -166,6 +173,7 @@ __all__ = [
     "body_kind",
     "check_delivered",
     "check_token",
+    "episode_shard",
     "decode_body",
     "decode_envelope",
     "derive_id",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -55,6 +56,15 @@ class Subjects:
         """The episode an event subject (`event()`) is about."""
         return subject.split(".")[-2]
 
+    def episode_in(self, subject: str) -> str:
+        """The episode token of any journaled subject, "" for one that names none (controls, dead letters).
+
+        Read from the subject alone, so a shard can pass over another shard's message without decoding it.
+        """
+        tokens = subject.split(".", 4)
+        at = _EPISODE_TOKEN.get(tokens[1]) if len(tokens) > 1 else None
+        return tokens[at] if at is not None and len(tokens) > at else ""
+
     def ctl(self, name: str) -> str:
         return f"{self.prefix}.ctl.{name}"
 
@@ -78,6 +88,19 @@ class Subjects:
     def for_envelope(self, env: Envelope) -> str:
         """The one subject an envelope travels on, from its body's route."""
         return ".".join((self.prefix, *_route(env)))
+
+
+_EPISODE_TOKEN = {"ep": 2, "tp": 2, "rec": 2, "ev": 3}
+"""Where each subject family carries its episode (`Subjects`)."""
+
+
+def episode_shard(episode: str, shards: int) -> int:
+    """Which of `shards` shards holds `episode`: workers and journal shards all partition by it.
+
+    Part of the journal set format (`journal._set`): changing it would scatter the episodes of every
+    journal set written before, so it never changes. An empty episode (a control) belongs to shard 0.
+    """
+    return zlib.crc32(episode.encode()) % shards if episode else 0
 
 
 def _route(env: Envelope) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 `Journal` appends (one writer per file), `JournalReader` reads (any number, read-only),
 `verify` recomputes the chain, `export_jsonl` / `import_jsonl` move a journal as text,
 `diff_episodes` aligns two episodes and finds where they part ways, `write_view` writes the
-HTML viewer."""
+HTML viewer. A journal set (`create_set`) is one journal written as a file per shard; every
+reader here takes it wherever it takes a file."""
 
 from faultline.journal._describe import DESCRIBE_WIDTH, describe_body
 from faultline.journal._diff import EpisodeDiff, Step, diff_episodes, forked_from
@@ -11,6 +12,7 @@ from faultline.journal._export import ExportedRow, export_jsonl, export_row, imp
 from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, JournalReader
 from faultline.journal._rows import GENESIS, Incoming, JournalRow
 from faultline.journal._schema import SCHEMA_VERSION, JournalSettings, is_sqlite_file
+from faultline.journal._set import MAX_SHARDS, create_set, is_journal_set, journal_exists, journal_files, shard_path
 from faultline.journal._verify import VerifyReport, verify
 from faultline.journal._view import ViewStats, attributed_steps, write_view
 from faultline.journal._view_server import ViewServer
@@ -19,8 +21,14 @@ from faultline.journal._writer import Journal
 __all__ = [
     "ViewServer",
     "attributed_steps",
+    "create_set",
+    "is_journal_set",
+    "journal_exists",
+    "journal_files",
+    "shard_path",
     "DESCRIBE_WIDTH",
     "GENESIS",
+    "MAX_SHARDS",
     "SCHEMA_VERSION",
     "AgentCost",
     "EpisodeDiff",

@@ -9,6 +9,7 @@ compares request digests only, and so reads neither the items nor their keys' co
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
@@ -18,9 +19,11 @@ from typing import Any, Literal
 import msgspec
 
 from faultline._errors import JournalError
+from faultline.core import digest, episode_shard
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
+from faultline.journal._set import journal_files
 
 
 class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,13 +96,8 @@ _STATUS_OUTCOMES: dict[str, tuple[str | None, ...]] = {
 _EPISODE_SELECT = ", ".join(EpisodeSummary.__struct_fields__)
 
 
-class JournalReader:
-    """A read-only view of a journal file. Raises JournalError if the file is missing or not a journal.
-
-    `expand_requests=False` yields model recordings in their stored form (see `JournalRow`),
-    which costs nothing to read; rows read that way must not be copied into another journal.
-    `version` is the file's schema version.
-    """
+class _FileReader:
+    """A read-only view of one journal file (`JournalReader` says how to use it)."""
 
     def __init__(
         self, path: str | Path, settings: JournalSettings | None = None, *, expand_requests: bool = True
@@ -201,22 +199,9 @@ class JournalReader:
         names = EpisodeSummary.__struct_fields__
         return [EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor]
 
-    def select(self, wanted: EpisodeFilter) -> list[EpisodeSummary]:
-        """The episodes `wanted` matches, in order of first appearance."""
-        faulted: set[str] | None = None
-        if wanted.fault is not None:
-            faulted = {
-                e for (e,) in self._query("SELECT DISTINCT episode FROM faults WHERE fault = ?", (wanted.fault,))
-            }
-        return [
-            e
-            for e in self.episodes()
-            if (wanted.status is None or e.outcome in _STATUS_OUTCOMES[wanted.status])
-            and (wanted.task is None or e.task == wanted.task)
-            and (wanted.domain is None or e.domain == wanted.domain)
-            and (faulted is None or e.episode in faulted)
-            and (wanted.since is None or e.first_ts >= wanted.since)
-        ]
+    def faulted(self, fault: str) -> set[str]:
+        """The episodes in which `fault` was applied."""
+        return {e for (e,) in self._query("SELECT DISTINCT episode FROM faults WHERE fault = ?", (fault,))}
 
     def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
         """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`
@@ -263,6 +248,157 @@ class JournalReader:
     def close(self) -> None:
         self._conn.close()
 
+
+class JournalReader:
+    """A read-only view of a journal: one file, or a journal set (`_set`) read as one journal.
+
+    Raises JournalError if a file is missing or not a journal. `expand_requests=False` yields
+    model recordings in their stored form (see `JournalRow`), which costs nothing to read; rows
+    read that way must not be copied into another journal. `version` is the lowest schema
+    version among the files.
+
+    A row's `pos` is its place in its own file: a set has no positions across files, so
+    `row(pos)` and `rows(start)` past the first row are for single files. A set's rows come in
+    stream order, and an episode's rows always from the one shard that holds it.
+    """
+
+    def __init__(
+        self, path: str | Path, settings: JournalSettings | None = None, *, expand_requests: bool = True
+    ) -> None:
+        self.path = Path(path)
+        self._files: list[_FileReader] = []
+        try:
+            for file in journal_files(self.path):
+                self._files.append(_FileReader(file, settings, expand_requests=expand_requests))
+        except BaseException:
+            self.close()
+            raise
+        self.version = min(file.version for file in self._files)
+
+    @property
+    def shards(self) -> int:
+        """How many files the journal has (1 unless it is a set)."""
+        return len(self._files)
+
+    @property
+    def files(self) -> list[Path]:
+        return [file.path for file in self._files]
+
+    def _single(self, what: str) -> _FileReader:
+        if len(self._files) == 1:
+            return self._files[0]
+        raise JournalError(
+            f"{self.path}: a journal set of {len(self._files)} shards has no positions across its files, so"
+            f" {what} needs one of them: give the shard's file ({self._files[0].path.name} ...)"
+        )
+
+    def _of(self, episode: str) -> _FileReader:
+        return self._files[episode_shard(episode, len(self._files))]
+
+    # -- positions -----------------------------------------------------------------------------
+
+    @property
+    def last_pos(self) -> int:
+        """Rows in the journal (the last position of a single file); read anew each time."""
+        return sum(file.last_pos for file in self._files)
+
+    @property
+    def head(self) -> str:
+        """Chain value of the last row (GENESIS when empty); a set's is the digest of its shards' heads."""
+        if len(self._files) == 1:
+            return self._files[0].head
+        return digest(" ".join(file.head for file in self._files).encode())
+
+    def row(self, pos: int) -> JournalRow:
+        return self._single("a row by position").row(pos)
+
+    # -- scans ---------------------------------------------------------------------------------
+
+    def rows(self, start: int = 1, stop: int | None = None) -> Iterator[JournalRow]:
+        """Rows with start <= pos (< stop), in position order, streamed from one scan; a set's, all in stream order."""
+        if len(self._files) > 1 and start == 1 and stop is None:
+            return heapq.merge(*(file.rows() for file in self._files), key=_stream_order)
+        return self._single("reading from a position").rows(start, stop)
+
+    def tail(self, n: int) -> list[JournalRow]:
+        """The last `n` rows, oldest first."""
+        if len(self._files) == 1:
+            return self._files[0].tail(n)
+        return sorted((row for file in self._files for row in file.tail(n)), key=_stream_order)[-n:] if n > 0 else []
+
+    def has_episode(self, episode: str) -> bool:
+        """Whether any row belongs to `episode` (one lookup in the episode index)."""
+        return self._of(episode).has_episode(episode)
+
+    def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
+        """One episode's rows from position `start` (in its file) on, in position order."""
+        return self._of(episode).episode_rows(episode, start)
+
+    def by_episode(self, episodes: Iterable[str] | None = None) -> Iterator[tuple[str, list[JournalRow]]]:
+        """(episode, its rows in position order) for every episode (by id), or the ones named.
+
+        One scan of each file's (episode, pos) index, so memory holds one episode at a time:
+        the way to replay thousands of episodes.
+        """
+        if len(self._files) == 1:
+            return self._files[0].by_episode(episodes)
+        if episodes is None:
+            return heapq.merge(*(file.by_episode() for file in self._files), key=lambda item: item[0])
+        return ((episode, list(self.episode_rows(episode))) for episode in episodes)
+
+    # -- derived views -------------------------------------------------------------------------
+
+    def episodes(self) -> list[EpisodeSummary]:
+        """Every episode that has a started or completed event, in order of first appearance."""
+        if len(self._files) == 1:
+            return self._files[0].episodes()
+        return sorted((e for file in self._files for e in file.episodes()), key=lambda e: (e.first_ts, e.episode))
+
+    def select(self, wanted: EpisodeFilter) -> list[EpisodeSummary]:
+        """The episodes `wanted` matches, in order of first appearance."""
+        faulted: set[str] | None = None
+        if wanted.fault is not None:
+            faulted = set().union(*(file.faulted(wanted.fault) for file in self._files))
+        return [
+            e
+            for e in self.episodes()
+            if (wanted.status is None or e.outcome in _STATUS_OUTCOMES[wanted.status])
+            and (wanted.task is None or e.task == wanted.task)
+            and (wanted.domain is None or e.domain == wanted.domain)
+            and (faulted is None or e.episode in faulted)
+            and (wanted.since is None or e.first_ts >= wanted.since)
+        ]
+
+    def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
+        """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`
+        (and, given `episodes`, is one of them)."""
+        if len(self._files) == 1:
+            return self._files[0].agent_costs(episode_prefix, episodes)
+        by_agent: dict[str, list[AgentCost]] = {}
+        for file in self._files:
+            for cost in file.agent_costs(episode_prefix, episodes):
+                by_agent.setdefault(cost.agent, []).append(cost)
+        return [_summed(agent, costs) for agent, costs in sorted(by_agent.items())]
+
+    def episode_costs(
+        self, episode_prefix: str = "", episodes: Collection[str] | None = None
+    ) -> dict[str, list[AgentCost]]:
+        """As `agent_costs`, for each episode apart (by episode id, then agent): what spreads over episodes
+        (FAMA's tokens per episode) needs each one's."""
+        found: dict[str, list[AgentCost]] = {}
+        for file in self._files:
+            found.update(file.episode_costs(episode_prefix, episodes))
+        return dict(sorted(found.items()))
+
+    def episode(self, episode: str) -> EpisodeSummary | None:
+        return self._of(episode).episode(episode)
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for file in self._files:
+            file.close()
+
     def __enter__(self) -> JournalReader:
         return self
 
@@ -270,3 +406,21 @@ class JournalReader:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _stream_order(row: JournalRow) -> int:
+    return row.stream_seq
+
+
+def _summed(agent: str, costs: list[AgentCost]) -> AgentCost:
+    """One agent's costs over several shards, whose episodes are disjoint."""
+    models = sorted({m for cost in costs for m in cost.models.split(",") if m})
+    return AgentCost(
+        agent=agent,
+        episodes=sum(c.episodes for c in costs),
+        calls=sum(c.calls for c in costs),
+        prompt_tokens=sum(c.prompt_tokens for c in costs),
+        completion_tokens=sum(c.completion_tokens for c in costs),
+        latency_s=sum(c.latency_s for c in costs),
+        models=",".join(models),
+    )

@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 
 from faultline._errors import ChainError, DecodeError, JournalError
-from faultline.core import decode_body, digest
+from faultline.core import decode_body, digest, episode_shard
 from faultline.journal._facts import FACT_KINDS, facts_of
 from faultline.journal._head import (
     cut_problem,
@@ -59,6 +59,7 @@ from faultline.journal._schema import (
     check,
     connect_readonly,
 )
+from faultline.journal._set import is_journal_set, journal_files
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     recorded_rows: int | None = None
     resumed_at: int = 0
     """Rows a resumed check took from the checkpoint instead of checking them again."""
+    shards: int = 1
+    """Files checked: more than one for a journal set, each with a chain of its own."""
 
     @property
     def ok(self) -> bool:
@@ -94,6 +97,12 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
         anchored = f", anchor found at row {self.anchor_pos}" if self.anchor_pos else ""
         if self.resumed_at:
             anchored += f" (rows up to {self.resumed_at} checked earlier)"
+        if self.shards > 1:
+            return f"ok: {self.rows} rows in {self.shards} shards, every shard's chain holds{anchored}" + (
+                "; a shard has no head record: its end is unchecked"
+                if self.recorded_rows is None
+                else "; every head record reached, so nothing was cut from an end"
+            )
         if self.recorded_rows is None:
             tail = f"; no head record ({head_path(Path(self.path)).name}): the end is unchecked, pass --anchor"
         else:
@@ -124,6 +133,8 @@ def verify(
     (never with an `anchor`, which may lie before it).
     """
     path = Path(path)
+    if path.is_dir() and is_journal_set(path):
+        return _verify_set(path, anchor=anchor, settings=settings, facts=facts, jobs=jobs, resume=resume)
     settings = settings or JournalSettings()
     conn = connect_readonly(path, settings)
     try:
@@ -184,6 +195,54 @@ def verify(
         recorded_rows=None if record is None else record.rows,
         resumed_at=start - 1,
     )
+
+
+def _verify_set(
+    folder: Path, *, anchor: str, settings: JournalSettings | None, facts: bool, jobs: int, resume: bool
+) -> VerifyReport:
+    """Verify every shard of a journal set, and that each holds only the episodes the partition gives it."""
+    if anchor:
+        raise JournalError(f"{folder}: a journal set has a chain per shard; check an anchor against a shard's file")
+    files = journal_files(folder)
+    rows = resumed = 0
+    recorded: int | None = 0
+    heads: list[str] = []
+    for shard, file in enumerate(files):
+        report = verify(file, settings=settings, facts=facts, jobs=jobs, resume=resume)
+        stray = "" if not report.ok else _stray_episode(file, shard, len(files), settings or JournalSettings())
+        if not report.ok or stray:
+            return VerifyReport(
+                path=str(folder),
+                rows=rows + report.rows,
+                head=report.head,
+                problem=f"{file.name}: {report.problem or stray}",
+                position=report.position,
+                shards=len(files),
+            )
+        rows += report.rows
+        resumed += report.resumed_at
+        heads.append(report.head)
+        recorded = None if recorded is None or report.recorded_rows is None else recorded + report.recorded_rows
+    return VerifyReport(
+        path=str(folder),
+        rows=rows,
+        head=digest(" ".join(heads).encode()),
+        recorded_rows=recorded,
+        resumed_at=resumed,
+        shards=len(files),
+    )
+
+
+def _stray_episode(file: Path, shard: int, shards: int, settings: JournalSettings) -> str:
+    """A problem if shard `shard`'s file holds an episode the partition puts in another shard, else ""."""
+    conn = connect_readonly(file, settings)
+    try:
+        for (episode,) in conn.execute("SELECT DISTINCT episode FROM messages"):
+            if episode_shard(episode, shards) != shard:
+                return f"holds episode {episode!r}, which belongs in shard {episode_shard(episode, shards)}"
+    finally:
+        conn.close()
+    return ""
 
 
 def _resume_point(conn: sqlite3.Connection, path: Path) -> tuple[int, str]:

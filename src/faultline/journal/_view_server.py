@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from faultline.journal._reader import JournalReader
+from faultline.journal._set import journal_exists
 from faultline.journal._view import write_view
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def journal_version(journal: Path, forks: Path | None) -> str:
     """How far `journal` and `forks` are: their last positions, which change exactly when a row is added."""
     parts = []
     for path in (journal, forks):
-        if path is not None and path.is_file():
+        if path is not None and journal_exists(path):
             with JournalReader(path) as reader:
                 parts.append(str(reader.last_pos))
         else:

@@ -25,6 +25,7 @@ from faultline.runtime._episodes import (
     CallInFlight,
     Completions,
     JournalState,
+    ask_journal,
     check_journal,
     model_calls_in_flight,
     start_episode,
@@ -64,7 +65,7 @@ from faultline.runtime._services import (
     worker_settings,
 )
 from faultline.runtime._supervisor import ProcessSpec, Supervisor
-from faultline.runtime._worker import Worker, WorkerSettings, shard_of
+from faultline.runtime._worker import Worker, WorkerSettings
 
 __all__ = [
     "system_of",
@@ -94,6 +95,7 @@ __all__ = [
     "MEMORY_IDENTITY",
     "JournalConfig",
     "JournalState",
+    "ask_journal",
     "MemoryConfig",
     "ModelConfig",
     "NatsConfig",
@@ -126,7 +128,6 @@ __all__ = [
     "scoped_to_run",
     "serve_until_signal",
     "worker_settings",
-    "shard_of",
     "start_episode",
     "started_envelope",
     "state_dir",

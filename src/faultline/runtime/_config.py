@@ -37,6 +37,7 @@ from faultline.core import (
 )
 from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
+from faultline.journal import MAX_SHARDS
 from faultline.runtime.models._openai import OpenAISettings
 from faultline.runtime.models._scripted import load_script
 
@@ -88,6 +89,9 @@ class NatsConfig(_Section, frozen=True):
 
 class JournalConfig(_Section, frozen=True):
     path: str = "runs/journal.sqlite"
+    """The journal file; with `shards` above 1, the folder of the journal set."""
+    shards: Annotated[int, msgspec.Meta(ge=1, le=MAX_SHARDS)] = 1
+    """Journal services, each writing the episodes that hash to it into a file of its own (docs/scale.md)."""
 
 
 class RuntimeConfig(_Section, frozen=True):

@@ -41,10 +41,64 @@ STATUS_WINDOW_S = 0.5
 
 
 class JournalState(msgspec.Struct):
-    """What the journal service says of itself: why it cannot write ("" when it can), and how far it is."""
+    """What the journal service says of itself: why it cannot write ("" when it can), and how far it is.
+
+    A journal of several shards answers once per shard; `ask_journal` makes them one state, in which
+    `last_seq` is the sequence every shard has reached and `stuck` names each shard that cannot write.
+    """
 
     stuck: str = ""
     last_seq: int = 0
+    rows: int = 0
+    shard: int = 0
+    shards: int = 1
+
+
+async def ask_journal(bus: Bus, timeout_s: float, until: int = 0) -> JournalState:
+    """The journal's state once it holds the stream up to `until` (at once if a shard cannot write).
+
+    NoResponderError when no journal service runs; ReplyTimeoutError when not every shard answered
+    within `timeout_s`, with the state of those that did in its message.
+    """
+    subject = bus.subjects.svc("journal")
+    answers = await bus.request_all(subject, msgspec.json.encode({"until": until}), timeout_s, enough=_every_shard)
+    states = _states(answers)
+    if not states:
+        raise (ReplyTimeoutError if answers else NoResponderError)(
+            f"no journal service answers on {subject}: start it (`faultline up`), or give it more time"
+        )
+    shards = states[0].shards
+    stuck = "; ".join(s.stuck if shards == 1 else f"shard {s.shard}: {s.stuck}" for s in states if s.stuck)
+    state = JournalState(
+        stuck=stuck,
+        last_seq=min(s.last_seq for s in states),
+        rows=sum(s.rows for s in states),
+        shards=shards,
+    )
+    if len(states) < shards and not stuck:
+        missing = sorted(set(range(shards)) - {s.shard for s in states})
+        raise ReplyTimeoutError(
+            f"journal shards {', '.join(map(str, missing))} of {shards} did not answer within {timeout_s:g}s"
+            " (restarting, or busy: see their logs)"
+        )
+    return state
+
+
+def _states(answers: list[bytes]) -> list[JournalState]:
+    """One state per shard that answered, ignoring what is not a state."""
+    states: dict[int, JournalState] = {}
+    for answer in answers:
+        try:
+            state = msgspec.json.decode(answer, type=JournalState)
+        except msgspec.DecodeError:
+            continue
+        states.setdefault(state.shard, state)
+    return list(states.values())
+
+
+def _every_shard(answers: list[bytes]) -> bool:
+    states = _states(answers)
+    return bool(states) and (len(states) >= states[0].shards or any(s.stuck for s in states))
 
 
 class CallInFlight(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,10 +165,9 @@ async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> N
     to refuse: the stream keeps every message until it is back.
     """
     try:
-        reply = await bus.request(bus.subjects.svc("journal"), b"{}", timeout_s)
+        stuck = (await ask_journal(bus, timeout_s)).stuck
     except (NoResponderError, ReplyTimeoutError):
         return
-    stuck = msgspec.json.decode(reply, type=JournalState).stuck
     if stuck:
         raise JournalError(
             f"new episodes are refused while the journal cannot write ({stuck}); nothing is lost: the stream"

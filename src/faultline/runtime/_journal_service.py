@@ -21,6 +21,13 @@ store, and a completion whose sender may not complete an episode (only the
 runner and the completing agents may; the server refuses any other but the
 operator's, so one that comes anyway is a forgery with the operator's credential).
 
+With `shards` > 1 the service is shard `shard` of a journal set (`journal.create_set`): it reads
+the whole stream through a consumer of its own, journals the messages of the episodes the
+partition gives it (`core.episode_shard`, read from the subject, so another shard's messages
+are passed over undecoded; a control or a dead letter, whose subject names no episode, is
+decoded for it) and acknowledges the rest with them. Every shard answers questions on `<prefix>.svc.journal`, naming itself, and the
+asker waits for all (`runtime.ask_journal`).
+
 When the file cannot be written (disk full, read-only, I/O error) the service
 says so once (in its log, and on `<prefix>.svc.journal.state`), answers every
 question with the reason (the runner then refuses new episodes), leaves every
@@ -37,10 +44,10 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from faultline._errors import BusError, DeliveriesLostError, JournalError, JournalStorageError
-from faultline.bus import Bus, Consumer, Delivery, Message
-from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes
-from faultline.journal import Incoming, Journal
+from faultline._errors import BusError, DecodeError, DeliveriesLostError, JournalError, JournalStorageError
+from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message
+from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes, decode_envelope, episode_shard
+from faultline.journal import Incoming, Journal, create_set, shard_path
 from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, asked_again
 
 CONSUMER = "journal"
@@ -51,6 +58,17 @@ several times the CPU while episodes send a message every millisecond or so."""
 MAX_ACK_PENDING = 100_000
 
 log = logging.getLogger(__name__)
+
+
+def journal_process(shard: int, shards: int) -> str:
+    """The process name, and identity, of journal shard `shard` of `shards`."""
+    return JOURNAL if shards == 1 else f"{JOURNAL}-{shard}"
+
+
+def consumer_name(shard: int, shards: int) -> str:
+    """The durable consumer of journal shard `shard` of `shards`; a single journal keeps the name it always had."""
+    return CONSUMER if shards == 1 else f"{CONSUMER}-{shard}of{shards}"
+
 
 _Row = tuple[Delivery, Incoming]
 
@@ -73,11 +91,19 @@ class JournalService:
         batch_gather_s: float = BATCH_GATHER_S,
         on_completed: Callable[[list[str]], None] | None = None,
         completers: Collection[str] | None = None,
+        shard: int = 0,
+        shards: int = 1,
     ) -> None:
+        if not 0 <= shard < shards:
+            raise JournalError(f"journal shard {shard} of {shards}: a shard is numbered 0 to {shards - 1}")
         self.bus = bus
         self.completers = None if completers is None else {RUNNER, *completers}
         """Who may complete an episode (the runner and `completers`); None takes every completion."""
-        self.path = Path(path)
+        self.shard = shard
+        self.shards = shards
+        self.path = Path(path) if shards == 1 else shard_path(Path(path), shard)
+        """The file it writes: `path`, or its shard's file in the set at `path`."""
+        self._set = None if shards == 1 else Path(path)
         self.batch_limit = batch_limit
         self.batch_gather_s = batch_gather_s
         self.on_completed = on_completed
@@ -99,6 +125,8 @@ class JournalService:
 
     async def run(self) -> None:
         """Copy until stopped, then catch up; JournalError if the file refused what the stream held by then."""
+        if self._set is not None:
+            create_set(self._set, self.shards)
         journal = Journal.open(self.path)
         try:
             stream = await self.bus.stream_incarnation()
@@ -146,7 +174,7 @@ class JournalService:
             # No subject filter: the stream holds only journaled subjects, and a filter of
             # several subjects costs nats-server several times the work per message.
             return await self.bus.consumer(
-                CONSUMER,
+                consumer_name(self.shard, self.shards),
                 (),
                 start=self.last_seq + 1,
                 ack_all=True,
@@ -173,6 +201,8 @@ class JournalService:
             batch, lost = self._in_order(arrived)
             rows: list[_Row] = []
             for delivery in batch:
+                if self.shards > 1 and not self._mine(delivery):
+                    continue
                 env = await self.bus.decode_or_dead_letter(delivery)
                 if env is not None and (refusal := self._refused(env)):
                     await self.bus.dead_letter(delivery, refusal)
@@ -187,7 +217,8 @@ class JournalService:
                     rows.append((delivery, row))
             if batch:
                 try:
-                    await self._append(journal, rows)
+                    if rows:  # none, when a shard's batch held only other shards' messages
+                        await self._append(journal, rows)
                 except JournalStorageError as exc:
                     return rows, batch[-1].stream_seq, exc
                 await consumer.ack(batch[-1])
@@ -208,6 +239,16 @@ class JournalService:
                     self.last_seq + 1,
                 )
                 return None
+
+    def _mine(self, delivery: Delivery) -> bool:
+        """Whether the message belongs to this shard: every row of a set lies in its episode's shard."""
+        episode = self.bus.subjects.episode_in(delivery.subject)
+        if not episode:  # a control or a dead letter: rare enough to decode for its episode
+            try:
+                episode = decode_envelope(delivery.data).episode
+            except DecodeError:
+                return self.shard == 0  # what no shard can read, shard 0 dead-letters
+        return episode_shard(episode, self.shards) == self.shard
 
     def _refused(self, env: Envelope) -> str:
         """Why `env` is not journaled as it is ("" when it is): a completion from a sender that may not complete."""
@@ -306,7 +347,9 @@ class JournalService:
         if reason != self.stuck:
             self.stuck = reason
             await self._notify()
-            state = msgspec.json.encode({"stuck": self.stuck, "last_seq": self.last_seq})
+            state = msgspec.json.encode(
+                {"stuck": self.stuck, "last_seq": self.last_seq, "shard": self.shard, "shards": self.shards}
+            )
             try:
                 await self.bus.notify(self.bus.subjects.svc("journal.state"), state)
             except BusError:
@@ -340,7 +383,15 @@ class JournalService:
             else:
                 waiting.append((until, msg))
         self._waiting = waiting
-        reply = msgspec.json.encode({"last_seq": self.last_seq, "rows": self.rows_written, "stuck": self.stuck})
+        reply = msgspec.json.encode(
+            {
+                "last_seq": self.last_seq,
+                "rows": self.rows_written,
+                "stuck": self.stuck,
+                "shard": self.shard,
+                "shards": self.shards,
+            }
+        )
         for msg in answered:
             try:
                 await msg.respond(reply)

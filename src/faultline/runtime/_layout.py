@@ -13,7 +13,6 @@ from pathlib import Path
 
 from faultline._errors import ConfigError, FaultlineError
 from faultline.bus import (
-    JOURNAL,
     Access,
     ConsumerSpec,
     Identity,
@@ -26,6 +25,8 @@ from faultline.bus import (
 )
 from faultline.core import Subjects, registered
 from faultline.runtime._config import ALL_AGENTS, Config, WorkerConfig
+from faultline.runtime._journal_service import consumer_name as journal_consumer
+from faultline.runtime._journal_service import journal_process
 from faultline.runtime._services import (
     CONTROLLER_AGENT,
     HELPER_AGENTS,
@@ -161,7 +162,9 @@ def system_access(
     subjects = Subjects(prefix or config.nats.prefix)
     completers = completing_agents(config, groups)
     consumers = agent_consumers(config, groups, subjects.prefix)
-    durables = (*(spec.name for spec in consumers), JOURNAL, MEMORY_IDENTITY, *FAMA_CONSUMERS)
+    shards = config.journal.shards
+    journals = [(journal_process(k, shards), journal_consumer(k, shards)) for k in range(shards)]
+    durables = (*(spec.name for spec in consumers), *(c for _, c in journals), MEMORY_IDENTITY, *FAMA_CONSUMERS)
     topics = {cls.name: cls.topics for cls in resolve_agents(sorted({a for g in groups.values() for a in g}), config)}
 
     def group_identity(group: str, agents: Sequence[str]) -> Identity:
@@ -174,7 +177,7 @@ def system_access(
         folder,
         (
             operator_identity(),
-            journal_identity(subjects),
+            *(journal_identity(subjects, name, consumer) for name, consumer in journals),
             *(group_identity(group, agents) for group, agents in groups.items()),
             recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY, MEMORY_IDENTITY, durables),
         ),

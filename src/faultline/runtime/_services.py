@@ -186,8 +186,10 @@ async def run_journal(
     login: Login | None = None,
     otel: OtelStream | None = None,
     completers: Collection[str] | None = None,
+    shard: int = 0,
+    shards: int = 1,
 ) -> None:
-    """Serve the journal; with `otel`, each episode goes to its endpoint once its completion is journaled.
+    """Serve the journal (shard `shard` of `shards` of the set at `path`, with more than one); with `otel`, each episode goes to its endpoint once its completion is journaled.
 
     A completion from a sender that is neither the runner nor one of `completers` is dead-lettered.
     """
@@ -195,13 +197,19 @@ async def run_journal(
 
     async def body(bus: Bus) -> None:
         if otel is None:
-            await serve_until_signal(bus, name, JournalService(bus, path, completers=completers))
+            await serve_until_signal(
+                bus, name, JournalService(bus, path, completers=completers, shard=shard, shards=shards)
+            )
             return
         async with anyio.create_task_group() as tg:
             tg.start_soon(otel.run)
             try:
                 await serve_until_signal(
-                    bus, name, JournalService(bus, path, on_completed=otel.completed, completers=completers)
+                    bus,
+                    name,
+                    JournalService(
+                        bus, path, on_completed=otel.completed, completers=completers, shard=shard, shards=shards
+                    ),
                 )
             finally:
                 with anyio.CancelScope(shield=True):

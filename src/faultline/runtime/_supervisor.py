@@ -27,10 +27,11 @@ import anyio
 import msgspec
 from anyio.abc import Process
 
-from faultline._errors import BusError, FaultlineError, ServerError
+from faultline._errors import BusError, ServerError
 from faultline._parent import supervised_env
-from faultline.bus import JOURNAL, OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles
+from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles
 from faultline.runtime._episodes import JournalState
+from faultline.runtime._journal_service import journal_process
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -86,6 +87,8 @@ class Supervisor:
     extra_args: tuple[str, ...] = ()
     journal_args: tuple[str, ...] = ()
     """More arguments of `faultline journal serve` (e.g. --otel URL)."""
+    journal_shards: int = 1
+    """Journal services, each writing its shard of the journal set at `journal_path` (1: the file itself)."""
     completers: tuple[str, ...] | None = None
     """The agents that may complete an episode (`completing_agents`): the journal dead-letters any other's
     completion; None has it journal every completion."""
@@ -131,9 +134,22 @@ class Supervisor:
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
         completers = () if self.completers is None else ("--completers", ",".join(self.completers))
         journal_args = ("journal", "serve", str(self.journal_path), *completers, *self.journal_args)
-        journal = ProcessSpec("journal", journal_args, JOURNAL)
-        await self._spawn(tg, [journal])
+        shards = self.journal_shards
+        await self._spawn(
+            tg,
+            [
+                ProcessSpec(
+                    name, (*journal_args, *(("--shard", str(k), "--shards", str(shards)) if shards > 1 else ())), name
+                )
+                for k, name in enumerate(self.journal_names)
+            ],
+        )
         await self._spawn(tg, [*self.services, *self.workers])
+
+    @property
+    def journal_names(self) -> list[str]:
+        """The journal services' process names, which are also their identities: one per shard."""
+        return [journal_process(k, self.journal_shards) for k in range(self.journal_shards)]
 
     async def _on_ready(self, msg: Message) -> None:
         name = msgspec.json.decode(msg.data).get("name", "")
@@ -146,13 +162,15 @@ class Supervisor:
             state = msgspec.json.decode(msg.data, type=JournalState)
         except msgspec.DecodeError:
             return
+        which = "the journal" if state.shards == 1 else f"journal shard {state.shard}"
         if state.stuck:
             log.error(
-                "the journal cannot write (%s): new episodes are refused until it can; the stream keeps every message",
+                "%s cannot write (%s): new episodes are refused until it can; the stream keeps every message",
+                which,
                 state.stuck,
             )
         else:
-            log.warning("the journal writes again from stream sequence %d and catches up", state.last_seq + 1)
+            log.warning("%s writes again from stream sequence %d and catches up", which, state.last_seq + 1)
 
     def _argv(self, spec: ProcessSpec) -> list[str]:
         common = ["--nats", self.url, "--prefix", self.prefix, "--name", spec.name, *self.extra_args]
@@ -297,9 +315,10 @@ class Supervisor:
         """
         self._stopping = True
         services = {spec.name for spec in self.services}
-        await self._terminate([c for name, c in self._children.items() if name != "journal" and name not in services])
+        journals = set(self.journal_names)
+        await self._terminate([c for name, c in self._children.items() if name not in journals | services])
         await self._terminate([c for name, c in self._children.items() if name in services])
-        await self._terminate([c for name, c in self._children.items() if name == "journal"])
+        await self._terminate([c for name, c in self._children.items() if name in journals])
         kept = await self._store_to_keep()
         for child in self._children.values():
             if child.log is not None:
@@ -321,12 +340,11 @@ class Supervisor:
             )
 
     async def _store_to_keep(self) -> Path | None:
-        """The temporary stream store, if the journal service did not end cleanly and the stream holds messages."""
-        journal = self._children.get("journal")
+        """The temporary stream store, if a journal service did not end cleanly and the stream holds messages."""
         if self.server is None or not self.server.temporary or self.bus is None:
             return None
-        if journal is not None and journal.process is not None and journal.process.returncode == 0:
-            return None  # it exits 0 only after taking in the whole stream
+        if all(self.exit_code(name) == 0 for name in self.journal_names):
+            return None  # each exits 0 only after taking in the whole stream
         try:
             state = await self.bus.stream_state()
         except BusError:
@@ -346,6 +364,11 @@ class Supervisor:
         for process in [c.process for c in children if c.process is not None]:
             await process.aclose()
 
+    def exit_code(self, name: str) -> int | None:
+        """How process `name` last ended: None while it runs or if it never started."""
+        child = self._children.get(name)
+        return child.process.returncode if child is not None and child.process is not None else None
+
     def status(self) -> list[dict[str, Any]]:
         """Each child's name, pid, restarts, exit status (None while it runs), and whether the process running
         now announced it serves (a restarted one is not ready until it did)."""
@@ -364,10 +387,3 @@ class Supervisor:
 def _backoff(failures: int) -> float:
     """The wait before restart attempt `failures` (1, 2, ...) of a process that keeps failing."""
     return float(min(RESTART_BACKOFF_S * 2 ** (failures - 1), RESTART_BACKOFF_MAX_S))
-
-
-def check_journal_path(path: Path) -> Path:
-    if path.exists() and path.is_dir():
-        raise FaultlineError(f"journal path {path} is a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path

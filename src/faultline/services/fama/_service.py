@@ -32,10 +32,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
-import msgspec
 
 from faultline._errors import ConfigError, FaultlineError, JournalError
 from faultline.bus import Bus, Consumer, Delivery, Login
@@ -45,6 +44,7 @@ from faultline.runtime import (
     Config,
     FamaConfig,
     Worker,
+    ask_journal,
     bus_settings,
     make_backend,
     roster_control,
@@ -179,13 +179,11 @@ class FamaService:
     async def _attributed(self, case: FailureCase, seq: int, attribute: Attribute) -> FailureCase:
         """The case with the attribution, once the journal file holds the stream up to `seq`; as it was if not."""
         try:
-            ask = msgspec.json.encode({"until": seq})
-            reply = await self.bus.request(self.bus.subjects.svc("journal"), ask, self.journal_wait_s)
-            stuck = msgspec.json.decode(reply, type=dict[str, Any]).get("stuck")
+            stuck = (await ask_journal(self.bus, self.journal_wait_s, until=seq)).stuck
             if stuck:
                 raise JournalError(f"the journal service cannot write: {stuck}")
             return await attribute(case)
-        except (FaultlineError, msgspec.DecodeError) as exc:
+        except FaultlineError as exc:
             log.warning("fama: episode %s analysed without attribution: %s", case.episode, exc)
             return case
 

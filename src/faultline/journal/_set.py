@@ -1,0 +1,93 @@
+"""Journal sets: one journal written by several journal services, a file each, and read as one.
+
+A set is a folder holding `journal-set.json` (its shard count) and `shard-<k>.sqlite` for k in
+0..shards-1. Shard k holds every row whose episode `core.episode_shard(episode, shards)` puts
+there (all of an episode's rows in one file, in stream order; controls and dead letters by
+their episode names too). Each file is a journal of its own, with its own
+hash chain, so each is verified, copied and replayed like any journal; the stream sequence every
+row keeps orders rows across files.
+
+The shard count is part of the set: a set is never written with another count (the episodes
+would move), so a changed `[journal] shards` is refused, not silently re-partitioned.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from faultline._errors import JournalError
+
+MANIFEST = "journal-set.json"
+MAX_SHARDS = 64
+
+
+class SetManifest(msgspec.Struct, frozen=True, kw_only=True):
+    """What `journal-set.json` says: which partition the set uses and how many shards it has."""
+
+    format: Literal["faultline-journal-set"] = "faultline-journal-set"
+    partition: Literal["crc32-episode"] = "crc32-episode"
+    shards: int
+
+
+def is_journal_set(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def journal_exists(path: Path) -> bool:
+    """Whether `path` is there to read as a journal: a file, or a journal set's folder."""
+    return path.is_file() or is_journal_set(path)
+
+
+def shard_path(folder: Path, shard: int) -> Path:
+    return folder / f"shard-{shard}.sqlite"
+
+
+def read_manifest(folder: Path) -> SetManifest:
+    try:
+        manifest = msgspec.json.decode((folder / MANIFEST).read_bytes(), type=SetManifest)
+    except FileNotFoundError:
+        raise JournalError(f"{folder}: not a journal set (no {MANIFEST})") from None
+    except (OSError, msgspec.DecodeError) as exc:
+        raise JournalError(f"{folder / MANIFEST}: not a journal set manifest ({exc})") from None
+    if not 1 <= manifest.shards <= MAX_SHARDS:
+        raise JournalError(f"{folder / MANIFEST}: {manifest.shards} shards; a set has 1 to {MAX_SHARDS}")
+    return manifest
+
+
+def create_set(folder: Path, shards: int) -> SetManifest:
+    """Make the set at `folder` with `shards` shards, or check that the one there has that many.
+
+    Safe for several shards' services starting at once: the manifest appears whole or not at all.
+    """
+    if not 1 <= shards <= MAX_SHARDS:
+        raise JournalError(f"{folder}: {shards} shards; a journal set has 1 to {MAX_SHARDS}")
+    if folder.is_file():
+        raise JournalError(f"{folder}: is a journal file, not a journal set; give the set a folder of its own")
+    if not is_journal_set(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{MANIFEST}.{os.getpid()}"
+        partial.write_bytes(msgspec.json.encode(SetManifest(shards=shards)))
+        try:
+            os.link(partial, folder / MANIFEST)  # fails if another process made it first
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
+    manifest = read_manifest(folder)
+    if manifest.shards != shards:
+        raise JournalError(
+            f"{folder}: a journal set of {manifest.shards} shards, asked to write {shards}: its episodes are"
+            f" partitioned by the count; set `[journal] shards = {manifest.shards}` or use a new folder"
+        )
+    return manifest
+
+
+def journal_files(path: Path) -> list[Path]:
+    """The files of the journal at `path`: itself for a file, the shards in order for a set."""
+    if path.is_dir() and is_journal_set(path):
+        return [shard_path(path, k) for k in range(read_manifest(path).shards)]
+    return [path]

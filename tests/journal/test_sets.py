@@ -1,0 +1,209 @@
+"""Journal sets: shard services against a real nats-server, each writing a real SQLite file, read as one journal."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from faultline._errors import JournalError, ReplyTimeoutError
+from faultline.bus import Bus
+from faultline.core import Control, Envelope, Note, episode_shard
+from faultline.faults import CONTROL_EPISODE
+from faultline.journal import Journal, JournalReader, create_set, journal_files, shard_path, verify
+from faultline.runtime import JournalService, ask_journal, check_journal
+from tests.disk import fill
+from tests.journal.conftest import edit_as_attacker, episode_envelopes, incoming
+
+EPISODES = [f"ep{i}" for i in range(12)]
+
+
+def note(i: int) -> Envelope:
+    return Envelope(id=f"m{i}", episode=EPISODES[i % len(EPISODES)], sender="a", recipient="b", body=Note(text="x"))
+
+
+def control(i: int) -> Envelope:
+    return Envelope(id=f"c{i}", episode=CONTROL_EPISODE, sender="operator", body=Control(name="faults", data={"n": i}))
+
+
+def shards_of(shards: int) -> dict[int, set[str]]:
+    found: dict[int, set[str]] = {}
+    for episode in EPISODES:
+        found.setdefault(episode_shard(episode, shards), set()).add(episode)
+    return found
+
+
+def test_the_partition_spreads_episodes_and_never_moves_one() -> None:
+    assert set(shards_of(3)) == {0, 1, 2}, "twelve episodes reach every one of three shards"
+    assert episode_shard("ep7", 3) == episode_shard("ep7", 3)
+    assert episode_shard("", 3) == 0
+
+
+async def _serve_set(bus: Bus, folder: Path, shards: int, messages: list[Envelope]) -> None:
+    services = [JournalService(bus, folder, shard=k, shards=shards) for k in range(shards)]
+    async with anyio.create_task_group() as tg:
+        for service in services:
+            tg.start_soon(service.run)
+            await service.wait_ready()
+        await bus.publish_all(messages)
+        with anyio.fail_after(20):
+            state = await ask_journal(bus, 10, until=len(messages))
+        assert state.last_seq == len(messages) and state.shards == shards and not state.stuck
+        assert state.rows == len(messages)
+        for service in services:
+            service.stop()
+
+
+async def test_each_shard_journals_only_its_episodes_and_the_set_reads_as_one_journal(bus: Bus, tmp_path: Path) -> None:
+    folder = tmp_path / "journal"
+    published = [note(i) for i in range(600)] + [control(0)]
+    await _serve_set(bus, folder, 3, published)
+
+    files = journal_files(folder)
+    assert files == [shard_path(folder, k) for k in range(3)]
+    for shard, file in enumerate(files):
+        with JournalReader(file) as reader:
+            held = {row.episode for row in reader.rows()}
+            assert [r.stream_seq for r in reader.rows()] == sorted(r.stream_seq for r in reader.rows())
+        assert held == shards_of(3)[shard] | (
+            {CONTROL_EPISODE} if episode_shard(CONTROL_EPISODE, 3) == shard else set()
+        )
+    with JournalReader(folder) as reader:
+        assert reader.shards == 3
+        rows = list(reader.rows())
+        assert [r.id for r in rows] == [env.id for env in published], "the set reads in stream order"
+        assert [r.stream_seq for r in rows] == list(range(1, len(published) + 1))
+        assert [r.id for r in reader.episode_rows("ep5")] == [f"m{i}" for i in range(5, 600, 12)]
+        assert [episode for episode, _ in reader.by_episode()] == sorted([CONTROL_EPISODE, *EPISODES])
+        assert reader.last_pos == len(published)
+        assert [r.id for r in reader.tail(2)] == ["m599", "c0"]
+        with pytest.raises(JournalError, match="no positions across its files"):
+            reader.row(1)
+    report = verify(folder)
+    assert report.ok and report.rows == len(published) and report.shards == 3
+    assert "3 shards" in report.summary()
+
+
+async def test_a_killed_shard_loses_nothing_and_catches_up(bus: Bus, tmp_path: Path) -> None:
+    folder = tmp_path / "journal"
+    first, total = 300, 900
+    survivor = JournalService(bus, folder, shard=0, shards=2)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(survivor.run)
+        await survivor.wait_ready()
+        async with anyio.create_task_group() as doomed:
+            victim = JournalService(bus, folder, shard=1, shards=2)
+            doomed.start_soon(victim.run)
+            await victim.wait_ready()
+            await bus.publish_all(note(i) for i in range(first))
+            with anyio.fail_after(20):
+                await victim.wait_for(first)
+            doomed.cancel_scope.cancel()  # it dies where it stands: no stop(), no catching up
+        await bus.publish_all(note(i) for i in range(first, total))
+        with anyio.fail_after(20):
+            await survivor.wait_for(total)
+        with pytest.raises(ReplyTimeoutError, match=r"journal shards 1 of 2 did not answer"):
+            await ask_journal(bus, 0.5, until=total)
+        restarted = JournalService(bus, folder, shard=1, shards=2)
+        tg.start_soon(restarted.run)
+        await restarted.wait_ready()
+        with anyio.fail_after(20):
+            state = await ask_journal(bus, 10, until=total)
+        assert state.last_seq == total
+        survivor.stop()
+        restarted.stop()
+    with JournalReader(folder) as reader:
+        assert sorted(r.stream_seq for r in reader.rows()) == list(range(1, total + 1)), "no gap, no duplicate"
+    assert verify(folder).ok
+
+
+async def test_a_stuck_shard_refuses_new_episodes_names_itself_and_catches_up(bus: Bus, small_disk: Path) -> None:
+    folder = small_disk / "journal"
+    create_set(folder, 2)
+    with Journal.open(shard_path(folder, 1)):
+        pass  # its file exists before the disk fills, as it would after its first start
+    first, total = 120, 1200
+    services = [JournalService(bus, folder, shard=k, shards=2) for k in range(2)]
+    async with anyio.create_task_group() as tg:
+        for service in services:
+            tg.start_soon(service.run)
+            await service.wait_ready()
+        await bus.publish_all(note(i) for i in range(first))
+        with anyio.fail_after(20):
+            await ask_journal(bus, 10, until=first)
+        filler = fill(small_disk)
+        await bus.publish_all(note(i) for i in range(first, total))
+        with anyio.fail_after(20):
+            state = await ask_journal(bus, 10, until=total)
+        assert "database or disk is full" in state.stuck and state.last_seq < total
+        with pytest.raises(JournalError, match="new episodes are refused"):
+            await check_journal(bus)
+        filler.unlink()
+        with anyio.fail_after(30):
+            for service in services:
+                await service.wait_for(total)
+            state = await ask_journal(bus, 20, until=total)
+        assert state.last_seq == total and not state.stuck
+        await check_journal(bus)
+        for service in services:
+            service.stop()
+    with JournalReader(folder) as reader:
+        assert sorted(r.stream_seq for r in reader.rows()) == list(range(1, total + 1))
+    assert verify(folder).ok
+
+
+def _written_set(folder: Path, episodes: list[str]) -> None:
+    """A set of 2 written directly, each episode into its shard, stream sequences in order of `episodes`."""
+    create_set(folder, 2)
+    envelopes = [env for e in episodes for env in episode_envelopes(e, t0=1_767_225_600.0 + 100 * episodes.index(e))]
+    rows = incoming(envelopes)
+    for shard in range(2):
+        with Journal.open(shard_path(folder, shard)) as journal:
+            journal.append(row for row in rows if episode_shard(row.envelope.episode, 2) == shard)
+
+
+def test_views_of_a_set_sum_and_merge_the_shards(tmp_path: Path) -> None:
+    folder = tmp_path / "set"
+    episodes = ["ep-a", "ep-b", "ep-c", "ep-d"]
+    assert {episode_shard(e, 2) for e in episodes} == {0, 1}
+    _written_set(folder, episodes)
+    with JournalReader(folder) as reader:
+        assert [e.episode for e in reader.episodes()] == episodes, "first appearance, across shards"
+        (cost,) = reader.agent_costs()
+        assert (cost.agent, cost.episodes, cost.calls, cost.prompt_tokens) == ("tool_agent", 4, 4, 480)
+        assert list(reader.episode_costs()) == episodes
+        assert reader.episode("ep-c") is not None and reader.has_episode("ep-d") and not reader.has_episode("ep-z")
+
+
+def test_verify_names_the_shard_an_edit_or_a_stray_episode_is_in(tmp_path: Path) -> None:
+    folder = tmp_path / "set"
+    _written_set(folder, ["ep-a", "ep-b", "ep-c", "ep-d"])
+    edited = tmp_path / "edited"
+    shutil.copytree(folder, edited)
+    edit_as_attacker(shard_path(edited, 1), "UPDATE messages SET sender = 'mallory' WHERE pos = 2")
+    report = verify(edited)
+    assert not report.ok and report.problem.startswith("shard-1.sqlite: row 2")
+
+    strays = tmp_path / "strays"
+    create_set(strays, 2)
+    wrong = next(e for e in ["ep-a", "ep-b", "ep-c", "ep-d"] if episode_shard(e, 2) == 1)
+    with Journal.open(shard_path(strays, 0)) as journal:
+        journal.append(incoming(episode_envelopes(wrong)))
+    with Journal.open(shard_path(strays, 1)):
+        pass
+    report = verify(strays)
+    assert report.problem == f"shard-0.sqlite: holds episode {wrong!r}, which belongs in shard 1"
+
+
+def test_a_set_is_never_written_with_another_shard_count(tmp_path: Path) -> None:
+    folder = tmp_path / "set"
+    create_set(folder, 4)
+    with pytest.raises(JournalError, match=r"a journal set of 4 shards, asked to write 2"):
+        create_set(folder, 2)
+    (tmp_path / "file.sqlite").write_bytes(b"")
+    with pytest.raises(JournalError, match="is a journal file, not a journal set"):
+        create_set(tmp_path / "file.sqlite", 2)
+    assert msgspec.json.decode((folder / "journal-set.json").read_bytes())["shards"] == 4
