@@ -658,9 +658,9 @@ class Outbox:
         """Send `envelope` through the outbound interceptors, without waiting for its confirmation."""
         bus = self._bus
         chain = bus.interceptors
-        if len(chain):
+        if chain.rewrites_outbound:
             messages, events = await chain.outbound(envelope)
-            outgoing: Sequence[Envelope] = (*messages, *events)
+            outgoing: Sequence[Envelope] = (*messages, *events) if events else messages
         else:
             outgoing = (envelope,)
         for message in outgoing:
