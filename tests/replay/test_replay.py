@@ -27,7 +27,8 @@ from faultline.core import (
     failure_envelopes,
 )
 from faultline.journal import JournalReader
-from faultline.replay import Replayer
+from faultline.journal import _verify as verify_module
+from faultline.replay import Replayer, ReplayReport
 from faultline.runtime import Config, agent_lookup
 from tests.report.journals import write_journal
 
@@ -146,6 +147,35 @@ def test_a_tampered_journal_is_refused_with_its_row(journal_copy: Path, capsys: 
     assert info.value.position == 40
     assert main(["replay", str(journal_copy)]) == 1
     assert "row 40" in capsys.readouterr().err
+
+
+def test_replay_in_several_processes_reports_what_one_process_does(sim_journal: Path) -> None:
+    def fields(report: ReplayReport) -> dict[str, object]:
+        data = msgspec.to_builtins(report)
+        del data["seconds"]
+        return data  # type: ignore[no-any-return]
+
+    for lookup in (builtin, with_tool(ChattierTool)):
+        one = Replayer(lookup).replay(sim_journal)
+        assert fields(Replayer(lookup, jobs=3).replay(sim_journal)) == fields(one)
+    assert not one.identical
+
+
+def test_a_tampered_journal_is_refused_when_its_chain_is_checked_in_ranges_beside_the_replay(
+    journal_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verify_module, "PARALLEL_ROWS", 1)  # split even this small journal's chain check
+    db = sqlite3.connect(journal_copy)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        db.execute(f"DROP TRIGGER {name}")
+    with JournalReader(journal_copy) as reader:
+        last = reader.last_pos
+    db.execute("UPDATE messages SET sender = 'mallory' WHERE pos = ?", (last - 3,))
+    db.commit()
+    db.close()
+    with pytest.raises(ChainError) as info:
+        Replayer(builtin, jobs=2).replay(journal_copy)
+    assert info.value.position == last - 3
 
 
 def test_replay_needs_only_the_file(sim_journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import anyio
 
-from faultline.envs import load_domain
 from faultline.journal import JournalReader
 from faultline.replay import DEFAULT_SAMPLES, Attribution, Method, Replayer, ReplayReport, attribute_episode
 from faultline.runtime import Config, agent_lookup, make_backend
@@ -33,10 +32,6 @@ def replay(
     `reexecute_tools` runs the environment's tools again instead of serving their results.
     """
     config = config or Config()
-    with JournalReader(journal) as reader:
-        wanted = set(episodes)
-        for spec in {e.domain for e in reader.episodes() if e.domain and (not wanted or e.episode in wanted)}:
-            load_domain(spec)  # a domain that cannot load is one error now, not one per episode
     replayer = Replayer(agent_lookup(config), jobs=jobs, reexecute_tools=reexecute_tools)
     return replayer.replay(journal, list(episodes) or None)
 

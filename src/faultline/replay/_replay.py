@@ -47,6 +47,7 @@ from faultline.core import (
     failed_by_agent,
     load_system,
 )
+from faultline.envs import load_domain
 from faultline.faults import CONTROL_EPISODE, OPERATOR, Defense, build_defenses, screen, settings_from
 from faultline.journal import JournalReader, JournalRow, verify
 
@@ -290,8 +291,9 @@ def _describe_output_change(expected: list[dict[str, Any]], got: list[dict[str, 
 class Replayer:
     """Replays journals; `lookup` maps an agent name to its class (None: not replayed).
 
-    With `jobs` > 1, episodes are replayed in that many worker processes while this
-    process checks the hash chain; episodes are independent, so the report is the same.
+    With `jobs` > 1, episodes are replayed in that many worker processes while the hash
+    chain is checked in as many ranges beside them; episodes are independent, so the
+    report is the same. The episodes' domains are loaded once, before any is replayed.
     """
 
     def __init__(
@@ -313,17 +315,16 @@ class Replayer:
         wanted = list(episodes) if episodes else None
         if wanted:
             _check_episodes(path, wanted)
+        names = _episodes_with_domains(path, wanted)
         if self.jobs == 1 or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
             verify(path, facts=False, resume=True).raise_if_broken()
             report = self._replay_episodes(path, wanted)
         else:
-            report = self._replay_parallel(path, wanted)
+            report = self._replay_parallel(path, names)
         report.seconds = time.perf_counter() - started
         return report
 
-    def _replay_parallel(self, path: str | Path, wanted: list[str] | None) -> ReplayReport:
-        with JournalReader(path) as reader:
-            names = wanted if wanted is not None else [e.episode for e in reader.episodes()]
+    def _replay_parallel(self, path: str | Path, names: list[str]) -> ReplayReport:
         chunks = [names[i :: self.jobs] for i in range(self.jobs) if names[i :: self.jobs]]
         global _active
         _active = self
@@ -331,7 +332,8 @@ class Replayer:
         with ProcessPoolExecutor(max_workers=len(chunks) or 1, mp_context=context) as pool:
             futures = [pool.submit(_replay_chunk, str(path), chunk) for chunk in chunks]
             try:
-                verify(path, facts=False, resume=True).raise_if_broken()
+                # The chain check too is split in ranges over `jobs` processes, which run beside the replay's.
+                verify(path, facts=False, resume=True, jobs=self.jobs).raise_if_broken()
             except ChainError:
                 for future in futures:
                     future.cancel()
@@ -402,6 +404,17 @@ def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLook
     except PluginError:
         return lookup  # its agents are reported as not replayed, by name
     return lambda name: ref.agent(name) or lookup(name)
+
+
+def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> list[str]:
+    """The episodes to replay (`wanted`, or every one) from one scan of the journal's episode list,
+    having loaded their domains: a domain that cannot load is one error now, not one per episode."""
+    with JournalReader(path) as reader:
+        summaries = reader.episodes()
+    chosen = set(wanted) if wanted is not None else None
+    for spec in sorted({e.domain for e in summaries if e.domain and (chosen is None or e.episode in chosen)}):
+        load_domain(spec)
+    return wanted if wanted is not None else sorted(e.episode for e in summaries)  # the order of `by_episode`
 
 
 def _check_episodes(path: str | Path, episodes: list[str]) -> None:
