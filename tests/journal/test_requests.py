@@ -214,7 +214,7 @@ def test_one_episode_queries_its_blobs_and_a_whole_journal_reads_them_in_one_sca
     append(path, [env for i in range(40) for env in recording_envelopes(f"e{i}", 3)])
     statements: list[str] = []
     with JournalReader(path) as reader:
-        reader._conn.set_trace_callback(statements.append)
+        reader._files[0]._conn.set_trace_callback(statements.append)
         assert len(list(reader.episode_rows("e7"))) == 3
         scans = [sql for sql in statements if sql.startswith("SELECT key") and "WHERE" not in sql]
         assert not scans and any("WHERE key IN" in sql for sql in statements)

@@ -13,10 +13,10 @@ from faultline.api import _run as api_run
 from faultline.bus import free_port
 from faultline.cli import _run as cli_run
 from faultline.cli import main
-from faultline.core import EpisodeCompleted
+from faultline.core import EpisodeCompleted, episode_shard
 from faultline.envs import ERROR_CATEGORIES
-from faultline.journal import JournalReader, verify
-from faultline.runtime import hold_directories
+from faultline.journal import JournalReader, shard_path, verify
+from faultline.runtime import hold_directories, parse_config, system_access
 from tests.openai_server import OpenAIServer, Status
 
 pytestmark = pytest.mark.slow
@@ -297,3 +297,33 @@ def test_a_second_run_in_the_same_journal_folder_names_the_first(
         " or use another directory\n"
     )
     assert not (tmp_path / "j.sqlite").exists()
+
+
+def test_journal_shards_each_write_their_episodes_and_the_set_reads_as_one_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "journal"
+    config = tmp_path / "faultline.toml"
+    config.write_text(f'[journal]\npath = "{folder}"\nshards = 2\n')
+    summary = run(capsys, "--config", str(config), "--tasks", "10", "--workers", "2", "--concurrency", "10")
+    assert summary["outcomes"] == {"success": 10}
+    for shard in range(2):
+        with JournalReader(shard_path(folder, shard)) as reader:
+            episodes = {e.episode for e in reader.episodes()}
+        assert episodes and all(episode_shard(e, 2) == shard for e in episodes)
+    report = verify(folder)
+    assert report.ok and report.shards == 2
+    assert main(["replay", str(folder), "--jobs", "2"]) == 0
+    capsys.readouterr()
+    assert main(["journal", "episodes", str(folder), "--json"]) == 0
+    assert len([line for line in capsys.readouterr().out.splitlines() if '"type":"episode"' in line]) == 10
+
+
+def test_each_journal_shard_has_an_identity_that_owns_only_its_consumer(tmp_path: Path) -> None:
+    config = parse_config({"journal": {"shards": 3}})
+    access = system_access(tmp_path / "credentials", config, {"main": ("tool",)}, "fl")
+    journals = {i.name: i for i in access.identities if i.name.startswith("journal")}
+    assert sorted(journals) == ["journal-0", "journal-1", "journal-2"]
+    for k, identity in enumerate(journals.values()):
+        owned = [p for p in identity.publish if ".CONSUMER." in p and "journal-" in p]
+        assert owned and all(f"journal-{k}of3" in p for p in owned)

@@ -1,0 +1,224 @@
+"""Scale: live throughput against worker processes and journal shards, CPU per process at saturation,
+and replay against jobs, on whatever machine runs it.
+
+Each configuration is one `faultline run` of `--tasks` retail tasks x `--trials` with the sim model
+(the runtime's mechanisms, never a model's) and `--concurrency` episodes in flight, on a nats-server
+of its own. While it runs, every process of the system is read from /proc once a second (utime +
+stime); the CPU each used is reported over the `--window` seconds in which the system as a whole
+used the most, which is the run at saturation. The largest journal of each shard count is then
+replayed with each `--jobs`, and both the handling time replay reports and the command's wall time
+are given, their difference being the command's fixed cost.
+
+    python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--jobs 1,2,4,8,16] [--json out.json]
+
+Linux only (it reads /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench._common import machine
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _descendants(root: int) -> list[int]:
+    """Every living process under `root` (not itself), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            parents.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def _name(pid: int) -> str:
+    """What the process is in the system: its `--name` (journal-0, a worker), nats-server, or the runner."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"pid {pid}"
+    words = [w.decode(errors="replace") for w in argv if w]
+    if "--name" in words[:-1]:
+        return words[words.index("--name") + 1]
+    return Path(words[0]).name if words else f"pid {pid}"
+
+
+def _busiest_window(samples: list[tuple[float, dict[int, float]]], window_s: float) -> tuple[float, dict[int, float]]:
+    """The window of about `window_s` in which the processes used the most CPU; each one's share of a core there."""
+    best: tuple[float, dict[int, float]] = (0.0, {})
+    for i, (start, first) in enumerate(samples):
+        end_index = next((j for j in range(i + 1, len(samples)) if samples[j][0] - start >= window_s), None)
+        if end_index is None:
+            break
+        end, last = samples[end_index]
+        shares = {pid: (last[pid] - first[pid]) / (end - start) for pid in last if pid in first}
+        total = sum(shares.values())
+        if total > best[0]:
+            best = (total, shares)
+    return best
+
+
+def live(
+    folder: Path, workers: int, shards: int, tasks: int, trials: int, concurrency: int, window_s: float
+) -> dict[str, Any]:
+    journal = folder / (f"w{workers}-s{shards}" + (".sqlite" if shards == 1 else ""))
+    config = folder / f"w{workers}-s{shards}.toml"
+    config.write_text(f'[journal]\npath = "{journal}"\nshards = {shards}\n')
+    args = [sys.executable, "-m", "faultline.cli", "run", "--config", str(config), "--journal", str(journal)]
+    args += ["--tasks", str(tasks), "--trials", str(trials), "--workers", str(workers)]
+    args += ["--concurrency", str(concurrency), "--json"]
+    run = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    samples: list[tuple[float, dict[int, float]]] = []
+    names: dict[int, str] = {}
+    while run.poll() is None:
+        now = time.monotonic()
+        reading: dict[int, float] = {}
+        for pid in _descendants(run.pid) + [run.pid]:
+            seconds = _cpu_seconds(pid)
+            if seconds is not None:
+                reading[pid] = seconds
+                names.setdefault(pid, "runner" if pid == run.pid else _name(pid))
+        samples.append((now, reading))
+        time.sleep(1.0)  # a sampling period, not a wait for anything
+    out, _ = run.communicate()
+    if run.returncode != 0:
+        raise SystemExit(f"faultline run failed (exit {run.returncode}) for {workers} workers, {shards} shards")
+    summary = json.loads(out.strip().splitlines()[-1])
+    total, shares = _busiest_window(samples, window_s)
+    cpu = sorted(((names[pid], share) for pid, share in shares.items() if share > 0.01), key=lambda item: -item[1])
+    return {
+        "workers": workers,
+        "shards": shards,
+        "episodes": summary.get("episodes"),
+        "episodes_per_s": summary.get("episodes_per_s"),
+        "cpu_total": total,
+        "cpu": cpu,
+        "journal": str(journal),
+    }
+
+
+def replay(journal: Path, jobs: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "faultline.cli", "replay", str(journal), "--jobs", str(jobs), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wall = time.perf_counter() - started
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    if not summary.get("identical"):
+        raise SystemExit(f"replay of {journal} with {jobs} jobs was not identical")
+    return {"jobs": jobs, "handling_s": summary["seconds"], "wall_s": wall, "episodes": summary["episodes"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=_ints, default=[1, 4, 8], help="worker processes per agent group")
+    parser.add_argument("--shards", type=_ints, default=[1, 4], help="journal shards")
+    parser.add_argument("--jobs", type=_ints, default=[1, 2, 4, 8, 16], help="replay jobs")
+    parser.add_argument("--tasks", type=int, default=65)
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=512, help="episodes in flight")
+    parser.add_argument("--window", type=float, default=5.0, help="seconds of the CPU reading at saturation")
+    parser.add_argument("--keep", type=Path, help="keep the journals in this folder")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    console = Console()
+    host = machine()
+    console.print(f"[bold]machine[/]: {host['cpus']} CPUs, {host['platform']}, Python {host['python']}")
+    console.print("the sim model answers at once: these figures measure the runtime's mechanisms, never a model")
+    results: dict[str, Any] = {"machine": host, "live": [], "replay": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for shards in args.shards:
+            for workers in args.workers:
+                row = live(folder, workers, shards, args.tasks, args.trials, args.concurrency, args.window)
+                results["live"].append(row)
+                top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
+                console.print(
+                    f"{shards} shard(s), {workers} worker(s)/group: {row['episodes_per_s']:.0f} episodes/s; busiest: {top}"
+                )
+            largest = Path(results["live"][-1]["journal"])
+            for jobs in args.jobs:
+                timing = replay(largest, jobs) | {"shards": shards}
+                results["replay"].append(timing)
+                console.print(
+                    f"replay of {shards} shard(s), {jobs} jobs: {timing['handling_s']:.2f} s handling,"
+                    f" {timing['wall_s']:.2f} s wall"
+                )
+    _tables(console, results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+def _tables(console: Console, results: dict[str, Any]) -> None:
+    live_table = Table(title="live throughput (sim: the runtime's mechanisms, not a model)")
+    for column in ("shards", "workers/group", "episodes/s", "x 1 worker, 1 shard", "busiest process (% of a core)"):
+        live_table.add_column(column, justify="right")
+    base = next((r["episodes_per_s"] for r in results["live"] if r["workers"] == 1 and r["shards"] == 1), None)
+    for row in results["live"]:
+        busiest = row["cpu"][0] if row["cpu"] else ("-", 0.0)
+        ratio = f"{row['episodes_per_s'] / base:.2f}" if base else "-"
+        live_table.add_row(
+            str(row["shards"]),
+            str(row["workers"]),
+            f"{row['episodes_per_s']:.0f}",
+            ratio,
+            f"{busiest[0]} {busiest[1]:.0%}",
+        )
+    console.print(live_table)
+    replay_table = Table(title="replay against jobs")
+    for column in ("shards", "jobs", "episodes", "handling (s)", "wall (s)", "fixed cost (s)", "speed-up (wall)"):
+        replay_table.add_column(column, justify="right")
+    for row in results["replay"]:
+        one = next((r["wall_s"] for r in results["replay"] if r["shards"] == row["shards"] and r["jobs"] == 1), None)
+        replay_table.add_row(
+            str(row["shards"]),
+            str(row["jobs"]),
+            str(row["episodes"]),
+            f"{row['handling_s']:.2f}",
+            f"{row['wall_s']:.2f}",
+            f"{row['wall_s'] - row['handling_s']:.2f}",
+            f"{one / row['wall_s']:.1f}x" if one else "-",
+        )
+    console.print(replay_table)
+
+
+if __name__ == "__main__":
+    main()
