@@ -381,6 +381,7 @@ PUBLIC = {
         "Rule",
         "ScriptedBackend",
         "SimBackend",
+        "SimLatency",
         "load_script",
         "parse_tool_arguments",
         "read_rules",

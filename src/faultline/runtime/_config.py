@@ -40,6 +40,7 @@ from faultline.faults import check_defenses
 from faultline.journal import MAX_SHARDS
 from faultline.runtime.models._openai import OpenAISettings
 from faultline.runtime.models._scripted import load_script
+from faultline.runtime.models._sim_latency import SimLatency
 
 DEFAULT_CONFIG_FILE = Path("faultline.toml")
 """Read by `load_config(None)` when it exists in the working directory."""
@@ -98,7 +99,8 @@ class RuntimeConfig(_Section, frozen=True):
     """Limits of one worker process."""
 
     concurrency: Annotated[int, msgspec.Meta(ge=1)] = 256
-    """Episodes a worker handles at once."""
+    """Handlers a worker runs at once. A handler waiting on its model call gives its place up meanwhile, so
+    against slow models a worker holds many more episodes in flight than this (see docs/models.md)."""
     handler_timeout_s: Seconds = 300.0
     """Longest one `on_message` call may run before it is cancelled."""
     ack_wait_s: Seconds = 60.0
@@ -146,6 +148,9 @@ class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fiel
     script: str = ""
     """`backend = "scripted"`: a rules file (JSON lines, relative to the config file) or
     `package.module:function` (see `faultline.runtime.models.ScriptedBackend`)."""
+    latency: SimLatency = SimLatency()
+    """`backend = "sim"`: the emulated speed of a slow model, `[models.<role>.latency]` (see
+    `faultline.runtime.models.SimLatency`); by default the simulator answers at once."""
 
 
 class RunDefaults(_Section, frozen=True):
@@ -530,6 +535,14 @@ def _check(config: Config, source: str) -> None:
             raise ConfigError(f"{source}: backend must be {known} or package.module:Class - at $.models.{role}.backend")
         if settings.backend == "openai" and not settings.model:
             raise ConfigError(f'{source}: a model name is needed with backend = "openai" - at $.models.{role}.model')
+        problem = settings.latency.problem()
+        if problem:
+            raise ConfigError(f"{source}: {problem} - at $.models.{role}.latency")
+        if settings.latency.emulated and settings.backend != "sim":
+            raise ConfigError(
+                f'{source}: an emulated latency is for backend = "sim" only, and this role\'s is {settings.backend!r}'
+                f' (set distribution = "none" and tokens_per_s = 0 to inherit none) - at $.models.{role}.latency'
+            )
     try:
         parse_roster(config.helpers.roster)
     except ConfigError as exc:

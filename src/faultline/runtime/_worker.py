@@ -46,12 +46,14 @@ and outputs published again carry the same ids, which JetStream drops.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +68,8 @@ from faultline.core import (
     Agent,
     Envelope,
     Handling,
+    LlmRequest,
+    LlmResponse,
     ModelBackend,
     ModelCall,
     NoOutput,
@@ -74,7 +78,6 @@ from faultline.core import (
     RequestFault,
     Subjects,
     Timer,
-    episode_shard,
     failure_envelopes,
     timer_fired,
 )
@@ -95,6 +98,10 @@ class WorkerSettings:
     """How long a quiet input's `NoOutput` marker may wait for later inputs of its instance to cover it."""
     shard: int = 0
     shards: int = 1
+
+
+def shard_of(episode: str, shards: int) -> int:
+    return zlib.crc32(episode.encode()) % shards
 
 
 def consumer_name(agent: str, shard: int, shards: int) -> str:
@@ -160,8 +167,10 @@ class Worker:
     # -- Services, for the contexts ---------------------------------------------------------
 
     def backend_for(self, role: str) -> ModelBackend:
+        """The role's backend; its calls give their handler's place under `concurrency` up while they wait."""
         if role not in self._backends:
-            self._backends[role] = self.backends(role)
+            backend = self.backends(role)
+            self._backends[role] = backend if self._limiter is None else _PlaceFreeingBackend(backend, self._limiter)
         return self._backends[role]
 
     async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
@@ -263,7 +272,7 @@ class Worker:
         """Fire the timers of this worker's share that a worker before it set and never fired."""
         assert self._timers is not None
         for timer in await pending_timers(self.bus, agent):
-            if episode_shard(timer.episode, self.settings.shards) == self.settings.shard:
+            if shard_of(timer.episode, self.settings.shards) == self.settings.shard:
                 assert isinstance(timer.body, Timer)
                 left = max(0.0, timer.ts + timer.body.after_s - time.time())
                 log.info("timer of %s rearmed, %.1fs left", agent, left, extra={"episode": timer.episode})
@@ -282,14 +291,12 @@ class Worker:
                 self._readers[cls.name] = (consumer, scope)
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
-        # Another shard's input is passed over undecoded (and so is dead-lettered, if bad, by that shard alone).
-        if self.settings.shards > 1:
-            episode = self.bus.subjects.episode_in(delivery.subject)
-            if episode_shard(episode, self.settings.shards) != self.settings.shard:
-                await consumer.ack(delivery)
-                return
         env = await self.bus.decode_or_dead_letter(delivery)
-        if env is None or (env.topic and env.sender == cls.name):
+        if (
+            env is None
+            or shard_of(env.episode, self.settings.shards) != self.settings.shard
+            or (env.topic and env.sender == cls.name)
+        ):
             await consumer.ack(delivery)
             return
         held = (consumer.name, delivery.stream_seq)
@@ -489,6 +496,51 @@ async def _next(
         return await inputs.receive()
     with anyio.fail_after(wait_s):
         return await inputs.receive()
+
+
+class _PlaceFreeingBackend:
+    """A backend whose calls give the handler's place under the worker's `concurrency` limit up while the
+    model answers, and take one again before the handler goes on.
+
+    The limit bounds handlers at work, not episodes waiting: against a model that takes seconds per call,
+    a worker holds as many episodes in flight as the runner starts, and runs `concurrency` handlers at once.
+    """
+
+    __slots__ = ("_backend", "_limiter")
+
+    def __init__(self, backend: ModelBackend, limiter: anyio.CapacityLimiter) -> None:
+        self._backend = backend
+        self._limiter = limiter
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        async with _place_given_up(self._limiter):
+            return await self._backend.complete(request)
+
+    async def complete_call(self, request: LlmRequest, call: ModelCall) -> LlmResponse:
+        async with _place_given_up(self._limiter):
+            reporting = getattr(self._backend, "complete_call", None)  # a backend that reports its attempts
+            if reporting is not None:
+                return await reporting(request, call)  # type: ignore[no-any-return]
+            return await self._backend.complete(request)
+
+    async def aclose(self) -> None:
+        await self._backend.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _place_given_up(limiter: anyio.CapacityLimiter) -> AsyncIterator[None]:
+    """Hand the current task's place back for the block, then wait for one again (even when cancelled,
+    so that the `_Slot` around the handler has a place to release)."""
+    try:
+        limiter.release()
+    except RuntimeError:  # a task the handler started itself holds no place
+        yield
+        return
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            await limiter.acquire()
 
 
 class _Slot:

@@ -5,7 +5,9 @@ the controller) without a model server. It follows the task's ground truth and
 makes mistakes at configured rates; nothing it does is a result about models.
 
 The reply is a pure function of the request: no clock, no global randomness.
-Randomness comes from `random.Random(f"sim:{seed}:{task}:{step}")`.
+Randomness comes from `random.Random(f"sim:{seed}:{task}:{step}")`. A role may emulate a
+slow model (`[models.<role>.latency]`, `SimLatency`): the reply is the same, it comes after
+a deterministic wait, and its `latency_s` says how long.
 
 A request with no `sim` metadata (an agent of the user's own) gets the generic policy: the reply
 repeats the last message after `[sim ROLE]` (`_generic`).
@@ -91,10 +93,11 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any, Final, Literal
 
+import anyio
 import msgspec
 
 from faultline._errors import ConfigError, FaultlineError, ModelError
-from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, Usage
+from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall, Usage
 from faultline.envs import (
     EARLY_STOP,
     ERROR_CATEGORIES,
@@ -109,6 +112,7 @@ from faultline.envs import (
 from faultline.faults import INJECTOR_ROLE, simulate
 from faultline.runtime.models._sim_helpers import respond_helper
 from faultline.runtime.models._sim_judge import respond_judge
+from faultline.runtime.models._sim_latency import SimLatency
 from faultline.runtime.models._sim_transcript import AgentView, prompt_word_count, word_count
 
 MAX_USER_TURNS: Final = 30
@@ -189,10 +193,25 @@ class SimBackend:
     model: Final = "sim"
 
     def __init__(self, settings: object = None) -> None:
-        """Built like every backend, from its role's settings; the simulator needs none of them."""
+        """Built like every backend, from its role's settings, of which it reads only `latency` (none: at once)."""
+        latency = getattr(settings, "latency", None)
+        self.latency = latency if isinstance(latency, SimLatency) else SimLatency()
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        return self.respond(request)
+        return await self._answer(request, "", "")
+
+    async def complete_call(self, request: LlmRequest, call: ModelCall) -> LlmResponse:
+        """A call an agent makes: its emulated latency is drawn for its own episode and agent."""
+        return await self._answer(request, call.episode, call.agent)
+
+    async def _answer(self, request: LlmRequest, episode: str, agent: str) -> LlmResponse:
+        """The reply, after the role's emulated latency (see `SimLatency`), which it records as `latency_s`."""
+        response = self.respond(request)
+        if not self.latency.emulated:
+            return response
+        seconds = self.latency.draw(request, response.usage.completion_tokens, episode=episode, agent=agent)
+        await anyio.sleep(seconds)
+        return msgspec.structs.replace(response, latency_s=seconds)
 
     async def aclose(self) -> None:
         return None
