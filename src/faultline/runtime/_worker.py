@@ -52,7 +52,6 @@ import logging
 import math
 import os
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +77,7 @@ from faultline.core import (
     RequestFault,
     Subjects,
     Timer,
+    episode_shard,
     failure_envelopes,
     timer_fired,
 )
@@ -98,10 +98,6 @@ class WorkerSettings:
     """How long a quiet input's `NoOutput` marker may wait for later inputs of its instance to cover it."""
     shard: int = 0
     shards: int = 1
-
-
-def shard_of(episode: str, shards: int) -> int:
-    return zlib.crc32(episode.encode()) % shards
 
 
 def consumer_name(agent: str, shard: int, shards: int) -> str:
@@ -272,7 +268,7 @@ class Worker:
         """Fire the timers of this worker's share that a worker before it set and never fired."""
         assert self._timers is not None
         for timer in await pending_timers(self.bus, agent):
-            if shard_of(timer.episode, self.settings.shards) == self.settings.shard:
+            if episode_shard(timer.episode, self.settings.shards) == self.settings.shard:
                 assert isinstance(timer.body, Timer)
                 left = max(0.0, timer.ts + timer.body.after_s - time.time())
                 log.info("timer of %s rearmed, %.1fs left", agent, left, extra={"episode": timer.episode})
@@ -291,12 +287,14 @@ class Worker:
                 self._readers[cls.name] = (consumer, scope)
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
+        # Another shard's input is passed over undecoded (and so is dead-lettered, if bad, by that shard alone).
+        if self.settings.shards > 1:
+            episode = self.bus.subjects.episode_in(delivery.subject)
+            if episode_shard(episode, self.settings.shards) != self.settings.shard:
+                await consumer.ack(delivery)
+                return
         env = await self.bus.decode_or_dead_letter(delivery)
-        if (
-            env is None
-            or shard_of(env.episode, self.settings.shards) != self.settings.shard
-            or (env.topic and env.sender == cls.name)
-        ):
+        if env is None or (env.topic and env.sender == cls.name):
             await consumer.ack(delivery)
             return
         held = (consumer.name, delivery.stream_seq)
