@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
 from pathlib import Path
 
@@ -13,7 +15,16 @@ from faultline._errors import JournalError, ReplyTimeoutError
 from faultline.bus import Bus
 from faultline.core import Control, Envelope, Note, episode_shard
 from faultline.faults import CONTROL_EPISODE
-from faultline.journal import Journal, JournalReader, create_set, journal_files, shard_path, verify
+from faultline.journal import (
+    Journal,
+    JournalReader,
+    create_set,
+    export_jsonl,
+    import_jsonl,
+    journal_files,
+    shard_path,
+    verify,
+)
 from faultline.runtime import JournalService, ask_journal, check_journal
 from tests.disk import fill
 from tests.journal.conftest import edit_as_attacker, episode_envelopes, incoming
@@ -207,3 +218,22 @@ def test_a_set_is_never_written_with_another_shard_count(tmp_path: Path) -> None
     with pytest.raises(JournalError, match="is a journal file, not a journal set"):
         create_set(tmp_path / "file.sqlite", 2)
     assert msgspec.json.decode((folder / "journal-set.json").read_bytes())["shards"] == 4
+
+
+def test_a_set_exports_shard_by_shard_and_imports_back_as_the_same_set(tmp_path: Path) -> None:
+    folder = tmp_path / "set"
+    _written_set(folder, ["ep-a", "ep-b", "ep-c", "ep-d"])
+    out = io.StringIO()
+    assert export_jsonl(folder, out) == 36
+    lines = out.getvalue().splitlines()
+    assert [json.loads(line) for line in lines if '"type":"shard"' in line] == [
+        {"type": "shard", "shard": 0, "shards": 2},
+        {"type": "shard", "shard": 1, "shards": 2},
+    ]
+    copy = tmp_path / "copy"
+    assert import_jsonl(lines, copy) == 36
+    assert journal_files(copy) == [shard_path(copy, 0), shard_path(copy, 1)]
+    assert verify(copy).head == verify(folder).head
+    with pytest.raises(JournalError, match=r"holds shards \[0\] of 2"):
+        import_jsonl(lines[: lines.index('{"type":"shard","shard":1,"shards":2}')], tmp_path / "half")
+    assert not (tmp_path / "half").exists() and not (tmp_path / "half.importing").exists()

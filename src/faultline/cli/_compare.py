@@ -126,9 +126,9 @@ def _side(label: str, path: Path, found: list[EpisodeSummary], common: set[str])
     with JournalReader(path) as reader:
         for e in chosen:
             assert e.completed_pos is not None
-            completed[e.episode] = _body(reader, e.completed_pos, EpisodeCompleted)
+            completed[e.episode] = _body(reader, e.episode, e.completed_pos, EpisodeCompleted)
             if e.started_pos is not None:
-                roster.update(_body(reader, e.started_pos, EpisodeStarted).roster)
+                roster.update(_body(reader, e.episode, e.started_pos, EpisodeStarted).roster)
         costs = reader.agent_costs(episodes=completed)
     per_task = Counter(e.task for e in chosen)
     result = RunResult(
@@ -147,8 +147,8 @@ def _side(label: str, path: Path, found: list[EpisodeSummary], common: set[str])
     )
 
 
-def _body(reader: JournalReader, pos: int, kind: type[_B]) -> _B:
-    body = reader.row(pos).envelope().body
+def _body(reader: JournalReader, episode: str, pos: int, kind: type[_B]) -> _B:
+    body = reader.row(pos, episode=episode).envelope().body
     assert isinstance(body, kind)
     return body
 

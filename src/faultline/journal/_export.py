@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -35,6 +36,7 @@ from faultline.journal._head import head_path
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import Incoming, JournalRow
 from faultline.journal._schema import BODY_DIGEST, CHAIN, DIGEST, POS, SCHEMA_VERSION, STORED_DIGESTS, JournalSettings
+from faultline.journal._set import create_set, journal_files, shard_path
 from faultline.journal._writer import Journal
 
 
@@ -70,6 +72,7 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ExportedRow)
 _TYPED = '{"type":"row",'
 _SUMMARY = '{"type":"summary"'
+_SHARD = '{"type":"shard"'
 
 
 def export_row(row: JournalRow, *, raw: bool = False, schema: int = 0) -> str:
@@ -99,21 +102,29 @@ def export_jsonl(
     their rows, episode by episode: rows to read, which do not import back (the chain
     runs through every row). `typed` writes the shape of every command's `--json`:
     each row with `"type": "row"`, then a summary line; `import_jsonl` reads both.
+    A journal set is written shard by shard, each after a `{"type": "shard"}` line,
+    and imports back as a set.
     """
     count = 0
-    with JournalReader(path, settings) as reader:
-        if episodes is None:
-            rows: Iterable[JournalRow] = reader.rows()
-        else:
-            rows = (row for _, chosen in reader.by_episode(episodes) for row in chosen)
-        for row in rows:
-            schema = reader.version if row.pos == 1 and reader.version >= STORED_DIGESTS else 0
-            line = export_row(row, raw=raw, schema=schema)
-            out.write(_TYPED + line[1:] if typed else line)
-            out.write("\n")
-            count += 1
-        if typed:
-            out.write(_encoder.encode({"type": "summary", "rows": count, "journal": str(path)}).decode() + "\n")
+    files = journal_files(Path(path))
+    for shard, file in enumerate(files):
+        with JournalReader(file, settings) as reader:
+            if episodes is not None:
+                rows: Iterable[JournalRow] = (
+                    row for e in episodes if reader.has_episode(e) for row in reader.episode_rows(e)
+                )
+            else:
+                if len(files) > 1:
+                    out.write(_encoder.encode(ShardLine(shard=shard, shards=len(files))).decode() + "\n")
+                rows = reader.rows()
+            for row in rows:
+                schema = reader.version if row.pos == 1 and reader.version >= STORED_DIGESTS else 0
+                line = export_row(row, raw=raw, schema=schema)
+                out.write(_TYPED + line[1:] if typed else line)
+                out.write("\n")
+                count += 1
+    if typed:
+        out.write(_encoder.encode({"type": "summary", "rows": count, "journal": str(path)}).decode() + "\n")
     return count
 
 
@@ -128,11 +139,73 @@ def import_jsonl(
 
     The file (with its head record) appears only when every row matched its exported
     digests and chain value; on any mismatch nothing is left behind and ChainError
-    names the row.
+    names the row. An export of a journal set builds the set, a shard at a time.
     """
     dest = Path(dest)
     if dest.exists():
         raise JournalError(f"{dest}: already exists; import only creates new journals")
+    sections = _sections(lines)
+    header, first = next(sections)
+    if header is None:
+        return _import_file(first, dest, batch_rows, settings)
+    partial = dest.with_name(dest.name + ".importing")
+    shutil.rmtree(partial, ignore_errors=True)
+    count, seen = 0, []
+    try:
+        create_set(partial, header.shards)
+        for shard, section in itertools.chain([(header, first)], sections):
+            if shard is None or shard.shards != header.shards or shard.shard in seen:
+                raise JournalError(f"{dest}: the export's shard lines do not describe one journal set")
+            seen.append(shard.shard)
+            count += _import_file(section, shard_path(partial, shard.shard), batch_rows, settings)
+        if sorted(seen) != list(range(header.shards)):
+            raise JournalError(f"{dest}: the export holds shards {sorted(seen)} of {header.shards}; import needs all")
+        os.replace(partial, dest)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return count
+
+
+class ShardLine(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="shard"):
+    """The line before a journal set's shard in an export."""
+
+    shard: int
+    shards: int
+
+
+_shard_decoder = msgspec.json.Decoder(ShardLine)
+
+
+def _sections(lines: Iterable[str | bytes]) -> Iterator[tuple[ShardLine | None, Iterator[str | bytes]]]:
+    """The export cut at its shard lines: (its shard line, or None for a single journal's, its lines)."""
+    numbered: Iterator[tuple[int, str | bytes]] = enumerate(lines, start=1)
+    header: ShardLine | None = None
+    first = next(numbered, None)
+    pending = [first] if first is not None and _is_shard(first[1]) else []
+    if not pending and first is not None:
+        numbered = itertools.chain([first], numbered)
+
+    def until_next_shard() -> Iterator[str | bytes]:
+        for number, line in numbered:
+            if _is_shard(line):
+                pending.append((number, line))
+                return
+            yield line
+
+    while True:
+        if pending:
+            number, line = pending.pop()
+            try:
+                header = _shard_decoder.decode(line)
+            except msgspec.DecodeError as exc:
+                raise JournalError(f"line {number}: not a shard line ({exc})") from None
+        yield header, until_next_shard()
+        if not pending:
+            return
+
+
+def _import_file(lines: Iterable[str | bytes], dest: Path, batch_rows: int, settings: JournalSettings | None) -> int:
     partial = dest.with_name(dest.name + ".importing")
     _remove(partial)
     batches = _batches(lines, batch_rows)
@@ -173,6 +246,12 @@ def _batches(lines: Iterable[str | bytes], size: int) -> Iterator[list[tuple[int
             batch = []
     if batch:
         yield batch
+
+
+def _is_shard(line: str | bytes) -> bool:
+    if isinstance(line, bytes):
+        return line.startswith(_SHARD.encode())
+    return line.startswith(_SHARD)
 
 
 def _is_summary(line: str | bytes) -> bool:

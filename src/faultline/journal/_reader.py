@@ -309,8 +309,9 @@ class JournalReader:
             return self._files[0].head
         return digest(" ".join(file.head for file in self._files).encode())
 
-    def row(self, pos: int) -> JournalRow:
-        return self._single("a row by position").row(pos)
+    def row(self, pos: int, *, episode: str = "") -> JournalRow:
+        """The row at `pos`; in a set, at `pos` of the file that holds `episode` (an `EpisodeSummary`'s positions)."""
+        return (self._of(episode) if episode else self._single("a row by position")).row(pos)
 
     # -- scans ---------------------------------------------------------------------------------
 
