@@ -5,12 +5,20 @@ wildcard subscription, like nats-py's `publish_async`; but a publish here costs
 a dict entry and a counter, where `publish_async` costs a future, two
 callbacks, a random token and a JSON parse into a dataclass. At the bus's rates
 that difference is a third of the publisher's CPU per message.
+
+A publish sent again keeps the reply subjects of its earlier copies: a busy
+process reads its answers late, often after its own timer had it send the
+publish again, and the answer to any copy confirms it (the copies share one
+message id, so JetStream stores one). The connection also notes the last
+confirmation it read, so that a publisher can tell a stream that answers
+nothing from a process that has not read the answers yet.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import msgspec
 import nats.errors
@@ -57,6 +65,12 @@ class Publish:
     """Why JetStream did not store it ("" if it did)."""
     transient: bool = False
     """Whether sending it again may succeed (no stream leader for now)."""
+    round: Round | None = None
+    """The round whose waiter its next answer wakes."""
+    token: int = 0
+    """The number of its latest copy: answers to later numbers read before its own say that copy was lost."""
+    tokens: list[str] = field(default_factory=list)
+    """The reply tokens of its copies still awaiting an answer."""
 
 
 class Round:
@@ -108,28 +122,39 @@ class Round:
 
 
 class Confirmations:
-    """The answers to one connection's publishes, at most `window` awaited at once."""
+    """The answers to one connection's publishes, at most `window` publishes awaited at once."""
 
     def __init__(self, nc: NatsClient, window: int) -> None:
         self._nc = nc
         self._window = window
         self._prefix = ""
         self._count = 0
-        self._waiting: dict[str, tuple[Publish, Round]] = {}
+        self._awaited = 0
+        """Publishes with a copy awaiting its answer (each counts once, however many copies it has)."""
+        self._waiting: dict[str, Publish] = {}
         self._room = asyncio.Event()
         self._starting = asyncio.Lock()
+        self.confirmed_token = 0
+        """The highest copy number JetStream confirmed (stored or found a duplicate), as read so far."""
+        self.confirmed_at = -math.inf
+        """When (the event loop's clock) this process last read a confirmation."""
 
     async def send(self, publish: Publish, round_: Round) -> None:
-        """Publish; its answer completes `round_`. BusError when the connection cannot take it."""
+        """Publish (a copy of) `publish`; its next answer completes it in `round_`. BusError when the
+        connection cannot take it."""
         if not self._prefix:
             await self._start()
-        while len(self._waiting) >= self._window:
-            self._room.clear()
-            await self._room.wait()
+        if not publish.tokens:
+            while self._awaited >= self._window:
+                self._room.clear()
+                await self._room.wait()
+            self._awaited += 1
         self._count += 1
         token = str(self._count)
         publish.answered, publish.failure, publish.transient = False, "", False
-        self._waiting[token] = (publish, round_)
+        publish.round, publish.token = round_, self._count
+        publish.tokens.append(token)
+        self._waiting[token] = publish
         round_.sent()
         try:
             await self._nc.publish(
@@ -140,14 +165,30 @@ class Confirmations:
             )
         except nats.errors.Error as exc:
             del self._waiting[token]
+            publish.tokens.remove(token)
+            if not publish.tokens:
+                self._release()
             raise BusError(f"publish to {publish.subject} failed: {exc}") from None
 
+    @staticmethod
+    def wait_again(publish: Publish, round_: Round) -> None:
+        """Wait in `round_` for an answer to a copy already sent (this process may not have read it yet)."""
+        publish.round = round_
+        round_.sent()
+
     def forget(self, publishes: list[Publish]) -> None:
-        """Stop waiting for the answers of `publishes` not answered yet (one that comes late is dropped)."""
-        unanswered = {id(publish) for publish in publishes if not publish.answered}
-        if unanswered:
-            for token in [token for token, (publish, _) in self._waiting.items() if id(publish) in unanswered]:
-                del self._waiting[token]
+        """Stop waiting for the answers of `publishes` (one that comes late is dropped)."""
+        for publish in publishes:
+            if publish.tokens:
+                for token in publish.tokens:
+                    del self._waiting[token]
+                publish.tokens.clear()
+                self._release()
+
+    def _release(self) -> None:
+        """A publish awaits no answer any more: its place in the window is free."""
+        self._awaited -= 1
+        if self._awaited < self._window:
             self._room.set()
 
     async def _start(self) -> None:
@@ -163,26 +204,39 @@ class Confirmations:
 
     async def _on_answer(self, msg: Msg) -> None:
         """Record an answer. Nothing here raises: nats-py would hand it to its error callback, unseen."""
-        entry = self._waiting.pop(msg.subject[len(self._prefix) :], None)
-        if entry is None:
-            return  # the answer to a publish given up and sent again
-        publish, round_ = entry
+        token = msg.subject[len(self._prefix) :]
+        publish = self._waiting.pop(token, None)
+        if publish is None:
+            return  # the answer to a publish confirmed already, or given up
+        publish.tokens.remove(token)
+        seq, failure, transient = 0, "", False
         if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS:
-            publish.failure, publish.transient = "no stream answered (none has a leader now)", True
+            failure, transient = "no stream answered (none has a leader now)", True
         else:
             try:
                 answer = _decode_answer(msg.data)
             except msgspec.DecodeError:
                 answer = _Answer(error=_Refusal(description=f"unreadable answer {bytes(msg.data[:120])!r}"))
             if answer.error is None:
-                publish.seq = answer.seq
+                seq = answer.seq
             else:
                 refusal = answer.error
-                publish.failure = f"{refusal.description} (code {refusal.code})"
+                failure = f"{refusal.description} (code {refusal.code})"
                 # A retry whose first copy is still being stored (after a leader change) is answered
                 # "duplicate message id is in process": sent again, it is found a duplicate once stored.
-                publish.transient = refusal.code == SERVICE_UNAVAILABLE or refusal.err_code == DUPLICATE_IN_PROCESS
-        publish.answered = True
-        round_.answered()
-        if len(self._waiting) < self._window:
-            self._room.set()
+                transient = refusal.code == SERVICE_UNAVAILABLE or refusal.err_code == DUPLICATE_IN_PROCESS
+        if not failure:
+            self.confirmed_token = max(self.confirmed_token, int(token))
+            self.confirmed_at = asyncio.get_running_loop().time()
+        if not publish.answered:
+            publish.seq, publish.failure, publish.transient, publish.answered = seq, failure, transient, True
+            if publish.round is not None:
+                publish.round.answered()
+        elif publish.failure and not failure:  # an earlier copy was stored after all
+            publish.seq, publish.failure, publish.transient = seq, "", False
+        if not failure:
+            for other in publish.tokens:  # its other copies' answers say nothing new
+                del self._waiting[other]
+            publish.tokens.clear()
+        if not publish.tokens:
+            self._release()

@@ -350,36 +350,63 @@ class Bus:
         """Wait until JetStream confirmed every publish, sending the unconfirmed ones again with the same
         message ids (the duplicate window stores each once) until `publish_retry_s` has passed.
 
-        PublishRefusedError as soon as NATS refuses one; BusError when the stream said no, or stayed silent.
+        An answer this process has not read yet is not a lost publish: while confirmations keep being
+        read, a publish that nothing sent after it has overtaken is waited for, not sent again, for as
+        long as that takes. It fails only when no confirmation at all was read for `publish_retry_s`
+        (the stream is unreachable), or when publishes sent after it were confirmed and it was not, past
+        the time it may be sent again. PublishRefusedError as soon as NATS refuses one; BusError when
+        the stream said no.
         """
-        settings = self.settings
-        deadline = anyio.current_time() + settings.publish_retry_s
+        settings, acks = self.settings, self._acks
+        resend_until = anyio.current_time() + settings.publish_retry_s
         delay = RETRY_BACKOFF_S
+        overtaken: set[int] = set()
+        """Publishes (ids) found overtaken at the last look, past the time to send them again."""
         try:
             while True:
                 unconfirmed = await self._confirm(publishes, round_)
                 if not unconfirmed:
                     return
-                if anyio.current_time() + delay > deadline:
-                    raise BusError(
-                        f"JetStream did not confirm {len(unconfirmed)} publish(es) within"
-                        f" {settings.publish_retry_s:g}s ({unconfirmed[0][1]}): is the stream's cluster down,"
-                        " or without a leader?"
+                now = anyio.current_time()
+                silent_s = now - acks.confirmed_at
+                resend: list[Publish] = []
+                waiting: list[Publish] = []
+                for publish, why in unconfirmed:
+                    behind = acks.confirmed_token < publish.token and silent_s < settings.publish_timeout_s
+                    if behind and not publish.answered:
+                        waiting.append(publish)  # confirmations are being read and its turn has not come
+                    elif now + delay <= resend_until:
+                        resend.append(publish)
+                    elif publish.answered or id(publish) in overtaken or silent_s >= settings.publish_retry_s:
+                        raise BusError(
+                            f"JetStream did not confirm {len(unconfirmed)} publish(es) within"
+                            f" {settings.publish_retry_s:g}s ({why}): is the stream's cluster down,"
+                            " or without a leader?"
+                        )
+                    else:
+                        waiting.append(publish)
+                overtaken = {id(p) for p in waiting if acks.confirmed_token > p.token}
+                if resend:
+                    log.warning(
+                        "JetStream did not confirm %d publish(es) (%s); sending them again in %.1fs with the same ids",
+                        len(resend),
+                        unconfirmed[0][1],
+                        delay,
                     )
-                log.warning(
-                    "JetStream did not confirm %d publish(es) (%s); sending them again in %.1fs with the same ids",
-                    len(unconfirmed),
-                    unconfirmed[0][1],
-                    delay,
-                )
-                await anyio.sleep(delay)
-                delay = min(2 * delay, RETRY_BACKOFF_MAX_S)
+                    await anyio.sleep(delay)
+                    delay = min(2 * delay, RETRY_BACKOFF_MAX_S)
                 round_ = Round()
-                for publish, _ in unconfirmed:
-                    await self._acks.send(publish, round_)
-        finally:
-            if not round_.complete:
-                self._acks.forget(publishes)
+                for publish in waiting:
+                    if not publish.answered:
+                        acks.wait_again(publish, round_)
+                    elif publish.failure:
+                        resend.append(publish)  # refused for now meanwhile: sent again with the others
+                for publish in resend:
+                    if not publish.answered or publish.failure:  # still unconfirmed after the wait
+                        await acks.send(publish, round_)
+        except BaseException:
+            acks.forget(publishes)
+            raise
 
     async def _confirm(self, publishes: list[Publish], round_: Round) -> list[tuple[Publish, str]]:
         """Wait up to `publish_timeout_s` for the round's answers; the publishes worth sending again, with why.
@@ -401,8 +428,6 @@ class Bus:
             finally:
                 timer.cancel()
                 self._refusals.rounds.discard(round_)
-        if not round_.complete:
-            self._acks.forget(publishes)  # frees each one's place in the window of unconfirmed publishes
         unconfirmed = []
         for publish in publishes:
             if not publish.answered:
