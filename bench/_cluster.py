@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import nats.errors
 
+from bench._proxy import Network
 from faultline._errors import BusError
 from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, free_port
 
@@ -35,9 +36,17 @@ leader is noticed within seconds."""
 """How often the cluster's state is asked again while waiting for it to change."""
 
 
+ADVERTISED_ROUTE = "127.0.0.1:1"
+"""What a node behind proxies tells the others its cluster address is: a port nothing listens on, so a node
+that learns of a third one from a second never routes to it around the proxy (routes it has not been given
+are tried once, and this one is refused)."""
+
+
 @dataclass
 class Cluster:
     nodes: dict[str, EmbeddedServer]
+    network: Network | None = None
+    """The links every route goes through, when the cluster was made with one."""
 
     @property
     def url(self) -> str:
@@ -48,27 +57,48 @@ class Cluster:
         assert pid is not None, f"node {name} is not running"
         return pid
 
+    async def client_url(self, process: str) -> str:
+        """The URLs by which `process` reaches the nodes: through a link of its own to each, when the cluster
+        has a network (made on first asking), else straight to them."""
+        if self.network is None:
+            return self.url
+        for name, node in self.nodes.items():
+            if (process, name) not in self.network.links:
+                await self.network.link(process, name, node.port)
+        return self.network.urls(process, self.nodes)
+
 
 @asynccontextmanager
-async def cluster(tmp_path: Path, access: Access) -> AsyncIterator[Cluster]:
-    """Three nats-server processes routed to each other, with JetStream and the system's users."""
-    routes = [f"nats://127.0.0.1:{free_port()}" for _ in NODES]
+async def cluster(tmp_path: Path, access: Access, network: Network | None = None) -> AsyncIterator[Cluster]:
+    """Three nats-server processes routed to each other, with JetStream and the system's users.
+
+    With `network`, node i reaches node j's cluster port only through the link i>j, and no node advertises
+    an address that goes around the links, to the other nodes or to clients."""
+    ports = {name: free_port() for name in NODES}
+    routes = {name: [f"nats://127.0.0.1:{ports[other]}" for other in NODES] for name in NODES}
+    around: tuple[str, ...] = ()
+    if network is not None:
+        for name in NODES:
+            links = [await network.link(name, other, ports[other]) for other in NODES if other != name]
+            routes[name] = [link.url for link in links]
+        around = ("--cluster_advertise", ADVERTISED_ROUTE, "--no_advertise=true")
     with ExitStack() as stack:
         nodes = {}
-        for name, route in zip(NODES, routes, strict=True):
+        for name in NODES:
             args = (
                 "--server_name",
                 name,
                 "--cluster_name",
                 "faultline",
                 "--cluster",
-                route,
+                f"nats://127.0.0.1:{ports[name]}",
                 "--routes",
-                ",".join(routes),
+                ",".join(routes[name]),
+                *around,
             )
             node = EmbeddedServer(store_dir=tmp_path / name, config_file=access.server_config, extra_args=args)
             nodes[name] = stack.enter_context(node)
-        yield Cluster(nodes)
+        yield Cluster(nodes, network)
 
 
 async def stream_ready(url: str, access: Access) -> None:

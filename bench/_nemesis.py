@@ -1,11 +1,12 @@
-"""A seeded nemesis: a schedule of process faults drawn from one seed, applied to a live clustered system.
+"""A seeded nemesis: a schedule of process and network faults drawn from one seed, applied to a live clustered system.
 
 The schedule is a value (`Schedule`, printable and JSON): the same seed and episode count draw the same
 faults, so a failing run is rerun exactly with its seed. Faults are applied one after another, each
 once enough episodes have completed; the next waits until every process is back and the stream's
-three replicas are current, so no fault ever takes the stream's majority. A kind is a member of `Kind`
-with its way to apply and undo it in `Nemesis._apply`: partitions, disk faults and clock jumps are kinds
-still to add.
+three replicas are current, so no fault ever takes the stream's majority (one node cut or stopped at a
+time). A kind is a member of `Kind` with its way to apply and undo it in `Nemesis._apply`. Network faults
+act on the links of the cluster's network (`bench._proxy`): every route between nodes and every process's
+connection to a node goes through one. Disk faults and clock jumps are kinds still to add.
 """
 
 from __future__ import annotations
@@ -40,12 +41,24 @@ class Kind(StrEnum):
     """SIGKILL. The supervisor restarts a worker or the journal; the nemesis restarts a node after `duration_s`."""
     PAUSE = "pause"
     """SIGSTOP, then SIGCONT after `duration_s`: a process that is alive, holds its sockets, and answers nothing."""
+    PARTITION = "partition"
+    """Every link from or to the target dropped and refused for `duration_s`, then healed: a node cut from the
+    other two and from every process (the leader included), or a process cut from all three nodes."""
+    DELAY = "delay"
+    """Every chunk through the target's links held a time drawn in [0, `latency_s`], for `duration_s`."""
 
 
 KINDS = tuple(Kind)
-DURATIONS_S = {Kind.KILL: (0.5, 3.0), Kind.PAUSE: (1.0, 6.0)}
-"""The range each kind's duration is drawn from: how long a node stays down, or a process stopped. A killed
-worker or journal has none: the supervisor restarts it when its backoff says."""
+PROCESS_KINDS = (Kind.KILL, Kind.PAUSE)
+"""The kinds of the first schedules: a seed drawn with only these draws the schedule it drew before the
+network kinds were added."""
+NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY)
+"""The kinds that need the cluster's network (`Cluster.network`)."""
+DURATIONS_S = {Kind.KILL: (0.5, 3.0), Kind.PAUSE: (1.0, 6.0), Kind.PARTITION: (1.0, 8.0), Kind.DELAY: (2.0, 8.0)}
+"""The range each kind's duration is drawn from: how long a node stays down, a process stopped, or a link cut
+or slowed. A killed worker or journal has none: the supervisor restarts it when its backoff says."""
+LATENCIES_S = (0.05, 1.0)
+"""The range a delay's `latency_s` is drawn from: up to a second, as long as a client's ping interval."""
 
 
 class Fault(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,10 +70,13 @@ class Fault(msgspec.Struct, frozen=True, kw_only=True):
     delay_s: float
     """...and this much wall time has passed since."""
     duration_s: float
+    latency_s: float = 0.0
+    """A delay's most a chunk is held."""
 
     def describe(self) -> str:
+        held = f" up to {self.latency_s:g}s a chunk" if self.latency_s else ""
         lasting = f" for {self.duration_s:g}s" if self.duration_s else ""
-        return f"{self.kind} {self.target}{lasting} after {self.after_episodes} episodes + {self.delay_s:g}s"
+        return f"{self.kind} {self.target}{held}{lasting} after {self.after_episodes} episodes + {self.delay_s:g}s"
 
 
 class Schedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +92,7 @@ class Schedule(msgspec.Struct, frozen=True, kw_only=True):
 def draw_schedule(seed: int, episodes: int, processes: Sequence[str], kinds: Sequence[Kind] = KINDS) -> Schedule:
     """The schedule of `seed`: one fault per EPISODES_PER_FAULT episodes, each at a count drawn in its own
     slice of the run's first three quarters (so that later faults still meet running episodes), of a kind,
-    target, delay and duration drawn from `random.Random(seed)`."""
+    target, delay and duration (and a delay's latency) drawn from `random.Random(seed)`."""
     rng = random.Random(seed)
     targets = [*processes, *NODES, LEADER]
     count = max(1, episodes // EPISODES_PER_FAULT)
@@ -89,7 +105,17 @@ def draw_schedule(seed: int, episodes: int, processes: Sequence[str], kinds: Seq
         delay_s, duration_s = round(rng.uniform(*DELAY_S), 2), round(rng.uniform(*DURATIONS_S[kind]), 2)
         if kind is Kind.KILL and target in processes:
             duration_s = 0.0  # the supervisor decides when it comes back
-        faults.append(Fault(kind=kind, target=target, after_episodes=after, delay_s=delay_s, duration_s=duration_s))
+        latency_s = round(rng.uniform(*LATENCIES_S), 2) if kind is Kind.DELAY else 0.0  # drawn last: old seeds hold
+        faults.append(
+            Fault(
+                kind=kind,
+                target=target,
+                after_episodes=after,
+                delay_s=delay_s,
+                duration_s=duration_s,
+                latency_s=latency_s,
+            )
+        )
     return Schedule(seed=seed, episodes=episodes, faults=tuple(faults))
 
 
@@ -101,8 +127,8 @@ class Applied(msgspec.Struct, kw_only=True):
     """The node or process it hit (the leader's name for `leader`)."""
     began_s: float
     ended_s: float
-    """When the nemesis stopped interfering: SIGCONT sent, the node restarted, or (a supervised process
-    killed) the kill itself, since the system brings that one back alone."""
+    """When the nemesis stopped interfering: SIGCONT sent, the node restarted, the links healed, or (a
+    supervised process killed) the kill itself, since the system brings that one back alone."""
     back_s: float = 0.0
     """When every process served again and the stream's replicas were current."""
     recovered_s: float | None = None
@@ -167,6 +193,8 @@ class Nemesis:
         bus = self.supervisor.bus
         assert bus is not None
         target = await stream_leader(bus) if fault.target == LEADER else fault.target
+        if fault.kind in NETWORK_KINDS:
+            return await self._steer(fault, target)
         if target in self.cluster.nodes:
             pid = self.cluster.pid(target)
             apply = self._kill_node if fault.kind is Kind.KILL else self._pause_node
@@ -204,6 +232,27 @@ class Nemesis:
 
     async def _pause_process(self, fault: Fault, name: str, pid: int) -> Applied:
         began_s, ended_s = await self._paused(pid, fault.duration_s)
+        return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
+
+    async def _steer(self, fault: Fault, name: str) -> Applied:
+        """Cut or slow every link from or to `name` for the fault's duration, then heal them."""
+        network = self.cluster.network
+        assert network is not None, f"{fault.kind} needs a cluster made with a network"
+        links = network.touching(name)
+        assert links, f"no link from or to {name}"
+        for link in links:
+            if fault.kind is Kind.PARTITION:
+                link.partition()
+            else:
+                link.delay(fault.latency_s)
+        began_s = self.progress.now()
+        try:
+            await anyio.sleep(fault.duration_s)
+        finally:
+            for link in links:  # also when the run is cancelled: no link is left cut
+                link.heal()
+        ended_s = self.progress.now()
+        await self._replicas_current()
         return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
 
     async def _paused(self, pid: int, duration_s: float) -> tuple[float, float]:

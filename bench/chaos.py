@@ -1,12 +1,17 @@
-"""Chaos: seeded schedules of process faults against a 3-node JetStream cluster (R3) while episodes run.
+"""Chaos: seeded schedules of process and network faults against a 3-node JetStream cluster (R3) while episodes run.
 
 Each schedule starts a fresh system (three nats-server nodes on loopback, the journal service and two
 worker processes under the supervisor, the built-in retail system on the sim model), runs `--episodes`
 episodes four at a time, and meanwhile applies the faults drawn from its seed: SIGKILL, or SIGSTOP then
-SIGCONT, of a worker, the journal service, any node or the stream's leader. While faults are left
+SIGCONT, of a worker, the journal service, any node or the stream's leader; a partition of a node (from
+the other two and from every process) or of a process (from the three nodes), healed after a while; a
+delay on every link of a node or a process. Every route between nodes, and every connection of the
+runner, the journal and the workers to a node, goes through a link of the proxy (`bench._proxy`) that
+the nemesis cuts, slows and heals. `--kinds` draws from fewer kinds (`kill,pause` draws the schedules
+of seeds run before the network kinds were added). While faults are left
 once those episodes are done, more run, four at a time, so that every fault meets running episodes;
 the checker counts them like the others. Time to recover is from a fault's end (SIGCONT sent, the node
-restarted, or the kill of a process the supervisor restarts) to the next completed episode. Once the schedule has ended
+restarted, the links healed, or the kill of a process the supervisor restarts) to the next completed episode. Once the schedule has ended
 and every process serves again, the checker compares what the runner started with what the journal
 holds (none lost, none twice), verifies the journal and replays it. Schedule i uses seed `--seed` + i;
 a failing schedule is rerun alone with `--seed` and `--schedules 1`.
@@ -26,6 +31,7 @@ import time
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +41,21 @@ import msgspec
 from bench._checker import Verdict, check
 from bench._cluster import CLUSTER_CONFIG, cluster, stream_ready
 from bench._common import machine
-from bench._nemesis import Nemesis, Progress, Schedule, draw_schedule, percentile
+from bench._nemesis import KINDS, Kind, Nemesis, Progress, Schedule, draw_schedule, percentile
+from bench._proxy import network
 from faultline._errors import FaultlineError
 from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal, worker_specs
 from faultline.bus import Bus
 from faultline.envs import load_domain
-from faultline.runtime import Supervisor, bus_settings, completing_agents, load_config, parse_config, system_access
+from faultline.runtime import (
+    ProcessSpec,
+    Supervisor,
+    bus_settings,
+    completing_agents,
+    load_config,
+    parse_config,
+    system_access,
+)
 
 AGENTS: tuple[str, ...] = ("env", "tool", "user")
 """The built-in tool-use system's agents, in the worker group `main`."""
@@ -76,6 +91,19 @@ class ScheduleReport(msgspec.Struct, kw_only=True):
         return self.verdict.ok and not self.runner_error
 
 
+@dataclass
+class LinkedSupervisor(Supervisor):
+    """A supervisor that starts each process with its own URLs: its links to the nodes."""
+
+    urls: dict[str, str] = field(default_factory=dict)
+
+    def _argv(self, spec: ProcessSpec) -> list[str]:
+        argv = super()._argv(spec)
+        at = argv.index("--nats") + 1
+        argv[at] = self.urls.get(spec.name, argv[at])
+        return argv
+
+
 def processes() -> list[str]:
     """The supervised processes a schedule may hit: the journal service and each worker."""
     config = parse_config(tomllib.loads(CONFIG))
@@ -102,12 +130,13 @@ async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
     result = RunResult(list(itertools.islice(pool, schedule.episodes)))
     runner_error = ""
     began = time.monotonic()
-    async with cluster(workdir, access) as nodes:
+    async with network(schedule.seed) as net, cluster(workdir, access, net) as nodes:
         await stream_ready(nodes.url, access)
-        supervisor = Supervisor(
+        supervisor = LinkedSupervisor(
             journal_path=journal,
             workers=worker_specs(config, GROUPS, config_path),
-            nats_url=nodes.url,
+            nats_url=await nodes.client_url("runner"),
+            urls={name: await nodes.client_url(name) for name in processes()},
             log_dir=workdir / "logs",
             extra_args=("--config", str(config_path)),
             access=access,
@@ -213,7 +242,7 @@ def print_report(report: ScheduleReport, say: Callable[[str], None]) -> None:
 async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     reports, broken = [], {}
     for i in range(args.schedules):
-        schedule = draw_schedule(args.seed + i, args.episodes, processes())
+        schedule = draw_schedule(args.seed + i, args.episodes, processes(), args.kinds)
         say(schedule.describe())
         report = await _attempt(schedule, args.keep)
         if isinstance(report, str):  # a process or node that never came back: the next schedule runs
@@ -253,6 +282,13 @@ async def _run_in(schedule: Schedule, keep: str) -> ScheduleReport:
         return await run_schedule(schedule, Path(temporary))
 
 
+def _kinds(text: str) -> tuple[Kind, ...]:
+    try:
+        return tuple(Kind(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"kinds are among {', '.join(KINDS)}, not {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schedules", type=int, default=1)
@@ -260,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="schedule i draws from seed + i")
     parser.add_argument("--json", default="", metavar="PATH", help="also write the schedules and results here")
     parser.add_argument("--keep", default="", metavar="DIR", help="run each schedule in DIR/seed-S and keep it")
+    parser.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=KINDS,
+        help=f"the fault kinds drawn, comma-separated (default {','.join(KINDS)})",
+    )
     args = parser.parse_args(argv)
     result = anyio.run(main_async, args, lambda line: print(line, flush=True))
     if args.json:

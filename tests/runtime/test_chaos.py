@@ -94,7 +94,7 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
 
     monkeypatch.setattr(chaos, "_run_in", never_back)
     said: list[str] = []
-    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="")
+    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="", kinds=KINDS)
     summary = (await chaos.main_async(args, said.append))["summary"]
     broken = {seed: f"TimeoutError: seed {seed}: the stream's replicas were not current" for seed in (5, 6)}
     assert summary["broken_schedules"] == broken and summary["failed_schedules"] == [5, 6]
