@@ -6,6 +6,7 @@ import anyio
 import pytest
 from nats.aio.msg import Msg
 
+from faultline._errors import BusError
 from faultline.bus import Bus, BusSettings, Consumer, EmbeddedServer
 from faultline.core import (
     RUNNER,
@@ -363,3 +364,73 @@ async def test_every_subscriber_of_a_topic_message_leaves_outputs_of_its_own(bus
         ("right", "recording"),
     ]
     assert len({e.id for e in answers}) == 4
+
+
+async def test_a_restarted_worker_reads_histories_a_bounded_number_at_a_time(bus: Bus) -> None:
+    """A worker restarted with many episodes in flight rebuilds each instance from its history, at most
+    `recovery_reads` read at once (thousands of consumers opened together time out on the server)."""
+    first = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
+        tg.start_soon(first.run)
+        await first.wait_ready()
+        await run_episode(bus, completions, "before", "pinger")
+        first.stop()
+    episodes = [f"ep{i}" for i in range(24)]
+    for e in episodes:  # begun while no worker runs: the restarted one meets them all at once
+        await start_episode(bus, e, "pinger", EpisodeStarted(task="toy"))
+    reading = most = 0
+    read_stored = bus.read_stored
+
+    async def counted(subjects, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal reading, most
+        if not any(subject.startswith("fl.rec.") for subject in subjects):  # not a history: the timers
+            return await read_stored(subjects, *args, **kwargs)
+        reading += 1
+        most = max(most, reading)
+        try:
+            return await read_stored(subjects, *args, **kwargs)
+        finally:
+            reading -= 1
+
+    bus.read_stored = counted  # type: ignore[method-assign]
+    second = Worker(
+        bus, [Pinger, Ponger], backends=lambda role: EchoBackend(), settings=WorkerSettings(recovery_reads=2)
+    )
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
+        tg.start_soon(second.run)
+        await second.wait_ready()
+        with anyio.fail_after(60):
+            done = await completions.wait(episodes)
+        second.stop()
+    assert {c.outcome for c in done.values()} == {"success"}
+    assert most == 2  # histories were read, two at a time
+
+
+async def test_a_restarted_worker_asks_again_for_its_timers_while_the_stream_does_not_answer(bus: Bus) -> None:
+    """Reading the timers a worker before it left is asked for again, like a history: a stream busy or
+    electing a leader at the restart does not end the worker."""
+    first = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
+        tg.start_soon(first.run)
+        await first.wait_ready()
+        await run_episode(bus, completions, "before", "pinger")
+        first.stop()
+    refused = 0
+    read_stored = bus.read_stored
+
+    async def refuse_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal refused
+        if not refused:
+            refused += 1
+            raise BusError("opening consumer of fl.ev.timer.* failed: nats: timeout")
+        return await read_stored(*args, **kwargs)
+
+    bus.read_stored = refuse_once  # type: ignore[method-assign]
+    second = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
+    async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
+        tg.start_soon(second.run)
+        with anyio.fail_after(20):
+            await second.wait_ready()
+        await run_episode(bus, completions, "after", "pinger")
+        second.stop()
+    assert refused == 1

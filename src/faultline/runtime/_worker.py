@@ -98,6 +98,9 @@ class WorkerSettings:
     """How long a quiet input's `NoOutput` marker may wait for later inputs of its instance to cover it."""
     shard: int = 0
     shards: int = 1
+    recovery_reads: int = 8
+    """How many instances a restarted worker reads the history of at once: thousands met at once, each
+    reading through a consumer of its own, would have the server time the consumers out."""
 
 
 def consumer_name(agent: str, shard: int, shards: int) -> str:
@@ -147,6 +150,7 @@ class Worker:
     _recovering: set[str] = field(default_factory=set)
     _backends: dict[str, ModelBackend] = field(default_factory=dict)
     _limiter: anyio.CapacityLimiter | None = None
+    _history_reads: anyio.CapacityLimiter | None = None
     _finished: dict[str, float] = field(default_factory=dict)
     _held: dict[tuple[str, int], tuple[Consumer, Delivery]] = field(default_factory=dict)
     """Deliveries queued or being handled, not acknowledged yet, by (consumer, stream sequence): the
@@ -183,6 +187,7 @@ class Worker:
     async def run(self) -> None:
         """Serve until `stop()`; then finish the messages in hand (within the drain timeout)."""
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
+        self._history_reads = anyio.CapacityLimiter(self.settings.recovery_reads)
         s = self.bus.subjects
         subs = [
             await self.bus.subscribe(s.svc("status"), self._on_status),
@@ -267,7 +272,7 @@ class Worker:
     async def _rearm(self, agent: str) -> None:
         """Fire the timers of this worker's share that a worker before it set and never fired."""
         assert self._timers is not None
-        for timer in await pending_timers(self.bus, agent):
+        for timer in await asked_again(functools.partial(pending_timers, self.bus, agent)):
             if episode_shard(timer.episode, self.settings.shards) == self.settings.shard:
                 assert isinstance(timer.body, Timer)
                 left = max(0.0, timer.ts + timer.body.after_s - time.time())
@@ -365,14 +370,16 @@ class Worker:
 
         A restarted worker cannot tell an episode that began before the crash from
         a new one without looking, so it looks for every instance it creates (one
-        short read of the stream each). Outputs of the replayed inputs are in the
+        short read of the stream each, at most `recovery_reads` at once). Outputs of the replayed inputs are in the
         stream already, so none is published; if today's code no longer matches
         the recordings, the instance is broken and its episode fails with the cause.
         """
         instance.rebuilt = True
         if cls.name not in self._recovering:
             return
-        history = await load_history(self.bus, env.episode, cls.name, cls.topics, seq)
+        assert self._history_reads is not None
+        async with self._history_reads:
+            history = await load_history(self.bus, env.episode, cls.name, cls.topics, seq)
         instance.recorded = history.recordings
         for earlier in history.inputs:
             messages, _ = await self.bus.interceptors.inbound(earlier, cls.name)
