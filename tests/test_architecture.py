@@ -50,6 +50,29 @@ print(loaded)
     assert out.strip() == "[]"
 
 
+@pytest.mark.parametrize(
+    ("command", "ran"),
+    [
+        (["replay", "JOURNAL", "--json"], "faultline.replay._replay"),
+        (["journal", "verify", "JOURNAL"], "faultline.journal._verify"),
+    ],
+)
+def test_the_replay_and_verify_commands_load_no_nats(tmp_path: Path, command: list[str], ran: str) -> None:
+    """`faultline replay` and `faultline journal verify`, run as a user runs them, import neither NATS
+    nor the bus: only what they use, so that their start-up stays short."""
+    journal = shutil.copy(Path(__file__).parent / "replay" / "golden" / "runs.db", tmp_path / "runs.db")
+    args = [str(journal) if arg == "JOURNAL" else arg for arg in command]
+    script = f"""
+import sys
+from faultline.cli import main
+code = main({args!r})
+print(code, sorted(m for m in sys.modules if m in ({ran!r}, "nats") or m.startswith(("nats.", "faultline.bus"))))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == f"0 [{ran!r}]"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("options", [["--memory", "topk"], ["--helpers", "dce,tsa,tor,planner,verifier,memory:3"]])
 def test_replay_of_a_journal_recorded_with_memory_or_helpers_loads_no_nats(tmp_path: Path, options: list[str]) -> None:

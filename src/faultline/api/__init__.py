@@ -13,50 +13,57 @@
 calls these. Below them, `RunPlan` and `run_plan` run planned episodes on a bus a program holds.
 """
 
-from faultline.api._journal import attribute, failed_episodes, replay
-from faultline.api._overhead import TokenOverhead, token_overhead
-from faultline.api._plan import (
-    PlannedEpisode,
-    RunPlan,
-    RunResult,
-    Summary,
-    costed,
-    episode_id,
-    pass_hat_k,
-    plan_episodes,
-    plan_records,
-    repeated,
-    run_plan,
-    start_envelopes,
-    summarize,
-    wait_for_journal,
-    with_costs,
-)
-from faultline.api._run import (
-    SIM_NOTE,
-    RunProgress,
-    RunReport,
-    RunSpec,
-    memory_mode,
-    run,
-    run_limits,
-    uses_sim,
-    with_system,
-)
-from faultline.api._system import (
-    HELPER_GROUP,
-    STOP_SIGNALS,
-    StopRequest,
-    config_source,
-    fama_service,
-    journal_problem,
-    made_tls,
-    roster_worker,
-    run_supervised,
-    stop_on_signal,
-    with_helpers,
-    worker_specs,
-)
+from typing import TYPE_CHECKING
+
+from faultline._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from faultline.api._attribute import attribute, failed_episodes
+    from faultline.api._journal import replay
+    from faultline.api._overhead import TokenOverhead, token_overhead
+    from faultline.api._plan import (
+        PlannedEpisode,
+        RunPlan,
+        RunResult,
+        Summary,
+        costed,
+        episode_id,
+        pass_hat_k,
+        plan_episodes,
+        plan_records,
+        repeated,
+        run_plan,
+        start_envelopes,
+        summarize,
+        wait_for_journal,
+        with_costs,
+    )
+    from faultline.api._run import (
+        SIM_NOTE,
+        RunProgress,
+        RunReport,
+        RunSpec,
+        memory_mode,
+        run,
+        run_limits,
+        uses_sim,
+        with_system,
+    )
+    from faultline.api._system import (
+        HELPER_GROUP,
+        STOP_SIGNALS,
+        StopRequest,
+        config_source,
+        fama_service,
+        journal_problem,
+        made_tls,
+        roster_worker,
+        run_supervised,
+        stop_on_signal,
+        with_helpers,
+        worker_specs,
+    )
+
 
 __all__ = [
     "HELPER_GROUP",
@@ -101,3 +108,55 @@ __all__ = [
     "with_system",
     "worker_specs",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        "faultline.api._attribute": ("attribute", "failed_episodes"),
+        "faultline.api._journal": ("replay",),
+        "faultline.api._overhead": ("TokenOverhead", "token_overhead"),
+        "faultline.api._plan": (
+            "PlannedEpisode",
+            "RunPlan",
+            "RunResult",
+            "Summary",
+            "costed",
+            "episode_id",
+            "pass_hat_k",
+            "plan_episodes",
+            "plan_records",
+            "repeated",
+            "run_plan",
+            "start_envelopes",
+            "summarize",
+            "wait_for_journal",
+            "with_costs",
+        ),
+        "faultline.api._run": (
+            "SIM_NOTE",
+            "RunProgress",
+            "RunReport",
+            "RunSpec",
+            "memory_mode",
+            "run",
+            "run_limits",
+            "uses_sim",
+            "with_system",
+        ),
+        "faultline.api._system": (
+            "HELPER_GROUP",
+            "STOP_SIGNALS",
+            "StopRequest",
+            "config_source",
+            "fama_service",
+            "journal_problem",
+            "made_tls",
+            "roster_worker",
+            "run_supervised",
+            "stop_on_signal",
+            "with_helpers",
+            "worker_specs",
+        ),
+    },
+)

@@ -20,11 +20,12 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.cli import _fama_loop, _jsonl
+from faultline.cli._args import connection_flags
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
-from faultline.cli._system import _common, _prefix, _url, login
+from faultline.cli._system import _prefix, _url, login
 from faultline.runtime import Config, load_config, make_backend
 from faultline.services.fama import (
     CATEGORIES,
@@ -68,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "serve",
         help="run the controller's service against a running NATS server until stopped (faultline up starts it)",
     )
-    _common(s)
+    connection_flags(s)
     s.add_argument("--name", default="fama", help="process name announced to the supervisor")
     s.add_argument(
         "--journal",

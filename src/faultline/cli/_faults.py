@@ -23,7 +23,8 @@ from rich.table import Table
 from faultline._errors import UsageError
 from faultline.bus import Bus, publish_controls, read_rules
 from faultline.cli import _jsonl
-from faultline.cli._system import STATE_FILE, _common, _config, _url, login
+from faultline.cli._args import connection_flags
+from faultline.cli._system import STATE_FILE, _config, _url, login
 from faultline.core import Envelope
 from faultline.faults import FaultRule, RuleSet, add_rule_control, clear_rules_control, fault_types, remove_rule_control
 from faultline.runtime import follow_settings, make_rule, parse_duration
@@ -41,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     types.required = True
     for name, kind in sorted(fault_types().items()):
         t = types.add_parser(name, help=kind.summary, description=kind.summary)
-        _common(t)
+        connection_flags(t)
         _match_flags(t)
         _param_flags(t, kind.Params)
         t.set_defaults(handler=_inject, params_of=kind.Params)
@@ -50,11 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     commands = p.add_subparsers(dest="faults_command", metavar="COMMAND", parser_class=type(p))
     commands.required = True
     listing = commands.add_parser("list", help="the rules in force, with how often each was applied")
-    _common(listing)
+    connection_flags(listing)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=_list)
     clear = commands.add_parser("clear", help="remove one rule, or every rule")
-    _common(clear)
+    connection_flags(clear)
     clear.add_argument("id", nargs="?", default="", help="the rule to remove (default: all)")
     clear.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     clear.set_defaults(handler=_clear)

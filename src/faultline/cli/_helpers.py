@@ -18,8 +18,9 @@ from rich.table import Table
 from faultline._errors import ConfigError, NoResponderError, ReplyTimeoutError, UsageError
 from faultline.bus import Bus
 from faultline.cli import _jsonl
+from faultline.cli._args import connection_flags
 from faultline.cli._faults import _connect
-from faultline.cli._system import _common, _config
+from faultline.cli._system import _config
 from faultline.core import parse_roster
 from faultline.envs import load_domain
 from faultline.runtime import HELPERS_CONTROL, publish_roster, read_rosters, roster_control
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     commands.required = True
 
     s = commands.add_parser("set", help="the helpers new episodes of a domain take", description=__doc__)
-    _common(s)
+    connection_flags(s)
     s.add_argument("domain", help="retail, phone, or package.module:Class")
     s.add_argument("helpers", help="dce,tsa,tor,planner,verifier,memory:K (comma-separated), or none")
     s.add_argument("--model", default="", metavar="NAME", help="only for episodes whose tool agent uses this model")
@@ -42,12 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.set_defaults(handler=_set)
 
     listing = commands.add_parser("list", help="the rosters in force, and the helpers the system runs now")
-    _common(listing)
+    connection_flags(listing)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=_list)
 
     clear = commands.add_parser("clear", help="remove the roster of one domain, or every roster")
-    _common(clear)
+    connection_flags(clear)
     clear.add_argument("domain", nargs="?", default="", help="the domain (default: all)")
     clear.add_argument("--json", action="store_true")
     clear.set_defaults(handler=_clear)

@@ -17,9 +17,8 @@ from rich.text import Text
 
 from faultline._errors import DecodeError, JournalError
 from faultline.cli import _jsonl
+from faultline.cli._args import connection_flags, otel_flags, otel_headers, whole_number
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
-from faultline.cli._run import whole_number
-from faultline.cli._system import add_journal_health, add_journal_serve, otel_headers
 from faultline.cli._text import Column, fitted_table, table_console
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
@@ -150,14 +149,60 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_import)
 
-    add_journal_serve(commands)
-    add_journal_health(commands)
+    _add_serve(commands)
+    _add_health(commands)
 
     p = commands.add_parser("episodes", help="episodes with outcome, reward and counts")
     p.add_argument("file", type=Path)
     p.add_argument("--json", action="store_true", help="one JSON object per episode")
     add_episode_filters(p)
     p.set_defaults(handler=_episodes)
+
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "serve", help="copy the stream into a journal file (or a shard of a journal set) until stopped"
+    )
+    p.add_argument("file", type=Path, help="the journal file; with --shards, the journal set's folder")
+    connection_flags(p)
+    p.add_argument("--name", default="journal", help="process name announced to the supervisor")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="write shard --shard of a journal set of N shards at FILE (a folder): the episodes that hash to it",
+    )
+    p.add_argument("--shard", type=int, default=0, metavar="K", help="which shard of --shards this service writes")
+    p.add_argument(
+        "--completers",
+        metavar="AGENTS",
+        help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"
+        " dead-lettered (`up` and `run` pass the configuration's; without it every completion is journaled)",
+    )
+    otel_flags(p)
+    p.set_defaults(handler=_serve)
+
+
+def _add_health(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "health", help="ask the running journal service how far it is; exit 1 if it cannot write or does not answer"
+    )
+    connection_flags(p)
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
+    p.set_defaults(handler=_health)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from faultline.cli._system import journal_serve  # the journal service talks to NATS; the rest of `journal` does not
+
+    return journal_serve(args)
+
+
+def _health(args: argparse.Namespace) -> int:
+    from faultline.cli._system import journal_health
+
+    return journal_health(args)
 
 
 # -- otel --------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from rich.text import Text
 
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
+from faultline.cli._args import connection_flags
 from faultline.cli._filters import add_episode_filters, filtered_episodes
-from faultline.cli._system import _common, _prefix, _url, login
+from faultline.cli._system import _prefix, _url, login
 from faultline.cli._text import clip, table_console
 from faultline.journal import JournalReader
 from faultline.runtime import Config, load_config
@@ -68,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_search)
 
     p = commands.add_parser("serve", help="run the memory service against a running NATS server until stopped")
-    _common(p)
+    connection_flags(p)
     p.add_argument("--store", type=Path, help="memory store file (default from config)")
     p.add_argument("--name", default="memory", help="process name announced to the supervisor")
     p.set_defaults(handler=_serve)

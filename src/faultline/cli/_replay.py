@@ -6,14 +6,11 @@ import argparse
 from pathlib import Path
 
 import msgspec
-from rich.console import Console
-from rich.syntax import Syntax
 
 from faultline.api import replay
 from faultline.cli import _jsonl
+from faultline.cli._args import add_plugin_flag, whole_number, with_plugin_path
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
-from faultline.cli._run import whole_number
-from faultline.cli._system import add_plugin_flag, with_plugin_path
 from faultline.replay import ReplayReport
 from faultline.runtime import load_config
 
@@ -69,6 +66,9 @@ def _as_data(report: ReplayReport) -> dict[str, object]:
 
 
 def _print(report: ReplayReport) -> None:
+    from rich.console import Console  # here: `--json`, what scripts and the benchmark use, needs no rich
+    from rich.syntax import Syntax
+
     console = Console()
     rate = report.messages / report.seconds if report.seconds else 0.0
     summary = (

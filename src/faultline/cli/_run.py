@@ -42,15 +42,14 @@ from faultline.api import (
     with_system,
 )
 from faultline.cli import _jsonl
+from faultline.cli._args import add_plugin_flag, whole_number, with_plugin_path
 from faultline.cli._system import (
     add_defense_flag,
     add_insecure_flag,
-    add_plugin_flag,
     login,
     running_up,
     running_url,
     warn_insecure,
-    with_plugin_path,
 )
 from faultline.core import parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
@@ -60,21 +59,6 @@ from faultline.runtime.models import sim_metadata
 PROGRESS_LINE_S = 10.0
 """How often a run whose stderr is not a terminal prints a line saying what it is waiting for."""
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
-
-
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def seconds(text: str) -> float:

@@ -29,8 +29,8 @@ from faultline.api import (
 )
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential
 from faultline.cli import _jsonl
+from faultline.cli._args import connection_flags, otel_flags, otel_headers
 from faultline.core import HELPERS
-from faultline.envs import use_plugin_path
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
     STATUS_WINDOW_S,
@@ -62,30 +62,6 @@ HEALTH_TIMEOUT_S = 3.0
 T = TypeVar("T")
 
 
-def _common(parser: argparse.ArgumentParser, *, starts_nats: bool = False) -> None:
-    """The flags of every command that talks to a system: where its NATS is, how to connect, its config."""
-    nats_help = (
-        "use this NATS server instead of starting one (default: nats.url)"
-        if starts_nats
-        else "the running system's NATS server (default: nats.url, else the `faultline up` running here)"
-    )
-    parser.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
-    parser.add_argument("--nats", default="", metavar="URL", help=nats_help)
-    parser.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
-    parser.add_argument(
-        "--creds",
-        type=Path,
-        metavar="FILE",
-        help="NATS credential to connect with (default: nats.credentials, else the operator's of the `up` running here)",
-    )
-    parser.add_argument(
-        "--tls-ca",
-        type=Path,
-        metavar="FILE",
-        help="speak TLS, trusting the server certificates this CA signed (default: nats.tls_ca, else the `up` here's)",
-    )
-
-
 def add_insecure_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--insecure",
@@ -115,15 +91,15 @@ def warn_insecure(console: Console, port_or_url: str) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("up", help="start nats-server, the journal service and the workers; Ctrl-C stops")
-    _common(p, starts_nats=True)
+    connection_flags(p, starts_nats=True)
     p.add_argument("--journal", type=Path, help="journal file (default from config)")
     add_insecure_flag(p)
     add_defense_flag(p)
-    _add_otel_flags(p)
+    otel_flags(p)
     p.set_defaults(handler=_up)
 
     p = sub.add_parser("worker", help="run agents in this process, against a running NATS server")
-    _common(p)
+    connection_flags(p)
     p.add_argument("--agents", default="", help="agent names or package.module:Class, comma-separated")
     p.add_argument(
         "--follow-roster",
@@ -147,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_credentials)
 
     p = sub.add_parser("status", help="the workers of a running system, their agents and episodes in flight")
-    _common(p)
+    connection_flags(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_status)
 
@@ -162,85 +138,7 @@ def add_defense_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_plugin_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--plugin-path",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="DIR",
-        help="a folder to import domains and classes from, for this process and the workers it starts"
-        " (repeatable; adds to the config's plugins.path)",
-    )
-
-
-def with_plugin_path(config: Config, folders: list[Path]) -> Config:
-    """The config with the `--plugin-path` folders added to `plugins.path`, which are put on the import path."""
-    for folder in folders:
-        if not folder.is_dir():
-            raise UsageError(f"--plugin-path {folder}: no such folder")
-    path = (*config.plugins.path, *(str(folder.resolve()) for folder in folders))
-    use_plugin_path(path)
-    return msgspec.structs.replace(config, plugins=msgspec.structs.replace(config.plugins, path=path))
-
-
-def add_journal_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = commands.add_parser(
-        "serve", help="copy the stream into a journal file (or a shard of a journal set) until stopped"
-    )
-    p.add_argument("file", type=Path, help="the journal file; with --shards, the journal set's folder")
-    _common(p)
-    p.add_argument("--name", default="journal", help="process name announced to the supervisor")
-    p.add_argument(
-        "--shards",
-        type=int,
-        default=1,
-        metavar="N",
-        help="write shard --shard of a journal set of N shards at FILE (a folder): the episodes that hash to it",
-    )
-    p.add_argument("--shard", type=int, default=0, metavar="K", help="which shard of --shards this service writes")
-    p.add_argument(
-        "--completers",
-        metavar="AGENTS",
-        help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"
-        " dead-lettered (`up` and `run` pass the configuration's; without it every completion is journaled)",
-    )
-    _add_otel_flags(p)
-    p.set_defaults(handler=_journal_serve)
-
-
-def _add_otel_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--otel",
-        metavar="URL",
-        help="send each finished episode as OpenTelemetry traces to this OTLP/HTTP endpoint (e.g. "
-        "http://localhost:4318/v1/traces) once its completion is journaled; an endpoint that fails is logged, "
-        "never waited for",
-    )
-    p.add_argument("--otel-header", action="append", default=[], metavar="K=V", help="an HTTP header for --otel")
-
-
-def otel_headers(items: list[str], flag: str) -> dict[str, str]:
-    """KEY=VALUE flags as HTTP headers."""
-    headers = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{flag} {item!r}: write KEY=VALUE")
-        headers[key.strip()] = value.strip()
-    return headers
-
-
-def add_journal_health(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = commands.add_parser(
-        "health", help="ask the running journal service how far it is; exit 1 if it cannot write or does not answer"
-    )
-    _common(p)
-    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
-    p.set_defaults(handler=_journal_health)
-
-
-def _journal_health(args: argparse.Namespace) -> int:
+def journal_health(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
 
@@ -342,7 +240,7 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _journal_serve(args: argparse.Namespace) -> int:
+def journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
     otel = OtelStream(args.file, args.otel, otel_headers(args.otel_header, "--otel-header")) if args.otel else None

@@ -1,39 +1,45 @@
 """Replay: exact re-execution of a journal, divergence reports, forks and failure attribution."""
 
-from faultline.replay._attribution import (
-    DEFAULT_SAMPLES,
-    FAULT_REPAIR,
-    METHODS,
-    ORACLE_REPAIR,
-    SAMPLED,
-    Attribution,
-    Decision,
-    ForkOutcome,
-    Method,
-    Probe,
-    Step,
-    attribute_episode,
-    decisions,
-    gold_action,
-    largest_rise,
-    steps,
-    wilson,
-)
-from faultline.replay._categorize import categorize
-from faultline.replay._fork import (
-    Answer,
-    Change,
-    Drop,
-    ForkResult,
-    Inject,
-    Keep,
-    Replace,
-    UndoFault,
-    fork_episode,
-    fork_id,
-    forks_path,
-)
-from faultline.replay._replay import Divergence, Replayer, ReplayReport, comparable, replay_agent
+from typing import TYPE_CHECKING
+
+from faultline._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from faultline.replay._attribution import (
+        DEFAULT_SAMPLES,
+        FAULT_REPAIR,
+        METHODS,
+        ORACLE_REPAIR,
+        SAMPLED,
+        Attribution,
+        Decision,
+        ForkOutcome,
+        Method,
+        Probe,
+        Step,
+        attribute_episode,
+        decisions,
+        gold_action,
+        largest_rise,
+        steps,
+        wilson,
+    )
+    from faultline.replay._categorize import categorize
+    from faultline.replay._fork import (
+        Answer,
+        Change,
+        Drop,
+        ForkResult,
+        Inject,
+        Keep,
+        Replace,
+        UndoFault,
+        fork_episode,
+        fork_id,
+        forks_path,
+    )
+    from faultline.replay._replay import Divergence, Replayer, ReplayReport, comparable, replay_agent
+
 
 __all__ = [
     "DEFAULT_SAMPLES",
@@ -71,3 +77,44 @@ __all__ = [
     "steps",
     "wilson",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        "faultline.replay._attribution": (
+            "DEFAULT_SAMPLES",
+            "FAULT_REPAIR",
+            "METHODS",
+            "ORACLE_REPAIR",
+            "SAMPLED",
+            "Attribution",
+            "Decision",
+            "ForkOutcome",
+            "Method",
+            "Probe",
+            "Step",
+            "attribute_episode",
+            "decisions",
+            "gold_action",
+            "largest_rise",
+            "steps",
+            "wilson",
+        ),
+        "faultline.replay._categorize": ("categorize",),
+        "faultline.replay._fork": (
+            "Answer",
+            "Change",
+            "Drop",
+            "ForkResult",
+            "Inject",
+            "Keep",
+            "Replace",
+            "UndoFault",
+            "fork_episode",
+            "fork_id",
+            "forks_path",
+        ),
+        "faultline.replay._replay": ("Divergence", "Replayer", "ReplayReport", "comparable", "replay_agent"),
+    },
+)

@@ -1,71 +1,70 @@
 """The runtime: workers, the supervisor, the journal service, model backends, configuration."""
 
-from faultline.runtime._config import (
-    ALL_AGENTS,
-    ALL_ROLES,
-    DEFAULT_CONFIG_FILE,
-    AgentConfig,
-    Config,
-    FamaConfig,
-    HelpersConfig,
-    JournalConfig,
-    MemoryConfig,
-    ModelConfig,
-    NatsConfig,
-    RunDefaults,
-    RuntimeConfig,
-    WorkerConfig,
-    bus_settings,
-    load_config,
-    make_backend,
-    parse_config,
-)
-from faultline.runtime._episodes import (
-    STATUS_WINDOW_S,
-    CallInFlight,
-    Completions,
-    JournalState,
-    ask_journal,
-    check_journal,
-    model_calls_in_flight,
-    start_episode,
-    started_envelope,
-)
-from faultline.runtime._faulting import (
-    apply_defense_flags,
-    follow_settings,
-    injector_for,
-    make_rule,
-    parse_duration,
-    parse_fault_spec,
-    rules_in_force,
-    scoped_to_run,
-)
-from faultline.runtime._helper_pool import HelperPool
-from faultline.runtime._journal_service import JournalService
-from faultline.runtime._layout import (
-    FAMA_CONSUMERS,
-    MEMORY_IDENTITY,
-    check_system,
-    completing_agents,
-    system_access,
-    worker_identity,
-)
-from faultline.runtime._local_model import LOCAL_SETTINGS, MODEL_NAME, local_model_server
-from faultline.runtime._lock import hold_directories, state_dir
-from faultline.runtime._otel_stream import OtelStream
-from faultline.runtime._roster import HELPERS_CONTROL, Rosters, publish_roster, read_rosters, roster_control
-from faultline.runtime._services import (
-    CONTROLLER_AGENT,
-    agent_lookup,
-    run_journal,
-    run_worker,
-    serve_until_signal,
-    system_of,
-    worker_settings,
-)
-from faultline.runtime._supervisor import ProcessSpec, Supervisor
-from faultline.runtime._worker import Worker, WorkerSettings
+from typing import TYPE_CHECKING
+
+from faultline._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from faultline.runtime._agents import CONTROLLER_AGENT, agent_lookup, system_of
+    from faultline.runtime._config import (
+        ALL_AGENTS,
+        ALL_ROLES,
+        DEFAULT_CONFIG_FILE,
+        AgentConfig,
+        Config,
+        FamaConfig,
+        HelpersConfig,
+        JournalConfig,
+        MemoryConfig,
+        ModelConfig,
+        NatsConfig,
+        RunDefaults,
+        RuntimeConfig,
+        WorkerConfig,
+        bus_settings,
+        load_config,
+        make_backend,
+        parse_config,
+    )
+    from faultline.runtime._episodes import (
+        STATUS_WINDOW_S,
+        CallInFlight,
+        Completions,
+        JournalState,
+        ask_journal,
+        check_journal,
+        model_calls_in_flight,
+        start_episode,
+        started_envelope,
+    )
+    from faultline.runtime._faulting import (
+        apply_defense_flags,
+        follow_settings,
+        injector_for,
+        make_rule,
+        parse_duration,
+        parse_fault_spec,
+        rules_in_force,
+        scoped_to_run,
+    )
+    from faultline.runtime._helper_pool import HelperPool
+    from faultline.runtime._journal_service import JournalService
+    from faultline.runtime._layout import (
+        FAMA_CONSUMERS,
+        MEMORY_IDENTITY,
+        check_system,
+        completing_agents,
+        system_access,
+        worker_identity,
+    )
+    from faultline.runtime._local_model import LOCAL_SETTINGS, MODEL_NAME, local_model_server
+    from faultline.runtime._lock import hold_directories, state_dir
+    from faultline.runtime._otel_stream import OtelStream
+    from faultline.runtime._roster import HELPERS_CONTROL, Rosters, publish_roster, read_rosters, roster_control
+    from faultline.runtime._services import run_journal, run_worker, serve_until_signal, worker_settings
+    from faultline.runtime._supervisor import ProcessSpec, Supervisor
+    from faultline.runtime._worker import Worker, WorkerSettings
+
 
 __all__ = [
     "system_of",
@@ -134,3 +133,69 @@ __all__ = [
     "system_access",
     "worker_identity",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        "faultline.runtime._config": (
+            "ALL_AGENTS",
+            "ALL_ROLES",
+            "DEFAULT_CONFIG_FILE",
+            "AgentConfig",
+            "Config",
+            "FamaConfig",
+            "HelpersConfig",
+            "JournalConfig",
+            "MemoryConfig",
+            "ModelConfig",
+            "NatsConfig",
+            "RunDefaults",
+            "RuntimeConfig",
+            "WorkerConfig",
+            "bus_settings",
+            "load_config",
+            "make_backend",
+            "parse_config",
+        ),
+        "faultline.runtime._episodes": (
+            "STATUS_WINDOW_S",
+            "CallInFlight",
+            "Completions",
+            "JournalState",
+            "ask_journal",
+            "check_journal",
+            "model_calls_in_flight",
+            "start_episode",
+            "started_envelope",
+        ),
+        "faultline.runtime._faulting": (
+            "apply_defense_flags",
+            "follow_settings",
+            "injector_for",
+            "make_rule",
+            "parse_duration",
+            "parse_fault_spec",
+            "rules_in_force",
+            "scoped_to_run",
+        ),
+        "faultline.runtime._helper_pool": ("HelperPool",),
+        "faultline.runtime._journal_service": ("JournalService",),
+        "faultline.runtime._layout": (
+            "FAMA_CONSUMERS",
+            "MEMORY_IDENTITY",
+            "check_system",
+            "completing_agents",
+            "system_access",
+            "worker_identity",
+        ),
+        "faultline.runtime._local_model": ("LOCAL_SETTINGS", "MODEL_NAME", "local_model_server"),
+        "faultline.runtime._lock": ("hold_directories", "state_dir"),
+        "faultline.runtime._otel_stream": ("OtelStream",),
+        "faultline.runtime._roster": ("HELPERS_CONTROL", "Rosters", "publish_roster", "read_rosters", "roster_control"),
+        "faultline.runtime._agents": ("CONTROLLER_AGENT", "agent_lookup", "system_of"),
+        "faultline.runtime._services": ("run_journal", "run_worker", "serve_until_signal", "worker_settings"),
+        "faultline.runtime._supervisor": ("ProcessSpec", "Supervisor"),
+        "faultline.runtime._worker": ("Worker", "WorkerSettings"),
+    },
+)

@@ -17,12 +17,11 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 
 from faultline._errors import ConfigError, SubjectError
-from faultline.bus import BusSettings
 from faultline.core import (
     BUILTIN_SYSTEM,
     DEFAULT_PREFIX,
@@ -41,6 +40,9 @@ from faultline.journal import MAX_SHARDS
 from faultline.runtime.models._openai import OpenAISettings
 from faultline.runtime.models._scripted import load_script
 from faultline.runtime.models._sim_latency import SimLatency
+
+if TYPE_CHECKING:
+    from faultline.bus import BusSettings
 
 DEFAULT_CONFIG_FILE = Path("faultline.toml")
 """Read by `load_config(None)` when it exists in the working directory."""
@@ -416,6 +418,8 @@ def parse_config(raw: dict[str, Any], *, source: str = "faultline.toml") -> Conf
 
 def bus_settings(config: Config) -> BusSettings:
     """The bus's settings from `[nats]`, with the worker's ack wait for every consumer."""
+    from faultline.bus import BusSettings  # here, so that reading a config (for replay) loads no NATS
+
     n = config.nats
     return BusSettings(
         replicas=n.replicas,
@@ -497,11 +501,15 @@ def _with_suggestion(message: str, type_: type) -> str:
     return f"{unknown} (did you mean `{close[0]}`?)" + (f" - at {where}" if where else "")
 
 
+_DEFAULT_NATS = NatsConfig()
+
+
 def _check(config: Config, source: str) -> None:
     """What a type cannot say: names that must be subject tokens, class specs, a model for `openai`."""
     _check_token(config.nats.prefix, "$.nats.prefix", source, "subject prefix")
     try:
-        bus_settings(config)
+        if config.nats.publish_retry_s != _DEFAULT_NATS.publish_retry_s:  # the bus checks it; its default holds
+            bus_settings(config)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc} - at $.nats.publish_retry_s") from None
     own_tls = (config.nats.tls_cert, config.nats.tls_key, config.nats.tls_ca)

@@ -24,16 +24,10 @@ from faultline.bus import (
     worker_reads,
 )
 from faultline.core import Subjects, registered
+from faultline.runtime._agents import CONTROLLER_AGENT, HELPER_AGENTS, agent_names, resolve_agents, system_of
 from faultline.runtime._config import ALL_AGENTS, Config, WorkerConfig
 from faultline.runtime._journal_service import consumer_name as journal_consumer
 from faultline.runtime._journal_service import journal_process
-from faultline.runtime._services import (
-    CONTROLLER_AGENT,
-    HELPER_AGENTS,
-    agent_names,
-    resolve_agents,
-    system_of,
-)
 from faultline.runtime._worker import agent_filters, consumer_name
 
 

@@ -16,18 +16,13 @@ import anyio
 
 from faultline._errors import JournalError
 from faultline.bus import Bus, BusSettings, Login
-from faultline.core import HELPERS, Agent, SystemRef, helper_agent, load_agent_class, load_system, registered
-from faultline.runtime._config import ALL_AGENTS, Config, bus_settings, make_backend
+from faultline.runtime._agents import agent_names, resolve_agents
+from faultline.runtime._config import Config, bus_settings, make_backend
 from faultline.runtime._faulting import faults_and_defenses, injector_for, request_faults
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
-
-HELPER_AGENTS = frozenset(map(helper_agent, HELPERS))
-"""The helpers among them: they run where the roster asks for them (`helper_workers`), never in a `*` group."""
-CONTROLLER_AGENT = "fama"
-"""The FAMA controller: it runs in its own service process (`faultline fama serve`), never in a `*` group."""
 
 COLLECT_EVERY = 50_000
 """Allocations between collections of the youngest generation in a service process (Python's default: 700)."""
@@ -39,49 +34,6 @@ class _Service(Protocol):
     async def wait_ready(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-def system_of(config: Config) -> SystemRef:
-    """The system of the configuration's `[system] class` (the built-in tool-use one by default), checked."""
-    return load_system(config.system.class_)
-
-
-def agent_names(config: Config) -> list[str]:
-    """Every agent a `*` in a worker's agent list stands for: the system's, and the configured ones but the
-    helpers and the controller (a system's own agent may share a helper's name: a user's system has no helpers)."""
-    return sorted({*system_of(config).agent_names, *(set(config.agents) - HELPER_AGENTS - {CONTROLLER_AGENT})})
-
-
-def resolve_agents(names: list[str], config: Config) -> list[type[Agent]]:
-    """Agent classes for names: configured (`[agents.<name>] class`), the system's, registered, or a path."""
-    if ALL_AGENTS in names:
-        names = agent_names(config)
-    system = system_of(config)
-    classes = []
-    for name in names:
-        configured = config.agents.get(name)
-        if configured is not None and configured.class_:
-            classes.append(load_agent_class(configured.class_))
-        else:
-            classes.append(system.agent(name) or load_agent_class(name))
-    return classes
-
-
-def agent_lookup(config: Config) -> Callable[[str], type[Agent] | None]:
-    """Name to agent class for replay: None for participants that are not agents (the runner)."""
-    cache: dict[str, type[Agent] | None] = {}
-
-    def lookup(name: str) -> type[Agent] | None:
-        if name not in cache:
-            known = (
-                name in registered("agent")
-                or (name in config.agents and config.agents[name].class_)
-                or system_of(config).agent(name) is not None
-            )
-            cache[name] = resolve_agents([name], config)[0] if known else None
-        return cache[name]
-
-    return lookup
 
 
 async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:

@@ -1,0 +1,60 @@
+"""`attribute`: for each failed episode of a journal file, the decisive agent and step.
+
+It needs only the journal file and the agents' code; agents are found by name as for `replay`
+(`faultline.api._journal`), and model roles that continue a fork live come from the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from faultline.journal import JournalReader
+from faultline.replay import DEFAULT_SAMPLES, Attribution, Method, attribute_episode
+from faultline.runtime import Config, agent_lookup, make_backend
+
+
+def attribute(
+    journal: str | Path,
+    episodes: Sequence[str] = (),
+    *,
+    config: Config | None = None,
+    method: Method = "auto",
+    samples: int = DEFAULT_SAMPLES,
+    workers: int = DEFAULT_SAMPLES,
+    scratch: str | Path | None = None,
+) -> list[Attribution]:
+    """For each failed episode (default: every failed, unforked one), the decisive agent and step.
+
+    Each answer states its method and confidence, or says it is undecided; forks go to `scratch`
+    (default: beside the journal, `forks_path(journal)`). Model roles that continue a fork live
+    come from `config` (default: the offline `sim`).
+    """
+    config = config or Config()
+    chosen = list(episodes) or failed_episodes(journal)
+    lookup = agent_lookup(config)
+
+    async def each() -> list[Attribution]:
+        return [
+            await attribute_episode(
+                journal,
+                episode,
+                lookup=lookup,
+                backends=lambda role: make_backend(config, role),
+                method=method,
+                samples=samples,
+                workers=workers,
+                scratch=scratch,
+            )
+            for episode in chosen
+        ]
+
+    return anyio.run(each)
+
+
+def failed_episodes(journal: str | Path) -> list[str]:
+    """The episodes of `journal` that did not succeed, forks left out, in journal order."""
+    with JournalReader(journal) as reader:
+        return [e.episode for e in reader.episodes() if e.outcome not in (None, "success") and not e.forked_from]

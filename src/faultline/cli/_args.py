@@ -1,0 +1,100 @@
+"""Argument types and flags that several commands share, kept apart from the commands' modules so that
+a command imports only what it runs (`faultline replay` and `journal verify` load no runner and no bus)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from faultline._errors import UsageError
+from faultline.envs import use_plugin_path
+
+if TYPE_CHECKING:
+    from faultline.runtime import Config
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def add_plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin-path",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="a folder to import domains and classes from, for this process and the workers it starts"
+        " (repeatable; adds to the config's plugins.path)",
+    )
+
+
+def with_plugin_path(config: Config, folders: list[Path]) -> Config:
+    """The config with the `--plugin-path` folders added to `plugins.path`, which are put on the import path."""
+    for folder in folders:
+        if not folder.is_dir():
+            raise UsageError(f"--plugin-path {folder}: no such folder")
+    path = (*config.plugins.path, *(str(folder.resolve()) for folder in folders))
+    use_plugin_path(path)
+    return msgspec.structs.replace(config, plugins=msgspec.structs.replace(config.plugins, path=path))
+
+
+def connection_flags(parser: argparse.ArgumentParser, *, starts_nats: bool = False) -> None:
+    """The flags of every command that talks to a system: where its NATS is, how to connect, its config."""
+    nats_help = (
+        "use this NATS server instead of starting one (default: nats.url)"
+        if starts_nats
+        else "the running system's NATS server (default: nats.url, else the `faultline up` running here)"
+    )
+    parser.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    parser.add_argument("--nats", default="", metavar="URL", help=nats_help)
+    parser.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
+    parser.add_argument(
+        "--creds",
+        type=Path,
+        metavar="FILE",
+        help="NATS credential to connect with (default: nats.credentials, else the operator's of the `up` running here)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        type=Path,
+        metavar="FILE",
+        help="speak TLS, trusting the server certificates this CA signed (default: nats.tls_ca, else the `up` here's)",
+    )
+
+
+def otel_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--otel",
+        metavar="URL",
+        help="send each finished episode as OpenTelemetry traces to this OTLP/HTTP endpoint (e.g. "
+        "http://localhost:4318/v1/traces) once its completion is journaled; an endpoint that fails is logged, "
+        "never waited for",
+    )
+    p.add_argument("--otel-header", action="append", default=[], metavar="K=V", help="an HTTP header for --otel")
+
+
+def otel_headers(items: list[str], flag: str) -> dict[str, str]:
+    """KEY=VALUE flags as HTTP headers."""
+    headers = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r}: write KEY=VALUE")
+        headers[key.strip()] = value.strip()
+    return headers
