@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
+from anyio import sleep_until
 
 from faultline._errors import JournalError
 from faultline.agents import PROTOCOL, EpisodeSpec, ScorerStart
@@ -55,6 +56,9 @@ AGENTS = ("env", "tool", "user")
 """Who gets a Start, in this order: the environment and the agent are ready before the user speaks.
 The roster's helpers get one after them."""
 
+START_RATE = 250.0
+"""Episodes a run starts per second while it fills up to its concurrency."""
+
 MODEL_CALLS_POLL_S = 1.0
 """How often a run asks the workers which model calls they are waiting on, for its progress line."""
 
@@ -70,6 +74,10 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     trials: int = 1
     seed: int = 0
     concurrency: int = 8
+    start_rate: float = START_RATE
+    """Episodes started per second while the run fills up to `concurrency` (0: all at once); after that an
+    episode starts as one completes. Thousands started in one burst keep the workers from reading the
+    stream's confirmations for many seconds."""
     episode_timeout_s: float = 120.0
     max_turns: int = 30
     max_steps: int = 60
@@ -286,6 +294,7 @@ async def run_plan(
     """
     limiter = anyio.CapacityLimiter(plan.concurrency)
     started = anyio.current_time()
+    starts = 0
     completers = (load_system(plan.system or BUILTIN_SYSTEM).system.completer,)
     try:
         async with Completions(bus, completers) as completions, anyio.create_task_group() as tg:
@@ -298,7 +307,11 @@ async def run_plan(
                         await anyio.sleep(MODEL_CALLS_POLL_S)
 
             async def one(p: PlannedEpisode) -> None:
+                nonlocal starts
                 async with limiter:
+                    if starts < plan.concurrency and plan.start_rate > 0:  # filling up: at `start_rate`
+                        starts += 1
+                        await sleep_until(started + (starts - 1) / plan.start_rate)
                     await check_journal(bus)
                     result.running[p.episode] = anyio.current_time()
                     await bus.publish_all(start_envelopes(plan, p))

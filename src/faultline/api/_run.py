@@ -22,6 +22,7 @@ import msgspec
 
 from faultline._errors import ConfigError, PluginError
 from faultline.api._plan import (
+    START_RATE,
     RunPlan,
     RunResult,
     Summary,
@@ -115,6 +116,9 @@ class RunSpec:
     error_rates: Mapping[str, float] = field(default_factory=dict)
     """The `sim` tool agent's mistake rate per FAMA category."""
     concurrency: int = 0
+    start_rate: float | None = None
+    """Episodes started per second while the run fills up to `concurrency` (None: `RunPlan`'s default, 0: all at
+    once)."""
     episode_timeout_s: float = 0.0
     max_turns: int = 0
     max_steps: int = 0
@@ -222,6 +226,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         trials=spec.trials,
         seed=spec.seed,
         concurrency=concurrency,
+        start_rate=START_RATE if spec.start_rate is None else spec.start_rate,
         episode_timeout_s=episode_timeout_s,
         max_turns=spec.max_turns or domain.budgets.user_turns,
         max_steps=spec.max_steps or domain.budgets.agent_steps,
@@ -283,6 +288,7 @@ def _run_system(
         trials=spec.trials,
         seed=spec.seed,
         concurrency=concurrency,
+        start_rate=START_RATE if spec.start_rate is None else spec.start_rate,
         episode_timeout_s=episode_timeout_s,
         run_id=spec.run_id or f"r{os.urandom(3).hex()}",
     )
