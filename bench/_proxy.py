@@ -43,6 +43,7 @@ class Link:
     connections: int = 0
     """Connections carried since the link was made (refused ones are not counted)."""
     _live: set[anyio.CancelScope] = field(default_factory=set)
+    _dropped: set[anyio.CancelScope] = field(default_factory=set)
     _rng: random.Random = field(init=False)
     _opened: anyio.Event = field(default_factory=anyio.Event)
 
@@ -66,6 +67,7 @@ class Link:
         """Close every connection through the link and refuse new ones until `heal()`."""
         self.cut = True
         for scope in list(self._live):
+            self._dropped.add(scope)
             scope.cancel()
 
     def delay(self, latency_s: float) -> None:
@@ -107,11 +109,12 @@ class Link:
                         async with anyio.create_task_group() as tg:
                             tg.start_soon(self._pipe, client, server, scope)
                             tg.start_soon(self._pipe, server, client, scope)
-                    if scope.cancel_called and self.cut:  # dropped, not ended by either side: no goodbye
+                    if scope in self._dropped:  # not ended by either side: no goodbye
                         _reset(client)
                         _reset(server)
             finally:
                 self._live.discard(scope)
+                self._dropped.discard(scope)
 
     async def _pipe(self, source: SocketStream, sink: SocketStream, connection: anyio.CancelScope) -> None:
         """Carry `source`'s bytes to `sink`, each chunk no sooner than its drawn time nor the chunk before it;

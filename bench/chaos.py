@@ -191,22 +191,44 @@ async def run_alongside(
 
 
 def summarize(reports: list[ScheduleReport]) -> dict[str, Any]:
-    """The numbers of a set of schedules: faults by kind and target, episodes, lost, duplicated, recovery."""
+    """The numbers of a set of schedules: faults by kind and target, episodes, lost, duplicated, recovery.
+
+    `recovery_alone_s` is by kind and target, over the faults whose next episode completed before the next
+    fault began: the others' time to recover includes some of that fault's."""
     applied = [a for r in reports for a in r.applied]
     recovered = [a["recovered_s"] for a in applied if a["recovered_s"] is not None]
+    alone: dict[str, list[float]] = {}
+    for report in reports:
+        for a, after in itertools.zip_longest(report.applied, report.applied[1:]):
+            if a["recovered_s"] is not None and (after is None or after["began_s"] > a["ended_s"] + a["recovered_s"]):
+                alone.setdefault(_fault_class(a), []).append(a["recovered_s"])
     return {
         "schedules": len(reports),
         "failed_schedules": [r.schedule.seed for r in reports if not r.ok],
-        "faults": dict(Counter(f"{a['fault']['kind']} {_target_class(a['fault']['target'])}" for a in applied)),
+        "faults": dict(Counter(_fault_class(a) for a in applied)),
         "episodes": sum(r.verdict.episodes for r in reports),
         "completed": sum(r.verdict.completed for r in reports),
         "outcomes": dict(sum((Counter(r.verdict.outcomes) for r in reports), Counter())),
         "lost": sum(len(r.verdict.lost) for r in reports),
         "duplicated": sum(len(r.verdict.duplicated) for r in reports),
-        "recovery_s": {"n": len(recovered), "p50": percentile(recovered, 50), "p99": percentile(recovered, 99)},
+        "recovery_s": _spread(recovered),
+        "recovery_alone_s": {kind: _spread(times) for kind, times in sorted(alone.items())},
         "no_episode_after": len(applied) - len(recovered),
         "seconds": sum(r.seconds for r in reports),
     }
+
+
+def _spread(times: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(times),
+        "p50": percentile(times, 50),
+        "p99": percentile(times, 99),
+        "max": max(times, default=None),
+    }
+
+
+def _fault_class(applied: dict[str, Any]) -> str:
+    return f"{applied['fault']['kind']} {_target_class(applied['fault']['target'])}"
 
 
 def _target_class(target: str) -> str:

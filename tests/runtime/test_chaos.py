@@ -1,6 +1,7 @@
-"""Chaos: seeded schedules of kills and pauses against a 3-node cluster lose no episode, and the checker sees loss.
+"""Chaos: seeded schedules of kills, pauses and partitions against a 3-node cluster lose no episode, and the
+checker sees loss.
 
-The slow tests run two small schedules end to end (bench/chaos.py runs long ones): every episode
+The slow tests run three small schedules end to end (bench/chaos.py runs long ones): every episode
 completes once, as a success, the journal holds each stored message once, verifies and replays
 identically. The others pin what a seed draws and what the checker reports.
 """
@@ -17,7 +18,7 @@ import pytest
 
 from bench import chaos
 from bench._checker import _stream_problem, check
-from bench._nemesis import KINDS, LEADER, Kind, Schedule, draw_schedule, percentile
+from bench._nemesis import KINDS, LEADER, PROCESS_KINDS, Kind, Schedule, draw_schedule, percentile
 from bench.chaos import processes, run_schedule
 from faultline.api import RunResult
 from faultline.bus import StreamState
@@ -42,6 +43,15 @@ def test_a_seed_draws_one_schedule_and_its_json_draws_it_again() -> None:
     for fault in schedule.faults:
         supervised_kill = fault.kind is Kind.KILL and fault.target in processes()
         assert (fault.duration_s == 0) == supervised_kill, fault
+        assert (fault.latency_s > 0) == (fault.kind is Kind.DELAY), fault
+
+
+def test_a_seed_drawn_with_the_process_kinds_draws_the_schedule_it_drew_before_the_network_kinds() -> None:
+    schedule = draw_schedule(1, EPISODES, processes(), PROCESS_KINDS)
+    assert schedule.describe().splitlines()[1:] == [
+        "  1. kill worker-main-1 after 2 episodes + 0.12s",
+        "  2. pause leader for 3.44s after 11 episodes + 0.21s",
+    ]
 
 
 def test_a_schedule_draws_only_the_kinds_it_is_given() -> None:
@@ -105,10 +115,19 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
 # that socket's collection is the client library's, and says nothing about the system.
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.parametrize("seed", [1, 2])
-async def test_a_seeded_schedule_of_kills_and_pauses_loses_no_episode(tmp_path: Path, seed: int) -> None:
-    schedule = draw_schedule(seed, EPISODES, processes())
+@pytest.mark.parametrize(
+    ("seed", "episodes", "kinds"),
+    [
+        (1, EPISODES, PROCESS_KINDS),  # a worker killed, the leader paused
+        (2, EPISODES, PROCESS_KINDS),
+        (5, 16, KINDS),  # a node partitioned from the rest for 5.83 s, then the leader killed
+    ],
+)
+async def test_a_seeded_schedule_of_faults_loses_no_episode(
+    tmp_path: Path, seed: int, episodes: int, kinds: tuple[Kind, ...]
+) -> None:
+    schedule = draw_schedule(seed, episodes, processes(), kinds)
     report = await run_schedule(schedule, tmp_path)
     assert report.ok, (schedule.describe(), report.runner_error, report.verdict)
-    assert report.verdict.outcomes == {"success": report.verdict.episodes} and report.verdict.episodes >= EPISODES
+    assert report.verdict.outcomes == {"success": report.verdict.episodes} and report.verdict.episodes >= episodes
     assert [applied["fault"] for applied in report.applied] == msgspec.to_builtins(list(schedule.faults))
