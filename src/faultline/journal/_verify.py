@@ -25,9 +25,7 @@ the stored chain values alone is found by the next full check (`faultline journa
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import sqlite3
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -148,11 +146,14 @@ def verify(
             chain_at_record = GENESIS
     finally:
         conn.close()
-    ranges = _split(start, last, jobs if multiprocessing.get_start_method(allow_none=True) in (None, "fork") else 1)
+    ranges = _split(start, last, jobs if jobs == 1 or _forks() else 1)
     task = _RangeTask(str(path), settings, anchor, record.rows if record else -1, facts, start == 1)
     if len(ranges) == 1:
         checked = [task.check(ranges[0][0], ranges[0][1], previous)]
     else:
+        import multiprocessing  # here: a check in one range loads no process pool
+        from concurrent.futures import ProcessPoolExecutor
+
         with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("fork")) as pool:
             checked = list(pool.map(task.check_range, ranges))
     rows, head, anchor_pos = start - 1, previous, 0
@@ -384,3 +385,10 @@ def _facts_problem(pos: int, kind: str, body: bytes, stored: str | None) -> str:
     if expected != stored:
         return f"row {pos}: facts do not match the body (derived column edited)"
     return ""
+
+
+def _forks() -> bool:
+    """Whether pool processes are forked, which the ranges' checks need."""
+    import multiprocessing
+
+    return multiprocessing.get_start_method(allow_none=True) in (None, "fork")

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import difflib
 import json
-import multiprocessing
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,6 +286,13 @@ def _describe_output_change(expected: list[dict[str, Any]], got: list[dict[str, 
     return f"the code no longer emits {len(expected) - len(got)} output(s)"
 
 
+def _forks() -> bool:
+    """Whether pool processes are forked, which the parallel replay needs (they inherit the agent lookup)."""
+    import multiprocessing
+
+    return multiprocessing.get_start_method(allow_none=True) in (None, "fork")
+
+
 class Replayer:
     """Replays journals; `lookup` maps an agent name to its class (None: not replayed).
 
@@ -316,7 +321,7 @@ class Replayer:
         if wanted:
             _check_episodes(path, wanted)
         names = _episodes_with_domains(path, wanted)
-        if self.jobs == 1 or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
+        if self.jobs == 1 or not _forks():
             verify(path, facts=False, resume=True).raise_if_broken()
             report = self._replay_episodes(path, wanted)
         else:
@@ -328,6 +333,9 @@ class Replayer:
         chunks = [names[i :: self.jobs] for i in range(self.jobs) if names[i :: self.jobs]]
         global _active
         _active = self
+        import multiprocessing  # here: one job, the usual case, loads no process pool
+        from concurrent.futures import ProcessPoolExecutor
+
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=len(chunks) or 1, mp_context=context) as pool:
             futures = [pool.submit(_replay_chunk, str(path), chunk) for chunk in chunks]
