@@ -24,7 +24,6 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 HOST = "127.0.0.1"
-CHUNK_BYTES = 65_536
 
 
 @dataclass(eq=False)
@@ -45,7 +44,6 @@ class Link:
     _live: set[anyio.CancelScope] = field(default_factory=set)
     _dropped: set[anyio.CancelScope] = field(default_factory=set)
     _rng: random.Random = field(init=False)
-    _opened: anyio.Event = field(default_factory=anyio.Event)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(f"{self.seed}:{self.source}>{self.target}")
@@ -77,9 +75,8 @@ class Link:
         """Pass again, at once: chunks already held are still written in their order."""
         self.cut, self.latency_s = False, 0.0
 
-    async def opened(self) -> None:
-        """Wait until the next connection is carried through the link."""
-        await self._opened.wait()
+    def _refusing(self) -> bool:
+        return self.cut
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         listener = await anyio.create_tcp_listener(local_host=HOST, local_port=self.port)
@@ -98,11 +95,14 @@ class Link:
             except OSError:  # the target is down: refused, as it would be without the proxy
                 _reset(client)
                 return
+            if self._refusing():  # cut while it connected
+                _reset(server)
+                await server.aclose()
+                _reset(client)
+                return
             scope = anyio.CancelScope()
             self._live.add(scope)
             self.connections += 1
-            self._opened.set()
-            self._opened = anyio.Event()
             try:
                 async with server:
                     with scope:

@@ -317,7 +317,9 @@ async def run_plan(
                     await bus.publish_all(start_envelopes(plan, p))
                     with anyio.move_on_after(plan.episode_timeout_s) as scope:
                         done = await completions.wait([p.episode])
-                    if scope.cancelled_caught:
+                    if scope.cancelled_caught:  # a completion the stream holds and core NATS never brought counts
+                        done = await completions.stored([p.episode])
+                    if p.episode not in done:
                         timeout = EpisodeCompleted(
                             outcome="timeout",
                             cause=f"no completion within {plan.episode_timeout_s:g}s; {result.waiting_in(p.episode)}",

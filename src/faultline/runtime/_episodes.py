@@ -267,6 +267,23 @@ class Completions:
                 tg.start_soon(completed)
                 tg.start_soon(until_reconnect)
 
+    async def stored(self, episodes: Iterable[str]) -> dict[str, EpisodeCompleted]:
+        """The completions of `episodes`, with those the stream holds taken as if they had arrived.
+
+        Core NATS delivers at most once: a completion sent as a node stops can miss this subscriber with no
+        reconnect of its own to tell of it (found by bench/chaos.py seed 803). Ask this before deciding an
+        episode never completed. Asked again while the stream has no leader, for up to STORED_READ_TIMEOUT_S.
+        """
+        wanted = list(episodes)
+        with anyio.move_on_after(STORED_READ_TIMEOUT_S):
+            while missing := [e for e in wanted if e not in self.done]:
+                try:
+                    await self._read_stored(missing)
+                    break
+                except BusError:
+                    await anyio.sleep(STORED_READ_RETRY_S)
+        return {e: self.done[e] for e in wanted if e in self.done}
+
     async def _read_stored(self, episodes: list[str]) -> None:
         """Take the completions and errors of `episodes` from the stream (two reads, however many episodes)."""
         wanted = set(episodes)

@@ -1,0 +1,38 @@
+"""A completion the stream holds but core NATS never brought to the runner is not completed again as a timeout.
+
+Core NATS delivers at most once: bench/chaos.py seed 803 paused a node as the environment completed an
+episode, the runner never saw the completion and, 60 s later, journaled a second one (`timeout`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from faultline.api import RunPlan, RunResult, plan_episodes, run_plan
+from faultline.bus import Bus, Message
+from faultline.core import Envelope, EpisodeCompleted
+from faultline.envs import load_domain
+from faultline.runtime import Completions
+
+
+async def test_a_completion_core_nats_lost_is_read_from_the_stream_before_the_episode_times_out(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def lost(self: Completions, msg: Message) -> None:
+        """Every completion lost on its way to the runner, with no reconnect of the runner's to tell of it."""
+
+    monkeypatch.setattr(Completions, "_on_msg", lost)
+    plan = RunPlan(tasks=1, run_id="missed", concurrency=1, episode_timeout_s=0.5)
+    [planned] = plan_episodes(plan, load_domain("retail"))
+    done = EpisodeCompleted(outcome="success", reward=1.0)
+    await bus.publish(Envelope(id="env-done", episode=planned.episode, sender="env", body=done, ts=time.time()))
+    result = RunResult([planned])
+    with anyio.fail_after(10):
+        await run_plan(bus, plan, result, lambda _episode, _done: None)
+    assert result.completed == {planned.episode: done}
+    stored = await Completions(bus).stored([planned.episode])
+    assert stored == {planned.episode: done}
+    assert (await bus.stream_state()).messages == 1 + 1 + 3  # the completion, the start event and three starts
