@@ -33,5 +33,5 @@ def test_a_missing_journal_is_one_line_and_exit_1_and_no_model_server_starts(
     code = main([str(absent) if word == "JOURNAL" else word for word in command] + ["--model", "local"])
     _, err = capsys.readouterr()
     assert code == 1
-    assert err == f"faultline: error: {absent}: no such journal file\n"
+    assert err == f"faultline: error: {absent}: no such journal file or journal set\n"
     assert not started.exists()
