@@ -187,6 +187,7 @@ def test_views_of_a_set_sum_and_merge_the_shards(tmp_path: Path) -> None:
         assert (cost.agent, cost.episodes, cost.calls, cost.prompt_tokens) == ("tool_agent", 4, 4, 480)
         assert list(reader.episode_costs()) == episodes
         assert reader.episode("ep-c") is not None and reader.has_episode("ep-d") and not reader.has_episode("ep-z")
+        assert reader.domains() == dict.fromkeys(episodes, "retail")
 
 
 def test_verify_names_the_shard_an_edit_or_a_stray_episode_is_in(tmp_path: Path) -> None:

@@ -199,6 +199,14 @@ class _FileReader:
         names = EpisodeSummary.__struct_fields__
         return [EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor]
 
+    def domains(self) -> dict[str, str]:
+        """Each episode with a started or completed event and its domain ("" for none), from the kind index."""
+        cursor = self._query(
+            "SELECT episode, max(coalesce(json_extract(facts, '$.domain'), '')) FROM messages"
+            " WHERE kind IN ('episode_started', 'episode_completed') GROUP BY episode"
+        )
+        return dict(cursor.fetchall())
+
     def faulted(self, fault: str) -> set[str]:
         """The episodes in which `fault` was applied."""
         return {e for (e,) in self._query("SELECT DISTINCT episode FROM faults WHERE fault = ?", (fault,))}
@@ -354,6 +362,14 @@ class JournalReader:
         if len(self._files) == 1:
             return self._files[0].episodes()
         return sorted((e for file in self._files for e in file.episodes()), key=lambda e: (e.first_ts, e.episode))
+
+    def domains(self) -> dict[str, str]:
+        """The episodes `episodes()` lists, each with its domain ("" for none), by id: what planning a
+        replay needs, read from the kind index without the counts that `episodes()` computes over every row."""
+        found: dict[str, str] = {}
+        for file in self._files:
+            found.update(file.domains())
+        return dict(sorted(found.items()))
 
     def select(self, wanted: EpisodeFilter) -> list[EpisodeSummary]:
         """The episodes `wanted` matches, in order of first appearance."""

@@ -415,14 +415,14 @@ def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLook
 
 
 def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> list[str]:
-    """The episodes to replay (`wanted`, or every one) from one scan of the journal's episode list,
-    having loaded their domains: a domain that cannot load is one error now, not one per episode."""
+    """The episodes to replay (`wanted`, or every one) from the journal's kind index, having loaded their
+    domains: a domain that cannot load is one error now, not one per episode."""
     with JournalReader(path) as reader:
-        summaries = reader.episodes()
+        domains = reader.domains()
     chosen = set(wanted) if wanted is not None else None
-    for spec in sorted({e.domain for e in summaries if e.domain and (chosen is None or e.episode in chosen)}):
+    for spec in sorted({d for e, d in domains.items() if d and (chosen is None or e in chosen)}):
         load_domain(spec)
-    return wanted if wanted is not None else sorted(e.episode for e in summaries)  # the order of `by_episode`
+    return wanted if wanted is not None else list(domains)  # by id: the order of `by_episode`
 
 
 def _check_episodes(path: str | Path, episodes: list[str]) -> None:
