@@ -76,6 +76,16 @@ async def test_bad_calls_come_back_as_errors_and_the_episode_goes_on() -> None:
     assert done.reward == 1.0
 
 
+async def test_a_call_with_an_injected_error_fails_with_it_and_runs_nothing() -> None:
+    domain = load_domain("retail")
+    task = next(t for t in domain.tasks() if any(s.writes for s in domain.tools() if s.name == t.actions[-1].name))
+    calls = ground_truth(task)
+    last = msgspec.structs.replace(calls[-1], injected_error="Error: duplicate request")
+    results, done = await play("retail", task, [*calls[:-1], last], told=list(task.outputs))
+    assert results[-1] == ToolResult(call_id=last.call_id, name=last.name, error="Error: duplicate request")
+    assert done.outcome == "failure", "the write the call would have made was not made"
+
+
 async def test_a_refusal_task_is_failed_by_a_forbidden_write() -> None:
     domain = load_domain("retail")
     task = next(t for t in domain.tasks() if t.refusal and t.forbidden)

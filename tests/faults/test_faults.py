@@ -16,8 +16,11 @@ from faultline.core import (
     Envelope,
     EpisodeCompleted,
     FaultApplied,
+    FaultSkipped,
     Inbound,
     InterceptorChain,
+    LlmRequest,
+    LlmResponse,
     Note,
     Start,
     ToolCall,
@@ -34,6 +37,7 @@ from faultline.faults import (
     fault_types,
     remove_rule_control,
 )
+from faultline.runtime.models import SimBackend
 
 
 def env(i: int = 0, body: Any = None, *, sender: str = "tool", to: str = "user", episode: str = "e1") -> Envelope:
@@ -198,28 +202,50 @@ async def test_broadcast_reaches_the_other_agents_or_the_named_ones() -> None:
     assert len({m.id for m in out}) == 2
 
 
-async def test_call_order_swap_sends_the_tasks_next_call() -> None:
-    interceptor = FaultInterceptor(rules(FaultRule(id="w", fault="call_order_swap")), catalog=Plan())
+async def sim_injector(env: Envelope, request: LlmRequest) -> LlmResponse:
+    """The offline fault-injector model (the sim backend's rules)."""
+    return await SimBackend().complete(request)
+
+
+async def test_call_order_swap_sends_the_tasks_next_call_made_to_fail() -> None:
+    interceptor = FaultInterceptor(
+        rules(FaultRule(id="w", fault="call_order_swap")), catalog=Plan(), injector=sim_injector
+    )
     await interceptor.inbound(Inbound(env(0, Start(data={"domain": "d", "task": "t"}), to="tool"), "tool"))
     out, events = await through(interceptor, call(1, "find_user", user="ann"), call(2, "cancel_order", order_id="7"))
+    too_early = "Error: get_order was refused: a step it depends on has not been done yet."
     assert [m.body for m in out] == [
-        ToolCall(call_id="call-1", name="get_order", arguments={"order_id": "7"}),
+        ToolCall(call_id="call-1", name="get_order", arguments={"order_id": "7"}, injected_error=too_early),
         ToolCall(call_id="call-2", name="cancel_order", arguments={"order_id": "7"}),  # no next call: untouched
     ]
     assert len(events) == 1
 
 
-async def test_redundant_call_repeats_the_previous_call() -> None:
-    interceptor = FaultInterceptor(rules(FaultRule(id="r", fault="redundant_call", kind="tool_call", sender="tool")))
+async def test_redundant_call_repeats_the_previous_call_made_to_fail() -> None:
+    interceptor = FaultInterceptor(
+        rules(FaultRule(id="r", fault="redundant_call", kind="tool_call", sender="tool")), injector=sim_injector
+    )
     out, events = await through(interceptor, call(1, "find_user", user="ann"), call(2, "get_order", order_id="7"))
-    # the first call has nothing to repeat; the second becomes the first again, under its own call id
+    # the first call has nothing to repeat; the second becomes the first again, under its own call id, and fails
+    duplicate = "Error: duplicate request: find_user was just called with these arguments and was not run again."
     assert [m.body for m in out] == [
         ToolCall(call_id="call-1", name="find_user", arguments={"user": "ann"}),
-        ToolCall(call_id="call-2", name="find_user", arguments={"user": "ann"}),
+        ToolCall(call_id="call-2", name="find_user", arguments={"user": "ann"}, injected_error=duplicate),
     ]
-    irrelevant = FaultInterceptor(rules(FaultRule(id="r", fault="redundant_call", params={"arguments": "irrelevant"})))
+    irrelevant = FaultInterceptor(
+        rules(FaultRule(id="r", fault="redundant_call", params={"arguments": "irrelevant"})), injector=sim_injector
+    )
     out, _ = await through(irrelevant, call(1, "find_user", user="ann"), call(2, "get_order", order_id="7"))
-    assert out[1].body == ToolCall(call_id="call-2", name="find_user", arguments={"order_id": "7"})
+    assert out[1].body == ToolCall(
+        call_id="call-2", name="find_user", arguments={"order_id": "7"}, injected_error=duplicate
+    )
+
+
+async def test_a_failing_call_without_an_injector_is_skipped_and_the_call_goes_out_whole() -> None:
+    interceptor = FaultInterceptor(rules(FaultRule(id="r", fault="redundant_call")))
+    out, [event] = await through(interceptor, call(1, "find_user", user="ann"), call(2, "get_order", order_id="7"))
+    assert [m.body for m in out] == [call(1, "find_user", user="ann").body, call(2, "get_order", order_id="7").body]
+    assert isinstance(event.body, FaultSkipped) and "fault-injector" in event.body.reason
 
 
 async def test_tool_call_faults_leave_other_kinds_alone() -> None:

@@ -56,7 +56,8 @@ def test_every_masfire_type_has_a_mechanism_and_every_semantic_one_a_template() 
         "semantic": 5,
         "routing": 3,
     }
-    assert set(TEMPLATES) == set(SEMANTIC) | {"instruction_logic_conflict", "instruction_ambiguity"}
+    instruction = {"instruction_logic_conflict", "instruction_ambiguity"}
+    assert set(TEMPLATES) == set(SEMANTIC) | instruction | {"call_order_swap", "redundant_call"}
     assert {SYSTEM_ADDENDUM, INSTRUCTION} <= {f.name for f in msgspec.structs.fields(EpisodeSpec)}
 
 

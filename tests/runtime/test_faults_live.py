@@ -22,6 +22,7 @@ from faultline.core import (
     FaultApplied,
     Start,
     ToolCall,
+    ToolResult,
     UserTurn,
 )
 from faultline.envs import load_domain
@@ -120,6 +121,11 @@ def test_every_fault_type_shows_in_the_journal_with_its_original(
         assert isinstance(original.body, ToolCall) and isinstance(changed.body, ToolCall)
         assert changed.body != original.body and changed.body.call_id == original.body.call_id
         assert handled(rows[x], changed.id)
+    for x in e[3:5]:  # the perturbations fail with the error the injector wrote, answered instead of run
+        [(_, _, [changed])] = applied[x]
+        assert isinstance(changed.body, ToolCall) and changed.body.injected_error.startswith("Error: ")
+        answers = [b for b in bodies(rows[x], ToolResult) if b.call_id == changed.body.call_id]
+        assert [a.error for a in answers] == [changed.body.injected_error]
     [(_, original, [changed])] = applied[e[6]]
     assert len(changed.body.arguments) == len(original.body.arguments) - 1  # type: ignore[union-attr]
     replays_identical(journal)

@@ -69,6 +69,8 @@ class EnvironmentHost(Agent):
             return ToolResult(
                 call_id=call.call_id, name=call.name, error=f"arguments are not valid JSON: {call.arguments_error}"
             )
+        if call.injected_error:
+            return ToolResult(call_id=call.call_id, name=call.name, error=call.injected_error)
         outcome = self.domain.call(self.db, Action(name=call.name, arguments=call.arguments))
         if self.domain.is_terminal(call.name) and (outcome.ok or self.domain.terminal_on_error):
             self.ended_by = call.name

@@ -64,6 +64,8 @@ class ToolCall(Body, frozen=True, tag="tool_call"):
     name: str
     arguments: dict[str, Any] = {}
     arguments_error: str = ""
+    injected_error: str = ""
+    """Set by a tool-call perturbation: the environment answers with this error instead of running the call."""
 
 
 class ToolResult(Body, frozen=True, tag="tool_result"):

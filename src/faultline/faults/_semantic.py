@@ -73,8 +73,18 @@ TEMPLATES = {
         "the message is a user's task instruction; replace its concrete terms (ids, numbers, e-mail addresses, "
         "names of items) by vague words, so that what is meant can no longer be told for sure."
     ),
+    "call_order_swap": (
+        "the message is a tool call made before a step it depends on; write, instead of the call, the error "
+        "message the tool returns for it: that the call was refused because a required earlier step is missing, "
+        "without saying which call would be right."
+    ),
+    "redundant_call": (
+        "the message is a tool call that repeats the call made just before it; write, instead of the call, the "
+        "error message the tool returns for it: that the request is a duplicate and was not carried out again."
+    ),
 }
-"""One template per fault type the injector makes (the semantic ones and the two instruction faults)."""
+"""One template per fault type the injector makes: the semantic ones, the two instruction faults, and the
+errors of the two tool-call perturbations (`_types`)."""
 
 _REWRITE = re.compile(r"<rewrite>(.*?)</rewrite>", re.DOTALL)
 
@@ -277,12 +287,24 @@ def _ambiguous(text: str, rng: random.Random, tools: Sequence[str]) -> str:
     return text
 
 
+def _out_of_order(message: str, rng: random.Random, tools: Sequence[str]) -> str:
+    name = json.loads(message).get("name", "the tool")
+    return f"Error: {name} was refused: a step it depends on has not been done yet."
+
+
+def _duplicate(message: str, rng: random.Random, tools: Sequence[str]) -> str:
+    name = json.loads(message).get("name", "the tool")
+    return f"Error: duplicate request: {name} was just called with these arguments and was not run again."
+
+
 _TEXT_RULES: dict[str, Callable[[str, random.Random, Sequence[str]], str]] = {
     "hallucination": _hallucinate,
     "inexecutable_plan": _inexecutable,
     "critical_information_loss": _lose_constraint,
     "instruction_logic_conflict": _conflicting,
     "instruction_ambiguity": _ambiguous,
+    "call_order_swap": _out_of_order,
+    "redundant_call": _duplicate,
 }
 _CALL_RULES: dict[str, Callable[[dict[str, Any], random.Random, Sequence[str]], dict[str, Any]]] = {
     "tool_selection_error": _similar_tool,

@@ -5,22 +5,28 @@ to its sender, `storm` adds copies, `broadcast` also delivers to agents it was
 not meant for. None of them changes a message's content.
 
 Tool-call perturbations (structured reflection): each replaces the tool call
-an agent made at a step by a wrong one, keeping its call id, so the agent gets
-an answer to a call it did not make and must notice: `call_order_swap` (the
-task's next call instead) and `redundant_call` (the agent's previous call
-again). The benchmark's other two operators are MAS-FIRE faults under their
-MAS-FIRE names: a missing call is `tool_selection_error`, an argument error is
-`parameter_format_error` (or `parameter_filling_error` for a wrong value).
+an agent made at a step by a wrong one, keeping its call id, and makes it fail:
+`call_order_swap` (the task's next call, made too early) and `redundant_call`
+(the agent's previous call again). The error the environment answers with is
+written by the fault-injector model from the wrong call (`_semantic.TEMPLATES`;
+the offline `sim` writes it from a fixed sentence), so the agent meets a failed
+call it did not make and must recover. The benchmark's other two operators are
+MAS-FIRE faults under their MAS-FIRE names: a missing call is
+`tool_selection_error`, an argument error is `parameter_format_error` (or
+`parameter_filling_error` for a wrong value).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from faultline._errors import ModelError
 from faultline.core import Envelope, ToolCall, derive_id
 from faultline.faults._rules import FaultSite, FaultType, register_fault
+from faultline.faults._semantic import injector_request, rewritten
 
 MAX_COPIES = 100
 """Most copies one `storm` or `broadcast` may add to a message."""
@@ -91,16 +97,39 @@ def replaced_call(env: Envelope, call: ToolCall, name: str, arguments: dict[str,
     return [msgspec.structs.replace(env, body=body)]
 
 
-@register_fault
-class CallOrderSwap(FaultType):
-    name = "call_order_swap"
+class FailingCall(FaultType):
+    """A perturbation that replaces the call (`replacement`) and has it fail with an error the injector writes."""
+
     mechanism = "tool_call"
-    summary = "replace a tool call by the task's next call (needs the episode's plan)"
     kinds = _TOOL_CALL
 
+    def replacement(self, call: ToolCall, params: Any, site: FaultSite) -> tuple[str, dict[str, Any]] | None:
+        raise NotImplementedError
+
     def apply(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
+        raise ModelError(f"{self.name} needs the fault-injector model to write the call's error")
+
+    async def rewrite(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
         call = env.body
         assert isinstance(call, ToolCall)
+        replaced = self.replacement(call, params, site)
+        if replaced is None:
+            return None
+        name, arguments = replaced
+        wrong = json.dumps({"name": name, "arguments": arguments}, sort_keys=True)
+        tools = site.tools() or sorted({c.name for c in site.calls})
+        request = injector_request(self.name, wrong, tools=tools, call=False, seed=f"{site.rule.id}/{env.id}")
+        error = rewritten((await site.llm(env, request)).content)
+        body = ToolCall(call_id=call.call_id, name=name, arguments=arguments, injected_error=error)
+        return [msgspec.structs.replace(env, body=body)]
+
+
+@register_fault
+class CallOrderSwap(FailingCall):
+    name = "call_order_swap"
+    summary = "replace a tool call by the task's next call, which fails for coming too early (needs the plan)"
+
+    def replacement(self, call: ToolCall, params: Any, site: FaultSite) -> tuple[str, dict[str, Any]] | None:
         plan = site.plan()
         at = next((i for i, (n, a) in enumerate(plan) if n == call.name and a == call.arguments), None)
         if at is None:
@@ -108,7 +137,7 @@ class CallOrderSwap(FaultType):
         if at is None or at + 1 >= len(plan):
             return None
         name, arguments = plan[at + 1]
-        return replaced_call(env, call, name, dict(arguments))
+        return name, dict(arguments)
 
 
 class RedundantParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -117,18 +146,15 @@ class RedundantParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 @register_fault
-class RedundantCall(FaultType):
+class RedundantCall(FailingCall):
     name = "redundant_call"
-    mechanism = "tool_call"
-    summary = "replace a tool call by the agent's previous call, repeated"
-    kinds = _TOOL_CALL
+    summary = "replace a tool call by the agent's previous call, repeated, which fails as a duplicate"
     Params = RedundantParams
 
-    def apply(self, env: Envelope, params: RedundantParams, site: FaultSite) -> list[Envelope] | None:
-        call = env.body
-        assert isinstance(call, ToolCall)
+    def replacement(
+        self, call: ToolCall, params: RedundantParams, site: FaultSite
+    ) -> tuple[str, dict[str, Any]] | None:
         if not site.calls:
             return None
         previous = site.calls[-1]
-        arguments = previous.arguments if params.arguments == "unchanged" else call.arguments
-        return replaced_call(env, call, previous.name, dict(arguments))
+        return previous.name, dict(previous.arguments if params.arguments == "unchanged" else call.arguments)
