@@ -146,7 +146,9 @@ class Worker:
     model_calls: set[ModelCall] = field(default_factory=set)
     request_faults: RequestFault | None = None
     """The fault rules on the agents' own model requests (`faulting.request_faults`)."""
-    _instances: dict[tuple[str, str], _Instance] = field(default_factory=dict)
+    _instances: dict[str, dict[str, _Instance]] = field(default_factory=dict)
+    """The instances of each episode, by agent: a completed episode's are forgotten together, at a cost
+    that does not grow with the instances the worker holds."""
     _recovering: set[str] = field(default_factory=set)
     _backends: dict[str, ModelBackend] = field(default_factory=dict)
     _limiter: anyio.CapacityLimiter | None = None
@@ -179,7 +181,7 @@ class Worker:
     def recorded_for(self, message: Envelope) -> Mapping[int, Recording]:
         """The recordings a worker before this one made for calls `message.sender` made under
         `message.id` (the fault injector's, outside the agent's handlers), handed out once."""
-        instance = self._instances.get((message.episode, message.sender))
+        instance = self._instances.get(message.episode, {}).get(message.sender)
         return instance.recorded.pop(message.id, {}) if instance is not None else {}
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -216,8 +218,9 @@ class Worker:
                 keeper.cancel()
                 for consumer, _ in self._readers.values():
                     await consumer.close()
-                for instance in self._instances.values():
-                    instance.send.close()
+                for instances in self._instances.values():
+                    for instance in instances.values():
+                        instance.send.close()
                 self._serving.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout_s
                 self._timers.cancel_scope.cancel()
         finally:
@@ -307,11 +310,13 @@ class Worker:
         self._held[held] = (consumer, delivery)
         if known:
             return  # delivered again while this worker still holds it: handled once, acknowledged then
-        key = (env.episode, cls.name)
-        instance = self._instances.get(key)
+        instances = self._instances.get(env.episode)
+        if instances is None:
+            instances = self._instances[env.episode] = {}
+        instance = instances.get(cls.name)
         if instance is None:
             send, receive = anyio.create_memory_object_stream[tuple[Delivery, Envelope]](float("inf"))
-            instance = self._instances[key] = _Instance(cls(), send, receive)
+            instance = instances[cls.name] = _Instance(cls(), send, receive)
             tg.start_soon(self._serve, cls, consumer, instance)
         instance.send.send_nowait((delivery, env))  # an unbounded buffer: never waits, no checkpoint
 
@@ -436,7 +441,8 @@ class Worker:
             await self.bus.publish(timer_fired(timer))
 
     async def _on_completed(self, msg: Message) -> None:
-        self._finished[self.bus.subjects.event_episode(msg.subject)] = anyio.current_time()
+        # the first completion counts: `_finished` stays in order of completion (see `_evict`)
+        self._finished.setdefault(self.bus.subjects.event_episode(msg.subject), anyio.current_time())
 
     async def _evict_finished(self, scope: anyio.CancelScope) -> None:
         """Forget instances of episodes completed `linger_s` ago (late messages still find them until then)."""
@@ -459,15 +465,23 @@ class Worker:
                     await consumer.in_progress(delivery)
 
     def _evict(self, cutoff: float) -> None:
-        for episode in [e for e, at in self._finished.items() if at < cutoff]:
+        """Forget the episodes completed before `cutoff`: `_finished` is in order of completion, so only
+        those are looked at, each in one step (a worker holding thousands of instances otherwise stalls)."""
+        while self._finished:
+            episode, at = next(iter(self._finished.items()))
+            if at >= cutoff:
+                break
             del self._finished[episode]
-            for key in [k for k in self._instances if k[0] == episode]:
-                self._instances.pop(key).send.close()
+            for instance in self._instances.pop(episode, {}).values():
+                instance.send.close()
             self.bus.interceptors.forget(episode)
 
     async def _on_status(self, msg: Message) -> None:
         live = [
-            (episode, i.agent.service) for (episode, _), i in self._instances.items() if episode not in self._finished
+            (episode, i.agent.service)
+            for episode, instances in self._instances.items()
+            if episode not in self._finished
+            for i in instances.values()
         ]
         status = {
             "worker": self.name,
