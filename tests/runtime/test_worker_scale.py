@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import anyio
+from nats.aio.msg import Msg
 
-from faultline.bus import Bus
-from faultline.core import EpisodeStarted
-from faultline.runtime import Completions, Worker, start_episode
+from faultline.bus import Bus, EmbeddedServer
+from faultline.core import Agent, Context, Envelope, EpisodeCompleted, EpisodeStarted
+from faultline.runtime import Completions, Worker, WorkerSettings, start_episode
+from faultline.runtime._worker import _place_given_up, _Slot
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
 
@@ -43,3 +45,74 @@ async def test_forgetting_a_completed_episode_looks_at_that_episode_only(bus: Bu
 
     assert list(worker._finished) == episodes[3:]
     assert {e for e in episodes if e in worker._instances} == set(episodes[3:])
+
+
+class Marks(Agent):
+    """Notes that it handled its episode's start, then completes the episode."""
+
+    name = "marks"
+    completes = True
+    handled: ClassVar[list[str]] = []
+    second: ClassVar[anyio.Event]
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        Marks.handled.append(msg.episode)
+        if len(Marks.handled) == 2:
+            Marks.second.set()
+        ctx.emit(EpisodeCompleted(outcome="success"))
+
+
+async def test_a_handler_waiting_for_its_outputs_to_be_confirmed_holds_no_place(
+    bus: Bus, nats_server: EmbeddedServer
+) -> None:
+    """With one place, the second episode's handler runs while the first one's outputs wait for JetStream's
+    confirmation. Holding places through that wait capped a busy worker: it reads confirmations late."""
+    Marks.handled, Marks.second = [], anyio.Event()
+    worker_bus = await Bus.connect(nats_server.url)
+    held: list[Msg] = []
+    read = worker_bus._acks._on_answer
+    reading = anyio.Event()
+
+    async def late(msg: Msg) -> None:  # confirmations arrive, and the worker reads them only once told to
+        if reading.is_set():
+            await read(msg)
+        else:
+            held.append(msg)
+
+    worker_bus._acks._on_answer = late  # type: ignore[method-assign]
+    worker = Worker(worker_bus, [Marks], backends=lambda role: EchoBackend(), settings=WorkerSettings(concurrency=1))
+    try:
+        async with anyio.create_task_group() as tg, Completions(bus, (Marks.name,)) as completions:
+            tg.start_soon(worker.run)
+            await worker.wait_ready()
+            for e in ("first", "second"):
+                await start_episode(bus, e, Marks.name, EpisodeStarted(task="toy"))
+            with anyio.fail_after(10):
+                await Marks.second.wait()
+            reading.set()
+            for msg in held:
+                await read(msg)
+            with anyio.fail_after(20):
+                done = await completions.wait(["first", "second"])
+            worker.stop()
+    finally:
+        await worker_bus.close()
+    assert sorted(Marks.handled) == ["first", "second"]
+    assert {c.outcome for c in done.values()} == {"success"}
+
+
+async def test_a_place_given_up_for_a_model_call_is_taken_back_without_a_turn_of_the_event_loop() -> None:
+    """Under load a turn of the loop takes tenths of a second, and every model call of every handler paid one."""
+    limiter = anyio.CapacityLimiter(1)
+    async with _Slot(limiter):
+        others: list[str] = []
+
+        async def other() -> None:  # runs at this task's next turn of the loop
+            others.append("ran")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            async with _place_given_up(limiter):
+                pass  # the model answered at once
+            assert others == []
+            assert limiter.borrowed_tokens == 1

@@ -332,7 +332,7 @@ class Worker:
                     continue
                 except anyio.EndOfStream:
                     break
-                async with _Slot(self._limiter):
+                async with _Slot(self._limiter) as slot:
                     if delivery.stream_seq <= instance.handled_seq:
                         # handled and acknowledged already, the acknowledgement lost on the way (a stream
                         # leader lost): handling it again would change the instance's state
@@ -341,7 +341,7 @@ class Worker:
                         continue
                     if not instance.rebuilt:
                         await self._rebuild(cls, instance, env, delivery.stream_seq)
-                    marker = await self._handle(cls, instance, env, delivery.stream_seq)
+                    marker = await self._handle(cls, instance, env, delivery.stream_seq, slot)
                     instance.handled_seq = delivery.stream_seq
                     if marker is not None:
                         if not instance.quiet:
@@ -401,9 +401,15 @@ class Worker:
         settings = self.agent_settings.get(cls.name, {})
         return Handling(instance.agent, cls.name, message, recorder, services=self, settings=settings)
 
-    async def _handle(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> Envelope | None:
+    async def _handle(
+        self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int, slot: _Slot
+    ) -> Envelope | None:
         """Handle one delivered input and publish what it leaves; an input that leaves only its
-        `NoOutput` marker gets the marker back unpublished (the caller holds it)."""
+        `NoOutput` marker gets the marker back unpublished (the caller holds it).
+
+        The handler's place under `concurrency` is given up once its last handler returned: waiting for
+        JetStream to confirm the outputs is no work, and a busy worker reads those confirmations late.
+        """
         if instance.broken:
             if not instance.failed:
                 instance.failed = True
@@ -412,7 +418,7 @@ class Worker:
         messages, events = await self.bus.interceptors.inbound(env, cls.name, seq)
         if events:
             await self.bus.publish_all(events)
-        for message in messages:
+        for n, message in enumerate(messages, 1):
             recorded = instance.recorded.pop(message.id, {})
             outbox = self.bus.outbox()
             recorder = Recorder(recorded=recorded, services=self, store=outbox.send, faults=self.request_faults)
@@ -420,6 +426,8 @@ class Worker:
                 outputs = await self._handling(cls, instance, message, recorder).run(self.settings.handler_timeout_s)
             except NonDeterminismError as exc:  # a call recorded before a crash differs from today's
                 outputs = failure_envelopes(cls.name, message, exc)
+            if n == len(messages):
+                slot.give_up()
             if len(messages) == 1 and len(outputs) == 1 and isinstance(outputs[0].body, NoOutput):
                 await outbox.settle()
                 return outputs[0]
@@ -548,8 +556,10 @@ class _PlaceFreeingBackend:
 
 @contextlib.asynccontextmanager
 async def _place_given_up(limiter: anyio.CapacityLimiter) -> AsyncIterator[None]:
-    """Hand the current task's place back for the block, then wait for one again (even when cancelled,
-    so that the `_Slot` around the handler has a place to release)."""
+    """Hand the current task's place back for the block, then take one again (even when cancelled, so that
+    the `_Slot` around the handler has a place to release): at once while one is free and nobody waits,
+    else in turn. `acquire` alone would yield to the event loop first, and under load one turn of the loop
+    is tenths of a second, for every model call of every handler."""
     try:
         limiter.release()
     except RuntimeError:  # a task the handler started itself holds no place
@@ -558,23 +568,36 @@ async def _place_given_up(limiter: anyio.CapacityLimiter) -> AsyncIterator[None]
     try:
         yield
     finally:
-        with anyio.CancelScope(shield=True):
-            await limiter.acquire()
+        try:
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            with anyio.CancelScope(shield=True):
+                await limiter.acquire()
 
 
 class _Slot:
-    """A place under the worker's `concurrency` limit, taken without a checkpoint while one is free."""
+    """A place under the worker's `concurrency` limit, taken without a checkpoint while one is free, and
+    given up at the end of the block or before (`give_up`)."""
 
-    __slots__ = ("_limiter",)
+    __slots__ = ("_held", "_limiter")
 
     def __init__(self, limiter: anyio.CapacityLimiter) -> None:
         self._limiter = limiter
+        self._held = False
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> _Slot:
         try:
             self._limiter.acquire_nowait()
         except anyio.WouldBlock:
             await self._limiter.acquire()
+        self._held = True
+        return self
+
+    def give_up(self) -> None:
+        """Give the place up now: what the handler still does is waiting, not work."""
+        if self._held:
+            self._held = False
+            self._limiter.release()
 
     async def __aexit__(self, *exc: object) -> None:
-        self._limiter.release()
+        self.give_up()
