@@ -218,6 +218,7 @@ PUBLIC = {
         "parse_verdict",
         "plugin_error",
         "registered",
+        "render_turn",
         "render_verdict",
         "timer_fired",
         "validate_envelope",

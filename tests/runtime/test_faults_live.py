@@ -20,6 +20,7 @@ from faultline.core import (
     EpisodeCompleted,
     EpisodeStarted,
     FaultApplied,
+    Recording,
     Start,
     ToolCall,
     ToolResult,
@@ -312,3 +313,30 @@ def test_every_fault_alone_and_with_each_defense_replays_identical(
     report = Replayer(agent_lookup(Config())).replay(journal)
     assert report.identical, report.divergences[0].what if report.divergences else ""
     assert report.messages > 0
+
+
+def test_the_tool_agent_reflects_after_a_forced_error_and_recovers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    config = tmp_path / "faultline.toml"
+    config.write_text('[models.tool]\nbackend = "sim"\nreflection = "after_error"\n')
+    summary = run(
+        capsys, "--config", str(config), "--tasks", "3", "--run-id", "rf", "--journal", str(journal),
+        "--fault", "redundant_call:budget=1,episode=rf-*",
+    )  # fmt: skip
+    assert summary["outcomes"] == {"success": 3}, "the agent recovers from the duplicate it did not make"
+    reflected = 0
+    for rows in episodes(journal).values():
+        failed = [b.call_id for b in bodies(rows, ToolResult) if b.error.startswith("Error: duplicate request")]
+        turns = [t for t in bodies(rows, Recording) if t.call == "llm"]
+        forms = [t.response["content"] for t in turns if "<reflect>" in str(t.response.get("content", ""))]
+        assert len(forms) == len(failed), "one reflection for each failed call"
+        reflected += len(forms)
+        assert all("<call>" in f or "<final>" in f for f in forms)
+    assert reflected >= 1
+    replays_identical(journal)
+    capsys.readouterr()
+    assert main(["report", "--reflection", str(journal), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[-1]["turns"] >= reflected

@@ -41,6 +41,9 @@ class EpisodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     memory: dict[str, Any] = {}
     tool_calls: str = "native"
     """How the tool agent offers tools to its model: "native" (OpenAI `tools`) or "text"."""
+    reflection: str = "off"
+    """"after_error": after a failed tool call the tool agent asks its model to answer in the structured
+    reflection form (`<reflect>`, then `<call>` or `<final>`), as Tool-Reflection-Bench's agents do."""
     helper_wait_s: float = 10.0
     """How long the tool agent waits for its helpers before it decides without the missing ones."""
     verifier_revisions: int = 1

@@ -50,10 +50,16 @@ from faultline.core import (
     UserTurn,
     helper_agent,
     helper_name,
+    parse_turn,
 )
 from faultline.envs import Domain, load_domain
 
 VERIFIER = "verifier"
+REFLECT_ON_ERROR = """# Your last tool call failed
+Before you act again, reflect. Answer in exactly this form:
+<reflect>what went wrong, and what to do about it</reflect>
+then either <call>{"name": "<tool name>", "arguments": {...}}</call> to call a tool,
+or <final>your message to the user</final>."""
 HELPERS = {cls.entry: cls for cls in HELPER_CLASSES}
 
 SYSTEM = """You are a customer-facing agent that acts through tools. Follow the policy below exactly.
@@ -108,6 +114,10 @@ class ToolAgent(Agent):
         self.examples = ""
         self.system = ""
         self.finished = False
+        self.failed = ""
+        """The error of the last tool call, while nothing has happened since ("" when it did not fail)."""
+        self.reflecting = False
+        """Whether the request in flight asked for the structured reflection form."""
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         body = msg.body
@@ -124,9 +134,11 @@ class ToolAgent(Agent):
                 return
             if not self.transcript:
                 await self._recall(ctx, body.text)
+            self.failed = ""
             self.transcript.append(ChatMessage(role="user", content=body.text))
             await self._next_step(ctx)
         elif isinstance(body, ToolResult):
+            self.failed = body.error
             content = f"Error: {body.error}" if body.error else _as_text(body.output)
             if self.spec.tool_calls == "text":
                 self.transcript.append(ChatMessage(role="user", content=f"Result of {body.name}: {content}"))
@@ -293,14 +305,16 @@ class ToolAgent(Agent):
             self.mistakes.append(dict(mistake))
         call = self._call_in(response)
         if call is not None:
-            native = [call] if response.tool_calls else []
+            # a call from the reflection form is kept as a native one, where the role takes native calls
+            native = [call] if response.tool_calls or (self.reflecting and self.spec.tool_calls == "native") else []
             self.transcript.append(ChatMessage(role="assistant", content=response.content, tool_calls=native))
             ctx.send("env", _tool_call(call))
             return
         done = bool(response.metadata.get("done"))
         self.transcript.append(ChatMessage(role="assistant", content=response.content))
+        text = (parse_turn(response.content).final or response.content) if self.reflecting else response.content
         ctx.send("env", tally_message(self.spec, Tally(tokens=self.tokens, mistakes=self.mistakes)))
-        ctx.send("user", AssistantTurn(text=response.content, done=done))
+        ctx.send("user", AssistantTurn(text=text, done=done))
 
     def _call_in(self, response: LlmResponse) -> LlmToolCall | None:
         """The tool call a model answer makes: its first native one, or, with text tool calls, the one
@@ -308,6 +322,12 @@ class ToolAgent(Agent):
         assert self.spec is not None
         if response.tool_calls:
             return response.tool_calls[0]
+        if self.reflecting:
+            calls = parse_turn(response.content).calls
+            if not calls:
+                return None
+            name, arguments = calls[0]["name"], calls[0]["arguments"]
+            return LlmToolCall(id=f"reflect-{self.step}", name=name, arguments=arguments)
         if self.spec.tool_calls == "text":
             return parse_tool_text(response.content, f"text-{self.step}")
         return None
@@ -324,8 +344,11 @@ class ToolAgent(Agent):
         system = self.system = self.system or self.spec.system_prompt(_system_prompt(self.domain))
         if self.examples:
             system += "\n\n# Past episodes\n" + self.examples
-        if self.spec.tool_calls == "text":
+        self.reflecting = self.spec.reflection == "after_error" and bool(self.failed)
+        if self.spec.tool_calls == "text" or self.reflecting:
             system += "\n\n" + tools_prompt(self.tools)
+        if self.reflecting:
+            system += "\n\n" + REFLECT_ON_ERROR
         if self.context:
             system += "\n\n# Notes from your helpers\n" + "\n".join(
                 f"[{k}] {v}" for k, v in sorted(self.context.items())
@@ -346,10 +369,12 @@ class ToolAgent(Agent):
             metadata |= {"helpers": sorted(self.context), "helper_effect": self.spec.helper_effect}
             if self.rechecks:
                 metadata["rechecks"] = self.rechecks
+        if self.reflecting:
+            metadata["reflect"] = True
         return LlmRequest(
             role=self.spec.tool_role,
             messages=[ChatMessage(role="system", content=system), *self.transcript],
-            tools=[] if self.spec.tool_calls == "text" else self.tools,
+            tools=[] if self.spec.tool_calls == "text" or self.reflecting else self.tools,
             metadata=metadata,
         )
 

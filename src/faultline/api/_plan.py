@@ -96,6 +96,8 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     """The model role of the user simulator's requests (its `[agents.user] model_role`)."""
     tool_calls: str = "native"
     """How the tool agent offers tools to its model role: "native" or "text" (`tool_calls` of that role)."""
+    reflection: str = "off"
+    """Whether the tool agent asks for a structured reflection after a failed call (`reflection` of its role)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +197,7 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         tool_role=plan.tool_role,
         user_role=plan.user_role,
         tool_calls=plan.tool_calls,
+        reflection=plan.reflection,
         error_rates=plan.error_rates,
         helpers=plan.helpers,
         helper_wait_s=plan.helper_wait_s,

@@ -241,6 +241,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         tool_role=config.role_of("tool"),
         user_role=config.role_of("user"),
         tool_calls=config.model(config.role_of("tool")).tool_calls,
+        reflection=config.model(config.role_of("tool")).reflection,
     )
     return _run_planned(spec, config, journal, plan, RunResult(plan_episodes(plan, domain)), watcher)
 

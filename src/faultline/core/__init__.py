@@ -74,7 +74,16 @@ from faultline.core._plugins import (
     plugin_error,
     registered,
 )
-from faultline.core._reflection import PASS, RECHECK, Turn, Verdict, parse_turn, parse_verdict, render_verdict
+from faultline.core._reflection import (
+    PASS,
+    RECHECK,
+    Turn,
+    Verdict,
+    parse_turn,
+    parse_verdict,
+    render_turn,
+    render_verdict,
+)
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
 from faultline.core._subjects import (
     DEFAULT_PREFIX,
@@ -188,6 +197,7 @@ __all__ = [
     "parse_roster",
     "parse_turn",
     "parse_verdict",
+    "render_turn",
     "render_verdict",
     "timer_fired",
     "load_agent_class",

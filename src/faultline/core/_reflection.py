@@ -104,11 +104,16 @@ def parse_verdict(text: str) -> Verdict:
     return msgspec.structs.replace(verdict, call=calls[0])
 
 
+def render_turn(reflection: str, call: dict[str, Any] | None = None, final: str = "") -> str:
+    """An answer in the structured form: the reflection, then the call or else the final message, if any."""
+    text = f"<reflect>{reflection}</reflect>"
+    if call:
+        text += f"\n<call>{json.dumps([call], sort_keys=True)}</call>"
+    elif final:
+        text += f"\n<final>{final}</final>"
+    return text
+
+
 def render_verdict(verdict: Verdict) -> str:
     """The answer in the structured form (what the simulated verifier says)."""
-    text = f"<reflect>{verdict.verdict}: {verdict.reflection}</reflect>"
-    if verdict.call:
-        text += f"\n<call>{json.dumps([verdict.call], sort_keys=True)}</call>"
-    elif verdict.final:
-        text += f"\n<final>{verdict.final}</final>"
-    return text
+    return render_turn(f"{verdict.verdict}: {verdict.reflection}", verdict.call, verdict.final)

@@ -143,10 +143,13 @@ class ModelConfig(OpenAISettings, frozen=True, kw_only=True, forbid_unknown_fiel
     `tool_calls` says how the tool agent offers its tools to this role's model: "native"
     (OpenAI `tools`), or "text" for servers that lack tool calling (the tools described in
     the prompt, a call answered as a JSON object in the text; see docs/models.md).
+    `reflection` "after_error" has the tool agent ask this role's model, after a failed tool
+    call, for the structured reflection form (`<reflect>`, then `<call>` or `<final>`).
     """
 
     backend: str = "sim"
     tool_calls: Literal["native", "text"] = "native"
+    reflection: Literal["off", "after_error"] = "off"
     script: str = ""
     """`backend = "scripted"`: a rules file (JSON lines, relative to the config file) or
     `package.module:function` (see `faultline.runtime.models.ScriptedBackend`)."""

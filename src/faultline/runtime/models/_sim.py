@@ -97,7 +97,7 @@ import anyio
 import msgspec
 
 from faultline._errors import ConfigError, FaultlineError, ModelError
-from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall, Usage
+from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall, Usage, render_turn
 from faultline.envs import (
     EARLY_STOP,
     ERROR_CATEGORIES,
@@ -243,6 +243,8 @@ class SimBackend:
             reply = _play_user(task, messages, _opening(task, domain.hidden_instructions))
         else:
             reply = _play_tool(spec, domain, task, messages)
+        if request.metadata.get("reflect"):
+            reply = _reflected(reply, messages)
         calls = []
         if reply.action is not None:
             arguments = dict(reply.action.arguments)
@@ -257,6 +259,20 @@ class SimBackend:
             finish_reason="tool_calls" if calls else "stop",
             metadata={"sim": spec.sim, **reply.metadata},
         )
+
+
+def _reflected(reply: _Reply, messages: list[ChatMessage]) -> _Reply:
+    """The tool agent's reply in the structured reflection form, asked for after a failed call: the same
+    decision, with the call in `<call>` (not a native call) or the message in `<final>`."""
+    error = next((m.content for m in reversed(messages) if m.role == "tool" or m.role == "user"), "")
+    if reply.action is not None:
+        plan = f"call {reply.action.name} with the arguments this step needs"
+        call = {"name": reply.action.name, "arguments": dict(reply.action.arguments)}
+        return _Reply(
+            render_turn(f"The last call failed ({error[:160]}). Next: {plan}.", call), metadata=reply.metadata
+        )
+    said = f"The last call failed ({error[:160]}). Next: tell the user."
+    return _Reply(render_turn(said, final=reply.content), metadata=reply.metadata)
 
 
 def _generic(request: LlmRequest) -> LlmResponse:
