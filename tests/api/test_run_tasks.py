@@ -1,14 +1,17 @@
-"""A run holds a task for each episode it runs, not for each it plans: thousands planned cost nothing until they start."""
+"""A run holds a task for each episode it runs, not for each it plans, and fills up at its configured start rate."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import anyio
+import pytest
 
-from faultline.api import RunPlan, RunResult, plan_episodes, run_plan
+from faultline.api import RunPlan, RunResult, RunSpec, _plan, plan_episodes, run, run_plan
 from faultline.bus import Bus, Message
 from faultline.envs import load_domain
+from faultline.runtime import load_config
 
 PLANNED = 300
 IN_FLIGHT = 3
@@ -38,3 +41,19 @@ async def test_a_run_makes_an_episodes_task_only_when_the_episode_starts(bus: Bu
     await sub.unsubscribe()
     assert len(result.running) == IN_FLIGHT
     assert tasks < 30, f"{tasks} tasks for {IN_FLIGHT} episodes in flight of {PLANNED} planned"
+
+
+def test_a_run_fills_up_at_the_start_rate_of_its_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+
+    async def noted(deadline: float) -> None:
+        waits.append(deadline)  # the schedule the runner keeps, not waited
+
+    monkeypatch.setattr(_plan, "sleep_until", noted)
+    config_file = tmp_path / "faultline.toml"
+    config_file.write_text("[run]\nstart_rate = 20.0\n")
+    spec = RunSpec(
+        config=load_config(config_file), tasks=2, concurrency=2, journal=tmp_path / "j.sqlite", insecure=True
+    )
+    assert run(spec).summary.outcomes == {"success": 2}
+    assert [round(w - waits[0], 6) for w in sorted(waits)] == [0.0, 0.05]

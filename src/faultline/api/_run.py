@@ -22,7 +22,6 @@ import msgspec
 
 from faultline._errors import ConfigError, PluginError
 from faultline.api._plan import (
-    START_RATE,
     RunPlan,
     RunResult,
     Summary,
@@ -117,8 +116,8 @@ class RunSpec:
     """The `sim` tool agent's mistake rate per FAMA category."""
     concurrency: int = 0
     start_rate: float | None = None
-    """Episodes started per second while the run fills up to `concurrency` (None: `RunPlan`'s default, 0: all at
-    once)."""
+    """Episodes started per second while the run fills up to `concurrency` (None: the config's `[run] start_rate`,
+    0: all at once)."""
     episode_timeout_s: float = 0.0
     max_turns: int = 0
     max_steps: int = 0
@@ -226,7 +225,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         trials=spec.trials,
         seed=spec.seed,
         concurrency=concurrency,
-        start_rate=START_RATE if spec.start_rate is None else spec.start_rate,
+        start_rate=config.run.start_rate if spec.start_rate is None else spec.start_rate,
         episode_timeout_s=episode_timeout_s,
         max_turns=spec.max_turns or domain.budgets.user_turns,
         max_steps=spec.max_steps or domain.budgets.agent_steps,
@@ -289,7 +288,7 @@ def _run_system(
         trials=spec.trials,
         seed=spec.seed,
         concurrency=concurrency,
-        start_rate=START_RATE if spec.start_rate is None else spec.start_rate,
+        start_rate=config.run.start_rate if spec.start_rate is None else spec.start_rate,
         episode_timeout_s=episode_timeout_s,
         run_id=spec.run_id or f"r{os.urandom(3).hex()}",
     )

@@ -486,18 +486,27 @@ class Bus:
 
     async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
         """Make the durable consumers the operator makes for other identities, or bring their filters,
-        deliver subject and ack wait up to date (keeping where they are). Idempotent."""
+        deliver subject, ack wait and unacknowledged limit up to date (keeping where they are). Idempotent."""
         for spec in specs:
             info = await self._consumer_info(spec.name)
             config = _own_config(spec.name, spec.deliver_subject, spec.filters, spec.ack_wait_s, self.settings)
             if info is not None:
                 now = info.config
-                if (now.filter_subject, now.filter_subjects, now.deliver_subject, now.ack_wait, now.idle_heartbeat) == (
+                kept = (
+                    now.filter_subject,
+                    now.filter_subjects,
+                    now.deliver_subject,
+                    now.ack_wait,
+                    now.idle_heartbeat,
+                    now.max_ack_pending,
+                )
+                if kept == (
                     config.filter_subject,
                     config.filter_subjects,
                     config.deliver_subject,
                     config.ack_wait,
                     config.idle_heartbeat,
+                    config.max_ack_pending,
                 ):
                     continue
                 config = now.evolve(
@@ -506,6 +515,7 @@ class Bus:
                     deliver_subject=config.deliver_subject,
                     ack_wait=config.ack_wait,
                     idle_heartbeat=config.idle_heartbeat,
+                    max_ack_pending=config.max_ack_pending,
                 )
             with nats_failure(f"making consumer {spec.name}"):
                 await self.js.add_consumer(self.subjects.stream, config)
@@ -517,7 +527,7 @@ class Bus:
         delivered anything: nothing read before to recover).
 
         The operator makes it (`ensure_consumers`); a process alone on an open server makes it itself, from
-        the next message on. A consumer that delivered before is reset, which sends again at once what was
+        the next message on, and brings its limit of unacknowledged deliveries up to date. A consumer that delivered before is reset, which sends again at once what was
         sent and not acknowledged: what a process that stopped held, or what was lost on the way.
         """
         stream = self.subjects.stream
@@ -530,6 +540,11 @@ class Bus:
                 )
                 with nats_failure(f"opening consumer {name}"):
                     info = await self.js.add_consumer(stream, config)
+            elif self.inbox == INBOX and info.config.max_ack_pending != self.settings.max_ack_pending:
+                with nats_failure(f"updating consumer {name}'s limit of unacknowledged deliveries"):
+                    info = await self.js.add_consumer(
+                        stream, info.config.evolve(max_ack_pending=self.settings.max_ack_pending)
+                    )
         except BusError as exc:
             if self.inbox == INBOX:
                 raise

@@ -76,6 +76,10 @@ class NatsConfig(_Section, frozen=True):
     episode) fails; under the stream's 120 s duplicate window, so a retry is never stored twice."""
     ping_interval_s: Seconds = 5.0
     """How often a process pings its NATS server; two unanswered and it moves to another node."""
+    max_ack_pending: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """Inputs a worker's consumer (one per agent and shard) hands out unacknowledged at most. An episode holds
+    one per agent while its handler runs, model calls included: more episodes in flight than this per agent
+    and shard wait for others to finish. Applied to the consumers when the system starts."""
     sync_interval: Annotated[str, msgspec.Meta(pattern=r"^(|always|[1-9][0-9]*(ms|s|m|h))$")] = ""
     """How often the embedded nats-server writes the stream to disk: "always" (an fsync before it confirms each
     publish: a confirmed message survives a power cut), a duration such as "10s", or "" for nats-server's default,
@@ -168,6 +172,10 @@ class RunDefaults(_Section, frozen=True):
 
     concurrency: Annotated[int, msgspec.Meta(ge=0)] = 0
     episode_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    start_rate: Annotated[float, msgspec.Meta(ge=0.0)] = 250.0
+    """Episodes started per second while a run fills up to its concurrency (0: all at once); then an episode
+    starts as one completes. Thousands started in one burst keep the workers from reading their publishes'
+    confirmations for seconds."""
 
 
 class MemoryConfig(_Section, frozen=True):
@@ -430,6 +438,7 @@ def bus_settings(config: Config) -> BusSettings:
         publish_retry_s=n.publish_retry_s,
         ping_interval_s=n.ping_interval_s,
         ack_wait_s=config.runtime.ack_wait_s,
+        max_ack_pending=n.max_ack_pending,
     )
 
 
