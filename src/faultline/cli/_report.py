@@ -5,6 +5,9 @@ Tables on stdout by default; `--json` prints one JSON object per row (each with 
 and a `summary` last; `--html` writes one self-contained page; `--plot` a heatmap of
 (O, L, S) by tier (MAS-FIRE Figure 4's shape). `--rs` picks how RS_f counts the units
 solved under a fault: as equation 1 does (default), or only those the baseline solved.
+`--behaviours` picks where the behaviours come from: the rule detectors (default), or a
+model judge (role judge) that labels each faulted episode (`faultline.report.annotate_episodes`),
+its answers recorded in the campaign folder so a rerun gives the same report.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import html
 import math
 from pathlib import Path
 
+import anyio
 import msgspec
 from rich.console import Console
 from rich.table import Table
@@ -22,7 +26,25 @@ from faultline._errors import UsageError
 from faultline.cli._plots import png
 from faultline.cli._reflection import HELP as REFLECTION_HELP
 from faultline.cli._reflection import report_reflection
-from faultline.report import DETECTORS, RS_VARIANTS, TIERS, CampaignReport, FaultRow, TierRow, campaign_report
+from faultline.cli._run import add_model_flags, effective_config, serving_local_model
+from faultline.report import (
+    BEHAVIOUR_SOURCES,
+    DETECTORS,
+    RS_VARIANTS,
+    SIM_JUDGE_NOTE,
+    TIERS,
+    Annotation,
+    BehaviourRow,
+    CampaignReport,
+    FaultRow,
+    TierRow,
+    annotate_episodes,
+    campaign_report,
+    episode_cases,
+)
+from faultline.runtime import make_backend
+
+JUDGE_ROLE = "judge"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -45,6 +67,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="how RS_f counts N_f,success: every unit solved under the fault, as equation 1 (paper, the default),"
         " or only the units the baseline solved too (baseline-solved: the share of its successes that survived)",
     )
+    p.add_argument(
+        "--behaviours",
+        choices=list(BEHAVIOUR_SOURCES),
+        default="rules",
+        help="where the fault-tolerant behaviours behind O, L and S come from: Faultline's rule detectors (rules,"
+        " the default), or a model judge, model role judge, that labels each faulted episode with behaviours,"
+        " several tiers each, succeeded or failed, as MAS-FIRE's annotator does (judged; its answers are recorded"
+        " in CAMPAIGN_DIR/annotations.jsonl and served again on a rerun)",
+    )
+    add_model_flags(p)
     p.set_defaults(handler=_report)
 
 
@@ -57,7 +89,7 @@ def _report(args: argparse.Namespace) -> int:
         raise UsageError("report needs a CAMPAIGN_DIR, or --reflection JOURNAL")
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html {args.html}: folder {args.html.parent} does not exist")
-    report = campaign_report(args.campaign, rs=args.rs)
+    report = _judged_report(args) if args.behaviours == "judged" else campaign_report(args.campaign, rs=args.rs)
     if args.plot is not None:
         _heatmap(report, args.plot)
     if args.html is not None:
@@ -70,6 +102,24 @@ def _report(args: argparse.Namespace) -> int:
     for table in _tables(report, str(args.campaign)):
         console.print(table)
     return 0
+
+
+@serving_local_model
+def _judged_report(args: argparse.Namespace) -> CampaignReport:
+    config = effective_config(args)
+    settings = config.model(JUDGE_ROLE)
+    judge = f"{settings.backend}:{settings.model}" if settings.model else settings.backend
+    cases = episode_cases(args.campaign)
+
+    async def annotate() -> tuple[dict[str, Annotation | str], int]:
+        backend = make_backend(config, JUDGE_ROLE)
+        try:
+            return await annotate_episodes(cases, backend, judge=judge, role=JUDGE_ROLE, folder=args.campaign)
+        finally:
+            await backend.aclose()
+
+    judged, recorded = anyio.run(annotate)
+    return campaign_report(args.campaign, rs=args.rs, judged=judged, judge=judge, recorded=recorded)
 
 
 def _share(value: float | None, num: int, den: int) -> str:
@@ -101,20 +151,44 @@ def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
     return head, rows
 
 
+def _marks(b: BehaviourRow) -> str:
+    """Table 2's marks with their counts: ✓ units where it repaired the fault, ✗ units where it fired in vain."""
+    marks = (f"✓ {b.repaired}" if b.repaired else "", f"✗ {b.failed}" if b.failed else "")
+    return " ".join(mark for mark in marks if mark)
+
+
 def _behaviour_grid(report: CampaignReport) -> tuple[list[str], Grid]:
-    """Table 2's shape: a row per (fault, behaviour), a column per tier holding units (repaired)."""
+    """Table 2's shape: a row per (fault, behaviour), a column per tier it counts in, marked ✓ (succeeded: units)
+    and ✗ (activated, failed: units)."""
     head = ["fault", "defense", "behaviour", *TIERS, "solved"]
     rows = [
         [
             b.fault,
             b.defense or "-",
             b.behaviour,
-            *(f"{b.units} ({b.repaired} repaired)" if tier == b.tier else "" for tier in TIERS),
+            *(_marks(b) if tier in (b.tiers or [b.tier]) else "" for tier in TIERS),
             f"{b.solved}/{b.units}",
         ]  # fmt: skip
         for b in report.behaviours
     ]
     return head, rows
+
+
+def _not_annotated_grid(report: CampaignReport) -> tuple[list[str], Grid]:
+    head = ["fault", "defense", "episode", "why not annotated"]
+    return head, [[n.fault, n.defense or "-", n.episode, n.reason] for n in report.not_annotated]
+
+
+def _source(report: CampaignReport) -> str:
+    """Where the behaviours came from, said on every behaviour table."""
+    s = report.summary
+    if s.behaviour_source == "rules":
+        return "detectors: " + ", ".join(f"{d.name} ({d.tier}): {d.summary}" for d in DETECTORS.values())
+    text = (
+        f"judged behaviours: {BEHAVIOUR_SOURCES['judged']}; judge {s.judge}, {s.annotated} episodes annotated"
+        f" ({s.recorded} from recorded answers), {s.not_annotated} not"
+    )
+    return f"{text}; {SIM_JUDGE_NOTE}" if s.judge.startswith("sim") else text
 
 
 def _effect_grid(report: CampaignReport) -> tuple[list[str], Grid]:
@@ -143,6 +217,8 @@ def _tables(report: CampaignReport, name: str) -> list[Table]:
     ]
     if report.effects:
         grids.append(("what each defense changes in RS_f", _effect_grid(report)))
+    if report.not_annotated:
+        grids.append(("faulted episodes the judge did not annotate (left out of O, L, S)", _not_annotated_grid(report)))
     tables = []
     for title, (head, rows) in grids:
         table = Table(title=title)
@@ -153,8 +229,7 @@ def _tables(report: CampaignReport, name: str) -> list[Table]:
         tables.append(table)
     definitions = "; ".join(f"{name}: {text}" for name, text in report.definitions().items())
     tables[0].caption = f"{_caption(report)}\n{definitions}"
-    detectors = ", ".join(f"{d.name} ({d.tier}): {d.summary}" for d in DETECTORS.values())
-    tables[1].caption = f"detectors: {detectors}"
+    tables[1].caption = _source(report)
     return tables
 
 
@@ -223,9 +298,9 @@ def _html(report: CampaignReport, name: str) -> str:
     ]
     if report.effects:
         parts.append(table("what each defense changes in RS_f", *_effect_grid(report)))
-    detectors = "".join(
-        f"<li><b>{html.escape(d.name)}</b> ({d.tier}): {html.escape(d.summary)}</li>" for d in DETECTORS.values()
-    )
+    if report.not_annotated:
+        parts.append(table("faulted episodes the judge did not annotate", *_not_annotated_grid(report)))
+    detectors = f"<li>{html.escape(_source(report))}</li>"
     definitions = "".join(
         f"<dt>{html.escape(n)}</dt><dd>{html.escape(t)}</dd>" for n, t in report.definitions().items()
     )
@@ -237,5 +312,5 @@ def _html(report: CampaignReport, name: str) -> str:
         f'<!doctype html><html><head><meta charset="utf-8"><title>faultline report {html.escape(name)}</title>'
         f"<style>{style}</style></head><body><h1>faultline report {html.escape(name)}</h1>"
         f"<p>{html.escape(_caption(report))}</p>{''.join(parts)}<h2>what the columns mean</h2><dl>{definitions}</dl>"
-        f"<h2>detectors</h2><ul>{detectors}</ul></body></html>"
+        f"<h2>behaviours</h2><ul>{detectors}</ul></body></html>"
     )

@@ -6,8 +6,23 @@ the behaviour detectors (`DETECTORS`) find fault-tolerant behaviours in an episo
 messages, each in one of the four tiers. Nothing here talks to NATS: a campaign folder
 copied to another machine gives the same report there. `turn_reward` scores one turn
 against a reference with Tool-Reflection-Bench's decomposition, `reward_stats` sums many up.
+With judged behaviours a `BehaviourAnnotator` asks a model judge to label each faulted
+episode's behaviours instead (`annotate_episodes`), several tiers each, the detectors'
+sightings its evidence.
 """
 
+from faultline.report._annotator import (
+    ANNOTATIONS,
+    ANSWER_FORMAT,
+    Annotation,
+    BehaviourAnnotator,
+    EpisodeCase,
+    JudgedBehaviour,
+    annotate_episodes,
+    annotation_request,
+    episode_case,
+    parse_annotation,
+)
 from faultline.report._behaviours import DETECTORS, TIERS, Behaviour, Detector, EpisodeTrace, Tier, detect
 from faultline.report._campaign import (
     BASELINE,
@@ -21,18 +36,23 @@ from faultline.report._campaign import (
     write_manifest,
 )
 from faultline.report._metrics import (
+    BEHAVIOUR_SOURCES,
     DEFINITIONS,
     RS_VARIANTS,
+    SIM_JUDGE_NOTE,
     SIM_NOTE,
     BehaviourRow,
+    BehaviourSource,
     CampaignReport,
     CellResult,
     DefenseEffect,
     FaultRow,
+    NotAnnotated,
     ReportSummary,
     RsVariant,
     TierRow,
     campaign_report,
+    episode_cases,
     read_cell,
 )
 from faultline.report._reward import (
@@ -48,6 +68,21 @@ from faultline.report._reward import (
 )
 
 __all__ = [
+    "ANNOTATIONS",
+    "ANSWER_FORMAT",
+    "Annotation",
+    "BehaviourAnnotator",
+    "EpisodeCase",
+    "JudgedBehaviour",
+    "annotate_episodes",
+    "annotation_request",
+    "episode_case",
+    "parse_annotation",
+    "BEHAVIOUR_SOURCES",
+    "SIM_JUDGE_NOTE",
+    "BehaviourSource",
+    "NotAnnotated",
+    "episode_cases",
     "BASELINE",
     "Behaviour",
     "BehaviourRow",

@@ -43,6 +43,12 @@ class Behaviour(msgspec.Struct, frozen=True, kw_only=True):
     pos: int
     """Journal position of the evidence."""
     repaired: bool
+    tiers: list[Tier] = []
+    """Every tier the behaviour belongs to when it is more than `tier` (a judged behaviour may name several)."""
+
+    @property
+    def all_tiers(self) -> list[Tier]:
+        return self.tiers or [self.tier]
 
 
 @dataclass

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +40,7 @@ from faultline._errors import ConfigError
 from faultline.core import RUNNER, Envelope, FaultApplied, Recording, body_digest
 from faultline.faults import OPERATOR
 from faultline.journal import JournalReader, JournalRow
+from faultline.report._annotator import SHOWN_KINDS, Annotation, EpisodeCase, episode_case, judged_behaviours
 from faultline.report._behaviours import DETECTORS, TIERS, Behaviour, Tier, detect
 from faultline.report._campaign import BASELINE, NO_DEFENSE, CampaignCell, CampaignManifest, read_manifest
 
@@ -74,6 +75,18 @@ EVIDENCE_KINDS = (
 no other row."""
 
 SIM_NOTE = "sim follows each task's ground truth: its numbers measure the runtime's mechanisms, not a model"
+SIM_JUDGE_NOTE = (
+    "the sim judge is a stand-in: it maps the rule detectors' evidence and visible trajectory patterns to"
+    " behaviours, so its labels measure the annotator's mechanism, not a model's judgement"
+)
+
+BehaviourSource = Literal["rules", "judged"]
+BEHAVIOUR_SOURCES: dict[BehaviourSource, str] = {
+    "rules": "Faultline's rule detectors: each behaviour named and tested, in one tier, from journal evidence",
+    "judged": "a model judge (role judge) labels each faulted episode's behaviours, several tiers each, as"
+    " MAS-FIRE's annotator does; the rule detectors' sightings are its evidence",
+}
+"""Where the behaviours behind O, L and S come from, with what each means."""
 
 
 def ratio(num: int, den: int) -> float | None:
@@ -106,6 +119,8 @@ class FaultRow(_Tolerance, frozen=True, kw_only=True, tag="fault", tag_field="ty
     rs: float | None
     no_effect: int = 0
     """Faulted units whose agents did exactly what they did in the baseline (see the module docstring)."""
+    not_annotated: int = 0
+    """Faulted units the judge gave no readable annotation for, left out of O, L and S (judged behaviours only)."""
 
 
 class TierRow(_Tolerance, frozen=True, kw_only=True, tag="tier", tag_field="type"):
@@ -115,7 +130,8 @@ class TierRow(_Tolerance, frozen=True, kw_only=True, tag="tier", tag_field="type
 
 
 class BehaviourRow(msgspec.Struct, frozen=True, kw_only=True, tag="behaviour", tag_field="type"):
-    """How often one behaviour fired under one fault type (Table 2's shape): units, repaired, solved."""
+    """How often one behaviour fired under one fault type (Table 2's shape): units, repaired (succeeded: ✓),
+    failed (activated, did not resolve the fault: ✗), solved."""
 
     fault: str
     defense: str
@@ -124,6 +140,21 @@ class BehaviourRow(msgspec.Struct, frozen=True, kw_only=True, tag="behaviour", t
     units: int
     repaired: int
     solved: int
+    tiers: list[Tier] = []
+    """Every tier it counts in (a judged behaviour may name several); empty: `tier` alone."""
+    failed: int = 0
+    """Units where it was seen and did not repair the fault."""
+
+
+class NotAnnotated(msgspec.Struct, frozen=True, kw_only=True, tag="not_annotated", tag_field="type"):
+    """A faulted episode the judge gave no readable annotation for, and why."""
+
+    fault: str
+    defense: str
+    episode: str
+    task: str
+    trial: int
+    reason: str
 
 
 class DefenseEffect(msgspec.Struct, frozen=True, kw_only=True, tag="defense_effect", tag_field="type"):
@@ -149,6 +180,13 @@ class ReportSummary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", ta
     note: str = ""
     rs: RsVariant = "paper"
     """How RS_f counted N_f,success (`RS_VARIANTS`)."""
+    behaviour_source: BehaviourSource = "rules"
+    judge: str = ""
+    """With judged behaviours: the judge's backend and model."""
+    annotated: int = 0
+    not_annotated: int = 0
+    recorded: int = 0
+    """Of the annotations, those served from the campaign folder's recorded answers."""
 
 
 class CampaignReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,13 +195,15 @@ class CampaignReport(msgspec.Struct, frozen=True, kw_only=True):
     behaviours: list[BehaviourRow]
     effects: list[DefenseEffect]
     summary: ReportSummary
+    not_annotated: list[NotAnnotated] = []
 
-    def lines(self) -> Iterator[FaultRow | TierRow | BehaviourRow | DefenseEffect | ReportSummary]:
+    def lines(self) -> Iterator[FaultRow | TierRow | BehaviourRow | DefenseEffect | NotAnnotated | ReportSummary]:
         """Every row, then the summary: what `report --json` prints, one per line."""
         yield from self.faults
         yield from self.tiers
         yield from self.behaviours
         yield from self.effects
+        yield from self.not_annotated
         yield self.summary
 
     def definitions(self) -> dict[str, str]:
@@ -179,18 +219,24 @@ class CellResult(msgspec.Struct, frozen=True, kw_only=True):
     behaviours: dict[Unit, list[Behaviour]]
     traces: dict[Unit, str] = {}
     """Per unit, a digest of what its agents sent and asked their models (`trace_digest`)."""
+    unannotated: dict[Unit, tuple[str, str]] = {}
+    """Judged behaviours only: the faulted units without an annotation, each with (episode, why)."""
 
     @property
     def units(self) -> int:
         return len(self.solved | self.injected | set(self.behaviours))
 
 
-def read_cell(journal: Path, run_id: str = "") -> tuple[CellResult, int]:
-    """One cell's units from the journal's episodes of run `run_id` (all: ""), and how many completed."""
+def read_cell(
+    journal: Path, run_id: str = "", judged: Mapping[str, Annotation | str] | None = None
+) -> tuple[CellResult, int]:
+    """One cell's units from the journal's episodes of run `run_id` (all: ""), and how many completed; with
+    `judged` (per episode, an annotation or why there is none), a faulted unit's behaviours are the judge's."""
     solved: set[Unit] = set()
     injected: set[Unit] = set()
     behaviours: dict[Unit, list[Behaviour]] = {}
     traces: dict[Unit, str] = {}
+    unannotated: dict[Unit, tuple[str, str]] = {}
     with JournalReader(journal, expand_requests=False) as reader:
         prefix = f"{run_id}-" if run_id else ""
         episodes = {e.episode: e for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)}
@@ -204,9 +250,43 @@ def read_cell(journal: Path, run_id: str = "") -> tuple[CellResult, int]:
                 solved.add(unit)
             if summary.faults:
                 injected.add(unit)
-                steps: list[tuple[int, Envelope]] = [(r.pos, r.envelope()) for r in rows if r.kind in EVIDENCE_KINDS]
-                behaviours[unit] = detect(steps)
-    return CellResult(solved=solved, injected=injected, behaviours=behaviours, traces=traces), len(episodes)
+                if judged is None:
+                    behaviours[unit] = detect(_steps(rows, EVIDENCE_KINDS))
+                    continue
+                answer = judged.get(episode, "not asked: the judge was given no case for this episode")
+                if isinstance(answer, str):
+                    unannotated[unit] = (episode, answer)
+                    continue
+                steps = _steps(rows, SHOWN_KINDS)
+                fault_pos = next((pos for pos, env in steps if isinstance(env.body, FaultApplied)), 0)
+                case = episode_case(episode, summary.task, summary.trial, steps)
+                behaviours[unit] = sorted(judged_behaviours(case, answer, fault_pos), key=lambda b: (b.pos, b.name))
+    cell = CellResult(solved=solved, injected=injected, behaviours=behaviours, traces=traces, unannotated=unannotated)
+    return cell, len(episodes)
+
+
+def _steps(rows: list[JournalRow], kinds: tuple[str, ...]) -> list[tuple[int, Envelope]]:
+    return [(r.pos, r.envelope()) for r in rows if r.kind in kinds]
+
+
+def episode_cases(folder: Path) -> list[EpisodeCase]:
+    """What the behaviour annotator is shown of every faulted episode of the campaign's finished fault cells."""
+    manifest = read_manifest(folder)
+    cases: list[EpisodeCase] = []
+    for cell in manifest.cells:
+        if not cell.done or cell.fault == BASELINE:
+            continue
+        with JournalReader(manifest.journal_of(folder, cell), expand_requests=False) as reader:
+            prefix = f"{cell.run_id}-" if cell.run_id else ""
+            episodes = {
+                e.episode: e for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)
+            }
+            for episode, rows in reader.by_episode(list(episodes) if prefix else None):
+                summary = episodes.get(episode)
+                if summary is not None and summary.faults:
+                    steps = _steps(rows, SHOWN_KINDS)
+                    cases.append(episode_case(episode, summary.task, summary.trial, steps))
+    return cases
 
 
 def trace_digest(rows: list[JournalRow]) -> str:
@@ -253,13 +333,14 @@ _NOT_ACTS = frozenset({"fault_skipped", "defense_fired", "episode_completed", "n
 def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
     """N_total, N_trigger, N_fixed, N_final_success and O, L, S over the behaviours of `tier` (every tier: None)."""
     triggered = fixed = success = 0
-    for unit in cell.injected:
-        seen = [b for b in cell.behaviours.get(unit, []) if tier is None or b.tier == tier]
+    judged = cell.injected - set(cell.unannotated)
+    for unit in judged:
+        seen = [b for b in cell.behaviours.get(unit, []) if tier is None or tier in b.all_tiers]
         if seen:
             triggered += 1
             fixed += any(b.repaired for b in seen)
             success += unit in cell.solved
-    injected = len(cell.injected)
+    injected = len(judged)
     return {
         "injected": injected,
         "triggered": triggered,
@@ -282,6 +363,7 @@ def fault_row(cell: CampaignCell, result: CellResult, base: CellResult, rs: RsVa
         solved=solved,
         rs=ratio(solved, len(base.solved)),
         no_effect=len(unchanged),
+        not_annotated=len(result.unannotated),
         **_tolerance(result, None),
     )
 
@@ -293,23 +375,27 @@ def tier_rows(cell: CampaignCell, result: CellResult) -> list[TierRow]:
 def behaviour_rows(cell: CampaignCell, result: CellResult) -> list[BehaviourRow]:
     units: dict[str, set[Unit]] = defaultdict(set)
     repaired: dict[str, set[Unit]] = defaultdict(set)
+    failed: dict[str, set[Unit]] = defaultdict(set)
+    tiers: dict[str, dict[Tier, None]] = defaultdict(dict)
     for unit, seen in result.behaviours.items():
         for b in seen:
             units[b.name].add(unit)
-            if b.repaired:
-                repaired[b.name].add(unit)
+            (repaired if b.repaired else failed)[b.name].add(unit)
+            tiers[b.name].update(dict.fromkeys(b.all_tiers))
+    names = [n for n in DETECTORS if n in units] + sorted(n for n in units if n not in DETECTORS)
     return [
         BehaviourRow(
             fault=cell.fault,
             defense=cell.defense,
             behaviour=name,
-            tier=DETECTORS[name].tier,
+            tier=next(iter(tiers[name])),
+            tiers=list(tiers[name]) if len(tiers[name]) > 1 else [],
             units=len(units[name]),
             repaired=len(repaired[name]),
+            failed=len(failed[name]),
             solved=len(units[name] & result.solved),
-        )  # fmt: skip
-        for name in DETECTORS
-        if units[name]
+        )
+        for name in names
     ]
 
 
@@ -333,9 +419,17 @@ def defense_effects(rows: list[FaultRow]) -> list[DefenseEffect]:
     ]
 
 
-def campaign_report(folder: Path, *, rs: RsVariant = "paper") -> CampaignReport:
+def campaign_report(
+    folder: Path,
+    *,
+    rs: RsVariant = "paper",
+    judged: Mapping[str, Annotation | str] | None = None,
+    judge: str = "",
+    recorded: int = 0,
+) -> CampaignReport:
     """The report of a campaign folder, over its finished cells (an unfinished cell is left out); `rs` says how
-    RS_f counts the units solved under a fault (`RS_VARIANTS`)."""
+    RS_f counts the units solved under a fault (`RS_VARIANTS`). With `judged` (see `annotate_episodes`) the
+    behaviours are the judge's, `judge` names it and `recorded` says how many answers were recorded ones."""
     if rs not in RS_VARIANTS:
         raise ConfigError(f"rs={rs!r}: RS_f is counted one of these ways: {', '.join(RS_VARIANTS)}")
     manifest: CampaignManifest = read_manifest(folder)
@@ -343,11 +437,14 @@ def campaign_report(folder: Path, *, rs: RsVariant = "paper") -> CampaignReport:
     episodes = 0
     for cell in manifest.cells:
         if cell.done:
-            results[cell.name], count = read_cell(manifest.journal_of(folder, cell), cell.run_id)
+            results[cell.name], count = read_cell(
+                manifest.journal_of(folder, cell), cell.run_id, None if cell.fault == BASELINE else judged
+            )
             episodes += count
     faults: list[FaultRow] = []
     tiers: list[TierRow] = []
     behaviours: list[BehaviourRow] = []
+    unjudged: list[NotAnnotated] = []
     for cell in manifest.cells:
         base = results.get(CampaignCell(fault=BASELINE, defense=cell.defense).name)
         result = results.get(cell.name)
@@ -356,6 +453,10 @@ def campaign_report(folder: Path, *, rs: RsVariant = "paper") -> CampaignReport:
         faults.append(fault_row(cell, result, base, rs))
         tiers.extend(tier_rows(cell, result))
         behaviours.extend(behaviour_rows(cell, result))
+        unjudged += [
+            NotAnnotated(fault=cell.fault, defense=cell.defense, episode=e, task=u[0], trial=u[1], reason=why)
+            for u, (e, why) in sorted(result.unannotated.items())
+        ]
     settings = manifest.settings
     summary = ReportSummary(
         domain=settings.system or settings.domain,
@@ -366,9 +467,21 @@ def campaign_report(folder: Path, *, rs: RsVariant = "paper") -> CampaignReport:
         cells_done=len(results),
         episodes=episodes,
         behaviours=sum(len(seen) for r in results.values() for seen in r.behaviours.values()),
-        note=SIM_NOTE if settings.model == "sim" else "",
+        note="; ".join(
+            n for n, on in ((SIM_NOTE, settings.model == "sim"), (SIM_JUDGE_NOTE, judge.startswith("sim"))) if on
+        ),
         rs=rs,
+        behaviour_source="rules" if judged is None else "judged",
+        judge=judge,
+        annotated=sum(len(r.injected) - len(r.unannotated) for r in results.values()) if judged is not None else 0,
+        not_annotated=len(unjudged),
+        recorded=recorded,
     )
     return CampaignReport(
-        faults=faults, tiers=tiers, behaviours=behaviours, effects=defense_effects(faults), summary=summary
+        faults=faults,
+        tiers=tiers,
+        behaviours=behaviours,
+        effects=defense_effects(faults),
+        summary=summary,
+        not_annotated=unjudged,
     )

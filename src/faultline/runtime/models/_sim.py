@@ -47,7 +47,8 @@ the revised proposal. This is a parameter of the simulation, chosen by whoever
 runs it; a pass rate it produces is a property of that parameter, never a
 finding about helpers or models. Requests with `sim` "helper" are answered by
 the stand-ins in `_sim_helpers.py`, requests with `sim` "judge" (the FAMA
-controller's stages) by `_sim_judge.py`.
+controller's stages) by `_sim_judge.py`, requests with `sim` "annotator" (the
+report's behaviour annotator) by `_sim_annotator.py`.
 
 Transcripts. Tool role: `messages` as the agent sees them; system messages are
 ignored (put helper notes there), user turns are `user`, the agent's own turns
@@ -110,6 +111,7 @@ from faultline.envs import (
     load_domain,
 )
 from faultline.faults import INJECTOR_ROLE, simulate
+from faultline.runtime.models._sim_annotator import respond_annotator
 from faultline.runtime.models._sim_helpers import respond_helper
 from faultline.runtime.models._sim_judge import respond_judge
 from faultline.runtime.models._sim_latency import SimLatency
@@ -226,6 +228,8 @@ class SimBackend:
             return _blame_step(request)
         if request.metadata.get("sim") == "judge":
             return respond_judge(request, prompt_word_count(request.messages))
+        if request.metadata.get("sim") == "annotator":
+            return respond_annotator(request, prompt_word_count(request.messages))
         if request.metadata.get("sim") == INJECTOR_ROLE:
             text = simulate(request)
             usage = Usage(prompt_tokens=prompt_word_count(request.messages), completion_tokens=word_count(text))

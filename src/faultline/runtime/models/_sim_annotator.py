@@ -1,0 +1,104 @@
+"""The simulator's stand-in for the behaviour annotator's judge: labels from what the request shows.
+
+A SIMULATION for exercising the judged report (its request, answer format, recordings and counts),
+never a result about models. The answer is a pure function of `request.metadata`, which the
+annotator fills with exactly what its prompt shows (`faultline.report`): the trajectory as the
+agents saw it, the faults as what they injected, the rule detectors' sightings. Nothing else of the
+episode reaches it, neither the simulator's mistake labels nor the grader's outcome.
+
+    evidence                      behaviour (tiers)                                    succeeded when
+    defense_filtered              system filters the faulted message (rule)            the drop was a faulted one
+    tool_error_corrected          agent identifies and corrects the call               the next call succeeded
+                                  (mechanism, reasoning)
+    asked_user                    asks the user for key information                    the user answered
+                                  (mechanism, reasoning)
+    verifier_recheck              verifier sends the call back (mechanism)             the next result is no error
+    helper_restored               helper restores the missing context (mechanism)     always
+    trajectory: a fault delivered copies no defense dropped: "duplicates do not affect behaviour" (reasoning),
+      succeeded when no message answers a copy, else "duplicates cause abnormal behaviour" (failed)
+    trajectory: a fault changed an agent's start (its prompt): "follows its original role" (prompt),
+      succeeded when none of that agent's later tool calls failed, else "disturbed by the changed prompt"
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from faultline.core import LlmRequest, LlmResponse, Usage
+
+FROM_EVIDENCE: dict[str, tuple[str, str, list[str]]] = {
+    "defense_filtered": ("system filters the faulted message", "system filters a stray message", ["rule"]),
+    "tool_error_corrected": (
+        "agent identifies and corrects the call",
+        "responds to the error but ultimately fails",
+        ["mechanism", "reasoning"],
+    ),
+    "asked_user": ("asks the user for key information", "asks the user but gets no answer", ["mechanism", "reasoning"]),
+    "verifier_recheck": ("verifier sends the call back", "verifier sends the call back in vain", ["mechanism"]),
+    "helper_restored": ("helper restores the missing context", "helper restores the missing context", ["mechanism"]),
+}
+"""Per rule detector: the behaviour's name when it succeeded, when it failed, and its tiers."""
+
+
+def respond_annotator(request: LlmRequest, words: int) -> LlmResponse:
+    """The simulated annotation of one episode; `words` is the prompt's size for the usage counts."""
+    meta = request.metadata
+    trajectory: list[dict[str, Any]] = list(meta.get("trajectory") or [])
+    faults: list[dict[str, Any]] = list(meta.get("faults") or [])
+    behaviours = [_from_evidence(e) for e in meta.get("evidence") or []]
+    behaviours += _copies(trajectory, faults) + _prompts(trajectory, faults)
+    behaviours.sort(key=lambda b: (b["step"], b["name"]))
+    answer = {"behaviours": behaviours, "rationale": f"{len(behaviours)} responses to the injected faults"}
+    text = json.dumps(answer, sort_keys=True)
+    return LlmResponse(
+        content=text,
+        usage=Usage(prompt_tokens=words, completion_tokens=len(text.split())),
+        model="sim",
+        finish_reason="stop",
+        metadata={"sim": "annotator"},
+    )
+
+
+def _behaviour(name: str, tiers: list[str], succeeded: bool, step: int) -> dict[str, Any]:
+    return {"name": name, "tiers": tiers, "outcome": "succeeded" if succeeded else "failed", "step": step}
+
+
+def _from_evidence(sighting: dict[str, Any]) -> dict[str, Any]:
+    good, bad, tiers = FROM_EVIDENCE.get(
+        str(sighting.get("behaviour")), ("responds to the fault",) * 2 + (["mechanism"],)
+    )
+    repaired = bool(sighting.get("repaired"))
+    return _behaviour(good if repaired else bad, tiers, repaired, int(sighting.get("n", -1)))
+
+
+def _copies(trajectory: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies a fault delivered beside the message (a storm, a cycle, a broadcast) that no defense dropped."""
+    dropped = {int(e.get("dropped") or 0) for e in trajectory if e.get("kind") == "defense_fired"}
+    found = []
+    for fault in faults:
+        copies = [n for n in fault.get("delivered", [])[1:] if n not in dropped]
+        if not copies:
+            continue
+        answered = [e["n"] for e in trajectory if e.get("cause") in copies and e.get("kind") != "defense_fired"]
+        name = "duplicates cause abnormal behaviour" if answered else "duplicates do not affect behaviour"
+        found.append(_behaviour(name, ["reasoning"], not answered, answered[0] if answered else copies[0]))
+    return found
+
+
+def _prompts(trajectory: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A start a fault rewrote for an agent other than the user: its prompt changed."""
+    by_n = {e["n"]: e for e in trajectory}
+    found = []
+    for fault in faults:
+        starts = [by_n[n] for n in fault.get("delivered", []) if by_n.get(n, {}).get("kind") == "start"]
+        for start in starts:
+            agent = start.get("recipient", "")
+            if agent in ("", "user"):
+                continue
+            calls = {e["n"] for e in trajectory if e["n"] > start["n"] and e.get("sender") == agent}
+            errors = [e["n"] for e in trajectory if e.get("kind") == "tool_result" and e.get("error")
+                      and e.get("cause") in calls]  # fmt: skip
+            name = "disturbed by the changed prompt" if errors else "follows its original role"
+            found.append(_behaviour(name, ["prompt"], not errors, errors[0] if errors else start["n"]))
+    return found
