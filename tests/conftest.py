@@ -3,6 +3,8 @@ is the one `faultline.testing.fixtures` gives every user)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +17,13 @@ from tests.disk import small_disk as small_disk
 # hypothesis takes to draw an example there says nothing about the code, so time is not checked.
 settings.register_profile("shared-cores", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("shared-cores")
+
+# The suite starts hundreds of Python processes (workers, journal services, CLIs, pytest's own workers, which
+# inherit this process's environment): a shell that exports PYTHONDONTWRITEBYTECODE would have every one of
+# them compile faultline and its dependencies from source again, about half the suite's time on two cores.
+# The bytecode lands in the __pycache__ folders git ignores, as without that variable.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture

@@ -160,7 +160,8 @@ def test_every_command_prints_json_lines_with_a_type_and_one_summary_last(
         failed = next(e.episode for e in reader.episodes() if e.outcome == "failure")
         at = next(r.pos for r in reader.episode_rows(failed) if r.kind == "user_turn")
     config = tmp_path / "faultline.toml"
-    config.write_text("[faults]\nconfirm_timeout_s = 0.2\n[helpers]\nconfirm_timeout_s = 0.2\n")
+    # No worker runs on the live system, so no confirmation comes: each live command waits this long, ~30 times.
+    config.write_text("[faults]\nconfirm_timeout_s = 0.05\n[helpers]\nconfirm_timeout_s = 0.05\n")
     setting = Setting(tmp_path, journal, failed, at, live, config, otel)
     assert main(["journal", "export", str(journal), "-o", str(tmp_path / "plain.jsonl")]) == 0
     capsys.readouterr()
