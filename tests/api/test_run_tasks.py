@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from faultline.api import RunPlan, RunResult, RunSpec, _plan, plan_episodes, run, run_plan
+from faultline.api._run import _Ticker
 from faultline.bus import Bus, Message
+from faultline.core import EpisodeCompleted
 from faultline.envs import load_domain
 from faultline.runtime import load_config
 
@@ -57,3 +60,37 @@ def test_a_run_fills_up_at_the_start_rate_of_its_config(tmp_path: Path, monkeypa
     )
     assert run(spec).summary.outcomes == {"success": 2}
     assert [round(w - waits[0], 6) for w in sorted(waits)] == [0.0, 0.05]
+
+
+class _Counted(dict):  # type: ignore[type-arg]
+    """A dict that counts the entries read by walking it."""
+
+    walked = 0
+
+    def values(self) -> Any:
+        for value in super().values():
+            _Counted.walked += 1
+            yield value
+
+
+class _Quiet:
+    def update(self, done: int, ok: int, waiting: str) -> None:
+        self.last = (done, ok)
+
+
+async def test_telling_the_progress_after_each_episode_does_not_walk_every_episode() -> None:
+    """At 5,000 in flight and 15,000 in all, recounting the successes and looking for the oldest running episode
+    after each completion was a third of the runner's CPU."""
+    episodes = [f"e{i}" for i in range(2_000)]
+    result = RunResult([], completed=_Counted(), running=_Counted())
+    watcher = _Quiet()
+    ticker = _Ticker(watcher, result, 60.0)  # type: ignore[arg-type]
+    for i, e in enumerate(episodes):
+        result.running[e] = float(i)
+    _Counted.walked = 0
+    for e in episodes:
+        del result.running[e]
+        result.completed[e] = EpisodeCompleted(outcome="success")
+        ticker.on_done(e, result.completed[e])
+    assert watcher.last == (2_000, 2_000)
+    assert _Counted.walked <= 2 * len(episodes) + 1, f"{_Counted.walked} entries read for {len(episodes)} episodes"

@@ -251,7 +251,7 @@ class RunResult:
     planned: list[PlannedEpisode]
     completed: dict[str, EpisodeCompleted] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
-    """Episodes started and not completed yet, with the `anyio.current_time()` of their start."""
+    """Episodes started and not completed yet, with the `anyio.current_time()` of their start, in order of start."""
     model_calls: list[CallInFlight] = field(default_factory=list)
     """The model calls the workers were waiting on when last asked, the oldest first."""
     seconds: float = 0.0
@@ -273,7 +273,7 @@ class RunResult:
         """
         if not self.running:
             return "" if len(self.completed) == len(self.planned) else "starting episodes"
-        oldest = now - min(self.running.values())
+        oldest = now - next(iter(self.running.values()))  # kept in order of start: the first is the oldest
         count = len(self.running)
         text = (
             f"waiting for {count} running episode{'s' if count > 1 else ''}, the oldest for {oldest:.0f}s;"
