@@ -52,7 +52,7 @@ from faultline.core import (
     digest,
     encode,
 )
-from faultline.report._behaviours import TIERS, Behaviour, Tier, _removed, detect
+from faultline.report._behaviours import TIERS, Behaviour, Tier, detect, removed_texts
 
 ROLE = "judge"
 """The model role the annotator asks."""
@@ -207,7 +207,7 @@ def episode_case(episode: str, task: str, trial: int, steps: list[tuple[int, Env
                 "n": n, "fault": body.fault, "on_model_call": body.model_call >= 0,
                 "agent": str(body.original.get("sender", "")),
                 "delivered": [numbers[i] for r in body.results if (i := str(r.get("id", ""))) in numbers],
-                "removed": [_short(t) for t in _removed(body)],
+                "removed": [_short(t) for t in removed_texts(body)],
             })  # fmt: skip
             trajectory.append({"n": n, "sender": env.sender, "recipient": "", "kind": env.kind, "text": body.fault,
                                "cause": numbers.get(env.causation, 0), "faulted": False})  # fmt: skip

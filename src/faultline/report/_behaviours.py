@@ -78,7 +78,7 @@ class EpisodeTrace:
                 trace.fault_pos = trace.fault_pos or pos
                 trace.faulted_ids.update(str(r.get("id", "")) for r in env.body.results)
                 trace.touched_ids.add(str(env.body.original.get("id", "")))
-                trace.removed += _removed(env.body)
+                trace.removed += removed_texts(env.body)
                 if env.body.model_call >= 0:
                     calls.append((pos, str(env.body.original.get("sender", "")), env.causation))
         trace.touched_ids |= trace.faulted_ids
@@ -131,7 +131,7 @@ def _contents(message: Mapping[str, Any]) -> list[str]:
     return [str(turn.get("content", "")) for turn in body.get("transcript", []) if isinstance(turn, dict)]
 
 
-def _removed(fault: FaultApplied) -> list[str]:
+def removed_texts(fault: FaultApplied) -> list[str]:
     """The transcript turns of the original that no message the fault sent out carries whole."""
     kept = {content for result in fault.results for content in _contents(result)}
     return [c for c in _contents(fault.original) if len(c) >= MIN_RESTORED_CHARS and c not in kept]
