@@ -22,10 +22,10 @@ episode reaches it, neither the simulator's mistake labels nor the grader's outc
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from faultline.core import LlmRequest, LlmResponse, Usage
+from faultline.core import LlmRequest, LlmResponse
+from faultline.runtime.models._sim_judge import json_answer
 
 FROM_EVIDENCE: dict[str, tuple[str, str, list[str]]] = {
     "defense_filtered": ("system filters the faulted message", "system filters a stray message", ["rule"]),
@@ -50,14 +50,7 @@ def respond_annotator(request: LlmRequest, words: int) -> LlmResponse:
     behaviours += _copies(trajectory, faults) + _prompts(trajectory, faults)
     behaviours.sort(key=lambda b: (b["step"], b["name"]))
     answer = {"behaviours": behaviours, "rationale": f"{len(behaviours)} responses to the injected faults"}
-    text = json.dumps(answer, sort_keys=True)
-    return LlmResponse(
-        content=text,
-        usage=Usage(prompt_tokens=words, completion_tokens=len(text.split())),
-        model="sim",
-        finish_reason="stop",
-        metadata={"sim": "annotator"},
-    )
+    return json_answer(answer, words, "annotator")
 
 
 def _behaviour(name: str, tiers: list[str], succeeded: bool, step: int) -> dict[str, Any]:

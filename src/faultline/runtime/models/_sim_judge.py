@@ -46,13 +46,18 @@ def respond_judge(request: LlmRequest, words: int) -> LlmResponse:
         answer = {"helpers": helpers, "rationale": "the helpers paired with the main categories"}
     else:
         raise ModelError(f"sim: no simulated judge stage {stage!r} - at $.metadata.stage")
+    return json_answer(answer, words, "judge")
+
+
+def json_answer(answer: dict[str, Any], words: int, sim: str) -> LlmResponse:
+    """A simulated judge's answer as the JSON a model would write; `words` is the prompt's size for the usage."""
     text = json.dumps(answer, sort_keys=True)
     return LlmResponse(
         content=text,
         usage=Usage(prompt_tokens=words, completion_tokens=len(text.split())),
         model="sim",
         finish_reason="stop",
-        metadata={"sim": "judge"},
+        metadata={"sim": sim},
     )
 
 
