@@ -65,6 +65,9 @@ async def test_an_interrupted_campaign_resumes_to_the_report_of_an_uninterrupted
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     journal = tmp_path / "up.sqlite"
+    # Each of the tool agent's model calls takes 0.5 s (sim's emulated latency), so a cell lasts seconds,
+    # not the fraction of one in which it could end between the test seeing it run and the signal.
+    (tmp_path / "faultline.toml").write_text('[models.tool.latency]\ndistribution = "fixed"\nseconds = 0.5\n')
     up = faultline("up", "--journal", str(journal), cwd=tmp_path)
     try:
         system = await wait_until_up(tmp_path, up)
@@ -77,6 +80,9 @@ async def test_an_interrupted_campaign_resumes_to_the_report_of_an_uninterrupted
         whole = campaign("whole")
         err = await finish(whole, timeout=WAIT_S)
         assert whole.returncode == 0, err[-2000:]
+        with JournalReader(journal) as reader:
+            tool = next(cost for cost in reader.agent_costs() if cost.agent == "tool")
+        assert tool.calls and tool.latency_s >= 0.5 * tool.calls, "each model call took its emulated 0.5 s"
 
         folder = tmp_path / "stopped"
         first = campaign("stopped")
