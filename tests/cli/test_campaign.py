@@ -5,15 +5,18 @@ uninterrupted one; neither counts the other's episodes, nor those of an interrup
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import pytest
 
 from faultline._errors import FaultlineError, JournalError
+from faultline.cli import _campaign as campaign_cli
 from faultline.cli import main
 from faultline.journal import JournalReader
 from faultline.report import read_manifest
@@ -113,3 +116,25 @@ async def test_an_interrupted_campaign_resumes_to_the_report_of_an_uninterrupted
     expected = report(tmp_path / "whole", capsys)
     assert expected[-1]["episodes"] == 4  # 2 cells of 2 episodes: none of the other campaign's in the journal
     assert report(folder, capsys) == expected
+
+
+def test_a_signal_between_two_cells_stops_the_campaign_before_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs: list[str] = []
+
+    def run_then_signalled(args: object, *, label: str, sim_note: bool) -> SimpleNamespace:
+        """A cell's run that ends well, after which the campaign's process is sent SIGTERM."""
+        runs.append(label)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return SimpleNamespace(signal=None, journal_problem="")
+
+    monkeypatch.setattr(campaign_cli, "execute_run", run_then_signalled)
+    before = signal.getsignal(signal.SIGTERM)
+    folder = tmp_path / "c"
+    assert main([*CAMPAIGN, "--out", str(folder)]) == 128 + signal.SIGTERM
+    assert len(runs) == 1 and runs[0].startswith("cell 1/2 baseline")
+    assert [c.done for c in read_manifest(folder).cells] == [True, False]
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM before cell storm; run the same command again to resume: 1 of 2 cells" in err
+    assert signal.getsignal(signal.SIGTERM) == before, "the campaign leaves the signal handlers as it found them"

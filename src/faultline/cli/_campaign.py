@@ -11,17 +11,22 @@ skips finished cells and redoes an unfinished one from scratch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
-from faultline.api import episode_id
+from faultline.api import STOP_SIGNALS, episode_id
 from faultline.cli._args import whole_number
 from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, selectable_ids
 from faultline.cli._system import running_up
@@ -250,28 +255,65 @@ def _campaign(args: argparse.Namespace) -> int:
     if skipped:
         console.print(f"{skipped} of {len(manifest.cells)} cells already finished in {folder}", highlight=False)
     parser = build_parser("run")
-    for index, unfinished in enumerate(todo, start=skipped + 1):
-        shutil.rmtree(folder / unfinished.folder, ignore_errors=True)  # an unfinished cell starts over
-        manifest, cell = manifest.attempt(unfinished)  # with a run id of its own
-        write_manifest(folder, manifest)
-        run_args = parser.parse_args(_run_argv(args, manifest.journal_of(folder, cell), settings, cell))
-        started = time.monotonic()
-        label = f"cell {index}/{len(manifest.cells)} {cell.name}" + _campaign_eta(manifest)
-        outcome = execute_run(run_args, label=label, sim_note=False)
-        if outcome.signal is not None:
-            console.print(
-                f"faultline: stopped by {outcome.signal_name} in cell {cell.name}; run the same command again to"
-                f" resume: {index - 1} of {len(manifest.cells)} cells are finished",
-                soft_wrap=True,
-                highlight=False,
-            )
-            return 128 + outcome.signal
-        if outcome.journal_problem:
-            raise JournalError(f"cell {cell.name} ended, but its journal did not catch up: {outcome.journal_problem}")
-        manifest = manifest.finished(cell, time.monotonic() - started)
-        write_manifest(folder, manifest)
+    between = _SignalBetweenCells()
+    with between.caught():
+        for index, unfinished in enumerate(todo, start=skipped + 1):
+            if between.signum is not None:
+                return _stopped(console, between.signum, f"before cell {unfinished.name}", index - 1, manifest)
+            shutil.rmtree(folder / unfinished.folder, ignore_errors=True)  # an unfinished cell starts over
+            manifest, cell = manifest.attempt(unfinished)  # with a run id of its own
+            write_manifest(folder, manifest)
+            run_args = parser.parse_args(_run_argv(args, manifest.journal_of(folder, cell), settings, cell))
+            started = time.monotonic()
+            label = f"cell {index}/{len(manifest.cells)} {cell.name}" + _campaign_eta(manifest)
+            outcome = execute_run(run_args, label=label, sim_note=False)
+            between.catch()  # the run caught signals while it ran and left the default behind
+            if outcome.signal is not None:
+                return _stopped(console, outcome.signal, f"in cell {cell.name}", index - 1, manifest)
+            if outcome.journal_problem:
+                problem = outcome.journal_problem
+                raise JournalError(f"cell {cell.name} ended, but its journal did not catch up: {problem}")
+            manifest = manifest.finished(cell, time.monotonic() - started)
+            write_manifest(folder, manifest)
     Console().print(_cells_table(manifest, folder))
     return 0
+
+
+class _SignalBetweenCells:
+    """Notes a stop signal that comes between two cells' runs (each run stops itself on one), so that the
+    campaign stops before its next cell, says how to resume, and exits 128 + the signal like a stopped run."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._before: dict[int, Any] = {}
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.signum = signum
+
+    def catch(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # only it may set handlers
+            for signum in STOP_SIGNALS:
+                self._before.setdefault(signum, signal.getsignal(signum))
+                signal.signal(signum, self._note)
+
+    @contextlib.contextmanager
+    def caught(self) -> Iterator[None]:
+        self.catch()
+        try:
+            yield
+        finally:
+            for signum, handler in self._before.items():
+                signal.signal(signum, handler)
+
+
+def _stopped(console: Console, signum: int, where: str, finished: int, manifest: CampaignManifest) -> int:
+    console.print(
+        f"faultline: stopped by {signal.Signals(signum).name} {where}; run the same command again to resume:"
+        f" {finished} of {len(manifest.cells)} cells are finished",
+        soft_wrap=True,
+        highlight=False,
+    )
+    return 128 + signum
 
 
 def _campaign_eta(manifest: CampaignManifest) -> str:
