@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 import ssl
@@ -127,6 +128,11 @@ class Bus:
         self.js = self.nc.jetstream()
         self._acks = Confirmations(self.nc, self.settings.publish_max_pending)
         self._refusals = _Refusals("faultline")
+        self._questions = itertools.count()
+        self._asking: dict[str, Callable[[Msg], None]] = {}
+        """The questions of `request_all` waiting for answers, by the last token of their reply subject."""
+        self._answers: str = ""
+        """The inbox prefix under which one subscription takes every `request_all` answer ("" until the first)."""
 
     @classmethod
     async def connect(
@@ -264,7 +270,7 @@ class Bus:
         answers: list[bytes] = []
         done = anyio.Event()
 
-        async def collect(msg: Msg) -> None:
+        def collect(msg: Msg) -> None:
             if msg.headers and msg.headers.get(api.Header.STATUS) == api.StatusCode.SERVICE_UNAVAILABLE:
                 done.set()  # the server's "no responders" notice
                 return
@@ -272,16 +278,31 @@ class Bus:
             if enough is not None and enough(answers):
                 done.set()
 
-        inbox = self.nc.new_inbox()
+        token = str(next(self._questions))
         with nats_failure(f"asking on {subject}"):
-            sub = Subscription(await self.nc.subscribe(inbox, cb=collect), self.nc)
+            self._asking[token] = collect
             try:
-                await self.nc.publish(subject, payload, reply=inbox)
+                await self.nc.publish(subject, payload, reply=f"{await self._answer_inbox()}.{token}")
                 with anyio.move_on_after(window_s):  # no count to wait for: whoever answers in time is counted
                     await done.wait()
             finally:
-                await sub.unsubscribe()
+                del self._asking[token]
         return answers
+
+    async def _answer_inbox(self) -> str:
+        """The inbox prefix of `request_all`'s answers, subscribed once: a subscription per question
+        would cost every question two more round trips to the server."""
+        if not self._answers:
+            prefix = self.nc.new_inbox()
+
+            async def deliver(msg: Msg) -> None:
+                collect = self._asking.get(msg.subject.rsplit(".", 1)[-1])
+                if collect is not None:  # an answer after its question's window: nobody waits for it
+                    collect(msg)
+
+            await self.nc.subscribe(f"{prefix}.*", cb=deliver)
+            self._answers = prefix
+        return self._answers
 
     # -- stream ---------------------------------------------------------------------------
 
