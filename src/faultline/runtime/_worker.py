@@ -533,11 +533,13 @@ class _PlaceFreeingBackend:
     a worker holds as many episodes in flight as the runner starts, and runs `concurrency` handlers at once.
     """
 
-    __slots__ = ("_backend", "_limiter")
+    __slots__ = ("_backend", "_limiter", "_reporting")
 
     def __init__(self, backend: ModelBackend, limiter: anyio.CapacityLimiter) -> None:
         self._backend = backend
         self._limiter = limiter
+        self._reporting = getattr(backend, "complete_call", None)
+        """The backend's own `complete_call`, if it reports its attempts: looked up once, not per call."""
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         async with _place_given_up(self._limiter):
@@ -545,9 +547,8 @@ class _PlaceFreeingBackend:
 
     async def complete_call(self, request: LlmRequest, call: ModelCall) -> LlmResponse:
         async with _place_given_up(self._limiter):
-            reporting = getattr(self._backend, "complete_call", None)  # a backend that reports its attempts
-            if reporting is not None:
-                return await reporting(request, call)  # type: ignore[no-any-return]
+            if self._reporting is not None:
+                return await self._reporting(request, call)  # type: ignore[no-any-return]
             return await self._backend.complete(request)
 
     async def aclose(self) -> None:
