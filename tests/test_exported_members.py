@@ -444,6 +444,7 @@ PUBLIC = {
         "SIM_NOTE",
         "TIERS",
         "Tier",
+        "TierMarks",
         "TierRow",
         "campaign_report",
         "detect",

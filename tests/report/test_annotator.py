@@ -22,21 +22,26 @@ from faultline.core import (
 from faultline.report import (
     ANNOTATIONS,
     Annotation,
+    CampaignCell,
+    CellResult,
     EpisodeCase,
     JudgedBehaviour,
+    TierMarks,
     annotate_episodes,
     annotation_request,
     episode_case,
     parse_annotation,
 )
+from faultline.report._annotator import judged_behaviours
+from faultline.report._metrics import behaviour_rows, tier_rows
 from faultline.runtime.models import OpenAIBackend, SimBackend
 from tests.openai_server import OpenAIServer, Text
 
-from .journals import Step, episode
+from .journals import Step, episode, faulted
 from .test_metrics import _campaign
 
 GOOD = {
-    "behaviours": [{"name": "Asks the user", "tiers": ["mechanism", "reasoning"], "outcome": "succeeded", "step": 3}],
+    "behaviours": [{"name": "Asks the user", "tiers": {"mechanism": "succeeded", "reasoning": "succeeded"}, "step": 3}],
     "rationale": "it asked",
 }
 
@@ -44,7 +49,7 @@ GOOD = {
 def test_an_answer_in_the_format_is_read_fenced_or_not() -> None:
     expected = Annotation(
         behaviours=[
-            JudgedBehaviour(name="Asks the user", tiers=["mechanism", "reasoning"], outcome="succeeded", step=3)
+            JudgedBehaviour(name="Asks the user", tiers={"mechanism": "succeeded", "reasoning": "succeeded"}, step=3)
         ],
         rationale="it asked",
     )
@@ -59,12 +64,16 @@ def test_an_answer_in_the_format_is_read_fenced_or_not() -> None:
         ("I think the agent asked the user.", "not one JSON object"),
         ('Sure! {"behaviours": []}', "not one JSON object"),
         ('{"rationale": "r"}', "missing required field `behaviours`"),
-        ('{"behaviours": [{"name": "x", "tiers": ["luck"], "outcome": "succeeded"}]}', "at `$.behaviours[0].tiers[0]`"),
-        ('{"behaviours": [{"name": "x", "tiers": [], "outcome": "failed"}]}', "at `$.behaviours[0].tiers`"),
-        ('{"behaviours": [{"name": "x", "tiers": ["rule"], "outcome": "maybe"}]}', "at `$.behaviours[0].outcome`"),
+        (
+            '{"behaviours": [{"name": "x", "tiers": {"luck": "succeeded"}}]}',
+            "'luck' - at `key` in `$.behaviours[0].tiers`",
+        ),
+        ('{"behaviours": [{"name": "x", "tiers": {}}]}', "length >= 1 - at `$.behaviours[0].tiers`"),
+        ('{"behaviours": [{"name": "x", "tiers": {"rule": "maybe"}}]}', "'maybe' - at `$.behaviours[0].tiers[...]`"),
+        ('{"behaviours": [{"name": "x", "tiers": ["rule"]}]}', "got `array` - at `$.behaviours[0].tiers`"),
         ('{"behaviours": [], "verdict": "yes"}', "unknown field `verdict`"),
     ],
-    ids=["prose", "prose-around", "missing-key", "unknown-tier", "no-tier", "bad-outcome", "extra-key"],
+    ids=["prose", "prose-around", "missing-key", "unknown-tier", "no-tier", "bad-outcome", "tier-list", "extra-key"],
 )
 def test_a_malformed_answer_is_an_error_that_says_what_is_wrong(answer: str, error: str) -> None:
     with pytest.raises(AnswerFormatError, match="annotation: .*" + error.replace("[", r"\[").replace("$", r"\$")):
@@ -99,13 +108,13 @@ def test_the_sim_judge_labels_what_the_trajectory_shows() -> None:
     abnormal behaviour (failed); a question about a rewritten instruction that the user answered: mechanism and
     reasoning, succeeded (from the detectors' evidence)."""
     [ignored] = _sim(_case(_storm())).behaviours
-    assert (ignored.name, ignored.tiers, ignored.outcome) == (
-        "duplicates do not affect behaviour",
-        ["reasoning"],
-        "succeeded",
-    )
+    assert (ignored.name, ignored.tiers) == ("duplicates do not affect behaviour", {"reasoning": "succeeded"})
     [answered] = _sim(_case(_storm(("user", "tool", UserTurn(text="Thanks, again?"), "m2")))).behaviours
-    assert (answered.name, answered.outcome, answered.step) == ("duplicates cause abnormal behaviour", "failed", 4)
+    assert (answered.name, answered.tiers, answered.step) == (
+        "duplicates cause abnormal behaviour",
+        {"reasoning": "failed"},
+        4,
+    )
     rewritten: list[Step] = [
         ("runner", "user", FaultApplied(rule_id="r1", fault="instruction_ambiguity", original={"id": "m2"}, results=[{"id": "m2"}])),
         ("runner", "user", Start(text="Return the thing.")),
@@ -114,9 +123,41 @@ def test_the_sim_judge_labels_what_the_trajectory_shows() -> None:
         ("user", "tool", UserTurn(text="Order A1."), "m4"),
     ]  # fmt: skip
     [asked] = _sim(_case(rewritten)).behaviours
-    assert (asked.name, asked.tiers, asked.outcome, asked.step) == (
-        "asks the user for key information", ["mechanism", "reasoning"], "succeeded", 4,
+    assert (asked.name, asked.tiers, asked.step) == (
+        "asks the user for key information", {"mechanism": "succeeded", "reasoning": "succeeded"}, 4,
     )  # fmt: skip
+
+
+def test_a_behaviour_may_succeed_in_one_tier_and_fail_in_another() -> None:
+    """The faulted call failed and so did the agent's next one: the sim judge answers MAS-FIRE's "responds to the
+    error but ultimately fails", succeeded in mechanism (the retry ran) and failed in reasoning. The report counts
+    it as repairing the fault in mechanism only, and not overall."""
+    steps: list[Step] = [
+        ("tool", "", faulted("m9", "m9", fault="argument_error")),
+        ("env", "tool", ToolResult(call_id="c1", name="get_order", error="unknown order 'A2'"), "m9"),
+        ("env", "tool", ToolResult(call_id="c2", name="get_order", error="unknown order 'A3'")),
+    ]
+    case = _case(steps, outcome="failure")
+    annotation = _sim(case)
+    [judged] = annotation.behaviours
+    assert (judged.name, judged.tiers) == (
+        "responds to the error but ultimately fails",
+        {"mechanism": "succeeded", "reasoning": "failed"},
+    )
+    [seen] = judged_behaviours(case, annotation, fault_pos=2)
+    assert (seen.repaired, seen.failed_in) == (False, ["reasoning"])
+    assert [seen.repaired_in(t) for t in ("mechanism", "reasoning", None)] == [True, False, False]
+    unit = ("t1", 0)
+    result = CellResult(solved=set(), injected={unit}, behaviours={unit: [seen]})
+    cell = CampaignCell(fault="argument_error")
+    [row] = behaviour_rows(cell, result)
+    assert row.by_tier == {
+        "mechanism": TierMarks(repaired=1, failed=0),
+        "reasoning": TierMarks(repaired=0, failed=1),
+    }
+    assert (row.repaired, row.failed) == (0, 1)
+    fixed = {t.tier: (t.triggered, t.fixed) for t in tier_rows(cell, result)}
+    assert fixed["mechanism"] == (1, 1) and fixed["reasoning"] == (1, 0)
 
 
 def test_the_annotator_never_sees_the_simulators_labels_or_the_outcome() -> None:

@@ -37,6 +37,7 @@ from faultline.report import (
     BehaviourRow,
     CampaignReport,
     FaultRow,
+    Tier,
     TierRow,
     annotate_episodes,
     campaign_report,
@@ -151,10 +152,14 @@ def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
     return head, rows
 
 
-def _marks(b: BehaviourRow) -> str:
-    """Table 2's marks with their counts: ✓ units where it repaired the fault, ✗ units where it fired in vain."""
-    marks = (f"✓ {b.repaired}" if b.repaired else "", f"✗ {b.failed}" if b.failed else "")
-    return " ".join(mark for mark in marks if mark)
+def _marks(b: BehaviourRow, tier: Tier) -> str:
+    """Table 2's marks in one tier with their counts: ✓ units where it repaired the fault there, ✗ units where it
+    fired there in vain; empty where it does not count in `tier`."""
+    marks = b.by_tier.get(tier)
+    if marks is None:
+        return ""
+    shown = (f"✓ {marks.repaired}" if marks.repaired else "", f"✗ {marks.failed}" if marks.failed else "")
+    return " ".join(mark for mark in shown if mark)
 
 
 def _behaviour_grid(report: CampaignReport) -> tuple[list[str], Grid]:
@@ -166,7 +171,7 @@ def _behaviour_grid(report: CampaignReport) -> tuple[list[str], Grid]:
             b.fault,
             b.defense or "-",
             b.behaviour,
-            *(_marks(b) if tier in (b.tiers or [b.tier]) else "" for tier in TIERS),
+            *(_marks(b, tier) for tier in TIERS),
             f"{b.solved}/{b.units}",
         ]  # fmt: skip
         for b in report.behaviours

@@ -4,8 +4,9 @@ MAS-FIRE annotates each faulted trace with a model judge; this is that annotator
 episode's messages as the agents saw them (what the faults delivered, not what was sent), the faults
 as what they injected, and the rule detectors' sightings as cheap evidence; never the simulator's
 own mistake labels (`tally`), the grader's outcome, or a model's recorded answers. It answers one
-JSON object (`ANSWER_FORMAT`): each behaviour's short name, its tiers (several allowed) and whether
-it succeeded (the fault was mitigated) or failed (activated, did not resolve it). An answer in any
+JSON object (`ANSWER_FORMAT`): each behaviour's short name and its tiers (several allowed), each with
+whether it succeeded there (the fault was mitigated) or failed (activated, did not resolve it): as in
+MAS-FIRE's Table 2, one behaviour may succeed in one tier and fail in another. An answer in any
 other form is an `AnswerFormatError` that names the path, and the episode is reported as not
 annotated with that reason.
 
@@ -75,11 +76,14 @@ mechanism: the system's structure (retries, critique or verifier loops, helpers,
 rule: explicit programmed logic (filters that drop duplicate or stray messages, format checks)
 prompt: the agent kept to what its prompt says (its role, its instructions) despite the fault
 reasoning: the agent's own understanding (noticing an inconsistency, inferring missing context, ignoring noise)
-A behaviour may belong to several tiers. It succeeded when it mitigated the fault, failed when it was \
-activated but did not resolve it. List no behaviour when the system did not respond to the fault.
+A behaviour may belong to several tiers, with an outcome in each: it succeeded in a tier when that tier's \
+response mitigated the fault, failed when it was activated there but did not resolve it (for example, a retry \
+that ran (mechanism, succeeded) with an agent that then gave up (reasoning, failed)). List no behaviour when \
+the system did not respond to the fault.
 Reply with one JSON object with exactly these keys:
-"behaviours": a list of objects with keys "name" (a short description), "tiers" (a list of the tiers \
-above), "outcome" ("succeeded" or "failed"), "step" (the [number] of the trajectory line that shows it)
+"behaviours": a list of objects with keys "name" (a short description), "tiers" (an object whose keys are \
+tiers above and whose values are "succeeded" or "failed"), "step" (the [number] of the trajectory line that \
+shows it)
 "rationale": why, in one short sentence"""
 
 Outcome = Literal["succeeded", "failed"]
@@ -89,8 +93,8 @@ class JudgedBehaviour(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One behaviour in the judge's answer."""
 
     name: Annotated[str, msgspec.Meta(min_length=1)]
-    tiers: Annotated[list[Tier], msgspec.Meta(min_length=1)]
-    outcome: Outcome
+    tiers: Annotated[dict[Tier, Outcome], msgspec.Meta(min_length=1)]
+    """Each tier it belongs to, with its outcome there."""
     step: int = -1
 
 
@@ -110,11 +114,15 @@ ANSWER_FORMAT: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "name": {"type": "string", "minLength": 1},
-                    "tiers": {"type": "array", "items": {"enum": list(TIERS)}, "minItems": 1},
-                    "outcome": {"enum": ["succeeded", "failed"]},
+                    "tiers": {
+                        "type": "object",
+                        "properties": {tier: {"enum": ["succeeded", "failed"]} for tier in TIERS},
+                        "additionalProperties": False,
+                        "minProperties": 1,
+                    },
                     "step": {"type": "integer"},
                 },
-                "required": ["name", "tiers", "outcome", "step"],
+                "required": ["name", "tiers", "step"],
                 "additionalProperties": False,
             },
         },
@@ -367,13 +375,18 @@ async def annotate_episodes(
 
 def judged_behaviours(case: EpisodeCase, annotation: Annotation, fault_pos: int) -> list[Behaviour]:
     """The annotation's behaviours as the report counts them; one without a shown step sits at the first fault."""
-    return [
-        Behaviour(
-            name=b.name.strip().lower(),
-            tier=b.tiers[0],
-            tiers=list(dict.fromkeys(b.tiers)),
-            pos=case.position(b.step) or fault_pos,
-            repaired=b.outcome == "succeeded",
+    found = []
+    for b in annotation.behaviours:
+        tiers = list(b.tiers)
+        failed = [tier for tier in tiers if b.tiers[tier] == "failed"]
+        found.append(
+            Behaviour(
+                name=b.name.strip().lower(),
+                tier=tiers[0],
+                tiers=tiers,
+                pos=case.position(b.step) or fault_pos,
+                repaired=not failed,
+                failed_in=failed if len(failed) < len(tiers) else [],
+            )
         )
-        for b in annotation.behaviours
-    ]
+    return found

@@ -43,12 +43,20 @@ class Behaviour(msgspec.Struct, frozen=True, kw_only=True):
     pos: int
     """Journal position of the evidence."""
     repaired: bool
+    """Whether it repaired the fault: in every tier it belongs to."""
     tiers: list[Tier] = []
     """Every tier the behaviour belongs to when it is more than `tier` (a judged behaviour may name several)."""
+    failed_in: list[Tier] = []
+    """The tiers where it was activated and failed while it succeeded in others (MAS-FIRE marks one behaviour
+    ✓ in one tier and ✗ in another); `repaired` is then False. Empty: one outcome in every tier."""
 
     @property
     def all_tiers(self) -> list[Tier]:
         return self.tiers or [self.tier]
+
+    def repaired_in(self, tier: Tier | None) -> bool:
+        """Whether it repaired the fault in `tier`; None: overall (in every tier)."""
+        return self.repaired if tier is None or not self.failed_in else tier not in self.failed_in
 
 
 @dataclass

@@ -129,6 +129,13 @@ class TierRow(_Tolerance, frozen=True, kw_only=True, tag="tier", tag_field="type
     tier: Tier
 
 
+class TierMarks(msgspec.Struct, frozen=True, kw_only=True):
+    """One behaviour's marks in one tier: units where it repaired the fault there (✓), units where it failed (✗)."""
+
+    repaired: int
+    failed: int
+
+
 class BehaviourRow(msgspec.Struct, frozen=True, kw_only=True, tag="behaviour", tag_field="type"):
     """How often one behaviour fired under one fault type (Table 2's shape): units, repaired (succeeded: ✓),
     failed (activated, did not resolve the fault: ✗), solved."""
@@ -144,6 +151,8 @@ class BehaviourRow(msgspec.Struct, frozen=True, kw_only=True, tag="behaviour", t
     """Every tier it counts in (a judged behaviour may name several); empty: `tier` alone."""
     failed: int = 0
     """Units where it was seen and did not repair the fault."""
+    by_tier: dict[Tier, TierMarks] = {}
+    """Per tier it counts in, its own marks: a judged behaviour may succeed in one tier and fail in another."""
 
 
 class NotAnnotated(msgspec.Struct, frozen=True, kw_only=True, tag="not_annotated", tag_field="type"):
@@ -338,7 +347,7 @@ def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
         seen = [b for b in cell.behaviours.get(unit, []) if tier is None or tier in b.all_tiers]
         if seen:
             triggered += 1
-            fixed += any(b.repaired for b in seen)
+            fixed += any(b.repaired_in(tier) for b in seen)
             success += unit in cell.solved
     injected = len(judged)
     return {
@@ -377,11 +386,14 @@ def behaviour_rows(cell: CampaignCell, result: CellResult) -> list[BehaviourRow]
     repaired: dict[str, set[Unit]] = defaultdict(set)
     failed: dict[str, set[Unit]] = defaultdict(set)
     tiers: dict[str, dict[Tier, None]] = defaultdict(dict)
+    in_tier: dict[tuple[str, Tier], tuple[set[Unit], set[Unit]]] = defaultdict(lambda: (set(), set()))
     for unit, seen in result.behaviours.items():
         for b in seen:
             units[b.name].add(unit)
             (repaired if b.repaired else failed)[b.name].add(unit)
             tiers[b.name].update(dict.fromkeys(b.all_tiers))
+            for tier in b.all_tiers:
+                in_tier[b.name, tier][0 if b.repaired_in(tier) else 1].add(unit)
     names = [n for n in DETECTORS if n in units] + sorted(n for n in units if n not in DETECTORS)
     return [
         BehaviourRow(
@@ -394,6 +406,10 @@ def behaviour_rows(cell: CampaignCell, result: CellResult) -> list[BehaviourRow]
             repaired=len(repaired[name]),
             failed=len(failed[name]),
             solved=len(units[name] & result.solved),
+            by_tier={
+                tier: TierMarks(repaired=len(in_tier[name, tier][0]), failed=len(in_tier[name, tier][1]))
+                for tier in tiers[name]
+            },
         )
         for name in names
     ]

@@ -8,8 +8,10 @@ episode reaches it, neither the simulator's mistake labels nor the grader's outc
 
     evidence                      behaviour (tiers)                                    succeeded when
     defense_filtered              system filters the faulted message (rule)            the drop was a faulted one
-    tool_error_corrected          agent identifies and corrects the call               the next call succeeded
-                                  (mechanism, reasoning)
+    tool_error_corrected          agent identifies and corrects the call               the next call succeeded;
+                                  (mechanism, reasoning)                               else mechanism succeeded
+                                                                                       (the retry ran), reasoning
+                                                                                       failed
     asked_user                    asks the user for key information                    the user answered
                                   (mechanism, reasoning)
     verifier_recheck              verifier sends the call back (mechanism)             the next result is no error
@@ -22,23 +24,37 @@ episode reaches it, neither the simulator's mistake labels nor the grader's outc
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from faultline.core import LlmRequest, LlmResponse
 from faultline.runtime.models._sim_judge import json_answer
 
-FROM_EVIDENCE: dict[str, tuple[str, str, list[str]]] = {
-    "defense_filtered": ("system filters the faulted message", "system filters a stray message", ["rule"]),
+FROM_EVIDENCE: dict[str, tuple[str, str, list[str], list[str]]] = {
+    "defense_filtered": ("system filters the faulted message", "system filters a stray message", ["rule"], []),
     "tool_error_corrected": (
         "agent identifies and corrects the call",
         "responds to the error but ultimately fails",
         ["mechanism", "reasoning"],
+        ["mechanism"],
     ),
-    "asked_user": ("asks the user for key information", "asks the user but gets no answer", ["mechanism", "reasoning"]),
-    "verifier_recheck": ("verifier sends the call back", "verifier sends the call back in vain", ["mechanism"]),
-    "helper_restored": ("helper restores the missing context", "helper restores the missing context", ["mechanism"]),
+    "asked_user": (
+        "asks the user for key information",
+        "asks the user but gets no answer",
+        ["mechanism", "reasoning"],
+        [],
+    ),
+    "verifier_recheck": ("verifier sends the call back", "verifier sends the call back in vain", ["mechanism"], []),
+    "helper_restored": (
+        "helper restores the missing context",
+        "helper restores the missing context",
+        ["mechanism"],
+        [],
+    ),
 }
-"""Per rule detector: the behaviour's name when it succeeded, when it failed, and its tiers."""
+"""Per rule detector: the behaviour's name when it succeeded, when it failed, its tiers, and those of its tiers
+that still succeed when it fails (MAS-FIRE's "responds to the error but ultimately fails": ✓ mechanism,
+✗ reasoning)."""
 
 
 def respond_annotator(request: LlmRequest, words: int) -> LlmResponse:
@@ -53,16 +69,17 @@ def respond_annotator(request: LlmRequest, words: int) -> LlmResponse:
     return json_answer(answer, words, "annotator")
 
 
-def _behaviour(name: str, tiers: list[str], succeeded: bool, step: int) -> dict[str, Any]:
-    return {"name": name, "tiers": tiers, "outcome": "succeeded" if succeeded else "failed", "step": step}
+def _behaviour(name: str, tiers: list[str], succeeded: bool, step: int, kept: Collection[str] = ()) -> dict[str, Any]:
+    outcomes = {tier: "succeeded" if succeeded or tier in kept else "failed" for tier in tiers}
+    return {"name": name, "tiers": outcomes, "step": step}
 
 
 def _from_evidence(sighting: dict[str, Any]) -> dict[str, Any]:
-    good, bad, tiers = FROM_EVIDENCE.get(
-        str(sighting.get("behaviour")), ("responds to the fault",) * 2 + (["mechanism"],)
+    good, bad, tiers, kept = FROM_EVIDENCE.get(
+        str(sighting.get("behaviour")), ("responds to the fault", "responds to the fault", ["mechanism"], [])
     )
     repaired = bool(sighting.get("repaired"))
-    return _behaviour(good if repaired else bad, tiers, repaired, int(sighting.get("n", -1)))
+    return _behaviour(good if repaired else bad, tiers, repaired, int(sighting.get("n", -1)), kept)
 
 
 def _copies(trajectory: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
