@@ -8,6 +8,7 @@ solved under a fault: as equation 1 does (default), or only those the baseline s
 `--behaviours` picks where the behaviours come from: the rule detectors (default), or a
 model judge (role judge) that labels each faulted episode (`faultline.report.annotate_episodes`),
 its answers recorded in the campaign folder so a rerun gives the same report.
+`--paper NAME INPUT...` prints a source paper's tables in the paper's own shape instead (`_paper`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
+from faultline.cli._paper import PAPERS, papers_help, print_report
+from faultline.cli._paper_masfire import masfire_report, tier_marks
 from faultline.cli._plots import png
 from faultline.cli._reflection import HELP as REFLECTION_HELP
 from faultline.cli._reflection import report_reflection
@@ -34,10 +37,8 @@ from faultline.report import (
     SIM_JUDGE_NOTE,
     TIERS,
     Annotation,
-    BehaviourRow,
     CampaignReport,
     FaultRow,
-    Tier,
     TierRow,
     annotate_episodes,
     campaign_report,
@@ -56,7 +57,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         " and O_f, L_f, S_f (equation 2) per fault type with their counts, the fault-tolerant behaviours found"
         " in the journals by tier, and what each defense changes in RS_f.",
     )
-    p.add_argument("campaign", type=Path, nargs="?", metavar="CAMPAIGN_DIR")
+    p.add_argument(
+        "inputs",
+        type=Path,
+        nargs="*",
+        metavar="INPUT",
+        help="the campaign folder (CAMPAIGN_DIR); with --paper, what that paper's tables read",
+    )
+    p.add_argument(
+        "--paper",
+        choices=list(PAPERS),
+        help="print a source paper's tables in the paper's own shape (its rows and columns) with Faultline's numbers,"
+        f" from its inputs: {papers_help()}",
+    )
     p.add_argument("--reflection", type=Path, metavar="JOURNAL", help=REFLECTION_HELP)
     p.add_argument("--json", action="store_true", help="one JSON object per row, each with a type, then a summary")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write the report as one self-contained HTML page")
@@ -83,44 +96,66 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _report(args: argparse.Namespace) -> int:
     if args.reflection is not None:
-        if args.campaign is not None or args.html is not None or args.plot is not None:
-            raise UsageError("report --reflection JOURNAL takes no CAMPAIGN_DIR, --html or --plot")
+        if args.inputs or args.html is not None or args.plot is not None or args.paper is not None:
+            raise UsageError("report --reflection JOURNAL takes no CAMPAIGN_DIR, --paper, --html or --plot")
         return report_reflection(args.reflection, args.json)
-    if args.campaign is None:
-        raise UsageError("report needs a CAMPAIGN_DIR, or --reflection JOURNAL")
+    if args.paper is not None:
+        return _paper(args)
+    if len(args.inputs) != 1:
+        raise UsageError("report needs one CAMPAIGN_DIR, or --reflection JOURNAL")
+    (folder,) = args.inputs
     if args.html is not None and not args.html.parent.is_dir():
         raise UsageError(f"--html {args.html}: folder {args.html.parent} does not exist")
-    report = _judged_report(args) if args.behaviours == "judged" else campaign_report(args.campaign, rs=args.rs)
+    report = _campaign_report(args, folder)
     if args.plot is not None:
         _heatmap(report, args.plot)
     if args.html is not None:
-        args.html.write_text(_html(report, str(args.campaign)), encoding="utf-8")
+        args.html.write_text(_html(report, str(folder)), encoding="utf-8")
     if args.json:
         for line in report.lines():
             print(msgspec.json.encode(line).decode())
         return 0
     console = Console()
-    for table in _tables(report, str(args.campaign)):
+    for table in _tables(report, str(folder)):
         console.print(table)
     return 0
 
 
+def _paper(args: argparse.Namespace) -> int:
+    """A paper's tables from its inputs (`--paper`); the campaign report's own outputs are not for it."""
+    if args.html is not None or args.plot is not None:
+        raise UsageError(f"report --paper {args.paper} takes no --html or --plot")
+    if not args.inputs:
+        raise UsageError(f"report --paper {args.paper} needs {PAPERS[args.paper][1]}")
+    if len(args.inputs) != 1:
+        raise UsageError("report --paper masfire reads one CAMPAIGN_DIR")
+    report = _campaign_report(args, args.inputs[0])
+    paper = masfire_report(report, str(args.inputs[0]), _source(report, judge_note=False))
+    print_report(paper, json=args.json)
+    return 0
+
+
+def _campaign_report(args: argparse.Namespace, folder: Path) -> CampaignReport:
+    return _judged_report(args) if args.behaviours == "judged" else campaign_report(folder, rs=args.rs)
+
+
 @serving_local_model
 def _judged_report(args: argparse.Namespace) -> CampaignReport:
+    (folder,) = args.inputs
     config = effective_config(args)
     settings = config.model(JUDGE_ROLE)
     judge = f"{settings.backend}:{settings.model}" if settings.model else settings.backend
-    cases = episode_cases(args.campaign)
+    cases = episode_cases(folder)
 
     async def annotate() -> tuple[dict[str, Annotation | str], int]:
         backend = make_backend(config, JUDGE_ROLE)
         try:
-            return await annotate_episodes(cases, backend, judge=judge, role=JUDGE_ROLE, folder=args.campaign)
+            return await annotate_episodes(cases, backend, judge=judge, role=JUDGE_ROLE, folder=folder)
         finally:
             await backend.aclose()
 
     judged, recorded = anyio.run(annotate)
-    return campaign_report(args.campaign, rs=args.rs, judged=judged, judge=judge, recorded=recorded)
+    return campaign_report(folder, rs=args.rs, judged=judged, judge=judge, recorded=recorded)
 
 
 def _share(value: float | None, num: int, den: int) -> str:
@@ -152,16 +187,6 @@ def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
     return head, rows
 
 
-def _marks(b: BehaviourRow, tier: Tier) -> str:
-    """Table 2's marks in one tier with their counts: ✓ units where it repaired the fault there, ✗ units where it
-    fired there in vain; empty where it does not count in `tier`."""
-    marks = b.by_tier.get(tier)
-    if marks is None:
-        return ""
-    shown = (f"✓ {marks.repaired}" if marks.repaired else "", f"✗ {marks.failed}" if marks.failed else "")
-    return " ".join(mark for mark in shown if mark)
-
-
 def _behaviour_grid(report: CampaignReport) -> tuple[list[str], Grid]:
     """Table 2's shape: a row per (fault, behaviour), a column per tier it counts in, marked ✓ (succeeded: units)
     and ✗ (activated, failed: units)."""
@@ -171,7 +196,7 @@ def _behaviour_grid(report: CampaignReport) -> tuple[list[str], Grid]:
             b.fault,
             b.defense or "-",
             b.behaviour,
-            *(_marks(b, tier) for tier in TIERS),
+            *(tier_marks(b.by_tier.get(tier)) for tier in TIERS),
             f"{b.solved}/{b.units}",
         ]  # fmt: skip
         for b in report.behaviours
@@ -184,8 +209,9 @@ def _not_annotated_grid(report: CampaignReport) -> tuple[list[str], Grid]:
     return head, [[n.fault, n.defense or "-", n.episode, n.reason] for n in report.not_annotated]
 
 
-def _source(report: CampaignReport) -> str:
-    """Where the behaviours came from, said on every behaviour table."""
+def _source(report: CampaignReport, *, judge_note: bool = True) -> str:
+    """Where the behaviours came from, said on every behaviour table (`judge_note`: with what a sim judge's labels
+    measure, for a table that does not say it anyway)."""
     s = report.summary
     if s.behaviour_source == "rules":
         return "detectors: " + ", ".join(f"{d.name} ({d.tier}): {d.summary}" for d in DETECTORS.values())
@@ -193,7 +219,7 @@ def _source(report: CampaignReport) -> str:
         f"judged behaviours: {BEHAVIOUR_SOURCES['judged']}; judge {s.judge}, {s.annotated} episodes annotated"
         f" ({s.recorded} from recorded answers), {s.not_annotated} not"
     )
-    return f"{text}; {SIM_JUDGE_NOTE}" if s.judge.startswith("sim") else text
+    return f"{text}; {SIM_JUDGE_NOTE}" if judge_note and s.judge.startswith("sim") else text
 
 
 def _effect_grid(report: CampaignReport) -> tuple[list[str], Grid]:

@@ -1,0 +1,79 @@
+"""`faultline report --paper`: each paper's tables, in the paper's shape, from small real runs on `sim`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from faultline.cli import main
+from tests import jsonl
+
+pytestmark = pytest.mark.slow
+
+SIM_SAYS = "its numbers measure the runtime's mechanisms, not a model"
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sim campaign of two tasks: the baseline and a message storm (each cell its own nats-server)."""
+    folder = tmp_path_factory.mktemp("masfire") / "c"
+    assert main(["campaign", "--model", "sim", "--tasks", "2", "--faults", "storm", "--out", str(folder)]) == 0
+    return folder
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[list[dict[str, object]], dict[str, object]]:
+    capsys.readouterr()
+    assert main(["report", *args, "--json"]) == 0
+    return jsonl.read(capsys.readouterr().out)
+
+
+def test_masfire_lays_out_table_2_and_figure_4_from_the_campaigns_own_rows(
+    campaign: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ours, _ = _json(capsys, str(campaign))
+    rows, summary = _json(capsys, "--paper", "masfire", str(campaign))
+    table2 = [r for r in rows if r["type"] == "table2"]
+    figure4 = [r for r in rows if r["type"] == "figure4"]
+    assert table2 and {r["category"] for r in table2} == {"Message Storm"}
+    behaviours = {r["behaviour"]: r for r in ours if r["type"] == "behaviour"}
+    for row in table2:  # the report's behaviour rows, grouped as the paper groups them
+        assert row["by_tier"] == behaviours[str(row["behaviour"])]["by_tier"]
+    tiers = [{k: v for k, v in r.items() if k != "type"} for r in ours if r["type"] == "tier"]
+    assert [{k: v for k, v in r.items() if k != "type"} for r in figure4] == tiers
+    assert [r["tier"] for r in figure4] == ["mechanism", "rule", "prompt", "reasoning"]
+    assert summary["paper"] == "masfire" and summary["behaviour_source"] == "rules"
+    assert SIM_SAYS in str(summary["note"])
+    assert "storm" not in summary["not_run"] and "hallucination" in summary["not_run"]  # type: ignore[operator]
+
+    assert main(["report", "--paper", "masfire", str(campaign)]) == 0
+    out = capsys.readouterr().out
+    assert "MAS-FIRE Table 2" in out and "MAS-FIRE Figure 4" in out and "Message Storm" in out
+    assert all(f"{tier} " in out for tier in ("Mechanism", "Rule", "Prompt", "Reasoning"))
+    assert "✓" in out or "✗" in out
+    assert " ".join(out.split()).count(SIM_SAYS) == 2  # under every table
+
+
+def test_masfire_takes_the_judges_behaviours_with_marks_per_tier(
+    campaign: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows, summary = _json(capsys, "--paper", "masfire", str(campaign), "--behaviours", "judged")
+    assert summary["behaviour_source"] == "judged" and str(summary["judge"]).startswith("sim")
+    table2 = [r for r in rows if r["type"] == "table2"]
+    assert table2 and all(r["by_tier"] for r in table2)
+    assert "the sim judge is a stand-in" in str(summary["note"])
+
+
+def test_masfire_input_that_is_not_one_campaign_is_one_line(
+    campaign: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", "--paper", "masfire", str(tmp_path)]) == 1
+    assert (
+        capsys.readouterr().err == f"faultline: error: {tmp_path} is not a campaign folder: it has no manifest.json\n"
+    )
+    assert main(["report", "--paper", "masfire", str(campaign), str(campaign)]) == 2
+    assert capsys.readouterr().err == "faultline: usage error: report --paper masfire reads one CAMPAIGN_DIR\n"
+    assert main(["report", "--paper", "masfire", str(campaign), "--plot", str(tmp_path / "p.png")]) == 2
+    assert capsys.readouterr().err == "faultline: usage error: report --paper masfire takes no --html or --plot\n"
+    assert main(["report", "--paper", "masfire"]) == 2
+    assert capsys.readouterr().err == "faultline: usage error: report --paper masfire needs one CAMPAIGN_DIR\n"
