@@ -273,12 +273,16 @@ class Worker:
         return consumer
 
     async def _rearm(self, agent: str) -> None:
-        """Fire the timers of this worker's share that a worker before it set and never fired."""
+        """Fire the timers of this worker's share that a worker before it set and never fired.
+
+        The time left is read from wall clocks, the only ones two processes (or hosts) share: a clock stepped
+        back since the timer was set would make it wait the step too, so no timer waits longer than it asked.
+        """
         assert self._timers is not None
         for timer in await asked_again(functools.partial(pending_timers, self.bus, agent)):
             if episode_shard(timer.episode, self.settings.shards) == self.settings.shard:
                 assert isinstance(timer.body, Timer)
-                left = max(0.0, timer.ts + timer.body.after_s - time.time())
+                left = min(max(0.0, timer.ts + timer.body.after_s - time.time()), timer.body.after_s)
                 log.info("timer of %s rearmed, %.1fs left", agent, left, extra={"episode": timer.episode})
                 self._timers.start_soon(self._fire, timer, left)
 
