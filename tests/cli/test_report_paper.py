@@ -77,3 +77,36 @@ def test_masfire_input_that_is_not_one_campaign_is_one_line(
     assert capsys.readouterr().err == "faultline: usage error: report --paper masfire takes no --html or --plot\n"
     assert main(["report", "--paper", "masfire"]) == 2
     assert capsys.readouterr().err == "faultline: usage error: report --paper masfire needs one CAMPAIGN_DIR\n"
+
+
+def check_fama_paper(folder: Path, rounds: list[dict[str, object]], capsys: pytest.CaptureFixture[str]) -> None:
+    """`report --paper fama` of a sim loop folder lays out the rounds the loop printed (its `round` lines): a row per
+    round in each table, with the overhead, the main-error counts and the recommendations the loop recorded.
+    Called by the loop's own test (tests/services/test_fama.py), so that no loop runs for this one alone."""
+    assert rounds[0]["analysed"], "the baseline round had failures to analyse"
+    rows, summary = _json(capsys, "--paper", "fama", str(folder))
+    by_type = {kind: [r for r in rows if r["type"] == kind] for kind in ("table2", "figure4", "figure5")}
+    assert all(len(found) == len(rounds) for found in by_type.values())
+    for r, table2, figure4, figure5 in zip(rounds, *by_type.values(), strict=True):
+        assert table2["round"] == figure4["round"] == figure5["round"] == r["round"]
+        assert table2["overhead"] == r["overhead"] and table2["domain"] == "retail" and table2["model"] == "sim"
+        assert figure4["categories"] == r["categories"] and figure4["analysed"] == r["analysed"]
+        assert figure5["recommended"] == r["recommended"]
+    recommended = by_type["figure5"][0]["recommended"]
+    assert isinstance(recommended, dict) and sum(recommended.values()) >= rounds[0]["analysed"]  # type: ignore[operator]
+    assert summary["paper"] == "fama" and SIM_SAYS in str(summary["note"])
+
+    assert main(["report", "--paper", "fama", str(folder)]) == 0
+    out = capsys.readouterr().out
+    for title in ("FAMA Table 2", "FAMA Figure 4", "FAMA Figure 5", "Overhead (%)", "DPV", "Planner"):
+        assert title in out
+    assert " ".join(out.split()).count(SIM_SAYS) == 3  # under every table
+
+
+def test_fama_input_that_is_no_loop_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--paper", "fama", str(tmp_path)]) == 2
+    not_a_loop = f"{tmp_path} is not a fama loop folder: it has no loop.json (`faultline fama loop` writes it)"
+    assert capsys.readouterr().err == f"faultline: usage error: {not_a_loop}\n"
+    (tmp_path / "loop.json").write_text("{}")
+    assert main(["report", "--paper", "fama", str(tmp_path)]) == 2
+    assert "not a fama loop record (Object missing required field `settings`)" in capsys.readouterr().err

@@ -37,6 +37,7 @@ from faultline.services.fama import (
     serve_fama,
     task_rosters,
 )
+from tests.cli.test_report_paper import check_fama_paper
 from tests.openai_server import OpenAIServer, Status, Text
 
 CASE = FailureCase(
@@ -298,6 +299,8 @@ def test_per_task_the_loop_reruns_each_failed_task_with_its_own_helpers_and_repo
     paper = rerun["overhead"]
     assert paper["helper_tokens"] / paper["mean_tokens"] == pytest.approx(paper["share"])
     assert paper["min_tokens"] <= paper["median_tokens"] <= paper["max_tokens"]
+    assert baseline["recommended"] == {"planner": baseline["analysed"]}  # the sim mitigation's pair for early stops
+    check_fama_paper(out, [baseline, rerun], capsys)
     assert main(["replay", rerun["journal"]]) == 0
 
 

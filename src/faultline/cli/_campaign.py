@@ -28,7 +28,7 @@ from rich.table import Table
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
 from faultline.api import STOP_SIGNALS, episode_id
 from faultline.cli._args import whole_number
-from faultline.cli._run import add_model_flags, effective_config, execute_run, seconds, selectable_ids
+from faultline.cli._run import add_model_flags, effective_config, execute_run, model_label, seconds, selectable_ids
 from faultline.cli._system import running_up
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
@@ -146,8 +146,7 @@ def _defenses(text: str) -> list[str]:
 def _model(args: argparse.Namespace) -> str:
     """The tool agent's backend and model, as the campaign names it."""
     config = effective_config(args)
-    model = config.model(config.role_of("tool"))
-    return model.backend if model.backend == "sim" or not model.model else f"{model.backend}:{model.model}"
+    return model_label(config, config.role_of("tool"))
 
 
 def _settings(args: argparse.Namespace) -> CampaignSettings:

@@ -6,7 +6,8 @@ stays). With `[fama] rosters = "shared"` (Faultline's rule) one roster for every
 helpers recommended for at least `[fama] share` of the failures; with "per_task" (the paper's use)
 each task takes those recommended for its own failures, and tasks with the same roster run together.
 Each round is real `faultline run`s in processes of their own with one journal (`OUT/round-R.sqlite`),
-so every round replays on its own. The table sets the rounds side by side with the baseline:
+so every round replays on its own; `OUT/loop.json` records the settings and every finished round (what
+`report --paper fama` lays out). The table sets the rounds side by side with the baseline:
 pass^1..pass^k, the paper's overhead (Table 2: the helpers' share of the tokens the tool agent and
 the helpers generated per episode), and Faultline's own measures, model tokens per episode (every
 agent's) and latency, each with its rise over round 0.
@@ -29,12 +30,13 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import RunError, UsageError
+from faultline._files import write_atomically
 from faultline.api import TokenOverhead, token_overhead
 from faultline.cli import _jsonl
 from faultline.cli._args import whole_number
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._plots import count_axis, png
-from faultline.cli._run import add_model_flags, effective_config, serving_local_model
+from faultline.cli._run import add_model_flags, effective_config, model_label, serving_local_model
 from faultline.core import HELPERS, helper_agent, helper_name, memory_turns
 from faultline.journal import JournalReader
 from faultline.runtime import Config, make_backend
@@ -51,6 +53,8 @@ from faultline.services.fama import (
 
 HELPER_AGENTS = frozenset(helper_agent(name) for name in HELPERS)
 """Whose generated tokens are the helpers' in the paper's overhead."""
+LOOP = "loop.json"
+"""The loop's record in its folder (`LoopRecord`), rewritten whole after each round."""
 
 
 class Round(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,6 +83,41 @@ class Round(msgspec.Struct, frozen=True, kw_only=True):
     """Per task (`[fama] rosters = "per_task"`): each task's roster in this round, tasks with helpers only."""
     chosen_rosters: dict[str, list[str]] = {}
     """Per task: each task's roster for the next round, tasks with helpers only."""
+    recommended: dict[str, int] = {}
+    """Per helper (memory with its K), how many analysed failures the mitigation agent recommended it for."""
+
+
+class LoopSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What a loop ran: its domain, the tool agent's model, the judge of the analysis, and the flags."""
+
+    domain: str
+    model: str
+    judge: str
+    tasks: int
+    trials: int
+    seed: int
+    analysts: str
+    rosters: str
+
+
+class LoopRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """`OUT/loop.json`: the loop's settings and its finished rounds, as the table and `--json` show them."""
+
+    version: int = 1
+    settings: LoopSettings
+    rounds: list[Round]
+
+
+def read_loop(folder: Path) -> LoopRecord:
+    path = folder / LOOP
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=LoopRecord)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UsageError(
+            f"{folder} is not a fama loop folder: it has no {LOOP} (`faultline fama loop` writes it)"
+        ) from None
+    except msgspec.DecodeError as exc:
+        raise UsageError(f"{path}: not a fama loop record ({exc})") from None
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -122,6 +161,16 @@ def _loop(args: argparse.Namespace) -> int:
     if taken:
         raise UsageError(f"fama loop: {args.out} already holds {', '.join(taken)}; choose another --out")
     console = Console(stderr=True)
+    settings = LoopSettings(
+        domain=args.domain,
+        model=model_label(config, config.role_of("tool")),
+        judge=model_label(config, config.fama.role),
+        tasks=args.tasks,
+        trials=args.trials,
+        seed=args.seed,
+        analysts=config.fama.analysts,
+        rosters=config.fama.rosters,
+    )
     rounds: list[Round] = []
     roster: list[str] = []
     rosters: dict[str, list[str]] = {}
@@ -137,6 +186,7 @@ def _loop(args: argparse.Namespace) -> int:
         if number == 0:
             rosters = {task: [] for task in _tasks(journal)}
         failures, analysed, categories, recommended = anyio.run(_analyse_round, config, journal)
+        counts = Counter(entry for _, helpers in recommended for entry in helpers)
         chosen, chosen_rosters = _next_rosters(config, roster, rosters, recommended)
         latest = _round(
             number,
@@ -150,8 +200,11 @@ def _loop(args: argparse.Namespace) -> int:
             baseline=rounds[0] if rounds else None,
             rosters={t: r for t, r in rosters.items() if r} if per_task else {},
             chosen_rosters={t: r for t, r in chosen_rosters.items() if r},
+            recommended=dict(counts),
         )
         rounds.append(latest)
+        record = LoopRecord(settings=settings, rounds=rounds)
+        write_atomically(args.out / LOOP, msgspec.json.format(msgspec.json.encode(record)))
         roster, rosters = chosen, chosen_rosters
     if args.plot:
         _plot(args.plot, rounds)
@@ -279,6 +332,7 @@ def _round(
     baseline: Round | None,
     rosters: dict[str, list[str]],
     chosen_rosters: dict[str, list[str]],
+    recommended: dict[str, int],
 ) -> Round:
     episodes = int(summary["episodes"])
     prefix = f"round{number}-"
@@ -310,6 +364,7 @@ def _round(
         overhead=token_overhead(generated, HELPER_AGENTS),
         rosters=rosters,
         chosen_rosters=chosen_rosters,
+        recommended=recommended,
         **overheads,
     )
 
@@ -334,13 +389,13 @@ def _table(rounds: list[Round], trials: int, analysts: str, rosters: str) -> Tab
         slower = "" if r.round == 0 else f" ({r.latency_overhead:+.0%})"
         table.add_row(
             str(r.round),
-            _rosters_text(r.roster, r.rosters),
+            rosters_text(r.roster, r.rosters),
             *[f"{r.pass_k.get(k, 0.0):.3f}" for k in range(1, trials + 1)],
             f"{r.overhead.share:.0%}" if r.overhead else "-",
             f"{r.tokens:.0f}{over}",
             f"{r.latency_s:.2f}{slower}",
             *[str(r.categories.get(c.id, 0)) for c in CATEGORIES],
-            _rosters_text(r.chosen, r.chosen_rosters),
+            rosters_text(r.chosen, r.chosen_rosters),
         )
     table.caption = (
         "helper share: the helpers' share of the tokens the tool agent and the helpers generated per episode"
@@ -350,7 +405,7 @@ def _table(rounds: list[Round], trials: int, analysts: str, rosters: str) -> Tab
     return table
 
 
-def _rosters_text(roster: list[str], per_task: dict[str, list[str]]) -> str:
+def rosters_text(roster: list[str], per_task: dict[str, list[str]]) -> str:
     """A roster, or per task how many tasks take each helper."""
     if not per_task:
         return ",".join(roster) or "none"

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.cli._paper import PAPERS, papers_help, print_report
+from faultline.cli._paper_fama import fama_report
 from faultline.cli._paper_masfire import masfire_report, tier_marks
 from faultline.cli._plots import png
 from faultline.cli._reflection import HELP as REFLECTION_HELP
@@ -127,10 +128,13 @@ def _paper(args: argparse.Namespace) -> int:
         raise UsageError(f"report --paper {args.paper} takes no --html or --plot")
     if not args.inputs:
         raise UsageError(f"report --paper {args.paper} needs {PAPERS[args.paper][1]}")
-    if len(args.inputs) != 1:
-        raise UsageError("report --paper masfire reads one CAMPAIGN_DIR")
-    report = _campaign_report(args, args.inputs[0])
-    paper = masfire_report(report, str(args.inputs[0]), _source(report, judge_note=False))
+    if args.paper == "fama":
+        paper = fama_report(args.inputs)
+    else:
+        if len(args.inputs) != 1:
+            raise UsageError("report --paper masfire reads one CAMPAIGN_DIR")
+        report = _campaign_report(args, args.inputs[0])
+        paper = masfire_report(report, str(args.inputs[0]), _source(report, judge_note=False))
     print_report(paper, json=args.json)
     return 0
 

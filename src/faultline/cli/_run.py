@@ -360,6 +360,12 @@ def serving_local_model(handler: Callable[[argparse.Namespace], T]) -> Callable[
     return handle
 
 
+def model_label(config: Config, role: str) -> str:
+    """A model role's backend and model as tables name it: `sim`, or `openai:NAME`."""
+    model = config.model(role)
+    return model.backend if model.backend == "sim" or not model.model else f"{model.backend}:{model.model}"
+
+
 def effective_config(args: argparse.Namespace) -> Config:
     """The config file with the command line's model and worker choices applied."""
     if args.model == "local":
