@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from faultline._errors import ConfigError
@@ -76,6 +77,15 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, '[journal]\npath = "out/j.sqlite"\n[nats]\nstore_dir = "/abs/nats"\n'))
     assert config.journal.path == str(tmp_path / "out/j.sqlite")
     assert config.nats.store_dir == "/abs/nats"
+
+
+def test_the_config_a_run_hands_its_processes_keeps_the_paths_it_was_given(tmp_path: Path) -> None:
+    """They were placed when the run read faultline.toml; placing them again from the JSON's folder
+    put a relative memory store in `runs/.faultline/runs/memory.sqlite`, where nothing looks for it."""
+    effective = tmp_path / "runs" / ".faultline" / "effective-config.json"
+    effective.parent.mkdir(parents=True)
+    effective.write_bytes(msgspec.json.encode(parse_config({"memory": {"store": "runs/memory.sqlite"}})))
+    assert load_config(effective).memory.store == "runs/memory.sqlite"
 
 
 def test_a_role_inherits_unset_keys_from_the_default_model() -> None:

@@ -347,9 +347,10 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
     """Read a config file; with no path, `./faultline.toml` if it exists, else the defaults.
 
     Relative paths in the file (journal, NATS store, plugins) are taken relative to the file's
-    folder; the plugin folders are put on the import path at once. `models` are settings per
-    model role laid over the file's `[models.<role>]` tables (the command line's); role `*` sets
-    a key for every role.
+    folder, except in the JSON config `faultline run` hands its processes, whose paths are placed
+    already (relative to the folder they share with the run); the plugin folders are put on the
+    import path at once. `models` are settings per model role laid over the file's
+    `[models.<role>]` tables (the command line's); role `*` sets a key for every role.
     """
     if path is None:
         if not DEFAULT_CONFIG_FILE.is_file():
@@ -370,7 +371,9 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
         raise ConfigError(f"{source}: invalid TOML: {exc}") from None
     if models:
         raw, source = with_model_settings(raw, models), f"{source} with --model-setting"
-    config = _relative_to(parse_config(raw, source=source), path.parent)
+    config = parse_config(raw, source=source)
+    if path.suffix != ".json":
+        config = _relative_to(config, path.parent)
     use_plugin_path(config.plugins.path)
     check_scripts(config, source)
     return config
