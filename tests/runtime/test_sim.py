@@ -92,7 +92,7 @@ def _tasks(name: str) -> list[Task]:
     return load_domain(name).tasks()
 
 
-@pytest.mark.parametrize("domain_name", ["retail", "phone"])
+@pytest.mark.parametrize("domain_name", ["retail", "phone", "phone?tasks=preference"])
 async def test_without_mistakes_the_simulator_solves_every_task(domain_name: str) -> None:
     for task in _tasks(domain_name):
         episode = await run_episode(domain_name, task)

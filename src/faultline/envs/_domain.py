@@ -98,7 +98,8 @@ class Domain(ABC):
     """
 
     name: ClassVar[str] = ""
-    policy: ClassVar[str] = ""
+    policy: str = ""
+    """The rules the agent works under; a domain whose rules depend on its parameters sets its own per instance."""
     policy_is_system_prompt: ClassVar[bool] = False
     """True: `policy` is the tool agent's whole system prompt, with none of Faultline's own rules around it."""
     failing_gold_steps: ClassVar[Literal["fail", "ignore"]] = "fail"

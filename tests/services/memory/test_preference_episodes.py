@@ -90,6 +90,66 @@ def test_a_zero_rating_in_one_run_hides_the_tool_from_that_user_in_the_next(
     assert "identical" in capsys.readouterr().out
 
 
+BUILT_IN = "phone?tasks=preference"
+SUMMARY = "PREFERENCES\n- preferred tools: send_chat_message\n- avoided tools: send_message"
+
+
+def extractor_requests(journal: Path) -> dict[str, LlmRequest]:
+    """Per task, the request the memory service journaled when it asked its extractor model."""
+    with JournalReader(journal) as reader:
+        envelopes = [r.envelope() for r in reader.rows()]
+    tasks = {e.episode: e.body.task for e in envelopes if e.kind == "episode_started"}  # type: ignore[union-attr]
+    return {
+        tasks[env.episode]: msgspec.convert(env.body.request, LlmRequest)
+        for env in envelopes
+        if env.sender == "memory" and isinstance(env.body, Recording)
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # two runs of several processes each, on a shared machine
+def test_on_the_built_in_shared_phone_a_user_s_0_rating_hides_that_app_from_them_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The built-in preference tasks through the whole system with `sim` (the mechanism, not a model's use of it).
+
+    Run 1: Tom's message goes out by Messages (a forced wrong-app mistake); he rates it 0, and the memory's
+    extractor model (scripted here) is asked for his preferences. Run 2, on the same memory store: Tom is
+    no longer offered Messages but still both calendar apps, which he has not rated; Grace, who wants
+    Messages, still gets it; the journal replays identically.
+    """
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "extractor.jsonl"
+    script.write_text(json.dumps({"role": "memory_extractor", "reply": SUMMARY}) + "\n")
+    (tmp_path / "faultline.toml").write_text(
+        '[memory]\nmode = "topk"\nstore = "memory.sqlite"\n\n'
+        f'[models.memory_extractor]\nbackend = "scripted"\nscript = "{script}"\n'
+    )
+    run = ["run", "--domain", BUILT_IN, "--json"]
+    first = [*run, "--task-ids", "tom-send-00", "--error-rate", "wrong_entity=1.0", "--journal", "one.sqlite"]
+    assert main(first) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["outcomes"] == {"failure": 1}
+    both = {"send_message", "send_chat_message"}
+    assert both <= offered(tool_requests(tmp_path / "one.sqlite")["tom-send-00"])
+    asked = extractor_requests(tmp_path / "one.sqlite")["tom-send-00"]
+    assert asked.metadata["style"] == "preferences"
+    tools, did = asked.messages[1].content.split("## What the assistant did")
+    assert '"name":"send_chat_message"' in tools and '"name":"send_message"' in did
+
+    second = [*run, "--task-ids", "tom-send-01,tom-schedule-00,grace-send-01", "--journal", "two.sqlite"]
+    assert main(second) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["outcomes"] == {"success": 3}
+    after = tool_requests(tmp_path / "two.sqlite")
+    assert "send_chat_message" in offered(after["tom-send-01"]) and "send_message" not in offered(after["tom-send-01"])
+    assert {"add_reminder", "add_calendar_event"} <= offered(after["tom-schedule-00"])
+    assert both <= offered(after["grace-send-01"])
+    assert SUMMARY in after["tom-send-01"][0].messages[0].content
+
+    assert main(["replay", "two.sqlite"]) == 0
+    assert "identical" in capsys.readouterr().out
+    assert (tmp_path / "memory.sqlite").is_file()  # where faultline.toml puts it, so `memory search` finds it
+
+
 class MemoryHarness(AgentHarness):
     """A harness whose memory requests a real `MemoryService` answers from `store` (no episode ingestion)."""
 
@@ -121,6 +181,7 @@ def past(i: int, domain: str, task: Task, tool: str, feedback: int) -> MemoryEnt
         (DOMAIN, "ann-0", PROTOCOL, "rating", True, True),
         (DOMAIN, "ann-0", PROTOCOL, "similarity", True, False),
         (DOMAIN, "ann-0", 5, "rating", False, True),
+        (BUILT_IN, "tom-send-00", PROTOCOL, "similarity", True, False),
         ("retail", "cancel-00", PROTOCOL, "similarity", False, False),
     ],
 )

@@ -1,4 +1,7 @@
-"""The built-in phone domain: Wi-Fi, login, contacts, messages and reminders on one device."""
+"""The built-in phone domain: Wi-Fi, login, contacts, messages and reminders on one device.
+
+`phone?tasks=preference` is the same device shared by three people with their own preferred apps.
+"""
 
 from faultline.envs.phone._domain import CAPACITY, POLICY, Phone
 

@@ -7,23 +7,21 @@ users or orders, where device state gates what the tools may do.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Hashable, Iterable
 from datetime import datetime
 from typing import Any
 
 from faultline._errors import ToolError
 from faultline.envs._domain import Domain, tool
-from faultline.envs._types import Action, Task
-from faultline.envs.phone import _tasks
+from faultline.envs._schema import arguments_schema
+from faultline.envs._types import Action, Task, ToolSpec
+from faultline.envs.phone import _preference, _tasks
 
 OWNER = "Grace"
 NOW = "2024-06-15 09:00"
 CAPACITY = 10
 
-POLICY = f"""\
-# Phone assistant policy
-
-You operate {OWNER}'s phone for her through the tools. It is now {NOW}.
-
+_RULES = f"""\
 - Log the device in before you use contacts, messages or reminders.
 - Sending a message needs Wi-Fi; turn it on when it is off.
 - The inbox holds at most {CAPACITY} messages, sent and received together. When it is full,
@@ -33,6 +31,26 @@ You operate {OWNER}'s phone for her through the tools. It is now {NOW}.
   the user gives.
 - A reminder's time must be in the future; refuse one in the past and say it is in the past.
 - Before you send, delete or save anything, tell the user what you will do and wait for a yes.
+"""
+
+POLICY = f"""\
+# Phone assistant policy
+
+You operate {OWNER}'s phone for her through the tools. It is now {NOW}.
+
+{_RULES}"""
+
+_OTHERS = " and ".join(user.title() for user in _preference.PREFERS if user.title() != OWNER)
+SHARED_POLICY = f"""\
+# Phone assistant policy
+
+You operate the phone {OWNER} shares with {_OTHERS} through the tools. Each request starts with the
+name of the person asking. It is now {NOW}.
+
+{_RULES}- Two apps send a message: Messages (`send_message`) and Chat (`send_chat_message`), which also
+  needs Wi-Fi and a saved contact, but no room in the inbox. Two note something for a time: Reminders
+  (`add_reminder`) and Calendar (`add_calendar_event`), whose time must be in the future too. Each
+  person prefers their own apps: use the ones the person asking wants.
 """
 
 _CONTACTS = [
@@ -58,11 +76,46 @@ _REMINDERS = [
 _TIME = ("string", "Date and time as 'YYYY-MM-DD HH:MM', such as '2024-06-20 14:00'.")
 
 
+TASK_SETS = ("standard", "preference")
+"""`phone?tasks=...`: the standard tasks, or the preference tasks on the shared phone with its two more apps."""
+
+_CHAT = ToolSpec(
+    name=_preference.CHAT,
+    description="Send a message to a saved contact with the Chat app; chats do not fill the inbox.",
+    parameters=arguments_schema(receiver=("string", "Name of a saved contact."), text=("string", "The message text.")),
+    writes=True,
+)
+_CALENDAR = ToolSpec(
+    name=_preference.CALENDAR,
+    description="Add an event to the Calendar app.",
+    parameters=arguments_schema(
+        ("description",), title=("string", "A short title."), time=_TIME, description=("string", "Optional notes.")
+    ),
+    writes=True,
+)
+
+
 class Phone(Domain):
-    """A phone with Wi-Fi off, logged out, and an inbox one message short of full."""
+    """A phone with Wi-Fi off, logged out, and an inbox one message short of full.
+
+    `tasks="preference"` is the same phone shared by a household, with a Chat app beside Messages
+    and a Calendar beside Reminders, and each member's requests (tagged `preference`). The
+    standard phone keeps its tools and policy as they were, so its journals replay unchanged.
+    """
 
     name = "phone"
     policy = POLICY
+
+    def __init__(self, tasks: str = "standard") -> None:
+        if tasks not in TASK_SETS:
+            raise ValueError(f"phone has no task set {tasks!r}; it has {', '.join(TASK_SETS)}")
+        self.shared = tasks == "preference"
+        if self.shared:
+            self.policy = SHARED_POLICY
+
+    @property
+    def data_key(self) -> Hashable:
+        return "shared" if self.shared else ()
 
     def seed_database(self, db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE device (key TEXT PRIMARY KEY, value TEXT)")
@@ -76,11 +129,22 @@ class Phone(Domain):
         db.executemany("INSERT INTO contacts VALUES (?, ?)", _CONTACTS)
         db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?)", _MESSAGES)
         db.executemany("INSERT INTO reminders VALUES (?, ?, ?, ?)", _REMINDERS)
+        if self.shared:
+            db.execute("CREATE TABLE chats (id INTEGER PRIMARY KEY, receiver TEXT, text TEXT, time TEXT)")
+            db.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, title TEXT, time TEXT, description TEXT)")
 
     def tasks(self) -> list[Task]:
-        return list(_tasks.TASKS)
+        return list(_preference.TASKS if self.shared else _tasks.TASKS)
+
+    def registered_tools(self) -> Iterable[tuple[ToolSpec, Callable[..., Any]]]:
+        """The shared phone's second apps (not `@tool` methods: the standard phone does not have them)."""
+        if self.shared:
+            yield _CHAT, self.send_chat_message
+            yield _CALENDAR, self.add_calendar_event
 
     def mistake_candidates(self, task: Task, step: int, category: str) -> list[Action]:
+        if self.shared:
+            return _preference.mistake_candidates(task, step, category)
         return _tasks.mistake_candidates(task, step, category)
 
     # -- device -----------------------------------------------------------------------------
@@ -138,17 +202,18 @@ class Phone(Domain):
         text=("string", "The message text."),
     )
     def send_message(self, db: sqlite3.Connection, receiver: str, text: str) -> dict[str, Any]:
-        _require_login(db)
-        if _setting(db, "wifi") != "on":
-            raise ToolError("Wi-Fi is off; turn it on before sending")
-        row = db.execute("SELECT name FROM contacts WHERE lower(name) = lower(?)", (receiver.strip(),)).fetchone()
-        if row is None:
-            raise ToolError(f"{receiver!r} is not a saved contact")
+        contact = _reachable_contact(db, receiver)
         if db.execute("SELECT count(*) FROM messages").fetchone()[0] >= CAPACITY:
             raise ToolError(f"the inbox is full ({CAPACITY} messages); ask the user which message to delete")
         message_id = db.execute("SELECT coalesce(max(id), 0) + 1 FROM messages").fetchone()[0]
-        db.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?, 0)", (message_id, OWNER, row[0], text, NOW))
-        return {"message_id": message_id, "status": f"Message sent to {row[0]}."}
+        db.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?, 0)", (message_id, OWNER, contact, text, NOW))
+        return {"message_id": message_id, "status": f"Message sent to {contact}."}
+
+    def send_chat_message(self, db: sqlite3.Connection, receiver: str, text: str) -> dict[str, Any]:
+        contact = _reachable_contact(db, receiver)
+        chat_id = db.execute("SELECT coalesce(max(id), 0) + 1 FROM chats").fetchone()[0]
+        db.execute("INSERT INTO chats VALUES (?, ?, ?, ?)", (chat_id, contact, text, NOW))
+        return {"chat_id": chat_id, "status": f"Chat message sent to {contact}."}
 
     @tool(
         "View messages, oldest first; with `contact`, only those to or from that contact.",
@@ -201,13 +266,19 @@ class Phone(Domain):
     )
     def add_reminder(self, db: sqlite3.Connection, title: str, time: str, description: str = "") -> dict[str, Any]:
         _require_login(db)
-        try:
-            datetime.strptime(time, "%Y-%m-%d %H:%M")
-        except ValueError:
-            raise ToolError(f"time {time!r} is not in the form 'YYYY-MM-DD HH:MM'") from None
+        _check_time(time)
         reminder_id = db.execute("SELECT coalesce(max(id), 0) + 1 FROM reminders").fetchone()[0]
         db.execute("INSERT INTO reminders VALUES (?, ?, ?, ?)", (reminder_id, title, time, description))
         return {"reminder_id": reminder_id, "status": f"Reminder {title!r} set for {time}."}
+
+    def add_calendar_event(
+        self, db: sqlite3.Connection, title: str, time: str, description: str = ""
+    ) -> dict[str, Any]:
+        _require_login(db)
+        _check_time(time)
+        event_id = db.execute("SELECT coalesce(max(id), 0) + 1 FROM events").fetchone()[0]
+        db.execute("INSERT INTO events VALUES (?, ?, ?, ?)", (event_id, title, time, description))
+        return {"event_id": event_id, "status": f"Event {title!r} added to the calendar for {time}."}
 
     @tool("List reminders, soonest first.")
     def view_reminders(self, db: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -230,6 +301,24 @@ def _setting(db: sqlite3.Connection, key: str) -> str:
 def _require_login(db: sqlite3.Connection) -> None:
     if _setting(db, "logged_in") != "yes":
         raise ToolError("the device is not logged in; call login_device first")
+
+
+def _reachable_contact(db: sqlite3.Connection, receiver: str) -> str:
+    """The saved contact's name as stored, once the device can send to it."""
+    _require_login(db)
+    if _setting(db, "wifi") != "on":
+        raise ToolError("Wi-Fi is off; turn it on before sending")
+    row = db.execute("SELECT name FROM contacts WHERE lower(name) = lower(?)", (receiver.strip(),)).fetchone()
+    if row is None:
+        raise ToolError(f"{receiver!r} is not a saved contact")
+    return str(row[0])
+
+
+def _check_time(time: str) -> None:
+    try:
+        datetime.strptime(time, "%Y-%m-%d %H:%M")
+    except ValueError:
+        raise ToolError(f"time {time!r} is not in the form 'YYYY-MM-DD HH:MM'") from None
 
 
 def _edge_message(db: sqlite3.Connection, which: str) -> int:

@@ -122,8 +122,7 @@ def mistake_candidates(task: Task, step: int, category: str) -> list[Action]:
     args = action.arguments
     if action.name == "send_message":
         if category == WRONG_VALUE:
-            shorter = str(args["text"]).rsplit(" ", 1)[0]
-            return [_send(str(args["receiver"]), shorter)]
+            return [_send(str(args["receiver"]), shorter_text(str(args["text"])))]
         if category == WRONG_ENTITY:
             return [_send(name, str(args["text"])) for name in _CONTACT_NAMES if name != args["receiver"]][:3]
     if action.name == "delete_message":
@@ -135,9 +134,7 @@ def mistake_candidates(task: Task, step: int, category: str) -> list[Action]:
         if category == POLICY_VIOLATION:
             return [_act("delete_message", message_id=i) for i in _IMPORTANT]
     if action.name == "add_reminder" and category == WRONG_VALUE:
-        day, clock = str(args["time"]).split(" ")
-        later = f"{day} {(int(clock[:2]) + 1) % 24:02d}{clock[2:]}"
-        return [_act("add_reminder", **{**args, "time": later})]
+        return [_act("add_reminder", **{**args, "time": hour_later(str(args["time"]))})]
     if action.name == "delete_reminder" and category == WRONG_VALUE:
         target = int(args["reminder_id"])
         return [_act("delete_reminder", reminder_id=i) for i in (1, 2, 3) if i != target]
@@ -145,3 +142,14 @@ def mistake_candidates(task: Task, step: int, category: str) -> list[Action]:
         phone = str(args["phone"])
         return [_act("add_contact", name=args["name"], phone=phone[:-1] + str((int(phone[-1]) + 1) % 10))]
     return []
+
+
+def shorter_text(text: str) -> str:
+    """A message with its last word dropped: a value misread."""
+    return text.rsplit(" ", 1)[0]
+
+
+def hour_later(time: str) -> str:
+    """A 'YYYY-MM-DD HH:MM' time one hour on (the same day): a value misread."""
+    day, clock = time.split(" ")
+    return f"{day} {(int(clock[:2]) + 1) % 24:02d}{clock[2:]}"
