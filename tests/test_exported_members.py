@@ -479,6 +479,10 @@ PUBLIC = {
         "BehaviourSource",
         "NotAnnotated",
         "episode_cases",
+        "MemoryAblation",
+        "MemorySetting",
+        "SettingRow",
+        "memory_ablation",
     },
     "faultline.testing": {
         "HarnessEpisode",

@@ -103,6 +103,51 @@ def check_fama_paper(folder: Path, rounds: list[dict[str, object]], capsys: pyte
     assert " ".join(out.split()).count(SIM_SAYS) == 3  # under every table
 
 
+def check_memtool_paper(
+    journals: dict[str, Path], summaries: dict[str, dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`report --paper memtool` of sim runs made with memory top-k:3 (journals `first` and `second`), off (`off`) and
+    dynamic n with the rating ranker (`dynamic`): a row per setting the episodes recorded, their pass rates the runs'
+    own. Called by the memory run's test (tests/runtime/test_run_memory.py), which made the runs."""
+    rows, summary = _json(capsys, "--paper", "memtool", *(str(j) for j in journals.values()))
+    table3 = [r for r in rows if r["type"] == "table3"]
+    assert [r["setting"] for r in table3] == [
+        {"mode": "off"},
+        {"mode": "topk", "k": 3, "ranker": "similarity", "zero_ratings": 1},
+        {"mode": "dynamic", "radius": 10, "prominence": 1e-05, "peak": 1, "fallback_k": 5, "ranker": "rating",
+         "zero_ratings": 1},
+    ]  # fmt: skip
+    off, topk, dynamic = table3
+    assert topk["journals"] == [str(journals["first"]), str(journals["second"])]
+    for row, runs in ((off, ["off"]), (topk, ["first", "second"]), (dynamic, ["dynamic"])):
+        assert row["episodes"] == sum(summaries[r]["episodes"] for r in runs)  # type: ignore[misc]
+        solved = sum(summaries[r]["outcomes"].get("success", 0) for r in runs)  # type: ignore[attr-defined]
+        assert row["successes"] == solved and row["pass_rate"] == solved / row["episodes"]  # type: ignore[operator]
+    assert off["tool_accuracy"] == off["param_accuracy"] == 1.0  # sim without mistakes makes the gold calls
+    assert off["retrievals"] == 0 and topk["retrievals"] == topk["episodes"] and topk["retrieved"] > 0  # type: ignore[operator]
+    assert [r["setting"]["mode"] for r in rows if r["type"] == "figure5"] == ["topk", "dynamic"]  # type: ignore[index]
+    assert [r["setting"]["mode"] for r in rows if r["type"] == "table4"] == ["topk", "dynamic"]  # type: ignore[index]
+    assert summary["models"] == ["sim"] and summary["skipped"] == 0 and SIM_SAYS in str(summary["note"])
+
+    assert main(["report", "--paper", "memtool", *(str(j) for j in journals.values())]) == 0
+    out = capsys.readouterr().out
+    for title in ("MemToolAgent Table 3", "MemToolAgent Figure 5", "MemToolAgent Table 4", "w/o memory", "Tool Acc."):
+        assert title in out
+    assert "top-k k=3, by similarity" in out and "dynamic n (R 10, prominence 1e-05, peak 1), by rating" in out
+    assert " ".join(out.split()).count(SIM_SAYS) == 3
+
+
+def test_memtool_input_that_is_no_run_journal_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--paper", "memtool", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"faultline: usage error: report --paper memtool: {tmp_path} is a folder: give run journals"
+        " (`run --journal FILE`)\n"
+    )
+    (tmp_path / "notes.txt").write_text("not a journal")
+    assert main(["report", "--paper", "memtool", str(tmp_path / "notes.txt")]) == 1
+    assert capsys.readouterr().err.startswith(f"faultline: error: {tmp_path / 'notes.txt'}: not a Faultline journal")
+
+
 def test_fama_input_that_is_no_loop_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "--paper", "fama", str(tmp_path)]) == 2
     not_a_loop = f"{tmp_path} is not a fama loop folder: it has no loop.json (`faultline fama loop` writes it)"

@@ -1,4 +1,5 @@
-"""A run with memory on, after a run that filled it, retrieves past episodes (recorded, replayable)."""
+"""A run with memory on, after a run that filled it, retrieves past episodes (recorded, replayable); with a run
+without memory and one with dynamic n beside them, `report --paper memtool` lays out MemToolAgent's ablation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from faultline.cli import main
 from faultline.journal import JournalReader
 from tests import jsonl
+from tests.cli.test_report_paper import check_memtool_paper
 
 pytestmark = pytest.mark.slow
 
@@ -17,8 +19,9 @@ def test_a_second_run_retrieves_what_the_first_one_stored(tmp_path: Path, capsys
     first, second = tmp_path / "first.sqlite", tmp_path / "second.sqlite"
     base = ["run", "--tasks", "6", "--memory", "topk:3", "--json"]
     assert main([*base, "--error-rates", "0.2", "--journal", str(first), "--run-id", "fill"]) == 0
+    first_out = capsys.readouterr().out
     assert main([*base, "--journal", str(second), "--run-id", "use"]) == 0
-    capsys.readouterr()
+    second_out = capsys.readouterr().out
     assert main(["memory", "stats", "--store", str(tmp_path / "memory.sqlite"), "--json"]) == 0
     _, stats = jsonl.read(capsys.readouterr().out)
     assert stats["entries"] == 12
@@ -40,3 +43,19 @@ def test_a_second_run_retrieves_what_the_first_one_stored(tmp_path: Path, capsys
         or '"entries"' in shown
     )
     assert main(["replay", str(second)]) == 0
+
+    # Two more runs, memory off and dynamic n with the rating ranker, for MemToolAgent's ablation tables.
+    capsys.readouterr()
+    summaries = {"first": jsonl.read(first_out)[1], "second": jsonl.read(second_out)[1]}
+    dynamic = tmp_path / "dynamic.toml"
+    dynamic.write_text('[memory]\nmode = "dynamic"\nranker = "rating"\n')
+    journals = {
+        "first": first,
+        "second": second,
+        "off": tmp_path / "off.sqlite",
+        "dynamic": tmp_path / "dynamic.sqlite",
+    }
+    for name, flags in (("off", ["--memory", "off"]), ("dynamic", ["--config", str(dynamic)])):
+        assert main(["run", "--tasks", "2", *flags, "--journal", str(journals[name]), "--json"]) == 0
+        summaries[name] = jsonl.read(capsys.readouterr().out)[1]
+    check_memtool_paper(journals, summaries, capsys)

@@ -1,7 +1,8 @@
 """`faultline report --paper NAME INPUT...`: a source paper's tables in the paper's own shape, with our numbers.
 
 Each paper module turns Faultline's own outputs into `PaperTable`s (rows and columns as the paper lays
-them out) and a summary: `masfire` reads a campaign folder, `fama` `fama loop` folders.
+them out) and a summary: `masfire` reads a campaign folder, `fama` `fama loop` folders, `memtool` run
+journals.
 Text prints each table with its caption; `--json` prints each table's rows (its `kind` as the type),
 then one summary. When an input was run on `sim`, every table says that its numbers measure the
 runtime's mechanisms, never a model.
@@ -21,6 +22,7 @@ from faultline.cli._text import table_console
 PAPERS = {
     "masfire": ("MAS-FIRE's Table 2 and Figure 4", "one CAMPAIGN_DIR"),
     "fama": ("FAMA's Table 2 and Figures 4 and 5", "LOOP_DIR... (`fama loop --out` folders)"),
+    "memtool": ("MemToolAgent's Tables 3 and 4 and Figure 5", "JOURNAL... (runs with different [memory] settings)"),
 }
 """Each paper `--paper` lays out: what it prints, and what it reads."""
 

@@ -27,6 +27,7 @@ from faultline._errors import UsageError
 from faultline.cli._paper import PAPERS, papers_help, print_report
 from faultline.cli._paper_fama import fama_report
 from faultline.cli._paper_masfire import masfire_report, tier_marks
+from faultline.cli._paper_memtool import memtool_report
 from faultline.cli._plots import png
 from faultline.cli._reflection import HELP as REFLECTION_HELP
 from faultline.cli._reflection import report_reflection
@@ -130,6 +131,8 @@ def _paper(args: argparse.Namespace) -> int:
         raise UsageError(f"report --paper {args.paper} needs {PAPERS[args.paper][1]}")
     if args.paper == "fama":
         paper = fama_report(args.inputs)
+    elif args.paper == "memtool":
+        paper = memtool_report(args.inputs)
     else:
         if len(args.inputs) != 1:
             raise UsageError("report --paper masfire reads one CAMPAIGN_DIR")

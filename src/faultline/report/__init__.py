@@ -8,7 +8,8 @@ copied to another machine gives the same report there. `turn_reward` scores one 
 against a reference with Tool-Reflection-Bench's decomposition, `reward_stats` sums many up.
 With judged behaviours a `BehaviourAnnotator` asks a model judge to label each faulted
 episode's behaviours instead (`annotate_episodes`), several tiers each, the detectors'
-sightings its evidence.
+sightings its evidence. `memory_ablation(journals)` measures runs by the memory settings
+their episodes recorded (MemToolAgent's ablation).
 """
 
 from faultline.report._annotator import (
@@ -35,6 +36,7 @@ from faultline.report._campaign import (
     read_manifest,
     write_manifest,
 )
+from faultline.report._memory_ablation import MemoryAblation, MemorySetting, SettingRow, memory_ablation
 from faultline.report._metrics import (
     BEHAVIOUR_SOURCES,
     DEFINITIONS,
@@ -84,6 +86,10 @@ __all__ = [
     "BehaviourSource",
     "NotAnnotated",
     "episode_cases",
+    "MemoryAblation",
+    "MemorySetting",
+    "SettingRow",
+    "memory_ablation",
     "BASELINE",
     "Behaviour",
     "BehaviourRow",

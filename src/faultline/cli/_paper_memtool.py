@@ -1,0 +1,95 @@
+"""MemToolAgent's ablation tables, laid out from run journals by the memory settings their episodes recorded.
+
+Table 3: memory off against each setting with memory on. Figure 5: fixed top-k, by k, against dynamic
+top-n. Table 4: the settings with memory on by ranker and hard preference guiding. Every row is one
+domain and `[memory]` setting (`faultline.report.memory_ablation`), read from what the episodes
+recorded, never from a file's name; a row's numbers pool its episodes over every journal given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from faultline._errors import UsageError
+from faultline.cli._paper import PaperReport, PaperTable, share
+from faultline.report import SIM_NOTE, SettingRow, memory_ablation
+
+ACCURACY = ["episodes", "pass rate", "Tool Acc.", "Param Acc."]
+MEASURES = (
+    "pass rate: episodes solved; Tool Acc.: episodes whose agent called exactly the tools the task's ground truth"
+    " calls; Param Acc.: episodes where it made every ground-truth call with its arguments"
+)
+
+
+def _accuracy(r: SettingRow) -> list[str]:
+    return [str(r.episodes), share(r.pass_rate), share(r.tool_accuracy), share(r.param_accuracy)]
+
+
+def _method(r: SettingRow, rows: list[SettingRow]) -> str:
+    """A memory-on row's retrieval and ranker, after its domain when the rows are of several domains."""
+    where = f"{r.domain}: " if len({row.domain for row in rows}) > 1 else ""
+    if r.setting.mode == "off":
+        return f"{where}w/o memory"
+    return f"{where}{r.setting.retrieval}, {'by rating' if r.setting.ranker == 'rating' else 'by similarity'}"
+
+
+def _zeros(n: int) -> str:
+    return f"{n} zero rating" + ("s" if n != 1 else "")
+
+
+def _table3(rows: list[SettingRow]) -> PaperTable:
+    ordered = sorted(rows, key=lambda r: (r.domain, r.setting.mode != "off"))
+    return PaperTable(
+        kind="table3",
+        title="MemToolAgent Table 3: without memory and with it",
+        head=["Method", *ACCURACY],
+        rows=[[_method(r, rows), *_accuracy(r)] for r in ordered],
+        records=ordered,
+        caption=f"{MEASURES}. The memory extractor always writes reflections here: the paper's w/o-extractor rows"
+        " have no Faultline setting",
+    )
+
+
+def _figure5(rows: list[SettingRow]) -> PaperTable:
+    ordered = sorted(
+        (r for r in rows if r.setting.mode in ("topk", "dynamic")),
+        key=lambda r: (r.domain, r.setting.mode != "topk", r.setting.k, r.setting.peak),
+    )
+    return PaperTable(
+        kind="figure5",
+        title="MemToolAgent Figure 5: fixed top-k against dynamic top-n",
+        head=["Method", "mean retrieved", *ACCURACY],
+        rows=[[_method(r, rows), share(r.retrieved), *_accuracy(r)] for r in ordered],
+        records=ordered,
+        caption=f"mean retrieved: entries per answered memory request (an empty memory gives none); {MEASURES}",
+    )
+
+
+def _table4(rows: list[SettingRow]) -> PaperTable:
+    ordered = sorted((r for r in rows if r.setting.mode != "off"), key=lambda r: r.domain)
+    return PaperTable(
+        kind="table4",
+        title="MemToolAgent Table 4: ranker and hard preference guiding",
+        head=["Method", "hides a tool after", "episodes with tools hidden", *ACCURACY],
+        rows=[[_method(r, rows), _zeros(r.setting.zero_ratings), str(r.hidden), *_accuracy(r)] for r in ordered],
+        records=ordered,
+        caption="by similarity: the retrieved examples most similar first (the paper's Retrieval_v1); by rating:"
+        " grouped by the user's rating (its simple ranker, Retrieval_v2). Hard preference guiding hides the tools"
+        " a user rated 0 on preference tasks (after 1 rating: the paper's rule); episodes with tools hidden: where"
+        f" it did. {MEASURES}",
+    )
+
+
+def memtool_report(journals: list[Path]) -> PaperReport:
+    """Tables 3 and 4 and Figure 5 of the runs in `journals`, a row per domain and memory setting their episodes
+    recorded."""
+    for path in journals:
+        if path.is_dir():
+            raise UsageError(f"report --paper memtool: {path} is a folder: give run journals (`run --journal FILE`)")
+    ablation = memory_ablation(journals)
+    summary = {"paper": "memtool", "inputs": ablation.journals, "models": ablation.models, "skipped": ablation.skipped}
+    return PaperReport(
+        tables=[_table3(ablation.rows), _figure5(ablation.rows), _table4(ablation.rows)],
+        summary=summary,
+        note=SIM_NOTE if "sim" in ablation.models else "",
+    )
