@@ -1,17 +1,24 @@
-"""Chaos: seeded schedules of process and network faults against a 3-node JetStream cluster (R3) while episodes run.
+"""Chaos: seeded schedules of process, network, disk and clock faults against a 3-node JetStream cluster (R3)
+while episodes run.
 
 Each schedule starts a fresh system (three nats-server nodes on loopback, the journal service and two
 worker processes under the supervisor, the built-in retail system on the sim model), runs `--episodes`
 episodes four at a time, and meanwhile applies the faults drawn from its seed: SIGKILL, or SIGSTOP then
 SIGCONT, of a worker, the journal service, any node or the stream's leader; a partition of a node (from
 the other two and from every process) or of a process (from the three nodes), healed after a while; a
-delay on every link of a node or a process. Every route between nodes, and every connection of the
-runner, the journal and the workers to a node, goes through a link of the proxy (`bench._proxy`) that
-the nemesis cuts, slows and heals. `--kinds` draws from fewer kinds (`kill,pause` draws the schedules
-of seeds run before the network kinds were added). While faults are left
+delay on every link of a node or a process; the journal's disk full, or slow, for a while (`bench._disk`:
+the journal then lives on a loop device of its own, which needs root); a process's wall clock stepped
+forwards or back, and back again (`bench._wallclock`: every process is then started through it). Every
+route between nodes, and every connection of the runner, the journal and the workers to a node, goes
+through a link of the proxy (`bench._proxy`) that the nemesis cuts, slows and heals. `--kinds` draws from
+fewer kinds (`kill,pause` draws the schedules of seeds run before the network kinds were added,
+`kill,pause,partition,delay` those run before disks and clocks); by default every kind this machine can
+apply. `--overlap` lets a fault begin while the one before lasts. While faults are left
 once those episodes are done, more run, four at a time, so that every fault meets running episodes;
-the checker counts them like the others. Time to recover is from a fault's end (SIGCONT sent, the node
-restarted, the links healed, or the kill of a process the supervisor restarts) to the next completed episode. Once the schedule has ended
+the checker counts them like the others. A run the journal refuses (its disk full) waits until the journal
+writes again and goes on, as its user would. Time to recover is from a fault's end (SIGCONT sent, the node
+restarted, the links healed, the disk freed or healed, the clock stepped back, or the kill of a process
+the supervisor restarts) to the next completed episode. Once the schedule has ended
 and every process serves again, the checker compares what the runner started with what the journal
 holds (none lost, none twice), verifies the journal and replays it. Schedule i uses seed `--seed` + i;
 a failing schedule is rerun alone with `--seed` and `--schedules 1`.
@@ -22,15 +29,17 @@ a failing schedule is rerun alone with `--seed` and `--schedules 1`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,13 +50,15 @@ import msgspec
 from bench._checker import Verdict, check
 from bench._cluster import CLUSTER_CONFIG, cluster, stream_ready
 from bench._common import machine
-from bench._nemesis import KINDS, Kind, Nemesis, Progress, Schedule, draw_schedule, percentile
+from bench._disk import Disk, DiskUnavailable, journal_disk, unavailable
+from bench._nemesis import DISK_KINDS, KINDS, Kind, Nemesis, Progress, Schedule, draw_schedule, percentile
 from bench._proxy import network
-from faultline._errors import FaultlineError
+from faultline._errors import FaultlineError, JournalError
 from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal, worker_specs
 from faultline.bus import Bus
 from faultline.envs import load_domain
 from faultline.runtime import (
+    Completions,
     ProcessSpec,
     Supervisor,
     bus_settings,
@@ -85,6 +96,8 @@ class ScheduleReport(msgspec.Struct, kw_only=True):
     """When each episode completed, in seconds since the system was up (the time base of `applied`)."""
     runner_error: str
     seconds: float
+    refused_s: list[float] = msgspec.field(default_factory=list)
+    """When the journal refused the run new episodes (its disk full), in seconds since the system was up."""
 
     @property
     def ok(self) -> bool:
@@ -93,14 +106,18 @@ class ScheduleReport(msgspec.Struct, kw_only=True):
 
 @dataclass
 class LinkedSupervisor(Supervisor):
-    """A supervisor that starts each process with its own URLs: its links to the nodes."""
+    """A supervisor that starts each process with its own URLs (its links to the nodes) and, with `clocks`, with
+    a wall clock of its own, stepped by the offset in `clocks`/<name> (`bench._wallclock`)."""
 
     urls: dict[str, str] = field(default_factory=dict)
+    clocks: Path | None = None
 
     def _argv(self, spec: ProcessSpec) -> list[str]:
         argv = super()._argv(spec)
         at = argv.index("--nats") + 1
         argv[at] = self.urls.get(spec.name, argv[at])
+        if self.clocks is not None:
+            argv[1:1] = ["-m", "bench._wallclock", str(self.clocks / spec.name)]
         return argv
 
 
@@ -111,12 +128,26 @@ def processes() -> list[str]:
 
 
 async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
-    """Run `schedule` on a fresh system in `workdir` and check what it left."""
+    """Run `schedule` on a fresh system in `workdir` and check what it left: with a disk fault, the journal on
+    a disk of its own, copied into `workdir` once checked."""
+    kinds = {fault.kind for fault in schedule.faults}
+    with journal_disk(workdir) if kinds & set(DISK_KINDS) else contextlib.nullcontext() as disk:
+        clocks = workdir / "clocks" if Kind.CLOCK in kinds else None
+        if clocks is not None:
+            clocks.mkdir()
+        report = await _run_system(schedule, workdir, disk, clocks)
+        if disk is not None:
+            for path in disk.mount.glob("journal.sqlite*"):
+                shutil.copy2(path, workdir)
+        return report
+
+
+async def _run_system(schedule: Schedule, workdir: Path, disk: Disk | None, clocks: Path | None) -> ScheduleReport:
     config_path = workdir / "faultline.toml"
     config_path.write_text(CONFIG)
     config = load_config(config_path)
     access = system_access(workdir / "credentials", config, GROUPS, "fl").prepare()
-    journal = workdir / "journal.sqlite"
+    journal = (workdir if disk is None else disk.mount) / "journal.sqlite"
     domain = load_domain("retail")
     tasks = len(domain.tasks())
     plan = RunPlan(
@@ -129,6 +160,7 @@ async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
     pool = iter(plan_episodes(plan, domain))
     result = RunResult(list(itertools.islice(pool, schedule.episodes)))
     runner_error = ""
+    completers = completing_agents(config, GROUPS)
     began = time.monotonic()
     async with network(schedule.seed) as net, cluster(workdir, access, net) as nodes:
         await stream_ready(nodes.url, access)
@@ -141,17 +173,19 @@ async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
             extra_args=("--config", str(config_path)),
             access=access,
             bus_settings=bus_settings(config),
-            completers=completing_agents(config, GROUPS),
+            completers=completers,
+            clocks=clocks,
         )
         async with supervisor.running():
             bus = supervisor.bus
             assert bus is not None
             progress = Progress()
-            nemesis = Nemesis(schedule, nodes, supervisor, progress)
+            nemesis = Nemesis(schedule, nodes, supervisor, progress, disk=disk, clocks=clocks)
+            refused_s: list[float] = []
             async with anyio.create_task_group() as tg:
                 tg.start_soon(nemesis.run)
                 try:
-                    await run_alongside(bus, plan, result, pool, nemesis, progress)
+                    await run_alongside(bus, plan, result, pool, nemesis, refused_s, completers)
                 except FaultlineError as exc:  # the runner gave up: the checker names what it left running
                     runner_error = f"{type(exc).__name__}: {exc}"
                 if not nemesis.done.is_set():  # the faults waiting on episodes would wait for ever
@@ -169,25 +203,55 @@ async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
         completions_s=[round(t, 3) for t in progress.completions],
         runner_error=runner_error,
         seconds=time.monotonic() - began,
+        refused_s=[round(t, 3) for t in refused_s],
     )
 
 
 async def run_alongside(
-    bus: Bus, plan: RunPlan, result: RunResult, more: Iterator[PlannedEpisode], nemesis: Nemesis, progress: Progress
+    bus: Bus,
+    plan: RunPlan,
+    result: RunResult,
+    more: Iterator[PlannedEpisode],
+    nemesis: Nemesis,
+    refused_s: list[float],
+    completers: Collection[str],
 ) -> None:
     """Run `result.planned`, then `more` (added to `result.planned`), CONCURRENCY at a time, until the schedule
-    has ended: every fault meets running episodes, and episodes in flight at its end time its recovery."""
+    has ended: every fault meets running episodes, and episodes in flight at its end time its recovery.
+
+    When the journal refuses new episodes (it cannot write), the run stops waiting for those it started; as
+    its user would, this waits until the journal writes again, takes those the stream holds completed, and
+    runs the rest (a start sent again has the same ids, and the stream keeps one copy). Each refusal's time
+    goes to `refused_s`."""
+    progress = nemesis.progress
     planned = list(result.planned)
     while planned:
         part = RunResult(planned)
         try:
-            await run_plan(bus, plan, part, lambda _episode, _done: progress.completed())
+            while True:
+                try:
+                    await run_plan(bus, plan, part, lambda _episode, _done: progress.completed())
+                    break
+                except JournalError:
+                    refused_s.append(progress.now())
+                    await nemesis.journal_writes()
+                    await _take_stored(bus, part, completers, progress)
         finally:
             result.completed.update(part.completed)
             result.running.update(part.running)
             result.model_calls = part.model_calls
         planned = [] if nemesis.done.is_set() else list(itertools.islice(more, CONCURRENCY))
         result.planned.extend(planned)
+
+
+async def _take_stored(bus: Bus, part: RunResult, completers: Collection[str], progress: Progress) -> None:
+    """Count as completed the episodes `part` was waiting for whose completion the stream holds."""
+    async with Completions(bus, completers) as completions:
+        done = await completions.stored(list(part.running))
+    for episode, completed in done.items():
+        del part.running[episode]
+        part.completed[episode] = completed
+        progress.completed()
 
 
 def summarize(reports: list[ScheduleReport]) -> dict[str, Any]:
@@ -214,6 +278,12 @@ def summarize(reports: list[ScheduleReport]) -> dict[str, Any]:
         "recovery_s": _spread(recovered),
         "recovery_alone_s": {kind: _spread(times) for kind, times in sorted(alone.items())},
         "no_episode_after": len(applied) - len(recovered),
+        "refusals": sum(len(r.refused_s) for r in reports),
+        "journal_caught_up_s": {
+            kind: _spread([a["journal_caught_up_s"] for a in applied if a["fault"]["kind"] == kind])
+            | {"most_behind": max((a["journal_behind"] or 0 for a in applied if a["fault"]["kind"] == kind), default=0)}
+            for kind in sorted({a["fault"]["kind"] for a in applied if a["journal_caught_up_s"] is not None})
+        },
         "seconds": sum(r.seconds for r in reports),
     }
 
@@ -245,7 +315,14 @@ def print_report(report: ScheduleReport, say: Callable[[str], None]) -> None:
         recovered, during = applied["recovered_s"], applied["completed_during"]
         took = f"next episode {recovered:.2f}s after it" if recovered is not None else "no episode after it"
         lasted = f" ({during} completed while it lasted)" if applied["ended_s"] > applied["began_s"] else ""
+        if applied["journal_caught_up_s"] is not None:
+            behind = applied["journal_behind"]
+            lasted += f"; the journal {'did not answer' if behind is None else f'was {behind} messages behind'}"
+            lasted += f" and held the stream {applied['journal_caught_up_s']:.2f}s later"
         say(f"    {applied['fault']['kind']} {applied['target']} at {applied['began_s']:.1f}s: {took}{lasted}")
+    if report.refused_s:
+        at = ", ".join(f"{t:.1f}s" for t in report.refused_s)
+        say(f"    the journal refused new episodes at {at}; the run went on once it wrote again")
     problems = {
         "runner": report.runner_error,
         "lost": v.lost,
@@ -264,7 +341,7 @@ def print_report(report: ScheduleReport, say: Callable[[str], None]) -> None:
 async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     reports, broken = [], {}
     for i in range(args.schedules):
-        schedule = draw_schedule(args.seed + i, args.episodes, processes(), args.kinds)
+        schedule = draw_schedule(args.seed + i, args.episodes, processes(), args.kinds, overlap=args.overlap)
         say(schedule.describe())
         report = await _attempt(schedule, args.keep)
         if isinstance(report, str):  # a process or node that never came back: the next schedule runs
@@ -284,7 +361,7 @@ async def _attempt(schedule: Schedule, keep: str) -> ScheduleReport | str:
     error = ""
     try:
         return await _run_in(schedule, keep)
-    except* (FaultlineError, TimeoutError) as group:
+    except* (FaultlineError, TimeoutError, DiskUnavailable) as group:
         error = "; ".join(f"{type(exc).__name__}: {exc}" for exc in _leaves(group))
     return error
 
@@ -321,10 +398,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kinds",
         type=_kinds,
-        default=KINDS,
-        help=f"the fault kinds drawn, comma-separated (default {','.join(KINDS)})",
+        default=None,
+        help=f"the fault kinds drawn, comma-separated (default: those of {','.join(KINDS)} this machine can apply)",
     )
+    parser.add_argument("--overlap", action="store_true", help="a fault may begin while the one before lasts")
     args = parser.parse_args(argv)
+    if args.kinds is None or set(args.kinds) & set(DISK_KINDS):
+        why = unavailable()
+        if why and args.kinds is not None:
+            parser.error(f"{'/'.join(DISK_KINDS)} need the journal on a disk of its own, which fails here: {why}")
+        if why:
+            print(f"leaving out {', '.join(DISK_KINDS)}: no disk of its own for the journal here ({why})")
+        args.kinds = args.kinds or tuple(kind for kind in KINDS if not (why and kind in DISK_KINDS))
     result = anyio.run(main_async, args, lambda line: print(line, flush=True))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -1,7 +1,7 @@
-"""Chaos: seeded schedules of kills, pauses and partitions against a 3-node cluster lose no episode, and the
-checker sees loss.
+"""Chaos: seeded schedules of kills, pauses, partitions, a full disk and clock steps against a 3-node cluster
+lose no episode, and the checker sees loss.
 
-The slow tests run three small schedules end to end (bench/chaos.py runs long ones): every episode
+The slow tests run four small schedules end to end (bench/chaos.py runs long ones): every episode
 completes once, as a success, the journal holds each stored message once, verifies and replays
 identically. The others pin what a seed draws and what the checker reports.
 """
@@ -18,7 +18,19 @@ import pytest
 
 from bench import chaos
 from bench._checker import _stream_problem, check
-from bench._nemesis import KINDS, LEADER, PROCESS_KINDS, Kind, Schedule, draw_schedule, percentile
+from bench._disk import unavailable
+from bench._nemesis import (
+    DISK,
+    DISK_KINDS,
+    KINDS,
+    LEADER,
+    NETWORK_ERA_KINDS,
+    PROCESS_KINDS,
+    Kind,
+    Schedule,
+    draw_schedule,
+    percentile,
+)
 from bench.chaos import processes, run_schedule
 from faultline.api import RunResult
 from faultline.bus import StreamState
@@ -38,12 +50,18 @@ def test_a_seed_draws_one_schedule_and_its_json_draws_it_again() -> None:
     counts = [fault.after_episodes for fault in schedule.faults]
     assert counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 150
     targets = {*processes(), "n1", "n2", "n3", LEADER}
-    assert {fault.target for fault in schedule.faults} <= targets
     assert {fault.kind for fault in schedule.faults} == set(KINDS)
     for fault in schedule.faults:
         supervised_kill = fault.kind is Kind.KILL and fault.target in processes()
         assert (fault.duration_s == 0) == supervised_kill, fault
         assert (fault.latency_s > 0) == (fault.kind is Kind.DELAY), fault
+        assert (fault.iops > 0) == (fault.kind is Kind.SLOW_DISK), fault
+        assert (fault.offset_s != 0) == (fault.kind is Kind.CLOCK), fault
+        if fault.kind in DISK_KINDS:
+            assert fault.target == DISK
+        else:
+            assert fault.target in (processes() if fault.kind is Kind.CLOCK else targets), fault
+        assert not fault.with_previous
 
 
 def test_a_seed_drawn_with_the_process_kinds_draws_the_schedule_it_drew_before_the_network_kinds() -> None:
@@ -52,6 +70,25 @@ def test_a_seed_drawn_with_the_process_kinds_draws_the_schedule_it_drew_before_t
         "  1. kill worker-main-1 after 2 episodes + 0.12s",
         "  2. pause leader for 3.44s after 11 episodes + 0.21s",
     ]
+
+
+def test_a_seed_drawn_with_the_kinds_before_disks_and_clocks_draws_the_schedule_it_drew_then() -> None:
+    schedule = draw_schedule(5, 16, processes(), NETWORK_ERA_KINDS)
+    assert schedule.describe().splitlines()[1:] == [
+        "  1. partition n3 for 5.83s after 5 episodes + 0.36s",
+        "  2. kill leader for 2.86s after 12 episodes + 0.47s",
+    ]
+
+
+def test_an_overlapping_schedule_has_the_faults_of_its_seed_some_begun_while_the_one_before_lasts() -> None:
+    alone = draw_schedule(7, 200, processes())
+    overlapping = draw_schedule(7, 200, processes(), overlap=True)
+    assert overlapping.overlap and not alone.overlap
+    assert [msgspec.structs.replace(f, with_previous=False) for f in overlapping.faults] == list(alone.faults)
+    assert not overlapping.faults[0].with_previous
+    assert 5 < sum(f.with_previous for f in overlapping.faults) < 20
+    assert "while the one before lasts" in overlapping.describe()
+    assert msgspec.json.decode(msgspec.json.encode(overlapping), type=Schedule) == overlapping
 
 
 def test_a_schedule_draws_only_the_kinds_it_is_given() -> None:
@@ -104,7 +141,7 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
 
     monkeypatch.setattr(chaos, "_run_in", never_back)
     said: list[str] = []
-    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="", kinds=KINDS)
+    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="", kinds=KINDS, overlap=False)
     summary = (await chaos.main_async(args, said.append))["summary"]
     broken = {seed: f"TimeoutError: seed {seed}: the stream's replicas were not current" for seed in (5, 6)}
     assert summary["broken_schedules"] == broken and summary["failed_schedules"] == [5, 6]
@@ -116,18 +153,24 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize(
-    ("seed", "episodes", "kinds"),
+    ("seed", "episodes", "kinds", "overlap"),
     [
-        (1, EPISODES, PROCESS_KINDS),  # a worker killed, the leader paused
-        (2, EPISODES, PROCESS_KINDS),
-        (5, 16, KINDS),  # a node partitioned from the rest for 5.83 s, then the leader killed
+        (1, EPISODES, PROCESS_KINDS, False),  # a worker killed, the leader paused
+        (2, EPISODES, PROCESS_KINDS, False),
+        (5, 16, NETWORK_ERA_KINDS, False),  # a node partitioned from the rest for 5.83 s, then the leader killed
+        # the journal's disk full for 4.38 s; while it is, a worker's clock stepped back 3,280.8 s for 7.82 s
+        (53, 16, (Kind.DISK_FULL, Kind.SLOW_DISK, Kind.CLOCK), True),
     ],
 )
 async def test_a_seeded_schedule_of_faults_loses_no_episode(
-    tmp_path: Path, seed: int, episodes: int, kinds: tuple[Kind, ...]
+    tmp_path: Path, seed: int, episodes: int, kinds: tuple[Kind, ...], overlap: bool
 ) -> None:
-    schedule = draw_schedule(seed, episodes, processes(), kinds)
+    schedule = draw_schedule(seed, episodes, processes(), kinds, overlap=overlap)
+    if {fault.kind for fault in schedule.faults} & set(DISK_KINDS) and (why := unavailable()):
+        pytest.skip(f"no disk of its own for the journal here: {why}")
     report = await run_schedule(schedule, tmp_path)
     assert report.ok, (schedule.describe(), report.runner_error, report.verdict)
     assert report.verdict.outcomes == {"success": report.verdict.episodes} and report.verdict.episodes >= episodes
-    assert [applied["fault"] for applied in report.applied] == msgspec.to_builtins(list(schedule.faults))
+    assert sorted(msgspec.json.encode(applied["fault"]) for applied in report.applied) == sorted(
+        msgspec.json.encode(fault) for fault in schedule.faults
+    )
