@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from faultline.cli import main
+from faultline.core import Envelope, EpisodeStarted, Recording, ToolCall
+from faultline.envs import load_domain
 from tests import jsonl
+from tests.report.journals import Step, episode, write_journal
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +123,7 @@ def check_memtool_paper(
          "zero_ratings": 1},
     ]  # fmt: skip
     off, topk, dynamic = table3
+    assert {r["model"] for r in rows} == {"sim"}
     assert topk["journals"] == [str(journals["first"]), str(journals["second"])]
     for row, runs in ((off, ["off"]), (topk, ["first", "second"]), (dynamic, ["dynamic"])):
         assert row["episodes"] == sum(summaries[r]["episodes"] for r in runs)  # type: ignore[misc]
@@ -135,6 +141,56 @@ def check_memtool_paper(
         assert title in out
     assert "top-k k=3, by similarity" in out and "dynamic n (R 10, prominence 1e-05, peak 1), by rating" in out
     assert " ".join(out.split()).count(SIM_SAYS) == 3
+
+
+def _memory_episode(name: str, model: str, memory: dict[str, Any], *, gold: bool) -> list[Envelope]:
+    """A retail episode of task cancel-00 whose tool agent was answered by `model`, with the `[memory]` table
+    `memory` recorded: the task's ground-truth calls (`gold`), or one wrong call."""
+    task = load_domain("retail").task("cancel-00")
+    calls = [(a.name, a.arguments) for a in task.actions] if gold else [("cancel_pending_order", {"order_id": "#W1"})]
+    answer = Recording(call="llm", index=0, request_digest="d", response={"model": model, "content": ""})
+    steps: list[Step] = [
+        ("tool", "", answer),
+        *(("tool", "env", ToolCall(call_id=f"c{i}", name=n, arguments=a)) for i, (n, a) in enumerate(calls)),
+    ]
+    envelopes = episode(name, task.id, steps, outcome="success" if gold else "failure")
+    started = EpisodeStarted(domain="retail", task=task.id, settings={"memory": memory})
+    return [msgspec.structs.replace(envelopes[0], body=started), *envelopes[1:]]
+
+
+def test_memtool_rows_are_per_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Episodes of one setting answered by two models, in one journal, are two rows, each model's its own group."""
+    topk = {"mode": "topk", "k": 3}
+    journal = write_journal(
+        tmp_path / "two-models.sqlite",
+        _memory_episode("e1", "sim", {}, gold=True),
+        _memory_episode("e2", "sim", topk, gold=True),
+        _memory_episode("e3", "scripted", topk, gold=False),
+        _memory_episode("e4", "scripted", topk, gold=False),
+    )
+    rows, summary = _json(capsys, "--paper", "memtool", str(journal))
+    table3 = [r for r in rows if r["type"] == "table3"]
+    assert [(r["model"], r["setting"]["mode"], r["episodes"]) for r in table3] == [  # type: ignore[index]
+        ("scripted", "topk", 2),
+        ("sim", "off", 1),
+        ("sim", "topk", 1),
+    ]
+    scripted, _, sim = table3
+    assert (scripted["pass_rate"], scripted["tool_accuracy"]) == (0.0, 0.0)
+    assert (sim["pass_rate"], sim["tool_accuracy"], sim["param_accuracy"]) == (1.0, 1.0, 1.0)
+    assert [r["model"] for r in rows if r["type"] == "table4"] == ["scripted", "sim"]
+    assert summary["models"] == ["scripted", "sim"]
+
+    assert main(["report", "--paper", "memtool", str(journal)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[: next(i for i, line in enumerate(lines) if "Figure 5" in line)]
+    shown = [line.split("│")[1:3] for line in table if line.count("│") > 3 and "Method" not in line]
+    assert [(m.strip(), method.strip()) for m, method in shown] == [
+        ("scripted", "top-k k=3, by similarity"),
+        ("sim", "w/o memory"),
+        ("sim", "top-k k=3, by similarity"),
+    ]
+    assert any("├" in line for line in table), "a line parts the two models' groups"
 
 
 def test_memtool_input_that_is_no_run_journal_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,12 +2,15 @@
 
 Table 3: memory off against each setting with memory on. Figure 5: fixed top-k, by k, against dynamic
 top-n. Table 4: the settings with memory on by ranker and hard preference guiding. Every row is one
-domain and `[memory]` setting (`faultline.report.memory_ablation`), read from what the episodes
-recorded, never from a file's name; a row's numbers pool its episodes over every journal given.
+domain, tool-agent model and `[memory]` setting (`faultline.report.memory_ablation`), read from what the
+episodes recorded, never from a file's name; a row's numbers pool its episodes over every journal given.
+Each model's rows form a group, as the paper's tables compare settings per model.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 from faultline._errors import UsageError
@@ -25,6 +28,43 @@ def _accuracy(r: SettingRow) -> list[str]:
     return [str(r.episodes), share(r.pass_rate), share(r.tool_accuracy), share(r.param_accuracy)]
 
 
+def _grouped(rows: list[SettingRow], *, order: Callable[[SettingRow], tuple[object, ...]]) -> list[SettingRow]:
+    """`rows` by domain, then model, then `order` within each model's group."""
+    return sorted(rows, key=lambda r: (r.domain, r.model, *order(r)))
+
+
+def _groups(ordered: list[SettingRow]) -> frozenset[int]:
+    """The rows after which another domain's or model's group begins."""
+    return frozenset(
+        i
+        for i, (r, after) in enumerate(itertools.pairwise(ordered))
+        if (r.domain, r.model) != (after.domain, after.model)
+    )
+
+
+def _table(
+    kind: str,
+    title: str,
+    *,
+    head: list[str],
+    ordered: list[SettingRow],
+    cells: Callable[[SettingRow], list[str]],
+    caption: str,
+    rows: list[SettingRow],
+) -> PaperTable:
+    """A table of `ordered`, each row its model, its method and `cells`, in groups per domain and model."""
+    return PaperTable(
+        kind=kind,
+        title=title,
+        head=["Model", "Method", *head],
+        rows=[[r.model, _method(r, rows), *cells(r)] for r in ordered],
+        records=ordered,
+        caption=caption,
+        sections=_groups(ordered),
+        right=2,
+    )
+
+
 def _method(r: SettingRow, rows: list[SettingRow]) -> str:
     """A memory-on row's retrieval and ranker, after its domain when the rows are of several domains."""
     where = f"{r.domain}: " if len({row.domain for row in rows}) > 1 else ""
@@ -38,51 +78,51 @@ def _zeros(n: int) -> str:
 
 
 def _table3(rows: list[SettingRow]) -> PaperTable:
-    ordered = sorted(rows, key=lambda r: (r.domain, r.setting.mode != "off"))
-    return PaperTable(
-        kind="table3",
-        title="MemToolAgent Table 3: without memory and with it",
-        head=["Method", *ACCURACY],
-        rows=[[_method(r, rows), *_accuracy(r)] for r in ordered],
-        records=ordered,
+    return _table(
+        "table3",
+        "MemToolAgent Table 3: without memory and with it",
+        head=ACCURACY,
+        ordered=_grouped(rows, order=lambda r: (r.setting.mode != "off",)),
+        cells=_accuracy,
         caption=f"{MEASURES}. The memory extractor always writes reflections here: the paper's w/o-extractor rows"
         " have no Faultline setting",
+        rows=rows,
     )
 
 
 def _figure5(rows: list[SettingRow]) -> PaperTable:
-    ordered = sorted(
-        (r for r in rows if r.setting.mode in ("topk", "dynamic")),
-        key=lambda r: (r.domain, r.setting.mode != "topk", r.setting.k, r.setting.peak),
-    )
-    return PaperTable(
-        kind="figure5",
-        title="MemToolAgent Figure 5: fixed top-k against dynamic top-n",
-        head=["Method", "mean retrieved", *ACCURACY],
-        rows=[[_method(r, rows), share(r.retrieved), *_accuracy(r)] for r in ordered],
-        records=ordered,
+    return _table(
+        "figure5",
+        "MemToolAgent Figure 5: fixed top-k against dynamic top-n",
+        head=["mean retrieved", *ACCURACY],
+        ordered=_grouped(
+            [r for r in rows if r.setting.mode in ("topk", "dynamic")],
+            order=lambda r: (r.setting.mode != "topk", r.setting.k, r.setting.peak),
+        ),
+        cells=lambda r: [share(r.retrieved), *_accuracy(r)],
         caption=f"mean retrieved: entries per answered memory request (an empty memory gives none); {MEASURES}",
+        rows=rows,
     )
 
 
 def _table4(rows: list[SettingRow]) -> PaperTable:
-    ordered = sorted((r for r in rows if r.setting.mode != "off"), key=lambda r: r.domain)
-    return PaperTable(
-        kind="table4",
-        title="MemToolAgent Table 4: ranker and hard preference guiding",
-        head=["Method", "hides a tool after", "episodes with tools hidden", *ACCURACY],
-        rows=[[_method(r, rows), _zeros(r.setting.zero_ratings), str(r.hidden), *_accuracy(r)] for r in ordered],
-        records=ordered,
+    return _table(
+        "table4",
+        "MemToolAgent Table 4: ranker and hard preference guiding",
+        head=["hides a tool after", "episodes with tools hidden", *ACCURACY],
+        ordered=_grouped([r for r in rows if r.setting.mode != "off"], order=lambda r: ()),
+        cells=lambda r: [_zeros(r.setting.zero_ratings), str(r.hidden), *_accuracy(r)],
         caption="by similarity: the retrieved examples most similar first (the paper's Retrieval_v1); by rating:"
         " grouped by the user's rating (its simple ranker, Retrieval_v2). Hard preference guiding hides the tools"
         " a user rated 0 on preference tasks (after 1 rating: the paper's rule); episodes with tools hidden: where"
         f" it did. {MEASURES}",
+        rows=rows,
     )
 
 
 def memtool_report(journals: list[Path]) -> PaperReport:
-    """Tables 3 and 4 and Figure 5 of the runs in `journals`, a row per domain and memory setting their episodes
-    recorded."""
+    """Tables 3 and 4 and Figure 5 of the runs in `journals`, a row per domain, tool-agent model and memory setting
+    their episodes recorded."""
     for path in journals:
         if path.is_dir():
             raise UsageError(f"report --paper memtool: {path} is a folder: give run journals (`run --journal FILE`)")

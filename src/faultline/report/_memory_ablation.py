@@ -3,7 +3,8 @@
 Each episode of the built-in tool-use system records, in its started event, the `[memory]` settings
 it ran with (the run's `EpisodeSpec.memory`: empty when memory was off). Episodes are grouped by the
 settings that change what the tool agent is given (mode, k or the dynamic-n parameters, ranker,
-zero_ratings) and by domain, whichever journal they are in, and each group is measured:
+zero_ratings), by domain and by the tool agent's model (as its recorded answers name it), whichever
+journal they are in, and each group is measured:
 
 - pass rate: episodes that ended in success, over the group's completed episodes;
 - tool accuracy (PEToolBench's, per episode): the share of episodes whose tool agent called exactly
@@ -32,6 +33,8 @@ from faultline.journal import JournalReader, JournalRow
 
 TOOL_AGENT = "tool"
 MEMORY_SERVICE = "memory"
+UNKNOWN_MODEL = "unknown"
+"""The model of an episode whose tool agent has no recorded answer."""
 
 
 class MemorySetting(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -77,9 +80,13 @@ class MemorySetting(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 
 
 class SettingRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One memory setting's episodes on one domain, over every journal that holds some, and what they did."""
+    """One memory setting's episodes on one domain with one model, over every journal that holds some, and what
+    they did."""
 
     domain: str
+    model: str
+    """The model that answered the tool agent, as its recorded answers name it (`sim`, `scripted`, or the name an
+    OpenAI-compatible endpoint answered with); several, joined by commas, when an episode had more than one."""
     setting: MemorySetting
     journals: list[str]
     episodes: int
@@ -136,37 +143,53 @@ def _task(started: EpisodeStarted, domains: dict[str, Domain | None]) -> Task | 
         return None
 
 
-def _count(tally: _Tally, rows: list[JournalRow], task: Task | None) -> None:
-    """Add one episode's calls and retrievals to its setting's tally."""
+class _ToolSide(msgspec.Struct, kw_only=True):
+    """What one episode's rows show of its tool agent: the models that answered it, its calls, its memory replies."""
+
+    models: set[str] = set()
     calls: list[ToolCall] = []
-    hid = False
+    replies: list[dict[str, Any]] = []
+
+    @property
+    def model(self) -> str:
+        return ",".join(sorted(self.models)) or UNKNOWN_MODEL
+
+
+def _tool_side(rows: list[JournalRow]) -> _ToolSide:
+    side = _ToolSide()
     for row in rows:
         if row.sender != TOOL_AGENT or row.kind not in ("tool_call", "recording"):
             continue
         body = row.envelope().body
         if isinstance(body, ToolCall):
-            calls.append(body)
-        elif isinstance(body, Recording) and body.call == "request" and not body.error:
-            request, reply = body.request, body.response
-            if isinstance(request, dict) and request.get("service") == MEMORY_SERVICE and isinstance(reply, dict):
-                if "error" not in reply:
-                    tally.retrievals += 1
-                    tally.entries += len(reply.get("entries", []))
-                    hid = hid or bool(reply.get("hidden_tools"))
-    tally.hidden += hid
+            side.calls.append(body)
+        elif isinstance(body, Recording) and not body.error and isinstance(body.response, dict):
+            if body.call == "llm" and body.response.get("model"):
+                side.models.add(str(body.response["model"]))
+            elif body.call == "request" and isinstance(body.request, dict):
+                if body.request.get("service") == MEMORY_SERVICE and "error" not in body.response:
+                    side.replies.append(body.response)
+    return side
+
+
+def _count(tally: _Tally, side: _ToolSide, task: Task | None) -> None:
+    """Add one episode's calls and retrievals to its group's tally."""
+    tally.retrievals += len(side.replies)
+    tally.entries += sum(len(reply.get("entries", [])) for reply in side.replies)
+    tally.hidden += any(reply.get("hidden_tools") for reply in side.replies)
     if task is None:
         return
     tally.scored += 1
-    tally.right_tools += {c.name for c in calls} == {a.name for a in task.actions}
-    made = [(c.name, c.arguments) for c in calls]
+    tally.right_tools += {c.name for c in side.calls} == {a.name for a in task.actions}
+    made = [(c.name, c.arguments) for c in side.calls]
     tally.right_arguments += all((a.name, a.arguments) in made for a in task.actions)
 
 
 def memory_ablation(journals: Sequence[Path]) -> MemoryAblation:
-    """Every (domain, memory setting) the journals' completed episodes ran with, in the order first met, and its
-    measures.
+    """Every (domain, model, memory setting) the journals' completed episodes ran with, in the order first met, and
+    its measures.
     Raises JournalError for a file that is not a journal, or one with no episode of the built-in tool-use system."""
-    tallies: dict[tuple[str, MemorySetting], _Tally] = {}
+    tallies: dict[tuple[str, str, MemorySetting], _Tally] = {}
     domains: dict[str, Domain | None] = {}
     skipped = 0
     models: set[str] = set()
@@ -181,26 +204,28 @@ def memory_ablation(journals: Sequence[Path]) -> MemoryAblation:
                     skipped += 1
                     continue
                 setting = MemorySetting.of(started.settings["memory"])
-                tally = tallies.setdefault((started.domain, setting), _Tally())
+                side = _tool_side(rows)
+                tally = tallies.setdefault((started.domain, side.model, setting), _Tally())
                 if str(path) not in tally.journals:
                     tally.journals.append(str(path))
                 tally.episodes += 1
                 tally.successes += done[episode].outcome == "success"
-                _count(tally, rows, _task(started, domains))
+                _count(tally, side, _task(started, domains))
                 counted += 1
         if not counted:
             raise JournalError(f"{path}: no completed episode of the built-in tool-use agents, whose memory this reads")
     return MemoryAblation(
-        rows=[_row(domain, setting, t) for (domain, setting), t in tallies.items()],
+        rows=[_row(domain, model, setting, t) for (domain, model, setting), t in tallies.items()],
         journals=[str(p) for p in journals],
         skipped=skipped,
         models=sorted(models),
     )
 
 
-def _row(domain: str, setting: MemorySetting, t: _Tally) -> SettingRow:
+def _row(domain: str, model: str, setting: MemorySetting, t: _Tally) -> SettingRow:
     return SettingRow(
         domain=domain,
+        model=model,
         setting=setting,
         journals=t.journals,
         episodes=t.episodes,
