@@ -260,6 +260,31 @@ def test_batches_within_the_interval_of_the_last_record_are_recorded_on_close(tm
         assert recorded(path) == (5, reader.head)
 
 
+def test_a_head_record_that_cannot_be_written_is_warned_of_once_until_it_is_written_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk refuses every record while the WAL still takes rows: one warning, not one per batch."""
+    path = tmp_path / "j.db"
+
+    def refused() -> int:
+        return sum("head record not written" in r.getMessage() for r in caplog.records)
+
+    with caplog.at_level(logging.WARNING), Journal.open(path, JournalSettings(head_record_interval_s=0)) as journal:
+        head_path(path).unlink()
+        head_path(path).mkdir()  # no file can be renamed over a directory
+        for seq in range(1, 6):
+            journal.append(notes(1, first_seq=seq))
+        assert refused() == 1
+        head_path(path).rmdir()
+        journal.append(notes(1, first_seq=6))
+        assert recorded(path) == (6, journal.head)
+        head_path(path).unlink()
+        head_path(path).mkdir()
+        journal.append(notes(1, first_seq=7))
+        assert refused() == 2
+        head_path(path).rmdir()
+
+
 def test_a_writer_that_appends_nothing_leaves_the_head_record_alone(journal_file: Path) -> None:
     before = head_path(journal_file).read_bytes()
     with Journal.open(journal_file) as journal:

@@ -52,6 +52,7 @@ class Journal:
         self._head_interval_s = settings.head_record_interval_s
         self._recorded_pos = self._last_pos  # what this writer has to record: only rows it appends
         self._recorded_at = -math.inf
+        self._head_refused = False
 
     @classmethod
     def open(
@@ -183,11 +184,20 @@ class Journal:
         self._write_head()
 
     def _write_head(self) -> None:
+        """Replace the head record; a failure is warned of once until a record is written again (a full disk
+        refuses every one while SQLite may still commit into its WAL's room: a warning per batch otherwise)."""
         try:
             write_head(self.path, HeadRecord(rows=self._last_pos, head=self._head), self._head_temporary)
         except OSError as exc:
-            log.warning("%s: head record not written (%s); verify cannot find rows cut from the end", self.path, exc)
+            if not self._head_refused:
+                log.warning(
+                    "%s: head record not written (%s); verify cannot find rows cut from the end", self.path, exc
+                )
+            self._head_refused = True
             return
+        if self._head_refused:
+            log.info("%s: head record written again", self.path)
+        self._head_refused = False
         self._recorded_pos, self._recorded_at = self._last_pos, time.monotonic()
 
     def _check_head(self) -> None:
