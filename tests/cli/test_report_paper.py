@@ -111,28 +111,39 @@ def check_fama_paper(folder: Path, rounds: list[dict[str, object]], capsys: pyte
 def check_memtool_paper(
     journals: dict[str, Path], summaries: dict[str, dict[str, object]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`report --paper memtool` of sim runs made with memory top-k:3 (journals `first` and `second`), off (`off`) and
-    dynamic n with the rating ranker (`dynamic`): a row per setting the episodes recorded, their pass rates the runs'
-    own. Called by the memory run's test (tests/runtime/test_run_memory.py), which made the runs."""
+    """`report --paper memtool` of sim runs made with memory top-k:3 (journals `first` and `second`), off (`off`),
+    dynamic n with the rating ranker (`dynamic`) and top-k:3 without the memory extractor (`noext`): a row per setting
+    the episodes recorded, their pass rates the runs' own. Called by the memory run's test
+    (tests/runtime/test_run_memory.py), which made the runs."""
     rows, summary = _json(capsys, "--paper", "memtool", *(str(j) for j in journals.values()))
     table3 = [r for r in rows if r["type"] == "table3"]
+    topk: dict[str, object] = {"mode": "topk", "k": 3, "ranker": "similarity", "zero_ratings": 1}
     assert [r["setting"] for r in table3] == [
         {"mode": "off"},
-        {"mode": "topk", "k": 3, "ranker": "similarity", "zero_ratings": 1},
+        {**topk, "extractor": "off"},
+        {**topk, "extractor": "on"},
         {"mode": "dynamic", "radius": 10, "prominence": 1e-05, "peak": 1, "fallback_k": 5, "ranker": "rating",
-         "zero_ratings": 1},
+         "zero_ratings": 1, "extractor": "on"},
     ]  # fmt: skip
-    off, topk, dynamic = table3
+    off, noext, with_extractor, dynamic = table3
     assert {r["model"] for r in rows} == {"sim"}
-    assert topk["journals"] == [str(journals["first"]), str(journals["second"])]
-    for row, runs in ((off, ["off"]), (topk, ["first", "second"]), (dynamic, ["dynamic"])):
+    assert with_extractor["journals"] == [str(journals["first"]), str(journals["second"])]
+    assert noext["journals"] == [str(journals["noext"])]
+    runs_of = ((off, ["off"]), (noext, ["noext"]), (with_extractor, ["first", "second"]), (dynamic, ["dynamic"]))
+    for row, runs in runs_of:
         assert row["episodes"] == sum(summaries[r]["episodes"] for r in runs)  # type: ignore[misc]
         solved = sum(summaries[r]["outcomes"].get("success", 0) for r in runs)  # type: ignore[attr-defined]
         assert row["successes"] == solved and row["pass_rate"] == solved / row["episodes"]  # type: ignore[operator]
+    assert noext["successes"] == 0 and noext["retrievals"] == noext["episodes"]
     assert off["tool_accuracy"] == off["param_accuracy"] == 1.0  # sim without mistakes makes the gold calls
-    assert off["retrievals"] == 0 and topk["retrievals"] == topk["episodes"] and topk["retrieved"] > 0  # type: ignore[operator]
-    assert [r["setting"]["mode"] for r in rows if r["type"] == "figure5"] == ["topk", "dynamic"]  # type: ignore[index]
-    assert [r["setting"]["mode"] for r in rows if r["type"] == "table4"] == ["topk", "dynamic"]  # type: ignore[index]
+    assert off["retrievals"] == 0 and with_extractor["retrievals"] == with_extractor["episodes"]
+    assert with_extractor["retrieved"] > 0  # type: ignore[operator]
+    figure5, table4 = (
+        [(s["mode"], s["extractor"]) for s in (r["setting"] for r in rows if r["type"] == kind)]  # type: ignore[index]
+        for kind in ("figure5", "table4")
+    )
+    assert figure5 == [("topk", "on"), ("topk", "off"), ("dynamic", "on")]  # by k, then dynamic n
+    assert table4 == [("topk", "on"), ("dynamic", "on"), ("topk", "off")]  # as met
     assert summary["models"] == ["sim"] and summary["skipped"] == 0 and SIM_SAYS in str(summary["note"])
 
     assert main(["report", "--paper", "memtool", *(str(j) for j in journals.values())]) == 0
@@ -140,6 +151,7 @@ def check_memtool_paper(
     for title in ("MemToolAgent Table 3", "MemToolAgent Figure 5", "MemToolAgent Table 4", "w/o memory", "Tool Acc."):
         assert title in out
     assert "top-k k=3, by similarity" in out and "dynamic n (R 10, prominence 1e-05, peak 1), by rating" in out
+    assert "top-k k=3, by similarity, w/o extractor" in out
     assert " ".join(out.split()).count(SIM_SAYS) == 3
 
 

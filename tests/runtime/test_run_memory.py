@@ -1,5 +1,6 @@
 """A run with memory on, after a run that filled it, retrieves past episodes (recorded, replayable); with a run
-without memory and one with dynamic n beside them, `report --paper memtool` lays out MemToolAgent's ablation."""
+without memory, one with dynamic n and one without the memory extractor beside them, `report --paper memtool` lays
+out MemToolAgent's ablation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from faultline.cli import main
 from faultline.journal import JournalReader
+from faultline.services.memory import HashingEmbedder, MemoryStore
 from tests import jsonl
 from tests.cli.test_report_paper import check_memtool_paper
 
@@ -44,18 +46,29 @@ def test_a_second_run_retrieves_what_the_first_one_stored(tmp_path: Path, capsys
     )
     assert main(["replay", str(second)]) == 0
 
-    # Two more runs, memory off and dynamic n with the rating ranker, for MemToolAgent's ablation tables.
+    # Three more runs for MemToolAgent's ablation tables: memory off, dynamic n with the rating ranker, and top-k
+    # without the memory extractor, on a store of its own, where every episode fails (the sim stops early) and is
+    # stored without a reflection.
     capsys.readouterr()
     summaries = {"first": jsonl.read(first_out)[1], "second": jsonl.read(second_out)[1]}
-    dynamic = tmp_path / "dynamic.toml"
+    dynamic, noext = tmp_path / "dynamic.toml", tmp_path / "noext.toml"
     dynamic.write_text('[memory]\nmode = "dynamic"\nranker = "rating"\n')
+    noext.write_text('[memory]\nmode = "topk"\nk = 3\nextractor = "off"\nstore = "noext-memory.sqlite"\n')
     journals = {
         "first": first,
         "second": second,
         "off": tmp_path / "off.sqlite",
         "dynamic": tmp_path / "dynamic.sqlite",
+        "noext": tmp_path / "noext.sqlite",
     }
-    for name, flags in (("off", ["--memory", "off"]), ("dynamic", ["--config", str(dynamic)])):
+    for name, flags in (
+        ("off", ["--memory", "off"]),
+        ("dynamic", ["--config", str(dynamic)]),
+        ("noext", ["--config", str(noext), "--error-rate", "early_stop=1.0"]),
+    ):
         assert main(["run", "--tasks", "2", *flags, "--journal", str(journals[name]), "--json"]) == 0
         summaries[name] = jsonl.read(capsys.readouterr().out)[1]
+    with MemoryStore(tmp_path / "noext-memory.sqlite", HashingEmbedder()) as store:
+        stored = [(e.feedback, e.reflection) for e in store.entries()]
+    assert stored == [(0, ""), (0, "")], "failures stored without the extractor's critique"
     check_memtool_paper(journals, summaries, capsys)

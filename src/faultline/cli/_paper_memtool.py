@@ -1,6 +1,7 @@
 """MemToolAgent's ablation tables, laid out from run journals by the memory settings their episodes recorded.
 
-Table 3: memory off against each setting with memory on. Figure 5: fixed top-k, by k, against dynamic
+Table 3: memory off against each setting with memory on, without the memory extractor (entries stored
+with no reflection, `[memory] extractor = "off"`) and with it. Figure 5: fixed top-k, by k, against dynamic
 top-n. Table 4: the settings with memory on by ranker and hard preference guiding. Every row is one
 domain, tool-agent model and `[memory]` setting (`faultline.report.memory_ablation`), read from what the
 episodes recorded, never from a file's name; a row's numbers pool its episodes over every journal given.
@@ -66,11 +67,14 @@ def _table(
 
 
 def _method(r: SettingRow, rows: list[SettingRow]) -> str:
-    """A memory-on row's retrieval and ranker, after its domain when the rows are of several domains."""
+    """A memory-on row's retrieval and ranker, and whether its entries were stored without the extractor's
+    reflections, after its domain when the rows are of several domains."""
     where = f"{r.domain}: " if len({row.domain for row in rows}) > 1 else ""
     if r.setting.mode == "off":
         return f"{where}w/o memory"
-    return f"{where}{r.setting.retrieval}, {'by rating' if r.setting.ranker == 'rating' else 'by similarity'}"
+    ranker = "by rating" if r.setting.ranker == "rating" else "by similarity"
+    extractor = ", w/o extractor" if r.setting.extractor == "off" else ""
+    return f"{where}{r.setting.retrieval}, {ranker}{extractor}"
 
 
 def _zeros(n: int) -> str:
@@ -80,12 +84,12 @@ def _zeros(n: int) -> str:
 def _table3(rows: list[SettingRow]) -> PaperTable:
     return _table(
         "table3",
-        "MemToolAgent Table 3: without memory and with it",
+        "MemToolAgent Table 3: without memory, without the memory extractor, and with both",
         head=ACCURACY,
-        ordered=_grouped(rows, order=lambda r: (r.setting.mode != "off",)),
+        ordered=_grouped(rows, order=lambda r: (r.setting.mode != "off", r.setting.extractor != "off")),
         cells=_accuracy,
-        caption=f"{MEASURES}. The memory extractor always writes reflections here: the paper's w/o-extractor rows"
-        " have no Faultline setting",
+        caption="w/o extractor: memory entries stored without the memory extractor's reflections on failures or"
+        f' preference summaries (memory.extractor = "off" in the config). {MEASURES}',
         rows=rows,
     )
 

@@ -3,8 +3,9 @@
 Each episode of the built-in tool-use system records, in its started event, the `[memory]` settings
 it ran with (the run's `EpisodeSpec.memory`: empty when memory was off). Episodes are grouped by the
 settings that change what the tool agent is given (mode, k or the dynamic-n parameters, ranker,
-zero_ratings), by domain and by the tool agent's model (as its recorded answers name it), whichever
-journal they are in, and each group is measured:
+zero_ratings, and whether the memory extractor wrote reflections into the entries), by domain and by
+the tool agent's model (as its recorded answers name it), whichever journal they are in, and each
+group is measured:
 
 - pass rate: episodes that ended in success, over the group's completed episodes;
 - tool accuracy (PEToolBench's, per episode): the share of episodes whose tool agent called exactly
@@ -49,24 +50,30 @@ class MemorySetting(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     fallback_k: int = 0
     ranker: str = ""
     zero_ratings: int = 0
+    extractor: str = ""
+    """"on": entries carry the memory extractor's reflections; "off": they carry none (the paper's w/o extractor)."""
 
     @classmethod
     def of(cls, memory: Mapping[str, Any]) -> MemorySetting:
-        """The setting of an episode's recorded `[memory]` table (empty or mode "off": memory off)."""
+        """The setting of an episode's recorded `[memory]` table (empty or mode "off": memory off; no `extractor`
+        key: an episode from before it could be switched off, so on)."""
         mode = str(memory.get("mode", "off"))
         if mode == "off":
             return cls(mode="off")
-        ranker, zero_ratings = str(memory.get("ranker", "similarity")), int(memory.get("zero_ratings", 1))
-        if mode == "topk":
-            return cls(mode=mode, k=int(memory.get("k", 0)), ranker=ranker, zero_ratings=zero_ratings)
-        return cls(
+        on = cls(
             mode=mode,
+            ranker=str(memory.get("ranker", "similarity")),
+            zero_ratings=int(memory.get("zero_ratings", 1)),
+            extractor=str(memory.get("extractor", "on")),
+        )
+        if mode == "topk":
+            return msgspec.structs.replace(on, k=int(memory.get("k", 0)))
+        return msgspec.structs.replace(
+            on,
             radius=int(memory.get("radius", 0)),
             prominence=float(memory.get("prominence", 0.0)),
             peak=int(memory.get("peak", 0)),
             fallback_k=int(memory.get("fallback_k", 0)),
-            ranker=ranker,
-            zero_ratings=zero_ratings,
         )
 
     @property

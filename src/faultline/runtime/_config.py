@@ -189,7 +189,10 @@ class MemoryConfig(_Section, frozen=True):
     `[memory.openai]` (an OpenAI-compatible `/embeddings` endpoint), with
     `embedding_dim` 0 meaning "ask the endpoint". Reflections on failed
     episodes come from the model role `extractor_role`; with a `sim` backend
-    they are written offline from the recorded mistakes.
+    they are written offline from the recorded mistakes. `extractor` "off"
+    stores entries without any reflection and asks no extractor (the paper's
+    "w/o memory extractor"); each episode records it, so the entry its run
+    asked for is what the service and a rebuild write.
     `ranker` "rating" lists the examples grouped by the user's rating (the
     paper's simple ranker for preference tasks); "similarity" most similar first.
     `zero_ratings` is how many 0 ratings of a tool by one user hide it from that
@@ -208,6 +211,7 @@ class MemoryConfig(_Section, frozen=True):
     embedding_dim: Annotated[int, msgspec.Meta(ge=0)] = 0
     hnsw_threshold: Annotated[int, msgspec.Meta(ge=1)] = 20_000
     extractor_role: str = "memory_extractor"
+    extractor: Literal["on", "off"] = "on"
     ranker: Literal["similarity", "rating"] = "similarity"
     zero_ratings: Annotated[int, msgspec.Meta(ge=1)] = 1
     openai: OpenAISettings = OpenAISettings()

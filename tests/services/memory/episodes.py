@@ -46,11 +46,13 @@ def episode(
     user: str = "",
     ratings: dict[str, int] | None = None,
     late: bool = False,
+    memory: dict[str, Any] | None = None,
 ) -> list[Envelope]:
     """Start, the user's turns, tool calls and results, the reply and the completed event.
 
     `ratings` makes it a preference task's episode, with the user's rating of each tool called.
     `late` adds a user turn after the completed event, which is not part of the episode.
+    `memory` is the `[memory]` table its started event records.
     """
     envelopes: list[Envelope] = []
 
@@ -67,7 +69,7 @@ def episode(
         )
 
     task = f"task-{name}"
-    add("runner", EpisodeStarted(domain=domain, task=task))
+    add("runner", EpisodeStarted(domain=domain, task=task, settings={} if memory is None else {"memory": memory}))
     for agent in ("env", "tool", "user"):
         add("runner", Start(data={"domain": domain, "task": task, "seed": 7}), agent)
     add("user", UserTurn(text=query), "tool")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from faultline.core import ChatMessage, Envelope, EpisodeCompleted, LlmRequest, LlmResponse, UserTurn, derive_id
@@ -9,6 +11,7 @@ from faultline.services.memory import (
     MEMORY_AGENT,
     ToolCallRecord,
     entry_from_episode,
+    entry_from_facts,
     episode_facts,
     sim_preferences,
     sim_reflection,
@@ -34,6 +37,19 @@ def test_a_failure_gets_the_offline_critique_of_its_recorded_mistakes() -> None:
     assert entry is not None
     assert entry.feedback == 0
     assert entry.reflection == sim_reflection(mistakes)
+
+
+def test_with_the_extractor_off_no_entry_carries_a_reflection() -> None:
+    """`[memory] extractor = "off"` as the episode recorded it: neither a failure's critique nor a preference
+    task's summary, and nothing for the service to ask an extractor (`reflects`)."""
+    failed: dict[str, Any] = {"query": "Cancel order #W1", "reward": 0.0, "mistakes": [mistake(0)]}
+    rated: dict[str, Any] = {"query": "Open a ticket", "calls": [("create_jira_issue", {}, "ok")], "ratings": {}}
+    for kind in (failed, rated):
+        on = episode_facts(episode("on", memory={"mode": "topk", "extractor": "on"}, **kind))
+        off = episode_facts(episode("off", memory={"mode": "topk", "extractor": "off"}, **kind))
+        assert on is not None and on.reflects and entry_from_facts(on).reflection
+        assert off is not None and not off.reflects and entry_from_facts(off).reflection == ""
+        assert entry_from_facts(off).calls == entry_from_facts(on).calls
 
 
 def test_feedback_is_1_only_for_a_full_reward() -> None:

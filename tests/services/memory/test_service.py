@@ -272,6 +272,25 @@ async def test_the_preference_extractor_summarises_every_preference_episode(
     assert "login page is slow" not in prompt, "another user's request is not"
 
 
+async def test_with_the_extractor_off_the_model_is_never_asked(bus: Bus, openai_server: OpenAIServer) -> None:
+    """Episodes whose run set `[memory] extractor = "off"`: a failure and a preference task's success are stored
+    without a reflection, and the extractor model gets no request."""
+    off = {"mode": "topk", "extractor": "off"}
+    failed = episode("x1", query="Please cancel order #W7", reward=0.0, mistakes=[mistake(0)], memory=off)
+    ticket = [("create_jira_issue", {"title": "Login page is down"}, "ok")]
+    rated = episode("x2", query="Open a ticket: the login page is down", calls=ticket, user="ann", ratings={},
+                    memory=off)  # fmt: skip
+    store = MemoryStore(":memory:", HashingEmbedder())
+    async with OpenAIBackend(openai_server.settings()) as model:
+        async with running(MemoryService(bus, store, extractor=model, settings=FAST)) as service:
+            await publish(bus, [failed, rated])
+            with anyio.fail_after(20):
+                await service.wait_until(lambda: service.handled == 2)
+    assert openai_server.chat_requests == []
+    assert [(e.id, e.feedback, e.reflection) for e in store.entries()] == [("x1", 0, ""), ("x2", 1, "")]
+    assert not [e for e in await read_episode(bus, "x1", 5) if isinstance(e.body, Recording)], "nothing journaled"
+
+
 class Switchable:
     """An embedder whose endpoint can be swapped, to bring an embeddings server back."""
 

@@ -15,7 +15,9 @@ entries. What it takes:
   `sim_reflection(details["mistakes"])`;
 - on preference tasks (`details["preference"]`), successes included, the
   reflection is the user's preference summary instead: the journaled reply of
-  the extractor asked for preferences, else `sim_preferences` of the ratings.
+  the extractor asked for preferences, else `sim_preferences` of the ratings;
+- no reflection at all when the `[memory]` table the episode's started event
+  recorded has `extractor = "off"` (the paper's "w/o memory extractor").
 
 Messages after the first completed event (late or duplicate ones) are not
 part of the episode; the memory's own recording is, wherever it lies. An
@@ -87,11 +89,14 @@ class EpisodeFacts(msgspec.Struct, frozen=True, kw_only=True):
     preference: bool = False
     tool_ratings: dict[str, Literal[0, 1]] = {}
     reflection: Recording | None = None
+    extractor: bool = True
+    """Whether the episode's run let the memory extractor write reflections (`[memory] extractor`)."""
 
     @property
     def reflects(self) -> bool:
-        """Whether the entry gets a reflection: a failure's critique, or a preference task's summary."""
-        return self.feedback == 0 or self.preference
+        """Whether the entry gets a reflection: a failure's critique, or a preference task's summary, unless
+        the extractor was off."""
+        return self.extractor and (self.feedback == 0 or self.preference)
 
 
 def episode_facts(envelopes: Iterable[Envelope]) -> EpisodeFacts | None:
@@ -104,6 +109,7 @@ def episode_facts(envelopes: Iterable[Envelope]) -> EpisodeFacts | None:
     reply = ""
     completed: Envelope | None = None
     reflection: Recording | None = None
+    extractor = True
     for env in envelopes:
         body = env.body
         if isinstance(body, Recording):
@@ -117,6 +123,7 @@ def episode_facts(envelopes: Iterable[Envelope]) -> EpisodeFacts | None:
                 completed = env
             case EpisodeStarted():
                 domain, task = domain or body.domain, task or body.task
+                extractor = extractor and _extractor_on(body)
             case Start() if env.recipient == TOOL_AGENT:
                 domain = domain or str(body.data.get("domain", ""))
                 task = task or str(body.data.get("task", ""))
@@ -157,12 +164,14 @@ def episode_facts(envelopes: Iterable[Envelope]) -> EpisodeFacts | None:
         preference=bool(details.get("preference")),
         tool_ratings=_ratings(details.get("tool_ratings")),
         reflection=reflection,
+        extractor=extractor,
     )
 
 
 def entry_from_facts(facts: EpisodeFacts) -> MemoryEntry:
     """The entry: the journaled reflection when there is one, else the offline critique (failures)
-    or preference summary (preference tasks); a success of another task carries none."""
+    or preference summary (preference tasks); a success of another task, or an episode whose run switched
+    the extractor off, carries none."""
     entry = MemoryEntry(
         id=facts.episode,
         episode=facts.episode,
@@ -243,6 +252,13 @@ def reflection_recording(facts: EpisodeFacts, request: LlmRequest, response: Llm
         hops=completed.hops + 1,
         ts=time.time(),
     )
+
+
+def _extractor_on(started: EpisodeStarted) -> bool:
+    """False when the `[memory]` table the episode recorded switched the extractor off; older episodes, which
+    recorded no such key, ran with it."""
+    memory = started.settings.get("memory")
+    return not (isinstance(memory, Mapping) and memory.get("extractor") == "off")
 
 
 def _exchange(call: ToolCallRecord, result: ToolResult | None) -> ToolExchange:

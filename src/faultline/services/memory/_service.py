@@ -22,6 +22,8 @@ request digest, request and response) from sender `memory` on
 `fl.rec.<episode>.memory`, whose id derives from the completed event's id.
 `entry_from_episode` prefers a journaled reflection, so a retry, a restarted
 service and `faultline memory rebuild` reuse it and never call a model again.
+An episode whose run set `[memory] extractor = "off"` (recorded in its started
+event) gets no reflection and no extractor call.
 
 Retrieval requests (`RetrievalRequest`, msgpack) are answered with a
 `RetrievalReply`, or `{"error": "..."}` when the request is malformed or
