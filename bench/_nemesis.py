@@ -387,12 +387,12 @@ class Nemesis:
         journal writes again."""
         disk = self.disk
         assert disk is not None, f"{fault.kind} needs the journal on a disk of its own"
-        if fault.kind is Kind.DISK_FULL:
-            await anyio.to_thread.run_sync(disk.fill)
-        else:
-            disk.slow(fault.iops)
-        began_s = self.progress.now()
         try:
+            if fault.kind is Kind.DISK_FULL:
+                await anyio.to_thread.run_sync(disk.fill)
+            else:
+                disk.slow(fault.iops)
+            began_s = self.progress.now()
             await anyio.sleep(fault.duration_s)
         finally:
             with anyio.CancelScope(shield=True):  # also when the run is cancelled: the disk is left as it was
