@@ -420,6 +420,10 @@ class Nemesis:
         it took from then to hold everything the stream held."""
         bus = self.supervisor.bus
         assert bus is not None
+        try:  # the journal first: it never holds more than the stream holds after
+            held: int | None = (await ask_journal(bus, JOURNAL_ASK_S)).last_seq
+        except (NoResponderError, ReplyTimeoutError):
+            held = None
         with anyio.fail_after(RESTART_TIMEOUT_S):
             while True:
                 try:
@@ -427,10 +431,7 @@ class Nemesis:
                     break
                 except BusError:  # no leader, while an overlapping fault lasts: asked again
                     await anyio.sleep(POLL_S)
-        try:
-            behind: int | None = last - (await ask_journal(bus, JOURNAL_ASK_S)).last_seq
-        except (NoResponderError, ReplyTimeoutError):
-            behind = None
+        behind = None if held is None else last - held
         await self.journal_writes(until=last)
         return behind, self.progress.now() - ended_s
 
