@@ -84,6 +84,7 @@ PUBLIC = {
         "Usage",
         "UserTurn",
         "document_tool",
+        "known_domain",
         "load_domain",
         "seed_documents",
         "tool",

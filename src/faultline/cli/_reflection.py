@@ -23,7 +23,7 @@ from rich.table import Table
 
 from faultline._errors import AnswerFormatError, DomainError
 from faultline.core import PASS, EpisodeStarted, Recording, Turn, parse_turn, parse_verdict
-from faultline.envs import Domain, Task, load_domain
+from faultline.envs import Domain, Task, known_domain
 from faultline.journal import JournalReader, JournalRow
 from faultline.replay import Step, gold_action
 from faultline.report import SIM_NOTE, ComponentStats, TurnReward, reward_stats, turn_reward
@@ -95,12 +95,7 @@ def _task(rows: list[JournalRow], domains: dict[str, Domain | None]) -> tuple[Ta
     started = next((b for r in rows if isinstance(b := r.envelope().body, EpisodeStarted)), None)
     if started is None or not started.domain:
         return None, []
-    if started.domain not in domains:
-        try:
-            domains[started.domain] = load_domain(started.domain)
-        except DomainError:
-            domains[started.domain] = None
-    domain = domains[started.domain]
+    domain = known_domain(started.domain, domains)
     if domain is None:
         return None, []
     try:

@@ -11,7 +11,7 @@ from faultline.envs._catalog import DomainCatalog
 from faultline.envs._databases import borrow_database, return_database
 from faultline.envs._documents import Collection, Documents, document_tool, seed_documents
 from faultline.envs._domain import Domain, tool
-from faultline.envs._loader import load_domain, use_plugin_path
+from faultline.envs._loader import known_domain, load_domain, use_plugin_path
 from faultline.envs._schema import arguments_schema, check_arguments, schema_problem
 from faultline.envs._types import (
     EARLY_STOP,
@@ -47,6 +47,7 @@ __all__ = [
     "borrow_database",
     "check_arguments",
     "document_tool",
+    "known_domain",
     "load_domain",
     "return_database",
     "schema_problem",

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from faultline._errors import DomainError
 from faultline.core import load_plugin, plugin_error
 from faultline.envs._domain import Domain
 
@@ -33,6 +34,17 @@ def load_domain(spec: str) -> Domain:
         if domain is None:
             domain = _loaded[spec] = _load(spec)
     return domain
+
+
+def known_domain(spec: str, loaded: dict[str, Domain | None]) -> Domain | None:
+    """The domain `spec` names, loaded once into `loaded` (a reader's own cache); None where none answers to it, as
+    for a journal from a domain this installation lacks."""
+    if spec not in loaded:
+        try:
+            loaded[spec] = load_domain(spec)
+        except DomainError:
+            loaded[spec] = None
+    return loaded[spec]
 
 
 def use_plugin_path(folders: Iterable[str | Path]) -> None:

@@ -29,7 +29,7 @@ import msgspec
 
 from faultline._errors import DomainError, JournalError
 from faultline.core import EpisodeStarted, Recording, ToolCall
-from faultline.envs import Domain, Task, load_domain
+from faultline.envs import Domain, Task, known_domain
 from faultline.journal import JournalReader, JournalRow
 
 TOOL_AGENT = "tool"
@@ -138,12 +138,7 @@ def _ratio(num: float, den: int) -> float | None:
 
 
 def _task(started: EpisodeStarted, domains: dict[str, Domain | None]) -> Task | None:
-    if started.domain not in domains:
-        try:
-            domains[started.domain] = load_domain(started.domain)
-        except DomainError:
-            domains[started.domain] = None
-    domain = domains[started.domain]
+    domain = known_domain(started.domain, domains)
     try:
         return domain.task(started.task) if domain is not None else None
     except DomainError:
