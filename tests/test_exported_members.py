@@ -199,6 +199,7 @@ PUBLIC = {
         "check_delivered",
         "check_token",
         "episode_shard",
+        "MAX_PARTITIONS",
         "decode_body",
         "decode_envelope",
         "derive_id",

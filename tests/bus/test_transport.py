@@ -370,3 +370,26 @@ async def test_a_short_batch_waits_its_gather_time_for_later_deliveries(bus: Bus
         tg.start_soon(read)
         await bus.publish_all(note(i) for i in range(2, 5))
     assert [d.envelope().id for d in got] == ["m1", "m2", "m3", "m4"]
+
+
+async def test_a_stream_records_its_partitions_and_refuses_a_process_of_another_layout(
+    nats_server: EmbeddedServer,
+) -> None:
+    """An empty stream takes the layout of whoever sets it up; one that holds messages keeps its own, since its
+    history would not be found under another layout's subjects."""
+    one = await Bus.connect(nats_server.url)
+    four = await Bus.connect(nats_server.url, settings=BusSettings(partitions=4))
+    try:
+        await one.ensure_stream()
+        info = await four.ensure_stream()  # nothing in it yet: re-laid for 4 partitions
+        assert (info.config.metadata or {})["faultline_partitions"] == "4"
+        assert sorted(info.config.subjects or []) == sorted(four.subjects.journaled)
+        await four.publish(note(1))
+        assert (await four.stream_state()).messages == 1
+        with pytest.raises(BusError, match=r"holds 1 messages whose subjects are divided into 4 partition\(s\), and"
+                           r" this process divides them into 1"):  # fmt: skip
+            await one.ensure_stream()
+        assert ((await four.ensure_stream()).config.metadata or {})["faultline_partitions"] == "4"
+    finally:
+        await one.close()
+        await four.close()

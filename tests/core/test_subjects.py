@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
-from faultline._errors import DecodeError
+from faultline._errors import DecodeError, SubjectError
 from faultline.core import (
     Control,
     DeadLetter,
@@ -17,6 +18,7 @@ from faultline.core import (
     Subjects,
     ToolCall,
     check_delivered,
+    episode_shard,
 )
 from faultline.core._subjects import MAX_HOPS
 
@@ -120,3 +122,55 @@ def test_what_was_accepted_before_does_not_let_a_bad_envelope_through_later() ->
             check_delivered(env, subject)
     with pytest.raises(DecodeError):
         check_delivered(helpers, "fl.ctl.faults")
+
+
+@pytest.mark.parametrize("env", ACCEPTED, ids=lambda env: env.kind)
+def test_a_partitioned_subject_carries_the_episodes_partition_and_is_accepted(env: Envelope) -> None:
+    """Subjects that name an episode carry its partition after the prefix; controls and dead letters carry none."""
+    subject = Subjects("fl", 4).for_envelope(env)
+    assert check_delivered(env, subject) is env
+    if env.kind in ("control", "dead_letter"):
+        assert subject == Subjects("fl").for_envelope(env)
+    else:
+        assert subject.split(".")[1] == f"{episode_shard(env.episode, 4)}of4"
+        assert (
+            Subjects("fl", 4).episode_in(subject)
+            == env.episode
+            == Subjects("fl").episode_in(Subjects("fl").for_envelope(env))
+        )
+
+
+@pytest.mark.parametrize(
+    ("subject", "path"),
+    [
+        ("fl.1of4.ep.e1.env.tool", "$.episode"),  # another partition than e1's (3)
+        ("fl.0of2.ep.e1.env.tool", "$.episode"),  # e1's in a layout of 2 partitions is 1
+        ("fl.3of4.ctl.faults", "$.body.kind"),  # a tool call is no control
+        ("fl.xof4.ep.e1.env.tool", "$.body.kind"),
+    ],
+)
+def test_a_message_on_another_partition_than_its_episodes_is_refused(subject: str, path: str) -> None:
+    """A forged partition would put a message in a shard that never sees its episode's other messages."""
+    env = call()
+    assert episode_shard("e1", 4) == 3 and episode_shard("e1", 2) == 1
+    with pytest.raises(DecodeError, match=re.escape(f"at `{path}`")):
+        check_delivered(env, subject)
+
+
+def test_a_shards_filters_name_its_partitions_and_the_journal_shards_split_the_stream() -> None:
+    subjects = Subjects("fl", 4)
+    inputs = subjects.direct("*", "tool")
+    assert inputs == "fl.*.ep.*.tool.*"
+    assert subjects.in_shard(inputs, 1, 2) == ["fl.1of4.ep.*.tool.*", "fl.3of4.ep.*.tool.*"]
+    assert subjects.in_shard(inputs, 3, 4) == ["fl.3of4.ep.*.tool.*"]
+    assert subjects.in_shard(inputs, 0, 1) == [inputs] == Subjects("fl").in_shard(inputs, 1, 2)
+    with pytest.raises(SubjectError, match="3 shards do not divide the subjects' 4 partitions"):
+        subjects.in_shard(inputs, 0, 3)
+    stream = [s for shard in range(2) for s in subjects.shard_journaled(shard, 2)]
+    assert stream == ["fl.0of4.>", "fl.2of4.>", "fl.ctl.>", "fl.dlq", "fl.1of4.>", "fl.3of4.>", "fl.ctl.>", "fl.dlq"]
+    assert subjects.shard_journaled(0, 1) == [] == Subjects("fl").shard_journaled(0, 2)
+    assert len(subjects.journaled) == 4 * 4 + 2 and Subjects("fl").journaled[0] == "fl.ep.>"
+    for episode in ("e1", "e2", "ep-77", "x"):
+        partition = subjects.direct(episode, "tool").split(".")[1]
+        owners = [k for k in range(2) if f"fl.{partition}.>" in subjects.shard_journaled(k, 2)]
+        assert owners == [episode_shard(episode, 2)]  # a partition's shard is the episode's shard in a journal set

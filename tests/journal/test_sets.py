@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -12,7 +13,7 @@ import msgspec
 import pytest
 
 from faultline._errors import JournalError, ReplyTimeoutError
-from faultline.bus import Bus
+from faultline.bus import Bus, BusSettings, EmbeddedServer
 from faultline.core import Control, Envelope, Note, episode_shard
 from faultline.faults import CONTROL_EPISODE
 from faultline.journal import (
@@ -30,6 +31,18 @@ from tests.disk import fill
 from tests.journal.conftest import edit_as_attacker, episode_envelopes, incoming
 
 EPISODES = [f"ep{i}" for i in range(12)]
+
+
+@pytest.fixture(params=[1, 6], ids=["unpartitioned", "partitioned"])
+async def bus(request: pytest.FixtureRequest, nats_server: EmbeddedServer) -> AsyncIterator[Bus]:
+    """The shards read the whole stream and pass over the others' messages (1 partition), or their consumers are
+    filtered to their partitions on the server (6: the shards of 2 and of 3 each take whole partitions)."""
+    connected = await Bus.connect(nats_server.url, settings=BusSettings(partitions=request.param))
+    await connected.ensure_stream()
+    try:
+        yield connected
+    finally:
+        await connected.close()
 
 
 def note(i: int) -> Envelope:
@@ -96,6 +109,14 @@ async def test_each_shard_journals_only_its_episodes_and_the_set_reads_as_one_jo
     report = verify(folder)
     assert report.ok and report.rows == len(published) and report.shards == 3
     assert "3 shards" in report.summary()
+    delivered = [
+        (await bus.js.consumer_info(bus.subjects.stream, f"journal-{k}of3")).delivered.consumer_seq for k in range(3)
+    ]
+    if bus.subjects.partitions > 1:  # each shard was delivered its own messages alone, and every control
+        own = [sum(1 for env in published[:-1] if episode_shard(env.episode, 3) == k) for k in range(3)]
+        assert delivered == [n + 1 for n in own]
+    else:  # each read the whole stream
+        assert delivered == [len(published)] * 3
 
 
 async def test_a_killed_shard_loses_nothing_and_catches_up(bus: Bus, tmp_path: Path) -> None:

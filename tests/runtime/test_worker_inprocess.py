@@ -25,6 +25,7 @@ from faultline.core import (
     Start,
     Timer,
     TimerFired,
+    episode_shard,
 )
 from faultline.runtime import Completions, Worker, WorkerSettings, start_episode
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
@@ -458,3 +459,39 @@ async def test_a_restarted_worker_asks_again_for_its_timers_while_the_stream_doe
         await run_episode(bus, completions, "after", "pinger")
         second.stop()
     assert refused == 1
+
+
+async def test_worker_shards_on_partitioned_subjects_are_delivered_only_their_own_episodes(
+    nats_server: EmbeddedServer,
+) -> None:
+    """Each shard's consumer is filtered on the server to its partitions: nats-server delivers a message once, to
+    the shard of its episode, and not to every shard for it to pass over. Every episode completes once."""
+    bus = await Bus.connect(nats_server.url, settings=BusSettings(partitions=2))
+    try:
+        await bus.ensure_stream()
+        episodes = [f"part{i}" for i in range(8)]
+        assert {episode_shard(e, 2) for e in episodes} == {0, 1}
+        workers = [
+            Worker(bus, [Tally], backends=lambda role: EchoBackend(), settings=WorkerSettings(shard=k, shards=2))
+            for k in range(2)
+        ]
+        async with anyio.create_task_group() as tg, Completions(bus, (Tally.name,)) as completions:
+            for worker in workers:
+                tg.start_soon(worker.run)
+                await worker.wait_ready()
+            await bus.publish_all(
+                Envelope(id=f"{e}-n{i}", episode=e, sender="feeder", recipient="tally", body=Note(data={"n": i}))
+                for e in episodes
+                for i in range(10)
+            )
+            with anyio.fail_after(20):
+                done = await completions.wait(episodes)
+            for worker in workers:
+                worker.stop()
+        assert all(done[e].details["seen"] == list(range(10)) for e in episodes)
+        for k in range(2):
+            info = await bus.js.consumer_info(bus.subjects.stream, f"agent-tally-{k}of2")
+            assert info.config.filter_subject == f"fl.{k}of2.ep.*.tally.*"
+            assert info.delivered.consumer_seq == 10 * sum(1 for e in episodes if episode_shard(e, 2) == k)
+    finally:
+        await bus.close()

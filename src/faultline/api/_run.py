@@ -466,7 +466,9 @@ async def _run_remote(
 ) -> StopRequest:
     """Run the episodes on the system already running at `url` (its workers and journal)."""
     async with stop_on_signal(ticker.tick) as request:
-        bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
+        bus = await Bus.connect(
+            url, prefix=config.nats.prefix, settings=bus_settings(config), name=OPERATOR, login=connect_as
+        )
         try:
             async with rules_in_force(
                 bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
@@ -485,7 +487,9 @@ def _models(config: Config) -> Callable[[str], ModelBackend]:
 
 async def _live_roster(url: str, config: Config, domain: str, connect_as: Login) -> list[str]:
     """The roster the system at `url` gives new episodes of `domain` with the tool agent's model."""
-    bus = await Bus.connect(url, prefix=config.nats.prefix, name=OPERATOR, login=connect_as)
+    bus = await Bus.connect(
+        url, prefix=config.nats.prefix, settings=bus_settings(config), name=OPERATOR, login=connect_as
+    )
     try:
         rosters = await read_rosters(bus)
     finally:

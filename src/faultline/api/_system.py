@@ -52,7 +52,7 @@ def worker_specs(config: Config, groups: dict[str, tuple[str, ...]], config_path
         extra = ("--config", str(config_path)) if config_path else ()
         for i in range(count if names else 0):
             args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *extra)
-            specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group)))
+            specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group, i, count, config.partitions)))
     return specs
 
 

@@ -182,18 +182,20 @@ def agent_identity(
     consumers: Iterable[str] = (),
     reads: Iterable[str] = (),
     durables: Iterable[str] = (),
+    shard: tuple[int, int] = (0, 1),
 ) -> Identity:
-    """A process that speaks as `agents` (a worker group): it publishes only as them.
+    """A process that speaks as `agents` (a worker group, or one shard of it): it publishes only as them.
 
     Of its agents only `completers` (the environment) may complete an episode. It reads
     the stream through `consumers` (durable, the operator's `ConsumerSpec`s) and through
     short-lived consumers on `reads` (`agent_reads`, `worker_reads`), never under the name of
-    one of the system's `durables` (every durable consumer's name).
+    one of the system's `durables` (every durable consumer's name). A `shard` (k, n) of a group
+    speaks only in its own partitions (`Subjects.in_shard`), completions included.
     """
     agents = tuple(agents)
     publish, subscribe = _js_api(subjects, name)
     own = tuple(
-        subject
+        narrowed
         for agent in agents
         for subject in (
             subjects.direct("*", "*", agent),
@@ -201,6 +203,7 @@ def agent_identity(
             subjects.rec("*", agent),
             subjects.event("*", "*", agent),
         )
+        for narrowed in subjects.in_shard(subject, *shard)
     )
     refused = tuple(subjects.event("completed", "*", agent) for agent in agents if agent not in completers)
     publish = (*own, *publish, *_uses(subjects, consumers), *_reads(subjects, reads))
@@ -225,10 +228,14 @@ def recorder_identity(
     return Identity(name, publish, subscribe, _guards(subjects, (d for d in durables if d != consumer)))
 
 
-def journal_identity(subjects: Subjects, name: str = JOURNAL, consumer: str = JOURNAL) -> Identity:
-    """A journal service (or one shard's) reads everything through its durable `consumer` and speaks as nobody."""
+def journal_identity(
+    subjects: Subjects, name: str = JOURNAL, consumer: str = JOURNAL, filters: Sequence[str] = ()
+) -> Identity:
+    """A journal service (or one shard's) reads everything (a shard: its `filters`) through its durable `consumer`
+    and speaks as nobody."""
     publish, subscribe = _js_api(subjects, name)
-    return Identity(name, (*publish, *_owns(subjects, consumer)), subscribe)
+    filtered = filters[0] if len(filters) == 1 else ""  # one filter goes in the create subject
+    return Identity(name, (*publish, *_owns(subjects, consumer, filtered)), subscribe)
 
 
 def load_credential(path: Path) -> Credential:

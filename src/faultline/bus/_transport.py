@@ -68,6 +68,10 @@ RETRY_BACKOFF_S = 0.1
 RETRY_BACKOFF_MAX_S = 2.0
 
 
+PARTITIONS_KEY = "faultline_partitions"
+"""The stream's metadata key that records into how many partitions its subjects divide the episodes."""
+
+
 @dataclass(frozen=True, slots=True)
 class BusSettings:
     """Every timeout and limit of the bus, with defaults that suit a single machine."""
@@ -93,6 +97,9 @@ class BusSettings:
     last delivery it sent: a delivery lost just before a quiet period is so found within this, not the ack wait."""
     dead_letter_kept_bytes: int = 4_096
     """How much of a refused message its dead letter keeps (it keeps the size and digest of all of it)."""
+    partitions: int = 1
+    """Into how many partitions the system's subjects divide its episodes (`Subjects`): every process of a
+    system must agree, and the stream records it."""
 
     def __post_init__(self) -> None:
         if self.publish_retry_s >= self.duplicate_window_s:
@@ -185,7 +192,11 @@ class Bus:
         # Fail fast on the first connect, but once connected ride out server restarts.
         nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
         bus = cls(
-            nc, Subjects(prefix), settings, interceptors or InterceptorChain(), options.get("inbox_prefix", INBOX)
+            nc,
+            Subjects(prefix, settings.partitions),
+            settings,
+            interceptors or InterceptorChain(),
+            options.get("inbox_prefix", INBOX),
         )
         bus._refusals = refusals
         return bus
@@ -307,7 +318,12 @@ class Bus:
     # -- stream ---------------------------------------------------------------------------
 
     async def ensure_stream(self) -> api.StreamInfo:
-        """Create the journal stream, or bring an existing one's subjects up to date. Idempotent."""
+        """Create the journal stream, or bring an existing one's subjects up to date. Idempotent.
+
+        The stream records its partitions (`BusSettings.partitions`); a stream that holds messages in another
+        layout is refused with BusError, since its history would not be found under this one's subjects.
+        """
+        partitions = self.subjects.partitions
         config = api.StreamConfig(
             name=self.subjects.stream,
             subjects=self.subjects.journaled,
@@ -315,6 +331,7 @@ class Bus:
             retention=api.RetentionPolicy.LIMITS,
             duplicate_window=self.settings.duplicate_window_s,
             num_replicas=self.settings.replicas,
+            metadata={PARTITIONS_KEY: str(partitions)},
         )
         with nats_failure(f"setting up stream {self.subjects.stream}"):
             try:
@@ -323,8 +340,16 @@ class Bus:
                 try:
                     return await self.js.add_stream(config)
                 except nats.js.errors.BadRequestError:
-                    return await self.js.stream_info(self.subjects.stream)  # created concurrently
-            if sorted(info.config.subjects or []) != sorted(config.subjects or []):
+                    info = await self.js.stream_info(self.subjects.stream)  # created concurrently
+            recorded = int((info.config.metadata or {}).get(PARTITIONS_KEY, "1"))
+            if recorded != partitions and info.state.messages:
+                raise BusError(
+                    f"stream {self.subjects.stream} holds {info.state.messages} messages whose subjects are divided"
+                    f" into {recorded} partition(s), and this process divides them into {partitions} (the least"
+                    " common multiple of [journal] shards and every [workers.*] count): run it with the system's"
+                    " own configuration, or start the system on a new store"
+                )
+            if recorded != partitions or sorted(info.config.subjects or []) != sorted(config.subjects or []):
                 return await self.js.update_stream(config)
             return info
 

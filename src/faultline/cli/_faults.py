@@ -27,7 +27,7 @@ from faultline.cli._args import connection_flags
 from faultline.cli._system import STATE_FILE, _config, _url, login
 from faultline.core import Envelope
 from faultline.faults import FaultRule, RuleSet, add_rule_control, clear_rules_control, fault_types, remove_rule_control
-from faultline.runtime import follow_settings, make_rule, parse_duration
+from faultline.runtime import bus_settings, follow_settings, make_rule, parse_duration
 
 T = TypeVar("T")
 
@@ -109,7 +109,9 @@ def _connect(args: argparse.Namespace, body: Callable[[Bus], Awaitable[T]]) -> T
     connect_as = login(args, config, url)
 
     async def main() -> T:
-        bus = await Bus.connect(url, prefix=prefix, name="faultline-operator", login=connect_as)
+        bus = await Bus.connect(
+            url, prefix=prefix, settings=bus_settings(config), name="faultline-operator", login=connect_as
+        )
         try:
             return await body(bus)
         finally:

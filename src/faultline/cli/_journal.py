@@ -175,6 +175,14 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--shard", type=int, default=0, metavar="K", help="which shard of --shards this service writes")
     p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="P",
+        help="into how many partitions the system's subjects divide its episodes (`up` and `run` pass the"
+        " configuration's; default: from the configuration, the least common multiple of [journal] shards and every"
+        " [workers.*] count)",
+    )
+    p.add_argument(
         "--completers",
         metavar="AGENTS",
         help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"

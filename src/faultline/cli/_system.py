@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -30,7 +31,7 @@ from faultline.api import (
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers
-from faultline.core import HELPERS
+from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
     STATUS_WINDOW_S,
@@ -143,7 +144,9 @@ def journal_health(args: argparse.Namespace) -> int:
     url = _url(args, config)
 
     async def ask() -> JournalState:
-        bus = await Bus.connect(url, prefix=_prefix(args, config), login=login(args, config, url))
+        bus = await Bus.connect(
+            url, prefix=_prefix(args, config), settings=bus_settings(config), login=login(args, config, url)
+        )
         try:
             return await ask_journal(bus, HEALTH_TIMEOUT_S)
         finally:
@@ -247,8 +250,15 @@ def journal_serve(args: argparse.Namespace) -> int:
     completers = None if args.completers is None else tuple(a.strip() for a in args.completers.split(",") if a.strip())
     if not 1 <= args.shards <= MAX_SHARDS or not 0 <= args.shard < args.shards:
         raise UsageError(f"--shard {args.shard} --shards {args.shards}: give 1 to {MAX_SHARDS} shards, numbered from 0")
+    settings = bus_settings(config)
+    if args.partitions is not None:
+        if not 1 <= args.partitions <= MAX_PARTITIONS or args.partitions % args.shards:
+            raise UsageError(
+                f"--partitions {args.partitions}: give 1 to {MAX_PARTITIONS} partitions, a multiple of --shards"
+            )
+        settings = dataclasses.replace(settings, partitions=args.partitions)
     serve = functools.partial(run_journal, completers=completers, shard=args.shard, shards=args.shards)
-    anyio.run(serve, url, _prefix(args, config), args.file, args.name, bus_settings(config), login(args, config), otel)
+    anyio.run(serve, url, _prefix(args, config), args.file, args.name, settings, login(args, config), otel)
     return 0
 
 

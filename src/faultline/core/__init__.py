@@ -87,6 +87,7 @@ from faultline.core._reflection import (
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
 from faultline.core._subjects import (
     DEFAULT_PREFIX,
+    MAX_PARTITIONS,
     Subjects,
     check_delivered,
     check_token,
@@ -183,6 +184,7 @@ __all__ = [
     "check_delivered",
     "check_token",
     "episode_shard",
+    "MAX_PARTITIONS",
     "decode_body",
     "decode_envelope",
     "derive_id",

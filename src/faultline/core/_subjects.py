@@ -31,26 +31,48 @@ def check_token(value: str, what: str = "name") -> str:
     return value
 
 
+MAX_PARTITIONS = 64
+"""The most partitions a system's subjects may have: the stream holds four subjects per partition."""
+
+
 @dataclass(frozen=True, slots=True)
 class Subjects:
-    """Builds every subject from one prefix, so two systems can share a server."""
+    """Builds every subject from one prefix, so two systems can share a server.
+
+    With `partitions` above 1, every subject that names an episode carries the episode's partition
+    right after the prefix (`fl.2of4.ep.<episode>.<agent>.<sender>`, `partition_token`), so that a
+    shard's consumer is filtered on the server and nats-server delivers each message once, to its shard,
+    instead of to every shard. Controls and dead letters name no episode and carry none. One partition
+    (the default) is the layout without the token.
+    """
 
     prefix: str = DEFAULT_PREFIX
+    partitions: int = 1
 
     def __post_init__(self) -> None:
         check_token(self.prefix, "subject prefix")
+        if not 1 <= self.partitions <= MAX_PARTITIONS:
+            raise SubjectError(f"{self.partitions} partitions: a system's subjects have 1 to {MAX_PARTITIONS}")
+
+    def _head(self, episode: str) -> str:
+        """The prefix, and the partition of `episode` ("*": any) when there are several."""
+        if self.partitions == 1:
+            return self.prefix
+        if episode == "*":
+            return f"{self.prefix}.*"
+        return f"{self.prefix}.{partition_token(episode_shard(episode, self.partitions), self.partitions)}"
 
     def direct(self, episode: str, agent: str, sender: str = "*") -> str:
-        return f"{self.prefix}.ep.{episode}.{agent}.{sender}"
+        return f"{self._head(episode)}.ep.{episode}.{agent}.{sender}"
 
     def topic(self, episode: str, topic: str, sender: str = "*") -> str:
-        return f"{self.prefix}.tp.{episode}.{topic}.{sender}"
+        return f"{self._head(episode)}.tp.{episode}.{topic}.{sender}"
 
     def rec(self, episode: str, agent: str) -> str:
-        return f"{self.prefix}.rec.{episode}.{agent}"
+        return f"{self._head(episode)}.rec.{episode}.{agent}"
 
     def event(self, event: str, episode: str, sender: str = "*") -> str:
-        return f"{self.prefix}.ev.{event}.{episode}.{sender}"
+        return f"{self._head(episode)}.ev.{event}.{episode}.{sender}"
 
     def event_episode(self, subject: str) -> str:
         """The episode an event subject (`event()`) is about."""
@@ -61,9 +83,28 @@ class Subjects:
 
         Read from the subject alone, so a shard can pass over another shard's message without decoding it.
         """
-        tokens = subject.split(".", 4)
-        at = _EPISODE_TOKEN.get(tokens[1]) if len(tokens) > 1 else None
-        return tokens[at] if at is not None and len(tokens) > at else ""
+        tokens = subject.split(".", 5)
+        skip = 1 if len(tokens) > 1 and tokens[1][:1].isdigit() else 0  # a partition token
+        at = _EPISODE_TOKEN.get(tokens[1 + skip]) if len(tokens) > 1 + skip else None
+        return tokens[at + skip] if at is not None and len(tokens) > at + skip else ""
+
+    def in_shard(self, subject: str, shard: int, shards: int) -> list[str]:
+        """`subject`, made with the episode "*", narrowed to the partitions of shard `shard` of `shards`.
+
+        A partition p belongs to shard p mod `shards` (`episode_shard` agrees, since `shards` divides
+        `partitions`). With one partition the subject is left whole: the shard then passes over the others'
+        messages itself. One shard takes every partition: the subject is left whole too.
+        """
+        if self.partitions == 1 or shards == 1:
+            return [subject]
+        if self.partitions % shards:
+            raise SubjectError(f"{shards} shards do not divide the subjects' {self.partitions} partitions")
+        head = f"{self.prefix}.*."
+        if not subject.startswith(head):
+            raise SubjectError(f"{subject!r} names no partition to narrow")
+        rest = subject.removeprefix(head)
+        tokens = range(shard, self.partitions, shards)
+        return [f"{self.prefix}.{partition_token(p, self.partitions)}.{rest}" for p in tokens]
 
     def ctl(self, name: str) -> str:
         return f"{self.prefix}.ctl.{name}"
@@ -79,7 +120,21 @@ class Subjects:
     def journaled(self) -> list[str]:
         """Every subject the stream holds: all but the request/reply services."""
         p = self.prefix
-        return [f"{p}.ep.>", f"{p}.tp.>", f"{p}.rec.>", f"{p}.ev.>", f"{p}.ctl.>", f"{p}.dlq"]
+        heads = (
+            [p]
+            if self.partitions == 1
+            else [f"{p}.{partition_token(k, self.partitions)}" for k in range(self.partitions)]
+        )
+        return [f"{h}.{family}.>" for h in heads for family in _EPISODE_TOKEN] + [f"{p}.ctl.>", f"{p}.dlq"]
+
+    def shard_journaled(self, shard: int, shards: int) -> list[str]:
+        """What journal shard `shard` of `shards` reads: its partitions, and the controls and dead letters, whose
+        subjects name no episode (each shard decodes those for theirs). Empty (the whole stream, unfiltered) for a
+        single journal, or one partition (the shard then passes over the others' messages itself)."""
+        if shards == 1 or self.partitions == 1:
+            return []
+        own = [f"{self.prefix}.{partition_token(p, self.partitions)}.>" for p in range(shard, self.partitions, shards)]
+        return [*own, f"{self.prefix}.ctl.>", self.dlq]
 
     @property
     def stream(self) -> str:
@@ -87,11 +142,18 @@ class Subjects:
 
     def for_envelope(self, env: Envelope) -> str:
         """The one subject an envelope travels on, from its body's route."""
-        return ".".join((self.prefix, *_route(env)))
+        route = _route(env)
+        return ".".join((self._head(env.episode) if route[0] in _EPISODE_TOKEN else self.prefix, *route))
 
 
 _EPISODE_TOKEN = {"ep": 2, "tp": 2, "rec": 2, "ev": 3}
-"""Where each subject family carries its episode (`Subjects`)."""
+"""Where each subject family carries its episode (`Subjects`), counting the prefix as token 0."""
+
+
+def partition_token(partition: int, partitions: int) -> str:
+    """The subject token of `partition` of `partitions`: it says both, so a receiver checks a message's
+    partition against its episode without knowing the system's layout."""
+    return f"{partition}of{partitions}"
 
 
 def episode_shard(episode: str, shards: int) -> int:
@@ -164,7 +226,7 @@ def check_delivered(env: Envelope, subject: str) -> Envelope:
         if (
             _NAMES.fullmatch(f"{env.episode}\0{env.sender}\0{env.recipient}\0{env.topic}")
             and (env.recipient or env.topic or route != "direct")
-            and subject == ".".join((subject[: subject.find(".")], *_route(env)))
+            and subject == _delivered_on(subject, env)
         ):
             if route != "ctl":  # a control's subject also names the control: not in the key
                 if len(_agreed) >= AGREED_KEPT:
@@ -192,18 +254,43 @@ def _problem(env: Envelope, subject: str) -> tuple[str, str, str]:
     if not 0 <= env.hops <= MAX_HOPS:
         return f"`int` in 0..{MAX_HOPS}", _show(str(env.hops)), "$.hops"
     try:
-        expected = _route(env)
+        route = _route(env)
     except SubjectError:
         return "a recipient or a topic", "neither", "$.recipient"
+    expected = _delivered_on(subject, env).split(".")[1:]
     got = subject.split(".")[1:]
     shown = f"subject `{_show('.'.join((subject.split('.', 1)[0], *expected)))}` from the envelope's fields"
-    fields = _FIELDS[expected[0]]
+    fields = _FIELDS[route[0]]
+    if len(expected) > len(route):  # the episode's partition comes first
+        fields = ("$.episode", *fields)
+    elif got and got[0][:1].isdigit():  # a partition token on a subject that takes none, or not read as one
+        return shown, f"`{_show(subject)}`", "$.episode" if route[0] in _EPISODE_TOKEN else "$.body.kind"
     for i, (token, path) in enumerate(zip(expected, fields, strict=True)):
         if i >= len(got) or got[i] != token:
-            if i == 0 and got and got[0] not in ("ep", "tp"):
+            if i == len(expected) - len(route) and len(got) > i and got[i] not in ("ep", "tp"):
                 path = "$.body.kind"  # a direct body on an event, control or dead-letter subject
             return shown, f"`{_show(subject)}`", path
     return "no subject tokens past the envelope's fields", f"`{_show(subject)}`", fields[-1]
+
+
+def _delivered_on(subject: str, env: Envelope) -> str:
+    """The subject `env` travels on in the layout `subject` is in: with the partition token it carries
+    (checked against the envelope's episode), or none."""
+    prefix, _, rest = subject.partition(".")
+    route = _route(env)
+    token = rest.split(".", 1)[0]
+    partitions = _partitions_of(token) if route[0] in _EPISODE_TOKEN else 0
+    if partitions:
+        return ".".join((prefix, partition_token(episode_shard(env.episode, partitions), partitions), *route))
+    return ".".join((prefix, *route))
+
+
+def _partitions_of(token: str) -> int:
+    """The partition count a partition token (`partition_token`) names; 0 for any other token."""
+    partition, of, partitions = token.partition("of")
+    if of and partition.isdigit() and partitions.isdigit() and 1 < int(partitions) <= MAX_PARTITIONS:
+        return int(partitions)
+    return 0
 
 
 def _refuse(expected: str, got: str, path: str) -> NoReturn:

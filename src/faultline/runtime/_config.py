@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import tomllib
 import typing
@@ -25,6 +26,7 @@ from faultline._errors import ConfigError, SubjectError
 from faultline.core import (
     BUILTIN_SYSTEM,
     DEFAULT_PREFIX,
+    MAX_PARTITIONS,
     ModelBackend,
     check_token,
     is_import_path,
@@ -335,6 +337,14 @@ class Config(_Section, frozen=True):
     helpers: HelpersConfig = HelpersConfig()
     fama: FamaConfig = FamaConfig()
 
+    @property
+    def partitions(self) -> int:
+        """Into how many partitions the subjects divide the episodes: the least common multiple of the journal's
+        shards and every worker group's count, so that each shard's consumer is filtered on the server to its own
+        partitions. Where that passes `MAX_PARTITIONS`, one: shards then pass over the others' messages themselves."""
+        partitions = math.lcm(self.journal.shards, *(worker.count for worker in self.workers.values()))
+        return partitions if partitions <= MAX_PARTITIONS else 1
+
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""
         if role in self.models:
@@ -446,6 +456,7 @@ def bus_settings(config: Config) -> BusSettings:
         ping_interval_s=n.ping_interval_s,
         ack_wait_s=config.runtime.ack_wait_s,
         max_ack_pending=n.max_ack_pending,
+        partitions=config.partitions,
     )
 
 

@@ -21,11 +21,14 @@ store, and a completion whose sender may not complete an episode (only the
 runner and the completing agents may; the server refuses any other but the
 operator's, so one that comes anyway is a forgery with the operator's credential).
 
-With `shards` > 1 the service is shard `shard` of a journal set (`journal.create_set`): it reads
-the whole stream through a consumer of its own, journals the messages of the episodes the
-partition gives it (`core.episode_shard`, read from the subject, so another shard's messages
-are passed over undecoded; a control or a dead letter, whose subject names no episode, is
-decoded for it) and acknowledges the rest with them. Every shard answers questions on `<prefix>.svc.journal`, naming itself, and the
+With `shards` > 1 the service is shard `shard` of a journal set (`journal.create_set`) and
+journals the messages of the episodes the partition gives it (`core.episode_shard`). Where the
+subjects are partitioned (`core.Subjects`), its consumer is filtered on the server to its
+partitions and the controls and dead letters (rare; each is decoded for its episode), so it is
+delivered only its own and those; its deliveries then skip the others' sequences, and it has
+reached the stream's end when its consumer has nothing left to deliver. Otherwise it reads the whole stream, passes over another
+shard's messages undecoded (the episode is read from the subject; a control or a dead letter,
+whose subject names no episode, is decoded for it) and acknowledges them with its own. Every shard answers questions on `<prefix>.svc.journal`, naming itself, and the
 asker waits for all (`runtime.ask_journal`).
 
 When the file cannot be written (disk full, read-only, I/O error) the service
@@ -116,6 +119,13 @@ class JournalService:
         self._stopping = anyio.Event()
         self._changed = anyio.Event()
         self._waiting: list[tuple[int, Message]] = []
+        self._filtered = bool(bus.subjects.shard_journaled(shard, shards))
+        """Whether its consumer is filtered to its partitions: its deliveries then skip the others' sequences."""
+        self._consumer: Consumer | None = None
+        self._last_delivery = 0
+        """The consumer sequence of the last delivery seen since the consumer was opened (`_in_order`)."""
+        self._wanted = 0
+        """The furthest stream sequence waited for in this process (`wait_for`, `_catch_up`)."""
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -153,7 +163,8 @@ class JournalService:
     async def _copy(self, journal: Journal, stream: str) -> None:
         """Copy batches; when the file refuses one, hold it until it is written, then resume from the file."""
         while True:
-            consumer = await self._open()
+            consumer = self._consumer = await self._open()
+            self._last_delivery = 0
             self._ready.set()
             try:
                 refused = await self._copy_batches(journal, stream, consumer)
@@ -171,11 +182,12 @@ class JournalService:
         """
 
         async def fresh() -> Consumer:
-            # No subject filter: the stream holds only journaled subjects, and a filter of
-            # several subjects costs nats-server several times the work per message.
+            # A single journal takes no subject filter: the stream holds only journaled subjects, and a filter
+            # of several subjects costs nats-server several times the work per message. A shard's filter names
+            # its partitions, where the subjects are partitioned (`Subjects.shard_journaled`).
             return await self.bus.consumer(
                 consumer_name(self.shard, self.shards),
-                (),
+                self.bus.subjects.shard_journaled(self.shard, self.shards),
                 start=self.last_seq + 1,
                 ack_all=True,
                 max_ack_pending=MAX_ACK_PENDING,
@@ -223,6 +235,7 @@ class JournalService:
                     return rows, batch[-1].stream_seq, exc
                 await consumer.ack(batch[-1])
                 await self._advance(batch[-1].stream_seq)
+                await self._reach_stream()
                 if self.on_completed is not None:
                     finished = [
                         row.envelope.episode for _, row in rows if isinstance(row.envelope.body, EpisodeCompleted)
@@ -241,8 +254,14 @@ class JournalService:
                 return None
 
     def _mine(self, delivery: Delivery) -> bool:
-        """Whether the message belongs to this shard: every row of a set lies in its episode's shard."""
+        """Whether the message belongs to this shard: every row of a set lies in its episode's shard.
+
+        Filtered to its partitions, a shard takes whatever they deliver: a message forged onto another partition
+        than its episode's is the shard's to dead-letter, since no other shard is delivered it.
+        """
         episode = self.bus.subjects.episode_in(delivery.subject)
+        if episode and self._filtered:
+            return True
         if not episode:  # a control or a dead letter: rare enough to decode for its episode
             try:
                 episode = decode_envelope(delivery.data).episode
@@ -265,6 +284,14 @@ class JournalService:
         expected = self.last_seq + 1
         taken: list[Delivery] = []
         for delivery in batch:
+            if self._filtered:  # the other shards' sequences are not delivered: a delivery lost skips its own
+                if delivery.consumer_seq > self._last_delivery + 1:
+                    return taken, delivery.stream_seq
+                self._last_delivery = delivery.consumer_seq
+                if delivery.stream_seq >= expected:
+                    taken.append(delivery)
+                    expected = delivery.stream_seq + 1
+                continue
             if delivery.stream_seq < expected:
                 continue
             if delivery.stream_seq > expected:
@@ -320,6 +347,7 @@ class JournalService:
         log.warning("%s: written again from stream sequence %d; catching up", self.path, self.last_seq + 1)
         await self._set_stuck("")
         await self._advance(seq)
+        await self._reach_stream()  # the held batch may have been its last: none may come to ask after it
 
     async def _catch_up(self) -> int:
         """Wait until everything the stream held when asked to stop is in the file, or the file refuses it.
@@ -327,19 +355,40 @@ class JournalService:
         Returns the stream's last sequence at that moment.
         """
         last = (await self.bus.stream_state()).last_seq
+        await self._want(last)
         await self._until(lambda: self.last_seq >= last or bool(self.stuck))
         return last
 
+    async def _reach_stream(self) -> None:
+        """A shard filtered to its partitions is told no sequence of the others': once its consumer has nothing
+        left to deliver and nothing unacknowledged, it holds everything of its own the stream held before, so it
+        has reached the stream's last sequence. Asked only while someone waits for a sequence it has not reached.
+        """
+        wanted = max([self._wanted, *(until for until, _ in self._waiting)])
+        if not self._filtered or self._consumer is None or wanted <= self.last_seq or self.stuck:
+            return
+        try:
+            last = (await self.bus.stream_state()).last_seq  # first: what the consumer then says covers it
+            if last > self.last_seq and await self._consumer.settled():
+                await self._advance(last)
+        except BusError as exc:
+            log.debug("%s: cannot tell whether it reached the stream's end now: %s", self.path, exc)
+
     async def wait_for(self, seq: int) -> None:
         """Wait until the file holds everything up to `seq`, however long it refuses writes meanwhile."""
+        await self._want(seq)
         await self._until(lambda: self.last_seq >= seq)
+
+    async def _want(self, seq: int) -> None:
+        self._wanted = max(self._wanted, seq)
+        await self._reach_stream()
 
     async def _until(self, done: Callable[[], bool]) -> None:
         while not done():
             await self._changed.wait()
 
     async def _advance(self, seq: int) -> None:
-        self.last_seq = seq
+        self.last_seq = max(self.last_seq, seq)  # a shard's reach of the stream's end may race its next batch
         await self._notify()
 
     async def _set_stuck(self, reason: str) -> None:
@@ -371,6 +420,7 @@ class JournalService:
             until = 0
         self._waiting.append((until, msg))
         await self._answer()
+        await self._reach_stream()
 
     async def _answer(self, *, everyone: bool = False) -> None:
         """Answer the questions that can be answered now (all of them when stopping)."""

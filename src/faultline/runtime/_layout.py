@@ -114,9 +114,16 @@ FAMA_CONSUMERS = ("fama-cases", "fama-rosters")
 the roster controls it follows."""
 
 
-def worker_identity(group: str) -> str:
-    """The NATS user every worker process of `[workers.<group>]` connects as."""
-    return f"worker-{group}"
+def worker_identity(group: str, shard: int = 0, shards: int = 1, partitions: int = 1) -> str:
+    """The NATS user a worker process of `[workers.<group>]` connects as: the group's, or, where the subjects are
+    partitioned among the group's `shards`, shard `shard`'s own, which speaks and reads only in its partitions."""
+    return f"worker-{group}-{shard}of{shards}" if shards > 1 and partitions > 1 else f"worker-{group}"
+
+
+def identity_shards(count: int, partitions: int) -> list[tuple[int, int]]:
+    """The (shard, shards) each credential of a group of `count` workers stands for: each shard its own where the
+    subjects are partitioned among them (`worker_identity`), else one for the whole group."""
+    return [(k, count) for k in range(count)] if count > 1 and partitions > 1 else [(0, 1)]
 
 
 def completing_agents(config: Config, groups: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
@@ -127,15 +134,16 @@ def completing_agents(config: Config, groups: Mapping[str, Sequence[str]]) -> tu
 
 def agent_consumers(config: Config, groups: Mapping[str, Sequence[str]], prefix: str) -> list[ConsumerSpec]:
     """The durable consumer of every agent of `groups` for every shard of its group, each read by its group's identity."""
-    subjects = Subjects(prefix)
+    subjects = Subjects(prefix, config.partitions)
     specs = []
     for group, agents in groups.items():
         shards = config.workers.get(group, WorkerConfig()).count
         for cls in resolve_agents(list(agents), config):
-            filters = tuple(agent_filters(subjects, cls))
             for shard in range(shards):
                 name = consumer_name(cls.name, shard, shards)
-                specs.append(ConsumerSpec(name, filters, worker_identity(group), config.runtime.ack_wait_s))
+                filters = tuple(agent_filters(subjects, cls, shard, shards))
+                owner = worker_identity(group, shard, shards, subjects.partitions)
+                specs.append(ConsumerSpec(name, filters, owner, config.runtime.ack_wait_s))
     return specs
 
 
@@ -153,7 +161,7 @@ def system_access(
     No identity may make a consumer under the name of one of the system's durable consumers (the groups',
     the journal's, memory's, and the FAMA service's).
     """
-    subjects = Subjects(prefix or config.nats.prefix)
+    subjects = Subjects(prefix or config.nats.prefix, config.partitions)
     completers = completing_agents(config, groups)
     consumers = agent_consumers(config, groups, subjects.prefix)
     shards = config.journal.shards
@@ -161,18 +169,30 @@ def system_access(
     durables = (*(spec.name for spec in consumers), *(c for _, c in journals), MEMORY_IDENTITY, *FAMA_CONSUMERS)
     topics = {cls.name: cls.topics for cls in resolve_agents(sorted({a for g in groups.values() for a in g}), config)}
 
-    def group_identity(group: str, agents: Sequence[str]) -> Identity:
-        name = worker_identity(group)
-        reads = (*worker_reads(subjects), *(r for agent in agents for r in agent_reads(subjects, agent, topics[agent])))
-        own = (spec.name for spec in consumers if spec.owner == name)
-        return agent_identity(subjects, name, agents, completers, consumers=own, reads=reads, durables=durables)
+    def group_identities(group: str, agents: Sequence[str]) -> list[Identity]:
+        count = config.workers.get(group, WorkerConfig()).count
+        identities = []
+        for shard in identity_shards(count, subjects.partitions):
+            name = worker_identity(group, *shard, subjects.partitions)
+            inputs = (r for agent in agents for r in agent_reads(subjects, agent, topics[agent]))
+            reads = (*worker_reads(subjects), *(n for r in inputs for n in subjects.in_shard(r, *shard)))
+            own = (spec.name for spec in consumers if spec.owner == name)
+            identities.append(
+                agent_identity(
+                    subjects, name, agents, completers, consumers=own, reads=reads, durables=durables, shard=shard
+                )
+            )
+        return identities
 
     return Access(
         folder,
         (
             operator_identity(),
-            *(journal_identity(subjects, name, consumer) for name, consumer in journals),
-            *(group_identity(group, agents) for group, agents in groups.items()),
+            *(
+                journal_identity(subjects, name, consumer, subjects.shard_journaled(k, shards))
+                for k, (name, consumer) in enumerate(journals)
+            ),
+            *(identity for group, agents in groups.items() for identity in group_identities(group, agents)),
             recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY, MEMORY_IDENTITY, durables),
         ),
         consumers,

@@ -57,15 +57,20 @@ async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ..
     return history
 
 
-async def pending_timers(bus: Bus, agent: str) -> list[Envelope]:
+async def pending_timers(bus: Bus, agent: str, shard: int = 0, shards: int = 1) -> list[Envelope]:
     """The timers `agent` set that have not fired, in episodes not completed: those a worker that died held.
 
     A timer fires as a `TimerFired` the agent sends itself, caused by the timer; the
     stream holds every timer, every firing and every completion, so the three tell
-    which waits are still open.
+    which waits are still open. Shard `shard` of `shards` reads its own partitions' timers and firings
+    (`Subjects.in_shard`), all its credential may read where the subjects are partitioned.
     """
     s = bus.subjects
-    subjects = [s.event("timer", "*", agent), s.direct("*", agent, agent), s.event("completed", "*")]
+    own = [s.event("timer", "*", agent), s.direct("*", agent, agent)]
+    subjects = [
+        *(narrowed for subject in own for narrowed in s.in_shard(subject, shard, shards)),
+        s.event("completed", "*"),
+    ]
     timers: list[Envelope] = []
     fired: set[str] = set()
     completed: set[str] = set()

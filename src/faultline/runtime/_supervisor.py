@@ -133,7 +133,8 @@ class Supervisor:
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
         completers = () if self.completers is None else ("--completers", ",".join(self.completers))
-        journal_args = ("journal", "serve", str(self.journal_path), *completers, *self.journal_args)
+        partitions = ("--partitions", str(self.bus_settings.partitions))
+        journal_args = ("journal", "serve", str(self.journal_path), *completers, *partitions, *self.journal_args)
         shards = self.journal_shards
         await self._spawn(
             tg,

@@ -108,9 +108,11 @@ def consumer_name(agent: str, shard: int, shards: int) -> str:
     return f"agent-{agent}-{shard}of{shards}"
 
 
-def agent_filters(subjects: Subjects, cls: type[Agent]) -> list[str]:
-    """The subjects of `cls`'s inputs: messages to it, and its topics."""
-    return [subjects.direct("*", cls.name), *(subjects.topic("*", t) for t in cls.topics)]
+def agent_filters(subjects: Subjects, cls: type[Agent], shard: int = 0, shards: int = 1) -> list[str]:
+    """The subjects of `cls`'s inputs, messages to it and its topics, in the partitions of shard `shard` of
+    `shards` (`Subjects.in_shard`)."""
+    inputs = [subjects.direct("*", cls.name), *(subjects.topic("*", t) for t in cls.topics)]
+    return [narrowed for subject in inputs for narrowed in subjects.in_shard(subject, shard, shards)]
 
 
 @dataclass
@@ -263,7 +265,9 @@ class Worker:
         first = cls.name not in self._opened
         self._opened.add(cls.name)
         consumer, fresh = await self.bus.own_consumer(
-            self._consumer_name(cls), agent_filters(self.bus.subjects, cls), ack_wait_s=self.settings.ack_wait_s
+            self._consumer_name(cls),
+            agent_filters(self.bus.subjects, cls, self.settings.shard, self.settings.shards),
+            ack_wait_s=self.settings.ack_wait_s,
         )
         if fresh:  # nothing read before: nothing to recover
             return consumer
@@ -279,7 +283,8 @@ class Worker:
         back since the timer was set would make it wait the step too, so no timer waits longer than it asked.
         """
         assert self._timers is not None
-        for timer in await asked_again(functools.partial(pending_timers, self.bus, agent)):
+        shard, shards = self.settings.shard, self.settings.shards
+        for timer in await asked_again(functools.partial(pending_timers, self.bus, agent, shard, shards)):
             if episode_shard(timer.episode, self.settings.shards) == self.settings.shard:
                 assert isinstance(timer.body, Timer)
                 left = min(max(0.0, timer.ts + timer.body.after_s - time.time()), timer.body.after_s)
@@ -299,8 +304,9 @@ class Worker:
                 self._readers[cls.name] = (consumer, scope)
 
     async def _dispatch(self, tg: TaskGroup, cls: type[Agent], consumer: Consumer, delivery: Delivery) -> None:
-        # Another shard's input is passed over undecoded (and so is dead-lettered, if bad, by that shard alone).
-        if self.settings.shards > 1:
+        # Where the subjects are not partitioned, another shard's input is passed over undecoded (and so is
+        # dead-lettered, if bad, by that shard alone); partitioned, the consumer's filters deliver only this shard's.
+        if self.settings.shards > 1 and self.bus.subjects.partitions == 1:
             episode = self.bus.subjects.episode_in(delivery.subject)
             if episode_shard(episode, self.settings.shards) != self.settings.shard:
                 await consumer.ack(delivery)
