@@ -72,8 +72,19 @@ def test_an_answer_in_the_format_is_read_fenced_or_not() -> None:
         ('{"behaviours": [{"name": "x", "tiers": {"rule": "maybe"}}]}', "'maybe' - at `$.behaviours[0].tiers[...]`"),
         ('{"behaviours": [{"name": "x", "tiers": ["rule"]}]}', "got `array` - at `$.behaviours[0].tiers`"),
         ('{"behaviours": [], "verdict": "yes"}', "unknown field `verdict`"),
+        (json.dumps({"behaviours": [GOOD["behaviours"][0]] * 9}), "length <= 8 - at `$.behaviours`"),
     ],
-    ids=["prose", "prose-around", "missing-key", "unknown-tier", "no-tier", "bad-outcome", "tier-list", "extra-key"],
+    ids=[
+        "prose",
+        "prose-around",
+        "missing-key",
+        "unknown-tier",
+        "no-tier",
+        "bad-outcome",
+        "tier-list",
+        "extra-key",
+        "too-many",
+    ],  # fmt: skip
 )
 def test_a_malformed_answer_is_an_error_that_says_what_is_wrong(answer: str, error: str) -> None:
     with pytest.raises(AnswerFormatError, match="annotation: .*" + error.replace("[", r"\[").replace("$", r"\$")):
@@ -231,6 +242,8 @@ async def test_a_real_server_answers_through_the_openai_client_and_a_malformed_a
     assert judged["e1"] == parse_annotation(json.dumps(GOOD)) and served == 0
     assert isinstance(judged["e2"], str) and "AnswerFormatError: annotation: not one JSON object" in judged["e2"]
     assert [f["type"] for f in formats] == ["json_schema"] * 2
-    assert list(formats[0]["json_schema"]["schema"]["properties"]) == ["behaviours", "rationale"]
+    schema = formats[0]["json_schema"]["schema"]
+    assert list(schema["properties"]) == ["behaviours", "rationale"]
+    assert schema["properties"]["behaviours"]["maxItems"] == 8  # a schema-constrained model must close the list
     recorded = (tmp_path / ANNOTATIONS).read_text().splitlines()
     assert [json.loads(line)["episode"] for line in recorded] == ["e1", "e2"]  # the malformed answer is kept too

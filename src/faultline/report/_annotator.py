@@ -67,6 +67,10 @@ SHOWN_KINDS = (
 MAX_SHOWN_CHARS = 400
 """How much of one message's text the trajectory shows."""
 ANSWER_TOKENS = 768
+MAX_BEHAVIOURS = 8
+"""The most behaviours one answer lists: bounded in the schema too, so that a model whose output the schema
+constrains must close the list (a small one otherwise repeats items until its token cap)."""
+MAX_NAME_CHARS = 80
 ANNOTATED = "annotated"
 NOT_ANNOTATED = "not_annotated"
 
@@ -81,7 +85,8 @@ response mitigated the fault, failed when it was activated there but did not res
 that ran (mechanism, succeeded) with an agent that then gave up (reasoning, failed)). List no behaviour when \
 the system did not respond to the fault.
 Reply with one JSON object with exactly these keys:
-"behaviours": a list of objects with keys "name" (a short description), "tiers" (an object whose keys are \
+"behaviours": a list of at most 8 objects, one per distinct behaviour, with keys "name" (a short description \
+of what the system did), "tiers" (an object whose keys are \
 tiers above and whose values are "succeeded" or "failed"), "step" (the [number] of the trajectory line that \
 shows it)
 "rationale": why, in one short sentence"""
@@ -92,7 +97,7 @@ Outcome = Literal["succeeded", "failed"]
 class JudgedBehaviour(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One behaviour in the judge's answer."""
 
-    name: Annotated[str, msgspec.Meta(min_length=1)]
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
     tiers: Annotated[dict[Tier, Outcome], msgspec.Meta(min_length=1)]
     """Each tier it belongs to, with its outcome there."""
     step: int = -1
@@ -101,7 +106,7 @@ class JudgedBehaviour(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class Annotation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The judge's answer for one episode (`ANSWER_FORMAT`)."""
 
-    behaviours: list[JudgedBehaviour]
+    behaviours: Annotated[list[JudgedBehaviour], msgspec.Meta(max_length=MAX_BEHAVIOURS)]
     rationale: str = ""
 
 
@@ -110,10 +115,11 @@ ANSWER_FORMAT: dict[str, Any] = {
     "properties": {
         "behaviours": {
             "type": "array",
+            "maxItems": MAX_BEHAVIOURS,
             "items": {
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string", "minLength": 1},
+                    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
                     "tiers": {
                         "type": "object",
                         "properties": {tier: {"enum": ["succeeded", "failed"]} for tier in TIERS},
