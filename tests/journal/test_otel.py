@@ -12,10 +12,12 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from faultline.cli import main
+from faultline.core import episode_shard
 from faultline.journal.otel import export_otel
 
 from .conftest import episode_envelopes
 from .test_diff import journal_of
+from .test_sets import _written_set
 
 
 class Receiver(ThreadingHTTPServer):
@@ -114,3 +116,21 @@ def test_an_endpoint_that_cannot_be_reached_is_one_line(tmp_path: Path, capsys: 
     assert main(["journal", "otel", str(path), "--endpoint", url, "--timeout", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("faultline: error:") and url in err[-1]
+
+
+def test_a_journal_set_exports_the_traces_of_the_same_journal_in_one_file(receiver: Receiver, tmp_path: Path) -> None:
+    """Each shard's episodes, read through the set: the same traces and spans as one file of the same episodes,
+    but for the journal positions, which are each file's own."""
+    episodes = [f"ep{i}" for i in range(6)]
+    assert {episode_shard(e, 2) for e in episodes} == {0, 1}
+    _written_set(tmp_path / "set", episodes)
+    one = journal_of(
+        tmp_path / "one.db", *(episode_envelopes(e, t0=1_767_225_600.0 + 100 * i) for i, e in enumerate(episodes))
+    )
+
+    def spans(path: Path) -> list[tuple[bytes, bytes, str, int]]:
+        receiver.spans.clear()
+        assert export_otel(path, receiver.url)[0] == len(episodes)
+        return sorted((s.trace_id, s.span_id, s.name, s.start_time_unix_nano) for s in receiver.spans)
+
+    assert spans(tmp_path / "set") == spans(one)

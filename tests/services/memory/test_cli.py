@@ -10,11 +10,12 @@ import pytest
 
 from faultline.bus import EmbeddedServer
 from faultline.cli import main
-from faultline.journal import JournalReader
+from faultline.core import Subjects, episode_shard
+from faultline.journal import Incoming, Journal, JournalReader, create_set, shard_path
 from faultline.runtime import ProcessSpec, Supervisor
 from faultline.services.memory import HashingEmbedder, MemoryStore, TopK, retrieval_body, wait_for_memory
 from tests import jsonl
-from tests.services.memory.episodes import sample_episodes, write_journal
+from tests.services.memory.episodes import STREAM, sample_episodes, write_journal
 
 
 @pytest.fixture(autouse=True)
@@ -150,3 +151,32 @@ async def test_serve_runs_under_the_supervisor(nats_server: EmbeddedServer, tmp_
         assert len(memory) == 7
     with JournalReader(tmp_path / "j.sqlite") as reader:
         assert [e.outcome for e in reader.episodes()].count("success") == 3
+
+
+def test_rebuild_reads_a_journal_set_as_the_journal_it_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sample episodes split over a set of two, each row in its episode's shard at its stream sequence: the
+    store rebuilt from the set holds what the one file gives."""
+    episodes = sample_episodes()
+    write_journal(tmp_path / "j.sqlite", episodes)
+    create_set(tmp_path / "set", 2)
+    rows = [env for envs in episodes for env in envs]
+    subjects = Subjects()
+    for shard in range(2):
+        with Journal.open(shard_path(tmp_path / "set", shard)) as journal:
+            journal.append(
+                Incoming(STREAM, seq, subjects.for_envelope(env), env)
+                for seq, env in enumerate(rows, start=1)
+                if episode_shard(env.episode, 2) == shard
+            )
+    assert {episode_shard(envs[0].episode, 2) for envs in episodes} == {0, 1}
+    _, one, _ = run(capsys, "memory", "rebuild", "j.sqlite", "--out", "one.sqlite", "--json")
+    _, two, _ = run(capsys, "memory", "rebuild", "set", "--out", "two.sqlite", "--json")
+    same = ("added", "present", "entries", "completed")
+    assert [jsonl.read(two)[1][k] for k in same] == [jsonl.read(one)[1][k] for k in same] == [7, 0, 7, 8]
+    with (
+        MemoryStore(tmp_path / "one.sqlite", HashingEmbedder()) as a,
+        MemoryStore(tmp_path / "two.sqlite", HashingEmbedder()) as b,
+    ):
+        assert sorted(e.query for e in a.entries()) == sorted(e.query for e in b.entries())
