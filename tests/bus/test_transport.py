@@ -386,9 +386,12 @@ async def test_a_stream_records_its_partitions_and_refuses_a_process_of_another_
         assert sorted(info.config.subjects or []) == sorted(four.subjects.journaled)
         await four.publish(note(1))
         assert (await four.stream_state()).messages == 1
-        with pytest.raises(BusError, match=r"holds 1 messages whose subjects are divided into 4 partition\(s\), and"
+        with pytest.raises(BusError, match=r"holds 1 messages whose subjects it divides into 4 partition\(s\), and"
                            r" this process divides them into 1"):  # fmt: skip
             await one.ensure_stream()
+        with pytest.raises(BusError, match=r"divides its subjects into 4 partition\(s\), and this process divides"):
+            await one.check_layout()  # a runner of the system already up, who would publish where no shard reads
+        await four.check_layout()
         assert ((await four.ensure_stream()).config.metadata or {})["faultline_partitions"] == "4"
     finally:
         await one.close()

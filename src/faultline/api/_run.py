@@ -470,6 +470,7 @@ async def _run_remote(
             url, prefix=config.nats.prefix, settings=bus_settings(config), name=OPERATOR, login=connect_as
         )
         try:
+            await bus.check_layout()
             async with rules_in_force(
                 bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
             ):

@@ -341,17 +341,28 @@ class Bus:
                     return await self.js.add_stream(config)
                 except nats.js.errors.BadRequestError:
                     info = await self.js.stream_info(self.subjects.stream)  # created concurrently
-            recorded = int((info.config.metadata or {}).get(PARTITIONS_KEY, "1"))
+            recorded = _partitions(info)
             if recorded != partitions and info.state.messages:
                 raise BusError(
-                    f"stream {self.subjects.stream} holds {info.state.messages} messages whose subjects are divided"
-                    f" into {recorded} partition(s), and this process divides them into {partitions} (the least"
-                    " common multiple of [journal] shards and every [workers.*] count): run it with the system's"
-                    " own configuration, or start the system on a new store"
+                    self._other_layout(recorded, f"holds {info.state.messages} messages whose subjects it divides")
                 )
             if recorded != partitions or sorted(info.config.subjects or []) != sorted(config.subjects or []):
                 return await self.js.update_stream(config)
             return info
+
+    async def check_layout(self) -> None:
+        """BusError, in one line, when the system's stream divides its subjects into other partitions than this
+        process does: what it publishes would go where no shard reads it (a runner of a system already up)."""
+        recorded = _partitions(await self._stream_info())
+        if recorded != self.subjects.partitions:
+            raise BusError(self._other_layout(recorded, "divides its subjects"))
+
+    def _other_layout(self, recorded: int, what: str) -> str:
+        return (
+            f"stream {self.subjects.stream} {what} into {recorded} partition(s), and this process divides them into"
+            f" {self.subjects.partitions} (the least common multiple of [journal] shards and every [workers.*] count):"
+            " run it with the system's own configuration, or start the system on a new store"
+        )
 
     async def stream_incarnation(self) -> str:
         """An id of this stream's life: a journal must not mix sequences of two streams."""
@@ -687,6 +698,11 @@ class Bus:
         except DecodeError as exc:
             await self.dead_letter(delivery, str(exc))
             return None
+
+
+def _partitions(info: api.StreamInfo) -> int:
+    """The partitions a stream's metadata records; a stream made before they were recorded has one."""
+    return int((info.config.metadata or {}).get(PARTITIONS_KEY, "1"))
 
 
 def _filters(filter_subjects: Sequence[str]) -> dict[str, Any]:
