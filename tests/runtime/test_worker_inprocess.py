@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import anyio
@@ -9,7 +10,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from faultline._errors import BusError
-from faultline.bus import Bus, BusSettings, Consumer, EmbeddedServer
+from faultline.bus import Bus, BusSettings, Consumer, EmbeddedServer, Message
 from faultline.core import (
     RUNNER,
     Agent,
@@ -21,10 +22,12 @@ from faultline.core import (
     LlmRequest,
     LlmResponse,
     Note,
+    Notice,
     Recording,
     Start,
     Timer,
     TimerFired,
+    decode_envelope,
     episode_shard,
 )
 from faultline.runtime import Completions, Worker, WorkerSettings, start_episode
@@ -495,3 +498,52 @@ async def test_worker_shards_on_partitioned_subjects_are_delivered_only_their_ow
             assert info.delivered.consumer_seq == 10 * sum(1 for e in episodes if episode_shard(e, 2) == k)
     finally:
         await bus.close()
+
+
+class Counts(Agent):
+    """Says how many messages it has seen; completes the episode at the second."""
+
+    name = "counts"
+    completes = True
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        self.seen += 1
+        ctx.emit(Notice(text="seen", data={"seen": self.seen}))
+        if self.seen == 2:
+            ctx.emit(EpisodeCompleted(outcome="success"))
+
+
+async def test_a_late_input_after_its_episodes_instances_were_forgotten_meets_them_rebuilt(bus: Bus) -> None:
+    """An input that comes after its completed episode's instances were evicted (a model call that outlived an
+    episode's timeout) is handled by an instance rebuilt from the stream, as replay handles it: not by a fresh
+    one, which has seen nothing (a user simulator without its task then failed on an assertion)."""
+    worker = Worker(bus, [Counts], backends=lambda role: EchoBackend())
+    seen: list[int] = []
+    third = anyio.Event()
+
+    async def on_notice(msg: Message) -> None:
+        seen.append(int(decode_envelope(msg.data).body.data["seen"]))  # type: ignore[union-attr]
+        if len(seen) == 3:
+            third.set()
+
+    def note(i: int) -> Envelope:
+        return Envelope(id=f"late-n{i}", episode="late", sender="feeder", recipient="counts", body=Note(text="x"))
+
+    await bus.subscribe(bus.subjects.event("notice", "late"), on_notice)
+    async with anyio.create_task_group() as tg, Completions(bus, (Counts.name,)) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await bus.publish_all([note(0), note(1)])
+        with anyio.fail_after(10):
+            await completions.wait(["late"])
+        worker._finished.setdefault("late", 0.0)  # completed long ago, whenever its own subscription hears it
+        worker._evict(cutoff=math.inf)
+        assert "late" not in worker._instances
+        await bus.publish(note(2))
+        with anyio.fail_after(10):
+            await third.wait()
+        worker.stop()
+    assert seen == [1, 2, 3]

@@ -103,6 +103,10 @@ class WorkerSettings:
     reading through a consumer of its own, would have the server time the consumers out."""
 
 
+EVICTED_KEPT = 65_536
+"""How many evicted episodes a worker remembers (`Worker._evicted`): hours of a busy system's completions."""
+
+
 def consumer_name(agent: str, shard: int, shards: int) -> str:
     """The durable consumer through which shard `shard` of `shards` reads `agent`'s inputs."""
     return f"agent-{agent}-{shard}of{shards}"
@@ -156,6 +160,9 @@ class Worker:
     _limiter: anyio.CapacityLimiter | None = None
     _history_reads: anyio.CapacityLimiter | None = None
     _finished: dict[str, float] = field(default_factory=dict)
+    _evicted: dict[str, None] = field(default_factory=dict)
+    """The episodes whose instances `_evict` forgot, latest last, at most `EVICTED_KEPT`: a late input of one is
+    handled by an instance rebuilt from the stream (`_rebuild`), as replay handles it, not by a fresh one."""
     _held: dict[tuple[str, int], tuple[Consumer, Delivery]] = field(default_factory=dict)
     """Deliveries queued or being handled, not acknowledged yet, by (consumer, stream sequence): the
     latest delivery of each, whose consumer is the one to acknowledge it to."""
@@ -323,6 +330,8 @@ class Worker:
         instances = self._instances.get(env.episode)
         if instances is None:
             instances = self._instances[env.episode] = {}
+            if env.episode in self._evicted:  # a late input: its rebuilt instances are forgotten again in time
+                self._finished.setdefault(env.episode, anyio.current_time())
         instance = instances.get(cls.name)
         if instance is None:
             send, receive = anyio.create_memory_object_stream[tuple[Delivery, Envelope]](float("inf"))
@@ -381,7 +390,8 @@ class Worker:
         await reader.ack(latest)
 
     async def _rebuild(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
-        """After a restart, replay what this instance had handled before `seq`.
+        """After a restart, or for a late input of an episode whose instances were evicted, replay what this
+        instance had handled before `seq`.
 
         A restarted worker cannot tell an episode that began before the crash from
         a new one without looking, so it looks for every instance it creates (one
@@ -390,7 +400,7 @@ class Worker:
         the recordings, the instance is broken and its episode fails with the cause.
         """
         instance.rebuilt = True
-        if cls.name not in self._recovering:
+        if cls.name not in self._recovering and env.episode not in self._evicted:
             return
         assert self._history_reads is not None
         async with self._history_reads:
@@ -493,6 +503,9 @@ class Worker:
             for instance in self._instances.pop(episode, {}).values():
                 instance.send.close()
             self.bus.interceptors.forget(episode)
+            self._evicted[episode] = None
+            if len(self._evicted) > EVICTED_KEPT:
+                del self._evicted[next(iter(self._evicted))]
 
     async def _on_status(self, msg: Message) -> None:
         live = [
