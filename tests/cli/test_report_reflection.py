@@ -62,3 +62,27 @@ def test_user_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 3 and all(line.startswith("faultline: ") for line in errors)
     assert "absent.sqlite" in errors[2]
+
+
+def test_an_answer_to_a_reflection_request_in_another_form_is_scored_for_what_it_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tool agent reflects after a failed call; a `scripted` model calls a tool that does not exist and, asked
+    to reflect, answers in prose, as a small real model did. Each such turn is scored (0: no part of the form),
+    not left out as if nobody had asked for the form."""
+    (tmp_path / "rules.jsonl").write_text(
+        '{"role": "tool", "contains": "unknown tool", "reply": "I am sorry, something went wrong."}\n'
+        '{"role": "tool", "tool_calls": [{"name": "nope", "arguments": {}}]}\n'
+    )
+    (tmp_path / "faultline.toml").write_text(
+        '[models.tool]\nbackend = "scripted"\nscript = "rules.jsonl"\nreflection = "after_error"\n'
+    )
+    journal = tmp_path / "j.sqlite"
+    argv = ["run", "--config", str(tmp_path / "faultline.toml"), "--tasks", "1", "--max-turns", "2"]
+    assert main([*argv, "--journal", str(journal), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["report", "--reflection", str(journal), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    turns = [line for line in lines if line["type"] == "turn"]
+    assert turns and lines[-1]["agents"] == {"tool": len(turns)}
+    assert all(t["total"] == 0.0 for t in turns)

@@ -1,6 +1,8 @@
 """`faultline report --reflection JOURNAL`: the structured-reflection reward of a journal's turns.
 
-A turn is a model answer with a `<reflect>`, `<call>` or `<final>` part. Its reference is
+A turn is a model answer with a `<reflect>`, `<call>` or `<final>` part, or any answer to a request
+that asked for the form (the tool agent's reflection after a failed call: `metadata.reflect`); an
+answer in another form scores the parts it lacks as missing. Its reference is
 the task's gold action at that point, as attribution defines it (`gold_action`): the first
 ground-truth call the tool agent has not yet made successfully, as a `<call>`, or past the
 last one the gold reply, as a `<final>`. No gold reflection exists, so no reference has one.
@@ -118,12 +120,17 @@ def _turns(rows: list[JournalRow]) -> Iterator[tuple[JournalRow, str, Turn]]:
         if not isinstance(body, Recording) or body.call != "llm" or body.error:
             continue
         text = body.response.get("content") if isinstance(body.response, dict) else None
-        if not isinstance(text, str) or not _FORM.search(text):
+        if not isinstance(text, str) or not (_FORM.search(text) or _asked_for_the_form(body.request)):
             continue
         turn = parse_turn(text)
         if row.sender == VERIFIER:
             turn = _verdict_turn(text, turn, body.request)
         yield row, str(body.response.get("model", "")), turn
+
+
+def _asked_for_the_form(request: Any) -> bool:
+    metadata = request.get("metadata") if isinstance(request, dict) else None
+    return isinstance(metadata, dict) and metadata.get("reflect") is True
 
 
 def _verdict_turn(text: str, turn: Turn, request: Any) -> Turn:
