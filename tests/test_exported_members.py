@@ -84,7 +84,6 @@ PUBLIC = {
         "Usage",
         "UserTurn",
         "document_tool",
-        "known_domain",
         "load_domain",
         "seed_documents",
         "tool",

@@ -29,6 +29,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "borrow_database",
             "check_arguments",
             "document_tool",
+            "known_domain",
             "load_domain",
             "return_database",
             "schema_problem",

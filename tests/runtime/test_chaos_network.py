@@ -3,6 +3,7 @@ healed, and a delay holds chunks without ever reordering one connection's bytes.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -88,12 +89,13 @@ async def _a_cut_drops_live_connections_and_refuses_new_ones_until_healed(link: 
 
 
 async def test_a_link_to_a_target_that_is_down_refuses() -> None:
-    async with network() as net:
-        with anyio.fail_after(WAIT_S):
-            closed = await anyio.create_tcp_listener(local_host=HOST)
-            port = closed.extra(SocketAttribute.local_port)
-            await closed.aclose()
-            assert await _refused(await net.link("client", "gone", port))
+    """The target's port is bound and never listened on, so it refuses, and no other process can take it
+    meanwhile (a port closed after use could be another test's server by the time the link connects)."""
+    with socket.socket() as down:
+        down.bind((HOST, 0))
+        async with network() as net:
+            with anyio.fail_after(WAIT_S):
+                assert await _refused(await net.link("client", "gone", down.getsockname()[1]))
 
 
 async def test_a_delay_holds_chunks_and_keeps_one_connections_order() -> None:

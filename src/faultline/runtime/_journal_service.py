@@ -166,6 +166,7 @@ class JournalService:
             consumer = self._consumer = await self._open()
             self._last_delivery = 0
             self._ready.set()
+            await self._reach_stream()  # reopened after a hold with nothing of its own left, no batch will ask
             try:
                 refused = await self._copy_batches(journal, stream, consumer)
             finally:
