@@ -348,7 +348,6 @@ class JournalService:
         log.warning("%s: written again from stream sequence %d; catching up", self.path, self.last_seq + 1)
         await self._set_stuck("")
         await self._advance(seq)
-        await self._reach_stream()  # the held batch may have been its last: none may come to ask after it
 
     async def _catch_up(self) -> int:
         """Wait until everything the stream held when asked to stop is in the file, or the file refuses it.
@@ -365,8 +364,10 @@ class JournalService:
         left to deliver and nothing unacknowledged, it holds everything of its own the stream held before, so it
         has reached the stream's last sequence. Asked only while someone waits for a sequence it has not reached.
         """
-        wanted = max([self._wanted, *(until for until, _ in self._waiting)])
-        if not self._filtered or self._consumer is None or wanted <= self.last_seq or self.stuck:
+        if not self._filtered or self._consumer is None or self.stuck:  # a single journal: after every batch
+            return
+        asked = max((until for until, _ in self._waiting), default=0)
+        if max(asked, self._wanted) <= self.last_seq:
             return
         try:
             last = (await self.bus.stream_state()).last_seq  # first: what the consumer then says covers it
