@@ -371,6 +371,7 @@ PUBLIC = {
         "started_envelope",
         "state_dir",
         "system_access",
+        "tune_collector",
         "worker_identity",
         "JournalService",
         "system_of",

@@ -53,7 +53,15 @@ from faultline.cli._system import (
 )
 from faultline.core import parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
-from faultline.runtime import ALL_ROLES, LOCAL_SETTINGS, MODEL_NAME, Config, load_config, local_model_server
+from faultline.runtime import (
+    ALL_ROLES,
+    LOCAL_SETTINGS,
+    MODEL_NAME,
+    Config,
+    load_config,
+    local_model_server,
+    tune_collector,
+)
 from faultline.runtime.models import sim_metadata
 
 PROGRESS_LINE_S = 10.0
@@ -484,6 +492,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
     )
     notes = [f"[dim]note: {SIM_NOTE}[/dim]"] if sim_note and uses_sim(config) and not args.json else []
     display = _Display(Console(stderr=True), quiet=args.json, label=label, notes=notes, insecure=args.insecure)
+    tune_collector()  # this process is the runner: it tracks every episode in flight
     try:
         return run(spec, progress=display)
     except DirectoryBusyError as exc:

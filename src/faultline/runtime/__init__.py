@@ -61,7 +61,13 @@ if TYPE_CHECKING:
     from faultline.runtime._lock import hold_directories, state_dir
     from faultline.runtime._otel_stream import OtelStream
     from faultline.runtime._roster import HELPERS_CONTROL, Rosters, publish_roster, read_rosters, roster_control
-    from faultline.runtime._services import run_journal, run_worker, serve_until_signal, worker_settings
+    from faultline.runtime._services import (
+        run_journal,
+        run_worker,
+        serve_until_signal,
+        tune_collector,
+        worker_settings,
+    )
     from faultline.runtime._supervisor import ProcessSpec, Supervisor
     from faultline.runtime._worker import Worker, WorkerSettings
 
@@ -131,6 +137,7 @@ __all__ = [
     "started_envelope",
     "state_dir",
     "system_access",
+    "tune_collector",
     "worker_identity",
 ]
 
@@ -194,7 +201,13 @@ __getattr__, __dir__ = lazy_exports(
         "faultline.runtime._otel_stream": ("OtelStream",),
         "faultline.runtime._roster": ("HELPERS_CONTROL", "Rosters", "publish_roster", "read_rosters", "roster_control"),
         "faultline.runtime._agents": ("CONTROLLER_AGENT", "agent_lookup", "system_of"),
-        "faultline.runtime._services": ("run_journal", "run_worker", "serve_until_signal", "worker_settings"),
+        "faultline.runtime._services": (
+            "run_journal",
+            "run_worker",
+            "serve_until_signal",
+            "tune_collector",
+            "worker_settings",
+        ),
         "faultline.runtime._supervisor": ("ProcessSpec", "Supervisor"),
         "faultline.runtime._worker": ("Worker", "WorkerSettings"),
     },

@@ -115,8 +115,10 @@ class RuntimeConfig(_Section, frozen=True):
     """How long NATS waits for an acknowledgement before redelivering."""
     drain_timeout_s: Seconds = 10.0
     """How long a stopping worker waits for handlers in flight."""
-    linger_s: Annotated[float, msgspec.Meta(ge=0.0)] = 30.0
-    """How long a completed episode's agent instances are kept for late messages."""
+    linger_s: Annotated[float, msgspec.Meta(ge=0.0)] = 5.0
+    """How long a completed episode's agent instances are kept for late messages. A message later than this
+    meets them rebuilt from the stream, as replay would (one read of the stream each), so this trades the
+    memory of completed episodes against reading them again."""
 
 
 class WorkerConfig(_Section, frozen=True):

@@ -56,8 +56,8 @@ async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:
         await announce_ready(bus, name)
 
 
-def _tune_collector() -> None:
-    """Collect garbage less often in a service process.
+def tune_collector() -> None:
+    """Collect garbage less often in a process of ours (a service, a worker, the runner of `faultline run`).
 
     Each message allocates a few dozen short-lived objects that form no cycles (the
     client's message, its headers, the envelope, the row), so with Python's default
@@ -76,7 +76,7 @@ async def _with_bus(
     settings: BusSettings,
     login: Login | None = None,
 ) -> None:
-    _tune_collector()
+    tune_collector()
     bus = await Bus.connect(url, prefix=prefix, settings=settings, name=name, login=login)
     try:
         await bus.ensure_stream()

@@ -93,7 +93,7 @@ class WorkerSettings:
     handler_timeout_s: float = 300.0
     ack_wait_s: float = 60.0
     drain_timeout_s: float = 10.0
-    linger_s: float = 30.0
+    linger_s: float = 5.0
     quiet_linger_s: float = 0.05
     """How long a quiet input's `NoOutput` marker may wait for later inputs of its instance to cover it."""
     shard: int = 0
@@ -465,7 +465,7 @@ class Worker:
 
     async def _fire(self, timer: Envelope, after_s: float) -> None:
         await anyio.sleep(after_s)
-        if timer.episode not in self._finished:  # nobody waits in a completed episode
+        if timer.episode not in self._finished and timer.episode not in self._evicted:  # nobody waits any more
             await self.bus.publish(timer_fired(timer))
 
     async def _on_completed(self, msg: Message) -> None:
@@ -476,7 +476,7 @@ class Worker:
         """Forget instances of episodes completed `linger_s` ago (late messages still find them until then)."""
         with scope:
             while True:
-                await anyio.sleep(self.settings.linger_s / 2)
+                await anyio.sleep(max(self.settings.linger_s / 2, 0.01))  # a linger of 0 must not spin
                 self._evict(anyio.current_time() - self.settings.linger_s)
 
     async def _keep_held(self, scope: anyio.CancelScope) -> None:
