@@ -3,7 +3,7 @@ and replay against jobs, on whatever machine runs it.
 
 Each configuration is one `faultline run` of `--tasks` retail tasks x `--trials` with the sim model
 (the runtime's mechanisms, never a model's) and `--concurrency` episodes in flight, on a nats-server
-of its own. While it runs, every process of the system is read from /proc once a second (utime +
+of its own, all started at once (`[run] start_rate = 0`). While it runs, every process of the system is read from /proc once a second (utime +
 stime); the CPU each used is reported over the `--window` seconds in which the system as a whole
 used the most, which is the run at saturation. The largest journal of each shard count is then
 replayed with each `--jobs`, and both the handling time replay reports and the command's wall time
@@ -97,7 +97,9 @@ def live(
 ) -> dict[str, Any]:
     journal = folder / (f"w{workers}-s{shards}" + (".sqlite" if shards == 1 else ""))
     config = folder / f"w{workers}-s{shards}.toml"
-    config.write_text(f'[journal]\npath = "{journal}"\nshards = {shards}\n')
+    # every episode starts at once: the default fill-up at `[run] start_rate` (250 episodes/s) would cap a run
+    # short enough for a benchmark below what the workers sustain, and measure the ramp instead
+    config.write_text(f'[journal]\npath = "{journal}"\nshards = {shards}\n\n[run]\nstart_rate = 0\n')
     args = [sys.executable, "-m", "faultline.cli", "run", "--config", str(config), "--journal", str(journal)]
     args += ["--tasks", str(tasks), "--trials", str(trials), "--workers", str(workers)]
     args += ["--concurrency", str(concurrency), "--json"]
