@@ -2,8 +2,8 @@
 
 sim: these numbers measure the runtime's mechanisms (holding episodes that wait on a model), never a model.
 
-Each level runs `faultline.run` on a fresh local system (nats-server, the journal service, one
-worker process) with `bench.agents:Capacity`: a drafter asks the model `--calls` times, hands
+Each level runs `faultline.run` on a fresh local system (nats-server, the journal service, `--workers`
+worker processes, default 1) with `bench.agents:Capacity`: a drafter asks the model `--calls` times, hands
 its draft to a reviewer, which asks `--calls` times and finishes, so an episode makes 2 x calls
 model calls and waits 2 x calls x latency on its model. `--waves` x N episodes run N at a time:
 
@@ -63,6 +63,9 @@ inputs = "inputs.jsonl"
 
 [runtime]
 concurrency = {handlers}
+
+[workers.main]
+count = {workers}
 
 [models.default.latency]
 {latency}
@@ -195,7 +198,9 @@ def level(in_flight: int, args: argparse.Namespace, console: Console) -> dict[st
             if args.spread
             else f'distribution = "fixed"\nseconds = {args.latency}'
         )
-        config_file.write_text(CONFIG.format(root=json.dumps(str(ROOT)), handlers=args.handlers, latency=latency))
+        config_file.write_text(
+            CONFIG.format(root=json.dumps(str(ROOT)), handlers=args.handlers, workers=args.workers, latency=latency)
+        )
         watcher = Watcher(in_flight)
         run_id = f"cap{in_flight}"
         spec = RunSpec(
@@ -313,7 +318,8 @@ def main() -> None:
         help="latency drawn uniformly within +- this many seconds of the mean (0: every call takes exactly --latency)",
     )
     parser.add_argument("--waves", type=int, default=3, help="episodes run, in multiples of the level")
-    parser.add_argument("--handlers", type=int, default=256, help="[runtime] concurrency of the worker")
+    parser.add_argument("--handlers", type=int, default=256, help="[runtime] concurrency of each worker")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes, each serving its share of episodes")
     parser.add_argument("--episode-timeout", type=float, default=600.0)
     parser.add_argument("--keep", type=Path, help="copy each level's journal into this folder")
     parser.add_argument("--json", type=Path)
