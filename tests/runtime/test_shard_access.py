@@ -2,7 +2,8 @@
 
 With the subjects partitioned among a group's shards, each shard runs as an identity of its own. A plain
 NATS client with shard 0's credential is refused, by the server, everything of the other shard's episodes:
-speaking as its own agents there, completing them, its consumer, and a read of their inputs. What is its own
+speaking as its own agents there, completing them, its consumer, a read of their inputs or starts, and hearing
+their completions. What is its own
 stays open to it, and the system runs its episodes meanwhile.
 """
 
@@ -88,6 +89,9 @@ async def test_a_shards_credential_is_refused_the_other_shards_episodes(tmp_path
             f"$JS.API.CONSUMER.CREATE.{stream}.spy.{s.direct(theirs, 'tool')}": msgspec.json.encode(
                 {"stream_name": stream, "config": spy}
             ),
+            f"$JS.API.CONSUMER.CREATE.{stream}.spy.{s.event('started', theirs)}": msgspec.json.encode(
+                {"stream_name": stream, "config": spy | {"filter_subject": s.event("started", theirs)}}
+            ),
         }
         try:
             for subject, payload in trespasses.items():
@@ -96,12 +100,18 @@ async def test_a_shards_credential_is_refused_the_other_shards_episodes(tmp_path
                 with anyio.fail_after(REFUSAL_TIMEOUT_S):
                     await refused.wait()
                 assert refusals[-1] == f'nats: permissions violation for publish to "{subject}"'.lower()
+            their_partition = s.in_shard(s.event("completed", "*"), 1, 2)[0]
+            refused = anyio.Event()
+            await raw.subscribe(their_partition)  # hearing the other shard's completions
+            with anyio.fail_after(REFUSAL_TIMEOUT_S):
+                await refused.wait()
+            assert refusals[-1] == f'nats: permissions violation for subscription to "{their_partition}"'.lower()
             own = await raw.request(f"$JS.API.CONSUMER.INFO.{stream}.agent-tool-0of2", b"", timeout=REFUSAL_TIMEOUT_S)
             assert msgspec.json.decode(own.data)["name"] == "agent-tool-0of2"  # its own stays open to it
             await raw.flush()
         finally:
             await raw.close()
-        assert len(refusals) == len(trespasses) and answers == []
+        assert len(refusals) == len(trespasses) + 1 and answers == []
         async with Completions(bus) as completions:
             await bus.publish_all(env for p in planned for env in start_envelopes(plan, p))
             with anyio.fail_after(EPISODE_TIMEOUT_S):

@@ -162,14 +162,23 @@ def agent_reads(subjects: Subjects, agent: str, topics: Iterable[str] = ()) -> t
     )
 
 
-def worker_reads(subjects: Subjects) -> tuple[str, ...]:
-    """What every worker reads of the stream: completions and starts, the fault rules, the helpers' roster."""
+def worker_reads(subjects: Subjects, shard: tuple[int, int] = (0, 1)) -> tuple[str, ...]:
+    """What every worker reads of the stream: the completions and starts of its shard's episodes, the fault rules
+    and every rule's applications (a rule's limits count them all), the helpers' roster."""
     return (
-        subjects.event("completed", "*"),
-        subjects.event("started", "*"),
+        *_episode_events(subjects, shard),
         subjects.ctl("faults"),
         subjects.event("fault", "*"),
         subjects.ctl("helpers"),
+    )
+
+
+def _episode_events(subjects: Subjects, shard: tuple[int, int]) -> tuple[str, ...]:
+    """The completions and starts of shard `shard`'s episodes (`Subjects.in_shard`)."""
+    return tuple(
+        narrowed
+        for event in ("completed", "started")
+        for narrowed in subjects.in_shard(subjects.event(event, "*"), *shard)
     )
 
 
@@ -190,7 +199,8 @@ def agent_identity(
     the stream through `consumers` (durable, the operator's `ConsumerSpec`s) and through
     short-lived consumers on `reads` (`agent_reads`, `worker_reads`), never under the name of
     one of the system's `durables` (every durable consumer's name). A `shard` (k, n) of a group
-    speaks only in its own partitions (`Subjects.in_shard`), completions included.
+    speaks only in its own partitions (`Subjects.in_shard`), completions included, and hears only their
+    completions.
     """
     agents = tuple(agents)
     publish, subscribe = _js_api(subjects, name)
@@ -207,9 +217,8 @@ def agent_identity(
     )
     refused = tuple(subjects.event("completed", "*", agent) for agent in agents if agent not in completers)
     publish = (*own, *publish, *_uses(subjects, consumers), *_reads(subjects, reads))
-    return Identity(
-        name, publish, (*subscribe, subjects.event("completed", "*")), (*refused, *_guards(subjects, durables))
-    )
+    completions = subjects.in_shard(subjects.event("completed", "*"), *shard)
+    return Identity(name, publish, (*subscribe, *completions), (*refused, *_guards(subjects, durables)))
 
 
 def recorder_identity(

@@ -175,7 +175,7 @@ def system_access(
         for shard in identity_shards(count, subjects.partitions):
             name = worker_identity(group, *shard, subjects.partitions)
             inputs = (r for agent in agents for r in agent_reads(subjects, agent, topics[agent]))
-            reads = (*worker_reads(subjects), *(n for r in inputs for n in subjects.in_shard(r, *shard)))
+            reads = (*worker_reads(subjects, shard), *(n for r in inputs for n in subjects.in_shard(r, *shard)))
             own = (spec.name for spec in consumers if spec.owner == name)
             identities.append(
                 agent_identity(

@@ -62,15 +62,12 @@ async def pending_timers(bus: Bus, agent: str, shard: int = 0, shards: int = 1) 
 
     A timer fires as a `TimerFired` the agent sends itself, caused by the timer; the
     stream holds every timer, every firing and every completion, so the three tell
-    which waits are still open. Shard `shard` of `shards` reads its own partitions' timers and firings
-    (`Subjects.in_shard`), all its credential may read where the subjects are partitioned.
+    which waits are still open. Shard `shard` of `shards` reads its own partitions' timers, firings and
+    completions (`Subjects.in_shard`), all its credential may read where the subjects are partitioned.
     """
     s = bus.subjects
-    own = [s.event("timer", "*", agent), s.direct("*", agent, agent)]
-    subjects = [
-        *(narrowed for subject in own for narrowed in s.in_shard(subject, shard, shards)),
-        s.event("completed", "*"),
-    ]
+    read = [s.event("timer", "*", agent), s.direct("*", agent, agent), s.event("completed", "*")]
+    subjects = [narrowed for subject in read for narrowed in s.in_shard(subject, shard, shards)]
     timers: list[Envelope] = []
     fired: set[str] = set()
     completed: set[str] = set()

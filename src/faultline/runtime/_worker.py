@@ -200,10 +200,9 @@ class Worker:
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
         self._history_reads = anyio.CapacityLimiter(self.settings.recovery_reads)
         s = self.bus.subjects
-        subs = [
-            await self.bus.subscribe(s.svc("status"), self._on_status),
-            await self.bus.subscribe(s.event("completed", "*"), self._on_completed),
-        ]
+        completions = s.in_shard(s.event("completed", "*"), self.settings.shard, self.settings.shards)
+        subs = [await self.bus.subscribe(s.svc("status"), self._on_status)]
+        subs += [await self.bus.subscribe(subject, self._on_completed) for subject in completions]
         try:
             # Timers are inner: cancelling them at the stop leaves the handlers in `serving` to drain.
             async with anyio.create_task_group() as self._serving, anyio.create_task_group() as self._timers:
