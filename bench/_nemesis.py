@@ -66,18 +66,27 @@ class Kind(StrEnum):
     CLOCK = "clock"
     """The target process's wall clock stepped by `offset_s` (forwards or back), and stepped back to the
     system's after `duration_s`; its monotonic clocks go on."""
+    ONE_WAY = "one_way"
+    """The bytes headed to the target (`direction` "in") or from it ("out") on every one of its links held
+    for `duration_s`, the connections left open and the other way flowing, then let through in order: a
+    firewall rule dropping one direction, where TCP delivers what it held once the path returns, unless
+    a side gave up on the connection first (a client's pings unanswered)."""
 
 
 KINDS = tuple(Kind)
 PROCESS_KINDS = (Kind.KILL, Kind.PAUSE)
 """The kinds of the first schedules: a seed drawn with only these draws the schedule it drew before the
 network kinds were added."""
-NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY)
+NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY, Kind.ONE_WAY)
 """The kinds that need the cluster's network (`Cluster.network`)."""
 DISK_KINDS = (Kind.DISK_FULL, Kind.SLOW_DISK)
 """The kinds that need the journal on a disk of its own (`bench._disk`)."""
-NETWORK_ERA_KINDS = (*PROCESS_KINDS, *NETWORK_KINDS)
+NETWORK_ERA_KINDS = (*PROCESS_KINDS, Kind.PARTITION, Kind.DELAY)
 """The kinds before disks and clocks: a seed drawn with these draws the schedule it drew then."""
+CLOCK_ERA_KINDS = (*NETWORK_ERA_KINDS, *DISK_KINDS, Kind.CLOCK)
+"""The kinds before one-way partitions: a seed drawn with these draws the schedule it drew then."""
+DIRECTIONS = ("in", "out")
+"""What a one-way partition holds: the bytes headed to its target, or those it sends."""
 DURATIONS_S = {
     Kind.KILL: (0.5, 3.0),
     Kind.PAUSE: (1.0, 6.0),
@@ -86,6 +95,7 @@ DURATIONS_S = {
     Kind.DISK_FULL: (1.0, 8.0),
     Kind.SLOW_DISK: (2.0, 10.0),
     Kind.CLOCK: (2.0, 10.0),
+    Kind.ONE_WAY: (1.0, 8.0),
 }
 """The range each kind's duration is drawn from: how long a node stays down, a process stopped, a link cut
 or slowed, the disk full or slow, or a clock stepped. A killed worker or journal has none: the supervisor
@@ -115,6 +125,8 @@ class Fault(msgspec.Struct, frozen=True, kw_only=True):
     """A slow disk's reads, and its writes, a second."""
     offset_s: float = 0.0
     """A clock's step: seconds added to the target's wall clock (negative: back)."""
+    direction: str = ""
+    """A one-way partition's: "in" holds what goes to the target, "out" what it sends."""
     with_previous: bool = False
     """Begun `delay_s` after the fault before it began, while that one may still last, instead of at an
     episode count (schedules drawn with `overlap`)."""
@@ -123,6 +135,7 @@ class Fault(msgspec.Struct, frozen=True, kw_only=True):
         held = f" up to {self.latency_s:g}s a chunk" if self.latency_s else ""
         held += f" to {self.iops} IO/s" if self.iops else ""
         held += f" stepped {self.offset_s:+g}s" if self.offset_s else ""
+        held += f" {self.direction}" if self.direction else ""
         lasting = f" for {self.duration_s:g}s" if self.duration_s else ""
         when = "while the one before lasts" if self.with_previous else f"after {self.after_episodes} episodes"
         return f"{self.kind} {self.target}{held}{lasting} {when} + {self.delay_s:g}s"
@@ -146,7 +159,8 @@ def draw_schedule(
 ) -> Schedule:
     """The schedule of `seed`: one fault per EPISODES_PER_FAULT episodes, each at a count drawn in its own
     slice of the run's first three quarters (so that later faults still meet running episodes), of a kind,
-    target, delay and duration (and a delay's latency, a slow disk's IO/s, a clock's step) drawn from
+    target, delay and duration (and a delay's latency, a slow disk's IO/s, a clock's step, a one-way partition's
+    direction) drawn from
     `random.Random(seed)`; what a kind draws past its duration is drawn last, so a seed drawn with the kinds
     of before draws what it drew then. With `overlap`, each fault but the first may begin while the one
     before lasts, drawn from a generator of its own: the faults are those of the seed without overlap."""
@@ -164,6 +178,7 @@ def draw_schedule(
         latency_s = round(rng.uniform(*LATENCIES_S), 2) if kind is Kind.DELAY else 0.0
         iops = rng.randint(*IOPS) if kind is Kind.SLOW_DISK else 0
         offset_s = rng.choice((-1, 1)) * round(rng.uniform(*CLOCK_STEPS_S), 1) if kind is Kind.CLOCK else 0.0
+        direction = rng.choice(DIRECTIONS) if kind is Kind.ONE_WAY else ""
         with_previous = overlap and i > 0 and overlapping.random() < WITH_PREVIOUS
         faults.append(
             Fault(
@@ -175,6 +190,7 @@ def draw_schedule(
                 latency_s=latency_s,
                 iops=iops,
                 offset_s=offset_s,
+                direction=direction,
                 with_previous=with_previous,
             )
         )
@@ -195,7 +211,8 @@ def holds(fault: Fault) -> set[str]:
     stopped, down or cut off: one at a time), the network's links (a link has one state, and a partition of a
     node and one of a process share links), a process's signals, its clock, or the disk's space or speed."""
     if fault.kind in NETWORK_KINDS:
-        return {"links", "nodes"} if fault.kind is Kind.PARTITION and _is_node(fault.target) else {"links"}
+        cuts = fault.kind in (Kind.PARTITION, Kind.ONE_WAY)
+        return {"links", "nodes"} if cuts and _is_node(fault.target) else {"links"}
     if fault.kind in PROCESS_KINDS:
         return {"nodes"} if _is_node(fault.target) else {f"signals {fault.target}"}
     if fault.kind is Kind.CLOCK:
@@ -362,7 +379,7 @@ class Nemesis:
         return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
 
     async def _steer(self, fault: Fault, name: str) -> Applied:
-        """Cut or slow every link from or to `name` for the fault's duration, then heal them."""
+        """Cut, slow or hold one way every link from or to `name` for the fault's duration, then heal them."""
         network = self.cluster.network
         assert network is not None, f"{fault.kind} needs a cluster made with a network"
         links = network.touching(name)
@@ -370,6 +387,9 @@ class Nemesis:
         for link in links:
             if fault.kind is Kind.PARTITION:
                 link.partition()
+            elif fault.kind is Kind.ONE_WAY:
+                far = link.target if link.source == name else link.source
+                link.hold(name if fault.direction == "in" else far)
             else:
                 link.delay(fault.latency_s)
         began_s = self.progress.now()

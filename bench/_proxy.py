@@ -1,8 +1,12 @@
 """A TCP proxy on loopback that the nemesis steers: one listening port per link, source to target.
 
 A link passes bytes both ways between whoever connects to it and its target port. The nemesis can
-cut it (a partition: live connections are closed and new ones refused, until it is healed) or delay
-it (each chunk read is held a time drawn uniformly in [0, latency_s] before it is written on). Delays
+cut it (a partition: live connections are closed and new ones refused, until it is healed), delay
+it (each chunk read is held a time drawn uniformly in [0, latency_s] before it is written on), or
+hold one direction (a one-way partition: the bytes headed to one end wait, every connection stays
+open and the other direction flows, until it is healed and they are written on in order, as TCP
+would deliver them once its path returned; a side that gives up on its connection first ends it, and
+what was held for it is lost with it). Delays
 never reorder bytes within one connection: a chunk is written no sooner than the one before it, as
 TCP would. Across connections they may: data sent later on one connection can arrive before data sent
 earlier on another. So a delay reorders messages only where the system has two paths (two route
@@ -39,14 +43,18 @@ class Link:
     """Partitioned: no connection passes."""
     latency_s: float = 0.0
     """The most each chunk is held while the link is delayed; 0 passes chunks on at once."""
+    held: str = ""
+    """The end (`source` or `target`) whose incoming bytes wait until `heal()`; "" holds none."""
     connections: int = 0
     """Connections carried since the link was made (refused ones are not counted)."""
     _live: set[anyio.CancelScope] = field(default_factory=set)
     _dropped: set[anyio.CancelScope] = field(default_factory=set)
     _rng: random.Random = field(init=False)
+    _released: anyio.Event = field(default_factory=anyio.Event)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(f"{self.seed}:{self.source}>{self.target}")
+        self._released.set()
 
     @property
     def name(self) -> str:
@@ -71,9 +79,18 @@ class Link:
     def delay(self, latency_s: float) -> None:
         self.latency_s = latency_s
 
+    def hold(self, towards: str) -> None:
+        """Hold the bytes headed to `towards` (this link's source or target) until `heal()`, connections open."""
+        if towards not in (self.source, self.target):
+            raise ValueError(f"{towards!r} is neither end of the link {self.name}")
+        self.held = towards
+        if self._released.is_set():  # those waiting on an earlier hold wait on with the new one
+            self._released = anyio.Event()
+
     def heal(self) -> None:
         """Pass again, at once: chunks already held are still written in their order."""
-        self.cut, self.latency_s = False, 0.0
+        self.cut, self.latency_s, self.held = False, 0.0, ""
+        self._released.set()
 
     def _refusing(self) -> bool:
         return self.cut
@@ -107,8 +124,8 @@ class Link:
                 async with server:
                     with scope:
                         async with anyio.create_task_group() as tg:
-                            tg.start_soon(self._pipe, client, server, scope)
-                            tg.start_soon(self._pipe, server, client, scope)
+                            tg.start_soon(self._pipe, client, server, scope, self.target)
+                            tg.start_soon(self._pipe, server, client, scope, self.source)
                     if scope in self._dropped:  # not ended by either side: no goodbye
                         _reset(client)
                         _reset(server)
@@ -116,13 +133,15 @@ class Link:
                 self._live.discard(scope)
                 self._dropped.discard(scope)
 
-    async def _pipe(self, source: SocketStream, sink: SocketStream, connection: anyio.CancelScope) -> None:
-        """Carry `source`'s bytes to `sink`, each chunk no sooner than its drawn time nor the chunk before it;
-        when either side ends, the connection ends."""
+    async def _pipe(
+        self, source: SocketStream, sink: SocketStream, connection: anyio.CancelScope, towards: str
+    ) -> None:
+        """Carry `source`'s bytes to `sink` (the end `towards`), each chunk no sooner than its drawn time nor the
+        chunk before it, nor while that end's bytes are held; when either side ends, the connection ends."""
         send, receive = anyio.create_memory_object_stream[tuple[float, bytes]](math.inf)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._deliver, receive, sink)
+                tg.start_soon(self._deliver, receive, sink, towards)
                 async with send:
                     due = 0.0
                     async for chunk in source:
@@ -134,11 +153,14 @@ class Link:
         finally:
             connection.cancel()
 
-    @staticmethod
-    async def _deliver(receive: MemoryObjectReceiveStream[tuple[float, bytes]], sink: SocketStream) -> None:
+    async def _deliver(
+        self, receive: MemoryObjectReceiveStream[tuple[float, bytes]], sink: SocketStream, towards: str
+    ) -> None:
         async with receive:
             async for due, chunk in receive:
                 await anyio.sleep_until(due)
+                while self.held == towards:
+                    await self._released.wait()
                 await sink.send(chunk)
 
 

@@ -1,7 +1,7 @@
-"""Chaos: seeded schedules of kills, pauses, partitions, a full disk and clock steps against a 3-node cluster
-lose no episode, and the checker sees loss.
+"""Chaos: seeded schedules of kills, pauses, partitions (both ways and one way), a full disk and clock steps
+against a 3-node cluster lose no episode, and the checker sees loss.
 
-The slow tests run four small schedules end to end (bench/chaos.py runs long ones): every episode
+The slow tests run five small schedules end to end (bench/chaos.py runs long ones): every episode
 completes once, as a success, the journal holds each stored message once, verifies and replays
 identically. The others pin what a seed draws and what the checker reports.
 """
@@ -20,6 +20,7 @@ from bench import chaos
 from bench._checker import _stream_problem, check
 from bench._disk import unavailable
 from bench._nemesis import (
+    CLOCK_ERA_KINDS,
     DISK,
     DISK_KINDS,
     KINDS,
@@ -57,6 +58,7 @@ def test_a_seed_draws_one_schedule_and_its_json_draws_it_again() -> None:
         assert (fault.latency_s > 0) == (fault.kind is Kind.DELAY), fault
         assert (fault.iops > 0) == (fault.kind is Kind.SLOW_DISK), fault
         assert (fault.offset_s != 0) == (fault.kind is Kind.CLOCK), fault
+        assert (fault.direction in ("in", "out")) == (fault.kind is Kind.ONE_WAY), fault
         if fault.kind in DISK_KINDS:
             assert fault.target == DISK
         else:
@@ -77,6 +79,15 @@ def test_a_seed_drawn_with_the_kinds_before_disks_and_clocks_draws_the_schedule_
     assert schedule.describe().splitlines()[1:] == [
         "  1. partition n3 for 5.83s after 5 episodes + 0.36s",
         "  2. kill leader for 2.86s after 12 episodes + 0.47s",
+    ]
+
+
+def test_a_seed_drawn_with_the_kinds_before_one_way_partitions_draws_the_schedule_it_drew_then() -> None:
+    schedule = draw_schedule(9, 24, processes(), CLOCK_ERA_KINDS)
+    assert schedule.describe().splitlines()[1:] == [
+        "  1. disk_full disk for 2.3s after 4 episodes + 0.27s",
+        "  2. kill worker-main-1 after 12 episodes + 0.5s",
+        "  3. partition n2 for 5.9s after 13 episodes + 0.94s",
     ]
 
 
@@ -160,6 +171,7 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
         (5, 16, NETWORK_ERA_KINDS, False),  # a node partitioned from the rest for 5.83 s, then the leader killed
         # the journal's disk full for 4.38 s; while it is, a worker's clock stepped back 3,280.8 s for 7.82 s
         (53, 16, (Kind.DISK_FULL, Kind.SLOW_DISK, Kind.CLOCK), True),
+        (15, 16, (Kind.ONE_WAY,), False),  # what goes to n2 held 2.11 s, then what the leader sends held 7 s
     ],
 )
 async def test_a_seeded_schedule_of_faults_loses_no_episode(

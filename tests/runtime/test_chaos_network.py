@@ -1,5 +1,6 @@
 """The nemesis's proxy: a link passes bytes both ways, a cut drops live connections and refuses new ones until
-healed, and a delay holds chunks without ever reordering one connection's bytes."""
+healed, a delay holds chunks without ever reordering one connection's bytes, and a one-way hold keeps the bytes
+headed to one end, and only those, until healed."""
 
 from __future__ import annotations
 
@@ -119,6 +120,45 @@ async def _a_delay_holds_chunks_and_keeps_one_connections_order(link: Link) -> N
                 got += await stream.receive()
     assert got == b"".join(writes)
     assert held > 0.0 and link.latency_s == 0.0
+
+
+async def test_a_one_way_hold_keeps_what_goes_to_one_end_until_healed_and_lets_the_other_way_pass() -> None:
+    heard: list[bytes] = []
+    arrived = anyio.Event()
+
+    async def shout(stream: SocketStream) -> None:  # answers each chunk, in capitals, and says it heard it
+        nonlocal arrived
+        async with stream:
+            async for chunk in stream:
+                heard.append(chunk)
+                await stream.send(chunk.upper())
+                arrived.set()
+
+    listener = await anyio.create_tcp_listener(local_host=HOST)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, shout)
+        async with network(seed=3) as net:
+            link = await net.link("client", "server", listener.extra(SocketAttribute.local_port))
+            with pytest.raises(ValueError, match="neither end"):
+                link.hold("n9")
+            link.hold("client")
+            # a plain socket, read without waiting: an event loop's would take in what arrives unseen
+            with socket.create_connection((HOST, link.port), timeout=WAIT_S) as client, anyio.fail_after(WAIT_S):
+                for word in (b"one;", b"two;"):
+                    arrived = anyio.Event()
+                    client.sendall(word)
+                    await arrived.wait()  # the way to the server passes, and it has answered
+                client.setblocking(False)
+                with pytest.raises(BlockingIOError):  # the answers wait in the proxy, not on the way
+                    client.recv(64)
+                client.settimeout(WAIT_S)
+                link.heal()
+                got = b""
+                while len(got) < len(b"ONE;TWO;"):
+                    got += await anyio.to_thread.run_sync(client.recv, 64)
+        tg.cancel_scope.cancel()
+    assert heard and b"".join(heard) == b"one;two;"
+    assert got == b"ONE;TWO;" and link.connections == 1 and link.held == ""
 
 
 async def test_links_are_found_by_the_name_at_either_end() -> None:
