@@ -19,8 +19,16 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-SIZE_BYTES = 64 * 1024 * 1024
-"""Room for the journal of a few hundred sim episodes (about 45 KB each) and its WAL."""
+from faultline.journal import JournalSettings
+
+_JOURNAL = JournalSettings()
+WAL_BYTES = _JOURNAL.wal_autocheckpoint_pages * _JOURNAL.page_size
+"""The journal's WAL file at its checkpoint interval (40 MiB): SQLite keeps the file that size once it grew."""
+BASE_BYTES = 24 * 1024 * 1024
+"""ext4's own blocks (its journal and tables) and the journal's head records, beside the WAL."""
+EPISODE_BYTES = 128 * 1024
+"""Room per episode of a schedule: a sim episode takes about 35 KB of the journal, and a schedule runs more
+episodes than asked until its last fault has ended, up to twice as many."""
 FILL_CHUNK_BYTES = 1024 * 1024
 BLOCK_BYTES = 4096
 THROTTLE = Path("/sys/fs/cgroup/blkio")
@@ -69,17 +77,25 @@ class Disk:
             (THROTTLE / name).write_text(f"{self.number} {iops}\n")
 
 
+def disk_bytes(episodes: int) -> int:
+    """The size of a disk with room for the journal of a schedule of `episodes` and its WAL: only the nemesis
+    fills it. A disk the journal's own growth filled would hold the run the way a full disk should (the journal
+    refuses new episodes until freed), and no fault would end it."""
+    return BASE_BYTES + WAL_BYTES + episodes * EPISODE_BYTES
+
+
 @contextmanager
-def journal_disk(folder: Path) -> Iterator[Disk]:
-    """A disk of SIZE_BYTES mounted at `folder`/disk for as long as the block lasts, its image in `folder`;
-    left with no throttle, unmounted and detached after. DiskUnavailable when it cannot be made here."""
+def journal_disk(folder: Path, episodes: int = 0) -> Iterator[Disk]:
+    """A disk for a schedule of `episodes` (`disk_bytes`) mounted at `folder`/disk for as long as the block lasts,
+    its image in `folder`; left with no throttle, unmounted and detached after. DiskUnavailable when it cannot be
+    made here."""
     missing = [name for name in THROTTLE_FILES if not (THROTTLE / name).exists()]
     if missing:
         raise DiskUnavailable(f"no blkio throttle here ({THROTTLE / missing[0]} is missing)")
     image, mount = folder / "disk.img", folder / "disk"
     with ExitStack() as stack:
         with image.open("wb") as f:
-            f.truncate(SIZE_BYTES)
+            f.truncate(disk_bytes(episodes))
         stack.callback(image.unlink)
         device = _run("losetup", "--find", "--show", str(image))
         stack.callback(_run, "losetup", "--detach", device)

@@ -460,15 +460,20 @@ class Nemesis:
         and holds the stream up to `until`."""
         bus = self.supervisor.bus
         assert bus is not None
-        with anyio.fail_after(RESTART_TIMEOUT_S):
-            while True:
-                try:
-                    state = await ask_journal(bus, JOURNAL_ASK_S, until)
-                    if not state.stuck and state.last_seq >= until:
-                        return
-                except (NoResponderError, ReplyTimeoutError):
-                    pass  # restarting, or not there yet: asked again
-                await anyio.sleep(POLL_S)
+        said = "it did not answer"
+        try:
+            with anyio.fail_after(RESTART_TIMEOUT_S):
+                while True:
+                    try:
+                        state = await ask_journal(bus, JOURNAL_ASK_S, until)
+                        if not state.stuck and state.last_seq >= until:
+                            return
+                        said = f"it says: {state.stuck}" if state.stuck else f"it holds {state.last_seq} of {until}"
+                    except (NoResponderError, ReplyTimeoutError):
+                        pass  # restarting, or not there yet: asked again
+                    await anyio.sleep(POLL_S)
+        except TimeoutError:
+            raise TimeoutError(f"the journal did not write again within {RESTART_TIMEOUT_S:g}s ({said})") from None
 
     async def _paused(self, pid: int, duration_s: float) -> tuple[float, float]:
         os.kill(pid, signal.SIGSTOP)

@@ -131,7 +131,7 @@ async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
     """Run `schedule` on a fresh system in `workdir` and check what it left: with a disk fault, the journal on
     a disk of its own, copied into `workdir` once checked."""
     kinds = {fault.kind for fault in schedule.faults}
-    with journal_disk(workdir) if kinds & set(DISK_KINDS) else contextlib.nullcontext() as disk:
+    with journal_disk(workdir, schedule.episodes) if kinds & set(DISK_KINDS) else contextlib.nullcontext() as disk:
         clocks = workdir / "clocks" if Kind.CLOCK in kinds else None
         if clocks is not None:
             clocks.mkdir()

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from bench import _wallclock
-from bench._disk import THROTTLE, THROTTLE_FILES, Disk, journal_disk, unavailable
+from bench._disk import THROTTLE, THROTTLE_FILES, WAL_BYTES, Disk, journal_disk, unavailable
 from bench._nemesis import Applied, Fault, Kind, Nemesis, Progress, Schedule, holds
 from faultline.runtime import Supervisor
 
@@ -51,6 +51,18 @@ def _append_synced(path: Path, times: int) -> float:
             f.flush()
             os.fsync(f.fileno())
     return time.monotonic() - began
+
+
+def test_a_schedules_disk_has_room_for_its_journal_and_a_full_wal(tmp_path: Path) -> None:
+    """A 200-episode schedule runs up to about 400 episodes, some 35 KB of journal each, beside a WAL of 40 MiB.
+    On a disk sized for a few hundred, the journal's own growth filled it: the run stood still, as a full disk
+    should hold it, after a fault had freed the disk (seeds 1203 and 1204)."""
+    if why := unavailable():
+        pytest.skip(f"no disk of its own here: {why}")
+    with journal_disk(tmp_path, episodes=200) as made:
+        free = os.statvfs(made.mount)
+        room = free.f_bavail * free.f_frsize
+    assert room >= WAL_BYTES + 2 * 200 * 45_000
 
 
 def test_a_full_disk_refuses_every_write_until_it_is_freed(disk: Disk) -> None:
