@@ -54,15 +54,15 @@ def _append_synced(path: Path, times: int) -> float:
 
 
 def test_a_schedules_disk_has_room_for_its_journal_and_a_full_wal(tmp_path: Path) -> None:
-    """A 200-episode schedule runs up to about 400 episodes, some 35 KB of journal each, beside a WAL of 40 MiB.
+    """A 200-episode schedule runs up to about 600 episodes, some 35 KB of journal each, beside a WAL of 40 MiB.
     On a disk sized for a few hundred, the journal's own growth filled it: the run stood still, as a full disk
-    should hold it, after a fault had freed the disk (seeds 1203 and 1204)."""
+    should hold it, after a fault had freed the disk (seeds 1203, 1204 and 1208)."""
     if why := unavailable():
         pytest.skip(f"no disk of its own here: {why}")
     with journal_disk(tmp_path, episodes=200) as made:
         free = os.statvfs(made.mount)
         room = free.f_bavail * free.f_frsize
-    assert room >= WAL_BYTES + 2 * 200 * 45_000
+    assert room >= WAL_BYTES + 3 * 200 * 35_000
 
 
 def test_a_full_disk_refuses_every_write_until_it_is_freed(disk: Disk) -> None:
