@@ -46,6 +46,7 @@ from pathlib import Path
 
 import anyio
 import msgspec
+from anyio.abc import TaskGroup
 
 from faultline._errors import BusError, DecodeError, DeliveriesLostError, JournalError, JournalStorageError
 from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message
@@ -59,6 +60,9 @@ BATCH_GATHER_S = 0.005
 """How long a short batch waits for more messages: a transaction per message would cost the journal
 several times the CPU while episodes send a message every millisecond or so."""
 MAX_ACK_PENDING = 100_000
+REACH_RETRY_S = 0.1
+"""How soon a filtered shard asks again whether it reached the stream's end, while someone waits and its consumer
+was not settled when it asked: its last acknowledgement may not have been counted yet, and no batch may come."""
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +130,8 @@ class JournalService:
         """The consumer sequence of the last delivery seen since the consumer was opened (`_in_order`)."""
         self._wanted = 0
         """The furthest stream sequence waited for in this process (`wait_for`, `_catch_up`)."""
+        self._tasks: TaskGroup | None = None
+        self._asking_again = False
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -143,11 +149,11 @@ class JournalService:
             self.last_seq = journal.last_seq(stream)
             sub = await self.bus.subscribe(self.bus.subjects.svc("journal"), self._on_ask)
             try:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._copy, journal, stream)
+                async with anyio.create_task_group() as self._tasks:
+                    self._tasks.start_soon(self._copy, journal, stream)
                     await self._stopping.wait()
                     target = await self._catch_up()
-                    tg.cancel_scope.cancel()
+                    self._tasks.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._answer(everyone=True)
@@ -371,10 +377,25 @@ class JournalService:
             return
         try:
             last = (await self.bus.stream_state()).last_seq  # first: what the consumer then says covers it
-            if last > self.last_seq and await self._consumer.settled():
-                await self._advance(last)
+            if last > self.last_seq:
+                if await self._consumer.settled():
+                    await self._advance(last)
+                else:
+                    self._ask_again()
         except BusError as exc:
             log.debug("%s: cannot tell whether it reached the stream's end now: %s", self.path, exc)
+            self._ask_again()
+
+    def _ask_again(self) -> None:
+        """Ask `_reach_stream` again in `REACH_RETRY_S`, one such question at a time."""
+        if self._tasks is not None and not self._asking_again:
+            self._asking_again = True
+            self._tasks.start_soon(self._reach_later)
+
+    async def _reach_later(self) -> None:
+        await anyio.sleep(REACH_RETRY_S)
+        self._asking_again = False
+        await self._reach_stream()
 
     async def wait_for(self, seq: int) -> None:
         """Wait until the file holds everything up to `seq`, however long it refuses writes meanwhile."""
