@@ -49,9 +49,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +59,6 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from faultline._errors import DeliveriesLostError, NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message
@@ -119,11 +118,15 @@ def agent_filters(subjects: Subjects, cls: type[Agent], shard: int = 0, shards: 
     return [narrowed for subject in inputs for narrowed in subjects.in_shard(subject, shard, shards)]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Instance:
     agent: Agent
-    send: Any
-    receive: Any
+    inbox: deque[tuple[Delivery, Envelope]] = field(default_factory=deque)
+    """Inputs delivered and not handled yet, in stream order."""
+    serving: bool = False
+    """Whether a task handles the inbox now (`Worker._serve`): one at a time, and none while it is empty."""
+    arrived: anyio.Event | None = None
+    """Set by the next input while the serving task waits for one to cover its held markers."""
     rebuilt: bool = False
     handled_seq: int = 0
     """The stream sequence of the last input handled. Inputs reach the instance in stream order (lost
@@ -136,6 +139,18 @@ class _Instance:
     not published and not acknowledged yet (see `Worker._serve`)."""
     quiet_until: float = 0.0
     """When the first of `quiet` has waited `quiet_linger_s`: the held markers are settled then at the latest."""
+
+    async def input_within(self, wait_s: float) -> bool:
+        """Whether an input is in the inbox within `wait_s` (waiting for one); False once `wait_s` is over, even
+        with inputs queued: held markers are not held past their time."""
+        if wait_s <= 0:
+            return False
+        if not self.inbox:
+            self.arrived = anyio.Event()
+            with anyio.move_on_after(wait_s):
+                await self.arrived.wait()
+            self.arrived = None
+        return bool(self.inbox)
 
 
 @dataclass
@@ -226,9 +241,6 @@ class Worker:
                 keeper.cancel()
                 for consumer, _ in self._readers.values():
                     await consumer.close()
-                for instances in self._instances.values():
-                    for instance in instances.values():
-                        instance.send.close()
                 self._serving.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout_s
                 self._timers.cancel_scope.cancel()
         finally:
@@ -333,23 +345,24 @@ class Worker:
                 self._finished.setdefault(env.episode, anyio.current_time())
         instance = instances.get(cls.name)
         if instance is None:
-            send, receive = anyio.create_memory_object_stream[tuple[Delivery, Envelope]](float("inf"))
-            instance = instances[cls.name] = _Instance(cls(), send, receive)
+            instance = instances[cls.name] = _Instance(cls())
+        instance.inbox.append((delivery, env))
+        if instance.arrived is not None:
+            instance.arrived.set()
+        if not instance.serving:
+            instance.serving = True
             tg.start_soon(self._serve, cls, consumer, instance)
-        instance.send.send_nowait((delivery, env))  # an unbounded buffer: never waits, no checkpoint
 
     async def _serve(self, cls: type[Agent], consumer: Consumer, instance: _Instance) -> None:
+        """Handle the instance's inputs in order until its inbox is empty and no marker is held, then end: the
+        next input starts another (`_dispatch`). Most instances of thousands in flight wait, and hold no task."""
         assert self._limiter is not None
-        async with instance.receive:
-            while True:
-                wait_s = instance.quiet_until - anyio.current_time() if instance.quiet else math.inf
-                try:
-                    delivery, env = await _next(instance.receive, wait_s)
-                except TimeoutError:  # no later input covered the held markers in time: publish the last one
-                    await self._settle_quiet(consumer, instance)
+        try:
+            while instance.inbox or instance.quiet:
+                if instance.quiet and not await instance.input_within(instance.quiet_until - anyio.current_time()):
+                    await self._settle_quiet(consumer, instance)  # no later input covered the held markers in time
                     continue
-                except anyio.EndOfStream:
-                    break
+                delivery, env = instance.inbox.popleft()  # no checkpoint: the handler awaits its publishes anyway
                 async with _Slot(self._limiter) as slot:
                     if delivery.stream_seq <= instance.handled_seq:
                         # handled and acknowledged already, the acknowledgement lost on the way (a stream
@@ -368,7 +381,8 @@ class Worker:
                         continue
                     await self._acknowledge(consumer, [*(d for d, _ in instance.quiet), delivery])
                     instance.quiet.clear()
-            await self._settle_quiet(consumer, instance)
+        finally:
+            instance.serving = False
 
     async def _settle_quiet(self, consumer: Consumer, instance: _Instance) -> None:
         """Publish the last held marker, the evidence of every held input, and acknowledge them all."""
@@ -499,8 +513,7 @@ class Worker:
             if at >= cutoff:
                 break
             del self._finished[episode]
-            for instance in self._instances.pop(episode, {}).values():
-                instance.send.close()
+            self._instances.pop(episode, None)  # a task handling a late input of it finishes its inbox first
             self.bus.interceptors.forget(episode)
             self._evicted[episode] = None
             if len(self._evicted) > EVICTED_KEPT:
@@ -524,27 +537,6 @@ class Worker:
             "model_calls": [in_flight(call) for call in self.model_calls],
         }
         await msg.respond(msgspec.json.encode(status))
-
-
-async def _next(
-    inputs: MemoryObjectReceiveStream[tuple[Delivery, Envelope]], wait_s: float
-) -> tuple[Delivery, Envelope]:
-    """An instance's next input; TimeoutError when `wait_s` is over first, EndOfStream once its
-    stream is closed and drained.
-
-    An input already queued is taken without a checkpoint: the handler that follows
-    awaits its publishes anyway, and a yield per input is one event-loop turn per message.
-    """
-    if wait_s <= 0:
-        raise TimeoutError
-    try:
-        return inputs.receive_nowait()
-    except anyio.WouldBlock:
-        pass
-    if wait_s == math.inf:
-        return await inputs.receive()
-    with anyio.fail_after(wait_s):
-        return await inputs.receive()
 
 
 class _PlaceFreeingBackend:
