@@ -166,19 +166,11 @@ def worker_reads(subjects: Subjects, shard: tuple[int, int] = (0, 1)) -> tuple[s
     """What every worker reads of the stream: the completions and starts of its shard's episodes, the fault rules
     and every rule's applications (a rule's limits count them all), the helpers' roster."""
     return (
-        *_episode_events(subjects, shard),
+        *subjects.shard_events("completed", *shard),
+        *subjects.shard_events("started", *shard),
         subjects.ctl("faults"),
         subjects.event("fault", "*"),
         subjects.ctl("helpers"),
-    )
-
-
-def _episode_events(subjects: Subjects, shard: tuple[int, int]) -> tuple[str, ...]:
-    """The completions and starts of shard `shard`'s episodes (`Subjects.in_shard`)."""
-    return tuple(
-        narrowed
-        for event in ("completed", "started")
-        for narrowed in subjects.in_shard(subjects.event(event, "*"), *shard)
     )
 
 
@@ -217,7 +209,7 @@ def agent_identity(
     )
     refused = tuple(subjects.event("completed", "*", agent) for agent in agents if agent not in completers)
     publish = (*own, *publish, *_uses(subjects, consumers), *_reads(subjects, reads))
-    completions = subjects.in_shard(subjects.event("completed", "*"), *shard)
+    completions = subjects.shard_events("completed", *shard)
     return Identity(name, publish, (*subscribe, *completions), (*refused, *_guards(subjects, durables)))
 
 

@@ -106,6 +106,11 @@ class Subjects:
         tokens = range(shard, self.partitions, shards)
         return [f"{self.prefix}.{partition_token(p, self.partitions)}.{rest}" for p in tokens]
 
+    def shard_events(self, event: str, shard: int, shards: int) -> list[str]:
+        """The subjects of `event` in the episodes of shard `shard` of `shards` (`in_shard`): what a worker shard
+        hears of the episodes' completions and starts."""
+        return self.in_shard(self.event(event, "*"), shard, shards)
+
     def ctl(self, name: str) -> str:
         return f"{self.prefix}.ctl.{name}"
 

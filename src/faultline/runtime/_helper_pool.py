@@ -81,8 +81,8 @@ class HelperPool:
         await self.worker.wait_ready()
         controls = await bus.consumer(None, [s.ctl(HELPERS_CONTROL)], start="all")
         shard = (self.worker.settings.shard, self.worker.settings.shards)
-        started = await bus.consumer(None, s.in_shard(s.event("started", "*"), *shard), start="new")
-        completed = await bus.consumer(None, s.in_shard(s.event("completed", "*"), *shard), start="new")
+        started = await bus.consumer(None, s.shard_events("started", *shard), start="new")
+        completed = await bus.consumer(None, s.shard_events("completed", *shard), start="new")
         answers = await bus.subscribe(s.svc(HELPERS_CONTROL), self._on_ask)
         try:
             for delivery in await controls.backlog(READ_TIMEOUT_S):

@@ -215,7 +215,7 @@ class Worker:
         self._limiter = anyio.CapacityLimiter(self.settings.concurrency)
         self._history_reads = anyio.CapacityLimiter(self.settings.recovery_reads)
         s = self.bus.subjects
-        completions = s.in_shard(s.event("completed", "*"), self.settings.shard, self.settings.shards)
+        completions = s.shard_events("completed", self.settings.shard, self.settings.shards)
         subs = [await self.bus.subscribe(s.svc("status"), self._on_status)]
         subs += [await self.bus.subscribe(subject, self._on_completed) for subject in completions]
         try:
