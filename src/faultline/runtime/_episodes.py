@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Collection, Iterable
+from contextlib import AsyncExitStack
+from types import TracebackType
 
 import anyio
 import msgspec
 
 from faultline._errors import BusError, DecodeError, JournalError, NoResponderError, ReplyTimeoutError
-from faultline.bus import Bus, Message, Subscription
+from faultline.bus import Bus, Message
 from faultline.core import (
     RUNNER,
     Body,
@@ -182,23 +183,34 @@ class Completions:
     refuses a completion from any other agent, and one that comes anyway is logged and ignored. An
     agent whose handler raised publishes an `ErrorRaised`; this turns it into the episode's
     completion (`error_completion`).
+
+    Completions arrive on core NATS; after a reconnect (a node of the cluster lost) the ones sent
+    meanwhile are read from the stream for every episode still waited on, by one task of this block's
+    own: a waiter costs an event, not tasks of its own (a runner waits on thousands of episodes at once).
     """
 
     def __init__(self, bus: Bus, completers: Collection[str] = ("env",)) -> None:
         self.bus = bus
         self.completers = {RUNNER, *completers}
         self.done: dict[str, EpisodeCompleted] = {}
-        self._events: dict[str, anyio.Event] = {}
-        self._subs: list[Subscription] = []
+        self._waiting: dict[str, anyio.Event] = {}
+        self._open = AsyncExitStack()
 
     async def __aenter__(self) -> Completions:
-        for event in ("completed", "error"):
-            self._subs.append(await self.bus.subscribe(self.bus.subjects.event(event, "*"), self._on_msg))
+        async with AsyncExitStack() as stack:
+            for event in ("completed", "error"):
+                sub = await self.bus.subscribe(self.bus.subjects.event(event, "*"), self._on_msg)
+                stack.push_async_callback(sub.unsubscribe)
+            tasks = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tasks.cancel_scope.cancel)  # runs first on the way out: the task group then ends
+            tasks.start_soon(self._catch_up_after_reconnects)
+            self._open = stack.pop_all()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        for sub in self._subs:
-            await sub.unsubscribe()
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._open.__aexit__(kind, exc, tb)
 
     async def _on_msg(self, msg: Message) -> None:
         try:
@@ -222,50 +234,31 @@ class Completions:
             )
             return
         self.done[env.episode] = env.body
-        self._event(env.episode).set()
-
-    def _event(self, episode: str) -> anyio.Event:
-        if episode not in self._events:
-            self._events[episode] = anyio.Event()
-        return self._events[episode]
+        waiting = self._waiting.pop(env.episode, None)
+        if waiting is not None:
+            waiting.set()
 
     async def wait(self, episodes: Iterable[str]) -> dict[str, EpisodeCompleted]:
-        """Block until every episode in `episodes` has completed.
-
-        Completions arrive on core NATS; after a reconnect (a node of the cluster lost) the ones
-        sent meanwhile are read from the stream instead.
-        """
+        """Block until every episode in `episodes` has completed (inside this block: see the class)."""
         wanted = list(episodes)
-        behind = False
-        while missing := [e for e in wanted if e not in self.done]:
-            if behind:
-                try:
-                    await self._read_stored(missing)
-                    behind = False
-                    continue
-                except BusError:
-                    pass  # the stream has no leader yet: ask again shortly
-            reconnected = self.bus.next_reconnect()
-            await self._completed_or_reconnected(missing, reconnected, STORED_READ_RETRY_S if behind else math.inf)
-            behind |= reconnected.is_set()
+        events = [self._waiting.setdefault(e, anyio.Event()) for e in wanted if e not in self.done]
+        for event in events:  # all waited on at once: a read after a reconnect looks for every one
+            await event.wait()
         return {e: self.done[e] for e in wanted}
 
-    async def _completed_or_reconnected(self, missing: list[str], reconnected: anyio.Event, limit_s: float) -> None:
-        """Wait until every episode of `missing` completed, the connection came back, or `limit_s` passed."""
-        with anyio.move_on_after(limit_s):
-            async with anyio.create_task_group() as tg:
-
-                async def completed() -> None:
-                    for episode in missing:
-                        await self._event(episode).wait()
-                    tg.cancel_scope.cancel()
-
-                async def until_reconnect() -> None:
-                    await reconnected.wait()
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(completed)
-                tg.start_soon(until_reconnect)
+    async def _catch_up_after_reconnects(self) -> None:
+        """After each reconnect, read what the stream holds of the episodes waited on (again shortly while it
+        has no leader). A reconnect during a read is seen by the next turn: its event is taken before."""
+        reconnected = self.bus.next_reconnect()
+        while True:
+            await reconnected.wait()
+            reconnected = self.bus.next_reconnect()
+            while self._waiting and not reconnected.is_set():
+                try:
+                    await self._read_stored(list(self._waiting))
+                    break
+                except BusError:
+                    await anyio.sleep(STORED_READ_RETRY_S)
 
     async def stored(self, episodes: Iterable[str]) -> dict[str, EpisodeCompleted]:
         """The completions of `episodes`, with those the stream holds taken as if they had arrived.
