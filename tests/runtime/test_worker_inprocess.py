@@ -262,17 +262,25 @@ async def test_a_timer_of_an_episode_completed_meanwhile_does_not_fire(bus: Bus)
     assert not any(isinstance(e.body, TimerFired) for e in done)
 
 
-async def test_a_timer_of_an_episode_already_forgotten_does_not_fire(bus: Bus) -> None:
+async def test_a_timer_of_an_episode_already_forgotten_does_not_fire(bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
     """A timer longer than `linger_s` outlives its completed episode's instances: firing it then would only
     have its input rebuild them from the stream, for nobody."""
+    forgotten = anyio.Event()
+    evict = Worker._evict
+
+    def evict_and_tell(self: Worker, cutoff: float) -> None:
+        evict(self, cutoff)
+        if "gone" in self._evicted:
+            forgotten.set()
+
+    monkeypatch.setattr(Worker, "_evict", evict_and_tell)
     worker = Worker(bus, [Hurried], backends=lambda role: EchoBackend(), settings=WorkerSettings(linger_s=0.05))
     async with anyio.create_task_group() as tg, Completions(bus, (Hurried.name,)) as completions:
         tg.start_soon(worker.run)
         await worker.wait_ready()
         await run_episode(bus, completions, "gone", "hurried")
         with anyio.fail_after(5):
-            while "gone" not in worker._evicted:
-                await anyio.sleep(0.01)
+            await forgotten.wait()
         await run_episode(bus, completions, "waits", "hurried", Start(data={"wait": True}))  # its timer fires later
         worker.stop()
     assert any(isinstance(e.body, TimerFired) for e in await collect(bus, "waits"))
