@@ -27,6 +27,7 @@ CLUSTER_CONFIG = """
 replicas = 3
 publish_timeout_s = 2.0
 ping_interval_s = 1.0
+idle_heartbeat_s = 1.0
 
 [runtime]
 ack_wait_s = 5.0

@@ -14,7 +14,7 @@ import pytest
 
 from bench._proxy import HOST, network
 from faultline.api import RunPlan, RunResult, plan_episodes, run_plan
-from faultline.bus import Bus, EmbeddedServer, Message
+from faultline.bus import Bus, Delivery, EmbeddedServer
 from faultline.core import Envelope, EpisodeCompleted
 from faultline.envs import load_domain
 from faultline.runtime import Completions
@@ -23,10 +23,10 @@ from faultline.runtime import Completions
 async def test_a_completion_core_nats_lost_is_read_from_the_stream_before_the_episode_times_out(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def lost(self: Completions, msg: Message) -> None:
-        """Every completion lost on its way to the runner, with no reconnect of the runner's to tell of it."""
+    async def lost(self: Completions, delivery: Delivery) -> None:
+        """Every completion lost on its way to the runner, with nothing to tell of it."""
 
-    monkeypatch.setattr(Completions, "_on_msg", lost)
+    monkeypatch.setattr(Completions, "_on_delivery", lost)
     plan = RunPlan(tasks=1, run_id="missed", concurrency=1, episode_timeout_s=0.5)
     [planned] = plan_episodes(plan, load_domain("retail"))
     done = EpisodeCompleted(outcome="success", reward=1.0)

@@ -97,6 +97,8 @@ class Consumer:
         self._queue: deque[Delivery] = deque()
         self._arrived = asyncio.Event()
         self._sub: Subscription | None = None
+        self.heard_at = anyio.current_time()
+        """When a delivery or an idle heartbeat of this consumer last arrived (`anyio.current_time()`)."""
         self._handler: Callable[[Delivery], Awaitable[None]] | None = None
         self._failed: asyncio.Future[None] | None = None
 
@@ -111,6 +113,7 @@ class Consumer:
         self._sub = Subscription(sub, self._nc)
 
     async def _on_msg(self, msg: Msg) -> None:
+        self.heard_at = anyio.current_time()
         if not msg.reply:
             self._on_status(msg)
             return

@@ -8,14 +8,13 @@ announces every control it takes in on `fl.svc.faults.taken`: the command that
 published a rule waits for those to know the rule is in force everywhere.
 
 The consumers acknowledge nothing (a worker may not acknowledge what it did not
-make for itself): one delivery lost on the way, when a cluster node is lost, is
-found by the next one's consumer sequence or by the idle heartbeat, and the
-subject is read again after the last delivery taken.
+make for itself): `Bus.follow` finds a delivery lost on the way, when a cluster
+node is lost, and reads the subject again after the last delivery taken.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,15 +24,13 @@ import anyio
 import msgspec
 from nats.aio.msg import Msg
 
-from faultline._errors import DecodeError, DeliveriesLostError
+from faultline._errors import DecodeError
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
 
 TAKEN = "taken"
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,31 +113,12 @@ async def follow_rules(
                 note = {"worker": name, "seq": rules.last_seq}
                 await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", msgspec.json.encode(note))
 
-        async def follow(subject: str) -> None:
-            """Take each delivery in turn; read again after the last one taken when some were lost on the way."""
-            last = max(read[subject], opened_at)
-
-            async def handle(delivery: Delivery) -> None:
-                nonlocal last
-                last = delivery.stream_seq
-                await take(delivery)
-
-            while True:
-                try:
-                    await consumers[subject].serve(handle)
-                except DeliveriesLostError as exc:
-                    log.warning("%s; reading %s again", exc, subject)
-                await consumers[subject].close()
-                consumers[subject] = await reopened(subject, last)
-
-        async def reopened(subject: str, last: int) -> Consumer:
-            return await bus.consumer(None, [subject], start=last + 1, heartbeat=True)
-
         sub = await bus.nc.subscribe(s.svc(FAULTS_CONTROL), cb=answer)
         try:
             async with anyio.create_task_group() as tg:
-                for subject in consumers:
-                    tg.start_soon(follow, subject)
+                for subject, consumer in consumers.items():
+                    after = max(read[subject], opened_at)
+                    tg.start_soon(functools.partial(bus.follow, subject, take, after=after, opened=consumer))
                 yield rules
                 tg.cancel_scope.cancel()
         finally:

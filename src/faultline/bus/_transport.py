@@ -34,6 +34,7 @@ from faultline._errors import (
     BusError,
     ConfigError,
     DecodeError,
+    DeliveriesLostError,
     NoResponderError,
     PublishRefusedError,
     ReplyTimeoutError,
@@ -63,6 +64,8 @@ MAX_OUTSTANDING_PINGS = 2
 EPHEMERAL_INACTIVE_S = 5.0
 """How soon the server removes a consumer made for reading once nobody reads it (no reader deletes one: most
 identities may not)."""
+SILENT_HEARTBEATS = 3
+"""After how many idle heartbeats' time without a word from its server `Bus.follow` takes a consumer for lost."""
 RETRY_BACKOFF_S = 0.1
 """First wait before sending unconfirmed publishes again; it doubles up to RETRY_BACKOFF_MAX_S."""
 RETRY_BACKOFF_MAX_S = 2.0
@@ -524,6 +527,85 @@ class Bus:
             finally:
                 await consumer.close()
         return sorted(got, key=lambda delivery: delivery.stream_seq) if len(filter_subjects) > 1 else got
+
+    async def follow(
+        self,
+        subject: str,
+        take: Callable[[Delivery], Awaitable[None]],
+        *,
+        after: int,
+        opened: Consumer | None = None,
+    ) -> None:
+        """Hand `take` every message the stream stores on `subject` after stream sequence `after`, in stream
+        order, as each is stored, until cancelled (`opened`: a consumer already reading from there).
+
+        Deliveries travel over core NATS, which drops those on their way when a node, or the route between
+        two, is lost, and says nothing of it. What comes after tells: a delivery that skips ahead, an idle
+        heartbeat that names a later one, a reconnect of this connection, or a consumer silent for
+        SILENT_HEARTBEATS heartbeats (the server that held it lost it, or removed it while this reader was
+        cut off). Each has the subject read again after the last message taken: none missed, none twice.
+        """
+        last = after
+
+        async def handle(delivery: Delivery) -> None:
+            nonlocal last
+            last = delivery.stream_seq
+            await take(delivery)
+
+        consumer = opened
+        try:
+            while True:
+                reconnected = self.next_reconnect()
+                if consumer is None:
+                    consumer = await self._reading_after(subject, last)
+                await self._serve_until_lost(subject, consumer, handle, reconnected)
+                await consumer.close()
+                consumer = None
+        finally:
+            if consumer is not None:
+                await consumer.close()
+
+    async def _reading_after(self, subject: str, last: int) -> Consumer:
+        """A consumer of `subject` from stream sequence `last` + 1, asked for again while the stream cannot
+        be reached (no leader yet)."""
+        backoff = RETRY_BACKOFF_S
+        while True:
+            try:
+                return await self.consumer(None, [subject], start=last + 1, heartbeat=True)
+            except BusError as exc:
+                log.warning("%s; asking again in %gs", exc, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+
+    async def _serve_until_lost(
+        self,
+        subject: str,
+        consumer: Consumer,
+        handle: Callable[[Delivery], Awaitable[None]],
+        reconnected: anyio.Event,
+    ) -> None:
+        """Serve `consumer` until deliveries are known or likely lost (see `follow`)."""
+        silent_s = SILENT_HEARTBEATS * self.settings.idle_heartbeat_s
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while not reconnected.is_set():
+                    quiet_s = anyio.current_time() - consumer.heard_at
+                    if quiet_s >= silent_s:
+                        log.warning(
+                            "consumer %s of %s fell silent for %.0fs; reading it again", consumer.name, subject, quiet_s
+                        )
+                        break
+                    with anyio.move_on_after(silent_s - quiet_s):
+                        await reconnected.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                await consumer.serve(handle)
+            except DeliveriesLostError as exc:
+                log.warning("%s; reading %s again", exc, subject)
+            tg.cancel_scope.cancel()
 
     async def ack_floor(self, name: str) -> int | None:
         """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first

@@ -78,6 +78,10 @@ class NatsConfig(_Section, frozen=True):
     episode) fails; under the stream's 120 s duplicate window, so a retry is never stored twice."""
     ping_interval_s: Seconds = 5.0
     """How often a process pings its NATS server; two unanswered and it moves to another node."""
+    idle_heartbeat_s: Seconds = 5.0
+    """How long a long-lived consumer (a worker's, the journal's, a runner's of completions) stays quiet before
+    the server names the last delivery it sent: deliveries lost on the way (a node or a route lost) are found
+    within this, and a consumer silent for three of them is taken for lost and read again."""
     max_ack_pending: Annotated[int, msgspec.Meta(ge=1)] = 10_000
     """Inputs a worker's consumer (one per agent and shard) hands out unacknowledged at most. An episode holds
     one per agent while its handler runs, model calls included: more episodes in flight than this per agent
@@ -456,6 +460,7 @@ def bus_settings(config: Config) -> BusSettings:
         publish_timeout_s=n.publish_timeout_s,
         publish_retry_s=n.publish_retry_s,
         ping_interval_s=n.ping_interval_s,
+        idle_heartbeat_s=n.idle_heartbeat_s,
         ack_wait_s=config.runtime.ack_wait_s,
         max_ack_pending=n.max_ack_pending,
         partitions=config.partitions,
