@@ -71,13 +71,18 @@ class Kind(StrEnum):
     for `duration_s`, the connections left open and the other way flowing, then let through in order: a
     firewall rule dropping one direction, where TCP delivers what it held once the path returns, unless
     a side gave up on the connection first (a client's pings unanswered)."""
+    BRIDGE = "bridge"
+    """The routes between the target node and one other (`peer`) dropped and refused both ways for
+    `duration_s`, then healed, while both still reach the third node and every process reaches all three: a
+    partial partition, where each of the two sees a majority and the two disagree on who is reachable.
+    NATS routes do not relay, so what one of the two sends for the other's clients is lost meanwhile."""
 
 
 KINDS = tuple(Kind)
 PROCESS_KINDS = (Kind.KILL, Kind.PAUSE)
 """The kinds of the first schedules: a seed drawn with only these draws the schedule it drew before the
 network kinds were added."""
-NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY, Kind.ONE_WAY)
+NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY, Kind.ONE_WAY, Kind.BRIDGE)
 """The kinds that need the cluster's network (`Cluster.network`)."""
 DISK_KINDS = (Kind.DISK_FULL, Kind.SLOW_DISK)
 """The kinds that need the journal on a disk of its own (`bench._disk`)."""
@@ -85,6 +90,8 @@ NETWORK_ERA_KINDS = (*PROCESS_KINDS, Kind.PARTITION, Kind.DELAY)
 """The kinds before disks and clocks: a seed drawn with these draws the schedule it drew then."""
 CLOCK_ERA_KINDS = (*NETWORK_ERA_KINDS, *DISK_KINDS, Kind.CLOCK)
 """The kinds before one-way partitions: a seed drawn with these draws the schedule it drew then."""
+ONE_WAY_ERA_KINDS = (*CLOCK_ERA_KINDS, Kind.ONE_WAY)
+"""The kinds before bridges: a seed drawn with these draws the schedule it drew then."""
 DIRECTIONS = ("in", "out")
 """What a one-way partition holds: the bytes headed to its target, or those it sends."""
 DURATIONS_S = {
@@ -96,6 +103,7 @@ DURATIONS_S = {
     Kind.SLOW_DISK: (2.0, 10.0),
     Kind.CLOCK: (2.0, 10.0),
     Kind.ONE_WAY: (1.0, 8.0),
+    Kind.BRIDGE: (1.0, 8.0),
 }
 """The range each kind's duration is drawn from: how long a node stays down, a process stopped, a link cut
 or slowed, the disk full or slow, or a clock stepped. A killed worker or journal has none: the supervisor
@@ -127,6 +135,8 @@ class Fault(msgspec.Struct, frozen=True, kw_only=True):
     """A clock's step: seconds added to the target's wall clock (negative: back)."""
     direction: str = ""
     """A one-way partition's: "in" holds what goes to the target, "out" what it sends."""
+    peer: str = ""
+    """A bridge's: the node whose routes to the target are cut."""
     with_previous: bool = False
     """Begun `delay_s` after the fault before it began, while that one may still last, instead of at an
     episode count (schedules drawn with `overlap`)."""
@@ -136,6 +146,7 @@ class Fault(msgspec.Struct, frozen=True, kw_only=True):
         held += f" to {self.iops} IO/s" if self.iops else ""
         held += f" stepped {self.offset_s:+g}s" if self.offset_s else ""
         held += f" {self.direction}" if self.direction else ""
+        held += f" from {self.peer}" if self.peer else ""
         lasting = f" for {self.duration_s:g}s" if self.duration_s else ""
         when = "while the one before lasts" if self.with_previous else f"after {self.after_episodes} episodes"
         return f"{self.kind} {self.target}{held}{lasting} {when} + {self.delay_s:g}s"
@@ -160,7 +171,7 @@ def draw_schedule(
     """The schedule of `seed`: one fault per EPISODES_PER_FAULT episodes, each at a count drawn in its own
     slice of the run's first three quarters (so that later faults still meet running episodes), of a kind,
     target, delay and duration (and a delay's latency, a slow disk's IO/s, a clock's step, a one-way partition's
-    direction) drawn from
+    direction, a bridge's peer) drawn from
     `random.Random(seed)`; what a kind draws past its duration is drawn last, so a seed drawn with the kinds
     of before draws what it drew then. With `overlap`, each fault but the first may begin while the one
     before lasts, drawn from a generator of its own: the faults are those of the seed without overlap."""
@@ -179,6 +190,7 @@ def draw_schedule(
         iops = rng.randint(*IOPS) if kind is Kind.SLOW_DISK else 0
         offset_s = rng.choice((-1, 1)) * round(rng.uniform(*CLOCK_STEPS_S), 1) if kind is Kind.CLOCK else 0.0
         direction = rng.choice(DIRECTIONS) if kind is Kind.ONE_WAY else ""
+        peer = rng.choice([node for node in NODES if node != target]) if kind is Kind.BRIDGE else ""
         with_previous = overlap and i > 0 and overlapping.random() < WITH_PREVIOUS
         faults.append(
             Fault(
@@ -191,6 +203,7 @@ def draw_schedule(
                 iops=iops,
                 offset_s=offset_s,
                 direction=direction,
+                peer=peer,
                 with_previous=with_previous,
             )
         )
@@ -198,11 +211,14 @@ def draw_schedule(
 
 
 def _targets(kind: Kind, processes: Sequence[str]) -> list[str]:
-    """What a fault of `kind` may hit: the journal's disk, a process's clock, or any process or node."""
+    """What a fault of `kind` may hit: the journal's disk, a process's clock, a node's routes (by name: its
+    peer is drawn among the others), or any process or node."""
     if kind in DISK_KINDS:
         return [DISK]
     if kind is Kind.CLOCK:
         return list(processes)
+    if kind is Kind.BRIDGE:
+        return list(NODES)
     return [*processes, *NODES, LEADER]
 
 
@@ -211,7 +227,7 @@ def holds(fault: Fault) -> set[str]:
     stopped, down or cut off: one at a time), the network's links (a link has one state, and a partition of a
     node and one of a process share links), a process's signals, its clock, or the disk's space or speed."""
     if fault.kind in NETWORK_KINDS:
-        cuts = fault.kind in (Kind.PARTITION, Kind.ONE_WAY)
+        cuts = fault.kind in (Kind.PARTITION, Kind.ONE_WAY, Kind.BRIDGE)
         return {"links", "nodes"} if cuts and _is_node(fault.target) else {"links"}
     if fault.kind in PROCESS_KINDS:
         return {"nodes"} if _is_node(fault.target) else {f"signals {fault.target}"}
@@ -379,13 +395,16 @@ class Nemesis:
         return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
 
     async def _steer(self, fault: Fault, name: str) -> Applied:
-        """Cut, slow or hold one way every link from or to `name` for the fault's duration, then heal them."""
+        """Cut, slow or hold one way every link from or to `name` (a bridge: those between `name` and its peer)
+        for the fault's duration, then heal them."""
         network = self.cluster.network
         assert network is not None, f"{fault.kind} needs a cluster made with a network"
         links = network.touching(name)
+        if fault.kind is Kind.BRIDGE:
+            links = [link for link in links if fault.peer in (link.source, link.target)]
         assert links, f"no link from or to {name}"
         for link in links:
-            if fault.kind is Kind.PARTITION:
+            if fault.kind in (Kind.PARTITION, Kind.BRIDGE):
                 link.partition()
             elif fault.kind is Kind.ONE_WAY:
                 far = link.target if link.source == name else link.source

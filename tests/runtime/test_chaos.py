@@ -1,7 +1,7 @@
-"""Chaos: seeded schedules of kills, pauses, partitions (both ways and one way), a full disk and clock steps
-against a 3-node cluster lose no episode, and the checker sees loss.
+"""Chaos: seeded schedules of kills, pauses, partitions (both ways, one way, and between two nodes only), a full
+disk and clock steps against a 3-node cluster lose no episode, and the checker sees loss.
 
-The slow tests run five small schedules end to end (bench/chaos.py runs long ones): every episode
+The slow tests run six small schedules end to end (bench/chaos.py runs long ones): every episode
 completes once, as a success, the journal holds each stored message once, verifies and replays
 identically. The others pin what a seed draws and what the checker reports.
 """
@@ -18,6 +18,7 @@ import pytest
 
 from bench import chaos
 from bench._checker import _stream_problem, check
+from bench._cluster import NODES
 from bench._disk import unavailable
 from bench._nemesis import (
     CLOCK_ERA_KINDS,
@@ -26,6 +27,7 @@ from bench._nemesis import (
     KINDS,
     LEADER,
     NETWORK_ERA_KINDS,
+    ONE_WAY_ERA_KINDS,
     PROCESS_KINDS,
     Kind,
     Schedule,
@@ -59,6 +61,7 @@ def test_a_seed_draws_one_schedule_and_its_json_draws_it_again() -> None:
         assert (fault.iops > 0) == (fault.kind is Kind.SLOW_DISK), fault
         assert (fault.offset_s != 0) == (fault.kind is Kind.CLOCK), fault
         assert (fault.direction in ("in", "out")) == (fault.kind is Kind.ONE_WAY), fault
+        assert (fault.peer in NODES and fault.peer != fault.target) == (fault.kind is Kind.BRIDGE), fault
         if fault.kind in DISK_KINDS:
             assert fault.target == DISK
         else:
@@ -88,6 +91,15 @@ def test_a_seed_drawn_with_the_kinds_before_one_way_partitions_draws_the_schedul
         "  1. disk_full disk for 2.3s after 4 episodes + 0.27s",
         "  2. kill worker-main-1 after 12 episodes + 0.5s",
         "  3. partition n2 for 5.9s after 13 episodes + 0.94s",
+    ]
+
+
+def test_a_seed_drawn_with_the_kinds_before_bridges_draws_the_schedule_it_drew_then() -> None:
+    schedule = draw_schedule(11, 24, processes(), ONE_WAY_ERA_KINDS)
+    assert schedule.describe().splitlines()[1:] == [
+        "  1. one_way n1 in for 5.11s after 4 episodes + 0.51s",
+        "  2. one_way n3 out for 2.3s after 11 episodes + 0.61s",
+        "  3. partition journal for 7.23s after 15 episodes + 0.54s",
     ]
 
 
@@ -172,6 +184,9 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
         # the journal's disk full for 4.38 s; while it is, a worker's clock stepped back 3,280.8 s for 7.82 s
         (53, 16, (Kind.DISK_FULL, Kind.SLOW_DISK, Kind.CLOCK), True),
         (15, 16, (Kind.ONE_WAY,), False),  # what goes to n2 held 2.11 s, then what the leader sends held 7 s
+        # the routes between n3 and n2 cut 2.68 s, then n1 and n3's 4.21 s: the schedule whose runner once waited 44 s for a
+        # completion lost between two nodes (test_cluster.py has that loss on its own)
+        (18, 16, (Kind.BRIDGE,), False),
     ],
 )
 async def test_a_seeded_schedule_of_faults_loses_no_episode(
