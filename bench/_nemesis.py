@@ -76,13 +76,18 @@ class Kind(StrEnum):
     `duration_s`, then healed, while both still reach the third node and every process reaches all three: a
     partial partition, where each of the two sees a majority and the two disagree on who is reachable.
     NATS routes do not relay, so what one of the two sends for the other's clients is lost meanwhile."""
+    BLACK_HOLE = "black_hole"
+    """Every byte through the target's links held both ways for `duration_s`, the connections left open and
+    new ones taken and left silent, then let through in order: packets dropped with no reset and no refusal,
+    which a peer notices only by its own timeouts (unanswered pings, silent consumers), and TCP delivering
+    what it held once the path returns, to whoever did not give up first."""
 
 
 KINDS = tuple(Kind)
 PROCESS_KINDS = (Kind.KILL, Kind.PAUSE)
 """The kinds of the first schedules: a seed drawn with only these draws the schedule it drew before the
 network kinds were added."""
-NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY, Kind.ONE_WAY, Kind.BRIDGE)
+NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY, Kind.ONE_WAY, Kind.BRIDGE, Kind.BLACK_HOLE)
 """The kinds that need the cluster's network (`Cluster.network`)."""
 DISK_KINDS = (Kind.DISK_FULL, Kind.SLOW_DISK)
 """The kinds that need the journal on a disk of its own (`bench._disk`)."""
@@ -91,7 +96,7 @@ NETWORK_ERA_KINDS = (*PROCESS_KINDS, Kind.PARTITION, Kind.DELAY)
 CLOCK_ERA_KINDS = (*NETWORK_ERA_KINDS, *DISK_KINDS, Kind.CLOCK)
 """The kinds before one-way partitions: a seed drawn with these draws the schedule it drew then."""
 ONE_WAY_ERA_KINDS = (*CLOCK_ERA_KINDS, Kind.ONE_WAY)
-"""The kinds before bridges: a seed drawn with these draws the schedule it drew then."""
+"""The kinds before bridges and black holes: a seed drawn with these draws the schedule it drew then."""
 DIRECTIONS = ("in", "out")
 """What a one-way partition holds: the bytes headed to its target, or those it sends."""
 DURATIONS_S = {
@@ -104,6 +109,7 @@ DURATIONS_S = {
     Kind.CLOCK: (2.0, 10.0),
     Kind.ONE_WAY: (1.0, 8.0),
     Kind.BRIDGE: (1.0, 8.0),
+    Kind.BLACK_HOLE: (1.0, 8.0),
 }
 """The range each kind's duration is drawn from: how long a node stays down, a process stopped, a link cut
 or slowed, the disk full or slow, or a clock stepped. A killed worker or journal has none: the supervisor
@@ -227,7 +233,7 @@ def holds(fault: Fault) -> set[str]:
     stopped, down or cut off: one at a time), the network's links (a link has one state, and a partition of a
     node and one of a process share links), a process's signals, its clock, or the disk's space or speed."""
     if fault.kind in NETWORK_KINDS:
-        cuts = fault.kind in (Kind.PARTITION, Kind.ONE_WAY, Kind.BRIDGE)
+        cuts = fault.kind in (Kind.PARTITION, Kind.ONE_WAY, Kind.BRIDGE, Kind.BLACK_HOLE)
         return {"links", "nodes"} if cuts and _is_node(fault.target) else {"links"}
     if fault.kind in PROCESS_KINDS:
         return {"nodes"} if _is_node(fault.target) else {f"signals {fault.target}"}
@@ -395,8 +401,8 @@ class Nemesis:
         return Applied(fault=fault, target=name, began_s=began_s, ended_s=ended_s)
 
     async def _steer(self, fault: Fault, name: str) -> Applied:
-        """Cut, slow or hold one way every link from or to `name` (a bridge: those between `name` and its peer)
-        for the fault's duration, then heal them."""
+        """Cut, slow, or hold one way or both every link from or to `name` (a bridge: those between `name` and
+        its peer) for the fault's duration, then heal them."""
         network = self.cluster.network
         assert network is not None, f"{fault.kind} needs a cluster made with a network"
         links = network.touching(name)
@@ -409,6 +415,8 @@ class Nemesis:
             elif fault.kind is Kind.ONE_WAY:
                 far = link.target if link.source == name else link.source
                 link.hold(name if fault.direction == "in" else far)
+            elif fault.kind is Kind.BLACK_HOLE:
+                link.hold(link.source, link.target)
             else:
                 link.delay(fault.latency_s)
         began_s = self.progress.now()

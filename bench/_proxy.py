@@ -6,7 +6,8 @@ it (each chunk read is held a time drawn uniformly in [0, latency_s] before it i
 hold one direction (a one-way partition: the bytes headed to one end wait, every connection stays
 open and the other direction flows, until it is healed and they are written on in order, as TCP
 would deliver them once its path returned; a side that gives up on its connection first ends it, and
-what was held for it is lost with it). Delays
+what was held for it is lost with it), or hold both (a black hole: nothing passes and nothing says so,
+new connections are taken and stay silent). Delays
 never reorder bytes within one connection: a chunk is written no sooner than the one before it, as
 TCP would. Across connections they may: data sent later on one connection can arrive before data sent
 earlier on another. So a delay reorders messages only where the system has two paths (two route
@@ -43,8 +44,8 @@ class Link:
     """Partitioned: no connection passes."""
     latency_s: float = 0.0
     """The most each chunk is held while the link is delayed; 0 passes chunks on at once."""
-    held: str = ""
-    """The end (`source` or `target`) whose incoming bytes wait until `heal()`; "" holds none."""
+    held: frozenset[str] = frozenset()
+    """The ends (`source`, `target` or both) whose incoming bytes wait until `heal()`."""
     connections: int = 0
     """Connections carried since the link was made (refused ones are not counted)."""
     _live: set[anyio.CancelScope] = field(default_factory=set)
@@ -79,17 +80,19 @@ class Link:
     def delay(self, latency_s: float) -> None:
         self.latency_s = latency_s
 
-    def hold(self, towards: str) -> None:
-        """Hold the bytes headed to `towards` (this link's source or target) until `heal()`, connections open."""
-        if towards not in (self.source, self.target):
-            raise ValueError(f"{towards!r} is neither end of the link {self.name}")
-        self.held = towards
+    def hold(self, *towards: str) -> None:
+        """Hold the bytes headed to `towards` (this link's source, target, or both: a black hole) until
+        `heal()`, connections open."""
+        for end in towards:
+            if end not in (self.source, self.target):
+                raise ValueError(f"{end!r} is neither end of the link {self.name}")
+        self.held = frozenset(towards)
         if self._released.is_set():  # those waiting on an earlier hold wait on with the new one
             self._released = anyio.Event()
 
     def heal(self) -> None:
         """Pass again, at once: chunks already held are still written in their order."""
-        self.cut, self.latency_s, self.held = False, 0.0, ""
+        self.cut, self.latency_s, self.held = False, 0.0, frozenset()
         self._released.set()
 
     def _refusing(self) -> bool:
@@ -159,7 +162,7 @@ class Link:
         async with receive:
             async for due, chunk in receive:
                 await anyio.sleep_until(due)
-                while self.held == towards:
+                while towards in self.held:
                     await self._released.wait()
                 await sink.send(chunk)
 

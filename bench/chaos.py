@@ -6,15 +6,16 @@ worker processes under the supervisor, the built-in retail system on the sim mod
 episodes four at a time, and meanwhile applies the faults drawn from its seed: SIGKILL, or SIGSTOP then
 SIGCONT, of a worker, the journal service, any node or the stream's leader; a partition of a node (from
 the other two and from every process) or of a process (from the three nodes), healed after a while; the
-same one way only; the routes between two nodes cut while both reach the third (a bridge); a delay on
-every link of a node or a process; the journal's disk full, or slow, for a while (`bench._disk`:
+same one way only; the routes between two nodes cut while both reach the third (a bridge); every byte
+of a node or a process held both ways with no word said (a black hole); a delay on every link of a node
+or a process; the journal's disk full, or slow, for a while (`bench._disk`:
 the journal then lives on a loop device of its own, which needs root); a process's wall clock stepped
 forwards or back, and back again (`bench._wallclock`: every process is then started through it). Every
 route between nodes, and every connection of the runner, the journal and the workers to a node, goes
 through a link of the proxy (`bench._proxy`) that the nemesis cuts, slows and heals. `--kinds` draws from
 fewer kinds (`kill,pause` draws the schedules of seeds run before the network kinds were added,
 `kill,pause,partition,delay` those run before disks and clocks, and those with `one_way` added those
-run before bridges); by default every kind this machine can apply. `--overlap` lets a fault begin while the one before lasts. While faults are left
+run before bridges and black holes); by default every kind this machine can apply. `--overlap` lets a fault begin while the one before lasts. While faults are left
 once those episodes are done, more run, four at a time, so that every fault meets running episodes;
 the checker counts them like the others. A run the journal refuses (its disk full) waits until the journal
 writes again and goes on, as its user would. Time to recover is from a fault's end (SIGCONT sent, the node

@@ -45,9 +45,9 @@ GOLDEN = Path(__file__).parents[1] / "replay" / "golden" / "runs.db"
 
 
 def test_a_seed_draws_one_schedule_and_its_json_draws_it_again() -> None:
-    schedule = draw_schedule(7, 200, processes())
-    assert draw_schedule(7, 200, processes()) == schedule
-    assert draw_schedule(8, 200, processes()) != schedule
+    schedule = draw_schedule(1, 200, processes())  # a seed that draws every kind
+    assert draw_schedule(1, 200, processes()) == schedule
+    assert draw_schedule(2, 200, processes()) != schedule
     assert msgspec.json.decode(msgspec.json.encode(schedule), type=Schedule) == schedule
     assert len(schedule.faults) == 25
     counts = [fault.after_episodes for fault in schedule.faults]

@@ -1,6 +1,6 @@
 """The nemesis's proxy: a link passes bytes both ways, a cut drops live connections and refuses new ones until
-healed, a delay holds chunks without ever reordering one connection's bytes, and a one-way hold keeps the bytes
-headed to one end, and only those, until healed."""
+healed, a delay holds chunks without ever reordering one connection's bytes, a one-way hold keeps the bytes
+headed to one end, and only those, until healed, and a black hole keeps both ways silent."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from anyio.abc import SocketAttribute, SocketStream
 from bench._proxy import HOST, Link, Network, network
 
 WAIT_S = 10.0
+SILENT_S = 0.3
+"""How long a test listens for what must not come (what must come, it waits WAIT_S for)."""
 
 
 async def _echo(stream: SocketStream) -> None:
@@ -158,7 +160,34 @@ async def test_a_one_way_hold_keeps_what_goes_to_one_end_until_healed_and_lets_t
                     got += await anyio.to_thread.run_sync(client.recv, 64)
         tg.cancel_scope.cancel()
     assert heard and b"".join(heard) == b"one;two;"
-    assert got == b"ONE;TWO;" and link.connections == 1 and link.held == ""
+    assert got == b"ONE;TWO;" and link.connections == 1 and not link.held
+
+
+async def test_a_black_hole_takes_connections_and_passes_nothing_either_way_until_healed() -> None:
+    heard = anyio.Event()
+
+    async def shout(stream: SocketStream) -> None:
+        async with stream:
+            async for chunk in stream:
+                heard.set()
+                await stream.send(chunk.upper())
+
+    listener = await anyio.create_tcp_listener(local_host=HOST)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, shout)
+        async with network(seed=3) as net:
+            link = await net.link("client", "server", listener.extra(SocketAttribute.local_port))
+            link.hold("client", "server")
+            with anyio.fail_after(WAIT_S):
+                async with await anyio.connect_tcp(HOST, link.port) as client:  # taken, though nothing passes
+                    await client.send(b"one;")
+                    with anyio.move_on_after(SILENT_S):
+                        await heard.wait()
+                    assert not heard.is_set() and link.live == 1
+                    link.heal()
+                    assert await client.receive() == b"ONE;"
+        tg.cancel_scope.cancel()
+    assert heard.is_set() and link.connections == 1 and not link.held
 
 
 async def test_links_are_found_by_the_name_at_either_end() -> None:
