@@ -184,8 +184,8 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
         # the journal's disk full for 4.38 s; while it is, a worker's clock stepped back 3,280.8 s for 7.82 s
         (53, 16, (Kind.DISK_FULL, Kind.SLOW_DISK, Kind.CLOCK), True),
         (15, 16, (Kind.ONE_WAY,), False),  # what goes to n2 held 2.11 s, then what the leader sends held 7 s
-        # the routes between n3 and n2 cut 2.68 s, then n1 and n3's 4.21 s: the schedule whose runner once waited 44 s for a
-        # completion lost between two nodes (test_cluster.py has that loss on its own)
+        # the routes between n3 and n2 cut 2.68 s, then n1 and n3's 4.21 s: the schedule whose runner once
+        # waited 44 s for a completion lost between two nodes (test_cluster.py has that loss on its own)
         (18, 16, (Kind.BRIDGE,), False),
     ],
 )
