@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from bench._proxy import HOST, network
+from faultline import JournalError
 from faultline.api import RunPlan, RunResult, plan_episodes, run_plan
 from faultline.bus import Bus, Delivery, EmbeddedServer
 from faultline.core import Envelope, EpisodeCompleted
@@ -70,3 +71,10 @@ async def test_completions_sent_while_the_runner_was_cut_off_are_read_from_the_s
         finally:
             await runner.close()
     assert got == dict.fromkeys(episodes, done)
+
+
+async def test_an_error_inside_a_completions_block_comes_out_as_it_was(bus: Bus) -> None:
+    """Not wrapped in an exception group by the block's followers: `run_plan` stops on a JournalError this way."""
+    with pytest.raises(JournalError, match="refused"):
+        async with Completions(bus):
+            raise JournalError("refused")

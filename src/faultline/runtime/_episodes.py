@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Collection, Iterable
 from contextlib import AsyncExitStack
-from types import TracebackType
 
 import anyio
 import msgspec
@@ -207,10 +206,10 @@ class Completions:
             self._open = stack.pop_all()
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self._open.__aexit__(kind, exc, tb)
+    async def __aexit__(self, *exc: object) -> None:
+        # The followers end without the block's exception: handed to their task group, it would come out
+        # wrapped in an exception group, and a caller's `except JournalError` would no longer see it.
+        await self._open.aclose()
 
     async def _stream_last_seq(self) -> int:
         """The stream's last sequence, asked again while it has no leader, for up to STORED_READ_TIMEOUT_S."""
