@@ -216,14 +216,16 @@ class Worker:
         self._history_reads = anyio.CapacityLimiter(self.settings.recovery_reads)
         s = self.bus.subjects
         completions = s.shard_events("completed", self.settings.shard, self.settings.shards)
+        completed_after = (await self.bus.stream_state()).last_seq
         subs = [await self.bus.subscribe(s.svc("status"), self._on_status)]
-        subs += [await self.bus.subscribe(subject, self._on_completed) for subject in completions]
         try:
             # Timers are inner: cancelling them at the stop leaves the handlers in `serving` to drain.
             async with anyio.create_task_group() as self._serving, anyio.create_task_group() as self._timers:
-                sweeper, keeper = anyio.CancelScope(), anyio.CancelScope()
+                sweeper, keeper, following = anyio.CancelScope(), anyio.CancelScope(), anyio.CancelScope()
                 self._serving.start_soon(self._evict_finished, sweeper)
                 self._serving.start_soon(self._keep_held, keeper)
+                for subject in completions:  # from the stream: core NATS would drop those a lost route carried
+                    self._serving.start_soon(self._follow_completions, subject, completed_after, following)
                 async with anyio.create_task_group() as self._reading:
                     for cls in self.agents:
                         await self.serve(cls)
@@ -239,6 +241,7 @@ class Worker:
                     self._reading.cancel_scope.cancel()
                 sweeper.cancel()
                 keeper.cancel()
+                following.cancel()
                 for consumer, _ in self._readers.values():
                     await consumer.close()
                 self._serving.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout_s
@@ -481,9 +484,13 @@ class Worker:
         if timer.episode not in self._finished and timer.episode not in self._evicted:  # nobody waits any more
             await self.bus.publish(timer_fired(timer))
 
-    async def _on_completed(self, msg: Message) -> None:
+    async def _follow_completions(self, subject: str, after: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self.bus.follow(subject, self._on_completed, after=after)
+
+    async def _on_completed(self, delivery: Delivery) -> None:
         # the first completion counts: `_finished` stays in order of completion (see `_evict`)
-        self._finished.setdefault(self.bus.subjects.event_episode(msg.subject), anyio.current_time())
+        self._finished.setdefault(self.bus.subjects.event_episode(delivery.subject), anyio.current_time())
 
     async def _evict_finished(self, scope: anyio.CancelScope) -> None:
         """Forget instances of episodes completed `linger_s` ago (late messages still find them until then)."""
