@@ -69,38 +69,52 @@ def test_a_seed_draws_one_schedule_and_its_json_draws_it_again() -> None:
         assert not fault.with_previous
 
 
-def test_a_seed_drawn_with_the_process_kinds_draws_the_schedule_it_drew_before_the_network_kinds() -> None:
-    schedule = draw_schedule(1, EPISODES, processes(), PROCESS_KINDS)
-    assert schedule.describe().splitlines()[1:] == [
-        "  1. kill worker-main-1 after 2 episodes + 0.12s",
-        "  2. pause leader for 3.44s after 11 episodes + 0.21s",
-    ]
-
-
-def test_a_seed_drawn_with_the_kinds_before_disks_and_clocks_draws_the_schedule_it_drew_then() -> None:
-    schedule = draw_schedule(5, 16, processes(), NETWORK_ERA_KINDS)
-    assert schedule.describe().splitlines()[1:] == [
-        "  1. partition n3 for 5.83s after 5 episodes + 0.36s",
-        "  2. kill leader for 2.86s after 12 episodes + 0.47s",
-    ]
-
-
-def test_a_seed_drawn_with_the_kinds_before_one_way_partitions_draws_the_schedule_it_drew_then() -> None:
-    schedule = draw_schedule(9, 24, processes(), CLOCK_ERA_KINDS)
-    assert schedule.describe().splitlines()[1:] == [
-        "  1. disk_full disk for 2.3s after 4 episodes + 0.27s",
-        "  2. kill worker-main-1 after 12 episodes + 0.5s",
-        "  3. partition n2 for 5.9s after 13 episodes + 0.94s",
-    ]
-
-
-def test_a_seed_drawn_with_the_kinds_before_bridges_draws_the_schedule_it_drew_then() -> None:
-    schedule = draw_schedule(11, 24, processes(), ONE_WAY_ERA_KINDS)
-    assert schedule.describe().splitlines()[1:] == [
-        "  1. one_way n1 in for 5.11s after 4 episodes + 0.51s",
-        "  2. one_way n3 out for 2.3s after 11 episodes + 0.61s",
-        "  3. partition journal for 7.23s after 15 episodes + 0.54s",
-    ]
+@pytest.mark.parametrize(
+    ("seed", "episodes", "kinds", "drawn"),
+    [
+        pytest.param(
+            1,
+            EPISODES,
+            PROCESS_KINDS,
+            ["kill worker-main-1 after 2 episodes + 0.12s", "pause leader for 3.44s after 11 episodes + 0.21s"],
+            id="before-network-kinds",
+        ),
+        pytest.param(
+            5,
+            16,
+            NETWORK_ERA_KINDS,
+            ["partition n3 for 5.83s after 5 episodes + 0.36s", "kill leader for 2.86s after 12 episodes + 0.47s"],
+            id="before-disks-and-clocks",
+        ),
+        pytest.param(
+            9,
+            24,
+            CLOCK_ERA_KINDS,
+            [
+                "disk_full disk for 2.3s after 4 episodes + 0.27s",
+                "kill worker-main-1 after 12 episodes + 0.5s",
+                "partition n2 for 5.9s after 13 episodes + 0.94s",
+            ],
+            id="before-one-way-partitions",
+        ),
+        pytest.param(
+            11,
+            24,
+            ONE_WAY_ERA_KINDS,
+            [
+                "one_way n1 in for 5.11s after 4 episodes + 0.51s",
+                "one_way n3 out for 2.3s after 11 episodes + 0.61s",
+                "partition journal for 7.23s after 15 episodes + 0.54s",
+            ],
+            id="before-bridges-and-black-holes",
+        ),
+    ],
+)
+def test_a_seed_drawn_with_the_kinds_of_an_earlier_era_draws_the_schedule_it_drew_then(
+    seed: int, episodes: int, kinds: tuple[Kind, ...], drawn: list[str]
+) -> None:
+    schedule = draw_schedule(seed, episodes, processes(), kinds)
+    assert schedule.describe().splitlines()[1:] == [f"  {i}. {fault}" for i, fault in enumerate(drawn, 1)]
 
 
 def test_an_overlapping_schedule_has_the_faults_of_its_seed_some_begun_while_the_one_before_lasts() -> None:
