@@ -10,7 +10,7 @@ from nats.aio.msg import Msg
 from faultline.bus import Bus, EmbeddedServer
 from faultline.core import Agent, Context, Envelope, EpisodeCompleted, EpisodeStarted
 from faultline.runtime import Completions, Worker, WorkerSettings, start_episode
-from faultline.runtime._worker import _place_given_up, _Slot
+from faultline.runtime._worker import _give_place_up, _Slot, _take_place_again
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
 
@@ -112,7 +112,7 @@ async def test_a_place_given_up_for_a_model_call_is_taken_back_without_a_turn_of
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(other)
-            async with _place_given_up(limiter):
-                pass  # the model answered at once
+            assert _give_place_up(limiter) and limiter.borrowed_tokens == 0
+            await _take_place_again(limiter)  # the model answered at once
             assert others == []
             assert limiter.borrowed_tokens == 1

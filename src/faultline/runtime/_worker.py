@@ -46,12 +46,11 @@ and outputs published again carry the same ids, which JetStream drops.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -563,38 +562,46 @@ class _PlaceFreeingBackend:
         """The backend's own `complete_call`, if it reports its attempts: looked up once, not per call."""
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        async with _place_given_up(self._limiter):
+        freed = _give_place_up(self._limiter)
+        try:
             return await self._backend.complete(request)
+        finally:
+            if freed:
+                await _take_place_again(self._limiter)
 
     async def complete_call(self, request: LlmRequest, call: ModelCall) -> LlmResponse:
-        async with _place_given_up(self._limiter):
+        freed = _give_place_up(self._limiter)
+        try:
             if self._reporting is not None:
                 return await self._reporting(request, call)  # type: ignore[no-any-return]
             return await self._backend.complete(request)
+        finally:
+            if freed:
+                await _take_place_again(self._limiter)
 
     async def aclose(self) -> None:
         await self._backend.aclose()
 
 
-@contextlib.asynccontextmanager
-async def _place_given_up(limiter: anyio.CapacityLimiter) -> AsyncIterator[None]:
-    """Hand the current task's place back for the block, then take one again (even when cancelled, so that
-    the `_Slot` around the handler has a place to release): at once while one is free and nobody waits,
-    else in turn. `acquire` alone would yield to the event loop first, and under load one turn of the loop
-    is tenths of a second, for every model call of every handler."""
+def _give_place_up(limiter: anyio.CapacityLimiter) -> bool:
+    """Hand the current task's place back while its model answers; False for a task the handler started itself,
+    which holds no place. Plain calls, not an async context manager: one runs per model call, thousands at once."""
     try:
         limiter.release()
-    except RuntimeError:  # a task the handler started itself holds no place
-        yield
-        return
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _take_place_again(limiter: anyio.CapacityLimiter) -> None:
+    """Take a place again (even when cancelled, so that the `_Slot` around the handler has a place to release): at
+    once while one is free and nobody waits, else in turn. `acquire` alone would yield to the event loop first,
+    and under load one turn of the loop is tenths of a second, for every model call of every handler."""
     try:
-        yield
-    finally:
-        try:
-            limiter.acquire_nowait()
-        except anyio.WouldBlock:
-            with anyio.CancelScope(shield=True):
-                await limiter.acquire()
+        limiter.acquire_nowait()
+    except anyio.WouldBlock:
+        with anyio.CancelScope(shield=True):
+            await limiter.acquire()
 
 
 class _Slot:
