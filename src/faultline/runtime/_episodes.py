@@ -249,9 +249,9 @@ class Completions:
     async def wait(self, episodes: Iterable[str]) -> dict[str, EpisodeCompleted]:
         """Block until every episode in `episodes` has completed (inside this block)."""
         wanted = list(episodes)
-        events = [self._waiting.setdefault(e, anyio.Event()) for e in wanted if e not in self.done]
-        for event in events:  # all waited on at once: a read after a reconnect looks for every one
-            await event.wait()
+        for episode in wanted:
+            if episode not in self.done:
+                await self._waiting.setdefault(episode, anyio.Event()).wait()
         return {e: self.done[e] for e in wanted}
 
     async def stored(self, episodes: Iterable[str]) -> dict[str, EpisodeCompleted]:
