@@ -9,6 +9,7 @@ import anyio
 import pytest
 from nats.aio.msg import Msg
 
+from bench._proxy import network
 from faultline._errors import BusError
 from faultline.bus import Bus, BusSettings, Consumer, EmbeddedServer, Message
 from faultline.core import (
@@ -134,9 +135,11 @@ class SlowModel:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.calls = 0
+        self.called = anyio.Event()
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         self.calls += 1
+        self.called.set()
         await anyio.sleep(self.seconds)
         return LlmResponse(content="done")
 
@@ -150,6 +153,31 @@ class AsksOnce(Agent):
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="hi")]))
         ctx.emit(EpisodeCompleted(outcome="success"))
+
+
+class AsksThenWaits(Agent):
+    """Asks the model, then sets a timer."""
+
+    name = "asks_then_waits"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="hi")]))
+        ctx.emit(Timer(after_s=60.0))
+
+
+async def test_a_handler_that_sets_a_timer_while_its_worker_stops_leaves_it_to_the_next_worker(bus: Bus) -> None:
+    """The stopping worker drains its handlers but fires no more timers: the timer is stored, and the worker
+    after it rearms it (`pending_timers`). Arming it into the closed timers ended the worker with an error."""
+    model = SlowModel(seconds=0.5)
+    worker = Worker(bus, [AsksThenWaits], backends=lambda role: model)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await start_episode(bus, "stopping", AsksThenWaits.name, EpisodeStarted())
+        with anyio.fail_after(10):
+            await model.called.wait()
+        worker.stop()
+    assert [e.body for e in await collect(bus, "stopping") if isinstance(e.body, Timer)] == [Timer(after_s=60.0)]
 
 
 async def run_episode(bus: Bus, completions: Completions, episode: str, agent: str, first: Start | None = None) -> None:
@@ -285,6 +313,60 @@ async def test_a_timer_of_an_episode_already_forgotten_does_not_fire(bus: Bus, m
         worker.stop()
     assert any(isinstance(e.body, TimerFired) for e in await collect(bus, "waits"))
     assert not any(isinstance(e.body, TimerFired) for e in await collect(bus, "gone"))
+
+
+class Patient(Agent):
+    """Sets a timer of `after_s` (from its `Start`) when its episode starts, and completes when it fires."""
+
+    name = "patient"
+    completes = True
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Start):
+            ctx.emit(Timer(after_s=float(msg.body.data["after_s"])))
+        elif isinstance(msg.body, TimerFired):
+            ctx.emit(EpisodeCompleted(outcome="success"))
+
+
+async def test_a_completion_sent_while_the_worker_was_cut_off_still_keeps_its_timer_from_firing(
+    bus: Bus, nats_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker reads completions from the stream: one sent while its connection was down is read once it is
+    back. Heard on core NATS it was lost, and the timer of an episode already completed fired into it."""
+    armed = anyio.Event()
+    arm = Worker._arm
+
+    def arm_and_tell(self: Worker, timers: list[Envelope]) -> None:
+        arm(self, timers)
+        if any(timer.episode == "cut" for timer in timers):
+            armed.set()
+
+    monkeypatch.setattr(Worker, "_arm", arm_and_tell)
+    async with network() as net:
+        link = await net.link("worker", "nats", nats_server.port)
+        worker_bus = await Bus.connect(link.url, settings=BusSettings(idle_heartbeat_s=0.5))
+        worker = Worker(worker_bus, [Patient], backends=lambda role: EchoBackend())
+        try:
+            async with anyio.create_task_group() as tg, Completions(bus, (Patient.name,)) as completions:
+                tg.start_soon(worker.run)
+                await worker.wait_ready()
+                await start_episode(bus, "cut", "patient", EpisodeStarted(), Start(data={"after_s": 3.0}))
+                with anyio.fail_after(10):
+                    await armed.wait()  # its timer stored, and held by the worker
+                reconnected = worker_bus.next_reconnect()
+                link.partition()
+                ended = EpisodeCompleted(outcome="timeout", cause="ended by the test")
+                await bus.publish(Envelope(id="cut-ended", episode="cut", sender=RUNNER, body=ended))
+                link.heal()
+                with anyio.fail_after(10):
+                    await reconnected.wait()
+                # set after the cut episode's timer, this one fires later: by then the other would have fired
+                await run_episode(bus, completions, "later", "patient", Start(data={"after_s": 3.5}))
+                worker.stop()
+        finally:
+            await worker_bus.close()
+    assert not any(isinstance(e.body, TimerFired) for e in await collect(bus, "cut"))
+    assert any(isinstance(e.body, TimerFired) for e in await collect(bus, "later"))
 
 
 class Tally(Agent):

@@ -473,7 +473,11 @@ class Worker:
         return None
 
     def _arm(self, timers: list[Envelope]) -> None:
+        """Fire each of `timers` when it is due; none once the worker stops (a handler still draining set them):
+        they are stored, and the worker after this one rearms them (`pending_timers`)."""
         assert self._timers is not None
+        if self._stopping.is_set():
+            return
         for timer in timers:
             assert isinstance(timer.body, Timer)
             self._timers.start_soon(self._fire, timer, timer.body.after_s)
