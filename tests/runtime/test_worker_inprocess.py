@@ -350,7 +350,7 @@ async def test_a_completion_sent_while_the_worker_was_cut_off_still_keeps_its_ti
             async with anyio.create_task_group() as tg, Completions(bus, (Patient.name,)) as completions:
                 tg.start_soon(worker.run)
                 await worker.wait_ready()
-                await start_episode(bus, "cut", "patient", EpisodeStarted(), Start(data={"after_s": 3.0}))
+                await start_episode(bus, "cut", "patient", EpisodeStarted(), Start(data={"after_s": 5.0}))
                 with anyio.fail_after(10):
                     await armed.wait()  # its timer stored, and held by the worker
                 reconnected = worker_bus.next_reconnect()
@@ -361,7 +361,7 @@ async def test_a_completion_sent_while_the_worker_was_cut_off_still_keeps_its_ti
                 with anyio.fail_after(10):
                     await reconnected.wait()
                 # set after the cut episode's timer, this one fires later: by then the other would have fired
-                await run_episode(bus, completions, "later", "patient", Start(data={"after_s": 3.5}))
+                await run_episode(bus, completions, "later", "patient", Start(data={"after_s": 5.5}))
                 worker.stop()
         finally:
             await worker_bus.close()
