@@ -654,3 +654,23 @@ async def test_a_late_input_after_its_episodes_instances_were_forgotten_meets_th
             await third.wait()
         worker.stop()
     assert seen == [1, 2, 3]
+
+
+async def test_a_worker_shard_of_two_partitions_follows_both_partitions_completions(
+    nats_server: EmbeddedServer,
+) -> None:
+    """Shard 0 of 2 over 4 partitions reads the completions of two subjects: one follower each, in a task group
+    of their own (one cancel scope entered twice ended the worker with an error)."""
+    bus = await Bus.connect(nats_server.url, prefix="p4", settings=BusSettings(partitions=4))
+    await bus.ensure_stream()
+    try:
+        assert len(bus.subjects.shard_events("completed", 0, 2)) == 2
+        worker = Worker(bus, [Hurried], backends=lambda role: EchoBackend(), settings=WorkerSettings(shards=2))
+        episode = next(f"two-{i}" for i in range(100) if episode_shard(f"two-{i}", 2) == 0)
+        async with anyio.create_task_group() as tg, Completions(bus, (Hurried.name,)) as completions:
+            tg.start_soon(worker.run)
+            await worker.wait_ready()
+            await run_episode(bus, completions, episode, Hurried.name)
+            worker.stop()
+    finally:
+        await bus.close()

@@ -223,8 +223,8 @@ class Worker:
                 sweeper, keeper, following = anyio.CancelScope(), anyio.CancelScope(), anyio.CancelScope()
                 self._serving.start_soon(self._evict_finished, sweeper)
                 self._serving.start_soon(self._keep_held, keeper)
-                for subject in completions:  # from the stream: core NATS would drop those a lost route carried
-                    self._serving.start_soon(self._follow_completions, subject, completed_after, following)
+                # from the stream: core NATS would drop those a lost route carried
+                self._serving.start_soon(self._follow_completions, completions, completed_after, following)
                 async with anyio.create_task_group() as self._reading:
                     for cls in self.agents:
                         await self.serve(cls)
@@ -487,9 +487,12 @@ class Worker:
         if timer.episode not in self._finished and timer.episode not in self._evicted:  # nobody waits any more
             await self.bus.publish(timer_fired(timer))
 
-    async def _follow_completions(self, subject: str, after: int, scope: anyio.CancelScope) -> None:
+    async def _follow_completions(self, subjects: list[str], after: int, scope: anyio.CancelScope) -> None:
+        """Follow each of `subjects` (a shard of several partitions has one per partition) until `scope` ends."""
         with scope:
-            await self.bus.follow(subject, self._on_completed, after=after)
+            async with anyio.create_task_group() as tg:
+                for subject in subjects:
+                    tg.start_soon(functools.partial(self.bus.follow, subject, self._on_completed, after=after))
 
     async def _on_completed(self, delivery: Delivery) -> None:
         # the first completion counts: `_finished` stays in order of completion (see `_evict`)
