@@ -13,6 +13,7 @@ ack wait.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -97,8 +98,9 @@ class Consumer:
         self._queue: deque[Delivery] = deque()
         self._arrived = asyncio.Event()
         self._sub: Subscription | None = None
-        self.heard_at = anyio.current_time()
-        """When a delivery or an idle heartbeat of this consumer last arrived (`anyio.current_time()`)."""
+        self.heard_at = time.monotonic()
+        """When a delivery or an idle heartbeat of this consumer last arrived (`time.monotonic()`: set for every
+        delivery, where `anyio.current_time()` costs 1.4 us against 0.1)."""
         self._handler: Callable[[Delivery], Awaitable[None]] | None = None
         self._failed: asyncio.Future[None] | None = None
 
@@ -113,7 +115,7 @@ class Consumer:
         self._sub = Subscription(sub, self._nc)
 
     async def _on_msg(self, msg: Msg) -> None:
-        self.heard_at = anyio.current_time()
+        self.heard_at = time.monotonic()
         if not msg.reply:
             self._on_status(msg)
             return

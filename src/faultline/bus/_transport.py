@@ -15,6 +15,7 @@ import itertools
 import logging
 import re
 import ssl
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -590,7 +591,7 @@ class Bus:
 
             async def watch() -> None:
                 while not reconnected.is_set():
-                    quiet_s = anyio.current_time() - consumer.heard_at
+                    quiet_s = time.monotonic() - consumer.heard_at
                     if quiet_s >= silent_s:
                         log.warning(
                             "consumer %s of %s fell silent for %.0fs; reading it again", consumer.name, subject, quiet_s
