@@ -5,9 +5,10 @@ The schedule is a value (`Schedule`, printable and JSON): the same seed and epis
 faults, so a failing run is rerun exactly with its seed. Faults are applied one after another, each
 once enough episodes have completed; the next waits until every process is back and the stream's
 three replicas are current, so no fault ever takes the stream's majority (one node cut or stopped at a
-time). A schedule drawn with `overlap` applies some faults while the one before still lasts; two faults
-that would take two nodes, or act on the same links, disk or process, still wait for each other
-(`holds`). A kind is a member of `Kind` with its way to apply and undo it in `Nemesis._apply`. Network
+time), and until an episode has completed since the one before ended, so that each fault's time to
+recover is its own, not lengthened by the next. A schedule drawn with `overlap` applies some faults while
+the one before still lasts; two faults that would take two nodes, or act on the same links, disk or
+process, still wait for each other (`holds`). A kind is a member of `Kind` with its way to apply and undo it in `Nemesis._apply`. Network
 faults act on the links of the cluster's network (`bench._proxy`): every route between nodes and every
 process's connection to a node goes through one. Disk faults act on the journal's own disk
 (`bench._disk`), clock steps on the wall clock of a process started through `bench._wallclock`.
@@ -89,6 +90,8 @@ PROCESS_KINDS = (Kind.KILL, Kind.PAUSE)
 network kinds were added."""
 NETWORK_KINDS = (Kind.PARTITION, Kind.DELAY, Kind.ONE_WAY, Kind.BRIDGE, Kind.BLACK_HOLE)
 """The kinds that need the cluster's network (`Cluster.network`)."""
+CUTTING_KINDS = (Kind.PARTITION, Kind.ONE_WAY, Kind.BRIDGE, Kind.BLACK_HOLE)
+"""The network kinds that cut links, as opposed to slowing them."""
 DISK_KINDS = (Kind.DISK_FULL, Kind.SLOW_DISK)
 """The kinds that need the journal on a disk of its own (`bench._disk`)."""
 NETWORK_ERA_KINDS = (*PROCESS_KINDS, Kind.PARTITION, Kind.DELAY)
@@ -233,7 +236,7 @@ def holds(fault: Fault) -> set[str]:
     stopped, down or cut off: one at a time), the network's links (a link has one state, and a partition of a
     node and one of a process share links), a process's signals, its clock, or the disk's space or speed."""
     if fault.kind in NETWORK_KINDS:
-        cuts = fault.kind in (Kind.PARTITION, Kind.ONE_WAY, Kind.BRIDGE, Kind.BLACK_HOLE)
+        cuts = fault.kind in CUTTING_KINDS
         return {"links", "nodes"} if cuts and _is_node(fault.target) else {"links"}
     if fault.kind in PROCESS_KINDS:
         return {"nodes"} if _is_node(fault.target) else {f"signals {fault.target}"}
@@ -288,6 +291,10 @@ class Progress:
         while len(self.completions) < count:
             await self._changed.wait()
 
+    async def completed_after(self, t: float) -> None:
+        while not self.completions or self.completions[-1] < t:
+            await self._changed.wait()
+
     def recovery(self, ended_s: float) -> float | None:
         after = [t for t in self.completions if t >= ended_s]
         return min(after) - ended_s if after else None
@@ -318,6 +325,7 @@ class Nemesis:
                 await self.progress.reached(fault.after_episodes)
                 await anyio.sleep(fault.delay_s)
                 await self._applied(fault)
+                await self.progress.completed_after(self.applied[-1].ended_s)
         self.done.set()
 
     async def _overlapping(self) -> None:

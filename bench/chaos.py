@@ -20,7 +20,8 @@ once those episodes are done, more run, four at a time, so that every fault meet
 the checker counts them like the others. A run the journal refuses (its disk full) waits until the journal
 writes again and goes on, as its user would. Time to recover is from a fault's end (SIGCONT sent, the node
 restarted, the links healed, the disk freed or healed, the clock stepped back, or the kill of a process
-the supervisor restarts) to the next completed episode. Once the schedule has ended
+the supervisor restarts) to the next completed episode, and the next fault waits for it (unless
+`--overlap`), so no fault's time is lengthened by another's. Once the schedule has ended
 and every process serves again, the checker compares what the runner started with what the journal
 holds (none lost, none twice), verifies the journal and replays it. Schedule i uses seed `--seed` + i;
 a failing schedule is rerun alone with `--seed` and `--schedules 1`.
@@ -53,7 +54,19 @@ from bench._checker import Verdict, check
 from bench._cluster import CLUSTER_CONFIG, cluster, stream_ready
 from bench._common import machine
 from bench._disk import Disk, DiskUnavailable, journal_disk, unavailable
-from bench._nemesis import DISK_KINDS, KINDS, Kind, Nemesis, Progress, Schedule, draw_schedule, percentile
+from bench._nemesis import (
+    CUTTING_KINDS,
+    DISK_KINDS,
+    KINDS,
+    LEADER,
+    PROCESS_KINDS,
+    Kind,
+    Nemesis,
+    Progress,
+    Schedule,
+    draw_schedule,
+    percentile,
+)
 from bench._proxy import network
 from faultline._errors import FaultlineError, JournalError
 from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal, worker_specs
@@ -260,14 +273,20 @@ def summarize(reports: list[ScheduleReport]) -> dict[str, Any]:
     """The numbers of a set of schedules: faults by kind and target, episodes, lost, duplicated, recovery.
 
     `recovery_alone_s` is by kind and target, over the faults whose next episode completed before the next
-    fault began: the others' time to recover includes some of that fault's."""
+    fault began: the others' time to recover includes some of that fault's (only schedules drawn with
+    `overlap`, or run before each fault waited for the one before's recovery, have such faults).
+    `recovery_after_cuts_s` is the goal's figure: those of them that killed, stopped or cut off a node, or
+    cut a process off the cluster."""
     applied = [a for r in reports for a in r.applied]
     recovered = [a["recovered_s"] for a in applied if a["recovered_s"] is not None]
     alone: dict[str, list[float]] = {}
+    cuts: list[float] = []
     for report in reports:
         for a, after in itertools.zip_longest(report.applied, report.applied[1:]):
             if a["recovered_s"] is not None and (after is None or after["began_s"] > a["ended_s"] + a["recovered_s"]):
                 alone.setdefault(_fault_class(a), []).append(a["recovered_s"])
+                if _cuts(a["fault"]):
+                    cuts.append(a["recovered_s"])
     return {
         "schedules": len(reports),
         "failed_schedules": [r.schedule.seed for r in reports if not r.ok],
@@ -279,6 +298,7 @@ def summarize(reports: list[ScheduleReport]) -> dict[str, Any]:
         "duplicated": sum(len(r.verdict.duplicated) for r in reports),
         "recovery_s": _spread(recovered),
         "recovery_alone_s": {kind: _spread(times) for kind, times in sorted(alone.items())},
+        "recovery_after_cuts_s": _spread(cuts),
         "no_episode_after": len(applied) - len(recovered),
         "refusals": sum(len(r.refused_s) for r in reports),
         "journal_caught_up_s": {
@@ -301,6 +321,13 @@ def _spread(times: list[float]) -> dict[str, Any]:
 
 def _fault_class(applied: dict[str, Any]) -> str:
     return f"{applied['fault']['kind']} {_target_class(applied['fault']['target'])}"
+
+
+def _cuts(fault: dict[str, Any]) -> bool:
+    """Whether `fault` killed, stopped or cut off a node (the leader included), or cut a process off."""
+    if fault["kind"] in CUTTING_KINDS:
+        return True
+    return fault["kind"] in PROCESS_KINDS and _target_class(fault["target"]) in ("node", LEADER)
 
 
 def _target_class(target: str) -> str:
@@ -341,7 +368,11 @@ def print_report(report: ScheduleReport, say: Callable[[str], None]) -> None:
 
 
 async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
-    reports, broken = [], {}
+    """Run the schedules, writing what they found to `args.json` after each one: a long run cut short keeps
+    the schedules it ran."""
+    reports: list[ScheduleReport] = []
+    broken: dict[int, str] = {}
+    result = _result(reports, broken)
     for i in range(args.schedules):
         schedule = draw_schedule(args.seed + i, args.episodes, processes(), args.kinds, overlap=args.overlap)
         say(schedule.describe())
@@ -349,12 +380,19 @@ async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> di
         if isinstance(report, str):  # a process or node that never came back: the next schedule runs
             broken[schedule.seed] = report
             say(f"  FAILED before the checker: {report}")
-            continue
-        print_report(report, say)
-        reports.append(report)
+        else:
+            print_report(report, say)
+            reports.append(report)
+        result = _result(reports, broken)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2))
+    say(json.dumps(result["summary"], indent=2))
+    return result
+
+
+def _result(reports: list[ScheduleReport], broken: dict[int, str]) -> dict[str, Any]:
     summary = summarize(reports) | {"broken_schedules": broken}
     summary["failed_schedules"] += list(broken)
-    say(json.dumps(summary, indent=2))
     return {"machine": machine(), "summary": summary, "schedules": msgspec.to_builtins(reports)}
 
 
@@ -395,7 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedules", type=int, default=1)
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0, help="schedule i draws from seed + i")
-    parser.add_argument("--json", default="", metavar="PATH", help="also write the schedules and results here")
+    parser.add_argument(
+        "--json", default="", metavar="PATH", help="also write the schedules and results here, after each schedule"
+    )
     parser.add_argument("--keep", default="", metavar="DIR", help="run each schedule in DIR/seed-S and keep it")
     parser.add_argument(
         "--kinds",
@@ -413,8 +453,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"leaving out {', '.join(DISK_KINDS)}: no disk of its own for the journal here ({why})")
         args.kinds = args.kinds or tuple(kind for kind in KINDS if not (why and kind in DISK_KINDS))
     result = anyio.run(main_async, args, lambda line: print(line, flush=True))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
     return 1 if result["summary"]["failed_schedules"] else 0
 
 

@@ -9,15 +9,17 @@ identically. The others pin what a seed draws and what the checker reports.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
 import pytest
 
 from bench import chaos
-from bench._checker import _stream_problem, check
+from bench._checker import Verdict, _stream_problem, check
 from bench._cluster import NODES
 from bench._disk import unavailable
 from bench._nemesis import (
@@ -166,9 +168,15 @@ def test_the_checker_names_an_episode_lost_and_one_that_ended_otherwise(tmp_path
 
 
 async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_one_runs(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    written = tmp_path / "chaos.json"
+    seen: list[Any] = []
+
     async def never_back(schedule: Schedule, keep: str) -> chaos.ScheduleReport:
+        if written.exists():  # what the schedules before wrote, kept if the run is cut short here
+            seen.append(json.loads(written.read_text())["summary"]["broken_schedules"])
+
         async def node() -> None:
             raise TimeoutError(f"seed {schedule.seed}: the stream's replicas were not current")
 
@@ -178,10 +186,12 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
 
     monkeypatch.setattr(chaos, "_run_in", never_back)
     said: list[str] = []
-    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="", kinds=KINDS, overlap=False)
+    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="", kinds=KINDS, overlap=False, json=written)
     summary = (await chaos.main_async(args, said.append))["summary"]
     broken = {seed: f"TimeoutError: seed {seed}: the stream's replicas were not current" for seed in (5, 6)}
     assert summary["broken_schedules"] == broken and summary["failed_schedules"] == [5, 6]
+    assert seen == [{"5": broken[5]}]
+    assert json.loads(written.read_text())["summary"]["failed_schedules"] == [5, 6]
     assert sum("FAILED before the checker" in line for line in said) == 2
 
 
@@ -215,3 +225,29 @@ async def test_a_seeded_schedule_of_faults_loses_no_episode(
     assert sorted(msgspec.json.encode(applied["fault"]) for applied in report.applied) == sorted(
         msgspec.json.encode(fault) for fault in schedule.faults
     )
+
+
+def test_the_goals_recovery_counts_faults_on_nodes_and_cuts_each_timed_alone() -> None:
+    def applied(kind: Kind, target: str, began_s: float, recovered_s: float) -> dict[str, Any]:
+        fault = {"kind": kind, "target": target}
+        times = {"began_s": began_s, "ended_s": began_s + 1, "recovered_s": recovered_s}
+        return {"fault": fault, "target": target, **times, "journal_behind": None, "journal_caught_up_s": None}
+
+    verdict = Verdict(
+        episodes=1, started=1, completed=1, outcomes={}, lost={}, duplicated={}, differing={}, not_success={},
+        stream="", verify="", replay="",
+    )  # fmt: skip
+    faults = [
+        applied(Kind.KILL, LEADER, 0.0, 2.0),  # a node: counted
+        applied(Kind.KILL, "worker-main-0", 10.0, 3.0),  # a process killed: not a cut
+        applied(Kind.PARTITION, "worker-main-1", 20.0, 4.0),  # a process cut off: counted
+        applied(Kind.BRIDGE, "n2", 30.0, 9.0),  # the next began before it recovered: not alone
+        applied(Kind.DELAY, "n3", 35.0, 1.0),  # slowed, not cut
+    ]
+    report = chaos.ScheduleReport(
+        schedule=draw_schedule(1, 8, processes()), verdict=verdict, applied=faults, completions_s=[],
+        runner_error="", seconds=1.0,
+    )  # fmt: skip
+    summary = chaos.summarize([report])
+    assert summary["recovery_after_cuts_s"] == {"n": 2, "p50": 2.0, "p99": 4.0, "max": 4.0}
+    assert summary["recovery_s"]["n"] == 5 and "bridge node" not in summary["recovery_alone_s"]

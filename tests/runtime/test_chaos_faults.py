@@ -163,7 +163,7 @@ class Recorded(Nemesis):
         self.said.append(f"begin {name}")
         await self.ends.setdefault(name, anyio.Event()).wait()
         self.said.append(f"end {name}")
-        return Applied(fault=fault, target=fault.target, began_s=0.0, ended_s=0.0)
+        return Applied(fault=fault, target=fault.target, began_s=0.0, ended_s=self.progress.now())
 
 
 async def test_overlapping_faults_begin_while_the_one_before_lasts_unless_it_holds_what_they_hold() -> None:
@@ -184,3 +184,23 @@ async def test_overlapping_faults_begin_while_the_one_before_lasts_unless_it_hol
         nemesis.ends["partition n2"].set()
         nemesis.ends["clock worker-main-0"].set()
     assert nemesis.done.is_set() and len(nemesis.applied) == 3
+
+
+async def test_a_fault_begins_only_once_an_episode_completed_after_the_one_before_ended() -> None:
+    schedule = Schedule(seed=0, episodes=1, faults=(_fault(Kind.PAUSE, "n1"), _fault(Kind.KILL, "journal")))
+    progress = Progress()
+    nemesis = Recorded(schedule, None, Supervisor(Path("unused"), []), progress)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(nemesis.run)
+        await anyio.wait_all_tasks_blocked()
+        nemesis.ends["pause n1"].set()
+        await anyio.wait_all_tasks_blocked()
+        assert nemesis.said == ["begin pause n1", "end pause n1"]  # its recovery not yet seen
+        progress.completed()
+        await anyio.wait_all_tasks_blocked()
+        assert nemesis.said[-1] == "begin kill journal"
+        nemesis.ends["kill journal"].set()
+        await anyio.wait_all_tasks_blocked()
+        assert not nemesis.done.is_set()  # the last one's recovery is waited for too
+        progress.completed()
+    assert nemesis.done.is_set() and len(nemesis.applied) == 2
