@@ -19,6 +19,7 @@ from faultline.bus import (
     Access,
     Bus,
     Credential,
+    Delivery,
     EmbeddedServer,
     Login,
     agent_identity,
@@ -73,22 +74,41 @@ def test_credentials_are_made_once_readable_by_their_owner_only(tmp_path: Path) 
     assert {(u["user"], u["password"]) for u in users} == {(name, p) for name, p in passwords.items()}
 
 
+# The client library hands the server's errors on in lower case: an episode id in capitals is still matched.
+@pytest.mark.parametrize("episode", ["e1", "Order-7"])
 async def test_a_publish_outside_the_permissions_is_refused_at_once_and_logged(
-    secured: tuple[EmbeddedServer, Access], operator_bus: Bus, caplog: pytest.LogCaptureFixture
+    secured: tuple[EmbeddedServer, Access], operator_bus: Bus, caplog: pytest.LogCaptureFixture, episode: str
 ) -> None:
     server, granted = secured
     worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
     try:
-        await worker.publish(Envelope(id="ok", episode="e1", sender="tool", recipient="user", body=Note()))
-        forged = Envelope(id="forged", episode="e1", sender="user", recipient="tool", body=Note())
+        await worker.publish(Envelope(id="ok", episode=episode, sender="tool", recipient="user", body=Note()))
+        forged = Envelope(id="forged", episode=episode, sender="user", recipient="tool", body=Note())
         with anyio.fail_after(REFUSAL_TIMEOUT_S), pytest.raises(PublishRefusedError) as refused:
             await worker.publish(forged)
     finally:
         await worker.close()
-    assert "NATS refused worker-main permission to publish on fl.ep.e1.tool.user" in str(refused.value)
+    assert f"NATS refused worker-main permission to publish on fl.ep.{episode}.tool.user" in str(refused.value)
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert errors == ["NATS refused worker-main permission to publish on fl.ep.e1.tool.user"]
+    assert errors == [f"NATS refused worker-main permission to publish on fl.ep.{episode.lower()}.tool.user"]
     assert (await operator_bus.stream_state()).messages == 1
+
+
+async def test_a_follower_refused_its_consumer_says_so_instead_of_asking_for_ever(
+    secured: tuple[EmbeddedServer, Access], operator_bus: Bus
+) -> None:
+    server, granted = secured
+    worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
+
+    async def take(_: Delivery) -> None:
+        raise AssertionError("nothing may be read")
+
+    try:
+        with anyio.fail_after(2 * REFUSAL_TIMEOUT_S), pytest.raises(PublishRefusedError) as refused:
+            await worker.follow(S.dlq, take, after=0)
+    finally:
+        await worker.close()
+    assert f"NATS refused worker-main a consumer of {S.dlq} on stream {S.stream}" in str(refused.value)
 
 
 @pytest.mark.parametrize(

@@ -545,6 +545,7 @@ class Bus:
         heartbeat that names a later one, a reconnect of this connection, or a consumer silent for
         SILENT_HEARTBEATS heartbeats (the server that held it lost it, or removed it while this reader was
         cut off). Each has the subject read again after the last message taken: none missed, none twice.
+        A credential that may not read `subject` ends it with PublishRefusedError: asking again cannot help.
         """
         last = after
 
@@ -573,6 +574,8 @@ class Bus:
         while True:
             try:
                 return await self.consumer(None, [subject], start=last + 1, heartbeat=True)
+            except PublishRefusedError:
+                raise
             except BusError as exc:
                 log.warning("%s; asking again in %gs", exc, backoff)
                 await anyio.sleep(backoff)
@@ -754,7 +757,11 @@ class Bus:
                 inactive_threshold=None if durable else EPHEMERAL_INACTIVE_S,
                 **_start_policy(start),
             )
-            info = await self.js.add_consumer(stream, config)
+            try:
+                info = await self.js.add_consumer(stream, config)
+            except nats.errors.TimeoutError:
+                self._refusals.check_consumer(stream, config.name or "", filter_subjects)
+                raise
             return await self._open_consumer(info.name, deliver_subject, durable=durable, info=info)
 
     async def _open_consumer(
@@ -870,6 +877,7 @@ class _Refusals:
     def __init__(self, name: str) -> None:
         self.name = name
         self.subjects: deque[str] = deque(maxlen=256)
+        """Lower case, as the client library hands the server's errors on."""
         self.login_refused = False
         self.tls_failure = ""
         self.reconnected = anyio.Event()
@@ -894,14 +902,26 @@ class _Refusals:
         for round_ in self.rounds:
             round_.wake()
 
+    def check_consumer(self, stream: str, name: str, filter_subjects: Sequence[str]) -> None:
+        """PublishRefusedError if the server refused the request that opens consumer `name` on `stream`: a
+        credential that may not read `filter_subjects` is refused every time, so asking again cannot help."""
+        create = f"create.{stream}.{name}".lower()
+        for subject in self.subjects:
+            if create in subject:
+                raise PublishRefusedError(
+                    f"NATS refused {self.name} a consumer of {', '.join(filter_subjects)} on stream {stream}: the"
+                    " credential it connected with may not read there"
+                )
+
     async def on_reconnect(self) -> None:
         self.reconnected.set()
         self.reconnected = anyio.Event()
 
     def check(self, subjects: set[str]) -> None:
         """PublishRefusedError if the server refused a publish on one of `subjects`."""
-        for subject in self.subjects:
-            if subject in subjects:
+        refused = set(self.subjects)
+        for subject in subjects:
+            if subject.lower() in refused:
                 raise PublishRefusedError(
                     f"NATS refused {self.name} permission to publish on {subject}: the credential it connected with"
                     " may not publish there (only the operator publishes controls; a worker speaks only as its agents)"
