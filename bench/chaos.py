@@ -24,7 +24,8 @@ the supervisor restarts) to the next completed episode, and the next fault waits
 `--overlap`), so no fault's time is lengthened by another's. Once the schedule has ended
 and every process serves again, the checker compares what the runner started with what the journal
 holds (none lost, none twice), verifies the journal and replays it. Schedule i uses seed `--seed` + i;
-a failing schedule is rerun alone with `--seed` and `--schedules 1`.
+a failing schedule is rerun alone with `--seed` and `--schedules 1`. `--model local` runs the same on a
+real model (llama.cpp's server and a small model on this machine, one episode in flight by default).
 
     python -m bench.chaos --schedules 3 --episodes 30 --json chaos.json
 """
@@ -73,12 +74,15 @@ from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, run
 from faultline.bus import Bus
 from faultline.envs import load_domain
 from faultline.runtime import (
+    LOCAL_SETTINGS,
+    MODEL_NAME,
     Completions,
     ProcessSpec,
     Supervisor,
     bus_settings,
     completing_agents,
     load_config,
+    local_model_server,
     parse_config,
     system_access,
 )
@@ -92,6 +96,8 @@ EPISODE_TIMEOUT_S = 60.0
 EXTRA_EPISODES = 400
 """At most this many episodes past `--episodes`, run while the schedule has faults left."""
 JOURNAL_TIMEOUT_S = 60.0
+LOCAL_EPISODE_TIMEOUT_S = 900.0
+"""An episode's time limit against the local model: a small model on CPU takes seconds a call."""
 CONFIG = (
     CLUSTER_CONFIG
     + f"""
@@ -100,6 +106,31 @@ agents = {json.dumps(list(AGENTS))}
 count = {WORKERS}
 """
 )
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a schedule's system runs: its models (`sim` unless `models` holds TOML tables for them), episodes
+    in flight, and each one's time limit."""
+
+    models: str = ""
+    concurrency: int = CONCURRENCY
+    episode_timeout_s: float = EPISODE_TIMEOUT_S
+
+
+def local_models(url: str) -> str:
+    """The `[models.default]` table pointing every role at the local model server at `url`, with the settings
+    `faultline run --model local` starts from."""
+    lines = [
+        "[models.default]",
+        'backend = "openai"',
+        f"base_url = {json.dumps(url)}",
+        f"model = {json.dumps(MODEL_NAME)}",
+    ]
+    for setting in LOCAL_SETTINGS:
+        name, text = setting.split("=", 1)
+        lines.append(f"{name} = {text if text.isdigit() else json.dumps(text)}")
+    return "\n".join(lines) + "\n"
 
 
 class ScheduleReport(msgspec.Struct, kw_only=True):
@@ -142,24 +173,26 @@ def processes() -> list[str]:
     return ["journal", *(spec.name for spec in worker_specs(config, GROUPS, None))]
 
 
-async def run_schedule(schedule: Schedule, workdir: Path) -> ScheduleReport:
-    """Run `schedule` on a fresh system in `workdir` and check what it left: with a disk fault, the journal on
-    a disk of its own, copied into `workdir` once checked."""
+async def run_schedule(schedule: Schedule, workdir: Path, load: Load = Load()) -> ScheduleReport:
+    """Run `schedule` on a fresh system in `workdir` under `load` and check what it left: with a disk fault, the
+    journal on a disk of its own, copied into `workdir` once checked."""
     kinds = {fault.kind for fault in schedule.faults}
     with journal_disk(workdir, schedule.episodes) if kinds & set(DISK_KINDS) else contextlib.nullcontext() as disk:
         clocks = workdir / "clocks" if Kind.CLOCK in kinds else None
         if clocks is not None:
             clocks.mkdir()
-        report = await _run_system(schedule, workdir, disk, clocks)
+        report = await _run_system(schedule, workdir, load, disk, clocks)
         if disk is not None:
             for path in disk.mount.glob("journal.sqlite*"):
                 shutil.copy2(path, workdir)
         return report
 
 
-async def _run_system(schedule: Schedule, workdir: Path, disk: Disk | None, clocks: Path | None) -> ScheduleReport:
+async def _run_system(
+    schedule: Schedule, workdir: Path, load: Load, disk: Disk | None, clocks: Path | None
+) -> ScheduleReport:
     config_path = workdir / "faultline.toml"
-    config_path.write_text(CONFIG)
+    config_path.write_text(CONFIG + load.models)
     config = load_config(config_path)
     access = system_access(workdir / "credentials", config, GROUPS, "fl").prepare()
     journal = (workdir if disk is None else disk.mount) / "journal.sqlite"
@@ -169,8 +202,8 @@ async def _run_system(schedule: Schedule, workdir: Path, disk: Disk | None, cloc
         tasks=tasks,
         trials=math.ceil((schedule.episodes + EXTRA_EPISODES) / tasks),
         run_id=f"chaos-{schedule.seed}",
-        concurrency=CONCURRENCY,
-        episode_timeout_s=EPISODE_TIMEOUT_S,
+        concurrency=load.concurrency,
+        episode_timeout_s=load.episode_timeout_s,
     )
     pool = iter(plan_episodes(plan, domain))
     result = RunResult(list(itertools.islice(pool, schedule.episodes)))
@@ -231,7 +264,7 @@ async def run_alongside(
     refused_s: list[float],
     completers: Collection[str],
 ) -> None:
-    """Run `result.planned`, then `more` (added to `result.planned`), CONCURRENCY at a time, until the schedule
+    """Run `result.planned`, then `more` (added to `result.planned`), `plan.concurrency` at a time, until the schedule
     has ended: every fault meets running episodes, and episodes in flight at its end time its recovery.
 
     When the journal refuses new episodes (it cannot write), the run stops waiting for those it started; as
@@ -255,7 +288,7 @@ async def run_alongside(
             result.completed.update(part.completed)
             result.running.update(part.running)
             result.model_calls = part.model_calls
-        planned = [] if nemesis.done.is_set() else list(itertools.islice(more, CONCURRENCY))
+        planned = [] if nemesis.done.is_set() else list(itertools.islice(more, plan.concurrency))
         result.planned.extend(planned)
 
 
@@ -376,7 +409,7 @@ async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> di
     for i in range(args.schedules):
         schedule = draw_schedule(args.seed + i, args.episodes, processes(), args.kinds, overlap=args.overlap)
         say(schedule.describe())
-        report = await _attempt(schedule, args.keep)
+        report = await _attempt(schedule, args.keep, args.load)
         if isinstance(report, str):  # a process or node that never came back: the next schedule runs
             broken[schedule.seed] = report
             say(f"  FAILED before the checker: {report}")
@@ -396,11 +429,11 @@ def _result(reports: list[ScheduleReport], broken: dict[int, str]) -> dict[str, 
     return {"machine": machine(), "summary": summary, "schedules": msgspec.to_builtins(reports)}
 
 
-async def _attempt(schedule: Schedule, keep: str) -> ScheduleReport | str:
+async def _attempt(schedule: Schedule, keep: str, load: Load) -> ScheduleReport | str:
     """The schedule's report, or what stopped it before the checker could run."""
     error = ""
     try:
-        return await _run_in(schedule, keep)
+        return await _run_in(schedule, keep, load)
     except* (FaultlineError, TimeoutError, DiskUnavailable) as group:
         error = "; ".join(f"{type(exc).__name__}: {exc}" for exc in _leaves(group))
     return error
@@ -412,13 +445,13 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     ]
 
 
-async def _run_in(schedule: Schedule, keep: str) -> ScheduleReport:
+async def _run_in(schedule: Schedule, keep: str, load: Load) -> ScheduleReport:
     if keep:  # the journal, the stores and every process's log, to look into a schedule
         workdir = Path(keep) / f"seed-{schedule.seed}"
         workdir.mkdir(parents=True)
-        return await run_schedule(schedule, workdir)
+        return await run_schedule(schedule, workdir, load)
     with tempfile.TemporaryDirectory(prefix=f"chaos-{schedule.seed}-") as temporary:
-        return await run_schedule(schedule, Path(temporary))
+        return await run_schedule(schedule, Path(temporary), load)
 
 
 def _kinds(text: str) -> tuple[Kind, ...]:
@@ -444,6 +477,25 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the fault kinds drawn, comma-separated (default: those of {','.join(KINDS)} this machine can apply)",
     )
     parser.add_argument("--overlap", action="store_true", help="a fault may begin while the one before lasts")
+    parser.add_argument(
+        "--model",
+        choices=("sim", "local"),
+        default="sim",
+        help="sim (measures the runtime, never a model), or local: a real model, llama.cpp's server with a small"
+        " GGUF model on this machine (`make real` installs it; slow)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help=f"episodes in flight (default {CONCURRENCY}; 1 with --model local)",
+    )
+    parser.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=None,
+        help=f"an episode's time limit in seconds (default {EPISODE_TIMEOUT_S:g}; {LOCAL_EPISODE_TIMEOUT_S:g} with --model local)",
+    )
     args = parser.parse_args(argv)
     if args.kinds is None or set(args.kinds) & set(DISK_KINDS):
         why = unavailable()
@@ -452,7 +504,18 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"leaving out {', '.join(DISK_KINDS)}: no disk of its own for the journal here ({why})")
         args.kinds = args.kinds or tuple(kind for kind in KINDS if not (why and kind in DISK_KINDS))
-    result = anyio.run(main_async, args, lambda line: print(line, flush=True))
+    local = args.model == "local"
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(local_model_server()) if local else ""
+        except FaultlineError as exc:
+            parser.error(str(exc))
+        args.load = Load(
+            models=local_models(url) if url else "",
+            concurrency=args.concurrency or (1 if local else CONCURRENCY),
+            episode_timeout_s=args.episode_timeout or (LOCAL_EPISODE_TIMEOUT_S if local else EPISODE_TIMEOUT_S),
+        )
+        result = anyio.run(main_async, args, lambda line: print(line, flush=True))
     return 1 if result["summary"]["failed_schedules"] else 0
 
 

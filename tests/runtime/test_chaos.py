@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from faultline.api import RunResult
 from faultline.bus import StreamState
 from faultline.core import EpisodeCompleted
 from faultline.journal import JournalReader
+from faultline.runtime import parse_config
 
 EPISODES = 20
 GOLDEN = Path(__file__).parents[1] / "replay" / "golden" / "runs.db"
@@ -173,7 +175,7 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
     written = tmp_path / "chaos.json"
     seen: list[Any] = []
 
-    async def never_back(schedule: Schedule, keep: str) -> chaos.ScheduleReport:
+    async def never_back(schedule: Schedule, keep: str, load: chaos.Load) -> chaos.ScheduleReport:
         if written.exists():  # what the schedules before wrote, kept if the run is cut short here
             seen.append(json.loads(written.read_text())["summary"]["broken_schedules"])
 
@@ -186,7 +188,9 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
 
     monkeypatch.setattr(chaos, "_run_in", never_back)
     said: list[str] = []
-    args = argparse.Namespace(schedules=2, episodes=8, seed=5, keep="", kinds=KINDS, overlap=False, json=written)
+    args = argparse.Namespace(
+        schedules=2, episodes=8, seed=5, keep="", kinds=KINDS, overlap=False, json=written, load=chaos.Load()
+    )
     summary = (await chaos.main_async(args, said.append))["summary"]
     broken = {seed: f"TimeoutError: seed {seed}: the stream's replicas were not current" for seed in (5, 6)}
     assert summary["broken_schedules"] == broken and summary["failed_schedules"] == [5, 6]
@@ -251,3 +255,11 @@ def test_the_goals_recovery_counts_faults_on_nodes_and_cuts_each_timed_alone() -
     summary = chaos.summarize([report])
     assert summary["recovery_after_cuts_s"] == {"n": 2, "p50": 2.0, "p99": 4.0, "max": 4.0}
     assert summary["recovery_s"]["n"] == 5 and "bridge node" not in summary["recovery_alone_s"]
+
+
+def test_the_local_model_is_every_roles_model_with_the_local_defaults() -> None:
+    config = parse_config(tomllib.loads(chaos.CONFIG + chaos.local_models("http://127.0.0.1:1/v1")))
+    for role in ("user", "tool"):
+        model = config.model(role)
+        assert (model.backend, model.base_url, model.model) == ("openai", "http://127.0.0.1:1/v1", "local")
+        assert (model.max_tokens, model.tool_calls, model.timeout_s, model.max_retries) == (128, "text", 300, 1)
