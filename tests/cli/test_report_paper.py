@@ -170,6 +170,11 @@ def _memory_episode(name: str, model: str, memory: dict[str, Any], *, gold: bool
     return [msgspec.structs.replace(envelopes[0], body=started), *envelopes[1:]]
 
 
+def _without_memory(envelopes: list[Envelope]) -> list[Envelope]:
+    started = msgspec.structs.replace(envelopes[0].body, settings={})  # type: ignore[type-var]
+    return [msgspec.structs.replace(envelopes[0], body=started), *envelopes[1:]]
+
+
 def test_memtool_rows_are_per_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Episodes of one setting answered by two models, in one journal, are two rows, each model's its own group."""
     topk = {"mode": "topk", "k": 3}
@@ -179,6 +184,7 @@ def test_memtool_rows_are_per_model(tmp_path: Path, capsys: pytest.CaptureFixtur
         _memory_episode("e2", "sim", topk, gold=True),
         _memory_episode("e3", "scripted", topk, gold=False),
         _memory_episode("e4", "scripted", topk, gold=False),
+        _without_memory(_memory_episode("e5", "other", {}, gold=True)),  # recorded no memory: skipped
     )
     rows, summary = _json(capsys, "--paper", "memtool", str(journal))
     table3 = [r for r in rows if r["type"] == "table3"]
@@ -191,7 +197,7 @@ def test_memtool_rows_are_per_model(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (scripted["pass_rate"], scripted["tool_accuracy"]) == (0.0, 0.0)
     assert (sim["pass_rate"], sim["tool_accuracy"], sim["param_accuracy"]) == (1.0, 1.0, 1.0)
     assert [r["model"] for r in rows if r["type"] == "table4"] == ["scripted", "sim"]
-    assert summary["models"] == ["scripted", "sim"]
+    assert summary["models"] == ["scripted", "sim"] and summary["skipped"] == 1
 
     assert main(["report", "--paper", "memtool", str(journal)]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -118,7 +118,7 @@ class MemoryAblation(msgspec.Struct, frozen=True, kw_only=True):
     skipped: int
     """Completed episodes left out: forks, and episodes of a system of one's own (which has no memory)."""
     models: list[str]
-    """The tool agent's models, as the journals recorded them."""
+    """The tool agent's models in the episodes counted, as their recorded answers name them."""
 
 
 class _Tally(msgspec.Struct, kw_only=True):
@@ -198,7 +198,6 @@ def memory_ablation(journals: Sequence[Path]) -> MemoryAblation:
     for path in journals:
         with JournalReader(path, expand_requests=False) as reader:
             done = {e.episode: e for e in reader.episodes() if e.outcome is not None and not e.forked_from}
-            models.update(m for c in reader.agent_costs() if c.agent == TOOL_AGENT for m in c.models.split(",") if m)
             counted = 0
             for episode, rows in reader.by_episode(list(done)):
                 started = next((r.envelope().body for r in rows if r.kind == "episode_started"), None)
@@ -207,6 +206,7 @@ def memory_ablation(journals: Sequence[Path]) -> MemoryAblation:
                     continue
                 setting = MemorySetting.of(started.settings["memory"])
                 side = _tool_side(rows)
+                models.update(side.models)
                 tally = tallies.setdefault((started.domain, side.model, setting), _Tally())
                 if str(path) not in tally.journals:
                     tally.journals.append(str(path))
