@@ -184,26 +184,29 @@ def test_memtool_rows_are_per_model(tmp_path: Path, capsys: pytest.CaptureFixtur
         _memory_episode("e2", "sim", topk, gold=True),
         _memory_episode("e3", "scripted", topk, gold=False),
         _memory_episode("e4", "scripted", topk, gold=False),
+        _memory_episode("e6", "/models/small.Q4_1.gguf", topk, gold=False),  # as llama.cpp's server names it
         _without_memory(_memory_episode("e5", "other", {}, gold=True)),  # recorded no memory: skipped
     )
     rows, summary = _json(capsys, "--paper", "memtool", str(journal))
     table3 = [r for r in rows if r["type"] == "table3"]
     assert [(r["model"], r["setting"]["mode"], r["episodes"]) for r in table3] == [  # type: ignore[index]
+        ("/models/small.Q4_1.gguf", "topk", 1),
         ("scripted", "topk", 2),
         ("sim", "off", 1),
         ("sim", "topk", 1),
     ]
-    scripted, _, sim = table3
+    _, scripted, _, sim = table3
     assert (scripted["pass_rate"], scripted["tool_accuracy"]) == (0.0, 0.0)
     assert (sim["pass_rate"], sim["tool_accuracy"], sim["param_accuracy"]) == (1.0, 1.0, 1.0)
-    assert [r["model"] for r in rows if r["type"] == "table4"] == ["scripted", "sim"]
-    assert summary["models"] == ["scripted", "sim"] and summary["skipped"] == 1
+    assert [r["model"] for r in rows if r["type"] == "table4"] == ["/models/small.Q4_1.gguf", "scripted", "sim"]
+    assert summary["models"] == ["/models/small.Q4_1.gguf", "scripted", "sim"] and summary["skipped"] == 1
 
     assert main(["report", "--paper", "memtool", str(journal)]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = lines[: next(i for i, line in enumerate(lines) if "Figure 5" in line)]
     shown = [line.split("│")[1:3] for line in table if line.count("│") > 3 and "Method" not in line]
     assert [(m.strip(), method.strip()) for m, method in shown] == [
+        ("small.Q4_1.gguf", "top-k k=3, by similarity"),  # the table shows the file, the JSON its whole path
         ("scripted", "top-k k=3, by similarity"),
         ("sim", "w/o memory"),
         ("sim", "top-k k=3, by similarity"),

@@ -58,12 +58,17 @@ def _table(
         kind=kind,
         title=title,
         head=["Model", "Method", *head],
-        rows=[[r.model, _method(r, rows), *cells(r)] for r in ordered],
+        rows=[[_model_label(r.model), _method(r, rows), *cells(r)] for r in ordered],
         records=ordered,
         caption=caption,
         sections=_groups(ordered),
         right=2,
     )
+
+
+def _model_label(model: str) -> str:
+    """`model` as a table shows it: llama.cpp's server names its model by the GGUF file's whole path."""
+    return Path(model).name if model.endswith(".gguf") else model
 
 
 def _method(r: SettingRow, rows: list[SettingRow]) -> str:
