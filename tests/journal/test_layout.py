@@ -8,12 +8,11 @@ import sqlite3
 from pathlib import Path
 
 import msgspec
-from sqlite_utils.db import COLUMN_TYPE_MAPPING
 
 from faultline.core import Envelope, EpisodeCompleted
 from faultline.journal import GENESIS, ExportedRow, Incoming, Journal, JournalRow, export_jsonl
 from faultline.journal._rows import seal
-from faultline.journal._schema import COLUMNS, DIGESTED, MESSAGE_COLUMNS, ROW_COLUMNS
+from faultline.journal._schema import COLUMNS, DIGESTED, MESSAGE_COLUMNS, ROW_COLUMNS, SQL_TYPES
 
 from .conftest import STREAM
 from .test_golden import golden_copy
@@ -29,7 +28,7 @@ def test_a_new_journal_has_exactly_the_columns_of_the_one_definition(tmp_path: P
     with sqlite3.connect(tmp_path / "j.db") as conn:
         table = [row[1:] for row in conn.execute("PRAGMA table_info(messages)")]
     assert table == [
-        (column.name, COLUMN_TYPE_MAPPING[column.type], int(column.part != "derived"), None, int(column.name == "pos"))
+        (column.name, SQL_TYPES[column.type], int(column.part != "derived"), None, int(column.name == "pos"))
         for column in MESSAGE_COLUMNS
     ]
 

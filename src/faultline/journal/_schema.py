@@ -50,8 +50,12 @@ class JournalSettings(msgspec.Struct, frozen=True, kw_only=True):
     head_record_interval_s: float = 0.1
 
 
+SQL_TYPES: dict[type, str] = {int: "INTEGER", str: "TEXT", float: "REAL", bytes: "BLOB"}
+"""A column's SQL type, by the Python type of its values."""
+
+
 class Column(msgspec.Struct, frozen=True):
-    """One column of `messages`: its name, the Python type sqlite-utils makes its SQL type from, and its part.
+    """One column of `messages`: its name, the Python type of its values (`SQL_TYPES`), and its part.
 
     "digested" columns come first and make the row digest, in this order; "stored" ones are
     kept as written (the body is covered by `body_digest`, the digests by the chain); a
@@ -229,34 +233,36 @@ def table_names(conn: sqlite3.Connection, path: Path) -> set[str]:
         ) from None
 
 
+def _messages_table() -> str:
+    def column(c: Column) -> str:
+        primary = " PRIMARY KEY" if c.name == "pos" else ""
+        return f'   "{c.name}" {SQL_TYPES[c.type]}{primary}{" NOT NULL" if c.part != "derived" else ""}'
+
+    return 'CREATE TABLE "messages" (\n' + ",\n".join(column(c) for c in MESSAGE_COLUMNS) + "\n)"
+
+
+def _tables() -> list[str]:
+    """The statements that make the tables and indexes, worded as the first journals had them (made with
+    sqlite-utils then), so that every journal's `sqlite_master` reads alike."""
+    return [
+        'CREATE TABLE "meta" (\n   "key" TEXT PRIMARY KEY,\n   "value" TEXT NOT NULL\n)',
+        _messages_table(),
+        "CREATE TABLE blobs (key BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID",
+        'CREATE INDEX "idx_messages_episode_pos"\n    ON "messages" ("episode", "pos")',
+        'CREATE INDEX "idx_messages_kind"\n    ON "messages" ("kind")',
+        _STREAM_SEQ_INDEX,
+    ]
+
+
 def create(conn: sqlite3.Connection, version: int = SCHEMA_VERSION) -> None:
     """Create every table, index, trigger and view of `version`; the caller holds the write transaction."""
-    import sqlite_utils  # here, not at the top: it imports numpy and click, most of a second for every process
-
-    db = sqlite_utils.Database(conn)
-    meta = db.create_table("meta", {"key": str, "value": str}, pk="key", not_null={"value"})
-    messages = db.create_table(
-        "messages",
-        {column.name: column.type for column in MESSAGE_COLUMNS},
-        pk="pos",
-        not_null={column.name for column in MESSAGE_COLUMNS if column.part != "derived"},
-    )
-    db.execute("CREATE TABLE blobs (key BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID")
-    messages.create_index(["episode", "pos"])
-    messages.create_index(["kind"])
-    db.execute(_STREAM_SEQ_INDEX)
-    for trigger in _TRIGGERS:
-        db.execute(trigger)
+    for statement in [*_tables(), *_TRIGGERS]:
+        conn.execute(statement)
     for name, sql in _VIEWS.items():
-        db.create_view(name, sql.strip())
+        conn.execute(f'CREATE VIEW "{name}" AS {sql.strip()}')
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    meta.insert_all(
-        [
-            {"key": "format", "value": FORMAT},
-            {"key": "schema_version", "value": str(version)},
-            {"key": "created", "value": created},
-        ]
-    )
+    meta = [("format", FORMAT), ("schema_version", str(version)), ("created", created)]
+    conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta)
 
 
 def check(conn: sqlite3.Connection, path: Path) -> int:
