@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import nats.errors
 
+from bench._common import fail_after
 from bench._proxy import Network
 from faultline._errors import BusError
 from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, free_port
@@ -106,7 +107,7 @@ async def stream_ready(url: str, access: Access) -> None:
     """Wait until the cluster has a JetStream leader and the journal stream exists on three nodes."""
     bus = await Bus.connect(url, settings=BusSettings(replicas=3), login=Login(access.credential(OPERATOR)))
     try:
-        with anyio.fail_after(CLUSTER_READY_TIMEOUT_S):
+        with fail_after(CLUSTER_READY_TIMEOUT_S, "the cluster made no stream on three nodes"):
             while True:
                 try:
                     await bus.ensure_stream()
@@ -119,7 +120,8 @@ async def stream_ready(url: str, access: Access) -> None:
 
 async def stream_leader(bus: Bus, other_than: str = "") -> str:
     """The node leading the stream now; with `other_than`, wait until it is another node."""
-    with anyio.fail_after(ELECTION_TIMEOUT_S):
+    what = f"the stream had no leader{f' other than {other_than}' if other_than else ''}"
+    with fail_after(ELECTION_TIMEOUT_S, what):
         while True:
             try:
                 info = await bus.js.stream_info(bus.subjects.stream)
@@ -136,13 +138,24 @@ async def replicas_current(bus: Bus, timeout_s: float = ELECTION_TIMEOUT_S) -> s
     A node back from a kill or a pause catches up with the leader first: until then a second loss
     would leave the stream without a majority.
     """
-    with anyio.fail_after(timeout_s):
+    seen = "no answer"
+
+    def last() -> str:
+        return seen
+
+    with fail_after(timeout_s, "the stream's replicas were not current", last):
         while True:
             try:
                 info = await bus.js.stream_info(bus.subjects.stream)
-            except (TimeoutError, nats.errors.Error):
-                info = None
+            except (TimeoutError, nats.errors.Error) as exc:
+                info, seen = None, f"no answer ({type(exc).__name__})"
             cluster = info.cluster if info is not None else None
+            if cluster is not None:
+                replicas = ", ".join(
+                    f"{r.name} {'offline' if r.offline else 'current' if r.current else 'behind'}"
+                    for r in cluster.replicas or []
+                )
+                seen = f"leader {cluster.leader or 'none'}; {replicas or 'no followers'}"
             if cluster is not None and cluster.leader:
                 followers = cluster.replicas or []
                 if len(followers) == len(NODES) - 1 and all(r.current and not r.offline for r in followers):

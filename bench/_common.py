@@ -1,18 +1,31 @@
-"""What the benchmarks share: the machine a number was measured on, and the command line of a repeated
-measurement, so that every report states its load the same way."""
+"""What the benchmarks share: the machine a number was measured on, the command line of a repeated
+measurement, so that every report states its load the same way, and waits that say what they waited for."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 from rich.console import Console
+
+
+@contextlib.contextmanager
+def fail_after(seconds: float, what: str, seen: Callable[[], object] | None = None) -> Iterator[None]:
+    """`anyio.fail_after`, whose TimeoutError says `what` did not happen in time and, with `seen`, what was
+    last seen: a schedule that stops on one names its wait."""
+    try:
+        with anyio.fail_after(seconds):
+            yield
+    except TimeoutError:
+        last = f" (last seen: {seen()})" if seen is not None else ""
+        raise TimeoutError(f"{what} within {seconds:g}s{last}") from None
 
 
 def machine() -> dict[str, Any]:

@@ -31,6 +31,7 @@ import msgspec
 
 from bench import _wallclock
 from bench._cluster import NODES, Cluster, replicas_current, stream_leader
+from bench._common import fail_after
 from bench._disk import Disk
 from faultline import BusError, NoResponderError, ReplyTimeoutError
 from faultline.runtime import Supervisor, ask_journal
@@ -479,7 +480,7 @@ class Nemesis:
             held: int | None = (await ask_journal(bus, JOURNAL_ASK_S)).last_seq
         except (NoResponderError, ReplyTimeoutError):
             held = None
-        with anyio.fail_after(RESTART_TIMEOUT_S):
+        with fail_after(RESTART_TIMEOUT_S, "the stream did not say its last sequence"):
             while True:
                 try:
                     last = (await bus.stream_state()).last_seq
@@ -496,19 +497,16 @@ class Nemesis:
         bus = self.supervisor.bus
         assert bus is not None
         said = "it did not answer"
-        try:
-            with anyio.fail_after(RESTART_TIMEOUT_S):
-                while True:
-                    try:
-                        state = await ask_journal(bus, JOURNAL_ASK_S, until)
-                        if not state.stuck and state.last_seq >= until:
-                            return
-                        said = f"it says: {state.stuck}" if state.stuck else f"it holds {state.last_seq} of {until}"
-                    except (NoResponderError, ReplyTimeoutError):
-                        pass  # restarting, or not there yet: asked again
-                    await anyio.sleep(POLL_S)
-        except TimeoutError:
-            raise TimeoutError(f"the journal did not write again within {RESTART_TIMEOUT_S:g}s ({said})") from None
+        with fail_after(RESTART_TIMEOUT_S, "the journal did not write again", lambda: said):
+            while True:
+                try:
+                    state = await ask_journal(bus, JOURNAL_ASK_S, until)
+                    if not state.stuck and state.last_seq >= until:
+                        return
+                    said = f"it says: {state.stuck}" if state.stuck else f"it holds {state.last_seq} of {until}"
+                except (NoResponderError, ReplyTimeoutError):
+                    pass  # restarting, or not there yet: asked again
+                await anyio.sleep(POLL_S)
 
     async def _paused(self, pid: int, duration_s: float) -> tuple[float, float]:
         os.kill(pid, signal.SIGSTOP)
@@ -521,7 +519,7 @@ class Nemesis:
 
     async def _served_again(self, name: str, old_pid: int) -> None:
         """Wait until the supervisor has restarted `name` and the new process announced it serves."""
-        with anyio.fail_after(RESTART_TIMEOUT_S):
+        with fail_after(RESTART_TIMEOUT_S, f"{name} was not restarted and serving"):
             while True:
                 row = next(row for row in self.supervisor.status() if row["name"] == name)
                 if row["pid"] != old_pid and row["ready"]:
@@ -535,7 +533,7 @@ class Nemesis:
 
     async def all_back(self) -> None:
         """Every process of the system serves and the stream's three replicas are current."""
-        with anyio.fail_after(RESTART_TIMEOUT_S):
+        with fail_after(RESTART_TIMEOUT_S, "not every process served again", self.supervisor.status):
             while not all(row["ready"] for row in self.supervisor.status()):
                 await anyio.sleep(POLL_S)
         await self._replicas_current()

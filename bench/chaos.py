@@ -98,6 +98,9 @@ EXTRA_EPISODES = 400
 JOURNAL_TIMEOUT_S = 60.0
 LOCAL_EPISODE_TIMEOUT_S = 900.0
 """An episode's time limit against the local model: a small model on CPU takes seconds a call."""
+LOCAL_MAX_TURNS = 3
+"""The user's turns in an episode against the local model, as the other methods' runs on it: a small model
+that never calls a tool would otherwise chat to the domain's limit."""
 CONFIG = (
     CLUSTER_CONFIG
     + f"""
@@ -116,6 +119,8 @@ class Load:
     models: str = ""
     concurrency: int = CONCURRENCY
     episode_timeout_s: float = EPISODE_TIMEOUT_S
+    max_turns: int = 0
+    """The user's turns in an episode; 0: the plan's default."""
 
 
 def local_models(url: str) -> str:
@@ -204,7 +209,10 @@ async def _run_system(
         run_id=f"chaos-{schedule.seed}",
         concurrency=load.concurrency,
         episode_timeout_s=load.episode_timeout_s,
+        tool_calls=config.model(config.role_of("tool")).tool_calls,
     )
+    if load.max_turns:
+        plan = msgspec.structs.replace(plan, max_turns=load.max_turns)
     pool = iter(plan_episodes(plan, domain))
     result = RunResult(list(itertools.islice(pool, schedule.episodes)))
     runner_error = ""
@@ -514,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             models=local_models(url) if url else "",
             concurrency=args.concurrency or (1 if local else CONCURRENCY),
             episode_timeout_s=args.episode_timeout or (LOCAL_EPISODE_TIMEOUT_S if local else EPISODE_TIMEOUT_S),
+            max_turns=LOCAL_MAX_TURNS if local else 0,
         )
         result = anyio.run(main_async, args, lambda line: print(line, flush=True))
     return 1 if result["summary"]["failed_schedules"] else 0

@@ -22,6 +22,7 @@ import pytest
 from bench import chaos
 from bench._checker import Verdict, _stream_problem, check
 from bench._cluster import NODES
+from bench._common import fail_after
 from bench._disk import unavailable
 from bench._nemesis import (
     CLOCK_ERA_KINDS,
@@ -263,3 +264,12 @@ def test_the_local_model_is_every_roles_model_with_the_local_defaults() -> None:
         model = config.model(role)
         assert (model.backend, model.base_url, model.model) == ("openai", "http://127.0.0.1:1/v1", "local")
         assert (model.max_tokens, model.tool_calls, model.timeout_s, model.max_retries) == (128, "text", 300, 1)
+
+
+async def test_a_wait_that_runs_out_says_what_it_waited_for_and_what_it_saw_last() -> None:
+    seen = "leader n1; n2 current, n3 behind"
+    with pytest.raises(
+        TimeoutError, match=rf"^the stream's replicas were not current within 0.01s \(last seen: {seen}\)$"
+    ):
+        with fail_after(0.01, "the stream's replicas were not current", lambda: seen):
+            await anyio.Event().wait()
