@@ -8,10 +8,11 @@ three replicas are current, so no fault ever takes the stream's majority (one no
 time), and until an episode has completed since the one before ended, so that each fault's time to
 recover is its own, not lengthened by the next. A schedule drawn with `overlap` applies some faults while
 the one before still lasts; two faults that would take two nodes, or act on the same links, disk or
-process, still wait for each other (`holds`). A kind is a member of `Kind` with its way to apply and undo it in `Nemesis._apply`. Network
-faults act on the links of the cluster's network (`bench._proxy`): every route between nodes and every
-process's connection to a node goes through one. Disk faults act on the journal's own disk
-(`bench._disk`), clock steps on the wall clock of a process started through `bench._wallclock`.
+process, still wait for each other (`holds`). A kind is a member of `Kind` with its way to apply and undo
+it in `Nemesis._apply`. Network faults act on the links of the cluster's network (`bench._proxy`): every
+route between nodes and every process's connection to a node goes through one. Disk faults act on the
+journal's own disk (`bench._disk`), clock steps on the wall clock of a process started through
+`bench._wallclock`.
 """
 
 from __future__ import annotations
