@@ -139,11 +139,7 @@ async def replicas_current(bus: Bus, timeout_s: float = ELECTION_TIMEOUT_S) -> s
     would leave the stream without a majority.
     """
     seen = "no answer"
-
-    def last() -> str:
-        return seen
-
-    with fail_after(timeout_s, "the stream's replicas were not current", last):
+    with fail_after(timeout_s, "the stream's replicas were not current", lambda: seen):
         while True:
             try:
                 info = await bus.js.stream_info(bus.subjects.stream)

@@ -918,7 +918,11 @@ class _Refusals:
         self.reconnected = anyio.Event()
 
     def check(self, subjects: set[str]) -> None:
-        """PublishRefusedError if the server refused a publish on one of `subjects`."""
+        """PublishRefusedError if the server refused a publish on one of `subjects`.
+
+        Asked at every round of publishes: with nothing refused, as is usual, it compares nothing."""
+        if not self.subjects:
+            return
         refused = set(self.subjects)
         for subject in subjects:
             if subject.lower() in refused:
