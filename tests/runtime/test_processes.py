@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
+import msgspec
 import pytest
 from nats.aio.msg import Msg
 
@@ -24,6 +25,7 @@ from faultline.bus import Bus, Credential, Login, load_credential
 from faultline.core import EpisodeStarted, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
+from faultline.runtime._episodes import StatusAsk
 from tests.runtime.toy import Pinger
 
 pytestmark = pytest.mark.slow
@@ -467,6 +469,8 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
             while len(replies) < 2 or any(r["handled"] < ROUNDS for r in replies):
                 replies = await gather_status(supervisor.url, "fl")  # each ask waits its window for the answers
         code = await anyio.to_thread.run_sync(main, ["status", "--nats", supervisor.url])
+        brief = await _asked_both(supervisor.url, msgspec.json.encode(StatusAsk(model_calls_only=True)))
+        garbled = await _asked_both(supervisor.url, b"\xff not an ask")
     assert code == 0
     assert {r["worker"] for r in replies} == {"ping", "pong"}
     assert {tuple(r["agents"]) for r in replies} == {("pinger",), ("ponger",)}
@@ -474,6 +478,20 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
     assert {r["pid"] for r in replies} == {supervisor.pid("ping"), supervisor.pid("pong")} - {None}
     table = capsys.readouterr().out
     assert "2 worker(s)" in table and "pinger" in table and "ponger" in table
+    assert {tuple(sorted(r)) for r in brief} == {("model_calls", "worker")}  # no episode listed
+    assert all("episodes" in r and "handled" in r for r in garbled)  # an ask it cannot read gets everything
+
+
+async def _asked_both(url: str, ask: bytes) -> list[dict[str, Any]]:
+    """Both workers' answers to a status request of `ask`."""
+    bus = await Bus.connect(url)
+    try:
+        with anyio.fail_after(10):
+            while len(answers := await bus.request_all(bus.subjects.svc("status"), ask, 0.5)) < 2:
+                pass
+    finally:
+        await bus.close()
+    return [json.loads(answer) for answer in answers]
 
 
 def test_status_without_a_system_is_one_line(

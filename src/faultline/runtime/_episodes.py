@@ -124,13 +124,26 @@ def in_flight(call: ModelCall) -> CallInFlight:
     )
 
 
+class StatusAsk(msgspec.Struct, frozen=True):
+    """What a status request asks the workers (an empty request asks for everything).
+
+    The runner asks every second for the model calls in flight alone: a worker holding thousands of
+    episodes need not list them all each time.
+    """
+
+    model_calls_only: bool = False
+
+
 class _Status(msgspec.Struct):
     model_calls: list[CallInFlight] = []
 
 
+_MODEL_CALLS_ONLY = msgspec.json.encode(StatusAsk(model_calls_only=True))
+
+
 async def model_calls_in_flight(bus: Bus, window_s: float = STATUS_WINDOW_S) -> list[CallInFlight]:
     """Every model call the workers on `bus` are waiting on, the oldest first."""
-    answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
+    answers = await bus.request_all(bus.subjects.svc("status"), _MODEL_CALLS_ONLY, window_s)
     calls = [call for answer in answers for call in msgspec.json.decode(answer, type=_Status).model_calls]
     return sorted(calls, key=lambda call: -call.age_s)
 

@@ -78,7 +78,7 @@ from faultline.core import (
     failure_envelopes,
     timer_fired,
 )
-from faultline.runtime._episodes import in_flight
+from faultline.runtime._episodes import StatusAsk, in_flight
 from faultline.runtime._recovery import asked_again, load_history, pending_timers
 
 log = logging.getLogger(__name__)
@@ -533,6 +533,14 @@ class Worker:
                 del self._evicted[next(iter(self._evicted))]
 
     async def _on_status(self, msg: Message) -> None:
+        try:
+            ask = msgspec.json.decode(msg.data or b"{}", type=StatusAsk)
+        except msgspec.DecodeError:
+            ask = StatusAsk()  # a request that is not an ask gets the whole status
+        calls = [in_flight(call) for call in self.model_calls]
+        if ask.model_calls_only:
+            await msg.respond(msgspec.json.encode({"worker": self.name, "model_calls": calls}))
+            return
         live = [
             (episode, i.agent.service)
             for episode, instances in self._instances.items()
@@ -547,7 +555,7 @@ class Worker:
             "episodes": sorted({episode for episode, service in live if not service}),
             "services": sorted({episode for episode, service in live if service}),
             "handled": self.handled,
-            "model_calls": [in_flight(call) for call in self.model_calls],
+            "model_calls": calls,
         }
         await msg.respond(msgspec.json.encode(status))
 
