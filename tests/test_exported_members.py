@@ -331,6 +331,7 @@ PUBLIC = {
         "Config",
         "DEFAULT_CONFIG_FILE",
         "JournalConfig",
+        "JournalGate",
         "JournalState",
         "ask_journal",
         "OtelStream",

@@ -43,8 +43,8 @@ from faultline.envs import Domain
 from faultline.runtime import (
     CallInFlight,
     Completions,
+    JournalGate,
     ask_journal,
-    check_journal,
     model_calls_in_flight,
     started_envelope,
 )
@@ -298,6 +298,7 @@ async def run_plan(
     # A place is taken before an episode's task is made: the run holds a task per episode running, not one
     # per planned episode (15,000 tasks at once for a run of 15,000 at 5,000 in flight).
     places = anyio.Semaphore(plan.concurrency)
+    gate = JournalGate(bus)
     started = anyio.current_time()
     completers = (load_system(plan.system or BUILTIN_SYSTEM).system.completer,)
     try:
@@ -312,7 +313,7 @@ async def run_plan(
 
             async def one(p: PlannedEpisode) -> None:
                 try:
-                    await check_journal(bus)
+                    await gate.check()
                     result.running[p.episode] = anyio.current_time()
                     await bus.publish_all(start_envelopes(plan, p))
                     with anyio.move_on_after(plan.episode_timeout_s) as scope:

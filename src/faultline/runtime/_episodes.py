@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Collection, Iterable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 
 import anyio
 import msgspec
@@ -185,6 +186,40 @@ async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> N
             f"new episodes are refused while the journal cannot write ({stuck}); nothing is lost: the stream"
             " keeps every message for the journal to take in once its file can be written again"
         )
+
+
+class JournalGate:
+    """`check_journal` for a run that starts many episodes at once: the starts that come while an ask is out
+    wait for its answer instead of asking again. A run filling up starts hundreds of episodes a second, and
+    every journal shard answers every ask."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self._ask: _Ask | None = None
+
+    async def check(self) -> None:
+        """Return if the journal can write; JournalError, as `check_journal` raises it, while it cannot."""
+        ask = self._ask
+        if ask is not None:
+            await ask.answered.wait()
+            if ask.refusal:
+                raise JournalError(ask.refusal)
+            return
+        self._ask = ask = _Ask()
+        try:
+            await check_journal(self._bus)
+        except JournalError as exc:
+            ask.refusal = str(exc)
+            raise
+        finally:
+            self._ask = None
+            ask.answered.set()
+
+
+@dataclass
+class _Ask:
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    refusal: str = ""
 
 
 class Completions:

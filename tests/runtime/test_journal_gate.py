@@ -1,0 +1,80 @@
+"""A run's episode starts share their asks of the journal (`JournalGate`), on a real nats-server.
+
+The journal service answering here is a plain responder that counts the asks: what is under test is how
+many asks the starts make and what each start is told, not the journal.
+"""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+
+from faultline._errors import JournalError
+from faultline.bus import Bus, Message
+from faultline.runtime import JournalGate, JournalState
+
+STARTS = 20
+
+
+class Journal:
+    """Answers every ask on `<prefix>.svc.journal` with `stuck`, counting the asks."""
+
+    def __init__(self, stuck: str = "") -> None:
+        self.stuck = stuck
+        self.asks = 0
+
+    async def answer(self, msg: Message) -> None:
+        self.asks += 1
+        await msg.respond(msgspec.json.encode(JournalState(stuck=self.stuck)))
+
+
+async def starts(gate: JournalGate) -> list[str]:
+    """What each of `STARTS` episode starts made at once is told: "" to go on, or the refusal."""
+    told: list[str] = []
+
+    async def start() -> None:
+        try:
+            await gate.check()
+        except JournalError as exc:
+            told.append(str(exc))
+        else:
+            told.append("")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(STARTS):
+                tg.start_soon(start)
+    return told
+
+
+@pytest.mark.parametrize("stuck", ["", "database or disk is full"])
+async def test_starts_made_together_ask_the_journal_once_and_are_all_told_its_answer(bus: Bus, stuck: str) -> None:
+    journal, gate = Journal(stuck), JournalGate(bus)
+    subscription = await bus.subscribe(bus.subjects.svc("journal"), journal.answer)
+    try:
+        told = await starts(gate)
+        assert journal.asks == 1
+        if stuck:
+            assert all(refusal.startswith("new episodes are refused while the journal cannot write") for refusal in told)
+            assert all(stuck in refusal for refusal in told) and len(told) == STARTS
+        else:
+            assert told == [""] * STARTS
+        told = await starts(gate)  # a later start asks again: the journal's state may have changed
+        assert journal.asks == 2 and len(told) == STARTS
+    finally:
+        await subscription.unsubscribe()
+
+
+async def test_a_start_after_the_journal_recovered_is_let_through(bus: Bus) -> None:
+    journal = Journal("database or disk is full")
+    gate = JournalGate(bus)
+    subscription = await bus.subscribe(bus.subjects.svc("journal"), journal.answer)
+    try:
+        with pytest.raises(JournalError):
+            await gate.check()
+        journal.stuck = ""
+        await gate.check()
+        assert journal.asks == 2
+    finally:
+        await subscription.unsubscribe()
