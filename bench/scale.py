@@ -5,7 +5,10 @@ Each configuration is one `faultline run` of `--tasks` retail tasks x `--trials`
 (the runtime's mechanisms, never a model's) and `--concurrency` episodes in flight, on a nats-server
 of its own, all started at once (`[run] start_rate = 0`). While it runs, every process of the system is read from /proc once a second (utime +
 stime); the CPU each used is reported over the `--window` seconds in which the system as a whole
-used the most, which is the run at saturation. The largest journal of each shard count is then
+used the most, which is the run at saturation. Episodes/s counts from the first start to the last
+completion; the journal may still be copying the stream then, and the time the run waits for it after
+(its lag) gives the rate the journal held: a lag of seconds means the journal did not keep up, and the
+episodes/s is more than the system sustains. The largest journal of each shard count is then
 replayed with each `--jobs`, and both the handling time replay reports and the command's wall time
 are given, their difference being the command's fixed cost.
 
@@ -127,6 +130,8 @@ def live(
         "shards": shards,
         "episodes": summary.get("episodes"),
         "episodes_per_s": summary.get("episodes_per_s"),
+        "journal_lag_s": summary.get("journal_wait_s", 0.0),
+        "journaled_episodes_per_s": summary["episodes"] / (summary["seconds"] + summary.get("journal_wait_s", 0.0)),
         "cpu_total": total,
         "cpu": cpu,
         "journal": str(journal),
@@ -174,7 +179,8 @@ def main() -> None:
                 results["live"].append(row)
                 top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
                 console.print(
-                    f"{shards} shard(s), {workers} worker(s)/group: {row['episodes_per_s']:.0f} episodes/s; busiest: {top}"
+                    f"{shards} shard(s), {workers} worker(s)/group: {row['episodes_per_s']:.0f} episodes/s"
+                    f" ({row['journaled_episodes_per_s']:.0f} journaled, lag {row['journal_lag_s']:.1f} s); busiest: {top}"
                 )
             largest = Path(results["live"][-1]["journal"])
             for jobs in args.jobs:
@@ -191,7 +197,16 @@ def main() -> None:
 
 def _tables(console: Console, results: dict[str, Any]) -> None:
     live_table = Table(title="live throughput (sim: the runtime's mechanisms, not a model)")
-    for column in ("shards", "workers/group", "episodes/s", "x 1 worker, 1 shard", "busiest process (% of a core)"):
+    columns = (
+        "shards",
+        "workers/group",
+        "episodes/s",
+        "x 1 worker, 1 shard",
+        "journal lag (s)",
+        "journaled episodes/s",
+        "busiest process (% of a core)",
+    )
+    for column in columns:
         live_table.add_column(column, justify="right")
     base = next((r["episodes_per_s"] for r in results["live"] if r["workers"] == 1 and r["shards"] == 1), None)
     for row in results["live"]:
@@ -202,6 +217,8 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
             str(row["workers"]),
             f"{row['episodes_per_s']:.0f}",
             ratio,
+            f"{row['journal_lag_s']:.1f}",
+            f"{row['journaled_episodes_per_s']:.0f}",
             f"{busiest[0]} {busiest[1]:.0%}",
         )
     console.print(live_table)

@@ -56,7 +56,9 @@ async def test_starts_made_together_ask_the_journal_once_and_are_all_told_its_an
         told = await starts(gate)
         assert journal.asks == 1
         if stuck:
-            assert all(refusal.startswith("new episodes are refused while the journal cannot write") for refusal in told)
+            assert all(
+                refusal.startswith("new episodes are refused while the journal cannot write") for refusal in told
+            )
             assert all(stuck in refusal for refusal in told) and len(told) == STARTS
         else:
             assert told == [""] * STARTS

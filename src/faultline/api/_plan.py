@@ -255,6 +255,8 @@ class RunResult:
     model_calls: list[CallInFlight] = field(default_factory=list)
     """The model calls the workers were waiting on when last asked, the oldest first."""
     seconds: float = 0.0
+    journal_wait_s: float = 0.0
+    """How long the run waited, once its episodes were over, for the journal to hold all the stream held."""
 
     def outcomes(self) -> list[tuple[PlannedEpisode, EpisodeCompleted]]:
         return [(p, self.completed[p.episode]) for p in self.planned if p.episode in self.completed]
@@ -400,6 +402,10 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     avg_latency_s: float
     seconds: float
     episodes_per_s: float
+    """Episodes completed per second of `seconds`, the time from the first start to the last completion."""
+    journal_wait_s: float = 0.0
+    """How long the run then waited for the journal to hold every message: the journal's lag behind the run. Seconds
+    of it mean the journal did not keep up, and `episodes_per_s` is more than the journal can hold for long."""
     journal: str = ""
     not_run: int = 0
     """Planned episodes that did not complete (a run cut short): left out of every number above."""
@@ -441,6 +447,7 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         avg_latency_s=sum(d.latency_s for _, d in rows) / n,
         seconds=result.seconds,
         episodes_per_s=len(rows) / result.seconds if result.seconds else 0.0,
+        journal_wait_s=result.journal_wait_s,
         journal=journal,
         errors=dict(sorted(errors.items(), key=lambda item: -item[1])),
     )

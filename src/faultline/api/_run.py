@@ -449,7 +449,9 @@ async def _run_local(
             ticker.after = "waiting for the memory service to take in the episodes"
             await wait_for_memory(supervisor.bus)
         ticker.after = "waiting for the journal to copy the stream"
+        waiting_since = anyio.current_time()
         await wait_for_journal(supervisor.bus)
+        result.journal_wait_s = anyio.current_time() - waiting_since
 
     _, request = await run_supervised(supervisor, work, ticker.tick)
     return request

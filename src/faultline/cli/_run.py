@@ -67,6 +67,8 @@ from faultline.runtime.models import sim_metadata
 PROGRESS_LINE_S = 10.0
 """How often a run whose stderr is not a terminal prints a line saying what it is waiting for."""
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
+JOURNAL_LAG_SHOWN_S = 1.0
+"""The journal's lag after a run that the results table names: below it, the journal kept up."""
 
 
 def seconds(text: str) -> float:
@@ -673,6 +675,8 @@ def _table(summary: Summary, domain: str, run_id: str) -> Table:
     table.add_row("avg tokens", f"{summary.avg_tokens:.0f}")
     table.add_row("avg latency / episode", f"{summary.avg_latency_s * 1000:.0f} ms")
     table.add_row("wall time", f"{summary.seconds:.1f} s ({summary.episodes_per_s:.1f} episodes/s)")
+    if summary.journal_wait_s >= JOURNAL_LAG_SHOWN_S:
+        table.add_row("journal lag", f"{summary.journal_wait_s:.1f} s after the last episode: it did not keep up")
     if summary.journal:
         table.add_row("journal", summary.journal)
     return table
