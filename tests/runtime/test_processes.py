@@ -471,6 +471,7 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
         code = await anyio.to_thread.run_sync(main, ["status", "--nats", supervisor.url])
         brief = await _asked_both(supervisor.url, msgspec.json.encode(StatusAsk(model_calls_only=True)))
         garbled = await _asked_both(supervisor.url, b"\xff not an ask")
+        garbled += await _asked_both(supervisor.url, b'{"x":' * 100_000)  # deeper than the decoder goes
     assert code == 0
     assert {r["worker"] for r in replies} == {"ping", "pong"}
     assert {tuple(r["agents"]) for r in replies} == {("pinger",), ("ponger",)}

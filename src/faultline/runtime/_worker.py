@@ -535,7 +535,7 @@ class Worker:
     async def _on_status(self, msg: Message) -> None:
         try:
             ask = msgspec.json.decode(msg.data or b"{}", type=StatusAsk)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # nested too deeply is no ask either
             ask = StatusAsk()  # a request that is not an ask gets the whole status
         calls = [in_flight(call) for call in self.model_calls]
         if ask.model_calls_only:
