@@ -184,13 +184,25 @@ class Network:
     seed: int
     tg: TaskGroup
     links: dict[tuple[str, str], Link] = field(default_factory=dict)
+    _serving: list[anyio.CancelScope] = field(default_factory=list)
 
     async def link(self, source: str, target: str, target_port: int, port: int = 0) -> Link:
         """A link from `source` to `target`, listening on `port` (0: any free port) and serving now."""
         made = Link(source, target, target_port, port=port, seed=self.seed)
-        await self.tg.start(made.serve)
+        await self.tg.start(self._serve, made)
         self.links[source, target] = made
         return made
+
+    async def _serve(self, link: Link, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve `link` until `close`, shielded from the cancelling of the block that uses the network (a stop
+        signal): what runs over the links still stops in that block's `finally` clauses, and needs them then."""
+        with anyio.CancelScope(shield=True) as scope:
+            self._serving.append(scope)
+            await link.serve(task_status=task_status)
+
+    def close(self) -> None:
+        for scope in self._serving:
+            scope.cancel()
 
     def touching(self, name: str) -> list[Link]:
         """Every link from or to `name`."""
@@ -203,7 +215,10 @@ class Network:
 
 @asynccontextmanager
 async def network(seed: int = 0) -> AsyncIterator[Network]:
-    """A network whose links serve until the block ends."""
+    """A network whose links serve until the block ends, however it ends."""
     async with anyio.create_task_group() as tg:
-        yield Network(seed, tg)
-        tg.cancel_scope.cancel()
+        made = Network(seed, tg)
+        try:
+            yield made
+        finally:
+            made.close()

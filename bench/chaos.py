@@ -38,6 +38,7 @@ import itertools
 import json
 import math
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -70,7 +71,16 @@ from bench._nemesis import (
 )
 from bench._proxy import network
 from faultline._errors import FaultlineError, JournalError
-from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, run_plan, wait_for_journal, worker_specs
+from faultline.api import (
+    PlannedEpisode,
+    RunPlan,
+    RunResult,
+    plan_episodes,
+    run_plan,
+    stop_on_signal,
+    wait_for_journal,
+    worker_specs,
+)
 from faultline.bus import Bus
 from faultline.envs import load_domain
 from faultline.runtime import (
@@ -414,21 +424,32 @@ async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> di
     reports: list[ScheduleReport] = []
     broken: dict[int, str] = {}
     result = _result(reports, broken)
-    for i in range(args.schedules):
-        schedule = draw_schedule(args.seed + i, args.episodes, processes(), args.kinds, overlap=args.overlap)
-        say(schedule.describe())
-        report = await _attempt(schedule, args.keep, args.load)
-        if isinstance(report, str):  # a process or node that never came back: the next schedule runs
-            broken[schedule.seed] = report
-            say(f"  FAILED before the checker: {report}")
-        else:
-            print_report(report, say)
-            reports.append(report)
-        result = _result(reports, broken)
-        if args.json:
-            Path(args.json).write_text(json.dumps(result, indent=2))
+    # A stop signal unwinds the schedule as an error would: a paused process is resumed (a stopped one would
+    # never act on the SIGTERM it gets when this process dies), every process stopped, the folder removed.
+    async with stop_on_signal() as stop:
+        for i in range(args.schedules):
+            schedule = draw_schedule(args.seed + i, args.episodes, processes(), args.kinds, overlap=args.overlap)
+            say(schedule.describe())
+            report = await _attempt(schedule, args.keep, args.load)
+            if isinstance(report, str):  # a process or node that never came back: the next schedule runs
+                broken[schedule.seed] = report
+                say(f"  FAILED before the checker: {report}")
+            else:
+                print_report(report, say)
+                reports.append(report)
+            result = _result(reports, broken)
+            _save(result, args.json)
+    result["summary"]["stopped_by"] = stop.name
+    if stop.name:
+        say(f"stopped by {stop.name}: the schedule it cut short is left out")
+        _save(result, args.json)
     say(json.dumps(result["summary"], indent=2))
     return result
+
+
+def _save(result: dict[str, Any], path: str) -> None:
+    if path:
+        Path(path).write_text(json.dumps(result, indent=2))
 
 
 def _result(reports: list[ScheduleReport], broken: dict[int, str]) -> dict[str, Any]:
@@ -525,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
             max_turns=LOCAL_MAX_TURNS if local else 0,
         )
         result = anyio.run(main_async, args, lambda line: print(line, flush=True))
+    if result["summary"]["stopped_by"]:
+        return 128 + signal.Signals[result["summary"]["stopped_by"]]
     return 1 if result["summary"]["failed_schedules"] else 0
 
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from bench._nemesis import (
     draw_schedule,
     percentile,
 )
+from bench.capacity import family
 from bench.chaos import processes, run_schedule
 from faultline.api import RunResult
 from faultline.bus import StreamState
@@ -273,3 +278,44 @@ async def test_a_wait_that_runs_out_says_what_it_waited_for_and_what_it_saw_last
     ):
         with fail_after(0.01, "the stream's replicas were not current", lambda: seen):
             await anyio.Event().wait()
+
+
+async def test_the_harness_stopped_by_sigterm_while_a_node_is_paused_leaves_no_process_or_folder_behind(
+    tmp_path: Path,
+) -> None:
+    """A node stopped by SIGSTOP would never act on the SIGTERM the kernel sends it when the harness dies: the
+    harness resumes it and stops everything, as after an error, and says what stopped it."""
+    folders = tmp_path / "tmp"
+    folders.mkdir()
+    command = [sys.executable, "-m", "bench.chaos", "--episodes", "40", "--seed", "28", "--kinds", "pause"]
+    harness = subprocess.Popen(
+        command,
+        cwd=Path(__file__).parents[2],
+        env=os.environ | {"TMPDIR": str(folders)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with anyio.fail_after(120):
+            while not (paused := [pid for pid in family(harness.pid)[1:] if _state(pid) == "T"]):
+                assert harness.poll() is None, harness.communicate()[0].decode()[-2000:]
+                await anyio.sleep(0.05)  # polling the processes' states, not waiting for time to pass
+        started = family(harness.pid)[1:]
+        harness.send_signal(signal.SIGTERM)
+        out, _ = await anyio.to_thread.run_sync(lambda: harness.communicate(timeout=60))
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+    assert harness.returncode == 128 + signal.SIGTERM, out.decode()[-2000:]
+    assert "stopped by SIGTERM" in out.decode()
+    assert len(started) >= 6 and set(paused) <= set(started)  # three nodes, the journal, two workers
+    assert [pid for pid in started if _state(pid) not in ("", "Z")] == []
+    assert list(folders.iterdir()) == []
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (T: stopped, Z: a zombie), "" once it is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
