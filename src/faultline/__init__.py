@@ -5,7 +5,7 @@ Two modules are public: `faultline.agent`, what authors of agents and domains im
 tree is here.
 """
 
-import importlib.metadata
+from typing import TYPE_CHECKING
 
 from faultline._errors import (
     AccessError,
@@ -66,5 +66,18 @@ __all__ = [
     "ToolError",
     "UsageError",
 ]
-__version__ = importlib.metadata.version("faultline")
-"""The installed distribution's version, as `faultline --version` prints it."""
+if TYPE_CHECKING:
+    __version__: str
+    """The installed distribution's version, as `faultline --version` prints it."""
+else:
+
+    def __getattr__(name: str) -> str:
+        """`__version__`, read from the installed distribution when first asked for: `importlib.metadata` and the
+        lookup cost every process that imports faultline (each worker, each journal shard) about 80 ms."""
+        if name != "__version__":
+            raise AttributeError(f"module 'faultline' has no attribute {name!r}")
+        import importlib.metadata
+
+        version = importlib.metadata.version("faultline")
+        globals()["__version__"] = version
+        return version

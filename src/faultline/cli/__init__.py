@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import importlib.metadata
 import logging
 import os
 import re
 import sys
 from collections.abc import Sequence
 
+import faultline
 from faultline._errors import FaultlineError, UsageError
 from faultline._logging import ENV_LEVEL, configure, resolve_level
 
@@ -74,18 +74,26 @@ def _with_suggestion(message: str) -> str:
     return f"{message[: match.start()]}invalid choice: {match.group(1)!r}: did you mean {close[0]!r}? (choose from {match.group(2)})"
 
 
+class _Version(argparse.Action):
+    """`--version`, which reads the installed version only when asked: every command would pay for the lookup."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: str | None = None
+    ) -> None:
+        print(f"{parser.prog} {faultline.__version__}")
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with `command`'s module registered, or every module when it is not a known command."""
     parser = _Parser(
         prog="faultline",
         description="Event-sourced runtime for LLM multi-agent systems: run, journal, replay, inject faults.",
     )
-    parser.add_argument(
-        *_VERSION_FLAGS,
-        action="version",
-        version=f"%(prog)s {importlib.metadata.version('faultline')}",
-        help="print the installed version and exit",
-    )
+    parser.add_argument(*_VERSION_FLAGS, action=_Version, help="print the installed version and exit")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (-v: INFO, -vv: DEBUG); logs go to stderr"
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 from typing import Literal
 
 from faultline._errors import PluginError
@@ -75,6 +74,8 @@ def plugin_error(kind: PluginKind, name: str, why: str) -> PluginError:
 
 @functools.cache
 def _registered(group: str) -> dict[str, str]:
+    import importlib.metadata  # here: a process that never loads a plugin (a journal shard) skips its ~80 ms
+
     return {point.name: point.value for point in importlib.metadata.entry_points(group=group)}
 
 
