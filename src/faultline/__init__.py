@@ -73,7 +73,7 @@ else:
 
     def __getattr__(name: str) -> str:
         """`__version__`, read from the installed distribution when first asked for: `importlib.metadata` and the
-        lookup cost every process that imports faultline (each worker, each journal shard) about 80 ms."""
+        lookup cost every program that imports faultline, and every command, about 80 ms."""
         if name != "__version__":
             raise AttributeError(f"module 'faultline' has no attribute {name!r}")
         import importlib.metadata

@@ -27,7 +27,7 @@ def test_package_version_is_the_metadata_version() -> None:
 
 
 def test_the_version_is_read_only_when_asked_for() -> None:
-    """Reading it imports `importlib.metadata` and looks the distribution up: every command and every process that
+    """Reading it imports `importlib.metadata` and looks the distribution up: every command and every program that
     imports faultline would pay for it (`journal episodes` took 0.58 s instead of 0.36)."""
     code = (
         "import sys, faultline.agent, faultline.journal\n"

@@ -74,7 +74,7 @@ def plugin_error(kind: PluginKind, name: str, why: str) -> PluginError:
 
 @functools.cache
 def _registered(group: str) -> dict[str, str]:
-    import importlib.metadata  # here: a process that never loads a plugin (a journal shard) skips its ~80 ms
+    import importlib.metadata  # here: a command that loads no plugin (`journal episodes`) does without it
 
     return {point.name: point.value for point in importlib.metadata.entry_points(group=group)}
 
