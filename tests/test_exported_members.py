@@ -375,6 +375,7 @@ PUBLIC = {
         "tune_collector",
         "worker_identity",
         "JournalService",
+        "journal_backlog",
         "system_of",
     },
     "faultline.runtime.models": {

@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 
 from faultline._errors import JournalError
 from faultline.bus import Bus, Credential, Login, load_credential
-from faultline.core import EpisodeStarted, Recording, Start
+from faultline.core import Envelope, EpisodeStarted, Note, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
 from faultline.runtime._episodes import StatusAsk
@@ -479,8 +479,38 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
     assert {r["pid"] for r in replies} == {supervisor.pid("ping"), supervisor.pid("pong")} - {None}
     table = capsys.readouterr().out
     assert "2 worker(s)" in table and "pinger" in table and "ponger" in table
+    assert re.search(r"journal: writing; messages not journaled yet, by shard: \d+\n", table), table
     assert {tuple(sorted(r)) for r in brief} == {("model_calls", "worker")}  # no episode listed
     assert all("episodes" in r and "handled" in r for r in garbled)  # an ask it cannot read gets everything
+
+
+async def test_status_says_how_far_behind_a_stopped_journal_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from faultline.cli import main
+
+    async with system(tmp_path, "s") as supervisor:
+        journal = supervisor.pid("journal")
+        assert journal is not None
+        os.kill(journal, signal.SIGSTOP)
+        try:
+            bus = await Bus.connect(supervisor.url)
+            try:
+                await bus.publish_all(
+                    Envelope(id=f"n{i}", episode="e1", sender="a", recipient="b", body=Note(text=str(i)))
+                    for i in range(30)
+                )
+            finally:
+                await bus.close()
+            code = await anyio.to_thread.run_sync(main, ["status", "--json", "--nats", supervisor.url])
+        finally:
+            os.kill(journal, signal.SIGCONT)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    [backlog] = [line for line in lines if line.get("type") == "journal"]
+    [summary] = [line for line in lines if line.get("type") == "summary"]
+    assert code == 0
+    assert backlog["shard"] == 0 and backlog["waiting"] >= 30  # the stream holds them; the journal has not
+    assert summary["journal"].startswith("no answer (")
 
 
 async def _asked_both(url: str, ask: bytes) -> list[dict[str, Any]]:

@@ -619,6 +619,14 @@ class Bus:
             return None
         return info.ack_floor.stream_seq if info.ack_floor else 0
 
+    async def unacknowledged(self, name: str) -> int | None:
+        """How many messages durable consumer `name` has not had acknowledged: those still to deliver and those
+        delivered and not acknowledged yet. None when no consumer of that name exists."""
+        info = await self._consumer_info(name)
+        if info is None:
+            return None
+        return (info.num_pending or 0) + (info.num_ack_pending or 0)
+
     async def _consumer_info(self, name: str) -> api.ConsumerInfo | None:
         with nats_failure(f"asking for the state of consumer {name}"):
             try:

@@ -16,7 +16,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from faultline._errors import JournalError, UsageError
+from faultline._errors import JournalError, NoResponderError, ReplyTimeoutError, UsageError
 from faultline._files import write_atomically
 from faultline.api import (
     config_source,
@@ -47,6 +47,7 @@ from faultline.runtime import (
     check_system,
     completing_agents,
     hold_directories,
+    journal_backlog,
     load_config,
     read_rosters,
     run_journal,
@@ -380,10 +381,12 @@ def _status(args: argparse.Namespace) -> int:
     url = _url(args, config)
     replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, login(args, config, url))
     rosters = anyio.run(_rosters, url, _prefix(args, config), login(args, config, url))
+    journal = anyio.run(_journal_status, url, _prefix(args, config), login(args, config, url), config.journal.shards)
     if args.json:
         _jsonl.rows("worker", replies)
         _jsonl.rows("roster", _roster_rows(rosters))
-        _jsonl.summary({"workers": len(replies), "url": url})
+        _jsonl.rows("journal", [{"shard": k, "waiting": n} for k, n in enumerate(journal.waiting)])
+        _jsonl.summary({"workers": len(replies), "url": url, "journal": journal.says()})
         return 0
     table = Table(title=f"{len(replies)} worker(s)")
     for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight", "services", "model calls"):
@@ -404,9 +407,40 @@ def _status(args: argparse.Namespace) -> int:
             slowest,
         )
     Console().print(table)
+    waiting = ", ".join("-" if n is None else f"{n:,}" for n in journal.waiting)
+    Console().print(f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False)
     if rosters.domains:
         Console().print(_rosters_table(rosters))
     return 0 if replies else 1
+
+
+@dataclasses.dataclass
+class _Journal:
+    """The journal as `status` shows it: what its shards say, and what each has yet to journal."""
+
+    waiting: list[int | None]
+    """By shard, the messages of the stream it has not journaled yet (None: it never started)."""
+    stuck: str = ""
+    silent: str = ""
+    """Why no answer came, when none did."""
+
+    def says(self) -> str:
+        if self.silent:
+            return f"no answer ({self.silent})"
+        return f"cannot write: {self.stuck}" if self.stuck else "writing"
+
+
+async def _journal_status(url: str, prefix: str, connect_as: Login, shards: int) -> _Journal:
+    """Ask the journal's shards how they are, and the stream how far behind each is (`shards` when none answers)."""
+    bus = await Bus.connect(url, prefix=prefix, login=connect_as)
+    try:
+        try:
+            state = await ask_journal(bus, STATUS_WINDOW_S)
+        except (NoResponderError, ReplyTimeoutError) as exc:
+            return _Journal(await journal_backlog(bus, shards), silent=str(exc))
+        return _Journal(await journal_backlog(bus, state.shards), stuck=state.stuck)
+    finally:
+        await bus.close()
 
 
 async def _rosters(url: str, prefix: str, connect_as: Login) -> Rosters:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         scoped_to_run,
     )
     from faultline.runtime._helper_pool import HelperPool
-    from faultline.runtime._journal_service import JournalService
+    from faultline.runtime._journal_service import JournalService, journal_backlog
     from faultline.runtime._layout import (
         FAMA_CONSUMERS,
         MEMORY_IDENTITY,
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 __all__ = [
     "system_of",
     "JournalService",
+    "journal_backlog",
     "LOCAL_SETTINGS",
     "MODEL_NAME",
     "local_model_server",
@@ -190,7 +191,7 @@ __getattr__, __dir__ = lazy_exports(
             "scoped_to_run",
         ),
         "faultline.runtime._helper_pool": ("HelperPool",),
-        "faultline.runtime._journal_service": ("JournalService",),
+        "faultline.runtime._journal_service": ("JournalService", "journal_backlog"),
         "faultline.runtime._layout": (
             "FAMA_CONSUMERS",
             "MEMORY_IDENTITY",

@@ -77,6 +77,12 @@ def consumer_name(shard: int, shards: int) -> str:
     return CONSUMER if shards == 1 else f"{CONSUMER}-{shard}of{shards}"
 
 
+async def journal_backlog(bus: Bus, shards: int) -> list[int | None]:
+    """For each journal shard, how many messages of the stream it has not journaled yet (None: its consumer does
+    not exist, the shard never started)."""
+    return [await bus.unacknowledged(consumer_name(shard, shards)) for shard in range(shards)]
+
+
 _Row = tuple[Delivery, Incoming]
 
 
