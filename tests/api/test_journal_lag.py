@@ -16,6 +16,7 @@ from rich.console import Console
 from faultline.api import RunPlan, RunSpec, Summary, run
 from faultline.cli._run import _table as results_table
 from faultline.journal import JournalReader, verify
+from tests.processes import children
 
 HOLD_S = 1.0
 
@@ -33,7 +34,7 @@ class HeldJournal:
         return None
 
     def system_up(self) -> None:
-        [self.pid] = [pid for pid in _children() if "journal\0serve" in _command(pid)]
+        [self.pid] = [pid for pid, command in children(os.getpid()).items() if " journal serve " in command]
         os.kill(self.pid, signal.SIGSTOP)
 
     def update(self, done: int, ok: int, waiting: str) -> None:
@@ -48,21 +49,6 @@ class HeldJournal:
         if self.pid:
             with contextlib.suppress(ProcessLookupError):  # it ended with the run
                 os.kill(self.pid, signal.SIGCONT)
-
-
-def _children() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                found.append(int(entry.name))
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return found
-
-
-def _command(pid: int) -> str:
-    return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace")
 
 
 def test_a_run_whose_journal_fell_behind_says_how_long_it_waited_for_it(tmp_path: Path) -> None:

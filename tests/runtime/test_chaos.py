@@ -42,13 +42,13 @@ from bench._nemesis import (
     draw_schedule,
     percentile,
 )
-from bench.capacity import family
 from bench.chaos import processes, run_schedule
 from faultline.api import RunResult
 from faultline.bus import StreamState
 from faultline.core import EpisodeCompleted
 from faultline.journal import JournalReader
 from faultline.runtime import parse_config
+from tests.processes import alive, children, state
 
 EPISODES = 20
 GOLDEN = Path(__file__).parents[1] / "replay" / "golden" / "runs.db"
@@ -297,10 +297,10 @@ async def test_the_harness_stopped_by_sigterm_while_a_node_is_paused_leaves_no_p
     )
     try:
         with anyio.fail_after(120):
-            while not (paused := [pid for pid in family(harness.pid)[1:] if _state(pid) == "T"]):
+            while not (paused := [pid for pid in children(harness.pid) if state(pid) == "T"]):
                 assert harness.poll() is None, harness.communicate()[0].decode()[-2000:]
                 await anyio.sleep(0.05)  # polling the processes' states, not waiting for time to pass
-        started = family(harness.pid)[1:]
+        started = list(children(harness.pid))
         harness.send_signal(signal.SIGTERM)
         out, _ = await anyio.to_thread.run_sync(lambda: harness.communicate(timeout=60))
     finally:
@@ -309,13 +309,5 @@ async def test_the_harness_stopped_by_sigterm_while_a_node_is_paused_leaves_no_p
     assert harness.returncode == 128 + signal.SIGTERM, out.decode()[-2000:]
     assert "stopped by SIGTERM" in out.decode()
     assert len(started) >= 6 and set(paused) <= set(started)  # three nodes, the journal, two workers
-    assert [pid for pid in started if _state(pid) not in ("", "Z")] == []
+    assert [pid for pid in started if alive(pid)] == []
     assert list(folders.iterdir()) == []
-
-
-def _state(pid: int) -> str:
-    """The process's state letter (T: stopped, Z: a zombie), "" once it is gone."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return ""

@@ -26,6 +26,7 @@ from faultline.core import Envelope, EpisodeStarted, Note, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
 from faultline.runtime._episodes import StatusAsk
+from tests.processes import alive, children
 from tests.runtime.toy import Pinger
 
 pytestmark = pytest.mark.slow
@@ -200,27 +201,6 @@ async def wait_until_up(cwd: Path, process: subprocess.Popen[bytes], timeout: fl
             await anyio.sleep(0.05)
     written = json.loads(state.read_text())
     return Up(written["url"], load_credential(Path(written["credentials"])))
-
-
-def children(pid: int) -> dict[int, str]:
-    """The live child processes of `pid` with their command lines, from /proc."""
-    found = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
-            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, ValueError):
-            continue
-        if int(ppid) == pid and state != "Z":
-            found[int(stat.parent.name)] = command
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def until_completed(journal: Path, episodes: int, process: subprocess.Popen[bytes]) -> None:
