@@ -369,19 +369,34 @@ async def gather_status(
     """Ask every worker for its status and collect the answers that arrive within `window_s`."""
     bus = await Bus.connect(url, prefix=prefix, login=login)
     try:
-        answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
+        return await _workers(bus, window_s)
     finally:
         await bus.close()
+
+
+async def _workers(bus: Bus, window_s: float) -> list[dict[str, Any]]:
+    answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
     replies: list[dict[str, Any]] = [msgspec.json.decode(answer) for answer in answers]
     return sorted(replies, key=lambda r: r["worker"])
+
+
+async def _system_status(
+    url: str, prefix: str, connect_as: Login, shards: int
+) -> tuple[list[dict[str, Any]], Rosters, _Journal]:
+    """What `status` shows, asked over one connection: the workers, the rosters in force, the journal."""
+    bus = await Bus.connect(url, prefix=prefix, login=connect_as)
+    try:
+        return await _workers(bus, STATUS_WINDOW_S), await read_rosters(bus), await _journal_status(bus, shards)
+    finally:
+        await bus.close()
 
 
 def _status(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
-    replies = anyio.run(gather_status, url, _prefix(args, config), STATUS_WINDOW_S, login(args, config, url))
-    rosters = anyio.run(_rosters, url, _prefix(args, config), login(args, config, url))
-    journal = anyio.run(_journal_status, url, _prefix(args, config), login(args, config, url), config.journal.shards)
+    replies, rosters, journal = anyio.run(
+        _system_status, url, _prefix(args, config), login(args, config, url), config.journal.shards
+    )
     if args.json:
         _jsonl.rows("worker", replies)
         _jsonl.rows("roster", _roster_rows(rosters))
@@ -430,25 +445,13 @@ class _Journal:
         return f"cannot write: {self.stuck}" if self.stuck else "writing"
 
 
-async def _journal_status(url: str, prefix: str, connect_as: Login, shards: int) -> _Journal:
+async def _journal_status(bus: Bus, shards: int) -> _Journal:
     """Ask the journal's shards how they are, and the stream how far behind each is (`shards` when none answers)."""
-    bus = await Bus.connect(url, prefix=prefix, login=connect_as)
     try:
-        try:
-            state = await ask_journal(bus, STATUS_WINDOW_S)
-        except (NoResponderError, ReplyTimeoutError) as exc:
-            return _Journal(await journal_backlog(bus, shards), silent=str(exc))
-        return _Journal(await journal_backlog(bus, state.shards), stuck=state.stuck)
-    finally:
-        await bus.close()
-
-
-async def _rosters(url: str, prefix: str, connect_as: Login) -> Rosters:
-    bus = await Bus.connect(url, prefix=prefix, login=connect_as)
-    try:
-        return await read_rosters(bus)
-    finally:
-        await bus.close()
+        state = await ask_journal(bus, STATUS_WINDOW_S)
+    except (NoResponderError, ReplyTimeoutError) as exc:
+        return _Journal(await journal_backlog(bus, shards), silent=str(exc))
+    return _Journal(await journal_backlog(bus, state.shards), stuck=state.stuck)
 
 
 def _roster_rows(rosters: Rosters) -> list[dict[str, Any]]:
