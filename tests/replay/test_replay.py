@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from faultline.core import (
     failed_by_agent,
     failure_envelopes,
 )
+from faultline.envs import Task
+from faultline.envs import _loader as domain_loader
+from faultline.envs.retail import Retail
 from faultline.journal import JournalReader
 from faultline.journal import _verify as verify_module
 from faultline.replay import Replayer, ReplayReport
@@ -159,6 +163,23 @@ def test_replay_in_several_processes_reports_what_one_process_does(sim_journal: 
         one = Replayer(lookup).replay(sim_journal)
         assert fields(Replayer(lookup, jobs=3).replay(sim_journal)) == fields(one)
     assert not one.identical
+
+
+def test_a_parallel_replay_lists_a_domains_tasks_once_before_its_processes_fork(
+    sim_journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed = tmp_path / "listed by"
+    list_tasks = Retail.tasks
+
+    def tasks(self: Retail) -> list[Task]:
+        with listed.open("a") as out:
+            out.write(f"{os.getpid()}\n")
+        return list_tasks(self)
+
+    monkeypatch.setattr(Retail, "tasks", tasks)
+    monkeypatch.setattr(domain_loader, "_loaded", {})  # a retail domain that has listed nothing yet
+    assert Replayer(builtin, jobs=3).replay(sim_journal).identical
+    assert listed.read_text().split() == [str(os.getpid())]
 
 
 def test_a_tampered_journal_is_refused_when_its_chain_is_checked_in_ranges_beside_the_replay(

@@ -331,6 +331,8 @@ class Replayer:
 
     def _replay_parallel(self, path: str | Path, names: list[str]) -> ReplayReport:
         chunks = [names[i :: self.jobs] for i in range(self.jobs) if names[i :: self.jobs]]
+        if names:
+            self._look_up_agents(path, names[0])
         global _active
         _active = self
         import multiprocessing  # here: one job, the usual case, loads no process pool
@@ -359,6 +361,14 @@ class Replayer:
         order = {name: i for i, name in enumerate(names)}
         report.divergences.sort(key=lambda d: order.get(d.episode, 0))
         return report
+
+    def _look_up_agents(self, path: str | Path, episode: str) -> None:
+        """Look up `episode`'s agents here, before the pool forks: its processes then inherit the system and
+        the registered agents already loaded, where each would read the installed packages' entry points
+        and import the system's module again (20-30 ms a process)."""
+        with JournalReader(path, expand_requests=False) as reader:
+            rows = list(reader.episode_rows(episode))
+        _tracks(rows, episode_lookup(rows, self.lookup))
 
     def _replay_episodes(self, path: str | Path, wanted: list[str] | None) -> ReplayReport:
         report = ReplayReport(journal=str(path))
@@ -416,12 +426,13 @@ def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLook
 
 def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> list[str]:
     """The episodes to replay (`wanted`, or every one) from the journal's kind index, having loaded their
-    domains: a domain that cannot load is one error now, not one per episode."""
+    domains and listed their tasks: a domain that cannot load is one error now, not one per episode, and the
+    processes of a parallel replay inherit the task lists instead of each building them (0.1-0.2 s for retail)."""
     with JournalReader(path) as reader:
         domains = reader.domains()
     chosen = set(wanted) if wanted is not None else None
     for spec in sorted({d for e, d in domains.items() if d and (chosen is None or e in chosen)}):
-        load_domain(spec)
+        load_domain(spec).checked_tasks()
     return wanted if wanted is not None else list(domains)  # by id: the order of `by_episode`
 
 
