@@ -365,7 +365,7 @@ class Replayer:
     def _look_up_agents(self, path: str | Path, episode: str) -> None:
         """Look up `episode`'s agents here, before the pool forks: its processes then inherit the system and
         the registered agents already loaded, where each would read the installed packages' entry points
-        and import the system's module again (20-30 ms a process)."""
+        and import the system's module again (about 40 ms a process)."""
         with JournalReader(path, expand_requests=False) as reader:
             rows = list(reader.episode_rows(episode))
         _tracks(rows, episode_lookup(rows, self.lookup))
@@ -427,7 +427,7 @@ def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLook
 def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> list[str]:
     """The episodes to replay (`wanted`, or every one) from the journal's kind index, having loaded their
     domains and listed their tasks: a domain that cannot load is one error now, not one per episode, and the
-    processes of a parallel replay inherit the task lists instead of each building them (0.1-0.2 s for retail)."""
+    processes of a parallel replay inherit the task lists instead of each building them (about 40 ms for retail)."""
     with JournalReader(path) as reader:
         domains = reader.domains()
     chosen = set(wanted) if wanted is not None else None
