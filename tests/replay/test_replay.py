@@ -11,6 +11,7 @@ import pytest
 
 from faultline._errors import ChainError, JournalError
 from faultline.agents import EnvironmentHost, ToolAgent
+from faultline.cli import _text as cli_text
 from faultline.cli import main
 from faultline.core import (
     RUNNER,
@@ -163,6 +164,33 @@ def test_replay_in_several_processes_reports_what_one_process_does(sim_journal: 
         one = Replayer(lookup).replay(sim_journal)
         assert fields(Replayer(lookup, jobs=3).replay(sim_journal)) == fields(one)
     assert not one.identical
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_a_replay_tells_its_progress_as_episodes_are_done(sim_journal: Path, jobs: int) -> None:
+    told: list[tuple[int, int]] = []
+    report = Replayer(builtin, jobs=jobs).replay(sim_journal, progress=lambda done, total: told.append((done, total)))
+    done = [d for d, _ in told]
+    assert done == sorted(set(done)), "each report says more is done than the last"
+    assert told[-1] == (report.episodes, report.episodes)
+    assert {total for _, total in told} == {report.episodes}
+    # One process tells every episode; in parallel the episodes go out in pieces, several per process, each told
+    # as it comes back.
+    if jobs == 1:
+        assert len(told) == report.episodes
+    else:
+        assert jobs < len(told) < report.episodes
+
+
+def test_replay_prints_how_far_it_got_where_stderr_is_a_log_and_nothing_with_json(
+    sim_journal: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_text, "PROGRESS_LINE_S", 0.0)  # a line at every episode
+    assert main(["replay", str(sim_journal), "--jobs", "2"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.endswith("episodes replayed")]
+    assert lines and lines[-1] == "48 of 48 episodes replayed"  # the journal's 24 tasks x 2 trials
+    assert main(["replay", str(sim_journal), "--json"]) == 0
+    assert "replayed" not in capsys.readouterr().err
 
 
 def test_a_parallel_replay_lists_a_domains_tasks_once_before_its_processes_fork(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from faultline.replay import Replayer, ReplayReport
+from faultline.replay import Replayer, ReplayProgress, ReplayReport
 from faultline.runtime import Config, agent_lookup
 
 
@@ -21,6 +21,7 @@ def replay(
     config: Config | None = None,
     jobs: int = 1,
     reexecute_tools: bool = False,
+    progress: ReplayProgress | None = None,
 ) -> ReplayReport:
     """Feed every agent its journaled inputs, serve every recorded call from the journal, compare every output.
 
@@ -28,7 +29,8 @@ def replay(
     `report.divergences` names, per episode, the first agent, input and call that differ.
     `episodes` limits the replay to those (default: all); `jobs` spreads it over processes.
     `reexecute_tools` runs the environment's tools again instead of serving their results.
+    `progress` is told (episodes replayed, episodes to replay) as they are done.
     """
     config = config or Config()
     replayer = Replayer(agent_lookup(config), jobs=jobs, reexecute_tools=reexecute_tools)
-    return replayer.replay(journal, list(episodes) or None)
+    return replayer.replay(journal, list(episodes) or None, progress=progress)

@@ -51,6 +51,7 @@ from faultline.cli._system import (
     running_url,
     warn_insecure,
 )
+from faultline.cli._text import PROGRESS_LINE_S
 from faultline.core import parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime import (
@@ -64,8 +65,6 @@ from faultline.runtime import (
 )
 from faultline.runtime.models import sim_metadata
 
-PROGRESS_LINE_S = 10.0
-"""How often a run whose stderr is not a terminal prints a line saying what it is waiting for."""
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
 JOURNAL_LAG_SHOWN_S = 1.0
 """The journal's lag after a run that the results table names: below it, the journal kept up."""

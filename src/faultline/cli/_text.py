@@ -13,6 +13,9 @@ from rich.table import Table
 
 PIPE_WIDTH = 200
 """Console width when output is not a terminal, so piped tables are not wrapped at 80 columns."""
+PROGRESS_LINE_S = 10.0
+"""How often a long command whose stderr is not a terminal prints a line saying how far it got: logs never show
+a progress bar."""
 
 
 def table_console() -> Console:

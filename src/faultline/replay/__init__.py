@@ -38,7 +38,14 @@ if TYPE_CHECKING:
         fork_id,
         forks_path,
     )
-    from faultline.replay._replay import Divergence, Replayer, ReplayReport, comparable, replay_agent
+    from faultline.replay._replay import (
+        Divergence,
+        Replayer,
+        ReplayProgress,
+        ReplayReport,
+        comparable,
+        replay_agent,
+    )
 
 
 __all__ = [
@@ -62,6 +69,7 @@ __all__ = [
     "Replace",
     "ReplayReport",
     "Replayer",
+    "ReplayProgress",
     "Step",
     "UndoFault",
     "attribute_episode",
@@ -115,6 +123,13 @@ __getattr__, __dir__ = lazy_exports(
             "fork_id",
             "forks_path",
         ),
-        "faultline.replay._replay": ("Divergence", "Replayer", "ReplayReport", "comparable", "replay_agent"),
+        "faultline.replay._replay": (
+            "Divergence",
+            "Replayer",
+            "ReplayProgress",
+            "ReplayReport",
+            "comparable",
+            "replay_agent",
+        ),
     },
 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,6 +51,12 @@ from faultline.faults import CONTROL_EPISODE, OPERATOR, Defense, build_defenses,
 from faultline.journal import JournalReader, JournalRow, verify
 
 AgentLookup = Callable[[str], type[Agent] | None]
+ReplayProgress = Callable[[int, int], None]
+"""Told (episodes replayed so far, episodes to replay) as a replay goes."""
+
+CHUNKS_PER_JOB = 8
+"""A parallel replay hands its processes episodes in this many pieces per process: the processes that finish
+early take more, and progress is told as each piece comes back."""
 
 
 class Divergence(msgspec.Struct, frozen=True, kw_only=True):
@@ -314,33 +321,43 @@ class Replayer:
         self.jobs = max(1, jobs)
         self.reexecute_tools = reexecute_tools
 
-    def replay(self, path: str | Path, episodes: Iterable[str] | None = None) -> ReplayReport:
-        """Replay `episodes` (default: all); an episode the journal does not hold is a JournalError."""
+    def replay(
+        self, path: str | Path, episodes: Iterable[str] | None = None, *, progress: ReplayProgress | None = None
+    ) -> ReplayReport:
+        """Replay `episodes` (default: all); an episode the journal does not hold is a JournalError.
+
+        `progress`, if given, is told how many episodes are done as they are (from this thread)."""
         started = time.perf_counter()
         wanted = list(episodes) if episodes else None
         if wanted:
             _check_episodes(path, wanted)
         names = _episodes_with_domains(path, wanted)
+
+        def tell(done: int) -> None:
+            if progress is not None:
+                progress(done, max(done, len(names)))
+
         if self.jobs == 1 or not _forks():
             verify(path, facts=False, resume=True).raise_if_broken()
-            report = self._replay_episodes(path, wanted)
+            report = self._replay_episodes(path, wanted, tell)
         else:
-            report = self._replay_parallel(path, names)
+            report = self._replay_parallel(path, names, tell)
         report.seconds = time.perf_counter() - started
         return report
 
-    def _replay_parallel(self, path: str | Path, names: list[str]) -> ReplayReport:
-        chunks = [names[i :: self.jobs] for i in range(self.jobs) if names[i :: self.jobs]]
+    def _replay_parallel(self, path: str | Path, names: list[str], tell: Callable[[int], None]) -> ReplayReport:
+        size = max(1, math.ceil(len(names) / (self.jobs * CHUNKS_PER_JOB)))
+        chunks = [names[i : i + size] for i in range(0, len(names), size)]
         if names:
             self._look_up_agents(path, names[0])
         global _active
         _active = self
         import multiprocessing  # here: one job, the usual case, loads no process pool
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=len(chunks) or 1, mp_context=context) as pool:
-            futures = [pool.submit(_replay_chunk, str(path), chunk) for chunk in chunks]
+        with ProcessPoolExecutor(max_workers=min(self.jobs, len(chunks)) or 1, mp_context=context) as pool:
+            futures = {pool.submit(_replay_chunk, str(path), chunk): len(chunk) for chunk in chunks}
             try:
                 # The chain check too is split in ranges over `jobs` processes, which run beside the replay's.
                 verify(path, facts=False, resume=True, jobs=self.jobs).raise_if_broken()
@@ -348,7 +365,12 @@ class Replayer:
                 for future in futures:
                     future.cancel()
                 raise
-            parts = [future.result() for future in futures]
+            parts: list[ReplayReport] = []
+            done = 0
+            for future in as_completed(futures):
+                parts.append(future.result())
+                done += futures[future]
+                tell(done)
         report = ReplayReport(journal=str(path))
         for part in parts:
             report.episodes += part.episodes
@@ -370,7 +392,9 @@ class Replayer:
             rows = list(reader.episode_rows(episode))
         _tracks(rows, episode_lookup(rows, self.lookup))
 
-    def _replay_episodes(self, path: str | Path, wanted: list[str] | None) -> ReplayReport:
+    def _replay_episodes(
+        self, path: str | Path, wanted: list[str] | None, tell: Callable[[int], None] | None = None
+    ) -> ReplayReport:
         report = ReplayReport(journal=str(path))
         skipped: set[str] = set()
         served: set[str] = set()
@@ -405,6 +429,8 @@ class Replayer:
                     if divergence is not None:
                         report.divergences.append(divergence)
                         break
+                if tell is not None:
+                    tell(report.episodes)
         report.skipped_agents = sorted(skipped - {"runner", "bus", OPERATOR})
         report.served_agents = sorted(served)
         return report
