@@ -411,6 +411,7 @@ PUBLIC = {
         "Keep",
         "Probe",
         "Replace",
+        "ReplayProgress",
         "ReplayReport",
         "Replayer",
         "Step",
