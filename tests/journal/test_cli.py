@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from faultline.cli import _text as cli_text
 from faultline.cli import main
 from faultline.journal import Journal, JournalReader
 from tests import jsonl
@@ -30,6 +31,16 @@ def test_verify_prints_one_summary_line_when_the_chain_holds(journal_file: Path,
     assert (code, err) == (0, "")
     assert out.startswith("ok: 18 rows, chain holds, head ") and out.count("\n") == 1
     assert out.endswith("; head record (18 rows) reached, so nothing was cut from the end\n")
+
+
+def test_verify_prints_how_far_it_got_where_stderr_is_a_log_and_nothing_with_json(
+    journal_file: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_text, "PROGRESS_LINE_S", 0.0)  # a line each time the check tells its progress
+    code, out, err = run(capsys, "verify", str(journal_file))
+    assert (code, err) == (0, "18 of 18 rows checked\n")
+    code, out, err = run(capsys, "verify", str(journal_file), "--json")
+    assert (code, err) == (0, "")
 
 
 def test_verify_finds_rows_cut_from_the_end_without_an_anchor(tamper: Callable[[str], Path], capsys: Capsys) -> None:

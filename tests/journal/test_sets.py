@@ -246,6 +246,16 @@ def test_views_of_a_set_sum_and_merge_the_shards(tmp_path: Path) -> None:
         assert reader.domains() == dict.fromkeys(episodes, "retail")
 
 
+def test_verify_tells_how_far_it_got_across_the_shards(tmp_path: Path) -> None:
+    folder = tmp_path / "set"
+    _written_set(folder, ["ep-a", "ep-b", "ep-c", "ep-d"])
+    told: list[tuple[int, int]] = []
+    report = verify(folder, progress=lambda done, total: told.append((done, total)))
+    assert report.ok and len(told) == 2, "once a shard, at its end"
+    assert told[-1] == (report.rows, report.rows) and told[0][0] < report.rows
+    assert {total for _, total in told} == {report.rows}
+
+
 def test_verify_names_the_shard_an_edit_or_a_stray_episode_is_in(tmp_path: Path) -> None:
     folder = tmp_path / "set"
     _written_set(folder, ["ep-a", "ep-b", "ep-c", "ep-d"])

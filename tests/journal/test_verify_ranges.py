@@ -20,7 +20,7 @@ Tamper = Callable[[str], Path]
 
 @pytest.fixture
 def ranges(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Split even the 18-row test journal: three jobs check rows 1-6, 7-12 and 13 on."""
+    """Split even the 18-row test journal: with three jobs, into ranges of one row each (eight a job, at most)."""
     monkeypatch.setattr(verify_module, "PARALLEL_ROWS", 1)
 
 
@@ -94,3 +94,23 @@ def test_an_anchor_is_looked_for_in_every_row(journal_file: Path) -> None:
     verify(journal_file)
     report = verify(journal_file, anchor=anchor, resume=True)
     assert report.ok and report.anchor_pos == 4 and report.resumed_at == 0
+
+
+def told_by(check: Callable[..., object], *args: object, **kwargs: object) -> list[tuple[int, int]]:
+    told: list[tuple[int, int]] = []
+    check(*args, progress=lambda done, total: told.append((done, total)), **kwargs)
+    return told
+
+
+def test_a_check_tells_how_far_it_got_in_one_process_and_in_several(
+    ranges: None, journal_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verify_module, "TOLD_EVERY", 5)
+    assert told_by(verify, journal_file) == [(5, 18), (10, 18), (15, 18), (18, 18)]
+    assert told_by(verify, journal_file, jobs=3) == [(n, 18) for n in range(1, 19)], "each range as it comes back"
+
+
+def test_a_resumed_check_counts_the_checkpoint_s_rows_as_checked(journal_file: Path) -> None:
+    verify(journal_file)
+    append_episode(journal_file, "ep-c", 100)
+    assert told_by(verify, journal_file, resume=True) == [(27, 27)]

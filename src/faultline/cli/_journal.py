@@ -19,6 +19,7 @@ from faultline._errors import DecodeError, JournalError
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers, whole_number
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
+from faultline.cli._progress import progress_shown
 from faultline.cli._text import Column, fitted_table, table_console
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
@@ -237,7 +238,8 @@ def _otel(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = verify(args.file, anchor=args.anchor, jobs=args.jobs, resume=args.resume)
+    with progress_shown("checking", "rows checked", quiet=args.json) as progress:
+        report = verify(args.file, anchor=args.anchor, jobs=args.jobs, resume=args.resume, progress=progress)
     if args.json:
         _jsonl.summary(msgspec.to_builtins(report) | {"ok": report.ok})
     report.raise_if_broken()

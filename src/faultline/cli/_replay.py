@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -15,7 +11,8 @@ from faultline.api import replay
 from faultline.cli import _jsonl
 from faultline.cli._args import add_plugin_flag, whole_number, with_plugin_path
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
-from faultline.replay import ReplayProgress, ReplayReport
+from faultline.cli._progress import progress_shown
+from faultline.replay import ReplayReport
 from faultline.runtime import load_config
 
 
@@ -50,7 +47,7 @@ def _replay(args: argparse.Namespace) -> int:
     require_journal(args.journal)
     config = with_plugin_path(load_config(args.config), args.plugin_path)
     chosen = filtered_episodes(args.journal, args, args.episode)
-    with _progress(quiet=args.json) as progress:
+    with progress_shown("replaying", "episodes replayed", quiet=args.json) as progress:
         report = replay(
             args.journal,
             episodes=chosen or (),
@@ -65,36 +62,6 @@ def _replay(args: argparse.Namespace) -> int:
     else:
         _print(report)
     return 0 if report.identical else 1
-
-
-@contextmanager
-def _progress(*, quiet: bool) -> Iterator[ReplayProgress | None]:
-    """How far the replay got, on stderr: a bar on a terminal, else a line every PROGRESS_LINE_S; with `quiet`
-    (JSON output) a bar on a terminal only, and none of rich loaded where there is none."""
-    if quiet and not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
-
-    from faultline.cli._text import PROGRESS_LINE_S
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        last = time.monotonic()
-
-        def line(done: int, total: int) -> None:
-            nonlocal last
-            if time.monotonic() - last >= PROGRESS_LINE_S:
-                last = time.monotonic()
-                console.print(f"{done} of {total} episodes replayed", highlight=False)
-
-        yield line
-        return
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), "eta", TimeRemainingColumn())
-    with Progress("replaying", *columns, console=console, transient=True) as bar:
-        task = bar.add_task("replay", total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _as_data(report: ReplayReport) -> dict[str, object]:

@@ -25,7 +25,9 @@ the stored chain values alone is found by the next full check (`faultline journa
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -63,6 +65,14 @@ log = logging.getLogger(__name__)
 
 PARALLEL_ROWS = 20_000
 """Below this many rows to check, extra processes cost more than they save."""
+RANGES_PER_JOB = 8
+"""A parallel check splits the rows into this many ranges per process, so that progress moves as each comes back."""
+TOLD_EVERY = 10_000
+"""A check in one process tells its progress every this many rows."""
+
+VerifyProgress = Callable[[int, int], None]
+"""Told (rows checked, rows in the journal) as a check goes; rows a resumed check takes from its checkpoint count
+as checked."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,6 +131,7 @@ def verify(
     facts: bool = True,
     jobs: int = 1,
     resume: bool = False,
+    progress: VerifyProgress | None = None,
 ) -> VerifyReport:
     """Recompute the journal at `path` row by row; report the first row that does not hold.
 
@@ -128,11 +139,14 @@ def verify(
     SQL views read it), for callers such as replay that read bodies themselves.
     `jobs` > 1 checks ranges of a large journal in that many processes. `resume` starts
     after the checkpoint a earlier check left, if the chain still passes through it
-    (never with an `anchor`, which may lie before it).
+    (never with an `anchor`, which may lie before it). `progress` is told how far the
+    check got (from this thread).
     """
     path = Path(path)
     if path.is_dir() and is_journal_set(path):
-        return _verify_set(path, anchor=anchor, settings=settings, facts=facts, jobs=jobs, resume=resume)
+        return _verify_set(
+            path, anchor=anchor, settings=settings, facts=facts, jobs=jobs, resume=resume, progress=progress
+        )
     settings = settings or JournalSettings()
     conn = connect_readonly(path, settings)
     try:
@@ -146,16 +160,26 @@ def verify(
             chain_at_record = GENESIS
     finally:
         conn.close()
-    ranges = _split(start, last, jobs if jobs == 1 or _forks() else 1)
+    processes = jobs if jobs == 1 or _forks() else 1
+    ranges = _split(start, last, processes)
+
+    def tell(checked: int) -> None:
+        if progress is not None:
+            progress(start - 1 + checked, max(last, start - 1 + checked))
+
     task = _RangeTask(str(path), settings, anchor, record.rows if record else -1, facts, start == 1)
     if len(ranges) == 1:
-        checked = [task.check(ranges[0][0], ranges[0][1], previous)]
+        checked = [task.check(ranges[0][0], ranges[0][1], previous, tell)]
+        tell(checked[0].rows)
     else:
         import multiprocessing  # here: a check in one range loads no process pool
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(len(ranges), mp_context=multiprocessing.get_context("fork")) as pool:
-            checked = list(pool.map(task.check_range, ranges))
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+            checked = []
+            for part in pool.map(task.check_range, ranges):  # in order, each as soon as it and those before are done
+                checked.append(part)
+                tell(sum(done.rows for done in checked))
     rows, head, anchor_pos = start - 1, previous, 0
     for part in checked:
         if part.problem:
@@ -199,17 +223,30 @@ def verify(
 
 
 def _verify_set(
-    folder: Path, *, anchor: str, settings: JournalSettings | None, facts: bool, jobs: int, resume: bool
+    folder: Path,
+    *,
+    anchor: str,
+    settings: JournalSettings | None,
+    facts: bool,
+    jobs: int,
+    resume: bool,
+    progress: VerifyProgress | None,
 ) -> VerifyReport:
     """Verify every shard of a journal set, and that each holds only the episodes the partition gives it."""
     if anchor:
         raise JournalError(f"{folder}: a journal set has a chain per shard; check an anchor against a shard's file")
     files = journal_files(folder)
+    sizes = [_last_pos(file, settings or JournalSettings()) for file in files] if progress is not None else []
     rows = resumed = 0
     recorded: int | None = 0
     heads: list[str] = []
     for shard, file in enumerate(files):
-        report = verify(file, settings=settings, facts=facts, jobs=jobs, resume=resume)
+
+        def tell(done: int, total: int, before: int = sum(sizes[:shard]), after: int = sum(sizes[shard + 1 :])) -> None:
+            if progress is not None:
+                progress(before + done, before + total + after)
+
+        report = verify(file, settings=settings, facts=facts, jobs=jobs, resume=resume, progress=tell)
         stray = "" if not report.ok else _stray_episode(file, shard, len(files), settings or JournalSettings())
         if not report.ok or stray:
             return VerifyReport(
@@ -246,6 +283,15 @@ def _stray_episode(file: Path, shard: int, shards: int, settings: JournalSetting
     return ""
 
 
+def _last_pos(file: Path, settings: JournalSettings) -> int:
+    conn = connect_readonly(file, settings)
+    try:
+        (last,) = conn.execute("SELECT coalesce(max(pos), 0) FROM messages").fetchone()
+    finally:
+        conn.close()
+    return int(last)
+
+
 def _resume_point(conn: sqlite3.Connection, path: Path) -> tuple[int, str]:
     """(first row to check, chain value before it): after the checkpoint if the chain still passes through it."""
     checkpoint = read_checkpoint(path)
@@ -264,9 +310,9 @@ def _split(start: int, last: int, jobs: int) -> list[tuple[int, int | None]]:
     count = last - start + 1
     if jobs <= 1 or count < PARALLEL_ROWS:
         return [(start, None)]
-    size = -(-count // jobs)
-    bounds = [start + i * size for i in range(jobs)]
-    return [(first, bounds[i + 1] if i + 1 < jobs else None) for i, first in enumerate(bounds)]
+    size = math.ceil(count / (jobs * RANGES_PER_JOB))
+    bounds = list(range(start, last + 1, size))
+    return [(first, bounds[i + 1] if i + 1 < len(bounds) else None) for i, first in enumerate(bounds)]
 
 
 class _Range(msgspec.Struct):
@@ -302,15 +348,23 @@ class _RangeTask(msgspec.Struct, frozen=True):
             conn.close()
         return self.check(first, stop, previous)
 
-    def check(self, first: int, stop: int | None, previous: str) -> _Range:
-        """Check rows first..stop-1 (to the end when `stop` is None), the row before having chain `previous`."""
+    def check(self, first: int, stop: int | None, previous: str, tell: Callable[[int], None] | None = None) -> _Range:
+        """Check rows first..stop-1 (to the end when `stop` is None), the row before having chain `previous`;
+        `tell` hears how many rows held, every TOLD_EVERY."""
         conn = connect_readonly(self.path, self.settings)
         try:
-            return self._check(conn, first, stop, previous)
+            return self._check(conn, first, stop, previous, tell)
         finally:
             conn.close()
 
-    def _check(self, conn: sqlite3.Connection, first: int, stop: int | None, previous: str) -> _Range:
+    def _check(
+        self,
+        conn: sqlite3.Connection,
+        first: int,
+        stop: int | None,
+        previous: str,
+        tell: Callable[[int], None] | None,
+    ) -> _Range:
         # A tampered body may have been rewritten as text (even text that is not UTF-8): read it as bytes.
         select = ", ".join("CAST(body AS BLOB)" if column == "body" else column for column in COLUMNS)
         # The first range has no lower bound, so it also finds rows below position 1, which no writer makes.
@@ -364,6 +418,8 @@ class _RangeTask(msgspec.Struct, frozen=True):
             if pos == self.record_rows:
                 found.chain_at_record = stored_chain
             expected += 1
+            if tell is not None and (expected - first) % TOLD_EVERY == 0:
+                tell(expected - first)
         if stop is not None and expected != stop:
             return broken(expected, f"gap: position {expected} missing")
         if blob_check is not None:
