@@ -64,9 +64,11 @@ from faultline.journal._set import is_journal_set, journal_files
 log = logging.getLogger(__name__)
 
 PARALLEL_ROWS = 20_000
-"""Below this many rows to check, extra processes cost more than they save."""
+"""Below this many rows to check, extra processes cost more than they save; no range is smaller either (each costs
+about 10 ms to open)."""
 RANGES_PER_JOB = 8
-"""A parallel check splits the rows into this many ranges per process, so that progress moves as each comes back."""
+"""A parallel check of a large journal splits its rows into this many ranges per process, so that progress moves as
+each comes back."""
 TOLD_EVERY = 10_000
 """A check in one process tells its progress every this many rows."""
 
@@ -310,7 +312,7 @@ def _split(start: int, last: int, jobs: int) -> list[tuple[int, int | None]]:
     count = last - start + 1
     if jobs <= 1 or count < PARALLEL_ROWS:
         return [(start, None)]
-    size = math.ceil(count / (jobs * RANGES_PER_JOB))
+    size = max(math.ceil(count / (jobs * RANGES_PER_JOB)), PARALLEL_ROWS)
     bounds = list(range(start, last + 1, size))
     return [(first, bounds[i + 1] if i + 1 < len(bounds) else None) for i, first in enumerate(bounds)]
 
