@@ -155,7 +155,7 @@ def verify(
         # Read the record before the rows: a writer commits rows before it records them.
         record = read_head(path)
         start, previous = _resume_point(conn, path) if resume and not anchor else (1, GENESIS)
-        (last,) = conn.execute("SELECT coalesce(max(pos), 0) FROM messages").fetchone()
+        last = _last_pos(conn)
         if record is not None and record.rows < start:
             chain_at_record = _stored_chain(conn, record.rows)
         else:
@@ -238,7 +238,7 @@ def _verify_set(
     if anchor:
         raise JournalError(f"{folder}: a journal set has a chain per shard; check an anchor against a shard's file")
     files = journal_files(folder)
-    sizes = [_last_pos(file, settings or JournalSettings()) for file in files] if progress is not None else []
+    sizes = [_rows_in(file, settings or JournalSettings()) for file in files] if progress is not None else []
     rows = resumed = 0
     recorded: int | None = 0
     heads: list[str] = []
@@ -285,12 +285,16 @@ def _stray_episode(file: Path, shard: int, shards: int, settings: JournalSetting
     return ""
 
 
-def _last_pos(file: Path, settings: JournalSettings) -> int:
+def _rows_in(file: Path, settings: JournalSettings) -> int:
     conn = connect_readonly(file, settings)
     try:
-        (last,) = conn.execute("SELECT coalesce(max(pos), 0) FROM messages").fetchone()
+        return _last_pos(conn)
     finally:
         conn.close()
+
+
+def _last_pos(conn: sqlite3.Connection) -> int:
+    (last,) = conn.execute("SELECT coalesce(max(pos), 0) FROM messages").fetchone()
     return int(last)
 
 
