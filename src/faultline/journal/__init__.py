@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from faultline.journal._rows import GENESIS, Incoming, JournalRow
     from faultline.journal._schema import SCHEMA_VERSION, JournalSettings, is_sqlite_file
     from faultline.journal._set import MAX_SHARDS, create_set, is_journal_set, journal_exists, journal_files, shard_path
-    from faultline.journal._verify import VerifyProgress, VerifyReport, verify
+    from faultline.journal._verify import VerifyReport, verify
     from faultline.journal._view import ViewStats, attributed_steps, write_view
     from faultline.journal._view_server import ViewServer
     from faultline.journal._writer import Journal
@@ -47,7 +47,6 @@ __all__ = [
     "JournalRow",
     "JournalSettings",
     "Step",
-    "VerifyProgress",
     "VerifyReport",
     "ViewStats",
     "describe_body",
@@ -79,7 +78,7 @@ __getattr__, __dir__ = lazy_exports(
             "journal_files",
             "shard_path",
         ),
-        "faultline.journal._verify": ("VerifyProgress", "VerifyReport", "verify"),
+        "faultline.journal._verify": ("VerifyReport", "verify"),
         "faultline.journal._view": ("ViewStats", "attributed_steps", "write_view"),
         "faultline.journal._view_server": ("ViewServer",),
         "faultline.journal._writer": ("Journal",),
