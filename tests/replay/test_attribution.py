@@ -11,6 +11,8 @@ import anyio
 import msgspec
 import pytest
 
+from faultline.api import attribute, failed_episodes
+from faultline.cli import _text as cli_text
 from faultline.cli import main
 from faultline.core import LlmRequest, LlmResponse
 from faultline.envs import EARLY_STOP, load_domain
@@ -227,6 +229,22 @@ async def test_one_sample_per_step_leaves_the_step_undecided(journal_copy: Path,
     assert result.step is not None and result.step < len(steps(rows, LOOKUP))
     assert not result.decided and result.flipped
     assert result.low is not None and result.high_after is not None and result.low < result.high_after
+
+
+def test_attribution_tells_its_progress_after_each_episode(
+    sim_journal: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failed = failed_episodes(sim_journal)[:2]
+    assert len(failed) == 2, "the sim journal holds failures"
+    told: list[tuple[int, int]] = []
+    answers = attribute(
+        sim_journal, failed, method=FAULT_REPAIR, scratch=tmp_path / "forks.sqlite", progress=lambda *p: told.append(p)
+    )
+    assert [a.episode for a in answers] == failed and told == [(1, 2), (2, 2)]
+    monkeypatch.setattr(cli_text, "PROGRESS_LINE_S", 0.0)
+    args = ["attribute", str(sim_journal), *("-e", failed[0], "-e", failed[1]), "--method", "fault"]
+    assert main([*args, "--out", str(tmp_path / "more.sqlite")]) == 0
+    assert capsys.readouterr().err.splitlines() == ["1 of 2 episodes attributed", "2 of 2 episodes attributed"]
 
 
 def test_a_successful_episode_has_nothing_to_attribute(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from faultline.journal import JournalReader
-from faultline.replay import DEFAULT_SAMPLES, Attribution, Method, attribute_episode
+from faultline.replay import DEFAULT_SAMPLES, Attribution, Method, ReplayProgress, attribute_episode
 from faultline.runtime import Config, agent_lookup, make_backend
 
 
@@ -25,31 +25,37 @@ def attribute(
     samples: int = DEFAULT_SAMPLES,
     workers: int = DEFAULT_SAMPLES,
     scratch: str | Path | None = None,
+    progress: ReplayProgress | None = None,
 ) -> list[Attribution]:
     """For each failed episode (default: every failed, unforked one), the decisive agent and step.
 
     Each answer states its method and confidence, or says it is undecided; forks go to `scratch`
     (default: beside the journal, `forks_path(journal)`). Model roles that continue a fork live
-    come from `config` (default: the offline `sim`).
+    come from `config` (default: the offline `sim`). `progress` is told (episodes attributed,
+    episodes to attribute) after each: with a real model one can take minutes.
     """
     config = config or Config()
     chosen = list(episodes) or failed_episodes(journal)
     lookup = agent_lookup(config)
 
     async def each() -> list[Attribution]:
-        return [
-            await attribute_episode(
-                journal,
-                episode,
-                lookup=lookup,
-                backends=lambda role: make_backend(config, role),
-                method=method,
-                samples=samples,
-                workers=workers,
-                scratch=scratch,
+        results: list[Attribution] = []
+        for episode in chosen:
+            results.append(
+                await attribute_episode(
+                    journal,
+                    episode,
+                    lookup=lookup,
+                    backends=lambda role: make_backend(config, role),
+                    method=method,
+                    samples=samples,
+                    workers=workers,
+                    scratch=scratch,
+                )
             )
-            for episode in chosen
-        ]
+            if progress is not None:
+                progress(len(results), len(chosen))
+        return results
 
     return anyio.run(each)
 

@@ -16,6 +16,7 @@ from faultline._errors import UsageError
 from faultline.api import attribute, failed_episodes
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal
+from faultline.cli._progress import progress_shown
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._text import clip, table_console
 from faultline.core import EpisodeCompleted, MessageBody
@@ -214,15 +215,17 @@ def _attribute_with(args: argparse.Namespace) -> int:
     if args.samples < 1 or args.workers < 1:
         raise UsageError("--samples and --workers must be at least 1")
     scratch = _destination(args)
-    results = attribute(
-        args.journal,
-        episodes,
-        config=effective_config(args),
-        method=_METHODS[args.method],
-        samples=args.samples,
-        workers=args.workers,
-        scratch=scratch,
-    )
+    with progress_shown("attributing", "episodes attributed", quiet=args.json) as progress:
+        results = attribute(
+            args.journal,
+            episodes,
+            config=effective_config(args),
+            method=_METHODS[args.method],
+            samples=args.samples,
+            workers=args.workers,
+            scratch=scratch,
+            progress=progress,
+        )
     summary = attribution_summary(results)
     if args.json:
         for result in results:

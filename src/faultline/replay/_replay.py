@@ -52,7 +52,7 @@ from faultline.journal import JournalReader, JournalRow, verify
 
 AgentLookup = Callable[[str], type[Agent] | None]
 ReplayProgress = Callable[[int, int], None]
-"""Told (episodes replayed so far, episodes to replay) as a replay goes."""
+"""Told (episodes done so far, episodes in all) as a replay or an attribution goes."""
 
 CHUNKS_PER_JOB = 8
 """A parallel replay hands its processes episodes in this many pieces per process: the processes that finish
