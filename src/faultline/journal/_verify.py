@@ -178,10 +178,11 @@ def verify(
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
-            checked = []
+            checked, held = [], 0
             for part in pool.map(task.check_range, ranges):  # in order, each as soon as it and those before are done
                 checked.append(part)
-                tell(sum(done.rows for done in checked))
+                held += part.rows
+                tell(held)
     rows, head, anchor_pos = start - 1, previous, 0
     for part in checked:
         if part.problem:
