@@ -20,6 +20,7 @@ from faultline.bus import OPERATOR, Access, Bus
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
 from faultline.runtime import (
+    STATUS_WINDOW_S,
     Completions,
     ProcessSpec,
     Supervisor,
@@ -156,6 +157,16 @@ async def journal_everything(bus: Bus) -> None:
         reply = await bus.nc.request(bus.subjects.svc("journal"), ask, timeout=JOURNAL_TIMEOUT_S)
         answer = msgspec.json.decode(reply.data)
         assert answer["last_seq"] >= info.state.last_seq and not answer["stuck"], answer
+
+
+async def worker_status(url: str, prefix: str) -> list[dict[str, Any]]:
+    """What every worker answers `faultline status` within its window, as its JSON decodes."""
+    bus = await Bus.connect(url, prefix=prefix)
+    try:
+        answers = await bus.request_all(bus.subjects.svc("status"), b"", STATUS_WINDOW_S)
+    finally:
+        await bus.close()
+    return [msgspec.json.decode(answer) for answer in answers]
 
 
 def processes(supervisor: Supervisor) -> dict[str, int]:

@@ -27,6 +27,7 @@ from faultline.journal import JournalReader, verify
 from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
 from faultline.runtime._episodes import StatusAsk
 from tests.processes import alive, children
+from tests.runtime.live import worker_status
 from tests.runtime.toy import Pinger
 
 pytestmark = pytest.mark.slow
@@ -439,15 +440,14 @@ async def test_a_sigkilled_run_leaves_no_process_behind_and_a_journal_that_verif
 
 async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from faultline.cli import main
-    from faultline.cli._system import gather_status
 
     async with system(tmp_path, "s") as supervisor:
         await run_episodes(supervisor, ["s1"])
         # A worker counts an input once it is acknowledged, which may come just after the episode completes.
         with anyio.fail_after(10):
-            replies = await gather_status(supervisor.url, "fl")
+            replies = await worker_status(supervisor.url, "fl")
             while len(replies) < 2 or any(r["handled"] < ROUNDS for r in replies):
-                replies = await gather_status(supervisor.url, "fl")  # each ask waits its window for the answers
+                replies = await worker_status(supervisor.url, "fl")  # each ask waits its window for the answers
         code = await anyio.to_thread.run_sync(main, ["status", "--nats", supervisor.url])
         brief = await _asked_both(supervisor.url, msgspec.json.encode(StatusAsk(model_calls_only=True)))
         garbled = await _asked_both(supervisor.url, b"\xff not an ask")

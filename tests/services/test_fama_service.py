@@ -9,11 +9,11 @@ import anyio
 import msgspec
 
 from faultline.bus import Bus, EmbeddedServer
-from faultline.cli._system import gather_status
 from faultline.core import RUNNER, Envelope, Notice, derive_id
 from faultline.runtime import HELPERS_CONTROL, FamaConfig, Worker, read_rosters
 from faultline.runtime.models import SimBackend
 from faultline.services.fama import CONTROLLER, ROSTER, FamaController, FamaService, case_message, controller_episode
+from tests.runtime.live import worker_status
 from tests.services.test_fama import CASE
 
 
@@ -45,7 +45,7 @@ async def test_a_dry_run_journals_its_decision_and_publishes_no_roster(nats_serv
             with anyio.fail_after(30):  # notices are read in stream order: the dry run's before the other's
                 while len(await _roster_notices(bus)) < 1 + (not dry_run) or service.published < (not dry_run):
                     await anyio.sleep(0.05)
-        [status] = await gather_status(nats_server.url, bus.subjects.prefix)
+        [status] = await worker_status(nats_server.url, bus.subjects.prefix)
         service.stop()
     decisions = await _roster_notices(bus)
     assert [(n.data["model"], n.data["dry_run"], n.data["roster"]) for n in decisions] == [

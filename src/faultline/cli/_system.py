@@ -363,17 +363,6 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
     return table
 
 
-async def gather_status(
-    url: str, prefix: str, window_s: float = STATUS_WINDOW_S, login: Login | None = None
-) -> list[dict[str, Any]]:
-    """Ask every worker for its status and collect the answers that arrive within `window_s`."""
-    bus = await Bus.connect(url, prefix=prefix, login=login)
-    try:
-        return await _workers(bus, window_s)
-    finally:
-        await bus.close()
-
-
 async def _workers(bus: Bus, window_s: float) -> list[dict[str, Any]]:
     answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
     replies: list[dict[str, Any]] = [msgspec.json.decode(answer) for answer in answers]
