@@ -10,9 +10,11 @@ completion; the journal may still be copying the stream then, and the time the r
 (its lag) gives the rate the journal held: a lag of seconds means the journal did not keep up, and the
 episodes/s is more than the system sustains. The largest journal of each shard count is then
 replayed with each `--jobs`, and both the handling time replay reports and the command's wall time
-are given, their difference being the command's fixed cost.
+are given, their difference being the command's fixed cost. `--server-cores` runs each configuration
+with each number of cores for the embedded nats-server (`[nats] server_cores`; 0: faultline's default,
+a quarter of the machine's), and the table says how many it ran on (its GOMAXPROCS).
 
-    python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--jobs 1,2,4,8,16] [--json out.json]
+    python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--server-cores 0,16] [--jobs 1,2,4,8,16] [--json out.json]
 
 Linux only (it reads /proc).
 """
@@ -80,6 +82,16 @@ def _name(pid: int) -> str:
     return Path(words[0]).name if words else f"pid {pid}"
 
 
+def _go_cores(pid: int) -> int | None:
+    """The GOMAXPROCS a Go process was started with, if its environment names one."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found = [entry.split(b"=", 1)[1] for entry in environ if entry.startswith(b"GOMAXPROCS=")]
+    return int(found[0]) if found else None
+
+
 def _busiest_window(samples: list[tuple[float, dict[int, float]]], window_s: float) -> tuple[float, dict[int, float]]:
     """The window of about `window_s` in which the processes used the most CPU; each one's share of a core there."""
     best: tuple[float, dict[int, float]] = (0.0, {})
@@ -96,19 +108,31 @@ def _busiest_window(samples: list[tuple[float, dict[int, float]]], window_s: flo
 
 
 def live(
-    folder: Path, workers: int, shards: int, tasks: int, trials: int, concurrency: int, window_s: float
+    folder: Path,
+    workers: int,
+    shards: int,
+    server_cores: int,
+    tasks: int,
+    trials: int,
+    concurrency: int,
+    window_s: float,
 ) -> dict[str, Any]:
-    journal = folder / (f"w{workers}-s{shards}" + (".sqlite" if shards == 1 else ""))
-    config = folder / f"w{workers}-s{shards}.toml"
+    name = f"w{workers}-s{shards}-c{server_cores}"
+    journal = folder / (name + (".sqlite" if shards == 1 else ""))
+    config = folder / f"{name}.toml"
     # every episode starts at once: the default fill-up at `[run] start_rate` (250 episodes/s) would cap a run
     # short enough for a benchmark below what the workers sustain, and measure the ramp instead
-    config.write_text(f'[journal]\npath = "{journal}"\nshards = {shards}\n\n[run]\nstart_rate = 0\n')
+    config.write_text(
+        f'[nats]\nserver_cores = {server_cores}\n\n[journal]\npath = "{journal}"\nshards = {shards}\n\n'
+        "[run]\nstart_rate = 0\n"
+    )
     args = [sys.executable, "-m", "faultline.cli", "run", "--config", str(config), "--journal", str(journal)]
     args += ["--tasks", str(tasks), "--trials", str(trials), "--workers", str(workers)]
     args += ["--concurrency", str(concurrency), "--json"]
     run = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     samples: list[tuple[float, dict[int, float]]] = []
     names: dict[int, str] = {}
+    go_cores: int | None = None
     while run.poll() is None:
         now = time.monotonic()
         reading: dict[int, float] = {}
@@ -116,7 +140,10 @@ def live(
             seconds = _cpu_seconds(pid)
             if seconds is not None:
                 reading[pid] = seconds
-                names.setdefault(pid, "runner" if pid == run.pid else _name(pid))
+                if pid not in names:
+                    names[pid] = "runner" if pid == run.pid else _name(pid)
+                    if names[pid] == "nats-server":
+                        go_cores = _go_cores(pid)
         samples.append((now, reading))
         time.sleep(1.0)  # a sampling period, not a wait for anything
     out, _ = run.communicate()
@@ -128,8 +155,9 @@ def live(
     return {
         "workers": workers,
         "shards": shards,
-        "episodes": summary.get("episodes"),
-        "episodes_per_s": summary.get("episodes_per_s"),
+        "server_cores": go_cores,
+        "episodes": summary["episodes"],
+        "episodes_per_s": summary["episodes_per_s"],
         "journal_lag_s": summary["journal_wait_s"],
         "journaled_episodes_per_s": summary["episodes"] / (summary["seconds"] + summary["journal_wait_s"] or 1.0),
         "cpu_total": total,
@@ -157,6 +185,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=_ints, default=[1, 4, 8], help="worker processes per agent group")
     parser.add_argument("--shards", type=_ints, default=[1, 4], help="journal shards")
+    parser.add_argument(
+        "--server-cores", type=_ints, default=[0], help="cores of the embedded nats-server (0: faultline's default)"
+    )
     parser.add_argument("--jobs", type=_ints, default=[1, 2, 4, 8, 16], help="replay jobs")
     parser.add_argument("--tasks", type=int, default=65)
     parser.add_argument("--trials", type=int, default=50)
@@ -175,13 +206,15 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for shards in args.shards:
             for workers in args.workers:
-                row = live(folder, workers, shards, args.tasks, args.trials, args.concurrency, args.window)
-                results["live"].append(row)
-                top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
-                console.print(
-                    f"{shards} shard(s), {workers} worker(s)/group: {row['episodes_per_s']:.0f} episodes/s"
-                    f" ({row['journaled_episodes_per_s']:.0f} journaled, lag {row['journal_lag_s']:.1f} s); busiest: {top}"
-                )
+                for cores in args.server_cores:
+                    row = live(folder, workers, shards, cores, args.tasks, args.trials, args.concurrency, args.window)
+                    results["live"].append(row)
+                    top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
+                    console.print(
+                        f"{shards} shard(s), {workers} worker(s)/group, nats-server on {row['server_cores']} core(s):"
+                        f" {row['episodes_per_s']:.0f} episodes/s ({row['journaled_episodes_per_s']:.0f} journaled,"
+                        f" lag {row['journal_lag_s']:.1f} s); busiest: {top}"
+                    )
             largest = Path(results["live"][-1]["journal"])
             for jobs in args.jobs:
                 timing = replay(largest, jobs) | {"shards": shards}
@@ -200,6 +233,7 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
     columns = (
         "shards",
         "workers/group",
+        "nats-server cores",
         "episodes/s",
         "x 1 worker, 1 shard",
         "journal lag (s)",
@@ -215,6 +249,7 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
         live_table.add_row(
             str(row["shards"]),
             str(row["workers"]),
+            str(row["server_cores"] or "-"),
             f"{row['episodes_per_s']:.0f}",
             ratio,
             f"{row['journal_lag_s']:.1f}",

@@ -237,6 +237,29 @@ def test_the_sync_policy_reaches_the_server_beside_the_access_configuration(tmp_
     assert varz["auth_required"] is True
 
 
+def _gomaxprocs(tmp_path: Path, name: str, **given: int) -> int:
+    """The cores a server started with `given` says it runs Go code on (its monitoring's `gomaxprocs`)."""
+    monitor = _server.free_port()
+    with EmbeddedServer(store_dir=tmp_path / name, extra_args=("-m", str(monitor)), **given):
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=5) as answer:
+            return int(json.load(answer)["gomaxprocs"])
+
+
+def test_the_server_runs_on_the_cores_it_is_given_else_a_quarter_else_what_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    monkeypatch.setattr(_server.os, "sched_getaffinity", lambda _pid: set(range(12)))
+    assert _server.default_server_cores() == 3
+    assert _gomaxprocs(tmp_path, "given", cores=5) == 5
+    assert _gomaxprocs(tmp_path, "default") == 3
+    monkeypatch.setattr(_server.os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert _server.default_server_cores() == 1
+    monkeypatch.setenv("GOMAXPROCS", "2")
+    assert _gomaxprocs(tmp_path, "inherited") == 2
+    assert _gomaxprocs(tmp_path, "given-over-inherited", cores=1) == 1
+
+
 async def test_serve_hands_deliveries_over_in_order_and_raises_what_the_handler_raised(bus: Bus) -> None:
     consumer = await bus.consumer(None, bus.subjects.journaled)
     await bus.publish_all(note(i) for i in range(3))  # arrived before `serve`: handed over first

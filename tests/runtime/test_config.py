@@ -135,6 +135,7 @@ def test_a_role_inherits_unset_keys_from_the_default_model() -> None:
         ),
         ("[helpers]\nsim_effect = 2.0\n", "Expected float <= 1.0 - at $.helpers.sim_effect"),
         ('[nats]\nsync_interval = "sometimes"\n', "- at $.nats.sync_interval"),
+        ("[nats]\nserver_cores = -1\n", "- at $.nats.server_cores"),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -332,6 +332,7 @@ def _run_planned(
                     server_tls=tls,
                     tls_ca=tls.ca if tls else None,
                     sync_interval=config.nats.sync_interval,
+                    server_cores=config.nats.server_cores,
                 )
                 request = anyio.run(_run_local, supervisor, config, plan, result, ticker, rules)
     finally:

@@ -46,6 +46,19 @@ def find_nats_server() -> Path:
     )
 
 
+def default_server_cores() -> int:
+    """The cores an embedded nats-server runs Go code on at once when nothing else says: a quarter of those this
+    process may use, at least one.
+
+    Go's own default is every core. A server that shares its host with the workers and the journal services then
+    keeps idle threads spinning for work on cores those processes need: on 2 cores, one instead of two gave a
+    system of 2 worker shards and 2 journal shards more episodes a second for less of nats-server's CPU per episode
+    (bench/README.md, scale.py; docs/scale.md).
+    """
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, available // 4)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -77,6 +90,9 @@ class EmbeddedServer:
     sync_interval: str = ""
     """How often JetStream writes its files to disk: "always" (an fsync before each confirmation), a duration
     ("10s", "1m"), or "" for nats-server's default (every two minutes). See docs/multi-host.md."""
+    cores: int = 0
+    """How many cores nats-server runs Go code on at once (its GOMAXPROCS). 0: `default_server_cores()`, unless
+    GOMAXPROCS is set in this process's environment, which the server then inherits."""
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = READY_TIMEOUT_S
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -136,6 +152,7 @@ class EmbeddedServer:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            env=self._environment(),
             start_new_session=True,
             preexec_fn=ending_with_this_process(),
         ).result()
@@ -146,6 +163,14 @@ class EmbeddedServer:
             reason = self._last_error()
             self._release()
             raise ServerError(f"nats-server did not start on {self.host}:{self.port}: {reason}")
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.cores:
+            env["GOMAXPROCS"] = str(self.cores)
+        else:
+            env.setdefault("GOMAXPROCS", str(default_server_cores()))
+        return env
 
     def _server_config(self) -> Path | None:
         """The access configuration as it is; with a sync policy, a file in the store that sets the policy and

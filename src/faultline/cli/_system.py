@@ -295,6 +295,7 @@ def _up(args: argparse.Namespace) -> int:
         tls_ca=tls.ca if tls else login(args, config).tls_ca,
         journal_args=_otel_args(args),
         sync_interval=config.nats.sync_interval,
+        server_cores=config.nats.server_cores,
     )
     console = Console(stderr=True)
     if args.insecure:

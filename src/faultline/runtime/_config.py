@@ -90,6 +90,9 @@ class NatsConfig(_Section, frozen=True):
     """How often the embedded nats-server writes the stream to disk: "always" (an fsync before it confirms each
     publish: a confirmed message survives a power cut), a duration such as "10s", or "" for nats-server's default,
     two minutes (a confirmed message survives the server's crash, not the host's). docs/multi-host.md."""
+    server_cores: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
+    """How many cores the embedded nats-server runs Go code on at once (its GOMAXPROCS); 0: a quarter of this
+    host's cores, at least one, unless GOMAXPROCS is set in the environment. docs/scale.md."""
     credentials: str = ""
     """The NATS credential file this host's processes connect with (`--creds` overrides it); empty for none."""
     tls_ca: str = ""

@@ -100,6 +100,8 @@ class Supervisor:
     """The CA every process of the system checks the server's certificate against; None without TLS."""
     sync_interval: str = ""
     """The embedded server's JetStream sync policy (`EmbeddedServer.sync_interval`)."""
+    server_cores: int = 0
+    """The cores the embedded server runs on at once (`EmbeddedServer.cores`)."""
     bus: Bus | None = None
     server: EmbeddedServer | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
@@ -116,7 +118,11 @@ class Supervisor:
         if not self.nats_url:
             config_file = access.server_config if access else None
             self.server = EmbeddedServer(
-                store_dir=self.store_dir, config_file=config_file, tls=self.server_tls, sync_interval=self.sync_interval
+                store_dir=self.store_dir,
+                config_file=config_file,
+                tls=self.server_tls,
+                sync_interval=self.sync_interval,
+                cores=self.server_cores,
             )
             await anyio.to_thread.run_sync(self.server.start)
             tg.start_soon(self._watch_server, self.server)
