@@ -304,8 +304,8 @@ class Replayer:
     """Replays journals; `lookup` maps an agent name to its class (None: not replayed).
 
     With `jobs` > 1, episodes are replayed in that many worker processes, handed out in
-    pieces (`CHUNKS_PER_JOB`), while the hash chain is checked in as many ranges beside
-    them; episodes are independent, so the report is the same. The episodes' domains are
+    pieces (`CHUNKS_PER_JOB`), while the hash chain is checked in ranges in as many
+    processes beside them; episodes are independent, so the report is the same. The episodes' domains are
     loaded once, before any is replayed.
     """
 
