@@ -26,7 +26,10 @@ out, `Endless(seconds_per_token)` for a model that never stops talking: it
 writes `max_tokens` words when the request caps the answer (finish reason
 `length`), and without a cap sends a byte now and then forever, so only a
 deadline on the whole request ends it. `OpenAIServer(tools=False)` answers any
-request that offers `tools` with HTTP 400, as servers without tool calling do. `reply_embeddings` scripts `Status` and `Delay` for the embeddings route;
+request that offers `tools` with HTTP 400, as servers without tool calling do.
+`OpenAIServer(context_tokens=n)` refuses a chat request whose prompt (its words,
+tool calls and tools included) is longer than n, with llama.cpp's error body, or
+OpenAI's with `context_style="openai"`. `reply_embeddings` scripts `Status` and `Delay` for the embeddings route;
 embedding vectors are otherwise derived from the text: a sum of one hashed
 random vector per word, so texts that share words point the same way, and
 deliberately not of unit length. Every request received is in `requests`
@@ -46,7 +49,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import msgspec
 import numpy as np
@@ -65,6 +68,7 @@ __all__ = [
     "ToolCalls",
     "echo",
     "openai_server",
+    "prompt_tokens",
 ]
 
 DEFAULT_EMBEDDING_DIM = 16
@@ -153,13 +157,17 @@ class OpenAIServer:
         api_key: str | None = None,
         fallback: Callable[[dict[str, Any]], Text | ToolCalls] = echo,
         tools: bool = True,
+        context_tokens: int = 0,
+        context_style: Literal["llama.cpp", "openai"] = "llama.cpp",
     ) -> None:
         """`api_key`, when set, must arrive as the bearer token or the reply is 401; `tools` False
-        refuses requests that offer tools."""
+        refuses requests that offer tools; `context_tokens` refuses longer prompts (0: any length)."""
         self.embedding_dim = embedding_dim
         self.api_key = api_key
         self.fallback = fallback
         self.tools = tools
+        self.context_tokens = context_tokens
+        self.context_style = context_style
         self._lock = threading.Lock()
         self._received = threading.Condition(self._lock)
         self._chat: deque[Reply] = deque()
@@ -278,6 +286,8 @@ class OpenAIServer:
             index = len(self._requests)
             if not self.tools and body.get("tools"):  # refused before the model sees it: no scripted reply used
                 return _Answer(400, _error("tools are not supported by this server", "invalid_request_error"))
+            if self.context_tokens and path == "/v1/chat/completions" and prompt_tokens(body) > self.context_tokens:
+                return _Answer(400, self._too_long(prompt_tokens(body)))
             if path == "/v1/chat/completions":
                 scripted: Reply | None = self._chat.popleft() if self._chat else None
             elif path == "/v1/embeddings":
@@ -321,8 +331,7 @@ class OpenAIServer:
                 for n, call in enumerate(reply.calls)
             ]
             written += " ".join(_arguments(call) for call in reply.calls)
-        prompt = sum(len(_WORD.findall(_text(m.get("content")))) for m in body["messages"])
-        prompt_tokens, completion_tokens = reply.usage or (prompt, len(_WORD.findall(written)))
+        prompt, completion_tokens = reply.usage or (prompt_tokens(body), len(_WORD.findall(written)))
         return {
             "id": f"chatcmpl-{index}",
             "object": "chat.completion",
@@ -337,10 +346,37 @@ class OpenAIServer:
                 }
             ],
             "usage": {
-                "prompt_tokens": prompt_tokens,
+                "prompt_tokens": prompt,
                 "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
+                "total_tokens": prompt + completion_tokens,
             },
+        }
+
+    def _too_long(self, prompt: int) -> dict[str, Any]:
+        """The refusal of a prompt longer than the context, in the words of the server `context_style` names."""
+        limit = self.context_tokens
+        if self.context_style == "openai":
+            message = (
+                f"This model's maximum context length is {limit} tokens. However, your messages resulted in"
+                f" {prompt} tokens. Please reduce the length of the messages."
+            )
+            return {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            }
+        message = f"request ({prompt} tokens) exceeds the available context size ({limit} tokens), try increasing it"
+        return {
+            "error": {
+                "code": 400,
+                "message": message,
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt,
+                "n_ctx": limit,
+            }
         }
 
     def _embeddings_reply(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -361,6 +397,15 @@ class OpenAIServer:
             "model": body["model"],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """A chat request's prompt as this server counts it: the words of its messages, tool calls and tools."""
+    words = 0
+    for message in body["messages"]:
+        words += len(_WORD.findall(_text(message.get("content"))))
+        words += len(_WORD.findall(json.dumps(message.get("tool_calls") or [])))
+    return words + len(_WORD.findall(json.dumps(body.get("tools") or [])))
 
 
 def _arguments(call: Call) -> str:

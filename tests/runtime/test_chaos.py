@@ -269,6 +269,7 @@ def test_the_local_model_is_every_roles_model_with_the_local_defaults() -> None:
         model = config.model(role)
         assert (model.backend, model.base_url, model.model) == ("openai", "http://127.0.0.1:1/v1", "local")
         assert (model.max_tokens, model.tool_calls, model.timeout_s, model.max_retries) == (128, "text", 300, 1)
+        assert model.truncation == "auto"
 
 
 async def test_a_wait_that_runs_out_says_what_it_waited_for_and_what_it_saw_last() -> None:

@@ -18,7 +18,7 @@ from faultline.cli import main
 from faultline.core import EpisodeCompleted, ErrorRaised, LlmResponse, Recording, ToolCall
 from faultline.journal import JournalReader
 from faultline.runtime import CallInFlight
-from tests.openai_server import Delay, Endless, OpenAIServer, Status, Text
+from tests.openai_server import Delay, Endless, OpenAIServer, Status, Text, prompt_tokens
 
 pytestmark = pytest.mark.slow
 
@@ -119,6 +119,34 @@ def test_a_server_without_tool_calling_gets_tools_in_the_prompt_and_calls_in_the
     assert requests[2]["messages"][-1]["content"].startswith("Result of find_user_id_by_email: ")
     assert "does not parse" in requests[3]["messages"][-1]["content"], "the model reads why its call failed"
     assert main(["replay", str(journal)]) == 0
+
+
+def test_a_conversation_that_outgrows_the_context_goes_on_without_its_oldest_turns_and_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "j.sqlite"
+
+    def talkative(body: dict) -> Text:  # type: ignore[type-arg]
+        return Text("tell me more " + " ".join(["about"] * 150))
+
+    with OpenAIServer(fallback=talkative, context_tokens=2000) as server:
+        summary = run(
+            capsys, server, journal, "--max-turns", "4", "--model-setting", "truncation=auto",
+            "--model-setting", "max_tokens=64",
+        )  # fmt: skip
+        sent = [prompt_tokens(request) for request in server.chat_requests]
+    assert summary["outcomes"] == {"failure": 1}, "the episode runs to its turn limit, not into a model error"
+    assert max(sent) > 2000, "the conversation outgrew the context"
+    calls = model_calls(journal)
+    shortened = [call for call in calls if len(call.attempts) == 2]
+    assert len(shortened) >= 2
+    for call in shortened:
+        refused, answered = call.attempts
+        assert "exceeds the available context size" in refused.error
+        assert "oldest message(s) after the opening request" in refused.error
+        assert answered.error == "" and call.response["metadata"]["truncated"] > 0
+    assert main(["replay", str(journal)]) == 0
+    assert "identical" in capsys.readouterr().out
 
 
 def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(

@@ -252,8 +252,8 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="[ROLE.]KEY=VALUE",
         help="a key of [models.ROLE] (every role without ROLE.), over the config file's: max_tokens=256,"
-        ' timeout_s=300, max_retries=1, temperature=0, stop=["\\n\\n"], retry_on=["timeout"], tool_calls=text;'
-        " VALUE is TOML, or else a string; repeatable",
+        ' timeout_s=300, max_retries=1, temperature=0, stop=["\\n\\n"], retry_on=["timeout"], tool_calls=text,'
+        " truncation=auto; VALUE is TOML, or else a string; repeatable",
     )
     p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
     add_plugin_flag(p)

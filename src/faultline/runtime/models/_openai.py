@@ -6,7 +6,9 @@ of them `retry_on` names) with exponential backoff and full jitter; any other
 4xx fails at once. Every attempt of a chat call is reported on its `ModelCall`,
 so the journal keeps each one with the call's recording. A tool call
 whose arguments are not a JSON object is returned with `arguments_error` set,
-so the agent sees the mistake instead of the worker crashing on it.
+so the agent sees the mistake instead of the worker crashing on it. A request the
+endpoint refuses as longer than the model's context fails at once, or with
+`truncation = "auto"` is sent again without its oldest turns (`_truncation`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from faultline.core import (
     digest,
     encode,
 )
+from faultline.runtime.models._truncation import Overflow, fit, overflow
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,6 +58,13 @@ RetryOn = Literal["timeout", "connection", "rate_limit", "server_error"]
 
 RETRY_ON_ALL: tuple[RetryOn, ...] = ("timeout", "connection", "rate_limit", "server_error")
 
+Truncation = Literal["disabled", "auto"]
+"""What a chat call does when the endpoint refuses its request as too long for the model: fail, or drop
+the oldest turns of the conversation and ask again."""
+
+MAX_TRUNCATIONS = 3
+"""Times one call is shortened at most: each uses the server's latest counts, so one usually does."""
+
 DEFAULT_MAX_TOKENS = 512
 """Answer tokens a chat request asks for at most: enough for a turn of a chat agent, and a bound on
 how long a slow model can take to write it. 0 sends no limit."""
@@ -68,6 +78,9 @@ class OpenAISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     in `retry_on`; any other failure ends the call at once. The wait before retry n
     is drawn uniformly from [0, min(backoff_cap_s, backoff_base_s * 2**(n-1))].
     `temperature`, `max_tokens` and `stop` are for chat; a request's own values win.
+    `truncation` "auto" answers a refusal for the prompt's length by dropping the oldest
+    turns after the opening request and asking again at once (not counted as a retry; the
+    attempt's journaled error says how many messages went), for models with a small context.
     """
 
     base_url: str = "https://api.openai.com/v1"
@@ -81,6 +94,7 @@ class OpenAISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     backoff_base_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.5
     backoff_cap_s: Annotated[float, msgspec.Meta(ge=0.0)] = 8.0
     retry_on: tuple[RetryOn, ...] = RETRY_ON_ALL
+    truncation: Truncation = "disabled"
 
     @property
     def call_budget_s(self) -> float:
@@ -97,6 +111,15 @@ class _Failure(msgspec.Struct, frozen=True):
     kind: str
     text: str
     retry_after: float = 0.0
+    overflow: Overflow | None = None
+    """Set when the server refused the request as too long for the model's context."""
+
+
+class _Shortened(msgspec.Struct, frozen=True):
+    """A request made shorter to fit the context: the digest of what goes next, and what was left out."""
+
+    digest: str
+    note: str
 
 
 class _Endpoint:
@@ -118,18 +141,26 @@ class _Endpoint:
         self._rng = random.Random()
 
     async def call(
-        self, operation: Callable[[], Awaitable[T]], report: ModelCall | None = None, sent: str = ""
+        self,
+        operation: Callable[[], Awaitable[T]],
+        report: ModelCall | None = None,
+        sent: str = "",
+        shorten: Callable[[Overflow], _Shortened | None] | None = None,
     ) -> tuple[T, int]:
         """Run `operation` under the retry policy; return its result and the attempts it took.
 
         Each attempt is reported on `report` as it begins and ends; `sent` is the digest
-        of the request, for those reports.
+        of the request, for those reports. When the server refuses a chat request as too long,
+        `shorten` (given for chat) may shorten what `operation` sends under `truncation = "auto"`,
+        and the next attempt goes at once.
         """
         import openai
 
         attempts = self.settings.max_retries + 1
-        last = ""
-        for number in range(1, attempts + 1):
+        retries = truncations = 0
+        number = 0
+        while True:
+            number += 1
             if report is not None:
                 report.begin(number)
             started = time.perf_counter()
@@ -144,20 +175,41 @@ class _Endpoint:
                         ModelAttempt(number=number, request_digest=sent, latency_s=time.perf_counter() - started)
                     )
                 return result, number
-            retried = failure.kind in self.settings.retry_on and number < attempts
-            wait = self._backoff(number, failure.retry_after) if retried else 0.0
+            latency = time.perf_counter() - started
+            shortened = None
+            if failure.overflow is not None and shorten is not None and truncations < MAX_TRUNCATIONS:
+                shortened = shorten(failure.overflow) if self.settings.truncation == "auto" else None
+            if shortened is not None:
+                truncations += 1
+                error = f"{failure.text}; {shortened.note}"
+                if report is not None:
+                    report.end(ModelAttempt(number=number, request_digest=sent, latency_s=latency, error=error))
+                sent = shortened.digest
+                continue
+            retried = failure.kind in self.settings.retry_on and retries + 1 < attempts
+            wait = self._backoff(retries + 1, failure.retry_after) if retried else 0.0
             if report is not None:
-                latency = time.perf_counter() - started
                 report.end(
                     ModelAttempt(number=number, request_digest=sent, latency_s=latency, error=failure.text, wait_s=wait)
                 )
             if failure.kind not in self.settings.retry_on:
-                raise ModelError(f"{self.describe()}: {failure.text}", retryable=failure.kind != "fatal")
-            last = failure.text
-            if retried:
-                await anyio.sleep(wait)
-        noun = "attempt" if attempts == 1 else "attempts"
-        raise ModelError(f"{self.describe()}: gave up after {attempts} {noun}, last error: {last}", retryable=True)
+                text = self._fatal_text(failure) if shorten is not None else failure.text
+                raise ModelError(f"{self.describe()}: {text}", retryable=failure.kind != "fatal")
+            if not retried:
+                noun = "attempt" if attempts == 1 else "attempts"
+                raise ModelError(
+                    f"{self.describe()}: gave up after {attempts} {noun}, last error: {failure.text}", retryable=True
+                )
+            retries += 1
+            await anyio.sleep(wait)
+
+    def _fatal_text(self, failure: _Failure) -> str:
+        """A failure that ends a chat call, with what would have kept a refusal for length from ending it."""
+        if failure.overflow is None:
+            return failure.text
+        if self.settings.truncation == "disabled":
+            return f'{failure.text}; truncation = "auto" drops the oldest turns to fit'
+        return f"{failure.text}; still too long after dropping what truncation may drop"
 
     def describe(self) -> str:
         return f"openai endpoint {self.settings.base_url} (model {self.settings.model})"
@@ -171,7 +223,8 @@ class _Endpoint:
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             kind = "rate_limit" if status == 429 else "server_error" if status >= 500 else "fatal"
-            return _Failure(kind, self._status_text(exc), _retry_after(exc))
+            refused = overflow(exc.body) if status == 400 else None
+            return _Failure(kind, self._status_text(exc), _retry_after(exc), refused)
         if isinstance(exc, openai.APIConnectionError):
             return _Failure("connection", f"cannot connect ({exc.__cause__ or exc})")
         return _Failure("fatal", str(exc))
@@ -234,8 +287,23 @@ class OpenAIBackend(_EndpointUser):
         params = self.params(request)
         started = time.perf_counter()
         client = self._endpoint.client
+        dropped = 0
+
+        def shorten(refused: Overflow) -> _Shortened | None:
+            nonlocal dropped
+            fitted = fit(params["messages"], params.get("tools"), refused, params.get("max_tokens", 0))
+            if fitted is None:
+                return None
+            params["messages"] = fitted.messages
+            dropped += fitted.dropped
+            note = f"sent again without its {fitted.dropped} oldest message(s) after the opening request"
+            return _Shortened(digest(encode(params)), note)
+
         completion, attempts = await self._endpoint.call(
-            lambda: client.chat.completions.create(**params), call, digest(encode(params))
+            lambda: client.chat.completions.create(**params),
+            call,
+            digest(encode(params)),
+            shorten,
         )
         latency = time.perf_counter() - started
         if not completion.choices:
@@ -252,7 +320,7 @@ class OpenAIBackend(_EndpointUser):
             model=completion.model,
             finish_reason=choice.finish_reason or "",
             latency_s=latency,
-            metadata={"attempts": attempts},
+            metadata={"attempts": attempts, "truncated": dropped} if dropped else {"attempts": attempts},
         )
 
     def params(self, request: LlmRequest) -> dict[str, Any]:
