@@ -19,6 +19,7 @@ import pytest_asyncio
 
 from faultline._errors import SubjectError
 from faultline.core import (
+    RUNNER,
     Control,
     DeadLetter,
     Envelope,
@@ -66,6 +67,11 @@ POISON: dict[str, Poison] = {
         "at `$.body.kind`",
     ),
     "sender-disagrees-with-subject": lambda e, _: (f"fl.ep.{e}.env.user", tool_call(e), "at `$.sender`"),
+    "a-runners-completion-of-garbage": lambda e, _: (
+        Subjects().event("completed", e, RUNNER),
+        b"\xc1" * 512,
+        "not msgpack",
+    ),
     "recorder-disagrees-with-subject": lambda e, _: (
         f"fl.rec.{e}.user",
         tool_call(e, recipient="", body=Recording(call="now", index=0, request_digest="d", response=1.0)),

@@ -157,8 +157,8 @@ def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
     monkeypatch.setattr(run_plan, "MODEL_CALLS_POLL_S", 0.1)
     journal = tmp_path / "j.sqlite"
     with OpenAIServer() as server:
-        server.reply(Delay(60.0))  # the call is cut at its own timeout, after the episode's (15 s: time for a
-        # loaded machine to start the system and the call, and for the workers' status to show it)
+        server.reply(Delay(60.0))  # the call would end at its own timeout, after the episode's (15 s: time for
+        # a loaded machine to start the system and the call, and for the workers' status to show it)
         code = main(
             ["run", "--json", "--model", "openai", "--base-url", server.url, "--model-name", "m", "--tasks", "1",
              "--episode-timeout", "15", "--journal", str(journal), "--model-setting", "timeout_s=16",
@@ -171,11 +171,18 @@ def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
     assert any(re.search(pattern, line) for line in err.splitlines()), err
     [completed] = bodies(journal, EpisodeCompleted)
     [late] = bodies(journal, ErrorRaised)
-    assert "timed out after 16s" in late.message, "the call's own failure is journaled too, after the timeout"
+    assert late.error_type == "ModelError"
+    assert "while user's model call (role user) was in flight" in late.message, (
+        "the call is cancelled when the runner completes its episode, not left to run to its own timeout"
+    )
+    [call] = model_calls(journal)
+    assert call.error.startswith("ModelError: the runner ended episode ") and call.attempts == []
     assert re.fullmatch(
         r"no completion within 15s; still waiting for user's model call \(role user, attempt 1, \d+s\)",
         completed.cause,
     ), completed.cause
+    assert main(["replay", str(journal)]) == 0
+    assert "identical" in capsys.readouterr().out
 
 
 def test_the_waiting_line_names_the_slowest_call_and_a_timeout_the_episodes_own() -> None:

@@ -10,7 +10,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from bench._proxy import network
-from faultline._errors import BusError
+from faultline._errors import BusError, ModelError
 from faultline.bus import Bus, BusSettings, Consumer, EmbeddedServer, Message
 from faultline.core import (
     RUNNER,
@@ -163,6 +163,98 @@ class AsksThenWaits(Agent):
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="hi")]))
         ctx.emit(Timer(after_s=60.0))
+
+
+class Hangs:
+    """A model that never answers; it tells when it was asked and when its call was cancelled."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.called = anyio.Event()
+        self.cancelled = anyio.Event()
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        self.calls += 1
+        self.called.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.cancelled.set()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class AsksAgain(Agent):
+    """Asks the model, and once that call fails, asks again; says how both ended."""
+
+    name = "asks_again"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        errors = []
+        for _ in range(2):
+            try:
+                await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="hi")]))
+            except ModelError as exc:
+                errors.append(str(exc))
+        ctx.emit(Notice(text="asked twice", data={"errors": errors}))
+
+
+async def test_the_model_call_of_an_episode_the_runner_ended_is_cancelled_and_a_later_one_never_starts(
+    bus: Bus,
+) -> None:
+    model = Hangs()
+    worker = Worker(bus, [AsksAgain], backends=lambda role: model)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await start_episode(bus, "given-up", "asks_again", EpisodeStarted())
+        with anyio.fail_after(10):
+            await model.called.wait()
+        ended = EpisodeCompleted(outcome="timeout", cause="ended by the test")
+        await bus.publish(Envelope(id="given-up-ended", episode="given-up", sender=RUNNER, body=ended))
+        with anyio.fail_after(10):
+            await model.cancelled.wait()
+        worker.stop()
+    assert model.calls == 1, "the call asked after the completion never reached the model"
+    journaled = await collect(bus, "given-up")
+    calls = [e.body for e in journaled if isinstance(e.body, Recording)]
+    assert [call.call for call in calls] == ["llm", "llm"]
+    assert all("ended episode given-up while asks_again's model call (role slow)" in c.error for c in calls)
+    [told] = [e.body for e in journaled if isinstance(e.body, Notice)]
+    assert len(told.data["errors"]) == 2
+    assert worker.model_calls == set()
+
+
+class FinishesThenAsks(Agent):
+    """Completes its episode itself, then, told by itself, asks the model."""
+
+    name = "finishes_then_asks"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Start):
+            ctx.emit(EpisodeCompleted(outcome="success"))
+            ctx.send(self.name, Note(text="one more thing"))
+            return
+        await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="after")]))
+        ctx.emit(Notice(text="asked after the end"))
+
+
+async def test_an_episode_its_own_agents_completed_keeps_its_later_model_calls(bus: Bus) -> None:
+    model = SlowModel(seconds=0.5)
+    worker = Worker(bus, [FinishesThenAsks], backends=lambda role: model)
+    async with anyio.create_task_group() as tg, Completions(bus, (FinishesThenAsks.name,)) as completions:
+        tg.start_soon(worker.run)
+        await worker.wait_ready()
+        await run_episode(bus, completions, "own-end", "finishes_then_asks")
+        with anyio.fail_after(10):
+            await model.called.wait()
+        worker.stop()
+    journaled = await collect(bus, "own-end")
+    [call] = [e.body for e in journaled if isinstance(e.body, Recording)]
+    assert call.error == "" and call.response["content"] == "done"
+    assert any(isinstance(e.body, Notice) for e in journaled)
 
 
 async def test_a_handler_that_sets_a_timer_while_its_worker_stops_leaves_it_to_the_next_worker(bus: Bus) -> None:

@@ -37,6 +37,14 @@ the last one an instance handled a duplicate (handled, its acknowledgement lost)
 A delivery of an input the worker still holds is kept in its place, and the
 input is acknowledged through the latest delivery.
 
+Model calls of episodes the runner ended. When the runner completes an episode
+itself (it gave up waiting, or a handler raised), nobody waits for the answers of
+the episode's model calls still in flight: the worker cancels them, and any its
+handlers start later, with a `ModelError` that the handler meets as it would any
+failed call. The error is recorded like any call's outcome, so replay serves it;
+a slow model's time goes to the episodes still running. An episode its own agents
+complete keeps its calls: what happens after (a storm still echoing) is theirs.
+
 A restarted worker resumes from its consumer's acknowledgement floor. The first
 time it meets an (episode, agent) it rebuilds the instance by replaying that
 pair's earlier inputs from the stream, serving every recorded call; calls the
@@ -58,9 +66,10 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from faultline._errors import DeliveriesLostError, NonDeterminismError
+from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import (
+    RUNNER,
     Agent,
     Envelope,
     Handling,
@@ -152,6 +161,39 @@ class _Instance:
         return bool(self.inbox)
 
 
+class _CallsInFlight:
+    """The cancel scopes of the model calls in flight, by episode, so that those of an episode the runner ended
+    are cancelled; the last `EVICTED_KEPT` episodes closed so are remembered, and their calls refused."""
+
+    __slots__ = ("_closed", "_scopes")
+
+    def __init__(self) -> None:
+        self._scopes: dict[str, list[anyio.CancelScope]] = {}
+        self._closed: dict[str, None] = {}
+
+    def add(self, episode: str, scope: anyio.CancelScope) -> bool:
+        """List a call's `scope`; False, listing nothing, when its episode was closed."""
+        if episode in self._closed:
+            return False
+        self._scopes.setdefault(episode, []).append(scope)
+        return True
+
+    def remove(self, episode: str, scope: anyio.CancelScope) -> None:
+        scopes = self._scopes.get(episode)
+        if scopes is not None:
+            scopes.remove(scope)
+            if not scopes:
+                del self._scopes[episode]
+
+    def close(self, episode: str) -> None:
+        """Cancel the episode's calls in flight, and refuse those it starts later."""
+        self._closed[episode] = None
+        if len(self._closed) > EVICTED_KEPT:
+            del self._closed[next(iter(self._closed))]
+        for scope in self._scopes.pop(episode, ()):
+            scope.cancel()
+
+
 @dataclass
 class Worker:
     """Runs `agents` against the bus until stopped; see the module docstring for the scheme."""
@@ -174,6 +216,7 @@ class Worker:
     _limiter: anyio.CapacityLimiter | None = None
     _history_reads: anyio.CapacityLimiter | None = None
     _finished: dict[str, float] = field(default_factory=dict)
+    _calling: _CallsInFlight = field(default_factory=_CallsInFlight)
     _evicted: dict[str, None] = field(default_factory=dict)
     """The episodes whose instances `_evict` forgot, latest last, at most `EVICTED_KEPT`: a late input of one is
     handled by an instance rebuilt from the stream (`_rebuild`), as replay handles it, not by a fresh one."""
@@ -195,7 +238,9 @@ class Worker:
         """The role's backend; its calls give their handler's place under `concurrency` up while they wait."""
         if role not in self._backends:
             backend = self.backends(role)
-            self._backends[role] = backend if self._limiter is None else _PlaceFreeingBackend(backend, self._limiter)
+            self._backends[role] = (
+                backend if self._limiter is None else _PlaceFreeingBackend(backend, self._limiter, self._calling)
+            )
         return self._backends[role]
 
     async def request(self, service: str, payload: bytes, timeout_s: float) -> bytes:
@@ -496,7 +541,14 @@ class Worker:
 
     async def _on_completed(self, delivery: Delivery) -> None:
         # the first completion counts: `_finished` stays in order of completion (see `_evict`)
-        self._finished.setdefault(self.bus.subjects.event_episode(delivery.subject), anyio.current_time())
+        episode = self.bus.subjects.event_episode(delivery.subject)
+        self._finished.setdefault(episode, anyio.current_time())
+        try:
+            ended_by = delivery.envelope().sender
+        except DecodeError:
+            return  # dead-lettered when it was published
+        if ended_by == RUNNER:
+            self._calling.close(episode)
 
     async def _evict_finished(self, scope: anyio.CancelScope) -> None:
         """Forget instances of episodes completed `linger_s` ago (late messages still find them until then)."""
@@ -562,17 +614,19 @@ class Worker:
 
 class _PlaceFreeingBackend:
     """A backend whose calls give the handler's place under the worker's `concurrency` limit up while the
-    model answers, and take one again before the handler goes on.
+    model answers, and take one again before the handler goes on; a call of an episode the runner ends
+    meanwhile, or had ended, fails with a `ModelError` (`_CallsInFlight`).
 
     The limit bounds handlers at work, not episodes waiting: against a model that takes seconds per call,
     a worker holds as many episodes in flight as the runner starts, and runs `concurrency` handlers at once.
     """
 
-    __slots__ = ("_backend", "_limiter", "_reporting")
+    __slots__ = ("_backend", "_calls", "_limiter", "_reporting")
 
-    def __init__(self, backend: ModelBackend, limiter: anyio.CapacityLimiter) -> None:
+    def __init__(self, backend: ModelBackend, limiter: anyio.CapacityLimiter, calls: _CallsInFlight) -> None:
         self._backend = backend
         self._limiter = limiter
+        self._calls = calls
         self._reporting = getattr(backend, "complete_call", None)
         """The backend's own `complete_call`, if it reports its attempts: looked up once, not per call."""
 
@@ -585,17 +639,31 @@ class _PlaceFreeingBackend:
                 await _take_place_again(self._limiter)
 
     async def complete_call(self, request: LlmRequest, call: ModelCall) -> LlmResponse:
+        scope = anyio.CancelScope()
+        if not self._calls.add(call.episode, scope):
+            raise _abandoned(call)
         freed = _give_place_up(self._limiter)
         try:
-            if self._reporting is not None:
-                return await self._reporting(request, call)  # type: ignore[no-any-return]
-            return await self._backend.complete(request)
+            with scope:
+                if self._reporting is not None:
+                    return await self._reporting(request, call)  # type: ignore[no-any-return]
+                return await self._backend.complete(request)
+            raise _abandoned(call)  # only a cancelled scope gets here
         finally:
+            self._calls.remove(call.episode, scope)
             if freed:
                 await _take_place_again(self._limiter)
 
     async def aclose(self) -> None:
         await self._backend.aclose()
+
+
+def _abandoned(call: ModelCall) -> ModelError:
+    return ModelError(
+        f"the runner ended episode {call.episode} while {call.agent}'s model call (role {call.role}) was in"
+        " flight or about to start: nobody waits for its answer, so it was cancelled",
+        retryable=False,
+    )
 
 
 def _give_place_up(limiter: anyio.CapacityLimiter) -> bool:
