@@ -12,6 +12,7 @@ from faultline.api import run_limits
 from faultline.cli import build_parser, main
 from faultline.cli._run import effective_config
 from faultline.runtime import (
+    LOCAL_SETTINGS,
     AgentConfig,
     Config,
     ModelConfig,
@@ -20,6 +21,7 @@ from faultline.runtime import (
     load_config,
     make_backend,
     parse_config,
+    worker_settings,
 )
 from faultline.runtime._layout import worker_groups
 from faultline.runtime.models import OpenAIBackend
@@ -339,6 +341,27 @@ def test_run_limits_follow_the_backend_unless_told(
     monkeypatch.chdir(tmp_path)
     args = build_parser("run").parse_args(["run", *flags])
     assert run_limits(effective_config(args), args.concurrency or 0, args.episode_timeout or 0.0) == expected
+
+
+LOCAL = ["--model", "openai", "--model-name", "local", *(w for s in LOCAL_SETTINGS for w in ("--model-setting", s))]
+
+
+@pytest.mark.parametrize(
+    ("flags", "file", "expected"),
+    [
+        ([], "", 300.0),
+        (["--model", "openai", "--model-name", "m", "--model-setting", "timeout_s=200"], "", 4 * 200 + 3.5 + 60),
+        (LOCAL, "", 2 * 300 + 0.5 + 60),
+        (LOCAL, "[runtime]\nhandler_timeout_s = 120.0\n", 120.0),
+    ],
+)
+def test_the_handler_timeout_outlasts_the_slowest_model_call_unless_told(
+    tmp_path: Path, flags: list[str], file: str, expected: float
+) -> None:
+    path = write(tmp_path, file)
+    config = effective_config(build_parser("run").parse_args(["run", "--config", str(path), *flags]))
+    assert config.handler_timeout_s == expected
+    assert worker_settings(config).handler_timeout_s == expected
 
 
 def test_run_limits_from_the_config_file(tmp_path: Path) -> None:

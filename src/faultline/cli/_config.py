@@ -59,7 +59,7 @@ def summary(config: Config, groups: dict[str, tuple[str, ...]]) -> list[str]:
     lines = [
         f"nats     {bus}, subject prefix {nats.prefix}",
         f"journal  {config.journal.path}",
-        f"runtime  {runtime.concurrency} episodes at once per worker, handler timeout {runtime.handler_timeout_s:g}s,"
+        f"runtime  {runtime.concurrency} episodes at once per worker, handler timeout {config.handler_timeout_s:g}s,"
         f" ack wait {runtime.ack_wait_s:g}s, drain timeout {runtime.drain_timeout_s:g}s,"
         f" linger {runtime.linger_s:g}s",
     ]

@@ -99,7 +99,7 @@ def _doctor(args: argparse.Namespace) -> int:
     if settings.backend != "openai":
         raise UsageError(f"doctor measures an openai endpoint, but the tool agent's role {role!r} uses"
                          f" {settings.backend}: add --model openai")  # fmt: skip
-    report = anyio.run(examine, settings, role, config.runtime.handler_timeout_s)
+    report = anyio.run(examine, settings, role, config.handler_timeout_s)
     if args.json:
         _jsonl.rows("probe", report.probes)
         _jsonl.summary({k: v for k, v in msgspec.to_builtins(report).items() if k != "probes"})

@@ -58,6 +58,9 @@ ALL_ROLES = "*"
 
 Seconds = Annotated[float, msgspec.Meta(gt=0.0)]
 
+DEFAULT_HANDLER_TIMEOUT_S = 300.0
+"""How long a handler may run when `[runtime] handler_timeout_s` is 0 and no model role needs longer."""
+
 
 class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every section: immutable, keyword-only, unknown keys rejected."""
@@ -116,8 +119,9 @@ class RuntimeConfig(_Section, frozen=True):
     concurrency: Annotated[int, msgspec.Meta(ge=1)] = 256
     """Handlers a worker runs at once. A handler waiting on its model call gives its place up meanwhile, so
     against slow models a worker holds many more episodes in flight than this (see docs/models.md)."""
-    handler_timeout_s: Seconds = 300.0
-    """Longest one `on_message` call may run before it is cancelled."""
+    handler_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    """Longest one `on_message` call may run before it is cancelled; 0: `DEFAULT_HANDLER_TIMEOUT_S`, or a minute
+    more than the longest call an `openai` role's retries allow, whichever is longer (`Config.handler_timeout_s`)."""
     ack_wait_s: Seconds = 60.0
     """How long NATS waits for an acknowledgement before redelivering."""
     drain_timeout_s: Seconds = 10.0
@@ -353,6 +357,15 @@ class Config(_Section, frozen=True):
         partitions. Where that passes `MAX_PARTITIONS`, one: shards then pass over the others' messages themselves."""
         partitions = math.lcm(self.journal.shards, *(worker.count for worker in self.workers.values()))
         return partitions if partitions <= MAX_PARTITIONS else 1
+
+    @property
+    def handler_timeout_s(self) -> float:
+        """`[runtime] handler_timeout_s`, or when it is 0, long enough for every `openai` role's slowest call:
+        a handler cancelled in the middle of a retry would leave its call's attempts unjournaled."""
+        if self.runtime.handler_timeout_s:
+            return self.runtime.handler_timeout_s
+        budgets = (m.call_budget_s + 60.0 for m in self.models.values() if m.backend == "openai")
+        return max(DEFAULT_HANDLER_TIMEOUT_S, max(budgets, default=0.0))
 
     def model(self, role: str) -> ModelConfig:
         """The settings for a model role, falling back to `[models.default]`."""

@@ -90,7 +90,7 @@ def worker_settings(config: Config, shard: tuple[int, int] = (0, 1)) -> WorkerSe
     r = config.runtime
     return WorkerSettings(
         concurrency=r.concurrency,
-        handler_timeout_s=r.handler_timeout_s,
+        handler_timeout_s=config.handler_timeout_s,
         ack_wait_s=r.ack_wait_s,
         drain_timeout_s=r.drain_timeout_s,
         linger_s=r.linger_s,
