@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import signal
@@ -11,11 +10,10 @@ import threading
 from pathlib import Path
 
 import msgspec
-from rich.console import Console
 
-from faultline.api import RunPlan, RunSpec, Summary, run
-from faultline.cli._run import _table as results_table
+from faultline.api import RunPlan, RunSpec, run
 from faultline.journal import JournalReader, verify
+from tests.api.tables import shown
 from tests.processes import children
 
 HOLD_S = 1.0
@@ -63,13 +61,6 @@ def test_a_run_whose_journal_fell_behind_says_how_long_it_waited_for_it(tmp_path
     with JournalReader(journal) as reader:
         assert sum(1 for e in reader.episodes() if e.outcome) == 2  # and then it caught up, nothing lost
     assert verify(journal).ok
-    table = _shown(report.summary)
+    table = shown(report.summary)
     assert re.search(r"journal lag .* \d+\.\d s after the last episode: it did not keep up", table), table
-    assert "journal lag" not in _shown(msgspec.structs.replace(report.summary, journal_wait_s=0.2))
-
-
-def _shown(summary: Summary) -> str:
-    """The results table of `faultline run`, as its user reads it."""
-    out = io.StringIO()
-    Console(file=out, width=200).print(results_table(summary, "retail", "r1"))
-    return out.getvalue()
+    assert "journal lag" not in shown(msgspec.structs.replace(report.summary, journal_wait_s=0.2))

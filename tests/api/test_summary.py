@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from faultline.api import PlannedEpisode, RunResult, pass_hat_k, summarize
 from faultline.core import EpisodeCompleted
+from tests.api.tables import shown
 
 
 def planned(task: str, trial: int) -> PlannedEpisode:
@@ -45,3 +47,23 @@ def test_a_run_cut_short_counts_only_what_completed() -> None:
     assert summary.pass_k[1] == pytest.approx((1 / 2 + 1 / 1) / 2)
     assert summary.pass_k[2] == 0.0  # only task a has two completed trials, one of them failed
     assert summary.outcomes == {"success": 2, "failure": 1}
+
+
+def test_the_averages_leave_out_the_episodes_the_runner_ended_which_report_nothing() -> None:
+    """Three timeouts of a 30-turn conversation on a slow model showed "avg turns 0.0": the runner's completion
+    has no tally, and counting it as 0 said the episodes did nothing."""
+    result = RunResult([planned(task, 0) for task in "abcd"])
+    result.completed = {
+        "a-t0": EpisodeCompleted(outcome="success", reward=1.0, turns=4, tokens=100, latency_s=2.0),
+        "b-t0": EpisodeCompleted(outcome="failure", turns=2, tokens=50, latency_s=1.0),
+        "c-t0": EpisodeCompleted(outcome="timeout", cause="no completion within 120s"),
+        "d-t0": EpisodeCompleted(outcome="error", cause="ModelError in tool: ..."),
+    }
+    summary = summarize(result, trials=1)
+    assert (summary.episodes, summary.tallied) == (4, 2)
+    assert (summary.avg_turns, summary.avg_tokens, summary.avg_latency_s) == (3.0, 75.0, 1.5)
+    table = shown(summary)
+    assert re.search(r"avg turns \(of 2 finished\)[ │]+3\.0 ", table), table
+    result.completed = {e: done for e, done in result.completed.items() if done.outcome in ("timeout", "error")}
+    nothing = shown(summarize(result, trials=1))
+    assert re.search(r"avg tokens \(of 0 finished\)[ │]+- ", nothing), nothing

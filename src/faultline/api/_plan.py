@@ -391,6 +391,10 @@ class AgentCostRow(msgspec.Struct, frozen=True, kw_only=True):
         return self.prompt_tokens + self.completion_tokens
 
 
+RUNNER_OUTCOMES = ("timeout", "error")
+"""The outcomes of the completions the runner makes itself, which carry no tally of the episode."""
+
+
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
     episodes: int
     tasks: int
@@ -400,6 +404,9 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     avg_turns: float
     avg_tokens: float
     avg_latency_s: float
+    """Averages over the `tallied` episodes: those their own agents completed, which report turns, tokens and
+    latency. An episode the runner ended (`timeout`, `error`) reports none, and counting it as 0 would halve them."""
+    tallied: int = 0
     seconds: float
     episodes_per_s: float
     """Episodes completed per second of `seconds`, the time from the first start to the last completion."""
@@ -435,7 +442,8 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         if done.outcome == "error":
             errors[done.cause] += 1
     tasks = sorted({p.task for p in result.planned})
-    n = max(len(rows), 1)
+    tallied = [done for _, done in rows if done.outcome not in RUNNER_OUTCOMES]
+    n = max(len(tallied), 1)
     return Summary(
         episodes=len(rows),
         tasks=len(tasks),
@@ -443,9 +451,10 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         pass_k={k: pass_hat_k(list(per_task.values()), k) for k in range(1, trials + 1)},
         not_run=len(result.planned) - len(rows),
         outcomes=dict(outcomes),
-        avg_turns=sum(d.turns for _, d in rows) / n,
-        avg_tokens=sum(d.tokens for _, d in rows) / n,
-        avg_latency_s=sum(d.latency_s for _, d in rows) / n,
+        avg_turns=sum(d.turns for d in tallied) / n,
+        avg_tokens=sum(d.tokens for d in tallied) / n,
+        avg_latency_s=sum(d.latency_s for d in tallied) / n,
+        tallied=len(tallied),
         seconds=result.seconds,
         episodes_per_s=len(rows) / result.seconds if result.seconds else 0.0,
         journal_wait_s=result.journal_wait_s,

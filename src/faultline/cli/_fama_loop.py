@@ -274,7 +274,8 @@ def _merged(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         "episodes": episodes,
         "tasks": tasks,
         "pass_k": {k: sum(float(s["pass_k"][k]) * int(s["tasks"]) for s in summaries) / tasks for k in ks},
-        "avg_latency_s": sum(float(s["avg_latency_s"]) * int(s["episodes"]) for s in summaries) / max(episodes, 1),
+        "avg_latency_s": sum(float(s["avg_latency_s"]) * int(s["tallied"]) for s in summaries)
+        / max(sum(int(s["tallied"]) for s in summaries), 1),
     }
 
 

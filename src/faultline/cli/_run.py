@@ -670,9 +670,11 @@ def _table(summary: Summary, domain: str, run_id: str) -> Table:
     table.add_row("episodes", f"{summary.episodes} ({outcomes})")
     if summary.not_run:
         table.add_row("not completed", f"{summary.not_run} (the run was cut short; counted nowhere)")
-    table.add_row("avg turns", f"{summary.avg_turns:.1f}")
-    table.add_row("avg tokens", f"{summary.avg_tokens:.0f}")
-    table.add_row("avg latency / episode", f"{summary.avg_latency_s * 1000:.0f} ms")
+    over = f" (of {summary.tallied} finished)" if summary.tallied < summary.episodes else ""
+    averages = summary.tallied > 0
+    table.add_row(f"avg turns{over}", f"{summary.avg_turns:.1f}" if averages else "-")
+    table.add_row(f"avg tokens{over}", f"{summary.avg_tokens:.0f}" if averages else "-")
+    table.add_row(f"avg latency / episode{over}", f"{summary.avg_latency_s * 1000:.0f} ms" if averages else "-")
     table.add_row("wall time", f"{summary.seconds:.1f} s ({summary.episodes_per_s:.1f} episodes/s)")
     if summary.journal_wait_s >= JOURNAL_LAG_SHOWN_S:
         table.add_row("journal lag", f"{summary.journal_wait_s:.1f} s after the last episode: it did not keep up")
