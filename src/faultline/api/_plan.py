@@ -391,10 +391,6 @@ class AgentCostRow(msgspec.Struct, frozen=True, kw_only=True):
         return self.prompt_tokens + self.completion_tokens
 
 
-RUNNER_OUTCOMES = ("timeout", "error")
-"""The outcomes of the completions the runner makes itself, which carry no tally of the episode."""
-
-
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
     episodes: int
     tasks: int
@@ -404,8 +400,9 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     avg_turns: float
     avg_tokens: float
     avg_latency_s: float
-    """Averages over the `tallied` episodes: those their own agents completed, which report turns, tokens and
-    latency. An episode the runner ended (`timeout`, `error`) reports none, and counting it as 0 would halve them."""
+    """Averages over the `tallied` episodes: those whose completion reports turns, tokens or latency. The runner's
+    own completions (a timeout, the error after a handler raised) report none, and counting them as 0 would drag
+    the averages down."""
     tallied: int = 0
     seconds: float
     episodes_per_s: float
@@ -442,7 +439,7 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         if done.outcome == "error":
             errors[done.cause] += 1
     tasks = sorted({p.task for p in result.planned})
-    tallied = [done for _, done in rows if done.outcome not in RUNNER_OUTCOMES]
+    tallied = [done for _, done in rows if done.turns or done.tokens or done.latency_s]
     n = max(len(tallied), 1)
     return Summary(
         episodes=len(rows),

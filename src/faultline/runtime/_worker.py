@@ -161,6 +161,13 @@ class _Instance:
         return bool(self.inbox)
 
 
+def _remember(episodes: dict[str, None], episode: str) -> None:
+    """Add `episode` to the latest `EVICTED_KEPT` of `episodes`, forgetting the oldest beyond them."""
+    episodes[episode] = None
+    if len(episodes) > EVICTED_KEPT:
+        del episodes[next(iter(episodes))]
+
+
 class _CallsInFlight:
     """The cancel scopes of the model calls in flight, by episode, so that those of an episode the runner ended
     are cancelled; the last `EVICTED_KEPT` episodes closed so are remembered, and their calls refused."""
@@ -187,9 +194,7 @@ class _CallsInFlight:
 
     def close(self, episode: str) -> None:
         """Cancel the episode's calls in flight, and refuse those it starts later."""
-        self._closed[episode] = None
-        if len(self._closed) > EVICTED_KEPT:
-            del self._closed[next(iter(self._closed))]
+        _remember(self._closed, episode)
         for scope in self._scopes.pop(episode, ()):
             scope.cancel()
 
@@ -580,9 +585,7 @@ class Worker:
             del self._finished[episode]
             self._instances.pop(episode, None)  # a task handling a late input of it finishes its inbox first
             self.bus.interceptors.forget(episode)
-            self._evicted[episode] = None
-            if len(self._evicted) > EVICTED_KEPT:
-                del self._evicted[next(iter(self._evicted))]
+            _remember(self._evicted, episode)
 
     async def _on_status(self, msg: Message) -> None:
         try:
