@@ -10,6 +10,7 @@ import os
 import platform
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,6 +27,15 @@ def fail_after(seconds: float, what: str, seen: Callable[[], object] | None = No
     except TimeoutError:
         last = f" (last seen: {seen()})" if seen is not None else ""
         raise TimeoutError(f"{what} within {seconds:g}s{last}") from None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc); OSError once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # past the name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> dict[str, Any]:

@@ -32,7 +32,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from bench.bus_throughput import cpu_seconds
+from bench._common import cpu_seconds
 from faultline.bus import (
     OPERATOR,
     Access,

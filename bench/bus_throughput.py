@@ -54,7 +54,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import machine
+from bench._common import cpu_seconds, machine
 from faultline.bus import Bus
 from faultline.core import Envelope, Interceptor, InterceptorChain, Note, Outbound, derive_id, encode
 from faultline.journal import JournalReader
@@ -77,7 +77,6 @@ RUNS = (
 EPISODES = 100
 JOURNAL_REPLY_TIMEOUT_S = 120.0
 DUPLICATE_WINDOW_S = 120.0
-_CLOCK_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 # -- messages and statistics ---------------------------------------------------------------------
@@ -106,12 +105,6 @@ def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile, q in [0, 100]."""
     ranked = sorted(values)
     return ranked[min(len(ranked) - 1, max(0, round(q / 100 * len(ranked)) - 1))]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _CLOCK_TICK_S
 
 
 @dataclass

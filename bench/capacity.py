@@ -41,7 +41,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import machine
+from bench._common import cpu_seconds, machine
 from faultline.api import RunPlan, RunSpec, run
 from faultline.runtime import load_config, tune_collector
 
@@ -50,7 +50,6 @@ TARGET_IN_FLIGHT = 5_000
 TARGET_RATIO = 0.9
 TARGET_KB = 100.0
 SAMPLE_S = 0.25
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 RECORDS = 100
 SIM_NOTE = "sim: these numbers measure the runtime's mechanisms, never a model"
 CONFIG = """
@@ -128,10 +127,9 @@ def by_role() -> dict[str, tuple[int, float]]:
     totals: dict[str, tuple[int, float]] = {}
     for pid in family(os.getpid()):
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
+            cpu = cpu_seconds(pid)
+        except OSError:
             continue
-        cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         rss, seconds = totals.get(role_of(pid), (0, 0.0))
         totals[role_of(pid)] = (rss + rss_kib(pid), seconds + cpu)
     return totals

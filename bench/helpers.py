@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import machine
+from bench._common import cpu_seconds, machine
 from faultline.agents import EnvironmentHost, ToolAgent, UserSimulator
 from faultline.agents.helpers import HELPER_CLASSES
 from faultline.api import RunPlan, RunResult, plan_episodes, run_plan
@@ -64,12 +63,6 @@ def run(journal: Path, roster: str, tasks: int) -> dict:  # type: ignore[type-ar
     args = [sys.executable, "-m", "faultline.cli", "run", "--tasks", str(tasks), "--concurrency", "1"]
     args += ["--helpers", roster, "--journal", str(journal), "--json"]
     return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)  # type: ignore[no-any-return]
-
-
-def _server_cpu_s(pid: int) -> float:
-    """CPU seconds nats-server has used (Linux /proc: utime + stime, in clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class TimedSim(SimBackend):
@@ -104,9 +97,9 @@ def cpu_ms_per_episode(roster: str, tasks: int, store: Path) -> tuple[float, flo
                 for run_id, count in (("warm", 1), ("cpu", tasks)):
                     plan = RunPlan(tasks=count, concurrency=1, helpers=helpers, run_id=run_id)
                     result = RunResult(plan_episodes(plan, domain))
-                    cpu, server_cpu, TimedSim.spent_s = time.process_time(), _server_cpu_s(server.pid), 0.0
+                    cpu, server_cpu, TimedSim.spent_s = time.process_time(), cpu_seconds(server.pid), 0.0
                     await run_plan(bus, plan, result, lambda *_: None)
-                    used = time.process_time() - cpu + _server_cpu_s(server.pid) - server_cpu
+                    used = time.process_time() - cpu + cpu_seconds(server.pid) - server_cpu
                 worker.stop()
             await bus.close()
             return used * 1000 / len(result.completed), TimedSim.spent_s * 1000 / len(result.completed)

@@ -48,7 +48,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import machine
+from bench._common import cpu_seconds, machine
 from faultline.bus import Bus
 from faultline.core import Envelope, EpisodeStarted, Note, Start, derive_id, encode
 from faultline.journal import JournalReader
@@ -71,7 +71,6 @@ WORKER_B = ("bench.agents:Pong", "bench.agents:Ring1", "bench.agents:Ring3")
 EPISODE_TIMEOUT_S = 120.0
 SETTLE_S = 1.0
 JOURNAL_REPLY_TIMEOUT_S = 60.0
-_CLOCK_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -85,11 +84,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _CLOCK_TICK_S
 
 
 def hop_envelope(rounds: int) -> Envelope:

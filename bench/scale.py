@@ -34,9 +34,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import machine
-
-TICKS = os.sysconf("SC_CLK_TCK")
+from bench._common import cpu_seconds, machine
 
 
 def _ints(text: str) -> list[int]:
@@ -64,10 +62,9 @@ def _descendants(root: int) -> list[int]:
 
 def _cpu_seconds(pid: int) -> float | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds(pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
 def _name(pid: int) -> str:
