@@ -48,6 +48,28 @@ async def test_every_published_message_is_journaled_in_stream_order(bus: Bus, tm
     assert verify(path).ok
 
 
+async def test_batches_gather_while_nobody_waits_and_go_at_once_when_someone_does(bus: Bus, tmp_path: Path) -> None:
+    """Gathering saves the journal transactions; whoever waits for a sequence, asking on the bus or in the process
+    (a run's end, a stop), cuts it short."""
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path, batch_gather_s=3600)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish_all(note(i) for i in range(10))
+        with anyio.fail_after(10):
+            assert (await ask_journal(bus, until=10))["last_seq"] == 10
+        await bus.publish_all(note(i) for i in range(10, 20))
+        with anyio.fail_after(10):
+            await service.wait_for(20)
+        await bus.publish_all(note(i) for i in range(20, 25))
+        with anyio.fail_after(10):
+            service.stop()
+    assert service.last_seq == 25
+    with JournalReader(path) as reader:
+        assert [r.id for r in reader.rows()] == [f"m{i}" for i in range(25)]
+
+
 async def test_deliveries_lost_on_the_way_are_read_again_not_acknowledged_unseen(
     bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

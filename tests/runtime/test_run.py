@@ -18,6 +18,7 @@ from faultline.envs import ERROR_CATEGORIES
 from faultline.journal import JournalReader, shard_path, verify
 from faultline.runtime import hold_directories, parse_config, system_access
 from tests.openai_server import OpenAIServer, Status
+from tests.runtime.test_processes import faultline, finish, wait_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -327,3 +328,29 @@ def test_each_journal_shard_has_an_identity_that_owns_only_its_consumer(tmp_path
     for k, identity in enumerate(journals.values()):
         owned = [p for p in identity.publish if ".CONSUMER." in p and "journal-" in p]
         assert owned and all(f"journal-{k}of3" in p for p in owned)
+
+
+async def test_a_run_on_a_running_system_returns_once_its_journal_holds_the_whole_run(tmp_path: Path) -> None:
+    """The journal gathers its batches for a moment while nobody waits: `run --nats` waits, so that whatever reads
+    the journal right after the run (a report, a replay) finds every message of it."""
+    journal = tmp_path / "up.sqlite"
+    config = tmp_path / "faultline.toml"
+    config.write_text(f'[journal]\npath = "{journal}"\n[nats]\nstore_dir = "{tmp_path / "nats"}"\n')
+    process = faultline("up", "--config", str(config), cwd=tmp_path)
+    try:
+        up = await wait_until_up(tmp_path, process, timeout=90)
+        bus = await up.connect()
+        try:
+            run = faultline("run", "--nats", up.url, "--tasks", "3", "--run-id", "held", "--json", cwd=tmp_path)
+            err = await finish(run)
+            assert run.returncode == 0, err[-2000:]
+            last_seq = (await bus.stream_state()).last_seq
+        finally:
+            await bus.close()
+        with JournalReader(journal) as reader:
+            assert reader.last_pos >= last_seq
+            outcomes = {e.episode: e.outcome for e in reader.episodes() if e.episode.startswith("held-")}
+        assert len(outcomes) == 3 and all(outcomes.values())
+    finally:
+        process.terminate()
+        await finish(process)

@@ -409,8 +409,7 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     """Episodes completed per second of `seconds`, the time from the first start to the last completion."""
     journal_wait_s: float = 0.0
     """How long the run then waited for the journal to hold every message: the journal's lag behind the run. Seconds
-    of it mean the journal did not keep up, and `episodes_per_s` is more than the journal can hold for long. 0 for a
-    run on a system started elsewhere, which does not wait for its journal."""
+    of it mean the journal did not keep up, and `episodes_per_s` is more than the journal can hold for long."""
     journal: str = ""
     not_run: int = 0
     """Planned episodes that did not complete (a run cut short): left out of every number above."""

@@ -20,7 +20,7 @@ from typing import Protocol
 import anyio
 import msgspec
 
-from faultline._errors import ConfigError, PluginError
+from faultline._errors import ConfigError, NoResponderError, PluginError, ReplyTimeoutError
 from faultline.api._plan import (
     RunPlan,
     RunResult,
@@ -310,12 +310,13 @@ def _run_planned(
     effective = run_dir / "effective-config.json"
     groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), plan.helpers)
     supervisor: Supervisor | None = None
+    problem = ""
     ticker = _Ticker(watcher, result, plan.episode_timeout_s)
     try:
         with hold_directories([] if spec.nats else [run_dir], "run"), _throwaway_access(spec, config, groups) as access:
             watcher.started(plan, len(result.planned), starting_system=not spec.nats)
             if spec.nats:
-                request = anyio.run(_run_remote, spec.nats, config, plan, result, ticker, rules, connect_as)
+                request, problem = anyio.run(_run_remote, spec.nats, config, plan, result, ticker, rules, connect_as)
             else:
                 effective.write_bytes(msgspec.json.encode(config))
                 tls = made_tls(config, run_dir / "tls") if spec.tls else None
@@ -337,7 +338,8 @@ def _run_planned(
                 request = anyio.run(_run_local, supervisor, config, plan, result, ticker, rules)
     finally:
         watcher.finished()
-    problem = journal_problem(supervisor) if supervisor else ""
+    if supervisor:
+        problem = journal_problem(supervisor)
     summary = summarize(result, spec.trials, "" if spec.nats else str(journal))
     if plan.helpers and not spec.nats and not problem:
         summary = with_costs(summary, journal, plan.run_id, plan.helpers, [p.episode for p, _ in result.outcomes()])
@@ -449,10 +451,7 @@ async def _run_local(
 
             ticker.after = "waiting for the memory service to take in the episodes"
             await wait_for_memory(supervisor.bus)
-        ticker.after = "waiting for the journal to copy the stream"
-        waiting_since = anyio.current_time()
-        await wait_for_journal(supervisor.bus)
-        result.journal_wait_s = anyio.current_time() - waiting_since
+        await _wait_for_journal(supervisor.bus, result, ticker)
 
     _, request = await run_supervised(supervisor, work, ticker.tick)
     return request
@@ -466,8 +465,10 @@ async def _run_remote(
     ticker: _Ticker,
     rules: list[FaultRule],
     connect_as: Login,
-) -> StopRequest:
-    """Run the episodes on the system already running at `url` (its workers and journal)."""
+) -> tuple[StopRequest, str]:
+    """Run the episodes on the system already running at `url` (its workers and journal), and wait for its journal
+    to hold them; with what went wrong with the journal, in words ("" when it holds the whole run)."""
+    problem = ""
     async with stop_on_signal(ticker.tick) as request:
         bus = await Bus.connect(
             url, prefix=config.nats.prefix, settings=bus_settings(config), name=OPERATOR, login=connect_as
@@ -478,10 +479,22 @@ async def _run_remote(
                 bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
             ):
                 await run_plan(bus, plan, result, ticker.on_done)
+            try:  # so that what reads the journal next finds the whole run in it
+                await _wait_for_journal(bus, result, ticker)
+            except (NoResponderError, ReplyTimeoutError) as exc:
+                problem = f"{exc}; the stream keeps the run's messages for it"
         finally:
             with anyio.CancelScope(shield=True):
                 await bus.close()
-    return request
+    return request, problem
+
+
+async def _wait_for_journal(bus: Bus, result: RunResult, ticker: _Ticker) -> None:
+    """Wait until the journal holds everything the stream holds now, and record how long that took."""
+    ticker.after = "waiting for the journal to copy the stream"
+    waiting_since = anyio.current_time()
+    await wait_for_journal(bus)
+    result.journal_wait_s = anyio.current_time() - waiting_since
 
 
 def _models(config: Config) -> Callable[[str], ModelBackend]:

@@ -186,19 +186,21 @@ class Consumer:
         self.delivered = delivery.consumer_seq
         await handler(delivery)
 
-    async def batch(self, limit: int = 1000, gather_s: float = 0.0) -> list[Delivery]:
+    async def batch(self, limit: int = 1000, gather_s: float = 0.0, hurry: anyio.Event | None = None) -> list[Delivery]:
         """Wait for at least one delivery, then return all that have arrived (at most `limit`).
 
         With `gather_s`, a batch short of `limit` waits that long for later deliveries to join
-        it: a reader that pays per batch (a database transaction) then pays for fewer.
+        it, or until `hurry` is set: a reader that pays per batch (a database transaction) then
+        pays for fewer, and one that someone waits on stops gathering.
         DeliveriesLostError once those are handed out, when an idle heartbeat proved some lost.
         """
         while not self._queue:
             self._raise_lost()
             self._arrived.clear()
             await self._arrived.wait()
-        if gather_s > 0 and len(self._queue) < limit:
-            await anyio.sleep(gather_s)
+        if gather_s > 0 and len(self._queue) < limit and not (hurry and hurry.is_set()):
+            with anyio.move_on_after(gather_s):
+                await (hurry or anyio.Event()).wait()
         n = min(limit, len(self._queue))
         return [self._queue.popleft() for _ in range(n)]
 

@@ -56,9 +56,9 @@ from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, asked_again
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
-BATCH_GATHER_S = 0.005
-"""How long a short batch waits for more messages: a transaction per message would cost the journal
-several times the CPU while episodes send a message every millisecond or so."""
+BATCH_GATHER_S = 0.05
+"""How long a short batch waits for more messages while nobody waits for them: a transaction per few messages
+costs a shard, which is delivered a part of the stream, two to three times the CPU per row of one journal."""
 MAX_ACK_PENDING = 100_000
 REACH_RETRY_S = 0.1
 """How soon a filtered shard asks again whether it reached the stream's end, while someone waits and its consumer
@@ -136,6 +136,8 @@ class JournalService:
         """The consumer sequence of the last delivery seen since the consumer was opened (`_in_order`)."""
         self._wanted = 0
         """The furthest stream sequence waited for in this process (`wait_for`, `_catch_up`)."""
+        self._hurry = anyio.Event()
+        """Set while someone waits for a sequence the file does not hold yet: batches are then not gathered."""
         self._tasks: TaskGroup | None = None
         self._asking_again = False
 
@@ -219,7 +221,7 @@ class JournalService:
         """
         while True:
             try:
-                arrived = await consumer.batch(self.batch_limit, self.batch_gather_s)
+                arrived = await consumer.batch(self.batch_limit, self.batch_gather_s, self._hurry_while_awaited())
             except DeliveriesLostError as exc:  # an idle heartbeat said so: nothing later came to tell
                 log.warning("%s; reading the stream again from %d", exc, self.last_seq + 1)
                 return None
@@ -378,8 +380,7 @@ class JournalService:
         """
         if not self._filtered or self._consumer is None or self.stuck:  # a single journal: after every batch
             return
-        asked = max((until for until, _ in self._waiting), default=0)
-        if max(asked, self._wanted) <= self.last_seq:
+        if self._awaited() <= self.last_seq:
             return
         try:
             last = (await self.bus.stream_state()).last_seq  # first: what the consumer then says covers it
@@ -391,6 +392,19 @@ class JournalService:
         except BusError as exc:
             log.debug("%s: cannot tell whether it reached the stream's end now: %s", self.path, exc)
             self._ask_again()
+
+    def _awaited(self) -> int:
+        """The furthest stream sequence someone waits for: asked for, or wanted in this process."""
+        return max([self._wanted, *(until for until, _ in self._waiting)])
+
+    def _hurry_while_awaited(self) -> anyio.Event:
+        """The event that cuts a batch's gathering short: set now if someone waits for what the file lacks."""
+        awaited = self._awaited() > self.last_seq
+        if self._hurry.is_set() and not awaited:
+            self._hurry = anyio.Event()
+        elif awaited:
+            self._hurry.set()
+        return self._hurry
 
     def _ask_again(self) -> None:
         """Ask `_reach_stream` again in `REACH_RETRY_S`, one such question at a time."""
@@ -410,6 +424,7 @@ class JournalService:
 
     async def _want(self, seq: int) -> None:
         self._wanted = max(self._wanted, seq)
+        self._hurry_while_awaited()
         await self._reach_stream()
 
     async def _until(self, done: Callable[[], bool]) -> None:
@@ -448,6 +463,7 @@ class JournalService:
         except msgspec.DecodeError:
             until = 0
         self._waiting.append((until, msg))
+        self._hurry_while_awaited()
         await self._answer()
         await self._reach_stream()
 
