@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import msgspec
 import pytest
 
 from faultline._errors import ModelError
@@ -79,6 +80,38 @@ async def test_auto_truncation_drops_the_oldest_middle_turns_and_keeps_the_head_
     assert first.wait_s == 0.0
     assert first.request_digest != second.request_digest
     assert second.error == ""
+
+
+async def test_a_cut_conversation_keeps_its_cut_so_each_later_request_begins_as_the_last_one_sent(
+    small_server: OpenAIServer,
+) -> None:
+    """A server that keeps the prompt it last read (llama.cpp) then reads only the new turns; the cut leaves room
+    for them, and a conversation cut afresh each time would be read whole each time."""
+    call = ModelCall(episode="e", agent="tool", role="agent")
+    async with OpenAIBackend(small_server.settings(truncation="auto", max_tokens=64)) as backend:
+        await backend.complete_call(LlmRequest(role="agent", messages=conversation(12)), call)
+        later = [
+            await backend.complete_call(LlmRequest(role="agent", messages=conversation(n)), call) for n in (13, 14)
+        ]
+    refused, *answered = small_server.chat_requests
+    assert len(answered) == 3, "no later request was refused first"
+    assert prompt_tokens(answered[0]) <= 0.65 * (CONTEXT - 64)
+    for before, after in zip(answered, answered[1:], strict=False):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+    dropped = len(refused["messages"]) - len(answered[0]["messages"])
+    assert [r.metadata for r in later] == [{"attempts": 1, "truncated": dropped}] * 2
+
+
+async def test_a_cut_is_kept_for_its_own_conversation_only(small_server: OpenAIServer) -> None:
+    """Another episode's agent, or a conversation that no longer begins as it did, is sent whole first."""
+    messages = conversation(12)
+    rewritten = [*messages[:3], msgspec.structs.replace(messages[3], content="another result"), *messages[4:]]
+    async with OpenAIBackend(small_server.settings(truncation="auto", max_tokens=64)) as backend:
+        await backend.complete_call(LlmRequest(role="agent", messages=messages), ModelCall("e", "tool", "agent"))
+        await backend.complete_call(LlmRequest(role="agent", messages=messages), ModelCall("f", "tool", "agent"))
+        await backend.complete_call(LlmRequest(role="agent", messages=rewritten), ModelCall("e", "tool", "agent"))
+    whole = [prompt_tokens(request) > CONTEXT for request in small_server.chat_requests]
+    assert whole == [True, False] * 3
 
 
 async def test_truncation_is_not_counted_as_a_retry(small_server: OpenAIServer) -> None:

@@ -36,7 +36,7 @@ from faultline.core import (
     digest,
     encode,
 )
-from faultline.runtime.models._truncation import Overflow, fit, overflow
+from faultline.runtime.models._truncation import Cuts, Overflow, fit, overflow
 
 if TYPE_CHECKING:
     import numpy as np
@@ -275,6 +275,7 @@ class OpenAIBackend(_EndpointUser):
     def __init__(self, settings: OpenAISettings) -> None:
         self.settings = settings
         self._endpoint = _Endpoint(settings)
+        self._cuts = Cuts()
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         return await self.complete_call(request, None)
@@ -287,7 +288,11 @@ class OpenAIBackend(_EndpointUser):
         params = self.params(request)
         started = time.perf_counter()
         client = self._endpoint.client
+        whole = params["messages"]
+        conversation = (call.episode, call.agent) if call is not None else None
         dropped = 0
+        if conversation is not None and self.settings.truncation == "auto":  # cut as its last request was
+            params["messages"], dropped = self._cuts.apply(conversation, whole)
 
         def shorten(refused: Overflow) -> _Shortened | None:
             nonlocal dropped
@@ -296,7 +301,9 @@ class OpenAIBackend(_EndpointUser):
                 return None
             params["messages"] = fitted.messages
             dropped += fitted.dropped
-            note = f"sent again without its {fitted.dropped} oldest message(s) after the opening request"
+            if conversation is not None:
+                self._cuts.remember(conversation, whole, fitted.head, fitted.head + dropped)
+            note = f"sent again without its {dropped} oldest message(s) after the opening request"
             return _Shortened(digest(encode(params)), note)
 
         completion, attempts = await self._endpoint.call(

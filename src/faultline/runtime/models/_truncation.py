@@ -10,12 +10,20 @@ what just happened. A turn begins at an assistant message and takes the tool
 results and user messages after it, so no tool result loses the call it answers and
 the roles still alternate. Tokens are estimated from the server's own count in
 proportion to each message's encoded length: no tokenizer of the model is needed.
+
+A cut goes well below the limit (`CUT_TO`), and `Cuts` keeps it for the
+conversation's later requests, which the agent sends whole again: they then begin
+as the request that fitted did, and a server that keeps the prompt it last read
+(llama.cpp does, per slot) reads only what is new, until the conversation fills
+the context again. A conversation cut afresh each time would be read whole each
+time: with a small model on 2 cores, about 200 s a call against 10 to 30.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -26,7 +34,11 @@ _PROMPT = re.compile(
 )
 _MARKERS = ("context_length_exceeded", "exceed_context_size_error", "maximum context length", "available context size")
 MARGIN = 0.95
-"""The share of the room a fitted prompt is estimated to fill: the estimate is proportional, not exact."""
+"""The share of the room a fitted prompt may fill at most: the estimate is proportional, not exact."""
+CUT_TO = 0.6
+"""The share of the room a cut aims to leave filled, so that the turns after it fit before the next cut."""
+REMEMBERED_CUTS = 1024
+"""Conversations whose cut a backend keeps; the oldest is forgotten first (its next request is refused once)."""
 
 
 class Overflow(msgspec.Struct, frozen=True):
@@ -37,10 +49,11 @@ class Overflow(msgspec.Struct, frozen=True):
 
 
 class Fitted(msgspec.Struct, frozen=True):
-    """The messages that fit, and how many were dropped to get there."""
+    """The messages that fit, and how many were dropped to get there: those right after the first `head`."""
 
     messages: list[dict[str, Any]]
     dropped: int
+    head: int
 
 
 def overflow(body: object) -> Overflow | None:
@@ -61,8 +74,9 @@ def overflow(body: object) -> Overflow | None:
 
 
 def fit(messages: Sequence[dict[str, Any]], tools: object, overflow: Overflow, answer_tokens: int) -> Fitted | None:
-    """`messages` less their oldest middle turns, estimated to leave `answer_tokens` of the context for the answer;
-    None when dropping every middle turn would not be enough.
+    """`messages` less their oldest middle turns, estimated to fill `CUT_TO` of the context that `answer_tokens`
+    leave, or as much more, up to `MARGIN`, as the last turn needs; None when dropping every middle turn would not be
+    enough.
 
     When the server gave no counts, half the middle turns' length goes.
     """
@@ -75,12 +89,13 @@ def fit(messages: Sequence[dict[str, Any]], tools: object, overflow: Overflow, a
     total = sum(sizes) + (len(msgspec.json.encode(tools)) if tools else 0)
     if overflow.prompt_tokens > 0 and overflow.context_tokens > 0:
         room = overflow.context_tokens - (answer_tokens if answer_tokens < overflow.context_tokens // 2 else 0)
-        tokens_per_byte = overflow.prompt_tokens / total
-        excess = total - room * MARGIN / tokens_per_byte
+        bytes_per_token = total / overflow.prompt_tokens
+        needed, wanted = (total - room * share * bytes_per_token for share in (MARGIN, CUT_TO))
     else:
-        excess = middle / 2
-    if excess > middle:
+        needed = wanted = middle / 2
+    if needed > middle:
         return None
+    excess = min(wanted, middle)
     dropped_bytes = 0
     cut = keep_head
     for start, end in zip(turns, turns[1:], strict=False):
@@ -88,7 +103,43 @@ def fit(messages: Sequence[dict[str, Any]], tools: object, overflow: Overflow, a
             break
         dropped_bytes += sum(sizes[start:end])
         cut = end
-    return Fitted(messages=[*messages[:keep_head], *messages[cut:]], dropped=cut - keep_head)
+    return Fitted(messages=[*messages[:keep_head], *messages[cut:]], dropped=cut - keep_head, head=keep_head)
+
+
+class _Cut(msgspec.Struct, frozen=True):
+    """Messages `head` to `end` of a conversation were left out; `prefix` is the digest of its first `end`."""
+
+    head: int
+    end: int
+    prefix: str
+
+
+class Cuts:
+    """The cut each conversation was last sent with, by a key of the caller's (an episode's agent)."""
+
+    def __init__(self) -> None:
+        self._cuts: dict[Hashable, _Cut] = {}
+
+    def apply(self, key: Hashable, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """`messages` as the conversation's last cut leaves them, and how many that drops (0: sent whole).
+
+        A conversation that no longer begins as it did when it was cut is sent whole.
+        """
+        cut = self._cuts.get(key)
+        if cut is None or len(messages) <= cut.end or _prefix(messages, cut.end) != cut.prefix:
+            return messages, 0
+        return [*messages[: cut.head], *messages[cut.end :]], cut.end - cut.head
+
+    def remember(self, key: Hashable, messages: list[dict[str, Any]], head: int, end: int) -> None:
+        """Keep the cut of `messages` (the whole conversation) that leaves out `head` to `end`."""
+        self._cuts.pop(key, None)
+        self._cuts[key] = _Cut(head=head, end=end, prefix=_prefix(messages, end))
+        if len(self._cuts) > REMEMBERED_CUTS:
+            del self._cuts[next(iter(self._cuts))]
+
+
+def _prefix(messages: Sequence[dict[str, Any]], end: int) -> str:
+    return hashlib.blake2b(msgspec.json.encode(messages[:end]), digest_size=16).hexdigest()
 
 
 def _head(messages: Sequence[dict[str, Any]]) -> int:
