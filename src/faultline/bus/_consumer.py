@@ -198,7 +198,7 @@ class Consumer:
             self._raise_lost()
             self._arrived.clear()
             await self._arrived.wait()
-        if gather_s > 0 and len(self._queue) < limit and not (hurry and hurry.is_set()):
+        if gather_s > 0 and len(self._queue) < limit and not (hurry is not None and hurry.is_set()):
             with anyio.move_on_after(gather_s):
                 await (hurry or anyio.Event()).wait()
         n = min(limit, len(self._queue))
