@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -11,7 +12,7 @@ from nats.aio.msg import Msg
 
 from bench._proxy import network
 from faultline._errors import BusError, ModelError
-from faultline.bus import Bus, BusSettings, Consumer, EmbeddedServer, Message
+from faultline.bus import Bus, BusSettings, Consumer, Delivery, EmbeddedServer, Message
 from faultline.core import (
     RUNNER,
     Agent,
@@ -20,6 +21,7 @@ from faultline.core import (
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
+    ErrorRaised,
     LlmRequest,
     LlmResponse,
     Note,
@@ -104,7 +106,9 @@ async def test_a_raising_handler_fails_its_episode_only(bus: Bus) -> None:
 
 async def test_a_handler_that_raised_live_does_not_crash_the_rebuild_after_a_restart(bus: Bus) -> None:
     """A restarted worker replays an instance's history; the input that raised live raises again
-    there, and must be handled as it was live (its failure events exist already), not crash the worker."""
+    there, and must be handled as it was live (its failure events exist already), not crash the worker.
+    The runner ended that episode (the error), so the late input's model call is refused, as it would have been
+    by a worker that heard the end: refused for that, not for a rebuild that broke."""
     first = Worker(bus, [Pinger, Ponger], backends=lambda role: EchoBackend())
     async with anyio.create_task_group() as tg, Completions(bus, (Pinger.name,)) as completions:
         tg.start_soon(first.run)
@@ -125,8 +129,10 @@ async def test_a_handler_that_raised_live_does_not_crash_the_rebuild_after_a_res
             done = await completions.wait(["after"])
         second.stop()
     assert done["after"].outcome == "success"
-    replies = [e for e in await collect(bus, "bad") if e.causation == "late-1" and isinstance(e.body, Note)]
-    assert [r.body.data["count"] for r in replies] == [2]  # the rebuilt instance had counted the first input
+    late_ones = [e.body for e in await collect(bus, "bad") if e.causation == "late-1"]
+    [refused] = [b for b in late_ones if isinstance(b, ErrorRaised)]
+    assert refused.error_type == "ModelError" and refused.message.startswith("the runner ended episode bad while")
+    assert not [b for b in late_ones if isinstance(b, Note)]
 
 
 class SlowModel:
@@ -225,6 +231,41 @@ async def test_the_model_call_of_an_episode_the_runner_ended_is_cancelled_and_a_
     [told] = [e.body for e in journaled if isinstance(e.body, Notice)]
     assert len(told.data["errors"]) == 2
     assert worker.model_calls == set()
+
+
+async def test_a_restarted_worker_calls_no_model_for_an_episode_the_runner_ended_while_none_ran(bus: Bus) -> None:
+    """Its follower of completions begins at its start; the history it rebuilds an instance from tells it of the
+    earlier end, so the input that waited for it asks no model, as if it had heard the end live."""
+    told = {"before": anyio.Event(), "ended-while-down": anyio.Event()}
+
+    async def take(delivery: Delivery) -> None:
+        env = delivery.envelope()
+        if isinstance(env.body, Notice):
+            told[env.episode].set()
+
+    model = Hangs()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(bus.follow, "fl.ev.*.*.*", take, after=0))
+        first = Worker(bus, [AsksAgain], backends=lambda role: EchoBackend())
+        tg.start_soon(first.run)
+        await first.wait_ready()
+        await start_episode(bus, "before", "asks_again", EpisodeStarted())
+        with anyio.fail_after(20):
+            await told["before"].wait()  # it has read an input: the next worker is a restart
+        first.stop()
+        await start_episode(bus, "ended-while-down", "asks_again", EpisodeStarted())
+        ended = EpisodeCompleted(outcome="timeout", cause="ended by the test")
+        await bus.publish(Envelope(id="ended-while-down-t", episode="ended-while-down", sender=RUNNER, body=ended))
+        second = Worker(bus, [AsksAgain], backends=lambda role: model)
+        tg.start_soon(second.run)
+        with anyio.fail_after(20):
+            await told["ended-while-down"].wait()
+        second.stop()
+        tg.cancel_scope.cancel()
+    assert model.calls == 0
+    calls = [e.body for e in await collect(bus, "ended-while-down") if isinstance(e.body, Recording)]
+    assert [c.call for c in calls] == ["llm", "llm"]
+    assert all("ended episode ended-while-down while asks_again's model call" in c.error for c in calls)
 
 
 class FinishesThenAsks(Agent):

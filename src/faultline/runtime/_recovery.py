@@ -32,24 +32,30 @@ class History:
 
     inputs: list[Envelope] = field(default_factory=list)
     recordings: dict[str, dict[int, Recording]] = field(default_factory=lambda: defaultdict(dict))
+    completed_by: str = ""
+    """Who completed the episode, where the stream holds a completion of it (the first counts); "" if none."""
 
 
 async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ...], before_seq: int) -> History:
-    """Inputs of `agent` in `episode` stored before `before_seq`, and every recording it made.
+    """Inputs of `agent` in `episode` stored before `before_seq`, every recording it made, and who completed it.
 
-    Recordings are read to the end of the stream: the message being recovered may
-    already have some (the crash came in the middle of its handler).
+    Recordings and completions are read to the end of the stream: the message being recovered may
+    already have some (the crash came in the middle of its handler), and the episode may have ended
+    while no worker ran.
     """
     s = bus.subjects
     rec_subject = s.rec(episode, agent)
-    subjects = [s.direct(episode, agent), rec_subject, *(s.topic(episode, t) for t in topics)]
+    completions = s.event("completed", episode)
+    subjects = [s.direct(episode, agent), rec_subject, completions, *(s.topic(episode, t) for t in topics)]
     history = History()
     for delivery in await asked_again(functools.partial(bus.read_stored, subjects, HISTORY_TIMEOUT_S)):
         try:
             env = delivery.envelope()
         except DecodeError:
             continue  # dead-lettered when it first arrived
-        if delivery.subject == rec_subject:
+        if isinstance(env.body, EpisodeCompleted):
+            history.completed_by = history.completed_by or env.sender
+        elif delivery.subject == rec_subject:
             if isinstance(env.body, Recording):
                 history.recordings[env.causation][env.body.index] = env.body
         elif delivery.stream_seq < before_seq and not (env.topic and env.sender == agent):

@@ -470,6 +470,10 @@ class Worker:
         assert self._history_reads is not None
         async with self._history_reads:
             history = await load_history(self.bus, env.episode, cls.name, cls.topics, seq)
+        if history.completed_by:  # before this worker ran: its follower of completions began after
+            self._finished.setdefault(env.episode, anyio.current_time())
+            if history.completed_by == RUNNER:
+                self._calling.close(env.episode)
         instance.recorded = history.recordings
         for earlier in history.inputs:
             messages, _ = await self.bus.interceptors.inbound(earlier, cls.name)
