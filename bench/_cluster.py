@@ -6,6 +6,7 @@ journal stream is kept on all three (R3). A node can be restarted on its port an
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import nats.errors
 from bench._common import fail_after
 from bench._proxy import Network
 from faultline._errors import BusError
-from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, free_port
+from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login
 
 NODES = ("n1", "n2", "n3")
 CLUSTER_READY_TIMEOUT_S = 30.0
@@ -76,15 +77,16 @@ async def cluster(tmp_path: Path, access: Access, network: Network | None = None
 
     With `network`, node i reaches node j's cluster port only through the link i>j, and no node advertises
     an address that goes around the links, to the other nodes or to clients."""
-    ports = {name: free_port() for name in NODES}
-    routes = {name: [f"nats://127.0.0.1:{ports[other]}" for other in NODES] for name in NODES}
-    around: tuple[str, ...] = ()
-    if network is not None:
-        for name in NODES:
-            links = [await network.link(name, other, ports[other]) for other in NODES if other != name]
-            routes[name] = [link.url for link in links]
-        around = ("--cluster_advertise", ADVERTISED_ROUTE, "--no_advertise=true")
     with ExitStack() as stack:
+        held = {name: stack.enter_context(_held_port()) for name in NODES}
+        ports = {name: int(sock.getsockname()[1]) for name, sock in held.items()}
+        routes = {name: [f"nats://127.0.0.1:{ports[other]}" for other in NODES] for name in NODES}
+        around: tuple[str, ...] = ()
+        if network is not None:
+            for name in NODES:
+                links = [await network.link(name, other, ports[other]) for other in NODES if other != name]
+                routes[name] = [link.url for link in links]
+            around = ("--cluster_advertise", ADVERTISED_ROUTE, "--no_advertise=true")
         nodes = {}
         for name in NODES:
             args = (
@@ -99,8 +101,18 @@ async def cluster(tmp_path: Path, access: Access, network: Network | None = None
                 *around,
             )
             node = EmbeddedServer(store_dir=tmp_path / name, config_file=access.server_config, extra_args=args)
+            held[name].close()
             nodes[name] = stack.enter_context(node)
         yield Cluster(nodes, network)
+
+
+def _held_port() -> socket.socket:
+    """A socket bound to a free loopback port, held until its node is started on the port: a port only chosen,
+    not held, was taken meanwhile by whatever else asked the system for one (the links, the other nodes, other
+    tests), and the node could not listen on it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 async def stream_ready(url: str, access: Access) -> None:
