@@ -30,6 +30,7 @@ from rich.table import Table
 
 from bench._common import cpu_seconds, machine
 from bench.journal_append import make_batch
+from faultline import BusError
 from faultline.bus import Bus, BusSettings, EmbeddedServer
 from faultline.runtime import ask_journal
 
@@ -58,7 +59,7 @@ async def _answering(bus: Bus, shards: int) -> None:
         while True:
             try:
                 state = await ask_journal(bus, 2.0)
-            except Exception:  # noqa: BLE001 - not up yet, whatever it says
+            except BusError:  # no journal answers yet, or not every shard
                 await anyio.sleep(0.1)
                 continue
             if state.shards == shards:
