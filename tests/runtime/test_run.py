@@ -332,25 +332,20 @@ def test_each_journal_shard_has_an_identity_that_owns_only_its_consumer(tmp_path
 
 async def test_a_run_on_a_running_system_returns_once_its_journal_holds_the_whole_run(tmp_path: Path) -> None:
     """The journal gathers its batches for a moment while nobody waits: `run --nats` waits, so that whatever reads
-    the journal right after the run (a report, a replay) finds every message of it."""
+    the journal right after the run (a report, a replay) finds every episode of it ended. (The system goes on
+    publishing, its workers' last markers for one, so the stream may hold more by then.)"""
     journal = tmp_path / "up.sqlite"
     config = tmp_path / "faultline.toml"
     config.write_text(f'[journal]\npath = "{journal}"\n[nats]\nstore_dir = "{tmp_path / "nats"}"\n')
     process = faultline("up", "--config", str(config), cwd=tmp_path)
     try:
         up = await wait_until_up(tmp_path, process, timeout=90)
-        bus = await up.connect()
-        try:
-            run = faultline("run", "--nats", up.url, "--tasks", "3", "--run-id", "held", "--json", cwd=tmp_path)
-            err = await finish(run)
-            assert run.returncode == 0, err[-2000:]
-            last_seq = (await bus.stream_state()).last_seq
-        finally:
-            await bus.close()
+        run = faultline("run", "--nats", up.url, "--tasks", "3", "--run-id", "held", "--json", cwd=tmp_path)
+        err = await finish(run)
+        assert run.returncode == 0, err[-2000:]
         with JournalReader(journal) as reader:
-            assert reader.last_pos >= last_seq
             outcomes = {e.episode: e.outcome for e in reader.episodes() if e.episode.startswith("held-")}
-        assert len(outcomes) == 3 and all(outcomes.values())
+        assert len(outcomes) == 3 and all(outcomes.values()), outcomes
     finally:
         process.terminate()
         await finish(process)
