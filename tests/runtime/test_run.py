@@ -333,7 +333,8 @@ def test_each_journal_shard_has_an_identity_that_owns_only_its_consumer(tmp_path
 async def test_a_run_on_a_running_system_returns_once_its_journal_holds_the_whole_run(tmp_path: Path) -> None:
     """The journal gathers its batches for a moment while nobody waits: `run --nats` waits, so that whatever reads
     the journal right after the run (a report, a replay) finds every episode of it ended. (The system goes on
-    publishing: the tool agent's last recording of an episode may be stored after the run's wait.)"""
+    publishing: the tool agent's marker that its last input left no output is held a moment, and may be stored
+    after the run's wait.)"""
     journal = tmp_path / "up.sqlite"
     config = tmp_path / "faultline.toml"
     config.write_text(f'[journal]\npath = "{journal}"\n[nats]\nstore_dir = "{tmp_path / "nats"}"\n')
