@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 
 from faultline.api import _run as api_run
-from faultline.bus import free_port
+from faultline.bus import EmbeddedServer, free_port
 from faultline.cli import _run as cli_run
 from faultline.cli import main
 from faultline.core import EpisodeCompleted, episode_shard
@@ -350,3 +352,38 @@ async def test_a_run_on_a_running_system_returns_once_its_journal_holds_the_whol
     finally:
         process.terminate()
         await finish(process)
+
+
+async def test_a_run_on_a_system_whose_journal_does_not_answer_says_so_in_one_line_after_its_results(
+    nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Workers alone on a server of their own: the episodes run (a journal that does not answer is no reason to
+    refuse them), and the run then says, in one line and with a failing status, that nothing journaled them."""
+    config = tmp_path / "faultline.toml"
+    config.write_text("")
+    worker = faultline(
+        "worker", "--agents", "env,tool,user", "--nats", nats_server.url, "--config", str(config), cwd=tmp_path
+    )
+    try:
+        run = faultline(
+            "run",
+            "--nats",
+            nats_server.url,
+            "--config",
+            str(config),
+            "--tasks",
+            "1",
+            "--json",
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+        )
+        out, err = (part.decode() for part in await anyio.to_thread.run_sync(lambda: run.communicate(timeout=90)))
+    finally:
+        worker.terminate()
+        await finish(worker)
+    assert run.returncode == 1
+    assert json.loads(out.splitlines()[-1])["outcomes"] == {"success": 1}
+    assert err.splitlines()[-1] == (
+        "faultline: error: the run ended, but the journal did not catch up: no journal service answers on"
+        " fl.svc.journal: start it (`faultline up`), or give it more time; the stream keeps the run's messages for it"
+    )
