@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from faultline.api import _run as api_run
-from faultline.bus import EmbeddedServer, free_port
+from faultline.bus import Bus, EmbeddedServer, free_port
 from faultline.cli import _run as cli_run
 from faultline.cli import main
 from faultline.core import EpisodeCompleted, episode_shard
@@ -365,6 +365,15 @@ async def test_a_run_on_a_system_whose_journal_does_not_answer_says_so_in_one_li
         "worker", "--agents", "env,tool,user", "--nats", nats_server.url, "--config", str(config), cwd=tmp_path
     )
     try:
+        bus = await Bus.connect(nats_server.url)
+        try:  # a worker reads what is published once its consumers exist: the run's start must come after
+            with anyio.fail_after(60):
+                for agent in ("env", "tool", "user"):
+                    while await bus.unacknowledged(f"agent-{agent}-0of1") is None:
+                        assert worker.poll() is None, "the worker exited"
+                        await anyio.sleep(0.05)
+        finally:
+            await bus.close()
         run = faultline(
             "run",
             "--nats",
