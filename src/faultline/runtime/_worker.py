@@ -471,9 +471,7 @@ class Worker:
         async with self._history_reads:
             history = await load_history(self.bus, env.episode, cls.name, cls.topics, seq)
         if history.completed_by:  # before this worker ran: its follower of completions began after
-            self._finished.setdefault(env.episode, anyio.current_time())
-            if history.completed_by == RUNNER:
-                self._calling.close(env.episode)
+            self._ended(env.episode, history.completed_by)
         instance.recorded = history.recordings
         for earlier in history.inputs:
             messages, _ = await self.bus.interceptors.inbound(earlier, cls.name)
@@ -549,14 +547,18 @@ class Worker:
                     tg.start_soon(functools.partial(self.bus.follow, subject, self._on_completed, after=after))
 
     async def _on_completed(self, delivery: Delivery) -> None:
-        # the first completion counts: `_finished` stays in order of completion (see `_evict`)
-        episode = self.bus.subjects.event_episode(delivery.subject)
-        self._finished.setdefault(episode, anyio.current_time())
         try:
             ended_by = delivery.envelope().sender
         except DecodeError:
-            return  # dead-lettered when it was published
-        if ended_by == RUNNER:
+            ended_by = ""  # dead-lettered when it was published; its episode is over all the same
+        self._ended(self.bus.subjects.event_episode(delivery.subject), ended_by)
+
+    def _ended(self, episode: str, by: str) -> None:
+        """`episode` was completed by `by`: its instances are forgotten in time, and if the runner ended it, its
+        model calls are cancelled and refused. The first completion counts: `_finished` stays in order of
+        completion (see `_evict`)."""
+        self._finished.setdefault(episode, anyio.current_time())
+        if by == RUNNER:
             self._calling.close(episode)
 
     async def _evict_finished(self, scope: anyio.CancelScope) -> None:
