@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -126,6 +129,45 @@ def test_a_fault_on_one_agent_is_found_by_attribution(
     )
     fork = episode["evidence"][0]["forks"][0]["fork"]
     assert f"-f{episode['position']}-" in fork  # one position: the table's, the fork id's, the viewer's
+
+
+def test_forks_and_attribution_take_the_system_from_the_journal(
+    example: Example, faulted: dict[str, object], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A run chosen with `--system` leaves no [system] in the configuration: the journal names the system, so
+    forks and attribution find its agents; where its code cannot be imported, they and replay say so in one line
+    instead of reporting the episode as diverged or stalled."""
+    config = Path("faultline.toml")
+    config.write_text(re.sub(r"\[system\]\n(?:(?!\[).*\n)*", "", config.read_text()))
+    assert "[system]" not in config.read_text()
+    assert main(["attribute", "runs/journal.sqlite", "--all-failed", "--json"]) == 0
+    episode, _ = lines(capsys)
+    assert (episode["agent"], episode["fault"], episode["decided"]) == (example.agent, example.fault, True)
+    fork = ["fork", "runs/journal.sqlite", "-e", str(episode["episode"]), "--at", str(episode["position"])]
+    assert main([*fork, "--undo-fault", "--out", "runs/undone.sqlite", "--json"]) == 0
+    undone, _ = lines(capsys)
+    assert undone["outcome"]["outcome"] == "success"
+
+    journal = str(Path("runs/journal.sqlite").resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    system = f"{example.name}_system:{example.name.title()}"
+    forks = Path("runs/journal.forks.sqlite").read_bytes()
+    for argv in (["replay", journal], ["attribute", journal, "--all-failed"], [*fork, "--undo-fault"]):
+        argv = [journal if a == "runs/journal.sqlite" else a for a in argv]
+        done = subprocess.run(
+            [sys.executable, "-m", "faultline.cli", *argv], cwd=elsewhere, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        (error,) = done.stderr.splitlines()
+        assert f"ran on a system of its own, and cannot load system {system!r}: " in error
+        assert error.endswith("or name the folder that holds it with --plugin-path (plugins.path in the configuration)")
+    assert Path("runs/journal.forks.sqlite").read_bytes() == forks  # no fork written
+    replay = ["replay", journal, "--plugin-path", str(Path.cwd())]
+    done = subprocess.run(
+        [sys.executable, "-m", "faultline.cli", *replay], cwd=elsewhere, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "identical" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_attribution_table_reads_at_80_columns(

@@ -63,7 +63,7 @@ from faultline.envs import Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay._categorize import categorize
 from faultline.replay._fork import Answer, Change, ForkResult, Keep, UndoFault, fork_episode, forks_path
-from faultline.replay._replay import AgentLookup
+from faultline.replay._replay import AgentLookup, episode_lookup
 
 FAULT_REPAIR: Final = "fault-event repair"
 ORACLE_REPAIR: Final = "oracle-guided repair"
@@ -454,6 +454,7 @@ async def attribute_episode(
         raise FaultlineError(f"unknown attribution method {method!r}; use auto or one of: {', '.join(METHODS)}")
     if samples < 1:
         raise FaultlineError(f"samples must be at least 1, not {samples}")
+    lookup = episode_lookup(rows, lookup)
     made = steps(rows, lookup)
     if not made:
         raise FaultlineError(f"episode {episode!r} has no step of a known agent to attribute")

@@ -85,7 +85,7 @@ from faultline.faults import (
     fault_event,
 )
 from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
-from faultline.replay._replay import AgentLookup, _tracks
+from faultline.replay._replay import AgentLookup, _tracks, episode_lookup
 
 MAX_FORK_MESSAGES = 5_000
 """A fork that handles more messages than this is stopped and failed (a loop)."""
@@ -378,6 +378,7 @@ async def fork_episode(
         controls = [r for r in reader.episode_rows(CONTROL_EPISODE) if r.pos < at and r.kind == "control"]
     if not rows:
         raise FaultlineError(f"episode {episode!r} is not in {journal_path}")
+    lookup = episode_lookup(rows, lookup)
     target = next((r for r in rows if r.pos == at), None)
     if target is None:
         raise FaultlineError(

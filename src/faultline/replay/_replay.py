@@ -439,15 +439,21 @@ class Replayer:
 
 def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLookup:
     """`lookup`, but for an episode of a system of one's own, that system's agents first: the journal names its
-    system, so it replays with no configuration."""
+    system, so it replays, forks and is attributed with no configuration.
+
+    A system that cannot be loaded here is a PluginError that says so: without its agents the episode
+    would replay as diverged and fork as stalled, for a reason that is not the episode's."""
     started = next((row for row in rows if row.kind == "episode_started"), None)
     body = started.envelope().body if started is not None else None
     if not (isinstance(body, EpisodeStarted) and body.system):
         return lookup
     try:
         ref = load_system(body.system)
-    except PluginError:
-        return lookup  # its agents are reported as not replayed, by name
+    except PluginError as exc:
+        raise PluginError(
+            f"episode {rows[0].episode!r} ran on a system of its own, and {exc}: install its package, or name the"
+            " folder that holds it with --plugin-path (plugins.path in the configuration)"
+        ) from None
     return lambda name: ref.agent(name) or lookup(name)
 
 
