@@ -18,7 +18,10 @@ from typing import NamedTuple
 import anyio
 import pytest
 
+from faultline._errors import JournalError
+from faultline.bus import Bus, EmbeddedServer
 from faultline.cli import main
+from faultline.core import Envelope, EpisodeCompleted
 from faultline.journal import JournalReader
 from faultline.journal.otel import episode_spans
 from tests.runtime.test_processes import faultline, finish, wait_until_up
@@ -168,6 +171,42 @@ def test_forks_and_attribution_take_the_system_from_the_journal(
         [sys.executable, "-m", "faultline.cli", *replay], cwd=elsewhere, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and "identical" in done.stdout, done.stdout + done.stderr
+
+
+async def test_a_journal_started_by_hand_takes_completions_from_the_systems_completer_only(
+    example: Example, nats_server: EmbeddedServer, bus: Bus
+) -> None:
+    """`journal serve` with no --completers reads them from the configuration, as `up` passes them: the system's
+    scorer completes its episodes; an agent of the system that claims to complete one is dead-lettered."""
+    journal = Path("runs/journal.sqlite")
+    serve = faultline("journal", "serve", str(journal), "--nats", nats_server.url, cwd=Path.cwd())
+    try:
+        for sender in ("scorer", example.agent):
+            await bus.publish(
+                Envelope(id=f"by-{sender}", episode="e1", sender=sender, body=EpisodeCompleted(outcome="success"))
+            )
+        with anyio.fail_after(60):
+            while rows_in(journal) < 2:  # the scorer's completion, and the other's dead letter
+                assert serve.poll() is None, serve.communicate()[1].decode()
+                await anyio.sleep(0.05)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        await finish(serve)
+    with JournalReader(journal) as reader:
+        completed, letter = reader.rows()
+    assert (completed.kind, completed.sender) == ("episode_completed", "scorer")
+    assert letter.kind == "dead_letter"
+    reason = letter.envelope().body.reason  # type: ignore[union-attr]
+    assert reason.startswith(f"completion refused: {example.agent!r} may not complete an episode (only runner, scorer)")
+
+
+def rows_in(journal: Path) -> int:
+    """Rows in a journal another process may be writing (0 before it has any)."""
+    try:
+        with JournalReader(journal) as reader:
+            return reader.last_pos
+    except JournalError:
+        return 0
 
 
 def test_the_attribution_table_reads_at_80_columns(

@@ -187,7 +187,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--completers",
         metavar="AGENTS",
         help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"
-        " dead-lettered (`up` and `run` pass the configuration's; without it every completion is journaled)",
+        " dead-lettered (default: the configuration's system's, which `up` and `run` pass too)",
     )
     otel_flags(p)
     p.set_defaults(handler=_serve)

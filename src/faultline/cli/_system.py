@@ -16,7 +16,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from faultline._errors import JournalError, NoResponderError, ReplyTimeoutError, UsageError
+from faultline._errors import ConfigError, JournalError, NoResponderError, ReplyTimeoutError, UsageError
 from faultline._files import write_atomically
 from faultline.api import (
     config_source,
@@ -248,7 +248,7 @@ def journal_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     url = _url(args, config)
     otel = OtelStream(args.file, args.otel, otel_headers(args.otel_header, "--otel-header")) if args.otel else None
-    completers = None if args.completers is None else tuple(a.strip() for a in args.completers.split(",") if a.strip())
+    completers = _completers(args, config)
     if not 1 <= args.shards <= MAX_SHARDS or not 0 <= args.shard < args.shards:
         raise UsageError(f"--shard {args.shard} --shards {args.shards}: give 1 to {MAX_SHARDS} shards, numbered from 0")
     settings = bus_settings(config)
@@ -261,6 +261,19 @@ def journal_serve(args: argparse.Namespace) -> int:
     serve = functools.partial(run_journal, completers=completers, shard=args.shard, shards=args.shards)
     anyio.run(serve, url, _prefix(args, config), args.file, args.name, settings, login(args, config), otel)
     return 0
+
+
+def _completers(args: argparse.Namespace, config: Config) -> tuple[str, ...]:
+    """`--completers`, else the configuration's: its system's agents that complete episodes, as `up` passes them."""
+    if args.completers is not None:
+        return tuple(agent.strip() for agent in args.completers.split(",") if agent.strip())
+    try:
+        return completing_agents(config, check_system(config, config_source(args.config)))
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc}; the journal reads the configuration's system for the agents that may complete an episode:"
+            " where its code is not installed, name them with --completers"
+        ) from None
 
 
 def _up(args: argparse.Namespace) -> int:

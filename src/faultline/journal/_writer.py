@@ -69,8 +69,9 @@ class Journal:
         if path.is_dir():
             raise JournalError(f"{path}: is a directory, not a journal file")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=settings.busy_timeout_s)
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
             raise JournalError(f"{path}: cannot open journal ({exc})") from None
         try:
             created = False
