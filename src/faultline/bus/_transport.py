@@ -164,7 +164,7 @@ class Bus:
         """
         credential, tls_ca = (login.credential, login.tls_ca) if login else (None, None)
         settings = settings or BusSettings()
-        refusals = _Refusals(name)
+        refusals = _Refusals(f"{name} (user {credential.user!r})" if credential else name)
         servers = [part.strip() for part in url.split(",") if part.strip()]
         options: dict[str, Any] = {}
         if credential:
@@ -905,7 +905,13 @@ class _Refusals:
         if found is None:
             return
         subject = found.group(1)
-        log.error("NATS refused %s permission to publish on %s", self.name, subject)
+        # A waiting publisher raises it (PublishRefusedError): said once, by whoever handles that.
+        log.log(
+            logging.DEBUG if self.rounds else logging.ERROR,
+            "NATS refused %s permission to publish on %s",
+            self.name,
+            subject,
+        )
         self.subjects.append(subject)
         for round_ in self.rounds:
             round_.wake()

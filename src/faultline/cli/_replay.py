@@ -19,7 +19,7 @@ from faultline.runtime import load_config
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "replay",
-        help="re-execute a journal with no NATS and no model; exit 1 at the first divergence",
+        help="re-execute a journal with no NATS and no model; report where each episode diverged; exit 1 if any",
         description="Feed every agent its journaled inputs, serve every recorded call from the journal, "
         "and compare every output. Needs only the journal file. The hash chain is checked first: in full the "
         "first time, then only the rows appended since the last check that held (JOURNAL.verified); "
