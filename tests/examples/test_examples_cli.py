@@ -256,6 +256,7 @@ def test_a_fault_that_cannot_apply_to_the_system_is_refused_in_one_line_before_a
     assert main(["run", "--fault", "tool_selection_error"]) == 1
     assert main(["run", "--fault", "blind_trust"]) == 1
     assert main(["campaign", "--out", "runs/c", "--faults", "redundant_call"]) == 2
+    assert main(["inject", "blind_trust", "--nats", "nats://127.0.0.1:9"]) == 1  # refused before it connects
     errors = capsys.readouterr().err.splitlines()
     assert errors == [
         f"faultline: error: fault 'tool_selection_error': tool_selection_error rewrites tool_call messages and system"
@@ -264,6 +265,8 @@ def test_a_fault_that_cannot_apply_to_the_system_is_refused_in_one_line_before_a
         f" tool-use agents read from their Start; the agents of system {example.name!r} build their own prompts",
         f"faultline: usage error: --faults: redundant_call rewrites tool_call messages and system {example.name!r}"
         " sends none (it sends finished, note, start; System.sends says so)",
+        "faultline: error: fault 'blind_trust': blind_trust changes the system prompt or instruction the built-in"
+        f" tool-use agents read from their Start; the agents of system {example.name!r} build their own prompts",
     ]
     assert not Path("runs").exists()  # refused before any process started
 

@@ -20,14 +20,22 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from faultline._errors import UsageError
+from faultline._errors import FaultRuleError, PluginError, UsageError
 from faultline.bus import Bus, publish_controls, read_rules
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
 from faultline.cli._system import STATE_FILE, _config, _url, login
 from faultline.core import Envelope
-from faultline.faults import FaultRule, RuleSet, add_rule_control, clear_rules_control, fault_types, remove_rule_control
-from faultline.runtime import bus_settings, follow_settings, make_rule, parse_duration
+from faultline.faults import (
+    FaultRule,
+    RuleSet,
+    add_rule_control,
+    clear_rules_control,
+    fault_types,
+    remove_rule_control,
+    why_not_on,
+)
+from faultline.runtime import Config, bus_settings, follow_settings, make_rule, parse_duration, system_of
 
 T = TypeVar("T")
 
@@ -138,7 +146,9 @@ def _inject(args: argparse.Namespace) -> int:
         duration_s=parse_duration(args.duration) if args.duration else 0.0,
         rule_id=args.id,
     )
-    settings = follow_settings(_config(args))
+    config = _config(args)
+    _check_applies(args.fault, config)
+    settings = follow_settings(config)
 
     async def body(bus: Bus) -> dict[str, Any]:
         return await publish_controls(bus, [add_rule_control(rule, _nonce())], settings=settings)
@@ -150,6 +160,19 @@ def _inject(args: argparse.Namespace) -> int:
     else:
         print(f"rule {rule.id}: {_describe(rule)}; {_confirmation(result)}")
     return 0
+
+
+def _check_applies(fault: str, config: Config) -> None:
+    """FaultRuleError, as `run --fault` gives, for a fault that cannot apply to the configuration's system of one's
+    own: its workers would take the rule in and it would change nothing. Where the system's code is not installed
+    the check is left to that: nothing here can tell."""
+    try:
+        system = system_of(config)
+    except PluginError:
+        return
+    why = why_not_on(fault, system.system) if system.is_user_system else ""
+    if why:
+        raise FaultRuleError(f"fault {fault!r}: {why}")
 
 
 def _nonce() -> str:
