@@ -107,6 +107,11 @@ def test_run_then_replay_is_identical(example: Example, capsys: pytest.CaptureFi
     assert main(["run", "--json"]) == 0
     (summary,) = lines(capsys)
     assert summary["outcomes"] == example.outcomes
+    assert main(["journal", "episodes", "runs/journal.sqlite", "--json"]) == 0
+    episodes = [row for row in lines(capsys) if row["type"] == "episode"]
+    # The scorer that completes them sees no model call: their tokens are the journaled calls'.
+    assert len(episodes) == 4 and all(e["tokens"] > 0 for e in episodes)
+    assert summary["avg_tokens"] == sum(e["tokens"] for e in episodes) / 4
     assert main(["replay", "runs/journal.sqlite"]) == 0
     assert "identical: 4 episodes" in capsys.readouterr().out
     system = f"{example.name}_system:{example.name.title()}"

@@ -477,6 +477,16 @@ def with_costs(
     return msgspec.structs.replace(costed(summary, costs, roster), overhead=overhead)
 
 
+def with_model_tokens(summary: Summary, journal: Path, run_id: str) -> Summary:
+    """The summary with its average tokens from the model calls journaled in the run: the scorer that grades a
+    system of one's own sees none of its agents' calls, so its completions report no tokens."""
+    from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
+
+    with JournalReader(journal) as reader:
+        spent = sum(c.prompt_tokens + c.completion_tokens for c in reader.agent_costs(f"{run_id}-"))
+    return msgspec.structs.replace(summary, avg_tokens=spent / max(summary.episodes, 1))
+
+
 def costed(summary: Summary, costs: Sequence[AgentCost], roster: Sequence[str]) -> Summary:
     """The summary with `costs` (sums over its episodes) per episode, and the helpers' overhead over the tool agent."""
     n = max(summary.episodes, 1)

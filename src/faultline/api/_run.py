@@ -33,6 +33,7 @@ from faultline.api._plan import (
     summarize,
     wait_for_journal,
     with_costs,
+    with_model_tokens,
 )
 from faultline.api._system import (
     StopRequest,
@@ -343,6 +344,8 @@ def _run_planned(
     summary = summarize(result, spec.trials, "" if spec.nats else str(journal))
     if plan.helpers and not spec.nats and not problem:
         summary = with_costs(summary, journal, plan.run_id, plan.helpers, [p.episode for p, _ in result.outcomes()])
+    if plan.system and not spec.nats and not problem:
+        summary = with_model_tokens(summary, journal, plan.run_id)
     return RunReport(summary, result, journal, plan.run_id, uses_sim(config), request.signum, problem, plan)
 
 

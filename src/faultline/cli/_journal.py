@@ -433,7 +433,7 @@ def _episodes(args: argparse.Namespace) -> int:
                 _task(e),
                 outcome,
                 e.cause or "",
-                str(e.turns),
+                str(e.turns) if e.turns else "-",
                 str(e.tokens),
                 f"{e.duration_s:.2f}",
                 f"{agent} at {pos}" if agent else "",

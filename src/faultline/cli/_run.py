@@ -672,7 +672,7 @@ def _table(summary: Summary, domain: str, run_id: str) -> Table:
         table.add_row("not completed", f"{summary.not_run} (the run was cut short; counted nowhere)")
     over = f" (of {summary.tallied} finished)" if summary.tallied < summary.episodes else ""
     averages = summary.tallied > 0
-    table.add_row(f"avg turns{over}", f"{summary.avg_turns:.1f}" if averages else "-")
+    table.add_row(f"avg turns{over}", f"{summary.avg_turns:.1f}" if averages and summary.avg_turns else "-")
     table.add_row(f"avg tokens{over}", f"{summary.avg_tokens:.0f}" if averages else "-")
     table.add_row(f"avg latency / episode{over}", f"{summary.avg_latency_s * 1000:.0f} ms" if averages else "-")
     table.add_row("wall time", f"{summary.seconds:.1f} s ({summary.episodes_per_s:.1f} episodes/s)")

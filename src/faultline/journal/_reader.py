@@ -197,7 +197,20 @@ class _FileReader:
         """Every episode that has a started or completed event, in order of first appearance."""
         cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes ORDER BY coalesce(started_pos, completed_pos)")
         names = EpisodeSummary.__struct_fields__
-        return [EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor]
+        return self._with_model_tokens([EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor])
+
+    def _with_model_tokens(self, summaries: list[EpisodeSummary]) -> list[EpisodeSummary]:
+        """`summaries`, each whose completion reports no tokens given those of the model calls journaled in it: the
+        scorer that grades a system of one's own sees none of its agents' calls, nor does the runner that ends an
+        episode at its timeout."""
+        lacking = [s.episode for s in summaries if not s.tokens]
+        if not lacking:
+            return summaries
+        spent = {
+            episode: sum(c.prompt_tokens + c.completion_tokens for c in costs)
+            for episode, costs in self.episode_costs("", lacking).items()
+        }
+        return [msgspec.structs.replace(s, tokens=spent[s.episode]) if spent.get(s.episode) else s for s in summaries]
 
     def domains(self) -> dict[str, str]:
         """Each episode with a started or completed event and its domain ("" for none), from the kind index."""
@@ -249,7 +262,9 @@ class _FileReader:
         values = cursor.fetchone()
         if values is None:
             return None
-        return EpisodeSummary(**dict(zip(EpisodeSummary.__struct_fields__, values, strict=True)))
+        return self._with_model_tokens(
+            [EpisodeSummary(**dict(zip(EpisodeSummary.__struct_fields__, values, strict=True)))]
+        )[0]
 
     # -- lifetime ------------------------------------------------------------------------------
 
