@@ -293,7 +293,8 @@ async def test_a_full_disk_holds_the_journal_loses_nothing_and_it_catches_up(bus
         filler.unlink()
         with anyio.fail_after(30):
             await service.wait_for(total)
-        assert await ask_journal(bus) == {"last_seq": total, "rows": total, "stuck": "", "shard": 0, "shards": 1}
+        answer = await ask_journal(bus)
+        assert answer == {"last_seq": total, "rows": total, "stuck": "", "shard": 0, "shards": 1, "journal": str(path)}
         service.stop()
     with JournalReader(path) as reader:
         rows = list(reader.rows())

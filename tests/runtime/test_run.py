@@ -343,9 +343,14 @@ async def test_a_run_on_a_running_system_returns_once_its_journal_holds_the_whol
     process = faultline("up", "--config", str(config), cwd=tmp_path)
     try:
         up = await wait_until_up(tmp_path, process, timeout=90)
-        run = faultline("run", "--nats", up.url, "--tasks", "3", "--run-id", "held", "--json", cwd=tmp_path)
-        err = await finish(run)
+        with (tmp_path / "run.out").open("wb") as out:
+            run = faultline(
+                "run", "--nats", up.url, "--tasks", "3", "--run-id", "held", "--json", cwd=tmp_path, stdout=out
+            )
+            err = await finish(run)
         assert run.returncode == 0, err[-2000:]
+        summary = json.loads((tmp_path / "run.out").read_text().splitlines()[-1])
+        assert summary["journal"] == str(journal.resolve())  # as the system's journal service names it
         with JournalReader(journal) as reader:
             outcomes = {e.episode: e.outcome for e in reader.episodes() if e.episode.startswith("held-")}
         assert len(outcomes) == 3 and all(outcomes.values()), outcomes

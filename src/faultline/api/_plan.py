@@ -44,6 +44,7 @@ from faultline.runtime import (
     CallInFlight,
     Completions,
     JournalGate,
+    JournalState,
     ask_journal,
     model_calls_in_flight,
     started_envelope,
@@ -257,6 +258,8 @@ class RunResult:
     seconds: float = 0.0
     journal_wait_s: float = 0.0
     """How long the run waited, once its episodes were over, for the journal to hold all the stream held."""
+    journal: str = ""
+    """The journal that holds the run, as its service names it (on the service's host): known once it was waited for."""
 
     def outcomes(self) -> list[tuple[PlannedEpisode, EpisodeCompleted]]:
         return [(p, self.completed[p.episode]) for p in self.planned if p.episode in self.completed]
@@ -361,8 +364,13 @@ async def run_plan(
 
 async def wait_for_journal(bus: Bus, timeout_s: float = 60.0) -> int:
     """Block until the journal service holds everything the stream holds now; return that sequence."""
+    return (await caught_up_journal(bus, timeout_s)).last_seq
+
+
+async def caught_up_journal(bus: Bus, timeout_s: float = 60.0) -> JournalState:
+    """The journal service's state once it holds everything the stream holds now."""
     last = (await bus.stream_state()).last_seq
-    return (await ask_journal(bus, timeout_s, until=last)).last_seq
+    return await ask_journal(bus, timeout_s, until=last)
 
 
 def pass_hat_k(tasks: Sequence[tuple[int, int]], k: int) -> float:

@@ -25,13 +25,13 @@ from faultline.api._plan import (
     RunPlan,
     RunResult,
     Summary,
+    caught_up_journal,
     plan_episodes,
     plan_records,
     repeated,
     resumed,
     run_plan,
     summarize,
-    wait_for_journal,
     with_costs,
     with_model_tokens,
 )
@@ -341,7 +341,7 @@ def _run_planned(
         watcher.finished()
     if supervisor:
         problem = journal_problem(supervisor)
-    summary = summarize(result, spec.trials, "" if spec.nats else str(journal))
+    summary = summarize(result, spec.trials, result.journal if spec.nats else str(journal))
     if plan.helpers and not spec.nats and not problem:
         summary = with_costs(summary, journal, plan.run_id, plan.helpers, [p.episode for p, _ in result.outcomes()])
     if plan.system and not spec.nats and not problem:
@@ -496,7 +496,7 @@ async def _wait_for_journal(bus: Bus, result: RunResult, ticker: _Ticker) -> Non
     """Wait until the journal holds everything the stream holds now, and record how long that took."""
     ticker.after = "waiting for the journal to copy the stream"
     waiting_since = anyio.current_time()
-    await wait_for_journal(bus)
+    result.journal = (await caught_up_journal(bus)).journal
     result.journal_wait_s = anyio.current_time() - waiting_since
 
 

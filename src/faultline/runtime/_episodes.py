@@ -52,6 +52,8 @@ class JournalState(msgspec.Struct):
     rows: int = 0
     shard: int = 0
     shards: int = 1
+    journal: str = ""
+    """The journal it writes, as a whole (the file, or a set's folder), by its absolute path on the service's host."""
 
 
 async def ask_journal(bus: Bus, timeout_s: float, until: int = 0) -> JournalState:
@@ -74,6 +76,7 @@ async def ask_journal(bus: Bus, timeout_s: float, until: int = 0) -> JournalStat
         last_seq=min(s.last_seq for s in states),
         rows=sum(s.rows for s in states),
         shards=shards,
+        journal=states[0].journal,
     )
     if len(states) < shards and not stuck:
         missing = sorted(set(range(shards)) - {s.shard for s in states})

@@ -485,6 +485,7 @@ class JournalService:
                 "stuck": self.stuck,
                 "shard": self.shard,
                 "shards": self.shards,
+                "journal": str((self._set or self.path).resolve()),
             }
         )
         for msg in answered:
