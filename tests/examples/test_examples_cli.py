@@ -287,6 +287,7 @@ async def test_a_long_running_system_serves_runs_and_live_faults(
         assert await in_thread("run", "--nats", url, "--json", "--episode-timeout", "30") == 0
         (summary,) = lines(capsys)
         assert summary["outcomes"] == example.outcomes
+        assert summary["journal"] == str(Path("runs/journal.sqlite").resolve()) and summary["avg_tokens"] > 0
         assert await in_thread("inject", "storm", "--from", example.agent, "--json") == 0
         assert await in_thread("run", "--json", "--episode-timeout", "30") == 0  # finds the up running here
         _, _, summary = lines(capsys)

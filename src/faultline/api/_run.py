@@ -341,11 +341,16 @@ def _run_planned(
         watcher.finished()
     if supervisor:
         problem = journal_problem(supervisor)
-    summary = summarize(result, spec.trials, result.journal if spec.nats else str(journal))
-    if plan.helpers and not spec.nats and not problem:
-        summary = with_costs(summary, journal, plan.run_id, plan.helpers, [p.episode for p, _ in result.outcomes()])
-    if plan.system and not spec.nats and not problem:
-        summary = with_model_tokens(summary, journal, plan.run_id)
+    held: Path | None = journal  # the run's journal, where this host holds it
+    if spec.nats:
+        held = Path(result.journal) if result.journal else None
+    summary = summarize(result, spec.trials, str(held or ""))
+    if held is not None and held.exists() and not problem:  # a running system's too, from its own host
+        if plan.helpers:
+            episodes = [p.episode for p, _ in result.outcomes()]
+            summary = with_costs(summary, held, plan.run_id, plan.helpers, episodes)
+        if plan.system:
+            summary = with_model_tokens(summary, held, plan.run_id)
     return RunReport(summary, result, journal, plan.run_id, uses_sim(config), request.signum, problem, plan)
 
 

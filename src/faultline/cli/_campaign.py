@@ -30,6 +30,7 @@ from faultline.api import STOP_SIGNALS, episode_id
 from faultline.cli._args import whole_number
 from faultline.cli._run import add_model_flags, effective_config, execute_run, model_label, seconds, selectable_ids
 from faultline.cli._system import running_up
+from faultline.cli._text import table_console
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
 from faultline.report import (
@@ -274,7 +275,7 @@ def _campaign(args: argparse.Namespace) -> int:
                 raise JournalError(f"cell {cell.name} ended, but its journal did not catch up: {problem}")
             manifest = manifest.finished(cell, time.monotonic() - started)
             write_manifest(folder, manifest)
-    Console().print(_cells_table(manifest, folder))
+    table_console().print(_cells_table(manifest, folder))
     return 0
 
 

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
 from faultline.api import SIM_NOTE, PlannedEpisode, RunResult, Summary, costed, summarize
 from faultline.cli._filters import add_episode_filters, episode_filter, require_journal
+from faultline.cli._text import table_console
 from faultline.core import EpisodeCompleted, EpisodeStarted
 from faultline.journal import EpisodeFilter, EpisodeSummary, JournalReader
 
@@ -92,7 +92,7 @@ def _compare(args: argparse.Namespace) -> int:
             print(msgspec.json.encode(row).decode())
         print(msgspec.json.encode(_summary(sides, common)).decode())
         return 0
-    console = Console()
+    console = table_console()
     console.print(_table(sides, rows, len(common)))
     for side in sides:
         if side.left_out:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.cli import _jsonl
+from faultline.cli._text import table_console
 from faultline.journal import (
     DESCRIBE_WIDTH,
     EpisodeDiff,
@@ -118,7 +118,7 @@ def _source_of(fork_journal: Path, episode: str) -> Path:
 
 
 def _print(result: EpisodeDiff, *, show_all: bool) -> None:
-    console = Console()
+    console = table_console()
     first = result.first_difference
     start = 0 if show_all or not first else max(first - 1 - CONTEXT, 0)
     table = Table(title=f"A = {result.a}\nB = {result.b}", title_justify="left")

@@ -15,7 +15,6 @@ from typing import Any
 
 import anyio
 import msgspec
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
@@ -26,6 +25,7 @@ from faultline.cli._filters import add_episode_filters, filtered_episodes, requi
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import _prefix, _url, login
+from faultline.cli._text import table_console
 from faultline.runtime import Config, load_config, make_backend
 from faultline.services.fama import (
     CATEGORIES,
@@ -116,7 +116,7 @@ def _analyze_with(args: argparse.Namespace) -> int:
         _jsonl.rows("decision", result.decisions)
         _jsonl.summary(analysis_summary(result, counts) | {"analysts": config.fama.analysts})
         return 0
-    console = Console()
+    console = table_console()
     console.print(_cases_table(result.cases, config.fama.analysts))
     console.print(_counts_table(counts, len(result.cases)))
     for decision in result.decisions:

@@ -37,6 +37,7 @@ from faultline.cli._args import whole_number
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, model_label, serving_local_model
+from faultline.cli._text import table_console
 from faultline.core import HELPERS, helper_agent, helper_name, memory_turns
 from faultline.journal import JournalReader
 from faultline.runtime import Config, make_backend
@@ -226,9 +227,11 @@ def _loop(args: argparse.Namespace) -> int:
         }
         _jsonl.summary(summary_line)
         return 0
-    Console().print(_table(rounds, args.trials, config.fama.analysts, config.fama.rosters))
+    table_console().print(_table(rounds, args.trials, config.fama.analysts, config.fama.rosters))
     if config.model(config.fama.role).backend == "sim":
-        Console().print(f"[dim]{SIM_JUDGE_NOTE}; sim runs exercise the runtime, they are no result about models[/dim]")
+        table_console().print(
+            f"[dim]{SIM_JUDGE_NOTE}; sim runs exercise the runtime, they are no result about models[/dim]"
+        )
     return 0
 
 

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 import anyio
 import msgspec
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import FaultRuleError, PluginError, UsageError
@@ -25,6 +24,7 @@ from faultline.bus import Bus, publish_controls, read_rules
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
 from faultline.cli._system import STATE_FILE, _config, _url, login
+from faultline.cli._text import table_console
 from faultline.core import Envelope
 from faultline.faults import (
     FaultRule,
@@ -218,7 +218,7 @@ def _list(args: argparse.Namespace) -> int:
             rule.id, rule.fault, rule.matches(), " ".join(f"{k}={v}" for k, v in rule.params.items()) or "-",
             f"{rule.probability:g}", str(row["applied"]), str(rule.budget or "-"), expires,
         )  # fmt: skip
-    Console().print(table)
+    table_console().print(table)
     return 0
 
 

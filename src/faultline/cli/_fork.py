@@ -9,7 +9,6 @@ from typing import Any
 
 import anyio
 import msgspec
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
@@ -170,7 +169,7 @@ def _fork_with(args: argparse.Namespace) -> int:
         _jsonl.row("fork", result)
         _jsonl.summary({"forks": 1, "run": 0 if result.existing else 1, "journal": result.journal})
         return 0
-    console = Console()
+    console = table_console()
     console.print(_fork_table(result))
     if result.existing:
         console.print(

@@ -12,7 +12,6 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import ConfigError, NoResponderError, ReplyTimeoutError, UsageError
@@ -21,6 +20,7 @@ from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
 from faultline.cli._faults import _connect
 from faultline.cli._system import _config
+from faultline.cli._text import table_console
 from faultline.core import parse_roster
 from faultline.envs import load_domain
 from faultline.runtime import HELPERS_CONTROL, publish_roster, read_rosters, roster_control
@@ -108,7 +108,7 @@ def _list(args: argparse.Namespace) -> int:
     for domain, models in sorted(domains.items()):
         for model, roster in sorted(models.items()):
             table.add_row(domain, "any" if model == "*" else model, ", ".join(roster) or "none")
-    Console().print(table)
+    table_console().print(table)
     running = "no running `faultline up` answered" if served is None else (", ".join(served) or "none")
     print(f"helpers served now: {running}")
     return 0

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import AnswerFormatError, DomainError
+from faultline.cli._text import table_console
 from faultline.core import PASS, EpisodeStarted, Recording, Turn, parse_turn, parse_verdict
 from faultline.envs import Domain, Task, known_domain
 from faultline.journal import JournalReader, JournalRow
@@ -174,7 +174,7 @@ def report_reflection(path: Path, as_json: bool) -> int:
             print(msgspec.json.encode({"type": "component"} | msgspec.structs.asdict(c)).decode())
         print(msgspec.json.encode({"type": "summary"} | msgspec.structs.asdict(summary)).decode())
         return 0
-    Console().print(_table(stats, summary))
+    table_console().print(_table(stats, summary))
     return 0
 
 

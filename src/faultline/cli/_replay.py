@@ -12,6 +12,7 @@ from faultline.cli import _jsonl
 from faultline.cli._args import add_plugin_flag, whole_number, with_plugin_path
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.cli._progress import progress_shown
+from faultline.cli._text import table_console
 from faultline.replay import ReplayReport
 from faultline.runtime import load_config
 
@@ -73,10 +74,9 @@ def _as_data(report: ReplayReport) -> dict[str, object]:
 
 
 def _print(report: ReplayReport) -> None:
-    from rich.console import Console  # here: `--json`, what scripts and the benchmark use, needs no rich
     from rich.syntax import Syntax
 
-    console = Console()
+    console = table_console()
     rate = report.messages / report.seconds if report.seconds else 0.0
     summary = (
         f"{report.episodes} episodes, {report.agents} agent runs, {report.messages} messages "

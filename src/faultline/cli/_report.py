@@ -20,7 +20,6 @@ from pathlib import Path
 
 import anyio
 import msgspec
-from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import UsageError
@@ -32,6 +31,7 @@ from faultline.cli._plots import png
 from faultline.cli._reflection import HELP as REFLECTION_HELP
 from faultline.cli._reflection import report_reflection
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
+from faultline.cli._text import table_console
 from faultline.report import (
     BEHAVIOUR_SOURCES,
     DETECTORS,
@@ -117,7 +117,7 @@ def _report(args: argparse.Namespace) -> int:
         for line in report.lines():
             print(msgspec.json.encode(line).decode())
         return 0
-    console = Console()
+    console = table_console()
     for table in _tables(report, str(folder)):
         console.print(table)
     return 0

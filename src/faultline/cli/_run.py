@@ -51,7 +51,7 @@ from faultline.cli._system import (
     running_url,
     warn_insecure,
 )
-from faultline.cli._text import PROGRESS_LINE_S
+from faultline.cli._text import PROGRESS_LINE_S, table_console
 from faultline.core import parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime import (
@@ -416,9 +416,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         _jsonl.summary(summary)
     else:
-        Console().print(_table(summary, report.ran_on or args.domain, report.run_id))
+        table_console().print(_table(summary, report.ran_on or args.domain, report.run_id))
         if summary.costs:
-            Console().print(_costs_table(summary, uses_sim=report.uses_sim))
+            table_console().print(_costs_table(summary, uses_sim=report.uses_sim))
     console = Console(stderr=True)
     if report.signal is not None:
         console.print(_stopped(report, args.nats), soft_wrap=True, highlight=False)

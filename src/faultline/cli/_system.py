@@ -31,6 +31,7 @@ from faultline.api import (
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers
+from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
@@ -424,11 +425,13 @@ def _status(args: argparse.Namespace) -> int:
             ", ".join(r.get("services", [])) or "-",
             slowest,
         )
-    Console().print(table)
+    table_console().print(table)
     waiting = ", ".join("-" if n is None else f"{n:,}" for n in journal.waiting)
-    Console().print(f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False)
+    table_console().print(
+        f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False
+    )
     if rosters.domains:
-        Console().print(_rosters_table(rosters))
+        table_console().print(_rosters_table(rosters))
     return 0 if replies else 1
 
 
