@@ -315,6 +315,7 @@ PUBLIC = {
         "ALL_AGENTS",
         "ALL_ROLES",
         "HELPERS_CONTROL",
+        "STATUS_SERVICE",
         "STATUS_WINDOW_S",
         "HelperPool",
         "FamaConfig",

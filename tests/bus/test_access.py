@@ -22,6 +22,7 @@ from faultline.bus import (
     Delivery,
     EmbeddedServer,
     Login,
+    Message,
     agent_identity,
     journal_identity,
     operator_identity,
@@ -173,3 +174,42 @@ def test_a_worker_without_its_credential_cannot_connect_and_says_so_in_one_line(
         "missing-file": "nowhere.json does not exist",
     }[creds]
     assert run.stderr.startswith("faultline: error: ") and expected in run.stderr, run.stderr
+
+
+async def test_only_a_service_answers_its_questions_or_speaks_in_its_name(
+    secured: tuple[EmbeddedServer, Access], operator_bus: Bus
+) -> None:
+    """A worker that answered `svc.journal` could tell every runner that the journal cannot write, and stop every
+    run; nats-server lets only the journal subscribe there and publish its state."""
+    server, granted = secured
+    worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
+    journal = await Bus.connect(server.url, name="journal", login=Login(granted.credential("journal")))
+    heard: list[bytes] = []
+    asked = anyio.Event()
+
+    async def forge(msg: object) -> None:
+        raise AssertionError("the worker heard a question to the journal")
+
+    async def answer(msg: Message) -> None:
+        await msg.respond(b'{"journal": "the real one"}')
+
+    async def hear(msg: Message) -> None:
+        heard.append(msg.data)
+        if msg.data == b"after":
+            asked.set()
+
+    try:
+        await worker.subscribe(S.svc("journal"), forge)
+        await journal.subscribe(S.svc("journal"), answer)
+        await operator_bus.subscribe(S.svc(">"), hear)
+        await worker.nc.flush()
+        await journal.nc.flush()
+        assert await operator_bus.request(S.svc("journal"), b"{}", REFUSAL_TIMEOUT_S) == b'{"journal": "the real one"}'
+        await worker.notify(S.svc("journal.state"), b'{"stuck": "forged"}')
+        await worker.notify(S.svc("status"), b"after")  # delivered after the forgery would have been: in order
+        with anyio.fail_after(REFUSAL_TIMEOUT_S):
+            await asked.wait()
+    finally:
+        await worker.close()
+        await journal.close()
+    assert b'{"stuck": "forged"}' not in heard

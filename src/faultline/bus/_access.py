@@ -110,11 +110,20 @@ def operator_identity() -> Identity:
     return Identity(OPERATOR, (">",), (">",))
 
 
-def _js_api(subjects: Subjects, user: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What every identity but the operator may do: learn the stream's state, send dead letters, ask services,
-    and receive in its own inbox."""
-    publish = ("$JS.API.INFO", f"$JS.API.STREAM.INFO.{subjects.stream}", subjects.dlq, subjects.svc(">"))
-    return publish, (f"{inbox(user)}.>", subjects.svc(">"))
+def _js_api(subjects: Subjects, user: str, serves: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What every identity but the operator may do: learn the stream's state, send dead letters, ask any service
+    and receive in its own inbox; and answer the services it `serves`, and tell what they did (`svc.<service>.>`).
+    Nobody else may answer a service's questions or speak in its name: a worker could otherwise answer for the
+    journal that it cannot write, and every run would stop."""
+    serves = tuple(serves)
+    publish = (
+        "$JS.API.INFO",
+        f"$JS.API.STREAM.INFO.{subjects.stream}",
+        subjects.dlq,
+        subjects.svc("*"),
+        *(subjects.svc(f"{service}.>") for service in serves),
+    )
+    return publish, (f"{inbox(user)}.>", *(subjects.svc(service) for service in serves))
 
 
 def _reads(subjects: Subjects, filters: Iterable[str]) -> tuple[str, ...]:
@@ -184,8 +193,10 @@ def agent_identity(
     reads: Iterable[str] = (),
     durables: Iterable[str] = (),
     shard: tuple[int, int] = (0, 1),
+    serves: Iterable[str] = (),
 ) -> Identity:
-    """A process that speaks as `agents` (a worker group, or one shard of it): it publishes only as them.
+    """A process that speaks as `agents` (a worker group, or one shard of it): it publishes only as them, and
+    answers the services it `serves`.
 
     Of its agents only `completers` (the environment) may complete an episode. It reads
     the stream through `consumers` (durable, the operator's `ConsumerSpec`s) and through
@@ -195,7 +206,7 @@ def agent_identity(
     completions.
     """
     agents = tuple(agents)
-    publish, subscribe = _js_api(subjects, name)
+    publish, subscribe = _js_api(subjects, name, serves)
     own = tuple(
         narrowed
         for agent in agents
@@ -214,15 +225,21 @@ def agent_identity(
 
 
 def recorder_identity(
-    subjects: Subjects, name: str, agent: str, consumer: str, durables: Iterable[str] = ()
+    subjects: Subjects,
+    name: str,
+    agent: str,
+    consumer: str,
+    durables: Iterable[str] = (),
+    serves: Iterable[str] = (),
 ) -> Identity:
-    """A service that records calls as `agent` (the memory service's reflections) and answers requests.
+    """A service that records calls as `agent` (the memory service's reflections) and answers the requests of
+    the services it `serves`.
 
     It reads completions through its durable `consumer`, and whole episodes, every agent's messages
     of them (what it remembers), through short-lived consumers, never under the name of another of
     the system's `durables`.
     """
-    publish, subscribe = _js_api(subjects, name)
+    publish, subscribe = _js_api(subjects, name, serves)
     completed = subjects.event("completed", "*")
     episodes = (subjects.direct("*", "*"), subjects.topic("*", "*"), subjects.rec("*", "*"), subjects.event("*", "*"))
     publish = (subjects.rec("*", agent), *publish, *_owns(subjects, consumer, completed), *_reads(subjects, episodes))
@@ -232,9 +249,9 @@ def recorder_identity(
 def journal_identity(
     subjects: Subjects, name: str = JOURNAL, consumer: str = JOURNAL, filters: Sequence[str] = ()
 ) -> Identity:
-    """A journal service (or one shard's) reads everything (a shard: its `filters`) through its durable `consumer`
-    and speaks as nobody."""
-    publish, subscribe = _js_api(subjects, name)
+    """A journal service (or one shard's) reads everything (a shard: its `filters`) through its durable `consumer`,
+    answers on `svc.journal` and speaks as nobody."""
+    publish, subscribe = _js_api(subjects, name, (JOURNAL,))
     filtered = filters[0] if len(filters) == 1 else ""  # one filter goes in the create subject
     return Identity(name, (*publish, *_owns(subjects, consumer, filtered)), subscribe)
 

@@ -35,6 +35,7 @@ from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
+    STATUS_SERVICE,
     STATUS_WINDOW_S,
     Config,
     JournalState,
@@ -379,7 +380,7 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
 
 
 async def _workers(bus: Bus, window_s: float) -> list[dict[str, Any]]:
-    answers = await bus.request_all(bus.subjects.svc("status"), b"", window_s)
+    answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), b"", window_s)
     replies: list[dict[str, Any]] = [msgspec.json.decode(answer) for answer in answers]
     return sorted(replies, key=lambda r: r["worker"])
 

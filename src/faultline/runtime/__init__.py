@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         parse_config,
     )
     from faultline.runtime._episodes import (
+        STATUS_SERVICE,
         STATUS_WINDOW_S,
         CallInFlight,
         Completions,
@@ -114,6 +115,7 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "WorkerSettings",
+    "STATUS_SERVICE",
     "agent_lookup",
     "apply_defense_flags",
     "bus_settings",
@@ -169,6 +171,7 @@ __getattr__, __dir__ = lazy_exports(
             "parse_config",
         ),
         "faultline.runtime._episodes": (
+            "STATUS_SERVICE",
             "STATUS_WINDOW_S",
             "CallInFlight",
             "Completions",

@@ -29,6 +29,9 @@ from faultline.core import (
 
 log = logging.getLogger(__name__)
 
+STATUS_SERVICE = "status"
+"""The service every worker answers with who it is and what it runs (`faultline status`, the run's model calls)."""
+
 STORED_READ_TIMEOUT_S = 10.0
 """How long reading completions back from the stream may take after a reconnect."""
 STORED_READ_RETRY_S = 0.5
@@ -147,7 +150,7 @@ _MODEL_CALLS_ONLY = msgspec.json.encode(StatusAsk(model_calls_only=True))
 
 async def model_calls_in_flight(bus: Bus, window_s: float = STATUS_WINDOW_S) -> list[CallInFlight]:
     """Every model call the workers on `bus` are waiting on, the oldest first."""
-    answers = await bus.request_all(bus.subjects.svc("status"), _MODEL_CALLS_ONLY, window_s)
+    answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), _MODEL_CALLS_ONLY, window_s)
     calls = [call for answer in answers for call in msgspec.json.decode(answer, type=_Status).model_calls]
     return sorted(calls, key=lambda call: -call.age_s)
 

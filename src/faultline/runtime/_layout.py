@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from faultline._errors import ConfigError, FaultlineError
+from faultline.agents.memory import MEMORY_SERVICE, SYNC_SERVICE
 from faultline.bus import (
     Access,
     ConsumerSpec,
@@ -24,10 +25,13 @@ from faultline.bus import (
     worker_reads,
 )
 from faultline.core import Subjects, registered
+from faultline.faults import FAULTS_CONTROL
 from faultline.runtime._agents import CONTROLLER_AGENT, HELPER_AGENTS, agent_names, resolve_agents, system_of
 from faultline.runtime._config import ALL_AGENTS, Config, WorkerConfig
+from faultline.runtime._episodes import STATUS_SERVICE
 from faultline.runtime._journal_service import consumer_name as journal_consumer
 from faultline.runtime._journal_service import journal_process
+from faultline.runtime._roster import HELPERS_CONTROL
 from faultline.runtime._worker import agent_filters, consumer_name
 
 
@@ -105,6 +109,13 @@ def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tu
     return groups
 
 
+WORKER_SERVICES = (STATUS_SERVICE, FAULTS_CONTROL, HELPERS_CONTROL)
+"""What a worker process answers: who it is and what it runs (`faultline status`), and the fault rules and helper
+rosters it took in (its helper pool, in the helpers' group)."""
+
+MEMORY_SERVICES = (MEMORY_SERVICE, SYNC_SERVICE)
+"""What the memory service answers: searches of the memory, and the syncs of the agents' copies of it."""
+
 MEMORY_IDENTITY = "memory"
 """The memory service's NATS user; it records its reflections as the agent of the same name, and reads
 completions through the durable consumer of that name too."""
@@ -179,7 +190,15 @@ def system_access(
             own = (spec.name for spec in consumers if spec.owner == name)
             identities.append(
                 agent_identity(
-                    subjects, name, agents, completers, consumers=own, reads=reads, durables=durables, shard=shard
+                    subjects,
+                    name,
+                    agents,
+                    completers,
+                    consumers=own,
+                    reads=reads,
+                    durables=durables,
+                    shard=shard,
+                    serves=WORKER_SERVICES,
                 )
             )
         return identities
@@ -193,7 +212,7 @@ def system_access(
                 for k, (name, consumer) in enumerate(journals)
             ),
             *(identity for group, agents in groups.items() for identity in group_identities(group, agents)),
-            recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY, MEMORY_IDENTITY, durables),
+            recorder_identity(subjects, MEMORY_IDENTITY, MEMORY_IDENTITY, MEMORY_IDENTITY, durables, MEMORY_SERVICES),
         ),
         consumers,
     )

@@ -87,7 +87,7 @@ from faultline.core import (
     failure_envelopes,
     timer_fired,
 )
-from faultline.runtime._episodes import StatusAsk, in_flight
+from faultline.runtime._episodes import STATUS_SERVICE, StatusAsk, in_flight
 from faultline.runtime._recovery import asked_again, load_history, pending_timers
 
 log = logging.getLogger(__name__)
@@ -266,7 +266,7 @@ class Worker:
         s = self.bus.subjects
         completions = s.shard_events("completed", self.settings.shard, self.settings.shards)
         completed_after = (await self.bus.stream_state()).last_seq
-        subs = [await self.bus.subscribe(s.svc("status"), self._on_status)]
+        subs = [await self.bus.subscribe(s.svc(STATUS_SERVICE), self._on_status)]
         try:
             # Timers are inner: cancelling them at the stop leaves the handlers in `serving` to drain.
             async with anyio.create_task_group() as self._serving, anyio.create_task_group() as self._timers:
