@@ -28,7 +28,7 @@ from faultline.bus import (
     operator_identity,
 )
 from faultline.cli import main
-from faultline.core import Envelope, Note, Subjects
+from faultline.core import Envelope, EpisodeStarted, Note, Subjects
 
 S = Subjects()
 REFUSAL_TIMEOUT_S = 5.0
@@ -213,3 +213,17 @@ async def test_only_a_service_answers_its_questions_or_speaks_in_its_name(
         await worker.close()
         await journal.close()
     assert b'{"stuck": "forged"}' not in heard
+
+
+async def test_an_agent_may_not_start_an_episode(secured: tuple[EmbeddedServer, Access], operator_bus: Bus) -> None:
+    """Episodes start from the runner: a start in an agent's name (one that named helpers there are not, or a
+    domain that does not load) reached every helper pool and every replay of the journal."""
+    server, granted = secured
+    worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
+    try:
+        started = Envelope(id="forged", episode="e1", sender="tool", body=EpisodeStarted(domain="retail"))
+        with anyio.fail_after(REFUSAL_TIMEOUT_S), pytest.raises(PublishRefusedError, match="fl.ev.started.e1.tool"):
+            await worker.publish(started)
+    finally:
+        await worker.close()
+    assert (await operator_bus.stream_state()).messages == 0

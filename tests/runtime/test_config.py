@@ -135,6 +135,10 @@ def test_a_role_inherits_unset_keys_from_the_default_model() -> None:
             '[helpers]\nroster = ["tor:3"]\n',
             "only memory takes a number, the user turns it keeps (memory:6) - at $.helpers.roster",
         ),
+        (
+            '[helpers]\nroster = ["memory:-1"]\n',
+            "helper 'memory:-1': memory keeps K user turns, K a whole number from 1 (memory:6) - at $.helpers.roster",
+        ),
         ("[helpers]\nsim_effect = 2.0\n", "Expected float <= 1.0 - at $.helpers.sim_effect"),
         ('[nats]\nsync_interval = "sometimes"\n', "- at $.nats.sync_interval"),
         ("[nats]\nserver_cores = -1\n", "- at $.nats.server_cores"),

@@ -72,6 +72,25 @@ POISON: dict[str, Poison] = {
         b"\xc1" * 512,
         "not msgpack",
     ),
+    "a-completion-of-nan-reward": lambda e, _: (
+        Subjects().event("completed", e, "env"),
+        tool_call(e, sender="env", recipient="", body=EpisodeCompleted(outcome="success", reward=math.nan)),
+        "at `$.body.reward`",
+    ),
+    "a-timer-of-negative-wait": lambda e, _: (
+        Subjects().event("timer", e, "env"),
+        msgspec.msgpack.encode(
+            {"id": "poison", "episode": e, "sender": "env", "body": {"kind": "timer", "after_s": -5}}
+        ),
+        "at `$.body`",
+    ),
+    "a-start-of-helpers-there-are-not": lambda e, _: (
+        Subjects().event("started", e, RUNNER),
+        msgspec.msgpack.encode(
+            {"id": "poison", "episode": e, "sender": RUNNER, "body": {"kind": "episode_started", "roster": ["bogus"]}}
+        ),
+        "at `$.body`",
+    ),
     "recorder-disagrees-with-subject": lambda e, _: (
         f"fl.rec.{e}.user",
         tool_call(e, recipient="", body=Recording(call="now", index=0, request_digest="d", response=1.0)),

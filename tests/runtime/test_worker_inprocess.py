@@ -7,6 +7,7 @@ import math
 import time
 
 import anyio
+import msgspec
 import pytest
 from nats.aio.msg import Msg
 
@@ -378,6 +379,18 @@ async def test_a_timer_set_before_its_worker_stopped_fires_from_the_worker_after
     journal = await collect(bus, "wait")
     [timer] = [e for e in journal if isinstance(e.body, Timer)]
     assert [e.causation for e in journal if isinstance(e.body, TimerFired)] == [timer.id]
+
+
+async def test_a_forged_timer_of_a_negative_wait_is_passed_over_by_the_worker_that_rearms_timers(bus: Bus) -> None:
+    """A credential of the agent's may publish a timer as it: one that waits -5 s, rearmed, failed every worker
+    after the one that would have set it. It is not a timer (it does not decode); the real one still fires."""
+    forged = {"id": "forged", "episode": "forged", "sender": "waiter", "body": {"kind": "timer", "after_s": -5.0}}
+    await bus.publish_raw(bus.subjects.event("timer", "forged", "waiter"), msgspec.msgpack.encode(forged), "forged")
+    await set_timer_then_stop(bus)
+    done = await completed_by_next_worker(bus, within_s=10)
+    assert done.outcome == "success" and done.details == {"wait": 1}
+    with pytest.raises(ValueError, match="a Timer waits 0 to"):
+        Timer(after_s=-5.0)  # nor can a handler make one: it raises, and its episode ends in error
 
 
 async def test_a_timer_rearmed_by_a_worker_whose_clock_is_behind_waits_no_longer_than_it_asked(

@@ -218,7 +218,10 @@ def agent_identity(
         )
         for narrowed in subjects.in_shard(subject, *shard)
     )
-    refused = tuple(subjects.event("completed", "*", agent) for agent in agents if agent not in completers)
+    refused = (
+        *(subjects.event("completed", "*", agent) for agent in agents if agent not in completers),
+        *(subjects.event("started", "*", agent) for agent in agents),  # episodes start from the runner alone
+    )
     publish = (*own, *publish, *_uses(subjects, consumers), *_reads(subjects, reads))
     completions = subjects.shard_events("completed", *shard)
     return Identity(name, publish, (*subscribe, *completions), (*refused, *_guards(subjects, durables)))

@@ -11,18 +11,28 @@ reader can read a newer journal.
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
-from typing import Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import msgspec
 
-from faultline._errors import DecodeError
+from faultline._errors import ConfigError, DecodeError
 from faultline.core._models import ModelAttempt
+from faultline.core._roster import parse_roster
 
 RUNNER = "runner"
 """The sender name of messages the runtime itself writes (episode starts, time-outs)."""
 SCORER = "scorer"
 """The runtime's agent that grades a system's episodes: finishers send it their `Finished`."""
+
+
+Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
+"""A float a message may carry: NaN and the infinities have no JSON, so a journal holding them could not be
+exported and read back, nor its episodes listed."""
+
+MAX_TIMER_S = 366 * 86_400.0
+"""The longest wait a `Timer` may ask for: a year."""
 
 
 class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True, omit_defaults=True):
@@ -118,6 +128,12 @@ class Timer(Body, frozen=True, tag="timer"):
     after_s: float
     name: str = ""
     data: dict[str, Any] = {}
+
+    def __post_init__(self) -> None:
+        """Refused when made (the handler that made it raises) and when decoded (a forged one is dead-lettered):
+        a worker that held a timer of a negative or NaN wait would fail every time it rearmed it."""
+        if not 0.0 <= self.after_s <= MAX_TIMER_S:
+            raise ValueError(f"a Timer waits 0 to {MAX_TIMER_S:g} seconds, not {self.after_s!r}")
 
 
 class TimerFired(Body, frozen=True, tag="timer_fired"):
@@ -227,16 +243,24 @@ class EpisodeStarted(Body, frozen=True, tag="episode_started"):
     system: str = ""
     """The system of one's own the episode ran on (`package.module:Class`); empty for the built-in tool-use system."""
 
+    def __post_init__(self) -> None:
+        """A roster of helpers there are not is refused when decoded (dead-lettered): the helper pool that reads
+        every start would fail on it."""
+        try:
+            parse_roster(self.roster)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
 
 class EpisodeCompleted(Body, frozen=True, tag="episode_completed"):
     route: ClassVar[str] = "event:completed"
 
     outcome: Literal["success", "failure", "error", "timeout"]
-    reward: float = 0.0
+    reward: Finite = 0.0
     cause: str = ""
     turns: int = 0
     tokens: int = 0
-    latency_s: float = 0.0
+    latency_s: Annotated[float, msgspec.Meta(ge=0.0, le=sys.float_info.max)] = 0.0
     details: dict[str, Any] = {}
 
 

@@ -45,8 +45,10 @@ def parse_roster(entries: str | list[str] | tuple[str, ...]) -> list[str]:
         name, colon, arg = item.partition(":")
         if name not in HELPERS:
             raise ConfigError(f"unknown helper {name!r}: use {', '.join(HELPERS)} (memory as memory:K)")
-        if colon and (name != "memory" or not arg.isdigit() or int(arg) < 1):
+        if colon and name != "memory":
             raise ConfigError(f"helper {item!r}: only memory takes a number, the user turns it keeps (memory:6)")
+        if colon and (not arg.isdigit() or int(arg) < 1):
+            raise ConfigError(f"helper {item!r}: memory keeps K user turns, K a whole number from 1 (memory:6)")
         if name in chosen:
             raise ConfigError(f"helper {name!r} is named twice")
         chosen[name] = f"memory:{memory_turns(item)}" if name == "memory" else name
