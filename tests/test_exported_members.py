@@ -148,6 +148,8 @@ PUBLIC = {
         "ContextRequest",
         "Control",
         "ConversationEnded",
+        "DEAD_LETTER_KEPT_BYTES",
+        "DEAD_LETTER_NOTE_CHARS",
         "DEFAULT_PREFIX",
         "DeadLetter",
         "DefenseFired",

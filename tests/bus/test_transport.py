@@ -24,7 +24,18 @@ from faultline.bus import (
     _server,
     operator_identity,
 )
-from faultline.core import DeadLetter, Envelope, Interceptor, Note, Outbound, UserTurn, decode_envelope, digest, encode
+from faultline.core import (
+    DEAD_LETTER_KEPT_BYTES,
+    DeadLetter,
+    Envelope,
+    Interceptor,
+    Note,
+    Outbound,
+    UserTurn,
+    decode_envelope,
+    digest,
+    encode,
+)
 
 
 def note(i: int, episode: str = "e1") -> Envelope:
@@ -84,10 +95,10 @@ async def test_a_dead_letter_is_bounded_however_large_the_refused_message(bus: B
     (delivery,) = await drain(consumer, 1)
     assert await bus.decode_or_dead_letter(delivery) is None
     (letter,) = await drain(consumer, 1)
-    assert len(letter.data) < 2 * bus.settings.dead_letter_kept_bytes
+    assert len(letter.data) < 2 * DEAD_LETTER_KEPT_BYTES
     body = decode_envelope(letter.data).body
     assert isinstance(body, DeadLetter)
-    assert body.data == garbage[: bus.settings.dead_letter_kept_bytes]
+    assert body.data == garbage[:DEAD_LETTER_KEPT_BYTES]
     assert (body.size, body.digest, body.stream_seq) == (len(garbage), digest(garbage), delivery.stream_seq)
 
 

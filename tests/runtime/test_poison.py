@@ -91,6 +91,19 @@ POISON: dict[str, Poison] = {
         ),
         "at `$.body`",
     ),
+    "an-id-of-half-a-megabyte": lambda e, _: (f"fl.ep.{e}.env.tool", tool_call(e, id="x" * 500_000), "at `$.id`"),
+    "a-dead-letter-of-most-of-a-megabyte": lambda e, _: (
+        "fl.dlq",
+        encode(
+            Envelope(
+                id="poison",
+                episode="dlq",
+                sender="bus",
+                body=DeadLetter(reason="r" * 300_000, subject="fl.ep", data=b"d" * 600_000),
+            )
+        ),
+        "at `$.body.reason`",
+    ),
     "recorder-disagrees-with-subject": lambda e, _: (
         f"fl.rec.{e}.user",
         tool_call(e, recipient="", body=Recording(call="now", index=0, request_digest="d", response=1.0)),

@@ -46,6 +46,8 @@ from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.bus._tls import client_context
 from faultline.core import (
+    DEAD_LETTER_KEPT_BYTES,
+    DEAD_LETTER_NOTE_CHARS,
     DEFAULT_PREFIX,
     DeadLetter,
     Envelope,
@@ -99,8 +101,6 @@ class BusSettings:
     idle_heartbeat_s: float = 5.0
     """How long a long-lived consumer (a worker's, the journal's) may stay quiet before the server tells it the
     last delivery it sent: a delivery lost just before a quiet period is so found within this, not the ack wait."""
-    dead_letter_kept_bytes: int = 4_096
-    """How much of a refused message its dead letter keeps (it keeps the size and digest of all of it)."""
     partitions: int = 1
     """Into how many partitions the system's subjects divide its episodes (`Subjects`): every process of a
     system must agree, and the stream records it."""
@@ -502,9 +502,9 @@ class Bus:
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Send refused bytes to `fl.dlq` with the reason; the id makes repeats harmless."""
         body = DeadLetter(
-            reason=reason,
-            subject=delivery.subject,
-            data=delivery.data[: self.settings.dead_letter_kept_bytes],
+            reason=reason[:DEAD_LETTER_NOTE_CHARS],
+            subject=delivery.subject[:DEAD_LETTER_NOTE_CHARS],
+            data=delivery.data[:DEAD_LETTER_KEPT_BYTES],
             stream_seq=delivery.stream_seq,
             size=len(delivery.data),
             digest=digest(delivery.data),

@@ -17,6 +17,8 @@ from faultline.core._handling import Handling
 from faultline.core._harness import AgentHarness
 from faultline.core._interceptors import Inbound, Interceptor, InterceptorChain, Outbound
 from faultline.core._messages import (
+    DEAD_LETTER_KEPT_BYTES,
+    DEAD_LETTER_NOTE_CHARS,
     RUNNER,
     SCORER,
     AssistantTurn,
@@ -136,6 +138,8 @@ __all__ = [
     "ContextRequest",
     "Control",
     "ConversationEnded",
+    "DEAD_LETTER_KEPT_BYTES",
+    "DEAD_LETTER_NOTE_CHARS",
     "DEFAULT_PREFIX",
     "DeadLetter",
     "DefenseFired",

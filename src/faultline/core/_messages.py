@@ -34,6 +34,14 @@ exported and read back, nor its episodes listed."""
 MAX_TIMER_S = 366 * 86_400.0
 """The longest wait a `Timer` may ask for: a year."""
 
+MAX_ID_CHARS = 256
+"""The longest message id (and causation) a message may carry; the runtime's own are 20 characters."""
+
+DEAD_LETTER_KEPT_BYTES = 4_096
+"""How much of the bytes it refused a dead letter keeps: enough to see what they were, however large they came."""
+DEAD_LETTER_NOTE_CHARS = 1_024
+"""How much of its reason and of the subject the bytes came on a dead letter keeps."""
+
 
 class Body(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True, omit_defaults=True):
     """Base of every message body; the tag (`kind`) names the type on the wire.
@@ -339,9 +347,10 @@ class DeadLetter(Body, frozen=True, tag="dead_letter"):
 
     route: ClassVar[str] = "dlq"
 
-    reason: str
-    subject: str
-    data: bytes
+    reason: Annotated[str, msgspec.Meta(max_length=DEAD_LETTER_NOTE_CHARS)]
+    subject: Annotated[str, msgspec.Meta(max_length=DEAD_LETTER_NOTE_CHARS)]
+    data: Annotated[bytes, msgspec.Meta(max_length=DEAD_LETTER_KEPT_BYTES)]
+    """A dead letter is bounded also when it comes forged on the dead-letter subject: a larger one is refused."""
     stream_seq: int = 0
     size: int = 0
     digest: str = ""
@@ -383,13 +392,13 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     is the wall-clock time of publishing: recorded, never compared by replay.
     """
 
-    id: str
+    id: Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)]
     episode: str
     sender: str
     body: MessageBody
     recipient: str = ""
     topic: str = ""
-    causation: str = ""
+    causation: Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)] = ""
     hops: int = 0
     ts: float = 0.0
 
