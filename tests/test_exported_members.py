@@ -317,6 +317,7 @@ PUBLIC = {
         "ALL_AGENTS",
         "ALL_ROLES",
         "HELPERS_CONTROL",
+        "MAX_SECONDS",
         "STATUS_SERVICE",
         "STATUS_WINDOW_S",
         "HelperPool",

@@ -115,6 +115,11 @@ def test_a_role_inherits_unset_keys_from_the_default_model() -> None:
         ("[workers.tool]\ncount = 0\n", "Expected int >= 1 - at $.workers.tool.count"),
         ('[nats]\nurll = ""\n', "Object contains unknown field urll (did you mean url?) - at $.nats"),
         ("[runtime]\nack_wait_s = -1.0\n", "Expected float > 0.0 - at $.runtime.ack_wait_s"),
+        ("[runtime]\nack_wait_s = inf\n", "Expected float <= 2592000.0 - at $.runtime.ack_wait_s"),
+        ("[runtime]\nlinger_s = nan\n", "- at $.runtime.linger_s"),
+        ("[models.default]\ntimeout_s = 1e309\n", "Expected float <= 2592000.0 - at $.models.default.timeout_s"),
+        ("[nats]\nmax_ack_pending = 99999999999999999999\n", "- at $.nats.max_ack_pending"),
+        ("[workers.tool]\ncount = 1000000\n", "Expected int <= 256 - at $.workers.tool.count"),
         ('[models.judge]\nbackend = "gpt"\n', "- at $.models.judge.backend"),
         (
             "[models.judge]\ntimeout = 3\n",

@@ -148,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file the user named that cannot be written or read: theirs to fix, in one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"faultline: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 def _ours(group: BaseExceptionGroup[BaseException]) -> FaultlineError | None:

@@ -4,6 +4,7 @@ a command imports only what it runs (`faultline replay` and `journal verify` loa
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,13 +13,14 @@ import msgspec
 
 from faultline._errors import UsageError
 from faultline.envs import use_plugin_path
+from faultline.runtime import MAX_SECONDS
 
 if TYPE_CHECKING:
     from faultline.runtime import Config
 
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least `minimum`."""
+def whole_number(minimum: int, maximum: int = 2**62) -> Callable[[str], int]:
+    """An argparse type: an integer from `minimum` to `maximum` (by default, far inside what SQLite stores)."""
 
     def parse(text: str) -> int:
         try:
@@ -27,9 +29,22 @@ def whole_number(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
         return value
 
     return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and 0.0 < value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {MAX_SECONDS:g}, got {text}")
+    return value
 
 
 def add_plugin_flag(p: argparse.ArgumentParser) -> None:

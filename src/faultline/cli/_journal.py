@@ -17,7 +17,7 @@ from rich.text import Text
 
 from faultline._errors import DecodeError, JournalError
 from faultline.cli import _jsonl
-from faultline.cli._args import connection_flags, otel_flags, otel_headers, whole_number
+from faultline.cli._args import connection_flags, otel_flags, otel_headers, seconds, whole_number
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._progress import progress_shown
 from faultline.cli._text import Column, fitted_table, table_console
@@ -109,9 +109,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = commands.add_parser("tail", help="print the last rows, optionally following new ones")
     p.add_argument("file", type=Path)
-    p.add_argument("-n", type=int, default=TAIL_ROWS, metavar="N", help=f"rows to print (default {TAIL_ROWS})")
+    p.add_argument(
+        "-n", type=whole_number(0), default=TAIL_ROWS, metavar="N", help=f"rows to print (default {TAIL_ROWS})"
+    )
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new rows until Ctrl-C")
-    p.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_S, metavar="S", help="poll interval for --follow")
+    p.add_argument(
+        "--interval", type=seconds, default=FOLLOW_INTERVAL_S, metavar="S", help="poll interval for --follow"
+    )
     p.set_defaults(handler=_tail)
 
     p = commands.add_parser("show", help="an episode's timeline")

@@ -42,7 +42,7 @@ from faultline.api import (
     with_system,
 )
 from faultline.cli import _jsonl
-from faultline.cli._args import add_plugin_flag, whole_number, with_plugin_path
+from faultline.cli._args import add_plugin_flag, seconds, whole_number, with_plugin_path
 from faultline.cli._system import (
     add_defense_flag,
     add_insecure_flag,
@@ -68,17 +68,6 @@ from faultline.runtime.models import sim_metadata
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
 JOURNAL_LAG_SHOWN_S = 1.0
 """The journal's lag after a run that the results table names: below it, the journal kept up."""
-
-
-def seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0.0):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
-    return value
 
 
 def rate(text: str) -> float:

@@ -11,6 +11,7 @@ import anyio
 
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
+from faultline.cli._args import whole_number
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.journal import JournalReader, ViewServer, write_view
 from faultline.replay import forks_path
@@ -42,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="serve the page on a local port instead of writing it; open pages update as episodes complete"
         " (they reload when the journal or its forks grow), until Ctrl-C",
     )
-    p.add_argument("--port", type=int, default=0, help="with --serve: the port (default: a free one)")
+    p.add_argument(
+        "--port", type=whole_number(0, 65_535), default=0, help="with --serve: the port (default: a free one)"
+    )
     p.add_argument("--json", action="store_true", help="one summary object instead of the path")
     add_episode_filters(p)
     p.set_defaults(handler=_view)

@@ -108,7 +108,7 @@ def read_manifest(folder: Path) -> CampaignManifest:
     path = folder / MANIFEST
     try:
         return msgspec.json.decode(path.read_bytes(), type=CampaignManifest)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise CampaignError(f"{folder} is not a campaign folder: it has no {MANIFEST}") from None
     except msgspec.DecodeError as exc:
         raise CampaignError(f"{path}: not a campaign manifest ({exc})") from None

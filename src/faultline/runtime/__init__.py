@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         make_backend,
         parse_config,
     )
+    from faultline.runtime._durations import MAX_SECONDS
     from faultline.runtime._episodes import (
         STATUS_SERVICE,
         STATUS_WINDOW_S,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "MAX_SECONDS",
     "system_of",
     "JournalService",
     "journal_backlog",
@@ -150,6 +152,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     globals(),
     {
+        "faultline.runtime._durations": ("MAX_SECONDS",),
         "faultline.runtime._config": (
             "ALL_AGENTS",
             "ALL_ROLES",

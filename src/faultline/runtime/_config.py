@@ -39,6 +39,7 @@ from faultline.core import (
 from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
 from faultline.journal import MAX_SHARDS
+from faultline.runtime._durations import Amount, Seconds, SecondsOrZero
 from faultline.runtime.models._openai import OpenAISettings
 from faultline.runtime.models._scripted import load_script
 from faultline.runtime.models._sim_latency import SimLatency
@@ -56,7 +57,8 @@ ALL_AGENTS = "*"
 ALL_ROLES = "*"
 
 
-Seconds = Annotated[float, msgspec.Meta(gt=0.0)]
+MAX_WORKERS = 256
+"""The most worker processes a group may have."""
 
 DEFAULT_HANDLER_TIMEOUT_S = 300.0
 """How long a handler may run when `[runtime] handler_timeout_s` is 0 and no model role needs longer."""
@@ -85,7 +87,7 @@ class NatsConfig(_Section, frozen=True):
     """How long a long-lived consumer (a worker's, the journal's, a runner's of completions) stays quiet before
     the server names the last delivery it sent: deliveries lost on the way (a node or a route lost) are found
     within this, and a consumer silent for three of them is taken for lost and read again."""
-    max_ack_pending: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    max_ack_pending: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
     """Inputs a worker's consumer (one per agent and shard) hands out unacknowledged at most. An episode holds
     one per agent while its handler runs, model calls included: more episodes in flight than this per agent
     and shard wait for others to finish. Applied to the consumers when the system starts."""
@@ -119,14 +121,14 @@ class RuntimeConfig(_Section, frozen=True):
     concurrency: Annotated[int, msgspec.Meta(ge=1)] = 256
     """Handlers a worker runs at once. A handler waiting on its model call gives its place up meanwhile, so
     against slow models a worker holds many more episodes in flight than this (see docs/models.md)."""
-    handler_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    handler_timeout_s: SecondsOrZero = 0.0
     """Longest one `on_message` call may run before it is cancelled; 0: `DEFAULT_HANDLER_TIMEOUT_S`, or a minute
     more than the longest call an `openai` role's retries allow, whichever is longer (`Config.handler_timeout_s`)."""
     ack_wait_s: Seconds = 60.0
     """How long NATS waits for an acknowledgement before redelivering."""
     drain_timeout_s: Seconds = 10.0
     """How long a stopping worker waits for handlers in flight."""
-    linger_s: Annotated[float, msgspec.Meta(ge=0.0)] = 5.0
+    linger_s: SecondsOrZero = 5.0
     """How long a completed episode's agent instances are kept for late messages. A message later than this
     meets them rebuilt from the stream, as replay would (one read of the stream each), so this trades the
     memory of completed episodes against reading them again."""
@@ -140,7 +142,7 @@ class WorkerConfig(_Section, frozen=True):
     """
 
     agents: tuple[str, ...] = (ALL_AGENTS,)
-    count: Annotated[int, msgspec.Meta(ge=1)] = 1
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_WORKERS)] = 1
 
 
 class AgentConfig(_Section, frozen=True):
@@ -186,8 +188,8 @@ class RunDefaults(_Section, frozen=True):
     """
 
     concurrency: Annotated[int, msgspec.Meta(ge=0)] = 0
-    episode_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
-    start_rate: Annotated[float, msgspec.Meta(ge=0.0)] = 250.0
+    episode_timeout_s: SecondsOrZero = 0.0
+    start_rate: Amount = 250.0
     """Episodes started per second while a run fills up to its concurrency (0: all at once); then an episode
     starts as one completes. Thousands started in one burst keep the workers from reading their publishes'
     confirmations for seconds."""

@@ -36,6 +36,7 @@ from faultline.core import (
     digest,
     encode,
 )
+from faultline.runtime._durations import Amount, Seconds, SecondsOrZero
 from faultline.runtime.models._truncation import Cuts, Overflow, fit, overflow
 
 if TYPE_CHECKING:
@@ -86,13 +87,13 @@ class OpenAISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     base_url: str = "https://api.openai.com/v1"
     api_key_env: str = "OPENAI_API_KEY"
     model: str = ""
-    temperature: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    temperature: Amount | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_MAX_TOKENS
     stop: tuple[str, ...] = ()
-    timeout_s: Annotated[float, msgspec.Meta(gt=0.0)] = 60.0
+    timeout_s: Seconds = 60.0
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 3
-    backoff_base_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.5
-    backoff_cap_s: Annotated[float, msgspec.Meta(ge=0.0)] = 8.0
+    backoff_base_s: SecondsOrZero = 0.5
+    backoff_cap_s: SecondsOrZero = 8.0
     retry_on: tuple[RetryOn, ...] = RETRY_ON_ALL
     truncation: Truncation = "disabled"
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import math
 from statistics import NormalDist
-from typing import Annotated, Literal
+from typing import Literal
 
 import msgspec
 
 from faultline.core import LlmRequest, encode
+from faultline.runtime._durations import Amount, SecondsOrZero
 
 Distribution = Literal["none", "fixed", "uniform", "lognormal"]
 
@@ -34,11 +35,11 @@ class SimLatency(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """
 
     distribution: Distribution = "none"
-    seconds: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
-    low_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
-    high_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
-    sigma: Annotated[float, msgspec.Meta(ge=0.0)] = 0.5
-    tokens_per_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    seconds: SecondsOrZero = 0.0
+    low_s: SecondsOrZero = 0.0
+    high_s: SecondsOrZero = 0.0
+    sigma: Amount = 0.5
+    tokens_per_s: Amount = 0.0
     seed: int = 0
 
     @property

@@ -1,0 +1,44 @@
+"""A user's mistake is one readable line and a failing status, never a traceback: files that cannot be written or
+read where the user pointed, folders where files go, numbers out of range."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from faultline.cli import main
+from faultline.journal import Journal
+from tests.journal.conftest import two_episodes
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    path = tmp_path / "journal.sqlite"
+    with Journal.open(path) as opened:
+        opened.append(two_episodes())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "said"),
+    [
+        (["view", "{j}", "-o", "{tmp}/no/such/folder/v.html"], 1, "v.html: No such file or directory"),
+        (["view", "{j}", "-o", "{tmp}"], 1, ": Is a directory"),
+        (["journal", "export", "{j}", "-o", "{tmp}"], 1, ": Is a directory"),
+        (["report", "{j}"], 1, "journal.sqlite is not a campaign folder: it has no manifest.json"),
+        (["journal", "tail", "{j}", "-n", "99999999999999999999"], 2, "argument -n: must be at most"),
+        (["journal", "tail", "{j}", "-n", "-1"], 2, "argument -n: must be at least 0, got -1"),
+        (["journal", "tail", "{j}", "-f", "--interval", "nan"], 2, "argument --interval: must be a number of seconds"),
+        (["view", "{j}", "--serve", "--port", "99999"], 2, "argument --port: must be at most 65535, got 99999"),
+        (["run", "--episode-timeout", "1e300"], 2, "argument --episode-timeout: must be a number of seconds above 0"),
+    ],
+)
+def test_a_mistake_is_one_line_and_a_failing_status(
+    argv: list[str], status: int, said: str, journal: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    filled = [a.format(j=journal, tmp=tmp_path) for a in argv]
+    assert main(filled) == status
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and said in err, err
+    assert err.startswith("faultline: ")
