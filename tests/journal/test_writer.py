@@ -302,16 +302,35 @@ def test_a_new_journal_replaces_a_head_record_left_by_an_earlier_file(tmp_path: 
     assert verify(path).ok
 
 
-def test_opening_a_journal_that_no_longer_reaches_its_head_record_warns(
+def test_a_journal_cut_short_keeps_its_head_record_while_other_rows_are_appended(
     tamper: Callable[[str], Path], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Rows cut by hand do not come back: a run appended to such a journal must not replace the record that
+    says so, or `verify` would find the journal whole."""
     cut = tamper("DELETE FROM messages WHERE pos > 16")
-    with caplog.at_level(logging.WARNING, logger="faultline.journal"), Journal.open(cut):
-        pass
+    record = recorded(cut)
+    with caplog.at_level(logging.WARNING, logger="faultline.journal"), Journal.open(cut) as journal:
+        journal.append(notes(5, first_seq=100))
     assert [r.getMessage() for r in caplog.records] == [
-        f"{head_path(cut)}: tail cut: the head record names 18 rows ending in chain {recorded(cut)[1]},"
-        " the journal holds 16; run `faultline journal verify` before appending"
+        f"{head_path(cut)}: tail cut: the head record names 18 rows ending in chain {record[1]},"
+        " the journal holds 16; run `faultline journal verify`: the record is kept until the journal reaches it again"
     ]
+    assert recorded(cut) == record
+    report = verify(cut)
+    assert not report.ok and report.problem.startswith("row 18: chain ") and record[1] in report.problem
+
+
+def test_a_journal_that_lost_its_last_batches_takes_them_again_and_then_its_head_record_moves_on(
+    tamper: Callable[[str], Path],
+) -> None:
+    """After a power loss the record may name batches the journal lost; the stream delivers them again, the
+    chain passes through the record once more, and later batches are recorded as ever."""
+    cut = tamper("DELETE FROM messages WHERE pos > 16")
+    with Journal.open(cut) as journal:
+        assert journal.append(two_episodes()) == 2  # the two lost rows, as the stream holds them
+        journal.append(notes(3, first_seq=100))
+    assert recorded(cut)[0] == 21
+    assert verify(cut).ok
 
 
 def test_a_new_episode_is_written_whole_once_and_refused_whole_after(tmp_path: Path) -> None:

@@ -53,6 +53,8 @@ class Journal:
         self._recorded_pos = self._last_pos  # what this writer has to record: only rows it appends
         self._recorded_at = -math.inf
         self._head_refused = False
+        self._disputed: HeadRecord | None = None
+        """A head record the journal did not reach when opened: kept in place until the chain passes through it."""
 
     @classmethod
     def open(
@@ -182,6 +184,11 @@ class Journal:
             return
         if throttled and time.monotonic() - self._recorded_at < self._head_interval_s:
             return
+        if self._disputed is not None:
+            if self._cut_from(self._disputed):
+                return  # replacing it would erase the evidence that rows were cut or rewritten
+            log.info("%s: the journal reaches its head record again", self.path)
+            self._disputed = None
         self._write_head()
 
     def _write_head(self) -> None:
@@ -202,7 +209,12 @@ class Journal:
         self._recorded_pos, self._recorded_at = self._last_pos, time.monotonic()
 
     def _check_head(self) -> None:
-        """Warn when the journal no longer reaches its head record: the next batch replaces that evidence."""
+        """Warn when the journal no longer reaches its head record, and keep that record until it does.
+
+        After a power loss the record may name batches the journal lost, which the journal service journals
+        again from the stream, passing through the record once more; rows cut or rewritten by hand do not
+        come back, and the record stays to say so to `verify`.
+        """
         try:
             record = read_head(self.path)
         except JournalError as exc:
@@ -210,10 +222,19 @@ class Journal:
             return
         if record is None:
             return
-        row = self._conn.execute("SELECT chain FROM messages WHERE pos = ?", (record.rows,)).fetchone()
-        problem = cut_problem(record, self._last_pos, row[0] if row else GENESIS)
+        problem = self._cut_from(record)
         if problem:
-            log.warning("%s: %s; run `faultline journal verify` before appending", head_path(self.path), problem)
+            self._disputed = record
+            log.warning(
+                "%s: %s; run `faultline journal verify`: the record is kept until the journal reaches it again",
+                head_path(self.path),
+                problem,
+            )
+
+    def _cut_from(self, record: HeadRecord) -> str:
+        """Why the journal does not pass through `record` ("" when it does)."""
+        row = self._conn.execute("SELECT chain FROM messages WHERE pos = ?", (record.rows,)).fetchone()
+        return cut_problem(record, self._last_pos, row[0] if row else GENESIS)
 
     # -- lifetime ------------------------------------------------------------------------------
 
