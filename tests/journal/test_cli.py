@@ -178,7 +178,7 @@ def test_export_to_stdout_and_to_a_file_then_import(journal_file: Path, tmp_path
 
 def test_import_of_a_missing_file_is_one_line(tmp_path: Path, capsys: Capsys) -> None:
     code, _, err = run(capsys, "import", str(tmp_path / "none.jsonl"), str(tmp_path / "x.db"))
-    assert code == 1 and err == f"faultline: error: {tmp_path / 'none.jsonl'}: no such file\n"
+    assert code == 1 and err == f"faultline: error: {tmp_path / 'none.jsonl'}: no such exported journal file\n"
 
 
 def test_episodes_table_and_json(journal_file: Path, capsys: Capsys) -> None:

@@ -65,6 +65,8 @@ def _set(args: argparse.Namespace) -> int:
 
 
 def _clear(args: argparse.Namespace) -> int:
+    if args.domain:
+        load_domain(args.domain)  # as `set`: a domain that is not one is one line, before anything is published
     control = roster_control("clear", domain=args.domain)
     return _publish(args, control, f"roster of {args.domain} cleared" if args.domain else "every roster cleared")
 

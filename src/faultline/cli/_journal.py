@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from faultline._errors import DecodeError, JournalError
+from faultline._files import not_a_file
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers, seconds, whole_number
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
@@ -388,7 +389,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     if not args.source.is_file():
-        raise JournalError(f"{args.source}: no such file")
+        raise JournalError(not_a_file(args.source, "an exported journal file"))
     with args.source.open("rb") as lines:
         count = import_jsonl(lines, args.file)
     with JournalReader(args.file) as reader:

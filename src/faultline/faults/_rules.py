@@ -81,6 +81,10 @@ class NoParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The parameters of a fault type that takes none."""
 
 
+_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]{1,64}")
+"""What a match field may be: a name (a subject token, `Subjects`) or an fnmatch pattern of names."""
+
+
 class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
     """One fault rule, as it travels in a `Control` body and as `faultline faults list` shows it."""
 
@@ -107,6 +111,13 @@ class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
         if not self.id or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.id):
             raise FaultRuleError(f"rule id {self.id!r}: use 1-64 letters, digits, '.', ':', '-' or '_'")
         params = msgspec.to_builtins(fault_type(self.fault).params(self.params))
+        for name in MATCH_FIELDS:
+            pattern = getattr(self, name)
+            if pattern and not _PATTERN.fullmatch(pattern):
+                raise FaultRuleError(
+                    f"rule {self.id}: {name} {pattern!r} can match nothing: names are 1-64 letters, digits, '-' or '_',"
+                    " and a pattern adds the wildcards * ? [ ]"
+                )
         if not 0.0 <= self.probability <= 1.0:
             raise FaultRuleError(f"rule {self.id}: probability {self.probability} is not between 0 and 1")
         if self.budget < 0:

@@ -18,6 +18,7 @@ from typing import Literal
 import msgspec
 
 from faultline._errors import JournalError
+from faultline._files import not_a_file
 
 FORMAT = "faultline-journal"
 SCHEMA_VERSION = 3
@@ -292,7 +293,7 @@ def connect_readonly(path: str | Path, settings: JournalSettings) -> sqlite3.Con
     """
     path = Path(path)
     if not path.is_file():
-        raise JournalError(f"{path}: no such journal file")
+        raise JournalError(not_a_file(path, "a journal file"))
     conn = sqlite3.connect(
         f"{path.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None, timeout=settings.busy_timeout_s
     )
