@@ -227,3 +227,22 @@ async def test_an_agent_may_not_start_an_episode(secured: tuple[EmbeddedServer, 
     finally:
         await worker.close()
     assert (await operator_bus.stream_state()).messages == 0
+
+
+async def test_a_question_to_the_stream_that_the_credential_may_not_ask_says_so(
+    secured: tuple[EmbeddedServer, Access], operator_bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused, a JetStream API request only times out: the asker names the refusal instead (`faultline status`
+    with a worker's credential said "nats: timeout", after a log line naming the operator)."""
+    server, granted = secured
+    worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
+    try:
+        with anyio.fail_after(30), pytest.raises(PublishRefusedError) as refused:
+            await worker.unacknowledged("journal")
+    finally:
+        await worker.close()
+    assert str(refused.value) == (
+        "NATS refused worker-main (user 'worker-main') the state of consumer journal: the credential it connected"
+        " with may not ask for it (the operator's may)"
+    )
+    assert not [r for r in caplog.records if r.levelno == logging.ERROR]

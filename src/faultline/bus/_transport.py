@@ -628,11 +628,16 @@ class Bus:
         return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
     async def _consumer_info(self, name: str) -> api.ConsumerInfo | None:
-        with nats_failure(f"asking for the state of consumer {name}"):
-            try:
-                info: api.ConsumerInfo = await self.js.consumer_info(self.subjects.stream, name)
-            except nats.js.errors.NotFoundError:
-                return None
+        try:
+            with nats_failure(f"asking for the state of consumer {name}"):
+                try:
+                    info: api.ConsumerInfo = await self.js.consumer_info(self.subjects.stream, name)
+                except nats.js.errors.NotFoundError:
+                    return None
+        except BusError:
+            subject = f"{_API_PREFIX}consumer.info.{self.subjects.stream}.{name}"
+            self._refusals.check_asked(subject, f"the state of consumer {name}")
+            raise
         return info
 
     async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
@@ -879,6 +884,10 @@ class Outbox:
         await self._bus._settle(publishes, round_)
 
 
+_API_PREFIX = "$js.api."
+"""The JetStream API's subjects, in lower case as the client library hands the server's refusals on."""
+
+
 class _Refusals:
     """Publishes the server refused on this connection: logged as they come, and told to the publishers waiting."""
 
@@ -905,16 +914,24 @@ class _Refusals:
         if found is None:
             return
         subject = found.group(1)
-        # A waiting publisher raises it (PublishRefusedError): said once, by whoever handles that.
+        # A waiting publisher, or the asker of the JetStream API, raises it (PublishRefusedError): said once, by
+        # whoever handles that.
+        said = bool(self.rounds) or subject.startswith(_API_PREFIX)
         log.log(
-            logging.DEBUG if self.rounds else logging.ERROR,
-            "NATS refused %s permission to publish on %s",
-            self.name,
-            subject,
+            logging.DEBUG if said else logging.ERROR, "NATS refused %s permission to publish on %s", self.name, subject
         )
         self.subjects.append(subject)
         for round_ in self.rounds:
             round_.wake()
+
+    def check_asked(self, subject: str, what: str) -> None:
+        """PublishRefusedError if the server refused the JetStream API request on `subject` (asking for `what`):
+        its asker sees only a timeout otherwise."""
+        if subject.lower() in self.subjects:
+            raise PublishRefusedError(
+                f"NATS refused {self.name} {what}: the credential it connected with may not ask for it"
+                " (the operator's may)"
+            )
 
     def check_consumer(self, stream: str, name: str, filter_subjects: Sequence[str]) -> None:
         """PublishRefusedError if the server refused the request that opens consumer `name` on `stream`: a
