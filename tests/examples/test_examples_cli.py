@@ -196,7 +196,8 @@ async def test_a_journal_started_by_hand_takes_completions_from_the_systems_comp
                 await anyio.sleep(0.05)
     finally:
         serve.send_signal(signal.SIGINT)
-        await finish(serve)
+        said = await finish(serve)
+    assert f"journal service writes {journal} from the stream at {nats_server.url}; Ctrl-C stops it" in said
     with JournalReader(journal) as reader:
         completed, letter = reader.rows()
     assert (completed.kind, completed.sender) == ("episode_completed", "scorer")

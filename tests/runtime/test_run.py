@@ -394,7 +394,8 @@ async def test_a_run_on_a_system_whose_journal_does_not_answer_says_so_in_one_li
         out, err = (part.decode() for part in await anyio.to_thread.run_sync(lambda: run.communicate(timeout=90)))
     finally:
         worker.terminate()
-        await finish(worker)
+        said = await finish(worker)
+    assert f" serves env, tool, user on {nats_server.url}; Ctrl-C drains it and stops" in said  # started by hand
     assert run.returncode == 1
     assert json.loads(out.splitlines()[-1])["outcomes"] == {"success": 1}
     assert err.splitlines()[-1] == (

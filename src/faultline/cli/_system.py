@@ -7,6 +7,8 @@ import dataclasses
 import functools
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -241,9 +243,16 @@ def _worker(args: argparse.Namespace) -> int:
         raise UsageError("worker: give --agents, --follow-roster or both")
     name = args.name or f"worker-{os.getpid()}"
     url = _url(args, config)
-    run = functools.partial(run_worker, follow_roster=args.follow_roster)
+    serves = ", ".join(agents + (["the roster's helpers"] if args.follow_roster else []))
+    ready = _saying(f"worker {name} serves {serves} on {url}; Ctrl-C drains it and stops")
+    run = functools.partial(run_worker, follow_roster=args.follow_roster, on_ready=ready)
     anyio.run(run, config, url, _prefix(args, config), agents, name, _shard(args.shard), login(args, config))
     return 0
+
+
+def _saying(line: str) -> Callable[[], None]:
+    """What a service started by hand tells once it serves: on stderr, where `up` keeps its children's logs."""
+    return lambda: print(line, file=sys.stderr, flush=True)
 
 
 def journal_serve(args: argparse.Namespace) -> int:
@@ -260,7 +269,9 @@ def journal_serve(args: argparse.Namespace) -> int:
                 f"--partitions {args.partitions}: give 1 to {MAX_PARTITIONS} partitions, a multiple of --shards"
             )
         settings = dataclasses.replace(settings, partitions=args.partitions)
-    serve = functools.partial(run_journal, completers=completers, shard=args.shard, shards=args.shards)
+    shard = f" (shard {args.shard} of {args.shards})" if args.shards > 1 else ""
+    ready = _saying(f"journal service{shard} writes {args.file} from the stream at {url}; Ctrl-C stops it")
+    serve = functools.partial(run_journal, completers=completers, shard=args.shard, shards=args.shards, on_ready=ready)
     anyio.run(serve, url, _prefix(args, config), args.file, args.name, settings, login(args, config), otel)
     return 0
 

@@ -36,8 +36,10 @@ class _Service(Protocol):
     def stop(self) -> None: ...
 
 
-async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:
-    """Run `service`, announce it ready as `name`, stop it on SIGTERM/SIGINT."""
+async def serve_until_signal(
+    bus: Bus, name: str, service: _Service, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Run `service`, announce it ready as `name` (and tell `on_ready`), stop it on SIGTERM/SIGINT."""
     async with anyio.create_task_group() as tg:
 
         async def watch_signals() -> None:
@@ -54,6 +56,8 @@ async def serve_until_signal(bus: Bus, name: str, service: _Service) -> None:
         tg.start_soon(run)
         await service.wait_ready()
         await announce_ready(bus, name)
+        if on_ready is not None:
+            on_ready()
 
 
 def tune_collector() -> None:
@@ -109,8 +113,10 @@ async def run_worker(
     login: Login | None = None,
     *,
     follow_roster: bool = False,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Serve `agents`; with `follow_roster`, also the helpers the live roster asks for (`HelperPool`)."""
+    """Serve `agents`; with `follow_roster`, also the helpers the live roster asks for (`HelperPool`). `on_ready`
+    is told once the worker serves."""
     classes = resolve_agents(agents, config)
     settings = worker_settings(config, shard)
     agent_settings: dict[str, dict[str, Any]] = {n: {"model_role": a.model_role or n} for n, a in config.agents.items()}
@@ -122,9 +128,9 @@ async def run_worker(
             worker.request_faults = request_faults(bus, faults)
             if follow_roster:
                 pool = HelperPool(worker, resolve=lambda agent: resolve_agents([agent], config)[0])
-                await serve_until_signal(bus, name, pool)
+                await serve_until_signal(bus, name, pool, on_ready)
             else:
-                await serve_until_signal(bus, name, worker)
+                await serve_until_signal(bus, name, worker, on_ready)
 
     await _with_bus(url, prefix, body, name, bus_settings(config), login)
 
@@ -140,8 +146,9 @@ async def run_journal(
     completers: Collection[str] | None = None,
     shard: int = 0,
     shards: int = 1,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Serve the journal (shard `shard` of `shards` of the set at `path`, with more than one); with `otel`, each episode goes to its endpoint once its completion is journaled.
+    """Serve the journal (shard `shard` of `shards` of the set at `path`, with more than one); with `otel`, each episode goes to its endpoint once its completion is journaled. `on_ready` is told once it serves.
 
     A completion from a sender that is neither the runner nor one of `completers` is dead-lettered.
     """
@@ -150,7 +157,7 @@ async def run_journal(
     async def body(bus: Bus) -> None:
         if otel is None:
             await serve_until_signal(
-                bus, name, JournalService(bus, path, completers=completers, shard=shard, shards=shards)
+                bus, name, JournalService(bus, path, completers=completers, shard=shard, shards=shards), on_ready
             )
             return
         async with anyio.create_task_group() as tg:
@@ -162,6 +169,7 @@ async def run_journal(
                     JournalService(
                         bus, path, on_completed=otel.completed, completers=completers, shard=shard, shards=shards
                     ),
+                    on_ready,
                 )
             finally:
                 with anyio.CancelScope(shield=True):
