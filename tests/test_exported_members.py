@@ -97,6 +97,7 @@ PUBLIC = {
     "faultline.api": {
         "HELPER_GROUP",
         "SIM_NOTE",
+        "SIM_SYSTEM_NOTE",
         "STOP_SIGNALS",
         "PlannedEpisode",
         "RunPlan",

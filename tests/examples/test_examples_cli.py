@@ -215,6 +215,15 @@ def rows_in(journal: Path) -> int:
         return 0
 
 
+def test_sim_on_a_system_of_ones_own_is_said_to_echo_not_to_follow_a_ground_truth(
+    example: Example, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--model", "sim", "--task-ids", example.record]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert "note: sim answers the agents of a system of one's own with their own last message" in said
+    assert "ground truth;" not in said
+
+
 def test_the_attribution_table_reads_at_80_columns(
     example: Example, faulted: dict[str, object], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

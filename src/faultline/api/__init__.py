@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     )
     from faultline.api._run import (
         SIM_NOTE,
+        SIM_SYSTEM_NOTE,
         RunProgress,
         RunReport,
         RunSpec,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HELPER_GROUP",
     "SIM_NOTE",
+    "SIM_SYSTEM_NOTE",
     "STOP_SIGNALS",
     "PlannedEpisode",
     "RunPlan",
@@ -135,6 +137,7 @@ __getattr__, __dir__ = lazy_exports(
         ),
         "faultline.api._run": (
             "SIM_NOTE",
+            "SIM_SYSTEM_NOTE",
             "RunProgress",
             "RunReport",
             "RunSpec",

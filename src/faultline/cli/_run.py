@@ -30,6 +30,7 @@ from rich.table import Table
 from faultline._errors import ConfigError, DirectoryBusyError, JournalError, RunError, UsageError
 from faultline.api import (
     SIM_NOTE,
+    SIM_SYSTEM_NOTE,
     RunPlan,
     RunReport,
     RunSpec,
@@ -52,7 +53,7 @@ from faultline.cli._system import (
     warn_insecure,
 )
 from faultline.cli._text import PROGRESS_LINE_S, table_console
-from faultline.core import parse_roster
+from faultline.core import BUILTIN_SYSTEM, parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime import (
     ALL_ROLES,
@@ -480,7 +481,8 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         insecure=args.insecure,
         tls=args.tls,
     )
-    notes = [f"[dim]note: {SIM_NOTE}[/dim]"] if sim_note and uses_sim(config) and not args.json else []
+    said = SIM_SYSTEM_NOTE if spec.system or config.system.class_ != BUILTIN_SYSTEM else SIM_NOTE
+    notes = [f"[dim]note: {said}[/dim]"] if sim_note and uses_sim(config) and not args.json else []
     display = _Display(Console(stderr=True), quiet=args.json, label=label, notes=notes, insecure=args.insecure)
     tune_collector()  # this process is the runner: it tracks every episode in flight
     try:
