@@ -8,16 +8,12 @@ from pathlib import Path
 import pytest
 
 from faultline.cli import main
-from faultline.journal import Journal
-from tests.journal.conftest import two_episodes
+from tests.journal.conftest import two_episode_journal
 
 
 @pytest.fixture
 def journal(tmp_path: Path) -> Path:
-    path = tmp_path / "journal.sqlite"
-    with Journal.open(path) as opened:
-        opened.append(two_episodes())
-    return path
+    return two_episode_journal(tmp_path / "journal.db")
 
 
 @pytest.mark.parametrize(
@@ -26,7 +22,7 @@ def journal(tmp_path: Path) -> Path:
         (["view", "{j}", "-o", "{tmp}/no/such/folder/v.html"], 1, "v.html: No such file or directory"),
         (["view", "{j}", "-o", "{tmp}"], 1, ": Is a directory"),
         (["journal", "export", "{j}", "-o", "{tmp}"], 1, ": Is a directory"),
-        (["report", "{j}"], 1, "journal.sqlite is not a campaign folder: it has no manifest.json"),
+        (["report", "{j}"], 1, "journal.db is not a campaign folder: it has no manifest.json"),
         (["journal", "verify", "{tmp}"], 1, ": is a folder, not a journal file"),
         (["replay", "{tmp}"], 1, ": is a folder, but no journal set (it has no manifest.json)"),
         (["journal", "import", "/dev/null", "{tmp}/x.sqlite"], 1, "/dev/null: is not a regular file"),

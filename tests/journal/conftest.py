@@ -90,13 +90,16 @@ def two_episodes() -> list[Incoming]:
     return incoming(episode_envelopes("ep-a") + episode_envelopes("ep-b", outcome="failure", t0=1_767_225_700.0))
 
 
-@pytest.fixture
-def journal_file(tmp_path: Path) -> Path:
-    """A closed journal file holding `two_episodes()`."""
-    path = tmp_path / "journal.db"
+def two_episode_journal(path: Path) -> Path:
+    """`path`, made a closed journal file holding `two_episodes()`."""
     with Journal.open(path) as journal:
         journal.append(two_episodes())
     return path
+
+
+@pytest.fixture
+def journal_file(tmp_path: Path) -> Path:
+    return two_episode_journal(tmp_path / "journal.db")
 
 
 @pytest.fixture
