@@ -316,6 +316,7 @@ PUBLIC = {
         "MODEL_NAME",
         "local_model_server",
         "ALL_AGENTS",
+        "ANY_COMPLETER",
         "ALL_ROLES",
         "HELPERS_CONTROL",
         "MAX_SECONDS",

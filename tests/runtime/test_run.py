@@ -183,8 +183,14 @@ def test_the_example_configuration_runs(tmp_path: Path, capsys: pytest.CaptureFi
         (["--max-turns", "0"], "run: argument --max-turns: must be at least 1, got 0"),
         (["--concurrency", "-2"], "run: argument --concurrency: must be at least 1, got -2"),
         (["--trials", "two"], "run: argument --trials: expected a whole number, got 'two'"),
-        (["--episode-timeout", "-1"], "run: argument --episode-timeout: must be a number of seconds above 0, got -1"),
-        (["--episode-timeout", "inf"], "run: argument --episode-timeout: must be a number of seconds above 0, got inf"),
+        (
+            ["--episode-timeout", "-1"],
+            "run: argument --episode-timeout: must be a number of seconds above 0 and at most 2.592e+06, got -1",
+        ),
+        (
+            ["--episode-timeout", "inf"],
+            "run: argument --episode-timeout: must be a number of seconds above 0 and at most 2.592e+06, got inf",
+        ),
         (["--error-rates", "1.5"], "run: argument --error-rates: must be between 0 and 1, got 1.5"),
         (
             ["--error-rates", "1.0"],

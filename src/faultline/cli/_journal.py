@@ -192,7 +192,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--completers",
         metavar="AGENTS",
         help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"
-        " dead-lettered (default: the configuration's system's, which `up` and `run` pass too)",
+        " dead-lettered (default: the configuration's system's, which `up` and `run` pass too; '*': anyone's)",
     )
     otel_flags(p)
     p.set_defaults(handler=_serve)

@@ -37,6 +37,7 @@ from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
+    ANY_COMPLETER,
     STATUS_SERVICE,
     STATUS_WINDOW_S,
     Config,
@@ -276,8 +277,11 @@ def journal_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _completers(args: argparse.Namespace, config: Config) -> tuple[str, ...]:
-    """`--completers`, else the configuration's: its system's agents that complete episodes, as `up` passes them."""
+def _completers(args: argparse.Namespace, config: Config) -> tuple[str, ...] | None:
+    """`--completers` (None for `*`: every completion), else the configuration's: its system's agents that complete
+    episodes, as `up` passes them."""
+    if args.completers == ANY_COMPLETER:
+        return None
     if args.completers is not None:
         return tuple(agent.strip() for agent in args.completers.split(",") if agent.strip())
     try:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
         scoped_to_run,
     )
     from faultline.runtime._helper_pool import HelperPool
-    from faultline.runtime._journal_service import JournalService, journal_backlog
+    from faultline.runtime._journal_service import ANY_COMPLETER, JournalService, journal_backlog
     from faultline.runtime._layout import (
         FAMA_CONSUMERS,
         MEMORY_IDENTITY,
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "ANY_COMPLETER",
     "MAX_SECONDS",
     "system_of",
     "JournalService",
@@ -197,7 +198,7 @@ __getattr__, __dir__ = lazy_exports(
             "scoped_to_run",
         ),
         "faultline.runtime._helper_pool": ("HelperPool",),
-        "faultline.runtime._journal_service": ("JournalService", "journal_backlog"),
+        "faultline.runtime._journal_service": ("ANY_COMPLETER", "JournalService", "journal_backlog"),
         "faultline.runtime._layout": (
             "FAMA_CONSUMERS",
             "MEMORY_IDENTITY",

@@ -72,6 +72,10 @@ def journal_process(shard: int, shards: int) -> str:
     return JOURNAL if shards == 1 else f"{JOURNAL}-{shard}"
 
 
+ANY_COMPLETER = "*"
+"""`journal serve --completers *`: every completion is journaled, whoever sent it."""
+
+
 def consumer_name(shard: int, shards: int) -> str:
     """The durable consumer of journal shard `shard` of `shards`; a single journal keeps the name it always had."""
     return CONSUMER if shards == 1 else f"{CONSUMER}-{shard}of{shards}"

@@ -31,7 +31,7 @@ from faultline._errors import BusError, ServerError
 from faultline._parent import supervised_env
 from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles
 from faultline.runtime._episodes import JournalState
-from faultline.runtime._journal_service import journal_process
+from faultline.runtime._journal_service import ANY_COMPLETER, journal_process
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -138,7 +138,7 @@ class Supervisor:
             await self.bus.ensure_consumers(access.consumers)  # the workers may only read them, not make them
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
         await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
-        completers = () if self.completers is None else ("--completers", ",".join(self.completers))
+        completers = ("--completers", ANY_COMPLETER if self.completers is None else ",".join(self.completers))
         partitions = ("--partitions", str(self.bus_settings.partitions))
         journal_args = ("journal", "serve", str(self.journal_path), *completers, *partitions, *self.journal_args)
         shards = self.journal_shards
