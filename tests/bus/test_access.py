@@ -242,7 +242,7 @@ async def test_a_question_to_the_stream_that_the_credential_may_not_ask_says_so(
     finally:
         await worker.close()
     assert str(refused.value) == (
-        "NATS refused worker-main (user 'worker-main') the state of consumer journal: the credential it connected"
-        " with may not ask for it (the operator's may)"
+        "NATS refused worker-main (user 'worker-main') asking for the state of consumer journal: the credential it"
+        " connected with may not (the operator's may)"
     )
     assert not [r for r in caplog.records if r.levelno == logging.ERROR]

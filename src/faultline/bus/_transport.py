@@ -17,7 +17,7 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -337,7 +337,7 @@ class Bus:
             num_replicas=self.settings.replicas,
             metadata={PARTITIONS_KEY: str(partitions)},
         )
-        with nats_failure(f"setting up stream {self.subjects.stream}"):
+        with self._jetstream(f"setting up stream {self.subjects.stream}"):
             try:
                 info = await self.js.stream_info(self.subjects.stream)
             except nats.js.errors.NotFoundError:
@@ -380,7 +380,7 @@ class Bus:
         return StreamState(messages=info.state.messages, last_seq=info.state.last_seq)
 
     async def _stream_info(self) -> api.StreamInfo:
-        with nats_failure(f"asking for the state of stream {self.subjects.stream}"):
+        with self._jetstream(f"asking for the state of stream {self.subjects.stream}"):
             return await self.js.stream_info(self.subjects.stream)
 
     # -- publishing -----------------------------------------------------------------------
@@ -628,17 +628,26 @@ class Bus:
         return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
     async def _consumer_info(self, name: str) -> api.ConsumerInfo | None:
-        try:
-            with nats_failure(f"asking for the state of consumer {name}"):
-                try:
-                    info: api.ConsumerInfo = await self.js.consumer_info(self.subjects.stream, name)
-                except nats.js.errors.NotFoundError:
-                    return None
-        except BusError:
-            subject = f"{_API_PREFIX}consumer.info.{self.subjects.stream}.{name}"
-            self._refusals.check_asked(subject, f"the state of consumer {name}")
-            raise
+        with self._jetstream(f"asking for the state of consumer {name}"):
+            try:
+                info: api.ConsumerInfo = await self.js.consumer_info(self.subjects.stream, name)
+            except nats.js.errors.NotFoundError:
+                return None
         return info
+
+    @contextlib.contextmanager
+    def _jetstream(self, what: str) -> Iterator[None]:
+        """`nats_failure` for requests to the JetStream API: one the server refused this credential is named so
+        (PublishRefusedError), where its asker would see only a timeout."""
+        refused = self._refusals.api_refused
+        try:
+            with nats_failure(what):
+                yield
+        except PublishRefusedError:
+            raise  # said already, and better, by whoever knew more
+        except BusError:
+            self._refusals.check_asked(refused, what)
+            raise
 
     async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
         """Make the durable consumers the operator makes for other identities, or bring their filters,
@@ -673,7 +682,7 @@ class Bus:
                     idle_heartbeat=config.idle_heartbeat,
                     max_ack_pending=config.max_ack_pending,
                 )
-            with nats_failure(f"making consumer {spec.name}"):
+            with self._jetstream(f"making consumer {spec.name}"):
                 await self.js.add_consumer(self.subjects.stream, config)
 
     async def own_consumer(
@@ -694,10 +703,10 @@ class Bus:
                 config = _own_config(
                     name, deliver_subject, filter_subjects, ack_wait_s or self.settings.ack_wait_s, self.settings
                 )
-                with nats_failure(f"opening consumer {name}"):
+                with self._jetstream(f"opening consumer {name}"):
                     info = await self.js.add_consumer(stream, config)
             elif self.inbox == INBOX and info.config.max_ack_pending != self.settings.max_ack_pending:
-                with nats_failure(f"updating consumer {name}'s limit of unacknowledged deliveries"):
+                with self._jetstream(f"updating consumer {name}'s limit of unacknowledged deliveries"):
                     info = await self.js.add_consumer(
                         stream, info.config.evolve(max_ack_pending=self.settings.max_ack_pending)
                     )
@@ -714,7 +723,7 @@ class Bus:
         last = info.delivered.stream_seq if info.delivered else 0
         fresh = not delivered and not info.num_ack_pending and floor == last
         if not fresh:
-            with nats_failure(f"resetting consumer {name} to its acknowledgement floor"):
+            with self._jetstream(f"resetting consumer {name} to its acknowledgement floor"):
                 info = (await self.js.reset_consumer(stream, name)).info
         assert info.config.deliver_subject is not None
         return await self._open_consumer(name, info.config.deliver_subject, durable=True, info=info), fresh
@@ -740,7 +749,7 @@ class Bus:
         one on a single subject is made with the filtered create subject, which permissions
         can hold a reader to; several subjects are for the operator's reads.
         """
-        with nats_failure(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
+        with self._jetstream(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
             stream = self.subjects.stream
             if name is not None and not replace:
                 try:
@@ -896,6 +905,8 @@ class _Refusals:
         self.subjects: deque[str] = deque(maxlen=256)
         """Lower case, as the client library hands the server's errors on."""
         self.login_refused = False
+        self.api_refused = 0
+        """How many requests to the JetStream API the server refused (`Bus._jetstream`)."""
         self.tls_failure = ""
         self.reconnected = anyio.Event()
         """Set at the next reconnect (then replaced): what was sent on core NATS meanwhile never came."""
@@ -916,7 +927,9 @@ class _Refusals:
         subject = found.group(1)
         # A waiting publisher, or the asker of the JetStream API, raises it (PublishRefusedError): said once, by
         # whoever handles that.
-        said = bool(self.rounds) or subject.startswith(_API_PREFIX)
+        asked = subject.startswith(_API_PREFIX)
+        self.api_refused += asked
+        said = bool(self.rounds) or asked
         log.log(
             logging.DEBUG if said else logging.ERROR, "NATS refused %s permission to publish on %s", self.name, subject
         )
@@ -924,13 +937,12 @@ class _Refusals:
         for round_ in self.rounds:
             round_.wake()
 
-    def check_asked(self, subject: str, what: str) -> None:
-        """PublishRefusedError if the server refused the JetStream API request on `subject` (asking for `what`):
-        its asker sees only a timeout otherwise."""
-        if subject.lower() in self.subjects:
+    def check_asked(self, refused_before: int, what: str) -> None:
+        """PublishRefusedError if the server refused a JetStream API request since it had refused `refused_before`
+        (`api_refused`): `what` was such a request."""
+        if self.api_refused > refused_before:
             raise PublishRefusedError(
-                f"NATS refused {self.name} {what}: the credential it connected with may not ask for it"
-                " (the operator's may)"
+                f"NATS refused {self.name} {what}: the credential it connected with may not (the operator's may)"
             )
 
     def check_consumer(self, stream: str, name: str, filter_subjects: Sequence[str]) -> None:
