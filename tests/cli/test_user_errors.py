@@ -24,7 +24,7 @@ def journal(tmp_path: Path) -> Path:
         (["journal", "export", "{j}", "-o", "{tmp}"], 1, ": Is a directory"),
         (["report", "{j}"], 1, "journal.db is not a campaign folder: it has no manifest.json"),
         (["journal", "verify", "{tmp}"], 1, ": is a folder, not a journal file"),
-        (["replay", "{tmp}"], 1, ": is a folder, but no journal set (it has no manifest.json)"),
+        (["replay", "{tmp}"], 1, ": is a folder, but no journal set (it has no journal-set.json)"),
         (["journal", "import", "/dev/null", "{tmp}/x.sqlite"], 1, "/dev/null: is not a regular file"),
         (["journal", "tail", "{j}", "-n", "99999999999999999999"], 2, "argument -n: must be at most"),
         (["journal", "tail", "{j}", "-n", "-1"], 2, "argument -n: must be at least 0, got -1"),
@@ -32,12 +32,17 @@ def journal(tmp_path: Path) -> Path:
         (["view", "{j}", "--serve", "--port", "99999"], 2, "argument --port: must be at most 65535, got 99999"),
         (["inject", "storm", "--to", "a.b", "--nats", "nats://127.0.0.1:9"], 2, "recipient 'a.b' can match nothing"),
         (["helpers", "clear", "nope", "--nats", "nats://127.0.0.1:9"], 1, "cannot load domain 'nope'"),
+        (["run", "--tasks", "1", "--journal", "{tmp}"], 1, ": is a folder, not a journal file"),
+        (["up", "--journal", "{tmp}"], 1, ": is a folder, not a journal file"),
+        (["run", "--tasks", "1", "--journal", "/dev/null"], 1, "/dev/null: is not a regular file, so not a journal"),
+        (["run", "--tasks", "1", "--journal", "{tmp}/notes.txt"], 1, "notes.txt: not a Faultline journal"),
         (["run", "--episode-timeout", "1e300"], 2, "argument --episode-timeout: must be a number of seconds above 0"),
     ],
 )
 def test_a_mistake_is_one_line_and_a_failing_status(
     argv: list[str], status: int, said: str, journal: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "notes.txt").write_text("not a journal\n")
     filled = [a.format(j=journal, tmp=tmp_path) for a in argv]
     assert main(filled) == status
     err = capsys.readouterr().err

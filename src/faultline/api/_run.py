@@ -49,6 +49,7 @@ from faultline.bus import OPERATOR, Access, Bus, Login
 from faultline.core import EpisodeCompleted, InputRecord, ModelBackend, load_system, parse_roster, read_inputs
 from faultline.envs import load_domain
 from faultline.faults import FaultRule, why_not_on
+from faultline.journal import check_journal_target
 from faultline.runtime import (
     MEMORY_IDENTITY,
     Config,
@@ -311,6 +312,8 @@ def _run_planned(
         result = resumed(result, journal, spec.run_id)
     rules = [scoped_to_run(parse_fault_spec(text), plan.run_id) for text in spec.faults]
     connect_as = spec.login or Login()
+    if not spec.nats:
+        check_journal_target(journal, config.journal.shards)
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"
     groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), plan.helpers)

@@ -7,18 +7,15 @@ from datetime import datetime
 from pathlib import Path
 
 from faultline._errors import JournalError, UsageError
-from faultline._files import not_a_file
-from faultline.journal import EpisodeFilter, JournalReader, journal_exists
+from faultline.journal import EpisodeFilter, JournalReader, absent_journal, journal_exists
 
 STATUSES = ("passed", "failed", "errored", "incomplete")
 
 
 def require_journal(path: Path) -> None:
     """JournalError for a journal (file or set) that is not there, before anything opens (or creates) it."""
-    if path.is_dir() and not journal_exists(path):
-        raise JournalError(f"{path}: is a folder, but no journal set (it has no manifest.json)")
     if not journal_exists(path):
-        raise JournalError(not_a_file(path, "a journal file or journal set"))
+        raise JournalError(absent_journal(path))
 
 
 def add_episode_filters(

@@ -35,7 +35,7 @@ from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers
 from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
-from faultline.journal import MAX_SHARDS
+from faultline.journal import MAX_SHARDS, check_journal_target
 from faultline.runtime import (
     ANY_COMPLETER,
     STATUS_SERVICE,
@@ -298,6 +298,7 @@ def _up(args: argparse.Namespace) -> int:
     apply_defense_flags(config, args.defense)  # a wrong flag fails here, not in every worker
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
+    check_journal_target(journal, config.journal.shards)
     groups = check_system(config, config_source(args.config))
     workers = worker_specs(config, groups, args.config)
     if not system_of(config).is_user_system:  # FAMA's helpers and controller serve the built-in tool-use agents

@@ -17,7 +17,16 @@ if TYPE_CHECKING:
     from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, JournalReader
     from faultline.journal._rows import GENESIS, Incoming, JournalRow
     from faultline.journal._schema import SCHEMA_VERSION, JournalSettings, is_sqlite_file
-    from faultline.journal._set import MAX_SHARDS, create_set, is_journal_set, journal_exists, journal_files, shard_path
+    from faultline.journal._set import (
+        MAX_SHARDS,
+        absent_journal,
+        check_journal_target,
+        create_set,
+        is_journal_set,
+        journal_exists,
+        journal_files,
+        shard_path,
+    )
     from faultline.journal._verify import VerifyReport, verify
     from faultline.journal._view import ViewStats, attributed_steps, write_view
     from faultline.journal._view_server import ViewServer
@@ -27,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ViewServer",
     "attributed_steps",
+    "absent_journal",
+    "check_journal_target",
     "create_set",
     "is_journal_set",
     "journal_exists",
@@ -72,6 +83,8 @@ __getattr__, __dir__ = lazy_exports(
         "faultline.journal._schema": ("SCHEMA_VERSION", "JournalSettings", "is_sqlite_file"),
         "faultline.journal._set": (
             "MAX_SHARDS",
+            "absent_journal",
+            "check_journal_target",
             "create_set",
             "is_journal_set",
             "journal_exists",

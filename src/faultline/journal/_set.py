@@ -20,6 +20,7 @@ from typing import Literal
 import msgspec
 
 from faultline._errors import JournalError
+from faultline._files import not_a_file
 
 MANIFEST = "journal-set.json"
 MAX_SHARDS = 64
@@ -40,6 +41,28 @@ def is_journal_set(path: Path) -> bool:
 def journal_exists(path: Path) -> bool:
     """Whether `path` is there to read as a journal: a file, or a journal set's folder."""
     return path.is_file() or is_journal_set(path)
+
+
+def absent_journal(path: Path) -> str:
+    """Why `path`, which `journal_exists` says is no journal, cannot be read as one, in words."""
+    if path.is_dir():
+        return f"{path}: is a folder, but no journal set (it has no {MANIFEST})"
+    return not_a_file(path, "a journal file or journal set")
+
+
+def check_journal_target(path: Path, shards: int = 1) -> None:
+    """JournalError, in one line, when a system could not write its journal (with `shards` above 1, a set's folder)
+    at `path`: said before any process starts, where the journal service's log alone would say it after."""
+    if shards > 1:
+        if path.exists() and not path.is_dir():
+            raise JournalError(f"{path}: is not a folder, so not a journal set of {shards} shards")
+        return
+    if path.exists() and not path.is_file():
+        raise JournalError(not_a_file(path, "a journal file"))
+    if path.is_file() and path.stat().st_size:
+        from faultline.journal._reader import JournalReader  # here: one journal file's check, not the reader's import
+
+        JournalReader(path).close()  # "not a Faultline journal", a schema newer than this Faultline, ...
 
 
 def shard_path(folder: Path, shard: int) -> Path:
