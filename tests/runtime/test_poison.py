@@ -156,6 +156,37 @@ async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: 
     assert verify(journal).ok
 
 
+async def test_a_dead_letter_whose_id_was_taken_first_is_sent_under_one_nobody_could_foresee(tmp_path: Path) -> None:
+    """A credential that may publish dead letters took the ids of the letters of its next messages, to have its
+    poison leave no trace: the real letter is journaled all the same, with the refused bytes' digest. (A system of
+    its own: the ids it takes stay taken for the stream's duplicate window.)"""
+    journal = tmp_path / "journal.sqlite"
+    squats = 10  # the poison lands right after them, unless something else comes first: then a little later
+    async with held(live_system(tmp_path, journal)) as supervisor:
+        bus = supervisor.bus
+        assert bus is not None
+        raw = await raw_client(supervisor)
+        try:
+            js = raw.jetstream()
+            last = (await bus.stream_state()).last_seq
+            for i in range(squats):
+                forged = Envelope(
+                    id=f"squat{i}", episode="dlq", sender="bus", body=DeadLetter(reason="-", subject="-", data=b"")
+                )
+                await js.publish("fl.dlq", encode(forged), headers={"Nats-Msg-Id": f"dlq-{last + squats + 1 + i}"})
+            poison = b"\xc1 poison"
+            seq = (await js.publish(f"fl.ep.{episode_of('squatted')}.env.tool", poison)).seq
+        finally:
+            await raw.close()
+        assert last + squats < seq <= last + 2 * squats
+        await journal_everything(bus)
+    with JournalReader(journal) as reader:
+        letters = [(r.id, b) for r in reader.rows() if isinstance(b := r.decoded_body(), DeadLetter)]
+    real = [(i, b) for i, b in letters if b.stream_seq == seq and b.digest == digest(poison)]
+    # One from each process that refused the bytes (the worker that would have handled them, the journal).
+    assert real and all(i.startswith(f"dlq-{seq}-") and b.data == poison for i, b in real), letters
+
+
 FUZZ_MESSAGES = 300
 FUZZ_SEED = 20261123
 NAMES = ["env", "tool", "user", "runner", "fz-1", "", "evil.sender", "a b", "*", ">", "x" * 65]

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import re
 import ssl
 import time
@@ -509,8 +510,19 @@ class Bus:
             size=len(delivery.data),
             digest=digest(delivery.data),
         )
-        letter = Envelope(id=f"dlq-{delivery.stream_seq}", episode="dlq", sender=DLQ_SENDER, body=body)
-        await self.publish_raw(self.subjects.dlq, encode(letter), letter.id)
+        letter_id = f"dlq-{delivery.stream_seq}"
+        stored = await self.publish_raw(self.subjects.dlq, encode(self._letter(letter_id, body)), letter_id)
+        if stored < delivery.stream_seq:
+            # A message older than the refused one holds its letter's id: no letter of it can be, so someone who
+            # may publish dead letters took the id first, to have the refused bytes leave no trace. This letter
+            # goes under an id nobody can foresee.
+            log.warning("dead letter id %s was taken by stream sequence %d, before its message", letter_id, stored)
+            unforeseen = f"{letter_id}-{os.urandom(8).hex()}"
+            await self.publish_raw(self.subjects.dlq, encode(self._letter(unforeseen, body)), unforeseen)
+
+    @staticmethod
+    def _letter(letter_id: str, body: DeadLetter) -> Envelope:
+        return Envelope(id=letter_id, episode="dlq", sender=DLQ_SENDER, body=body)
 
     # -- consuming ------------------------------------------------------------------------
 
