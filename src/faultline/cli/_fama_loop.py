@@ -227,11 +227,10 @@ def _loop(args: argparse.Namespace) -> int:
         }
         _jsonl.summary(summary_line)
         return 0
-    table_console().print(_table(rounds, args.trials, config.fama.analysts, config.fama.rosters))
+    console = table_console()
+    console.print(_table(rounds, args.trials, config.fama.analysts, config.fama.rosters))
     if config.model(config.fama.role).backend == "sim":
-        table_console().print(
-            f"[dim]{SIM_JUDGE_NOTE}; sim runs exercise the runtime, they are no result about models[/dim]"
-        )
+        console.print(f"[dim]{SIM_JUDGE_NOTE}; sim runs exercise the runtime, they are no result about models[/dim]")
     return 0
 
 

@@ -406,9 +406,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         _jsonl.summary(summary)
     else:
-        table_console().print(_table(summary, report.ran_on or args.domain, report.run_id))
+        tables = table_console()
+        tables.print(_table(summary, report.ran_on or args.domain, report.run_id))
         if summary.costs:
-            table_console().print(_costs_table(summary, uses_sim=report.uses_sim))
+            tables.print(_costs_table(summary, uses_sim=report.uses_sim))
     console = Console(stderr=True)
     if report.signal is not None:
         console.print(_stopped(report, args.nats), soft_wrap=True, highlight=False)

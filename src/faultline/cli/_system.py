@@ -442,13 +442,12 @@ def _status(args: argparse.Namespace) -> int:
             ", ".join(r.get("services", [])) or "-",
             slowest,
         )
-    table_console().print(table)
+    console = table_console()
+    console.print(table)
     waiting = ", ".join("-" if n is None else f"{n:,}" for n in journal.waiting)
-    table_console().print(
-        f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False
-    )
+    console.print(f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False)
     if rosters.domains:
-        table_console().print(_rosters_table(rosters))
+        console.print(_rosters_table(rosters))
     return 0 if replies else 1
 
 
