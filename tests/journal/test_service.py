@@ -21,7 +21,7 @@ from faultline._errors import BusError, JournalError
 from faultline.bus import Bus, Consumer, EmbeddedServer
 from faultline.core import DeadLetter, Envelope, Note, UserTurn, encode
 from faultline.journal import Journal, JournalReader, verify
-from faultline.runtime._journal_service import JournalService
+from faultline.runtime._journal_service import MAX_WAITING, JournalService
 from tests.disk import fill
 
 
@@ -66,6 +66,42 @@ async def test_batches_gather_while_nobody_waits_and_go_at_once_when_someone_doe
     assert service.last_seq == 25
     with JournalReader(path) as reader:
         assert [r.id for r in reader.rows()] == [f"m{i}" for i in range(25)]
+
+
+async def test_a_flood_of_questions_for_a_sequence_never_reached_leaves_the_journal_journaling(
+    bus: Bus, tmp_path: Path
+) -> None:
+    """Each question for a sequence the stream never reaches used to wait for ever, and cost a look at all the
+    others: a credential that may ask (any) stalled the journal with a second of them. Past MAX_WAITING the
+    oldest is answered at once with what the journal holds."""
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path)
+    flood = 20 * MAX_WAITING
+    answered, all_answered = anyio.Event(), anyio.Event()
+    answers = 0
+
+    async def count(_msg: Msg) -> None:
+        nonlocal answers
+        answers += 1
+        if answers == flood - MAX_WAITING:
+            answered.set()
+        if answers == flood:
+            all_answered.set()
+
+    await bus.nc.subscribe("_INBOX.flood", cb=count)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(service.run)
+            await service.wait_ready()
+            for _ in range(flood):
+                await bus.nc.publish(bus.subjects.svc("journal"), b'{"until": 1000000000000}', reply="_INBOX.flood")
+            await bus.publish_all(note(i) for i in range(10))
+            assert (await ask_journal(bus, until=10))["last_seq"] == 10
+            await answered.wait()
+            service.stop()
+        await all_answered.wait()  # the last MAX_WAITING, at the stop
+    with JournalReader(path) as reader:
+        assert [r.id for r in reader.rows()] == [f"m{i}" for i in range(10)]
 
 
 async def test_deliveries_lost_on_the_way_are_read_again_not_acknowledged_unseen(

@@ -61,6 +61,10 @@ BATCH_GATHER_S = 0.05
 costs a shard, which is delivered a part of the stream, two to three times the CPU per row of one journal."""
 MAX_ACK_PENDING = 100_000
 REACH_RETRY_S = 0.1
+MAX_WAITING = 256
+"""Questions (`until`) left waiting at most: a runner asks one at a time, so more are a flood, and the oldest is
+answered at once with what the journal holds (a question for a sequence the stream never reaches would wait for
+ever, and every new one would cost a look at all)."""
 """How soon a filtered shard asks again whether it reached the stream's end, while someone waits and its consumer
 was not settled when it asked: its last acknowledgement may not have been counted yet, and no batch may come."""
 
@@ -144,6 +148,9 @@ class JournalService:
         """Set while someone waits for a sequence the file does not hold yet: batches are then not gathered."""
         self._tasks: TaskGroup | None = None
         self._asking_again = False
+        self._reaching = False
+        self._reach_asked = False
+        """Whether a question came since the running look at the stream's end began (`_reach_soon`)."""
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -467,9 +474,28 @@ class JournalService:
         except msgspec.DecodeError:
             until = 0
         self._waiting.append((until, msg))
+        if len(self._waiting) > MAX_WAITING:
+            _, oldest = self._waiting.pop(0)
+            await self._respond([oldest])
         self._hurry_while_awaited()
         await self._answer()
-        await self._reach_stream()
+        self._reach_soon()
+
+    def _reach_soon(self) -> None:
+        """`_reach_stream` in a task of its own, again while questions came during the last look: a burst of
+        questions costs a look at the stream per round trip, not one each."""
+        self._reach_asked = True
+        if self._tasks is not None and not self._reaching:
+            self._reaching = True
+            self._tasks.start_soon(self._reach_while_asked)
+
+    async def _reach_while_asked(self) -> None:
+        try:
+            while self._reach_asked:
+                self._reach_asked = False
+                await self._reach_stream()
+        finally:
+            self._reaching = False
 
     async def _answer(self, *, everyone: bool = False) -> None:
         """Answer the questions that can be answered now (all of them when stopping)."""
@@ -482,6 +508,12 @@ class JournalService:
             else:
                 waiting.append((until, msg))
         self._waiting = waiting
+        await self._respond(answered)
+
+    async def _respond(self, asked: list[Message]) -> None:
+        """Tell each of `asked` the journal's state now."""
+        if not asked:
+            return
         reply = msgspec.json.encode(
             {
                 "last_seq": self.last_seq,
@@ -492,7 +524,7 @@ class JournalService:
                 "journal": str((self._set or self.path).resolve()),
             }
         )
-        for msg in answered:
+        for msg in asked:
             try:
                 await msg.respond(reply)
             except BusError:
