@@ -41,7 +41,7 @@ from faultline._errors import (
     PublishRefusedError,
     ReplyTimeoutError,
 )
-from faultline.bus._access import INBOX, ConsumerSpec, Credential, Login, inbox
+from faultline.bus._access import INBOX, OPERATOR, ConsumerSpec, Credential, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
@@ -428,6 +428,7 @@ class Bus:
             while True:
                 unconfirmed = await self._confirm(publishes, round_)
                 if not unconfirmed:
+                    await self._check_taken(publishes)
                     return
                 now = anyio.current_time()
                 silent_s = now - acks.confirmed_at
@@ -469,6 +470,35 @@ class Bus:
         except BaseException:
             acks.forget(publishes)
             raise
+
+    async def _check_taken(self, publishes: list[Publish]) -> None:
+        """Send again, under an id nobody could foresee, each publish JetStream found a duplicate of a message on
+        another subject: that message took its id, to have it dropped (only this identity publishes on its subject,
+        and ids are derived from what others read, such as an episode's id). Only a connection that may read the
+        stream back can tell: the operator's, whose starts and timeouts a worker could otherwise suppress."""
+        if self.inbox not in (INBOX, inbox(OPERATOR)):
+            return
+        for publish in publishes:
+            if not publish.duplicate:
+                continue
+            try:
+                stored = await self.js.get_msg(self.subjects.stream, publish.seq)
+            except nats.errors.Error as exc:
+                log.debug("cannot read back sequence %d, which took id %s: %s", publish.seq, publish.msg_id, exc)
+                continue
+            if stored.subject == publish.subject:
+                continue  # a copy of its own, sent again
+            log.warning(
+                "id %s of a message on %s was taken by sequence %d on %s; sent again under another",
+                publish.msg_id,
+                publish.subject,
+                publish.seq,
+                stored.subject,
+            )
+            again, round_ = Publish(publish.subject, publish.data, f"{publish.msg_id}~{os.urandom(8).hex()}"), Round()
+            await self._acks.send(again, round_)
+            await self._settle([again], round_)
+            publish.seq, publish.duplicate = again.seq, False
 
     async def _confirm(self, publishes: list[Publish], round_: Round) -> list[tuple[Publish, str]]:
         """Wait up to `publish_timeout_s` for the round's answers; the publishes worth sending again, with why.
