@@ -115,6 +115,13 @@ POISON: dict[str, Poison] = {
         ),
         "at `$.body.reason`",
     ),
+    "a-recording-of-a-negative-index": lambda e, _: (
+        f"fl.rec.{e}.env",
+        tool_call(
+            e, sender="env", recipient="", body=Recording(call="now", index=-3, request_digest="d", response=1.0)
+        ),
+        "at `$.body.index`",
+    ),
     "recorder-disagrees-with-subject": lambda e, _: (
         f"fl.rec.{e}.user",
         tool_call(e, recipient="", body=Recording(call="now", index=0, request_digest="d", response=1.0)),

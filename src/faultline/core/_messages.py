@@ -34,6 +34,9 @@ exported and read back, nor its episodes listed."""
 MAX_TIMER_S = 366 * 86_400.0
 """The longest wait a `Timer` may ask for: a year."""
 
+MAX_CALLS = 1_000_000
+"""The most recorded calls (`Recording.index`) one handling may make: far past any real handler."""
+
 MAX_ID_CHARS = 256
 """The longest message id (and causation) a message may carry; the runtime's own are 20 characters."""
 
@@ -210,7 +213,7 @@ class Recording(Body, frozen=True, tag="recording"):
     route: ClassVar[str] = "rec"
 
     call: Literal["llm", "request", "now", "random"]
-    index: int
+    index: Annotated[int, msgspec.Meta(ge=0, le=MAX_CALLS)]
     request_digest: str
     request: Any = None
     response: Any = None
