@@ -14,13 +14,12 @@ if TYPE_CHECKING:
     from faultline.journal._describe import DESCRIBE_WIDTH, describe_body
     from faultline.journal._diff import EpisodeDiff, Step, diff_episodes, forked_from
     from faultline.journal._export import ExportedRow, export_jsonl, export_row, import_jsonl
-    from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, JournalReader
+    from faultline.journal._reader import AgentCost, EpisodeFilter, EpisodeSummary, JournalReader, check_journal_target
     from faultline.journal._rows import GENESIS, Incoming, JournalRow
     from faultline.journal._schema import SCHEMA_VERSION, JournalSettings, is_sqlite_file
     from faultline.journal._set import (
         MAX_SHARDS,
         absent_journal,
-        check_journal_target,
         create_set,
         is_journal_set,
         journal_exists,
@@ -78,13 +77,18 @@ __getattr__, __dir__ = lazy_exports(
         "faultline.journal._describe": ("DESCRIBE_WIDTH", "describe_body"),
         "faultline.journal._diff": ("EpisodeDiff", "Step", "diff_episodes", "forked_from"),
         "faultline.journal._export": ("ExportedRow", "export_jsonl", "export_row", "import_jsonl"),
-        "faultline.journal._reader": ("AgentCost", "EpisodeFilter", "EpisodeSummary", "JournalReader"),
+        "faultline.journal._reader": (
+            "AgentCost",
+            "EpisodeFilter",
+            "EpisodeSummary",
+            "JournalReader",
+            "check_journal_target",
+        ),
         "faultline.journal._rows": ("GENESIS", "Incoming", "JournalRow"),
         "faultline.journal._schema": ("SCHEMA_VERSION", "JournalSettings", "is_sqlite_file"),
         "faultline.journal._set": (
             "MAX_SHARDS",
             "absent_journal",
-            "check_journal_target",
             "create_set",
             "is_journal_set",
             "journal_exists",

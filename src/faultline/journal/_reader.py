@@ -19,6 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 from faultline._errors import JournalError
+from faultline._files import not_a_file
 from faultline.core import digest, episode_shard
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
@@ -456,3 +457,16 @@ def _summed(agent: str, costs: list[AgentCost]) -> AgentCost:
         latency_s=sum(c.latency_s for c in costs),
         models=",".join(models),
     )
+
+
+def check_journal_target(path: Path, shards: int = 1) -> None:
+    """JournalError, in one line, when a system could not write its journal (with `shards` above 1, a set's folder)
+    at `path`: said before any process starts, where the journal service's log alone would say it after."""
+    if shards > 1:
+        if path.exists() and not path.is_dir():
+            raise JournalError(f"{path}: is not a folder, so not a journal set of {shards} shards")
+        return
+    if path.exists() and not path.is_file():
+        raise JournalError(not_a_file(path, "a journal file"))
+    if path.is_file() and path.stat().st_size:
+        JournalReader(path).close()  # "not a Faultline journal", a schema newer than this Faultline, ...

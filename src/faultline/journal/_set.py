@@ -50,21 +50,6 @@ def absent_journal(path: Path) -> str:
     return not_a_file(path, "a journal file or journal set")
 
 
-def check_journal_target(path: Path, shards: int = 1) -> None:
-    """JournalError, in one line, when a system could not write its journal (with `shards` above 1, a set's folder)
-    at `path`: said before any process starts, where the journal service's log alone would say it after."""
-    if shards > 1:
-        if path.exists() and not path.is_dir():
-            raise JournalError(f"{path}: is not a folder, so not a journal set of {shards} shards")
-        return
-    if path.exists() and not path.is_file():
-        raise JournalError(not_a_file(path, "a journal file"))
-    if path.is_file() and path.stat().st_size:
-        from faultline.journal._reader import JournalReader  # here: one journal file's check, not the reader's import
-
-        JournalReader(path).close()  # "not a Faultline journal", a schema newer than this Faultline, ...
-
-
 def shard_path(folder: Path, shard: int) -> Path:
     return folder / f"shard-{shard}.sqlite"
 
