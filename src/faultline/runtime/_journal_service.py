@@ -61,12 +61,12 @@ BATCH_GATHER_S = 0.05
 costs a shard, which is delivered a part of the stream, two to three times the CPU per row of one journal."""
 MAX_ACK_PENDING = 100_000
 REACH_RETRY_S = 0.1
+"""How soon a filtered shard asks again whether it reached the stream's end, while someone waits and its consumer
+was not settled when it asked: its last acknowledgement may not have been counted yet, and no batch may come."""
 MAX_WAITING = 256
 """Questions (`until`) left waiting at most: a runner asks one at a time, so more are a flood, and the oldest is
 answered at once with what the journal holds (a question for a sequence the stream never reaches would wait for
 ever, and every new one would cost a look at all)."""
-"""How soon a filtered shard asks again whether it reached the stream's end, while someone waits and its consumer
-was not settled when it asked: its last acknowledgement may not have been counted yet, and no batch may come."""
 
 log = logging.getLogger(__name__)
 
