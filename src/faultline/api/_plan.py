@@ -491,7 +491,7 @@ def with_model_tokens(summary: Summary, journal: Path, run_id: str) -> Summary:
     from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
 
     with JournalReader(journal) as reader:
-        spent = sum(c.prompt_tokens + c.completion_tokens for c in reader.agent_costs(f"{run_id}-"))
+        spent = sum(c.tokens for c in reader.agent_costs(f"{run_id}-"))
     return msgspec.structs.replace(summary, avg_tokens=spent / max(summary.episodes, 1))
 
 

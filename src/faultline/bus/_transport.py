@@ -495,7 +495,7 @@ class Bus:
                 publish.seq,
                 stored.subject,
             )
-            again, round_ = Publish(publish.subject, publish.data, f"{publish.msg_id}~{os.urandom(8).hex()}"), Round()
+            again, round_ = Publish(publish.subject, publish.data, _unforeseen(publish.msg_id)), Round()
             await self._acks.send(again, round_)
             await self._settle([again], round_)
             publish.seq, publish.duplicate = again.seq, False
@@ -547,7 +547,7 @@ class Bus:
             # may publish dead letters took the id first, to have the refused bytes leave no trace. This letter
             # goes under an id nobody can foresee.
             log.warning("dead letter id %s was taken by stream sequence %d, before its message", letter_id, stored)
-            unforeseen = f"{letter_id}-{os.urandom(8).hex()}"
+            unforeseen = _unforeseen(letter_id)
             await self.publish_raw(self.subjects.dlq, encode(self._letter(unforeseen, body)), unforeseen)
 
     @staticmethod
@@ -933,6 +933,11 @@ class Outbox:
             return
         self._publishes, self._round = [], None
         await self._bus._settle(publishes, round_)
+
+
+def _unforeseen(msg_id: str) -> str:
+    """`msg_id` made into one nobody could foresee, for a message whose own id someone else took first."""
+    return f"{msg_id}-{os.urandom(8).hex()}"
 
 
 _API_PREFIX = "$js.api."

@@ -344,7 +344,7 @@ def _round(
         completed = [e.episode for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)]
         by_episode = reader.episode_costs(prefix, completed)
     generated = {e: {c.agent: c.completion_tokens for c in by_episode.get(e, [])} for e in completed}
-    tokens = sum(c.prompt_tokens + c.completion_tokens for c in costs) / max(episodes, 1)
+    tokens = sum(c.tokens for c in costs) / max(episodes, 1)
     latency = float(summary["avg_latency_s"])
     overheads = {}
     if baseline is not None:

@@ -70,6 +70,10 @@ class AgentCost(msgspec.Struct, frozen=True, kw_only=True):
     models: str = ""
     """The models it called, comma-separated, in no set order."""
 
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
 
 class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
     """Which episodes a command works on; every field left None matches all.
@@ -207,10 +211,7 @@ class _FileReader:
         lacking = [s.episode for s in summaries if not s.tokens]
         if not lacking:
             return summaries
-        spent = {
-            episode: sum(c.prompt_tokens + c.completion_tokens for c in costs)
-            for episode, costs in self.episode_costs("", lacking).items()
-        }
+        spent = {episode: sum(c.tokens for c in costs) for episode, costs in self.episode_costs("", lacking).items()}
         return [msgspec.structs.replace(s, tokens=spent[s.episode]) if spent.get(s.episode) else s for s in summaries]
 
     def domains(self) -> dict[str, str]:
