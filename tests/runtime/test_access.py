@@ -33,8 +33,10 @@ from faultline.core import (
     DeadLetter,
     Envelope,
     EpisodeCompleted,
+    Notice,
     Subjects,
     ToolCall,
+    derive_id,
     encode,
 )
 from faultline.faults import add_rule_control
@@ -177,6 +179,49 @@ async def test_a_forbidden_publish_is_refused_and_the_run_is_unchanged(case: str
         if forgery.identity == OPERATOR:  # the server lets the operator through: the journal service refuses it
             assert letters[0].reason.startswith("completion refused: 'tool' may not complete"), letters[0].reason
     assert verify(running.journal).ok
+
+
+def _starts(starts: list[str]) -> list[str]:
+    return starts
+
+
+def _first_outputs(starts: list[str]) -> list[str]:
+    """The ids the main group's agents derive for what they send, record or fail on, as they handle the starts."""
+    return [derive_id(start, i, family) for start in starts for family in "orqe" for i in range(3)]
+
+
+SQUATS = {
+    "the-runners-starts-by-a-worker-of-the-episode": (worker_identity("main"), "env", _starts),
+    "the-runners-starts-by-another-group": (OUTSIDER, "verifier", _starts),
+    "another-groups-outputs": (OUTSIDER, "verifier", _first_outputs),
+}
+
+
+@pytest.mark.parametrize("case", SQUATS)
+async def test_ids_others_will_publish_under_cannot_be_taken_first(case: str, running: Running) -> None:
+    """An envelope's id is derived from what others read (an episode's id, the message it answers), so a credential
+    can work out the ids the runner's starts, or another group's outputs, will have, and publish its own notices
+    under them first, for the stream to drop those as duplicates: the episode would wait for its timeout. The stream
+    knows each identity's envelopes by ids keyed by its credential, which no other can foresee."""
+    identity, sender, squatted = SQUATS[case]
+    plan = RunPlan(tasks=1, run_id=f"squat{list(SQUATS).index(case)}")
+    (planned,) = plan_episodes(plan, retail())
+    supervisor = running.supervisor
+    assert supervisor.bus is not None
+    raw = await raw_client(supervisor, identity)
+    try:
+        js = raw.jetstream()
+        for i, taken in enumerate(squatted([env.id for env in start_envelopes(plan, planned)])):
+            notice = Envelope(id=f"squat-{case}-{i}", episode=planned.episode, sender=sender, body=Notice(text="mine"))
+            subject = S.event("notice", planned.episode, sender)
+            await js.publish(subject, encode(notice), headers={"Nats-Msg-Id": taken})
+    finally:
+        await raw.close()
+    async with Completions(supervisor.bus) as completions:
+        await supervisor.bus.publish_all(start_envelopes(plan, planned))
+        with anyio.fail_after(EPISODE_TIMEOUT_S):
+            done = await completions.wait([planned.episode])
+    assert (done[planned.episode].outcome, done[planned.episode].cause) == ("success", "")
 
 
 STREAM = S.stream

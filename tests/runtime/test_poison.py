@@ -18,14 +18,12 @@ import pytest
 import pytest_asyncio
 
 from faultline._errors import SubjectError
-from faultline.api import RunPlan, plan_episodes, start_envelopes
 from faultline.core import (
     RUNNER,
     Control,
     DeadLetter,
     Envelope,
     EpisodeCompleted,
-    Notice,
     Recording,
     Subjects,
     ToolCall,
@@ -43,7 +41,6 @@ from tests.runtime.live import (
     live_system,
     processes,
     raw_client,
-    retail,
     run_episode,
 )
 
@@ -172,27 +169,6 @@ async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: 
     assert (letter.subject, letter.size, letter.digest) == (subject, len(data), digest(data))
     assert letter.data == data[: len(letter.data)] and len(letter.data) <= 4096
     assert verify(journal).ok
-
-
-async def test_starts_whose_ids_a_worker_took_first_are_sent_again_and_the_episode_runs(running: Running) -> None:
-    """Message ids are derived from what others read (an episode's id): a worker's credential published its own
-    notices under the ids of an episode's starts, and JetStream dropped the runner's starts as duplicates, so the
-    episode waited for its timeout. The runner reads back what took each id, and sends again what another took."""
-    supervisor, journal = running
-    bus = supervisor.bus
-    assert bus is not None
-    plan = RunPlan(tasks=1, run_id="squatted-starts")
-    (planned,) = plan_episodes(plan, retail())
-    taken = [env.id for env in start_envelopes(plan, planned)]
-    raw = await raw_client(supervisor, "worker-main")
-    try:
-        js = raw.jetstream()
-        for i, msg_id in enumerate(taken):
-            notice = Envelope(id=f"squat-{i}", episode=planned.episode, sender="env", body=Notice(text="mine now"))
-            await js.publish(f"fl.ev.notice.{planned.episode}.env", encode(notice), headers={"Nats-Msg-Id": msg_id})
-    finally:
-        await raw.close()
-    assert (await run_episode(bus, "squatted-starts")).outcome == "success"
 
 
 async def test_a_dead_letter_whose_id_was_taken_first_is_sent_under_one_nobody_could_foresee(tmp_path: Path) -> None:

@@ -45,7 +45,6 @@ class _Answer(msgspec.Struct):
     """What JetStream answers a publish: where it stored it, or why it did not."""
 
     seq: int = 0
-    duplicate: bool = False
     error: _Refusal | None = None
 
 
@@ -61,9 +60,6 @@ class Publish:
     msg_id: str
     seq: int = 0
     """Its stream sequence once stored (or found a duplicate of one stored)."""
-    duplicate: bool = False
-    """Whether JetStream found a message stored under its id already: an earlier copy of its own, or another's
-    that took the id (`Bus._check_taken`)."""
     answered: bool = False
     failure: str = ""
     """Why JetStream did not store it ("" if it did)."""
@@ -213,7 +209,7 @@ class Confirmations:
         if publish is None:
             return  # the answer to a publish confirmed already, or given up
         publish.tokens.remove(token)
-        seq, failure, transient, duplicate = 0, "", False, False
+        seq, failure, transient = 0, "", False
         if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS:
             failure, transient = "no stream answered (none has a leader now)", True
         else:
@@ -222,7 +218,7 @@ class Confirmations:
             except msgspec.DecodeError:
                 answer = _Answer(error=_Refusal(description=f"unreadable answer {bytes(msg.data[:120])!r}"))
             if answer.error is None:
-                seq, duplicate = answer.seq, answer.duplicate
+                seq = answer.seq
             else:
                 refusal = answer.error
                 failure = f"{refusal.description} (code {refusal.code})"
@@ -234,11 +230,10 @@ class Confirmations:
             self.confirmed_at = asyncio.get_running_loop().time()
         if not publish.answered:
             publish.seq, publish.failure, publish.transient, publish.answered = seq, failure, transient, True
-            publish.duplicate = duplicate
             if publish.round is not None:
                 publish.round.answered()
         elif publish.failure and not failure:  # an earlier copy was stored after all
-            publish.seq, publish.failure, publish.transient, publish.duplicate = seq, "", False, duplicate
+            publish.seq, publish.failure, publish.transient = seq, "", False
         if not failure:
             for other in publish.tokens:  # its other copies' answers say nothing new
                 del self._waiting[other]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import os
@@ -41,7 +42,7 @@ from faultline._errors import (
     PublishRefusedError,
     ReplyTimeoutError,
 )
-from faultline.bus._access import INBOX, OPERATOR, ConsumerSpec, Credential, Login, inbox
+from faultline.bus._access import INBOX, ConsumerSpec, Credential, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
@@ -135,6 +136,9 @@ class Bus:
     interceptors: InterceptorChain = field(default_factory=InterceptorChain)
     inbox: str = INBOX
     """Where this connection's consumers deliver and its requests are answered (`inbox(user)` with a credential)."""
+    id_key: bytes = b""
+    """Keys the ids the stream's duplicate window knows this connection's envelopes by (`dedup_id`): secret to its
+    credential, so that no other identity can take one first."""
 
     def __post_init__(self) -> None:
         self.js = self.nc.jetstream()
@@ -202,6 +206,7 @@ class Bus:
             settings,
             interceptors or InterceptorChain(),
             options.get("inbox_prefix", INBOX),
+            _id_key(credential),
         )
         bus._refusals = refusals
         return bus
@@ -401,6 +406,19 @@ class Bus:
         """Envelopes sent as they are made and confirmed together (see `Outbox`)."""
         return Outbox(self)
 
+    def dedup_id(self, envelope_id: str) -> str:
+        """The id the stream's duplicate window knows an envelope by.
+
+        An envelope's id is derived from what others read (an episode's id, the message it answers), so any
+        identity could work out the ids of the runner's starts or of another group's outputs, and publish its own
+        messages under them first to have those dropped as duplicates. Keyed by this connection's credential, the
+        id is the same for every process of one identity (a handler run again after a crash publishes the same
+        one, and the copy is dropped) and foreseeable by no other.
+        """
+        if not self.id_key:
+            return envelope_id
+        return f"{envelope_id}.{hashlib.blake2b(envelope_id.encode(), key=self.id_key, digest_size=8).hexdigest()}"
+
     async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> int:
         """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
         publish, round_ = Publish(subject, data, msg_id), Round()
@@ -428,7 +446,6 @@ class Bus:
             while True:
                 unconfirmed = await self._confirm(publishes, round_)
                 if not unconfirmed:
-                    await self._check_taken(publishes)
                     return
                 now = anyio.current_time()
                 silent_s = now - acks.confirmed_at
@@ -470,35 +487,6 @@ class Bus:
         except BaseException:
             acks.forget(publishes)
             raise
-
-    async def _check_taken(self, publishes: list[Publish]) -> None:
-        """Send again, under an id nobody could foresee, each publish JetStream found a duplicate of a message on
-        another subject: that message took its id, to have it dropped (only this identity publishes on its subject,
-        and ids are derived from what others read, such as an episode's id). Only a connection that may read the
-        stream back can tell: the operator's, whose starts and timeouts a worker could otherwise suppress."""
-        if self.inbox not in (INBOX, inbox(OPERATOR)):
-            return
-        for publish in publishes:
-            if not publish.duplicate:
-                continue
-            try:
-                stored = await self.js.get_msg(self.subjects.stream, publish.seq)
-            except nats.errors.Error as exc:
-                log.debug("cannot read back sequence %d, which took id %s: %s", publish.seq, publish.msg_id, exc)
-                continue
-            if stored.subject == publish.subject:
-                continue  # a copy of its own, sent again
-            log.warning(
-                "id %s of a message on %s was taken by sequence %d on %s; sent again under another",
-                publish.msg_id,
-                publish.subject,
-                publish.seq,
-                stored.subject,
-            )
-            again, round_ = Publish(publish.subject, publish.data, _unforeseen(publish.msg_id)), Round()
-            await self._acks.send(again, round_)
-            await self._settle([again], round_)
-            publish.seq, publish.duplicate = again.seq, False
 
     async def _confirm(self, publishes: list[Publish], round_: Round) -> list[tuple[Publish, str]]:
         """Wait up to `publish_timeout_s` for the round's answers; the publishes worth sending again, with why.
@@ -921,7 +909,7 @@ class Outbox:
             outgoing = (envelope,)
         for message in outgoing:
             validate_envelope(message)
-            publish = Publish(bus.subjects.for_envelope(message), encode(message), message.id)
+            publish = Publish(bus.subjects.for_envelope(message), encode(message), bus.dedup_id(message.id))
             self._publishes.append(publish)
             self._round = self._round or Round()
             await bus._acks.send(publish, self._round)
@@ -933,6 +921,13 @@ class Outbox:
             return
         self._publishes, self._round = [], None
         await self._bus._settle(publishes, round_)
+
+
+def _id_key(credential: Credential | None) -> bytes:
+    """`Bus.id_key` for a connection with `credential`: none without one, where anyone may publish anything."""
+    if credential is None:
+        return b""
+    return hashlib.blake2b(credential.password.encode(), digest_size=32, person=b"faultline-ids").digest()
 
 
 def _unforeseen(msg_id: str) -> str:
