@@ -24,7 +24,6 @@ from faultline.replay import (
     Inject,
     Probe,
     attribute_episode,
-    decisions,
     fork_episode,
     largest_rise,
     steps,
@@ -33,6 +32,7 @@ from faultline.replay import (
 from faultline.runtime import Config, agent_lookup, make_backend
 from faultline.runtime.models import OpenAIBackend, SimBackend
 from tests.openai_server import OpenAIServer, Text
+from tests.replay.sim_labels import decisions
 
 CONFIG = Config()
 LOOKUP = agent_lookup(CONFIG)
@@ -268,13 +268,13 @@ def curve(values: list[float], samples: int = 8) -> Callable[[int], Awaitable[Pr
 @pytest.mark.parametrize(
     ("values", "found"),
     [
-        ([1, 1, 0.875, 0.125, 0], ("backward scan", 3)),  # the largest rise, not the last step with any success
-        ([1, 1, 1, 1, 0], ("backward scan", 4)),
-        ([0.125, 0, 1, 0, 0], ("backward scan", 3)),  # p rises again later: what lies before does not matter
-        ([0, 0, 0], ("backward scan", None)),  # no step rescues it
+        ([1, 1, 0.875, 0.125, 0], 3),  # the largest rise, not the last step with any success
+        ([1, 1, 1, 1, 0], 4),
+        ([0.125, 0, 1, 0, 0], 3),  # p rises again later: what lies before does not matter
+        ([0, 0, 0], None),  # no step rescues it
     ],
 )
-async def test_the_search_finds_the_step_where_p_rises_most(values: list[float], found: tuple[str, int | None]) -> None:
+async def test_the_search_finds_the_step_where_p_rises_most(values: list[float], found: int | None) -> None:
     assert await largest_rise(curve(values), len(values)) == found
 
 
@@ -286,5 +286,5 @@ async def test_the_search_probes_from_the_end_and_stops_past_the_first_step_that
         asked.append(k)
         return await values(k)
 
-    assert await largest_rise(p, 5) == ("backward scan", 3)
+    assert await largest_rise(p, 5) == 3
     assert asked == [6, 5, 4, 3, 2], "the first steps, whose continuations are the longest, are never probed"

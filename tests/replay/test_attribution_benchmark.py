@@ -6,8 +6,9 @@ from pathlib import Path
 
 from bench.attribution_accuracy import Label, Said, label, score, summary
 from faultline.journal import JournalReader
-from faultline.replay import decisions, steps
+from faultline.replay import steps
 from faultline.runtime import Config, agent_lookup
+from tests.replay.sim_labels import decisions
 
 LOOKUP = agent_lookup(Config())
 

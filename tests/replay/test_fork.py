@@ -13,9 +13,10 @@ import pytest
 from faultline.cli import main
 from faultline.core import Envelope, LlmRequest, LlmResponse
 from faultline.journal import Incoming, Journal, JournalReader, JournalRow
-from faultline.replay import Keep, Replayer, decisions, fork_episode, forks_path
+from faultline.replay import Keep, Replayer, fork_episode, forks_path
 from faultline.runtime import Config, agent_lookup, make_backend
 from tests import jsonl
+from tests.replay.sim_labels import decisions
 
 
 def fork(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]

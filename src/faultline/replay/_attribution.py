@@ -76,18 +76,17 @@ DEFAULT_SAMPLES: Final = 8
 
 Method = Literal["auto", "fault-event repair", "oracle-guided repair", "sampled counterfactuals"]
 
+PILOT_SAMPLES: Final = 1
+"""Continuations per probe while the sampled method searches; the two steps it names get `samples`."""
+RECORDED: Final = "recorded"
+"""The change of a control with nothing left to draw: the recorded failure itself."""
+NOTHING = "(nothing)"
+"""The action of a step that made a model call and sent nothing (yet, in journal order)."""
+_SECONDARY: Final = frozenset({NOTHING, "tally", "note", "notice", "context_request", "timer", "conversation_ended"})
+"""Outputs that do not say what a step did when it also sent something else (a tally beside a reply)."""
+
 _Z: Final = 1.96  # 95% two-sided
 T = TypeVar("T")
-
-
-class Decision(msgspec.Struct, frozen=True, kw_only=True):
-    """One model call of an agent and what it did."""
-
-    index: int
-    input_pos: int
-    recording_pos: int
-    action: dict[str, Any]
-    mistake: dict[str, Any] | None = None
 
 
 class Step(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,35 +178,6 @@ def wilson(successes: int, n: int, z: float = _Z) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def decisions(rows: list[JournalRow], agent: str) -> list[Decision]:
-    """The agent's model calls in order, each with the action it led to."""
-    by_id = {r.id: r for r in rows}
-    outputs: dict[str, list[JournalRow]] = {}
-    for row in rows:
-        if row.sender == agent and row.kind in ("tool_call", "assistant_turn"):
-            outputs.setdefault(row.causation, []).append(row)
-    found: list[Decision] = []
-    for row in rows:
-        if row.sender != agent or row.kind != "recording":
-            continue
-        rec = row.envelope().body
-        assert isinstance(rec, Recording)
-        if rec.call != "llm":
-            continue
-        source = by_id.get(row.causation)
-        acted = outputs.get(row.causation, [])
-        found.append(
-            Decision(
-                index=len(found) + 1,
-                input_pos=source.pos if source else row.pos,
-                recording_pos=row.pos,
-                action=_action(acted[0]) if acted else {"name": "(nothing)"},
-                mistake=(rec.response or {}).get("metadata", {}).get("mistake"),
-            )
-        )
-    return found
-
-
 def steps(rows: list[JournalRow], lookup: AgentLookup) -> list[Step]:
     """Every step of the episode's agents in journal order (see `Step`)."""
     by_id = {r.id: r for r in rows}
@@ -237,12 +207,6 @@ def steps(rows: list[JournalRow], lookup: AgentLookup) -> list[Step]:
                 found[key] = msgspec.structs.replace(step, action=_action(row))
     ordered = sorted(found.values(), key=lambda s: s.position)
     return [msgspec.structs.replace(s, index=i) for i, s in enumerate(ordered, start=1)]
-
-
-NOTHING = "(nothing)"
-"""The action of a step that made a model call and sent nothing (yet, in journal order)."""
-_SECONDARY: Final = frozenset({NOTHING, "tally", "note", "notice", "context_request", "timer", "conversation_ended"})
-"""Outputs that do not say what a step did when it also sent something else (a tally beside a reply)."""
 
 
 def _action(row: JournalRow) -> dict[str, Any]:
@@ -538,16 +502,23 @@ def _at_step(
         agent=step.agent,
         step=step.index,
         position=step.input_pos,
-        p=probe.p,
-        low=probe.low,
-        high=probe.high,
-        p_after=after.p if after else None,
-        low_after=after.low if after else None,
-        high_after=after.high if after else None,
         wrong=step.action,
         evidence=evidence,
+        **_estimates(probe, after),
         **more,
     )
+
+
+def _estimates(probe: Probe, after: Probe | None) -> dict[str, float | None]:
+    """An answer's success estimates: `probe` at what it names, `after` at what it is compared with."""
+    return {
+        "p": probe.p,
+        "low": probe.low,
+        "high": probe.high,
+        "p_after": after.p if after else None,
+        "low_after": after.low if after else None,
+        "high_after": after.high if after else None,
+    }
 
 
 def _undoable(row: JournalRow) -> bool:
@@ -598,14 +569,9 @@ async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
         position=row.pos,
         decided=undo.low > control.high,
         fault=applied.fault,
-        p=undo.p,
-        low=undo.low,
-        high=undo.high,
-        p_after=control.p,
-        low_after=control.low,
-        high_after=control.high,
         wrong=step.action if step else None,
         evidence=probes,
+        **_estimates(undo, control),
     )
 
 
@@ -644,10 +610,6 @@ async def _weigh(
         if kept.change != RECORDED:
             kept = _pooled(kept, await control(samples - 1))
     return fixed, kept
-
-
-RECORDED: Final = "recorded"
-"""The change of a control with nothing left to draw: the recorded failure itself."""
 
 
 async def _control(forks: _Forks, step: Step, n: int) -> Probe:
@@ -722,8 +684,8 @@ async def _oracle_repair(forks: _Forks, task: Task | None, domain: Domain | None
     )
 
 
-async def largest_rise(p: Callable[[int], Awaitable[Probe]], n: int) -> tuple[str, int | None]:
-    """The step k of 1..n where p rises most from step k+1 (p(n+1) is the recorded failure), and how it was found.
+async def largest_rise(p: Callable[[int], Awaitable[Probe]], n: int) -> int | None:
+    """The step k of 1..n where p rises most from step k+1 (p(n+1) is the recorded failure).
 
     Searched from the end, where continuations are shortest: steps n, n-1, ... are probed until one
     rescues the episode (the latest step before which the failure was not yet locked in), then the
@@ -741,7 +703,7 @@ async def largest_rise(p: Callable[[int], Awaitable[Probe]], n: int) -> tuple[st
         k -= 1
     if k > 1:
         probed[k - 1] = await p(k - 1)
-    return "backward scan", _best_rise(probed)
+    return _best_rise(probed)
 
 
 def _best_rise(probed: Mapping[int, Probe]) -> int | None:
@@ -749,10 +711,6 @@ def _best_rise(probed: Mapping[int, Probe]) -> int | None:
     rises = [(probed[k].p - probed[k + 1].p, k) for k in sorted(probed) if k + 1 in probed]
     rise, best = max(rises, key=lambda r: (r[0], -r[1]), default=(0.0, 0))
     return best if rise > 0 else None
-
-
-PILOT_SAMPLES: Final = 1
-"""Continuations per probe while the sampled method searches; the two steps it names get `samples`."""
 
 
 async def _sampled(forks: _Forks, samples: int) -> Attribution | None:
@@ -782,7 +740,7 @@ async def _sampled(forks: _Forks, samples: int) -> Attribution | None:
     n = len(drawn)
     if n == 0:
         return None
-    search, lo = await largest_rise(p, n)
+    lo = await largest_rise(p, n)
     if lo is None:
         return msgspec.structs.replace(
             _blank(SAMPLED, f"scan: resampling from no model step rescues the episode ({len(probes)} probed)"),
@@ -799,7 +757,7 @@ async def _sampled(forks: _Forks, samples: int) -> Attribution | None:
     return _at_step(
         _blank(
             SAMPLED,
-            f"{search} over {n} model steps of {len(forks.made)}, {min(samples, PILOT_SAMPLES)} sample per probe,"
+            f"backward scan over {n} model steps of {len(forks.made)}, {min(samples, PILOT_SAMPLES)} sample per probe,"
             f" {samples} at the step named and the next",
         ),
         step,
