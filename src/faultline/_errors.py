@@ -2,6 +2,7 @@
 
 FaultlineError
  ├── ConfigError              a setting or config file is wrong
+ │    └── PluginError         an agent class, domain or backend named by entry point or `module:attr` cannot be loaded
  ├── SubjectError             an episode id, agent or topic name is not a safe subject token
  ├── ServerError              the embedded nats-server could not be found or started
  ├── BusError                 a publish, subscribe or request on NATS failed

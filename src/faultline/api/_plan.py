@@ -167,16 +167,10 @@ def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
     for p in result.planned:
         retries = (episode_id(f"{run_id}-r{k}", p.task, p.trial) for k in range(1, len(held) + 2))
         attempts = [p.episode, *retries]
-        done = next((held[a] for a in attempts if a in held and held[a].outcome), None)
+        done = next(((a, c) for a in attempts if a in held and (c := held[a].completion()) is not None), None)
         if done is not None:
-            planned.append(dataclasses.replace(p, episode=done.episode))
-            completed[done.episode] = EpisodeCompleted(
-                outcome=done.outcome,  # type: ignore[arg-type]
-                reward=done.reward or 0.0,
-                cause=done.cause,
-                turns=done.turns,
-                tokens=done.tokens,
-            )
+            episode, completed[episode] = done
+            planned.append(dataclasses.replace(p, episode=episode))
         else:
             fresh = next(a for a in attempts if a not in held)
             planned.append(dataclasses.replace(p, episode=fresh))

@@ -54,7 +54,7 @@ class EpisodeDiff(msgspec.Struct, kw_only=True):
         return self.first_difference == 0
 
 
-def _essence(kind: str, body: MessageBody) -> Any:
+def _essence(body: MessageBody) -> Any:
     """What a message says, for comparison: its body without what differs from run to run anyway."""
     if isinstance(body, Recording):
         if body.call in ("now", "random"):
@@ -91,8 +91,8 @@ def diff_episodes(
     Each step describes its messages in one line of at most `width` characters.
     """
     a, b = _messages(a_rows), _messages(b_rows)
-    a_keys = [key + msgspec.json.encode(_essence(row.kind, body)).decode() for row, body, key in a]
-    b_keys = [key + msgspec.json.encode(_essence(row.kind, body)).decode() for row, body, key in b]
+    a_keys = [key + msgspec.json.encode(_essence(body)).decode() for row, body, key in a]
+    b_keys = [key + msgspec.json.encode(_essence(body)).decode() for row, body, key in b]
     steps: list[Step] = []
 
     def step(status: Side, left: _Message | None, right: _Message | None) -> None:

@@ -20,7 +20,7 @@ import msgspec
 
 from faultline._errors import JournalError
 from faultline._files import not_a_file
-from faultline.core import digest, episode_shard
+from faultline.core import EpisodeCompleted, digest, episode_shard
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
@@ -56,6 +56,18 @@ class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def duration_s(self) -> float:
         return self.last_ts - self.first_ts
+
+    def completion(self) -> EpisodeCompleted | None:
+        """How the episode completed, as its completed event said; None while it has none."""
+        if not self.outcome:
+            return None
+        return EpisodeCompleted(
+            outcome=self.outcome,  # type: ignore[arg-type]
+            reward=self.reward or 0.0,
+            cause=self.cause,
+            turns=self.turns,
+            tokens=self.tokens,
+        )
 
 
 class AgentCost(msgspec.Struct, frozen=True, kw_only=True):

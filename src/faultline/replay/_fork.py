@@ -364,8 +364,8 @@ async def fork_episode(
 
     The fork is written to `out` (default `forks_path(journal_path)`; the source
     itself only when named). `settings` override keys of every agent's Start data
-    in the fork (attribution uses this to switch the simulator's mistakes off from
-    a decision on). `answer` gives one model call of the handler of the message at
+    in the fork (attribution passes `sample` and `sample_from`, so that the
+    simulator draws afresh from a decision on). `answer` gives one model call of the handler of the message at
     the position its output. The journal's chain is checked first unless the caller
     `verified` it already.
     """
@@ -401,7 +401,7 @@ async def fork_episode(
             forked_from=episode,
             at=at,
             change=type(change).__struct_config__.tag,  # type: ignore[arg-type]
-            original=summary_outcome(summary),
+            original=summary.completion() if summary else None,
             outcome=outcome,
             rows=rows,
             live_messages=live_messages,
@@ -600,14 +600,6 @@ def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, Ep
             " write the fork to another journal"
         )
     return len(rows), outcome
-
-
-def summary_outcome(summary: Any) -> EpisodeCompleted | None:
-    if summary is None or not summary.outcome:
-        return None
-    return EpisodeCompleted(
-        outcome=summary.outcome, reward=summary.reward or 0.0, cause=summary.cause or "", turns=summary.turns or 0
-    )
 
 
 def _late_recordings(prefix: list[JournalRow], rest: list[JournalRow]) -> list[JournalRow]:
