@@ -25,18 +25,13 @@ if TYPE_CHECKING:
         PlannedEpisode,
         RunPlan,
         RunResult,
-        Summary,
-        costed,
         episode_id,
-        pass_hat_k,
         plan_episodes,
         plan_records,
         repeated,
         run_plan,
         start_envelopes,
-        summarize,
         wait_for_journal,
-        with_costs,
     )
     from faultline.api._run import (
         SIM_NOTE,
@@ -50,6 +45,7 @@ if TYPE_CHECKING:
         uses_sim,
         with_system,
     )
+    from faultline.api._summary import Summary, costed, pass_hat_k, summarize, with_costs
     from faultline.api._system import (
         HELPER_GROUP,
         STOP_SIGNALS,
@@ -122,19 +118,15 @@ __getattr__, __dir__ = lazy_exports(
             "PlannedEpisode",
             "RunPlan",
             "RunResult",
-            "Summary",
-            "costed",
             "episode_id",
-            "pass_hat_k",
             "plan_episodes",
             "plan_records",
             "repeated",
             "run_plan",
             "start_envelopes",
-            "summarize",
             "wait_for_journal",
-            "with_costs",
         ),
+        "faultline.api._summary": ("Summary", "costed", "pass_hat_k", "summarize", "with_costs"),
         "faultline.api._run": (
             "SIM_NOTE",
             "SIM_SYSTEM_NOTE",

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -24,17 +24,14 @@ from faultline._errors import ConfigError, NoResponderError, PluginError, ReplyT
 from faultline.api._plan import (
     RunPlan,
     RunResult,
-    Summary,
     caught_up_journal,
     plan_episodes,
     plan_records,
     repeated,
     resumed,
     run_plan,
-    summarize,
-    with_costs,
-    with_model_tokens,
 )
+from faultline.api._summary import Summary, summarize, with_costs, with_model_tokens
 from faultline.api._system import (
     StopRequest,
     config_source,
@@ -218,25 +215,18 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         return _run_system(spec, config, journal, records, watcher)
     config = _with_memory(config, spec.memory, journal)
     domain = load_domain(spec.domain)  # before any process starts: a domain that cannot load is one line
-    run_id = spec.run_id or f"r{os.urandom(3).hex()}"
-    concurrency, episode_timeout_s = run_limits(config, spec.concurrency, spec.episode_timeout_s)
     connect_as = spec.login or Login()
     roster = list(spec.helpers) if spec.helpers is not None else parse_roster(config.helpers.roster)
     if spec.nats and spec.helpers is None:
         roster = anyio.run(_live_roster, spec.nats, config, spec.domain, connect_as)
-    plan = RunPlan(
+    plan = _plan(
+        spec,
+        config,
         domain=spec.domain,
         tasks=spec.tasks or DOMAIN_TASKS,
-        task_ids=list(spec.task_ids),
-        trials=spec.trials,
-        seed=spec.seed,
-        concurrency=concurrency,
-        start_rate=config.run.start_rate if spec.start_rate is None else spec.start_rate,
-        episode_timeout_s=episode_timeout_s,
         max_turns=spec.max_turns or domain.budgets.user_turns,
         max_steps=spec.max_steps or domain.budgets.agent_steps,
         error_rates=dict(spec.error_rates),
-        run_id=run_id,
         memory=msgspec.to_builtins(config.memory) if config.memory.mode != "off" else {},
         helpers=roster,
         helper_wait_s=config.helpers.wait_s,
@@ -285,11 +275,14 @@ def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord
 def _run_system(
     spec: RunSpec, config: Config, journal: Path, records: list[InputRecord], watcher: RunProgress
 ) -> RunReport:
+    plan = _plan(spec, config, domain="", system=config.system.class_, tasks=spec.tasks or len(records))
+    return _run_planned(spec, config, journal, plan, RunResult(plan_records(plan, records)), watcher)
+
+
+def _plan(spec: RunSpec, config: Config, **system: Any) -> RunPlan:
+    """The run's plan: what every system's run takes from `spec` and `config`, and what its `system` adds."""
     concurrency, episode_timeout_s = run_limits(config, spec.concurrency, spec.episode_timeout_s)
-    plan = RunPlan(
-        domain="",
-        system=config.system.class_,
-        tasks=spec.tasks or len(records),
+    return RunPlan(
         task_ids=list(spec.task_ids),
         trials=spec.trials,
         seed=spec.seed,
@@ -297,8 +290,8 @@ def _run_system(
         start_rate=config.run.start_rate if spec.start_rate is None else spec.start_rate,
         episode_timeout_s=episode_timeout_s,
         run_id=spec.run_id or f"r{os.urandom(3).hex()}",
+        **system,
     )
-    return _run_planned(spec, config, journal, plan, RunResult(plan_records(plan, records)), watcher)
 
 
 def _run_planned(

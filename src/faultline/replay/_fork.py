@@ -389,8 +389,8 @@ async def fork_episode(
             f"position {at} holds a {target.kind}, which no agent receives: fork at a message "
             "(`faultline journal show` lists an episode's messages with their positions)"
         )
-    delivered_original = _delivered(target, change, episode)
     new = fork_id(episode, at, change, settings, answer)
+    delivered = _delivered(target, change, new)
     destination = Path(out) if out is not None else forks_path(journal_path)
 
     def result(
@@ -418,38 +418,19 @@ async def fork_episode(
     prefix = [r for r in rows if r.pos < at and r.id not in _undone(target, change)]
     prefix += _late_recordings(prefix, [r for r in rows if r.pos >= at])
     tracks = _tracks(prefix, lookup)
-    classes: dict[str, type[Agent]] = {}
-    for row in rows:
-        for name in (row.sender, row.recipient):
-            if name and name not in classes and (cls := lookup(name)) is not None:
-                classes[name] = cls
+    classes = _agent_classes(rows, lookup)
 
     marker = {
         "change": str(type(change).__struct_config__.tag),
         "target": target.id,
-        "delivered": delivered_original.id if delivered_original else "",
+        "delivered": delivered.id if delivered else "",
     } | ({"answer": answer.agent} if answer is not None else {})
     rules = _rules_in_force(rows, controls, target, change, new)
-    history = [_copy(r.envelope(), new, settings) for r in prefix]
-    bodies: list[bytes | None] = [r.body for r in prefix]
-    for i, env in enumerate(history):
-        if isinstance(env.body, EpisodeStarted):
-            body = msgspec.structs.replace(
-                env.body, forked_from=episode, forked_at=at, fork=marker, fault_rules=_builtins(rules)
-            )
-            history[i] = msgspec.structs.replace(env, id=derive_id(new, 0, "s"), body=body)
-            bodies[i] = None
-        elif settings and isinstance(env.body, Start):
-            bodies[i] = None
-    if not any(isinstance(e.body, EpisodeStarted) for e in history):
-        started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker, fault_rules=_builtins(rules))
-        history.insert(
-            0, Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started_body, ts=time.time())
-        )
-        bodies.insert(0, None)
+    started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker, fault_rules=_builtins(rules))
+    history, bodies = _history(prefix, new, started_body, settings)
 
     # Outputs that already exist (or that the change governs) are not sent again.
-    skip = {r.id for r in prefix} | {target.id} | ({delivered_original.id} if delivered_original else set())
+    skip = {r.id for r in prefix} | {target.id} | ({delivered.id} if delivered else set())
     fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}")
     injector = context_injector(fork.services, fork.keep)
     fork.faults = _interceptor(rules, [*prefix, target], new, list(classes), injector)
@@ -460,7 +441,6 @@ async def fork_episode(
         for row in track.inputs if track else ():
             await fork.handle(name, _copy(row.envelope(), new, settings), track.recordings.get(row.id), skip)  # type: ignore[union-attr]
     fork.timers.extend(t for t in history if isinstance(t.body, Timer) and timer_fired(t).id not in skip)
-    delivered = _delivered(target, change, new)
     if delivered is not None and answer is not None:
         fork.answers[(answer.agent, delivered.id)] = answer.response
     if delivered is not None and isinstance(change, Inject):
@@ -600,6 +580,42 @@ def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, Ep
             " write the fork to another journal"
         )
     return len(rows), outcome
+
+
+def _agent_classes(rows: list[JournalRow], lookup: AgentLookup) -> dict[str, type[Agent]]:
+    """The class of every agent that sends or receives in `rows`, by name, in order of appearance."""
+    classes: dict[str, type[Agent]] = {}
+    for row in rows:
+        for name in (row.sender, row.recipient):
+            if name and name not in classes and (cls := lookup(name)) is not None:
+                classes[name] = cls
+    return classes
+
+
+def _history(
+    prefix: list[JournalRow], new: str, started: EpisodeStarted, settings: Mapping[str, Any] | None
+) -> tuple[list[Envelope], list[bytes | None]]:
+    """The fork's copy of the history before the fork point, with `started` as its start, and the bodies to keep
+    as journaled (None: encoded afresh, where the fork changed the message)."""
+    history = [_copy(r.envelope(), new, settings) for r in prefix]
+    bodies: list[bytes | None] = [r.body for r in prefix]
+    start = Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started, ts=time.time())
+    for i, env in enumerate(history):
+        if isinstance(env.body, EpisodeStarted):
+            recorded = msgspec.structs.replace(
+                env.body,
+                forked_from=started.forked_from,
+                forked_at=started.forked_at,
+                fork=started.fork,
+                fault_rules=started.fault_rules,
+            )
+            history[i], bodies[i] = msgspec.structs.replace(env, id=start.id, body=recorded), None
+        elif settings and isinstance(env.body, Start):
+            bodies[i] = None
+    if not any(isinstance(e.body, EpisodeStarted) for e in history):
+        history.insert(0, start)
+        bodies.insert(0, None)
+    return history, bodies
 
 
 def _late_recordings(prefix: list[JournalRow], rest: list[JournalRow]) -> list[JournalRow]:
