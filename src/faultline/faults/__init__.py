@@ -16,30 +16,29 @@ from faultline.faults._defenses import (
     screen,
     settings_from,
 )
+from faultline.faults._interceptor import FaultInterceptor, apply_fault, context_injector, fault_event
 from faultline.faults._prompt import INSTRUCTION, SYSTEM_ADDENDUM
-from faultline.faults._rules import (
-    CONTROL_EPISODE,
-    FAULTS_CONTROL,
+from faultline.faults._registry import (
     MASFIRE_FAULTS,
     MECHANISMS,
-    OPERATOR,
     EpisodeCatalog,
-    FaultInterceptor,
     FaultRule,
     FaultSite,
     FaultType,
     Injector,
-    RuleSet,
-    add_rule_control,
-    apply_fault,
-    clear_rules_control,
-    context_injector,
-    fault_event,
     fault_type,
     fault_types,
     register_fault,
-    remove_rule_control,
     why_not_on,
+)
+from faultline.faults._rules import (
+    CONTROL_EPISODE,
+    FAULTS_CONTROL,
+    OPERATOR,
+    RuleSet,
+    add_rule_control,
+    clear_rules_control,
+    remove_rule_control,
 )
 from faultline.faults._semantic import INJECTOR_ROLE, TEMPLATES, simulate
 from faultline.faults._structural import COMPRESSED

@@ -22,7 +22,7 @@ import msgspec
 
 from faultline._errors import ModelError
 from faultline.core import Envelope, Start
-from faultline.faults._rules import FaultSite, FaultType, register_fault
+from faultline.faults._registry import FaultSite, FaultType, register_fault
 from faultline.faults._semantic import injector_request, rewritten
 
 SYSTEM_ADDENDUM = "system_addendum"

@@ -27,7 +27,7 @@ import msgspec
 
 from faultline._errors import AnswerFormatError, ModelError
 from faultline.core import ChatMessage, Envelope, LlmRequest, ToolCall
-from faultline.faults._rules import FaultSite, FaultType, register_fault
+from faultline.faults._registry import FaultSite, FaultType, register_fault
 
 INJECTOR_ROLE = "injector"
 """The model role of the fault-injector model (`[models.injector]` in faultline.toml)."""

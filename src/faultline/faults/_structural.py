@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from faultline.core import ContextRequest, Envelope, ToolCall
-from faultline.faults._rules import REQUEST_KIND, FaultSite, FaultType, register_fault
+from faultline.faults._registry import REQUEST_KIND, FaultSite, FaultType, register_fault
 from faultline.faults._types import replaced_call
 
 _HISTORY = frozenset({"context_request", REQUEST_KIND})

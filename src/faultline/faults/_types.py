@@ -25,7 +25,7 @@ import msgspec
 
 from faultline._errors import ModelError
 from faultline.core import Envelope, ToolCall, derive_id
-from faultline.faults._rules import FaultSite, FaultType, register_fault
+from faultline.faults._registry import FaultSite, FaultType, register_fault
 from faultline.faults._semantic import injector_request, rewritten
 
 MAX_COPIES = 100
