@@ -27,8 +27,7 @@ from faultline.core import (
     UserTurn,
 )
 from faultline.envs import load_domain
-from faultline.faults import fault_types
-from faultline.faults._defenses import Dedup
+from faultline.faults import DEFENSES, fault_types
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay import Replayer
 from faultline.runtime import Config, ProcessSpec, Supervisor, agent_lookup, start_episode
@@ -188,7 +187,7 @@ def test_defenses_for_one_agent_only_and_replay_reruns_them(
     assert fired and {d.agent for d in fired} == {"env"}
     replays_identical(journal)
     capsys.readouterr()
-    monkeypatch.setattr(Dedup, "check", lambda self, env, agent: None)  # a dedup that lets copies through
+    monkeypatch.setattr(DEFENSES["dedup"], "check", lambda self, env, agent: None)  # a dedup that lets copies through
     report = Replayer(agent_lookup(Config())).replay(journal)
     [divergence] = report.divergences
     assert divergence.agent == "env" and divergence.input_id == fired[0].message_id
