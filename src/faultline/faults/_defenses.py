@@ -227,15 +227,13 @@ class DefenseInterceptor(Interceptor):
         defenses = self._defenses.get(message.agent)
         if defenses is None:
             defenses = self._defenses[message.agent] = build_defenses(self.names_for(message.agent), self.settings)
-        if not defenses:
-            return (message.envelope,)
         env, agent = message.envelope, message.agent
-        for defense in defenses:
-            drop = defense.check(env, agent)
-            if drop is not None:
-                message.events.append(fired_event(defense, env, agent, drop))
-                return ()
-        return (env,)
+        dropped = screen(defenses, env, agent)
+        if dropped is None:
+            return (env,)
+        defense, drop = dropped
+        message.events.append(fired_event(defense, env, agent, drop))
+        return ()
 
     def forget(self, episode: str) -> None:
         for defenses in self._defenses.values():
