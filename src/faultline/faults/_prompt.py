@@ -23,7 +23,7 @@ import msgspec
 from faultline._errors import ModelError
 from faultline.core import Envelope, Start
 from faultline.faults._registry import FaultSite, FaultType, register_fault
-from faultline.faults._semantic import injector_request, rewritten
+from faultline.faults._semantic import injected
 
 SYSTEM_ADDENDUM = "system_addendum"
 """The `Start.data` key of a paragraph appended to the agent's system prompt."""
@@ -119,8 +119,7 @@ class InstructionFault(FaultType):
         original = str(data.get(INSTRUCTION, "")) or site.instruction(data)
         if not original:
             return None
-        request = injector_request(self.name, original, tools=(), call=False, seed=f"{site.rule.id}/{env.id}")
-        text = rewritten((await site.llm(env, request)).content)
+        text = await injected(self.name, env, site, original, tools=(), call=False)
         if text == original:
             raise ModelError("the injector returned the instruction unchanged")
         data[INSTRUCTION] = text

@@ -110,8 +110,23 @@ def rewritten(answer: str) -> str:
     return found.group(1).strip()
 
 
-def _call_json(call: ToolCall) -> str:
-    return json.dumps({"name": call.name, "arguments": call.arguments}, sort_keys=True)
+def known_tools(site: FaultSite) -> list[str]:
+    """The tools the injector may name: the task's, else those the sender has called so far."""
+    return site.tools() or sorted({c.name for c in site.calls})
+
+
+async def injected(
+    fault: str, env: Envelope, site: FaultSite, message: str, *, tools: Sequence[str], call: bool
+) -> str:
+    """The injector's rewrite of `message` (text, or a call as JSON) for `fault` on `env`, asked with
+    the seed of (rule, message); AnswerFormatError if its answer holds none."""
+    request = injector_request(fault, message, tools=tools, call=call, seed=f"{site.rule.id}/{env.id}")
+    return rewritten((await site.llm(env, request)).content)
+
+
+def call_json(name: str, arguments: dict[str, Any]) -> str:
+    """A tool call as the injector reads it: JSON `{"name", "arguments"}`."""
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True)
 
 
 def _parsed_call(text: str) -> tuple[str, dict[str, Any]]:
@@ -139,13 +154,12 @@ class SemanticFault(FaultType):
     async def rewrite(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
         body = env.body
         call = isinstance(body, ToolCall)
-        original = _call_json(body) if isinstance(body, ToolCall) else str(getattr(body, "text", ""))
+        original = (
+            call_json(body.name, body.arguments) if isinstance(body, ToolCall) else str(getattr(body, "text", ""))
+        )
         if not original:
             return None
-        seed = f"{site.rule.id}/{env.id}"
-        tools = site.tools() or sorted({c.name for c in site.calls})
-        request = injector_request(self.name, original, tools=tools, call=call, seed=seed)
-        text = rewritten((await site.llm(env, request)).content)
+        text = await injected(self.name, env, site, original, tools=known_tools(site), call=call)
         if text == original:
             raise ModelError("the injector returned the message unchanged")
         if isinstance(body, ToolCall):

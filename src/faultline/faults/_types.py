@@ -18,7 +18,6 @@ MAS-FIRE faults under their MAS-FIRE names: a missing call is
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -26,7 +25,7 @@ import msgspec
 from faultline._errors import ModelError
 from faultline.core import Envelope, ToolCall, derive_id
 from faultline.faults._registry import FaultSite, FaultType, register_fault
-from faultline.faults._semantic import injector_request, rewritten
+from faultline.faults._semantic import call_json, injected, known_tools
 
 MAX_COPIES = 100
 """Most copies one `storm` or `broadcast` may add to a message."""
@@ -116,10 +115,8 @@ class FailingCall(FaultType):
         if replaced is None:
             return None
         name, arguments = replaced
-        wrong = json.dumps({"name": name, "arguments": arguments}, sort_keys=True)
-        tools = site.tools() or sorted({c.name for c in site.calls})
-        request = injector_request(self.name, wrong, tools=tools, call=False, seed=f"{site.rule.id}/{env.id}")
-        error = rewritten((await site.llm(env, request)).content)
+        wrong = call_json(name, arguments)
+        error = await injected(self.name, env, site, wrong, tools=known_tools(site), call=False)
         body = ToolCall(call_id=call.call_id, name=name, arguments=arguments, injected_error=error)
         return [msgspec.structs.replace(env, body=body)]
 
