@@ -17,7 +17,6 @@ import msgspec
 
 from faultline.core import ContextRequest, Envelope, ToolCall
 from faultline.faults._registry import REQUEST_KIND, FaultSite, FaultType, register_fault
-from faultline.faults._types import replaced_call
 
 _HISTORY = frozenset({"context_request", REQUEST_KIND})
 
@@ -168,4 +167,5 @@ class ParameterFormatError(FaultType):
             arguments[key] = _wrong_type(value)
         elif mode == "alias":
             arguments[_alias(key)] = value
-        return replaced_call(env, call, call.name, arguments)
+        body = ToolCall(call_id=call.call_id, name=call.name, arguments=arguments)
+        return [msgspec.structs.replace(env, body=body)]

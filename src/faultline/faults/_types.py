@@ -91,11 +91,6 @@ class Broadcast(FaultType):
 # -- tool-call perturbations -----------------------------------------------------------------------
 
 
-def replaced_call(env: Envelope, call: ToolCall, name: str, arguments: dict[str, Any]) -> list[Envelope]:
-    body = ToolCall(call_id=call.call_id, name=name, arguments=arguments)
-    return [msgspec.structs.replace(env, body=body)]
-
-
 class FailingCall(FaultType):
     """A perturbation that replaces the call (`replacement`) and has it fail with an error the injector writes."""
 
