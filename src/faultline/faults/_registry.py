@@ -82,7 +82,7 @@ class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
 class EpisodeCatalog(Protocol):
     """What faults may know about an episode's task, from its Start data (domain, task).
 
-    Supplied by the runtime; the bus itself knows nothing of domains.
+    Supplied by the runtime; the faults package itself knows nothing of domains.
     """
 
     def tools(self, start: Mapping[str, Any]) -> list[str]: ...
@@ -156,7 +156,7 @@ class FaultType:
         raise NotImplementedError
 
     async def rewrite(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
-        """What the interceptor calls: `apply`, unless the type needs a model (it then raises
+        """What `apply_fault` calls: `apply`, unless the type needs a model (it then raises
         ModelError when the model cannot make the fault)."""
         return self.apply(env, params, site)
 
