@@ -20,11 +20,11 @@ from rich.table import Table
 from faultline._errors import UsageError
 from faultline.cli import _fama_loop, _jsonl
 from faultline.cli._args import connection_flags
+from faultline.cli._connect import login, nats_url, subject_prefix
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.cli._plots import count_axis, png
 from faultline.cli._run import add_model_flags, effective_config, serving_local_model
-from faultline.cli._system import _prefix, _url, login
 from faultline.cli._text import table_console
 from faultline.runtime import Config, load_config, make_backend
 from faultline.services.fama import (
@@ -87,7 +87,8 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.dry_run:
         config = msgspec.structs.replace(config, fama=msgspec.structs.replace(config.fama, dry_run=True))
-    url, prefix = _url(args, config), _prefix(args, config)
+    url = nats_url(args, config)
+    prefix = subject_prefix(args, config, url)
     anyio.run(serve_fama, config, url, prefix, args.name, login(args, config), args.journal)
     return 0
 

@@ -8,14 +8,11 @@ docs/faults.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import typing
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import msgspec
 from rich.table import Table
 
@@ -23,7 +20,7 @@ from faultline._errors import FaultRuleError, PluginError, UsageError
 from faultline.bus import Bus, publish_controls, read_rules
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
-from faultline.cli._system import STATE_FILE, _config, _url, login
+from faultline.cli._connect import config_of, run_on_system
 from faultline.cli._text import table_console
 from faultline.core import Envelope
 from faultline.faults import (
@@ -35,9 +32,7 @@ from faultline.faults import (
     remove_rule_control,
     why_not_on,
 )
-from faultline.runtime import Config, bus_settings, follow_settings, make_rule, parse_duration, system_of
-
-T = TypeVar("T")
+from faultline.runtime import Config, follow_settings, make_rule, parse_duration, system_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -108,26 +103,6 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _connect(args: argparse.Namespace, body: Callable[[Bus], Awaitable[T]]) -> T:
-    config = _config(args)
-    url = _url(args, config)
-    prefix = args.prefix or config.nats.prefix
-    if not args.prefix and not args.nats and STATE_FILE.exists():
-        prefix = json.loads(STATE_FILE.read_text()).get("prefix", prefix)
-    connect_as = login(args, config, url)
-
-    async def main() -> T:
-        bus = await Bus.connect(
-            url, prefix=prefix, settings=bus_settings(config), name="faultline-operator", login=connect_as
-        )
-        try:
-            return await body(bus)
-        finally:
-            await bus.close()
-
-    return anyio.run(main)
-
-
 def _confirmation(result: dict[str, Any]) -> str:
     if not result["workers"]:
         return "no worker answered; running workers pick it up when they start"
@@ -146,14 +121,14 @@ def _inject(args: argparse.Namespace) -> int:
         duration_s=parse_duration(args.duration) if args.duration else 0.0,
         rule_id=args.id,
     )
-    config = _config(args)
+    config = config_of(args)
     _check_applies(args.fault, config)
     settings = follow_settings(config)
 
     async def body(bus: Bus) -> dict[str, Any]:
         return await publish_controls(bus, [add_rule_control(rule, _nonce())], settings=settings)
 
-    result = _connect(args, body)
+    result = run_on_system(args, body)
     if args.json:
         _jsonl.row("rule", rule)
         _jsonl.summary(result)
@@ -193,9 +168,9 @@ def _describe(rule: FaultRule) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     async def body(bus: Bus) -> RuleSet:
-        return await read_rules(bus, follow_settings(_config(args)))
+        return await read_rules(bus, follow_settings(config_of(args)))
 
-    rules = _connect(args, body)
+    rules = run_on_system(args, body)
     now = time.time()
     rows = [
         {
@@ -224,13 +199,13 @@ def _list(args: argparse.Namespace) -> int:
 
 def _clear(args: argparse.Namespace) -> int:
     control: Envelope = remove_rule_control(args.id, _nonce()) if args.id else clear_rules_control(_nonce())
-    settings = follow_settings(_config(args))
+    settings = follow_settings(config_of(args))
 
     async def body(bus: Bus) -> tuple[bool, dict[str, Any]]:
         known = not args.id or any(r.id == args.id for r in (await read_rules(bus, settings)).rules)
         return known, await publish_controls(bus, [control], settings=settings) if known else {}
 
-    known, result = _connect(args, body)
+    known, result = run_on_system(args, body)
     if not known:
         raise UsageError(f"no rule {args.id!r} is in force (see `faultline faults list`)")
     if args.json:

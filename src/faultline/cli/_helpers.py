@@ -18,8 +18,7 @@ from faultline._errors import ConfigError, NoResponderError, ReplyTimeoutError, 
 from faultline.bus import Bus
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
-from faultline.cli._faults import _connect
-from faultline.cli._system import _config
+from faultline.cli._connect import config_of, run_on_system
 from faultline.cli._text import table_console
 from faultline.core import parse_roster
 from faultline.envs import load_domain
@@ -72,12 +71,12 @@ def _clear(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace, control: Any, what: str) -> int:
-    timeout_s = _config(args).helpers.confirm_timeout_s
+    timeout_s = config_of(args).helpers.confirm_timeout_s
 
     async def body(bus: Bus) -> tuple[dict[str, Any] | None, float]:
         return await publish_roster(bus, control, timeout_s)
 
-    taken, seconds = _connect(args, body)
+    taken, seconds = run_on_system(args, body)
     if args.json:
         _jsonl.summary({"control": control.id, "taken": taken, "seconds": seconds})
     elif taken is None:
@@ -97,7 +96,7 @@ def _list(args: argparse.Namespace) -> int:
             return rosters.domains, None
         return rosters.domains, list(state["served"])
 
-    domains, served = _connect(args, body)
+    domains, served = run_on_system(args, body)
     if args.json:
         for domain, models in sorted(domains.items()):
             for model, roster in sorted(models.items()):

@@ -15,8 +15,8 @@ from rich.text import Text
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
+from faultline.cli._connect import login, nats_url, subject_prefix
 from faultline.cli._filters import add_episode_filters, filtered_episodes
-from faultline.cli._system import _prefix, _url, login
 from faultline.cli._text import clip, table_console
 from faultline.journal import JournalReader
 from faultline.runtime import Config, load_config
@@ -230,6 +230,6 @@ def _search(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    url = _url(args, config)
-    anyio.run(serve_memory, config, url, _prefix(args, config), args.name, args.store, login(args, config))
+    url = nats_url(args, config)
+    anyio.run(serve_memory, config, url, subject_prefix(args, config, url), args.name, args.store, login(args, config))
     return 0

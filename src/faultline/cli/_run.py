@@ -44,14 +44,8 @@ from faultline.api import (
 )
 from faultline.cli import _jsonl
 from faultline.cli._args import add_plugin_flag, seconds, whole_number, with_plugin_path
-from faultline.cli._system import (
-    add_defense_flag,
-    add_insecure_flag,
-    login,
-    running_up,
-    running_url,
-    warn_insecure,
-)
+from faultline.cli._connect import login, running_up, running_url
+from faultline.cli._system import add_defense_flag, add_insecure_flag, warn_insecure
 from faultline.cli._text import PROGRESS_LINE_S, table_console
 from faultline.core import BUILTIN_SYSTEM, parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain

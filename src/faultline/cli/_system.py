@@ -30,9 +30,10 @@ from faultline.api import (
     with_helpers,
     worker_specs,
 )
-from faultline.bus import OPERATOR, Bus, Login, TLSFiles, load_credential
+from faultline.bus import OPERATOR, Bus, Login, TLSFiles
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers
+from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, subject_prefix
 from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS, check_journal_target
@@ -53,7 +54,6 @@ from faultline.runtime import (
     completing_agents,
     hold_directories,
     journal_backlog,
-    load_config,
     read_rosters,
     run_journal,
     run_worker,
@@ -62,7 +62,6 @@ from faultline.runtime import (
     system_of,
 )
 
-STATE_FILE = Path(".faultline/up.json")
 OTEL_HEADERS_ENV = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
 HEALTH_TIMEOUT_S = 3.0
 """How long `journal health` waits for the journal service's answer."""
@@ -146,12 +145,12 @@ def add_defense_flag(p: argparse.ArgumentParser) -> None:
 
 
 def journal_health(args: argparse.Namespace) -> int:
-    config = _config(args)
-    url = _url(args, config)
+    config = config_of(args)
+    url = nats_url(args, config)
 
     async def ask() -> JournalState:
         bus = await Bus.connect(
-            url, prefix=_prefix(args, config), settings=bus_settings(config), login=login(args, config, url)
+            url, prefix=subject_prefix(args, config, url), settings=bus_settings(config), login=login(args, config, url)
         )
         try:
             return await ask_journal(bus, HEALTH_TIMEOUT_S)
@@ -169,62 +168,14 @@ def journal_health(args: argparse.Namespace) -> int:
 
 
 def _credentials(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = config_of(args)
     groups = check_system(config, config_source(args.config))
     folder = args.dir or state_dir(Path(config.journal.path)) / "credentials"
-    access = system_access(folder, config, groups, _prefix(args, config)).prepare()
+    access = system_access(folder, config, groups, subject_prefix(args, config)).prepare()
     print(f"{access.server_config}: every NATS node's users and permissions (include it in each node's configuration)")
     for identity in access.identities:
         print(f"{access.credential_file(identity.name)}: {identity.name}")
     return 0
-
-
-def _config(args: argparse.Namespace) -> Config:
-    return load_config(args.config)
-
-
-def _url(args: argparse.Namespace, config: Config) -> str:
-    """The running system's NATS: --nats, else `[nats] url`, else the `faultline up` running in this folder."""
-    url = args.nats or config.nats.url or running_url()
-    if not url:
-        raise UsageError(
-            "no NATS server given: pass --nats URL or set nats.url in faultline.toml (no `faultline up` is running here)"
-        )
-    return url
-
-
-def running_url() -> str:
-    """The URL of the `faultline up` running in this folder, "" when none wrote its state here."""
-    return running_up().get("url", "")
-
-
-def running_up() -> dict[str, str]:
-    """What the `faultline up` running in this folder wrote of itself (url, journal, credentials, pid), or {} when
-    none runs here (no state file, or its process is gone)."""
-    try:
-        state = json.loads(STATE_FILE.read_text())
-        os.kill(int(state["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return {key: str(value) for key, value in state.items()}
-
-
-def login(args: argparse.Namespace, config: Config, url: str = "") -> Login:
-    """How a command connects: its flags (--creds, --tls-ca), else the `[nats]` keys, else what the `faultline up`
-    running here wrote when `url` is its server (its operator's credential and its CA)."""
-    state = json.loads(STATE_FILE.read_text()) if url and STATE_FILE.exists() else {}
-    ours = state.get("url") == url
-
-    def file(flag: Path | None, key: str, saved: str) -> Path | None:
-        value = flag or getattr(config.nats, key) or (state.get(saved, "") if ours else "")
-        return Path(value) if value else None
-
-    creds = file(args.creds, "credentials", "credentials")
-    return Login(load_credential(creds) if creds else None, file(args.tls_ca, "tls_ca", "tls_ca"))
-
-
-def _prefix(args: argparse.Namespace, config: Config) -> str:
-    return args.prefix or config.nats.prefix
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -238,16 +189,18 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    config = apply_defense_flags(_config(args), args.defense)
+    config = apply_defense_flags(config_of(args), args.defense)
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
     if not agents and not args.follow_roster:
         raise UsageError("worker: give --agents, --follow-roster or both")
     name = args.name or f"worker-{os.getpid()}"
-    url = _url(args, config)
+    url = nats_url(args, config)
     serves = ", ".join(agents + (["the roster's helpers"] if args.follow_roster else []))
     ready = _saying(f"worker {name} serves {serves} on {url}; Ctrl-C drains it and stops")
     run = functools.partial(run_worker, follow_roster=args.follow_roster, on_ready=ready)
-    anyio.run(run, config, url, _prefix(args, config), agents, name, _shard(args.shard), login(args, config))
+    anyio.run(
+        run, config, url, subject_prefix(args, config, url), agents, name, _shard(args.shard), login(args, config)
+    )
     return 0
 
 
@@ -257,8 +210,8 @@ def _saying(line: str) -> Callable[[], None]:
 
 
 def journal_serve(args: argparse.Namespace) -> int:
-    config = _config(args)
-    url = _url(args, config)
+    config = config_of(args)
+    url = nats_url(args, config)
     otel = OtelStream(args.file, args.otel, otel_headers(args.otel_header, "--otel-header")) if args.otel else None
     completers = _completers(args, config)
     if not 1 <= args.shards <= MAX_SHARDS or not 0 <= args.shard < args.shards:
@@ -273,7 +226,7 @@ def journal_serve(args: argparse.Namespace) -> int:
     shard = f" (shard {args.shard} of {args.shards})" if args.shards > 1 else ""
     ready = _saying(f"journal service{shard} writes {args.file} from the stream at {url}; Ctrl-C stops it")
     serve = functools.partial(run_journal, completers=completers, shard=args.shard, shards=args.shards, on_ready=ready)
-    anyio.run(serve, url, _prefix(args, config), args.file, args.name, settings, login(args, config), otel)
+    anyio.run(serve, url, subject_prefix(args, config, url), args.file, args.name, settings, login(args, config), otel)
     return 0
 
 
@@ -294,7 +247,7 @@ def _completers(args: argparse.Namespace, config: Config) -> tuple[str, ...] | N
 
 
 def _up(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = config_of(args)
     apply_defense_flags(config, args.defense)  # a wrong flag fails here, not in every worker
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
@@ -304,7 +257,7 @@ def _up(args: argparse.Namespace) -> int:
     if not system_of(config).is_user_system:  # FAMA's helpers and controller serve the built-in tool-use agents
         workers += [roster_worker(args.config), *fama_service(config, args.config, journal)]
         groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
-    prefix = _prefix(args, config)
+    prefix = subject_prefix(args, config)
     store_dir = Path(config.nats.store_dir)
     if args.tls and (args.nats or config.nats.url):
         raise UsageError("--tls sets up the nats-server `up` starts; for a server of your own, pass --tls-ca")
@@ -413,10 +366,10 @@ async def _system_status(
 
 
 def _status(args: argparse.Namespace) -> int:
-    config = _config(args)
-    url = _url(args, config)
+    config = config_of(args)
+    url = nats_url(args, config)
     replies, rosters, journal = anyio.run(
-        _system_status, url, _prefix(args, config), login(args, config, url), config.journal.shards
+        _system_status, url, subject_prefix(args, config, url), login(args, config, url), config.journal.shards
     )
     if args.json:
         _jsonl.rows("worker", replies)
