@@ -10,7 +10,7 @@ import pytest
 from faultline._errors import ConfigError
 from faultline.api import run_limits
 from faultline.cli import build_parser, main
-from faultline.cli._run import effective_config
+from faultline.cli._models import effective_config
 from faultline.runtime import (
     LOCAL_SETTINGS,
     AgentConfig,

@@ -29,7 +29,8 @@ from faultline._errors import CampaignError, ConfigError, JournalError, UsageErr
 from faultline.api import STOP_SIGNALS, episode_id
 from faultline.cli._args import seconds, whole_number
 from faultline.cli._connect import running_up
-from faultline.cli._run import add_model_flags, effective_config, execute_run, model_label, selectable_ids
+from faultline.cli._models import add_model_flags, effective_config, model_label
+from faultline.cli._run import execute_run, selectable_ids
 from faultline.cli._text import table_console
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on

@@ -18,7 +18,7 @@ import msgspec
 from faultline._errors import ModelError, UsageError
 from faultline.agents import parse_tool_text, tools_prompt
 from faultline.cli import _jsonl
-from faultline.cli._run import add_model_flags, effective_config, serving_local_model
+from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._text import clip
 from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall
 from faultline.runtime import ModelConfig

@@ -23,8 +23,8 @@ from faultline.cli._args import connection_flags
 from faultline.cli._connect import login, nats_url, subject_prefix
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
+from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._plots import count_axis, png
-from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._text import table_console
 from faultline.runtime import Config, load_config, make_backend
 from faultline.services.fama import (

@@ -35,8 +35,8 @@ from faultline.api import TokenOverhead, token_overhead
 from faultline.cli import _jsonl
 from faultline.cli._args import whole_number
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
+from faultline.cli._models import add_model_flags, effective_config, model_label, serving_local_model
 from faultline.cli._plots import count_axis, png
-from faultline.cli._run import add_model_flags, effective_config, model_label, serving_local_model
 from faultline.cli._text import table_console
 from faultline.core import HELPERS, helper_agent, helper_name, memory_turns
 from faultline.journal import JournalReader

@@ -15,8 +15,8 @@ from faultline._errors import UsageError
 from faultline.api import attribute, failed_episodes
 from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal
+from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._progress import progress_shown
-from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._text import clip, table_console
 from faultline.core import EpisodeCompleted, MessageBody
 from faultline.replay import (

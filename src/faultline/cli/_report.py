@@ -23,6 +23,7 @@ import msgspec
 from rich.table import Table
 
 from faultline._errors import UsageError
+from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._paper import PAPERS, papers_help, print_report
 from faultline.cli._paper_fama import fama_report
 from faultline.cli._paper_masfire import masfire_report, tier_marks
@@ -30,7 +31,6 @@ from faultline.cli._paper_memtool import memtool_report
 from faultline.cli._plots import png
 from faultline.cli._reflection import HELP as REFLECTION_HELP
 from faultline.cli._reflection import report_reflection
-from faultline.cli._run import add_model_flags, effective_config, serving_local_model
 from faultline.cli._text import table_console
 from faultline.report import (
     BEHAVIOUR_SOURCES,

