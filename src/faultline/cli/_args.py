@@ -69,6 +69,10 @@ def with_plugin_path(config: Config, folders: list[Path]) -> Config:
     return msgspec.structs.replace(config, plugins=msgspec.structs.replace(config.plugins, path=path))
 
 
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+
+
 def connection_flags(parser: argparse.ArgumentParser, *, starts_nats: bool = False) -> None:
     """The flags of every command that talks to a system: where its NATS is, how to connect, its config."""
     nats_help = (
@@ -76,7 +80,7 @@ def connection_flags(parser: argparse.ArgumentParser, *, starts_nats: bool = Fal
         if starts_nats
         else "the running system's NATS server (default: nats.url, else the `faultline up` running here)"
     )
-    parser.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    add_config_flag(parser)
     parser.add_argument("--nats", default="", metavar="URL", help=nats_help)
     parser.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
     parser.add_argument(

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
-from faultline.cli._args import connection_flags
+from faultline.cli._args import add_config_flag, connection_flags
 from faultline.cli._connect import login, nats_url, subject_prefix
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._text import clip, table_console
@@ -45,14 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser("rebuild", help="add every completed episode of a journal to a memory store")
     p.add_argument("journal", type=Path)
     p.add_argument("--out", type=Path, help="memory store file (default from config: runs/memory.sqlite)")
-    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    add_config_flag(p)
     p.add_argument("--json", action="store_true")
     add_episode_filters(p)
     p.set_defaults(handler=_rebuild)
 
     p = commands.add_parser("stats", help="entries, outcomes and index kind per domain")
     p.add_argument("--store", type=Path, help="memory store file (default from config)")
-    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    add_config_flag(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_stats)
 
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--domain", default="", help="search one domain's entries (default: all)")
     p.add_argument("--user", default="", help="also name the tools this user's entries rule out")
     p.add_argument("--store", type=Path, help="memory store file (default from config)")
-    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    add_config_flag(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_search)
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from faultline._errors import ConfigError, UsageError
-from faultline.cli._args import add_plugin_flag, with_plugin_path
+from faultline.cli._args import add_config_flag, add_plugin_flag, with_plugin_path
 from faultline.runtime import ALL_ROLES, LOCAL_SETTINGS, MODEL_NAME, Config, load_config, local_model_server
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         ' timeout_s=300, max_retries=1, temperature=0, stop=["\\n\\n"], retry_on=["timeout"], tool_calls=text,'
         " truncation=auto; VALUE is TOML, or else a string; repeatable",
     )
-    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    add_config_flag(p)
     add_plugin_flag(p)
 
 

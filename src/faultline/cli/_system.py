@@ -32,8 +32,8 @@ from faultline.api import (
 )
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles
 from faultline.cli import _jsonl
-from faultline.cli._args import connection_flags, otel_flags, otel_headers
-from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, subject_prefix
+from faultline.cli._args import add_config_flag, connection_flags, otel_flags, otel_headers
+from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix
 from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS, check_journal_target
@@ -121,7 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "credentials",
         help="make the NATS credentials and permissions of the configured system (once; reused after), for other hosts",
     )
-    p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
+    add_config_flag(p)
     p.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
     p.add_argument(
         "--dir", type=Path, help="where to write them (default: .faultline/credentials beside the journal, as `up`)"
@@ -145,19 +145,10 @@ def add_defense_flag(p: argparse.ArgumentParser) -> None:
 
 
 def journal_health(args: argparse.Namespace) -> int:
-    config = config_of(args)
-    url = nats_url(args, config)
+    async def ask(bus: Bus) -> JournalState:
+        return await ask_journal(bus, HEALTH_TIMEOUT_S)
 
-    async def ask() -> JournalState:
-        bus = await Bus.connect(
-            url, prefix=subject_prefix(args, config, url), settings=bus_settings(config), login=login(args, config, url)
-        )
-        try:
-            return await ask_journal(bus, HEALTH_TIMEOUT_S)
-        finally:
-            await bus.close()
-
-    state = anyio.run(ask)
+    state = run_on_system(args, ask)
     if args.json:
         _jsonl.summary(state)
     if state.stuck:
