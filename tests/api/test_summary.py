@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from faultline.api import PlannedEpisode, RunResult, pass_hat_k, summarize
+from faultline.api import PlannedEpisode, RunResult, costed, pass_hat_k, summarize
 from faultline.core import EpisodeCompleted
+from faultline.journal import AgentCost
 from tests.api.tables import shown
 
 
@@ -67,3 +68,22 @@ def test_the_averages_leave_out_the_episodes_the_runner_ended_which_report_nothi
     result.completed = {e: done for e, done in result.completed.items() if done.outcome in ("timeout", "error")}
     nothing = shown(summarize(result, trials=1))
     assert re.search(r"avg tokens \(of 0 finished\)[ │]+- ", nothing), nothing
+
+
+def test_with_helpers_the_average_tokens_are_every_agents_model_calls() -> None:
+    """A run with helpers printed "avg tokens 5927", the tool agent's and the user's as the completions tally them,
+    where `compare` and `fama loop` count 15516 for the same journal: every agent's, the helpers' included."""
+    result = RunResult([planned(task, 0) for task in "ab"])
+    result.completed = {
+        "a-t0": EpisodeCompleted(outcome="success", reward=1.0, turns=4, tokens=300),
+        "b-t0": EpisodeCompleted(outcome="failure", turns=2, tokens=100),
+    }
+    calls = [
+        AgentCost(agent="tool", episodes=2, calls=6, prompt_tokens=300, completion_tokens=60, latency_s=1.0),
+        AgentCost(agent="user", episodes=2, calls=4, prompt_tokens=30, completion_tokens=10, latency_s=0.5),
+        AgentCost(agent="verifier", episodes=2, calls=6, prompt_tokens=500, completion_tokens=100, latency_s=1.0),
+    ]
+    summary = costed(summarize(result, trials=1), calls, ["verifier"])
+    assert (summary.avg_tokens, summary.tokens_from_calls) == ((360 + 40 + 600) / 2, True)
+    assert re.search(r"avg tokens \(all agents' model calls\)[ │]+500 ", shown(summary)), shown(summary)
+    assert costed(summarize(result, trials=1), [], []).avg_tokens == 200.0  # no journal read: the tallies

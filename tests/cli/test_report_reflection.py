@@ -17,7 +17,9 @@ EXACT_CALL_WITH_EXTRA_REFLECTION = 1 - 0.8 * (0.8 * 0.1) * 0.3
 @pytest.fixture(scope="module")
 def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("reflection") / "j.sqlite"
-    assert main(["run", "--tasks", "2", "--helpers", "verifier", "--journal", str(path), "--json"]) == 0
+    # The fault leaves its rule's controls in the journal: rows of no episode, which count as none.
+    run = ["run", "--tasks", "2", "--helpers", "verifier", "--fault", "storm", "--journal", str(path), "--json"]
+    assert main(run) == 0
     return path
 
 
@@ -31,7 +33,7 @@ def test_json_scores_every_verifier_answer_against_the_gold_action(
     components = {line["component"]: line for line in lines if line["type"] == "component"}
     summary = lines[-1]
     assert summary["type"] == "summary"
-    assert summary["turns"] == len(turns) > 0
+    assert summary["turns"] == len(turns) > 0 and summary["episodes"] == 2
     assert summary["agents"] == {"verifier": len(turns)} and summary["skipped"] == 0
     assert {t["model"] for t in turns} == {"sim"} and "not a model" in summary["note"]
     assert all(0.0 <= t["total"] <= 1.0 for t in turns)

@@ -53,10 +53,13 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     avg_turns: float
     avg_tokens: float
     avg_latency_s: float
-    """Averages over the `tallied` episodes: those whose completion reports turns, tokens or latency. The runner's
+    """Averages over the `tallied` episodes (tokens: see `tokens_from_calls`): those whose completion reports turns, tokens or latency. The runner's
     own completions (a timeout, the error after a handler raised) report none, and counting them as 0 would drag
     the averages down."""
     tallied: int = 0
+    tokens_from_calls: bool = False
+    """Whether `avg_tokens` counts every agent's model calls the journal holds, per episode of the run (runs with
+    helpers, systems of one's own), rather than what the completions tallied (the tool agent's and the user's)."""
     seconds: float
     episodes_per_s: float
     """Episodes completed per second of `seconds`, the time from the first start to the last completion."""
@@ -136,8 +139,13 @@ def with_model_tokens(summary: Summary, journal: Path, run_id: str) -> Summary:
     from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
 
     with JournalReader(journal) as reader:
-        spent = sum(c.tokens for c in reader.agent_costs(f"{run_id}-"))
-    return msgspec.structs.replace(summary, avg_tokens=spent / max(summary.episodes, 1))
+        costs = reader.agent_costs(f"{run_id}-")
+    return msgspec.structs.replace(summary, avg_tokens=_all_agents_tokens(summary, costs), tokens_from_calls=True)
+
+
+def _all_agents_tokens(summary: Summary, costs: Sequence[AgentCost]) -> float:
+    """Every agent's model tokens per episode, the helpers' included: what `compare` and `fama loop` count too."""
+    return sum(c.tokens for c in costs) / max(summary.episodes, 1)
 
 
 def costed(summary: Summary, costs: Sequence[AgentCost], roster: Sequence[str]) -> Summary:
@@ -161,4 +169,7 @@ def costed(summary: Summary, costs: Sequence[AgentCost], roster: Sequence[str]) 
         overhead["tokens"] = sum(r.tokens for r in extra) / tool.tokens
     if tool is not None and tool.latency_s:
         overhead["latency"] = sum(r.latency_s for r in extra) / tool.latency_s
-    return msgspec.structs.replace(summary, costs=rows, helper_overhead=overhead)
+    summary = msgspec.structs.replace(summary, costs=rows, helper_overhead=overhead)
+    if not costs:
+        return summary
+    return msgspec.structs.replace(summary, avg_tokens=_all_agents_tokens(summary, costs), tokens_from_calls=True)

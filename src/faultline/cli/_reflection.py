@@ -70,7 +70,7 @@ def score_journal(path: Path) -> tuple[list[ScoredTurn], int, int]:
     scored: list[ScoredTurn] = []
     episodes = skipped = 0
     with JournalReader(path) as reader:
-        for episode, rows in reader.by_episode():
+        for episode, rows in reader.by_episode(reader.domains()):  # episodes: not the controls and dead letters
             episodes += 1
             task, tools = _task(rows, domains)
             for row, model, turn in _turns(rows):

@@ -525,7 +525,10 @@ def _table(summary: Summary, domain: str, run_id: str) -> Table:
     over = f" (of {summary.tallied} finished)" if summary.tallied < summary.episodes else ""
     averages = summary.tallied > 0
     table.add_row(f"avg turns{over}", f"{summary.avg_turns:.1f}" if averages and summary.avg_turns else "-")
-    table.add_row(f"avg tokens{over}", f"{summary.avg_tokens:.0f}" if averages else "-")
+    if summary.tokens_from_calls:
+        table.add_row("avg tokens (all agents' model calls)", f"{summary.avg_tokens:.0f}")
+    else:
+        table.add_row(f"avg tokens{over}", f"{summary.avg_tokens:.0f}" if averages else "-")
     table.add_row(f"avg latency / episode{over}", f"{summary.avg_latency_s * 1000:.0f} ms" if averages else "-")
     table.add_row("wall time", f"{summary.seconds:.1f} s ({summary.episodes_per_s:.1f} episodes/s)")
     if summary.journal_wait_s >= JOURNAL_LAG_SHOWN_S:
