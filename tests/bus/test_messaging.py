@@ -3,6 +3,8 @@ stream and consumer state callers ask for; every failure is one of our errors, n
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import pytest
 
@@ -21,6 +23,24 @@ async def test_a_handler_answers_a_request(bus: Bus) -> None:
 
     sub = await bus.subscribe("fl.svc.echo", shout)
     assert await bus.request("fl.svc.echo", b"ping", timeout_s=5) == b"fl.svc.echo:PING"
+    await sub.unsubscribe()
+
+
+async def test_a_handler_that_raises_is_logged_and_the_next_message_still_delivered(
+    bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def fussy(msg: Message) -> None:
+        if msg.data == b"bad":
+            raise ValueError("cannot take this one")
+        await msg.respond(b"took " + msg.data)
+
+    sub = await bus.subscribe("fl.svc.fussy", fussy)
+    with caplog.at_level(logging.ERROR, logger="faultline.bus"):
+        with pytest.raises(ReplyTimeoutError):
+            await bus.request("fl.svc.fussy", b"bad", timeout_s=0.5)
+        assert await bus.request("fl.svc.fussy", b"good", timeout_s=5) == b"took good"
+    failed = [r for r in caplog.records if "fl.svc.fussy" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None and "cannot take this one" in str(failed[0].exc_info[1])
     await sub.unsubscribe()
 
 

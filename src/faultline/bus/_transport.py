@@ -239,7 +239,10 @@ class Bus:
             take = handler
 
             async def deliver(msg: Msg) -> None:
-                await take(Message._of(msg, self.nc))
+                try:
+                    await take(Message._of(msg, self.nc))
+                except Exception:  # noqa: BLE001 - the client would hand it to its error callback, far from here
+                    log.exception("the handler of a message on %s failed", msg.subject)
 
         with nats_failure(f"subscribing to {subject}"):
             sub = await self.nc.subscribe(subject, queue=queue, cb=deliver)
@@ -956,7 +959,8 @@ class _Refusals:
         """Rounds of publishes waiting for their answers: each is woken at a refusal, to see if it is one of its own."""
 
     async def on_error(self, exc: Exception) -> None:
-        """NATS's asynchronous errors: a refused login or publish; connection hiccups surface where they hurt."""
+        """NATS's asynchronous errors: a refused login or publish, known here; any other is logged, and connection
+        hiccups surface where they hurt too."""
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
             self.login_refused = True
             return
@@ -965,6 +969,7 @@ class _Refusals:
             return
         found = _REFUSED_PUBLISH.search(str(exc))
         if found is None:
+            log.warning("NATS error on %s's connection: %s", self.name, exc or type(exc).__name__)
             return
         subject = found.group(1)
         # A waiting publisher, or the asker of the JetStream API, raises it (PublishRefusedError): said once, by
