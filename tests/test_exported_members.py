@@ -299,6 +299,7 @@ PUBLIC = {
         "TLSFiles",
         "agent_identity",
         "agent_reads",
+        "decode_notice",
         "find_nats_server",
         "follow_rules",
         "free_port",

@@ -328,3 +328,18 @@ async def test_a_worker_started_by_hand_for_a_consumer_up_did_not_make_is_told_s
     last = said.strip().splitlines()[-1]  # after the worker's log lines
     assert last.startswith("faultline: error: consumer agent-tool-1of2 is not one the operator made"), last
     assert "start the system with `faultline up`" in last
+
+
+async def test_a_question_nested_too_deep_gets_the_journals_state_and_the_next_question_its_answer(
+    running: Running,
+) -> None:
+    raw = await raw_client(running.supervisor)
+    try:
+        deep = b'{"until": 0, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        first = await raw.request(S.svc("journal"), deep, timeout=REFUSAL_TIMEOUT_S)
+        assert "stuck" in msgspec.json.decode(first.data)  # answered at once with the state, as a question of nothing
+        until = await running.since()
+        second = await raw.request(S.svc("journal"), msgspec.json.encode({"until": until}), timeout=30)
+        assert msgspec.json.decode(second.data)["last_seq"] >= until
+    finally:
+        await raw.close()

@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 
 from faultline._errors import DecodeError
 from faultline.bus._consumer import Consumer, Delivery
+from faultline.bus._messaging import decode_notice
 from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
@@ -41,6 +42,14 @@ class FollowSettings:
     """Longest a command waits for workers to confirm a rule change."""
     confirm_grace_s: float = 0.2
     """How long a command waits for workers to answer when it does not know how many there are."""
+
+
+class _Taken(msgspec.Struct):
+    """A worker's word that it has taken in the stream up to `seq` (an answer on `fl.svc.faults`, or a note on
+    `fl.svc.faults.taken`)."""
+
+    worker: str
+    seq: int
 
 
 def _subjects(bus: Bus) -> list[str]:
@@ -102,7 +111,7 @@ async def follow_rules(
         read = await _catch_up(consumers, rules, settings.load_timeout_s)
 
         async def answer(msg: Msg) -> None:
-            await msg.respond(msgspec.json.encode({"worker": name, "seq": rules.last_seq}))
+            await msg.respond(msgspec.json.encode(_Taken(name, rules.last_seq)))
 
         async def take(delivery: Delivery) -> None:
             try:
@@ -110,8 +119,8 @@ async def follow_rules(
             except DecodeError:
                 return
             if taken:
-                note = {"worker": name, "seq": rules.last_seq}
-                await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", msgspec.json.encode(note))
+                note = msgspec.json.encode(_Taken(name, rules.last_seq))
+                await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", note)
 
         sub = await bus.nc.subscribe(s.svc(FAULTS_CONTROL), cb=answer)
         try:
@@ -145,8 +154,10 @@ async def publish_controls(
     seq, started = 0, 0.0
 
     async def on_reply(msg: Msg) -> None:
-        note = msgspec.json.decode(msg.data)
-        worker, at = note["worker"], int(note["seq"])
+        note = decode_notice(msg.data, _Taken, subject=msg.subject)
+        if note is None:
+            return
+        worker, at = note.worker, note.seq
         seen[worker] = max(seen.get(worker, 0), at)
         if seq and at >= seq and worker not in took:
             took[worker] = anyio.current_time() - started

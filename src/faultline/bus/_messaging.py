@@ -7,16 +7,23 @@ client; its errors become BusError through `nats_failure`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+import msgspec
 import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from faultline._errors import BusError
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -26,6 +33,19 @@ def nats_failure(what: str) -> Iterator[None]:
         yield
     except nats.errors.Error as exc:
         raise BusError(f"{what} failed: {exc or type(exc).__name__}") from None
+
+
+def decode_notice(data: bytes, type: type[T], *, subject: str = "") -> T | None:
+    """JSON `data` on core NATS (a notice, a question or an answer) as `type`; None, logged, for what is not one.
+
+    Anyone who may publish on a subject can send anything there, nested as deep as they like (RecursionError):
+    a handler that raised on it would leave its asker waiting for a timeout.
+    """
+    try:
+        return msgspec.json.decode(data, type=type)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        log.warning("ignoring a message on %s that is not a %s: %s", subject or "core NATS", type.__name__, exc)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import anyio
 import msgspec
 
 from faultline._errors import BusError, DecodeError, JournalError, NoResponderError, ReplyTimeoutError
-from faultline.bus import Bus, Delivery
+from faultline.bus import Bus, Delivery, decode_notice
 from faultline.core import (
     RUNNER,
     Body,
@@ -94,11 +94,9 @@ def _states(answers: list[bytes]) -> list[JournalState]:
     """One state per shard that answered, ignoring what is not a state."""
     states: dict[int, JournalState] = {}
     for answer in answers:
-        try:
-            state = msgspec.json.decode(answer, type=JournalState)
-        except msgspec.DecodeError:
-            continue
-        states.setdefault(state.shard, state)
+        state = decode_notice(answer, JournalState)
+        if state is not None:
+            states.setdefault(state.shard, state)
     return list(states.values())
 
 
@@ -151,7 +149,8 @@ _MODEL_CALLS_ONLY = msgspec.json.encode(StatusAsk(model_calls_only=True))
 async def model_calls_in_flight(bus: Bus, window_s: float = STATUS_WINDOW_S) -> list[CallInFlight]:
     """Every model call the workers on `bus` are waiting on, the oldest first."""
     answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), _MODEL_CALLS_ONLY, window_s)
-    calls = [call for answer in answers for call in msgspec.json.decode(answer, type=_Status).model_calls]
+    statuses = [decode_notice(answer, _Status, subject="an answer about model calls") for answer in answers]
+    calls = [call for status in statuses if status is not None for call in status.model_calls]
     return sorted(calls, key=lambda call: -call.age_s)
 
 

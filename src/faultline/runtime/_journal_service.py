@@ -49,7 +49,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from faultline._errors import BusError, DecodeError, DeliveriesLostError, JournalError, JournalStorageError
-from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message
+from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message, decode_notice
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes, decode_envelope, episode_shard
 from faultline.journal import Incoming, Journal, create_set, shard_path
 from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, asked_again
@@ -469,10 +469,8 @@ class JournalService:
 
         The answer is `{"last_seq", "rows", "stuck"}`; `{}` asks for it right away.
         """
-        try:
-            until = msgspec.json.decode(msg.data or b"{}", type=_Ask).until
-        except msgspec.DecodeError:
-            until = 0
+        ask = decode_notice(msg.data or b"{}", _Ask, subject=msg.subject)
+        until = ask.until if ask is not None else 0  # what is not a question is answered at once
         self._waiting.append((until, msg))
         if len(self._waiting) > MAX_WAITING:
             _, oldest = self._waiting.pop(0)

@@ -14,7 +14,7 @@ import anyio
 import msgspec
 
 from faultline._errors import DecodeError
-from faultline.bus import Bus, Message
+from faultline.bus import Bus, Message, decode_notice
 from faultline.core import Control, Envelope, derive_id
 from faultline.faults import CONTROL_EPISODE, OPERATOR
 
@@ -116,8 +116,8 @@ async def publish_roster(bus: Bus, control: Envelope, timeout_s: float) -> tuple
     answer: dict[str, Any] = {}
 
     async def on_note(msg: Message) -> None:
-        note = msgspec.json.decode(msg.data)
-        if note.get("control") == control.id:
+        note = decode_notice(msg.data, dict[str, Any], subject=msg.subject)
+        if note is not None and note.get("control") == control.id:
             answer.update(note)
             taken.set()
 

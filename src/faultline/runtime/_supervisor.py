@@ -29,7 +29,7 @@ from anyio.abc import Process
 
 from faultline._errors import BusError, ServerError
 from faultline._parent import supervised_env
-from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles
+from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles, decode_notice
 from faultline.runtime._episodes import JournalState
 from faultline.runtime._journal_service import ANY_COMPLETER, journal_process
 
@@ -60,6 +60,12 @@ class _Child:
     restarts: int = 0
     log: IO[bytes] | None = None
     started: float = 0.0
+
+
+class _Ready(msgspec.Struct):
+    """A process's announcement that it serves (`announce_ready`)."""
+
+    name: str = ""
 
 
 def ready_subject(prefix: str) -> str:
@@ -159,15 +165,14 @@ class Supervisor:
         return [journal_process(k, self.journal_shards) for k in range(self.journal_shards)]
 
     async def _on_ready(self, msg: Message) -> None:
-        name = msgspec.json.decode(msg.data).get("name", "")
-        if name in self._ready:
-            self._ready[name].set()
+        ready = decode_notice(msg.data, _Ready, subject=msg.subject)
+        if ready is not None and ready.name in self._ready:
+            self._ready[ready.name].set()
 
     async def _on_journal_state(self, msg: Message) -> None:
         """Tell the user when the journal cannot write, and when it can again."""
-        try:
-            state = msgspec.json.decode(msg.data, type=JournalState)
-        except msgspec.DecodeError:
+        state = decode_notice(msg.data, JournalState, subject=msg.subject)
+        if state is None:
             return
         which = "the journal" if state.shards == 1 else f"journal shard {state.shard}"
         if state.stuck:

@@ -67,7 +67,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError
-from faultline.bus import Bus, Consumer, Delivery, Message
+from faultline.bus import Bus, Consumer, Delivery, Message, decode_notice
 from faultline.core import (
     RUNNER,
     Agent,
@@ -594,10 +594,8 @@ class Worker:
             _remember(self._evicted, episode)
 
     async def _on_status(self, msg: Message) -> None:
-        try:
-            ask = msgspec.json.decode(msg.data or b"{}", type=StatusAsk)
-        except (msgspec.DecodeError, RecursionError):  # nested too deeply is no ask either
-            ask = StatusAsk()  # a request that is not an ask gets the whole status
+        # a request that is not an ask gets the whole status
+        ask = decode_notice(msg.data or b"{}", StatusAsk, subject=msg.subject) or StatusAsk()
         calls = [in_flight(call) for call in self.model_calls]
         if ask.model_calls_only:
             await msg.respond(msgspec.json.encode({"worker": self.name, "model_calls": calls}))
