@@ -299,6 +299,7 @@ PUBLIC = {
         "TLSFiles",
         "agent_identity",
         "agent_reads",
+        "asked_again",
         "decode_notice",
         "find_nats_server",
         "follow_rules",

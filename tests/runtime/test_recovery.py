@@ -38,7 +38,7 @@ class Warned(logging.Handler):
 @contextmanager
 def warned() -> Iterator[Warned]:
     handler = Warned()
-    logger = logging.getLogger("faultline.runtime._recovery")
+    logger = logging.getLogger("faultline.bus._retry")
     logger.addHandler(handler)
     try:
         yield handler

@@ -21,6 +21,7 @@ from faultline.bus._access import (
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._follow import FollowSettings, follow_rules, publish_controls, read_rules
 from faultline.bus._messaging import Message, Subscription, decode_notice
+from faultline.bus._retry import asked_again
 from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
 from faultline.bus._tls import TLSFiles, make_certificates
 from faultline.bus._transport import Bus, BusSettings, StreamState
@@ -45,6 +46,7 @@ __all__ = [
     "TLSFiles",
     "agent_identity",
     "agent_reads",
+    "asked_again",
     "decode_notice",
     "find_nats_server",
     "follow_rules",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import logging
@@ -46,6 +47,7 @@ from faultline.bus._access import INBOX, ConsumerSpec, Credential, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
 from faultline.bus._consumer import Consumer, Delivery
 from faultline.bus._messaging import Message, Subscription, nats_failure
+from faultline.bus._retry import asked_again
 from faultline.bus._tls import client_context
 from faultline.core import (
     DEAD_LETTER_KEPT_BYTES,
@@ -602,17 +604,12 @@ class Bus:
 
     async def _reading_after(self, subject: str, last: int) -> Consumer:
         """A consumer of `subject` from stream sequence `last` + 1, asked for again while the stream cannot
-        be reached (no leader yet)."""
-        backoff = RETRY_BACKOFF_S
-        while True:
-            try:
-                return await self.consumer(None, [subject], start=last + 1, heartbeat=True)
-            except PublishRefusedError:
-                raise
-            except BusError as exc:
-                log.warning("%s; asking again in %gs", exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+        be reached (no leader yet); a credential that may not read it is refused at once."""
+        return await asked_again(
+            functools.partial(self.consumer, None, [subject], start=last + 1, heartbeat=True),
+            first_s=RETRY_BACKOFF_S,
+            max_s=RETRY_BACKOFF_MAX_S,
+        )
 
     async def _serve_until_lost(
         self,

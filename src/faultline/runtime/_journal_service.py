@@ -40,6 +40,7 @@ written, the service says so, resumes from the file and catches up.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -49,10 +50,9 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from faultline._errors import BusError, DecodeError, DeliveriesLostError, JournalError, JournalStorageError
-from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message, decode_notice
+from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message, asked_again, decode_notice
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes, decode_envelope, episode_shard
 from faultline.journal import Incoming, Journal, create_set, shard_path
-from faultline.runtime._recovery import RETRY_MAX_S, RETRY_S, asked_again
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
@@ -360,16 +360,13 @@ class JournalService:
             self.last_seq,
         )
         await self._set_stuck(str(refusal))
-        delay = RETRY_S
-        while True:
-            await anyio.sleep(delay)
-            try:
-                await self._append(journal, rows)
-            except JournalStorageError as exc:
-                await self._set_stuck(str(exc))
-                delay = min(2 * delay, RETRY_MAX_S)
-                continue
-            break
+
+        async def still_refused(exc: Exception) -> None:
+            await self._set_stuck(str(exc))
+
+        await asked_again(
+            functools.partial(self._append, journal, rows), retried=JournalStorageError, failed=still_refused
+        )
         log.warning("%s: written again from stream sequence %d; catching up", self.path, self.last_seq + 1)
         await self._set_stuck("")
         await self._advance(seq)

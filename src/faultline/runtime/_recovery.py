@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import functools
-import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-import anyio
-
-from faultline._errors import BusError, DecodeError
-from faultline.bus import Bus
+from faultline._errors import DecodeError
+from faultline.bus import Bus, asked_again
 from faultline.core import Envelope, EpisodeCompleted, Recording, Timer, TimerFired
 
-T = TypeVar("T")
-
 HISTORY_TIMEOUT_S = 10.0
-RETRY_S = 0.5
-"""First wait before asking again for what the stream refused (opening a consumer, a write); it doubles up to
-RETRY_MAX_S."""
-RETRY_MAX_S = 5.0
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,21 +76,3 @@ async def pending_timers(bus: Bus, agent: str, shard: int = 0, shards: int = 1) 
         elif isinstance(env.body, EpisodeCompleted):
             completed.add(env.episode)
     return [t for t in timers if t.id not in fired and t.episode not in completed]
-
-
-async def asked_again(ask: Callable[[], Awaitable[T]]) -> T:
-    """What `ask` returns, asked for again with backoff while the stream refuses it.
-
-    Lost deliveries are found, and a restarted worker reads an instance's history, right after a
-    node comes back or the stream's leader is lost, while the cluster may still be electing leaders and
-    answers "JetStream system temporarily unavailable" or nothing; the stream keeps everything
-    meanwhile, so waiting loses nothing, and giving up would end the worker.
-    """
-    delay = RETRY_S
-    while True:
-        try:
-            return await ask()
-        except BusError as exc:
-            log.warning("%s; asking again in %gs", exc, delay)
-        await anyio.sleep(delay)
-        delay = min(2 * delay, RETRY_MAX_S)

@@ -67,7 +67,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError
-from faultline.bus import Bus, Consumer, Delivery, Message, decode_notice
+from faultline.bus import Bus, Consumer, Delivery, Message, asked_again, decode_notice
 from faultline.core import (
     RUNNER,
     Agent,
@@ -88,7 +88,7 @@ from faultline.core import (
     timer_fired,
 )
 from faultline.runtime._episodes import STATUS_SERVICE, StatusAsk, in_flight
-from faultline.runtime._recovery import asked_again, load_history, pending_timers
+from faultline.runtime._recovery import load_history, pending_timers
 
 log = logging.getLogger(__name__)
 
