@@ -88,6 +88,14 @@ async def test_garbage_is_dead_lettered_and_the_consumer_goes_on(bus: Bus) -> No
     assert [letter.body.stream_seq for letter in letters] == [1, 2]  # type: ignore[union-attr]
 
 
+async def test_reading_envelopes_back_passes_over_what_is_none_in_stream_order(bus: Bus) -> None:
+    await bus.publish(note(1))
+    await bus.publish_raw("fl.ep.e1.b.a", b"\xc1not msgpack")
+    await bus.publish(note(2, episode="e2"))
+    read = await bus.read_envelopes(["fl.ep.e1.>", "fl.ep.e2.>"], timeout_s=5)
+    assert [(delivery.stream_seq, env.id) for delivery, env in read] == [(1, "m1"), (3, "m2")]
+
+
 async def test_a_dead_letter_is_bounded_however_large_the_refused_message(bus: Bus) -> None:
     consumer = await bus.consumer(None, bus.subjects.journaled)
     garbage = (bytes(range(256)) * 5000)[: bus.nc.max_payload - 64]  # any wrapper around it is over the limit

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import anyio
@@ -25,7 +25,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
-from faultline._errors import BusError, DeliveriesLostError
+from faultline._errors import BusError, DecodeError, DeliveriesLostError
 from faultline.bus._messaging import Subscription, nats_failure
 from faultline.core import Envelope, check_delivered, decode_envelope
 
@@ -46,6 +46,18 @@ class Delivery:
     def envelope(self) -> Envelope:
         """The envelope, checked against the subject it came on; DecodeError if it is refused."""
         return check_delivered(decode_envelope(self.data), self.subject)
+
+
+def envelopes_of(deliveries: Iterable[Delivery]) -> list[tuple[Delivery, Envelope]]:
+    """Each delivery with its envelope, passing over those that are none: they were dead-lettered when they
+    first arrived, and a reader of what is stored has nothing more to do with them."""
+    decoded: list[tuple[Delivery, Envelope]] = []
+    for delivery in deliveries:
+        try:
+            decoded.append((delivery, delivery.envelope()))
+        except DecodeError:
+            continue
+    return decoded
 
 
 LAST_CONSUMER_HEADER = "Nats-Last-Consumer"

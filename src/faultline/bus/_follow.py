@@ -25,7 +25,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from faultline._errors import DecodeError
-from faultline.bus._consumer import Consumer, Delivery
+from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._messaging import decode_notice
 from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
@@ -76,11 +76,8 @@ async def _catch_up(consumers: Mapping[str, Consumer], rules: RuleSet, timeout_s
         read = await consumer.backlog(timeout_s)
         last[subject] = read[-1].stream_seq if read else 0
         backlog.extend(read)
-    for delivery in sorted(backlog, key=lambda delivery: delivery.stream_seq):
-        try:
-            _take(rules, delivery.envelope(), delivery.stream_seq)
-        except DecodeError:
-            pass  # dead-lettered when it was published
+    for delivery, env in envelopes_of(sorted(backlog, key=lambda delivery: delivery.stream_seq)):
+        _take(rules, env, delivery.stream_seq)
     return last
 
 
@@ -88,11 +85,8 @@ async def read_rules(bus: Bus, settings: FollowSettings | None = None) -> RuleSe
     """The rules in force now, and the fault events of each, read from the stream."""
     settings = settings or FollowSettings()
     rules = RuleSet()
-    for delivery in await bus.read_stored(_subjects(bus), settings.load_timeout_s):
-        try:
-            _take(rules, delivery.envelope(), delivery.stream_seq)
-        except DecodeError:
-            pass
+    for delivery, env in await bus.read_envelopes(_subjects(bus), settings.load_timeout_s):
+        _take(rules, env, delivery.stream_seq)
     return rules
 
 

@@ -45,7 +45,7 @@ from faultline._errors import (
 )
 from faultline.bus._access import INBOX, ConsumerSpec, Credential, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
-from faultline.bus._consumer import Consumer, Delivery
+from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.bus._retry import asked_again
 from faultline.bus._tls import client_context
@@ -563,6 +563,11 @@ class Bus:
             finally:
                 await consumer.close()
         return sorted(got, key=lambda delivery: delivery.stream_seq) if len(filter_subjects) > 1 else got
+
+    async def read_envelopes(self, filter_subjects: Sequence[str], timeout_s: float) -> list[tuple[Delivery, Envelope]]:
+        """`read_stored`, each message with its envelope; what is none was dead-lettered when it arrived, and is
+        passed over."""
+        return envelopes_of(await self.read_stored(filter_subjects, timeout_s))
 
     async def follow(
         self,

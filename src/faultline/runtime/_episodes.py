@@ -328,10 +328,6 @@ class Completions:
         """Take the completions and errors of `episodes` from the stream (two reads, however many episodes)."""
         wanted = set(episodes)
         subjects = [self.bus.subjects.event(event, "*") for event in ("completed", "error")]
-        for delivery in await self.bus.read_stored(subjects, STORED_READ_TIMEOUT_S):
-            try:
-                env = delivery.envelope()
-            except DecodeError:
-                continue
+        for _, env in await self.bus.read_envelopes(subjects, STORED_READ_TIMEOUT_S):
             if env.episode in wanted:
                 await self._handle(env)

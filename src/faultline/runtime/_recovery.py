@@ -6,7 +6,6 @@ import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from faultline._errors import DecodeError
 from faultline.bus import Bus, asked_again
 from faultline.core import Envelope, EpisodeCompleted, Recording, Timer, TimerFired
 
@@ -35,11 +34,7 @@ async def load_history(bus: Bus, episode: str, agent: str, topics: tuple[str, ..
     completions = s.event("completed", episode)
     subjects = [s.direct(episode, agent), rec_subject, completions, *(s.topic(episode, t) for t in topics)]
     history = History()
-    for delivery in await asked_again(functools.partial(bus.read_stored, subjects, HISTORY_TIMEOUT_S)):
-        try:
-            env = delivery.envelope()
-        except DecodeError:
-            continue  # dead-lettered when it first arrived
+    for delivery, env in await asked_again(functools.partial(bus.read_envelopes, subjects, HISTORY_TIMEOUT_S)):
         if isinstance(env.body, EpisodeCompleted):
             history.completed_by = history.completed_by or env.sender
         elif delivery.subject == rec_subject:
@@ -64,11 +59,7 @@ async def pending_timers(bus: Bus, agent: str, shard: int = 0, shards: int = 1) 
     timers: list[Envelope] = []
     fired: set[str] = set()
     completed: set[str] = set()
-    for delivery in await bus.read_stored(subjects, HISTORY_TIMEOUT_S):
-        try:
-            env = delivery.envelope()
-        except DecodeError:
-            continue
+    for _, env in await bus.read_envelopes(subjects, HISTORY_TIMEOUT_S):
         if isinstance(env.body, Timer):
             timers.append(env)
         elif isinstance(env.body, TimerFired):

@@ -13,7 +13,6 @@ from typing import Any
 import anyio
 import msgspec
 
-from faultline._errors import DecodeError
 from faultline.bus import Bus, Message, decode_notice
 from faultline.core import Control, Envelope, derive_id
 from faultline.faults import CONTROL_EPISODE, OPERATOR
@@ -95,13 +94,9 @@ def roster_control(
 async def read_rosters(bus: Bus, timeout_s: float = READ_TIMEOUT_S) -> Rosters:
     """The live roster, read from the stream's `fl.ctl.helpers` messages."""
     rosters = Rosters()
-    for delivery in await bus.read_stored([bus.subjects.ctl(HELPERS_CONTROL)], timeout_s):
-        try:
-            body = delivery.envelope().body
-        except DecodeError:
-            continue  # dead-lettered when it was published
-        if isinstance(body, Control):
-            rosters.take(body)
+    for _, env in await bus.read_envelopes([bus.subjects.ctl(HELPERS_CONTROL)], timeout_s):
+        if isinstance(env.body, Control):
+            rosters.take(env.body)
     return rosters
 
 
