@@ -22,11 +22,10 @@ from typing import Any
 
 import anyio
 import msgspec
-from nats.aio.msg import Msg
 
 from faultline._errors import DecodeError
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
-from faultline.bus._messaging import decode_notice
+from faultline.bus._messaging import Message, decode_notice
 from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
@@ -104,7 +103,7 @@ async def follow_rules(
             consumers[subject] = await bus.consumer(None, [subject], start="all", heartbeat=True)
         read = await _catch_up(consumers, rules, settings.load_timeout_s)
 
-        async def answer(msg: Msg) -> None:
+        async def answer(msg: Message) -> None:
             await msg.respond(msgspec.json.encode(_Taken(name, rules.last_seq)))
 
         async def take(delivery: Delivery) -> None:
@@ -114,9 +113,9 @@ async def follow_rules(
                 return
             if taken:
                 note = msgspec.json.encode(_Taken(name, rules.last_seq))
-                await bus.nc.publish(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", note)
+                await bus.notify(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", note)
 
-        sub = await bus.nc.subscribe(s.svc(FAULTS_CONTROL), cb=answer)
+        sub = await bus.subscribe(s.svc(FAULTS_CONTROL), answer)
         try:
             async with anyio.create_task_group() as tg:
                 for subject, consumer in consumers.items():
@@ -147,7 +146,7 @@ async def publish_controls(
     arrived = anyio.Event()
     seq, started = 0, 0.0
 
-    async def on_reply(msg: Msg) -> None:
+    async def on_reply(msg: Message) -> None:
         note = decode_notice(msg.data, _Taken, subject=msg.subject)
         if note is None:
             return
@@ -157,10 +156,10 @@ async def publish_controls(
             took[worker] = anyio.current_time() - started
         arrived.set()
 
-    inbox = bus.nc.new_inbox()
+    inbox = bus.new_inbox()
     subs = [
-        await bus.nc.subscribe(inbox, cb=on_reply),
-        await bus.nc.subscribe(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", cb=on_reply),
+        await bus.subscribe(inbox, on_reply),
+        await bus.subscribe(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", on_reply),
     ]
     try:
         started = anyio.current_time()
@@ -168,7 +167,7 @@ async def publish_controls(
         for env in controls:
             last = await bus.publish_raw(s.for_envelope(env), encode(env), env.id)
         seq = last
-        await bus.nc.publish(s.svc(FAULTS_CONTROL), b"", reply=inbox)
+        await bus.notify(s.svc(FAULTS_CONTROL), b"", reply=inbox)
         grace = started + settings.confirm_grace_s
         with anyio.move_on_after(settings.confirm_timeout_s):
             while True:

@@ -250,10 +250,15 @@ class Bus:
             sub = await self.nc.subscribe(subject, queue=queue, cb=deliver)
         return Subscription(sub, self.nc)
 
-    async def notify(self, subject: str, data: bytes) -> None:
-        """Send `data` to whoever subscribes to `subject` now; nothing is stored, nobody answers."""
+    async def notify(self, subject: str, data: bytes, *, reply: str = "") -> None:
+        """Send `data` to whoever subscribes to `subject` now; nothing is stored, and nobody answers, or each
+        whoever answers to `reply` (a `new_inbox()` this connection subscribed to), however many they are."""
         with nats_failure(f"sending on {subject}"):
-            await self.nc.publish(subject, data)
+            await self.nc.publish(subject, data, reply=reply)
+
+    def new_inbox(self) -> str:
+        """A subject of this connection's own, under its inbox prefix, where answers may be sent to it."""
+        return self.nc.new_inbox()
 
     def next_reconnect(self) -> anyio.Event:
         """An event set when this connection next comes back after losing its server (core NATS missed
