@@ -323,6 +323,8 @@ PUBLIC = {
         "HELPERS_CONTROL",
         "MAX_SECONDS",
         "STATUS_SERVICE",
+        "JOURNAL_SERVICE",
+        "JOURNAL_STATE",
         "STATUS_WINDOW_S",
         "HelperPool",
         "FamaConfig",

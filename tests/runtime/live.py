@@ -20,6 +20,8 @@ from faultline.bus import OPERATOR, Access, Bus
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
 from faultline.runtime import (
+    JOURNAL_SERVICE,
+    STATUS_SERVICE,
     STATUS_WINDOW_S,
     Completions,
     ProcessSpec,
@@ -154,7 +156,7 @@ async def journal_everything(bus: Bus) -> None:
     for _ in range(2):
         info = await bus.js.stream_info(bus.subjects.stream)
         ask = msgspec.json.encode({"until": info.state.last_seq})
-        reply = await bus.nc.request(bus.subjects.svc("journal"), ask, timeout=JOURNAL_TIMEOUT_S)
+        reply = await bus.nc.request(bus.subjects.svc(JOURNAL_SERVICE), ask, timeout=JOURNAL_TIMEOUT_S)
         answer = msgspec.json.decode(reply.data)
         assert answer["last_seq"] >= info.state.last_seq and not answer["stuck"], answer
 
@@ -163,7 +165,7 @@ async def worker_status(url: str, prefix: str) -> list[dict[str, Any]]:
     """What every worker answers `faultline status` within its window, as its JSON decodes."""
     bus = await Bus.connect(url, prefix=prefix)
     try:
-        answers = await bus.request_all(bus.subjects.svc("status"), b"", STATUS_WINDOW_S)
+        answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), b"", STATUS_WINDOW_S)
     finally:
         await bus.close()
     return [msgspec.json.decode(answer) for answer in answers]

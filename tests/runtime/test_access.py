@@ -41,7 +41,7 @@ from faultline.core import (
 )
 from faultline.faults import add_rule_control
 from faultline.journal import JournalReader, JournalRow, verify
-from faultline.runtime import Completions, Supervisor, parse_fault_spec, worker_identity
+from faultline.runtime import JOURNAL_SERVICE, Completions, Supervisor, parse_fault_spec, worker_identity
 from tests.runtime.live import EPISODE_TIMEOUT_S, held, journal_everything, live_system, raw_client, retail
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -336,10 +336,10 @@ async def test_a_question_nested_too_deep_gets_the_journals_state_and_the_next_q
     raw = await raw_client(running.supervisor)
     try:
         deep = b'{"until": 0, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-        first = await raw.request(S.svc("journal"), deep, timeout=REFUSAL_TIMEOUT_S)
+        first = await raw.request(S.svc(JOURNAL_SERVICE), deep, timeout=REFUSAL_TIMEOUT_S)
         assert "stuck" in msgspec.json.decode(first.data)  # answered at once with the state, as a question of nothing
         until = await running.since()
-        second = await raw.request(S.svc("journal"), msgspec.json.encode({"until": until}), timeout=30)
+        second = await raw.request(S.svc(JOURNAL_SERVICE), msgspec.json.encode({"until": until}), timeout=30)
         assert msgspec.json.decode(second.data)["last_seq"] >= until
     finally:
         await raw.close()

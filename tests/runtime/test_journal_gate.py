@@ -12,7 +12,7 @@ import pytest
 
 from faultline._errors import JournalError
 from faultline.bus import Bus, Message
-from faultline.runtime import JournalGate, JournalState
+from faultline.runtime import JOURNAL_SERVICE, JournalGate, JournalState
 
 STARTS = 20
 
@@ -51,7 +51,7 @@ async def starts(gate: JournalGate) -> list[str]:
 @pytest.mark.parametrize("stuck", ["", "database or disk is full"])
 async def test_starts_made_together_ask_the_journal_once_and_are_all_told_its_answer(bus: Bus, stuck: str) -> None:
     journal, gate = Journal(stuck), JournalGate(bus)
-    subscription = await bus.subscribe(bus.subjects.svc("journal"), journal.answer)
+    subscription = await bus.subscribe(bus.subjects.svc(JOURNAL_SERVICE), journal.answer)
     try:
         told = await starts(gate)
         assert journal.asks == 1
@@ -71,7 +71,7 @@ async def test_starts_made_together_ask_the_journal_once_and_are_all_told_its_an
 async def test_a_start_after_the_journal_recovered_is_let_through(bus: Bus) -> None:
     journal = Journal("database or disk is full")
     gate = JournalGate(bus)
-    subscription = await bus.subscribe(bus.subjects.svc("journal"), journal.answer)
+    subscription = await bus.subscribe(bus.subjects.svc(JOURNAL_SERVICE), journal.answer)
     try:
         with pytest.raises(JournalError):
             await gate.check()

@@ -24,7 +24,7 @@ from faultline._errors import JournalError
 from faultline.bus import Bus, Credential, Login, load_credential
 from faultline.core import Envelope, EpisodeStarted, Note, Recording, Start
 from faultline.journal import JournalReader, verify
-from faultline.runtime import Completions, ProcessSpec, Supervisor, start_episode
+from faultline.runtime import JOURNAL_SERVICE, STATUS_SERVICE, Completions, ProcessSpec, Supervisor, start_episode
 from faultline.runtime._episodes import StatusAsk
 from tests.processes import alive, children
 from tests.runtime.live import worker_status
@@ -105,7 +105,7 @@ async def run_episodes(supervisor: Supervisor, episodes: list[str], kill_pong_af
         assert killed.is_set()
     # the journal holds everything the stream holds before we look at it
     info = await bus.js.stream_info(bus.subjects.stream)
-    await bus.nc.request(bus.subjects.svc("journal"), f'{{"until": {info.state.last_seq}}}'.encode(), timeout=20)
+    await bus.nc.request(bus.subjects.svc(JOURNAL_SERVICE), f'{{"until": {info.state.last_seq}}}'.encode(), timeout=20)
 
 
 async def test_ping_pong_across_two_worker_processes(tmp_path: Path) -> None:
@@ -499,7 +499,7 @@ async def _asked_both(url: str, ask: bytes) -> list[dict[str, Any]]:
     bus = await Bus.connect(url)
     try:
         with anyio.fail_after(10):
-            while len(answers := await bus.request_all(bus.subjects.svc("status"), ask, 0.5)) < 2:
+            while len(answers := await bus.request_all(bus.subjects.svc(STATUS_SERVICE), ask, 0.5)) < 2:
                 pass
     finally:
         await bus.close()

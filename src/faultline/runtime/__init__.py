@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     )
     from faultline.runtime._durations import MAX_SECONDS
     from faultline.runtime._episodes import (
+        JOURNAL_SERVICE,
+        JOURNAL_STATE,
         STATUS_SERVICE,
         STATUS_WINDOW_S,
         CallInFlight,
@@ -119,6 +121,8 @@ __all__ = [
     "WorkerConfig",
     "WorkerSettings",
     "STATUS_SERVICE",
+    "JOURNAL_SERVICE",
+    "JOURNAL_STATE",
     "agent_lookup",
     "apply_defense_flags",
     "bus_settings",
@@ -175,6 +179,8 @@ __getattr__, __dir__ = lazy_exports(
             "parse_config",
         ),
         "faultline.runtime._episodes": (
+            "JOURNAL_SERVICE",
+            "JOURNAL_STATE",
             "STATUS_SERVICE",
             "STATUS_WINDOW_S",
             "CallInFlight",

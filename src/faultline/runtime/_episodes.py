@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 STATUS_SERVICE = "status"
 """The service every worker answers with who it is and what it runs (`faultline status`, the run's model calls)."""
+JOURNAL_SERVICE = "journal"
+"""The service every journal shard answers with how far it has journaled the stream (`ask_journal`)."""
+JOURNAL_STATE = f"{JOURNAL_SERVICE}.state"
+"""Where a journal shard says that it cannot write, and that it can again (`JournalState`)."""
 
 STORED_READ_TIMEOUT_S = 10.0
 """How long reading completions back from the stream may take after a reconnect."""
@@ -65,7 +69,7 @@ async def ask_journal(bus: Bus, timeout_s: float, until: int = 0) -> JournalStat
     NoResponderError when no journal service runs; ReplyTimeoutError when not every shard answered
     within `timeout_s`, with the state of those that did in its message.
     """
-    subject = bus.subjects.svc("journal")
+    subject = bus.subjects.svc(JOURNAL_SERVICE)
     answers = await bus.request_all(subject, msgspec.json.encode({"until": until}), timeout_s, enough=_every_shard)
     states = _states(answers)
     if not states:

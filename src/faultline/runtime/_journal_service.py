@@ -53,6 +53,7 @@ from faultline._errors import BusError, DecodeError, DeliveriesLostError, Journa
 from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message, asked_again, decode_notice
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes, decode_envelope, episode_shard
 from faultline.journal import Incoming, Journal, create_set, shard_path
+from faultline.runtime._episodes import JOURNAL_SERVICE, JOURNAL_STATE
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
@@ -166,7 +167,7 @@ class JournalService:
         try:
             stream = await self.bus.stream_incarnation()
             self.last_seq = journal.last_seq(stream)
-            sub = await self.bus.subscribe(self.bus.subjects.svc("journal"), self._on_ask)
+            sub = await self.bus.subscribe(self.bus.subjects.svc(JOURNAL_SERVICE), self._on_ask)
             try:
                 async with anyio.create_task_group() as self._tasks:
                     self._tasks.start_soon(self._copy, journal, stream)
@@ -452,7 +453,7 @@ class JournalService:
                 {"stuck": self.stuck, "last_seq": self.last_seq, "shard": self.shard, "shards": self.shards}
             )
             try:
-                await self.bus.notify(self.bus.subjects.svc("journal.state"), state)
+                await self.bus.notify(self.bus.subjects.svc(JOURNAL_STATE), state)
             except BusError:
                 pass  # nobody hears it now; whoever asks gets the same answer
 

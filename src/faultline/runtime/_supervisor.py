@@ -30,7 +30,7 @@ from anyio.abc import Process
 from faultline._errors import BusError, ServerError
 from faultline._parent import supervised_env
 from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles, decode_notice
-from faultline.runtime._episodes import JournalState
+from faultline.runtime._episodes import JOURNAL_STATE, JournalState
 from faultline.runtime._journal_service import ANY_COMPLETER, journal_process
 
 READY_TIMEOUT_S = 60.0
@@ -143,7 +143,7 @@ class Supervisor:
         if access is not None:
             await self.bus.ensure_consumers(access.consumers)  # the workers may only read them, not make them
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
-        await self.bus.subscribe(self.bus.subjects.svc("journal.state"), self._on_journal_state)
+        await self.bus.subscribe(self.bus.subjects.svc(JOURNAL_STATE), self._on_journal_state)
         completers = ("--completers", ANY_COMPLETER if self.completers is None else ",".join(self.completers))
         partitions = ("--partitions", str(self.bus_settings.partitions))
         journal_args = ("journal", "serve", str(self.journal_path), *completers, *partitions, *self.journal_args)
