@@ -158,6 +158,19 @@ async def test_interceptors_pass_change_drop_and_multiply(bus: Bus) -> None:
     assert got[2].body == UserTurn(text="changed")
 
 
+async def test_a_delivery_kept_alive_past_its_ack_wait_is_not_delivered_again(bus: Bus) -> None:
+    consumer = await bus.consumer("slow", bus.subjects.journaled, ack_wait_s=0.6)
+    await bus.publish(note(1))
+    (delivery,) = await drain(consumer, 1)
+    async with consumer.keep_alive(delivery):
+        await anyio.sleep(1.5)  # over twice the ack wait
+    await consumer.ack(delivery)
+    with anyio.move_on_after(1.0):
+        again = await consumer.batch()
+        pytest.fail(f"delivered again: {again}")
+    await consumer.close(delete=True)
+
+
 async def test_durable_consumer_resumes_where_it_was_acknowledged(bus: Bus) -> None:
     consumer = await bus.consumer("resume", bus.subjects.journaled, ack_all=True)
     await bus.publish_all(note(i) for i in range(10))

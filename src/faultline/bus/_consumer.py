@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -60,6 +61,8 @@ def envelopes_of(deliveries: Iterable[Delivery]) -> list[tuple[Delivery, Envelop
     return decoded
 
 
+KEEP_ALIVE_PER_ACK_WAIT = 3
+"""How many times per ack wait `Consumer.keep_alive` says a delivery is in progress."""
 LAST_CONSUMER_HEADER = "Nats-Last-Consumer"
 """On an idle heartbeat: the consumer sequence of the last delivery the server sent."""
 
@@ -248,13 +251,30 @@ class Consumer:
         """Acknowledge; with an ack-all consumer this also acknowledges everything before it."""
         await self._tell(delivery, b"+ACK")
 
-    async def nak(self, delivery: Delivery, delay_s: float | None = None) -> None:
-        payload = b"-NAK" if delay_s is None else f'-NAK {{"delay": {int(delay_s * 1e9)}}}'.encode()
-        await self._tell(delivery, payload)
-
     async def in_progress(self, delivery: Delivery) -> None:
         """Say the delivery is still being worked on, so that it is not delivered again after the ack wait."""
         await self._tell(delivery, b"+WPI")
+
+    @asynccontextmanager
+    async def keep_alive(self, delivery: Delivery) -> AsyncIterator[None]:
+        """Say the delivery is in progress several times per ack wait while the block runs: work on it that
+        may take longer than that (a slow model, forks to run) would otherwise have it delivered again."""
+        ack_wait_s = self._opened.config.ack_wait if self._opened is not None else None
+        if not self._acks or not ack_wait_s:
+            yield
+            return
+
+        async def keep_telling() -> None:
+            while True:
+                await anyio.sleep(ack_wait_s / KEEP_ALIVE_PER_ACK_WAIT)
+                await self.in_progress(delivery)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keep_telling)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
 
     async def _tell(self, delivery: Delivery, verdict: bytes) -> None:
         if not self._acks:
