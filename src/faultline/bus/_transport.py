@@ -16,13 +16,9 @@ import hashlib
 import itertools
 import logging
 import os
-import re
-import ssl
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -47,6 +43,7 @@ from faultline.bus._access import INBOX, ConsumerSpec, Credential, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._messaging import Message, Subscription, nats_failure
+from faultline.bus._refusals import Refusals, failed_tls, refused_login
 from faultline.bus._retry import asked_again
 from faultline.bus._tls import client_context
 from faultline.core import (
@@ -63,7 +60,6 @@ from faultline.core import (
 )
 
 DLQ_SENDER = "bus"
-_REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]+)", re.IGNORECASE)
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +141,7 @@ class Bus:
     def __post_init__(self) -> None:
         self.js = self.nc.jetstream()
         self._acks = Confirmations(self.nc, self.settings.publish_max_pending)
-        self._refusals = _Refusals("faultline")
+        self._refusals = Refusals("faultline")
         self._questions = itertools.count()
         self._asking: dict[str, Callable[[Msg], None]] = {}
         """The questions of `request_all` waiting for answers, by the last token of their reply subject."""
@@ -171,7 +167,7 @@ class Bus:
         """
         credential, tls_ca = (login.credential, login.tls_ca) if login else (None, None)
         settings = settings or BusSettings()
-        refusals = _Refusals(f"{name} (user {credential.user!r})" if credential else name)
+        refusals = Refusals(f"{name} (user {credential.user!r})" if credential else name)
         servers = [part.strip() for part in url.split(",") if part.strip()]
         options: dict[str, Any] = {}
         if credential:
@@ -196,10 +192,11 @@ class Bus:
                 )
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             if refusals.login_refused or isinstance(exc, nats.errors.AuthorizationError):
-                raise AccessError(_refused_login(url, credential)) from None
+                raise AccessError(refused_login(url, credential)) from None
             if refusals.tls_failure:
-                raise AccessError(_failed_tls(url, tls_ca, refusals.tls_failure)) from None
+                raise AccessError(failed_tls(url, tls_ca, refusals.tls_failure)) from None
             raise BusError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
+        refusals.connected = True
         # Fail fast on the first connect, but once connected ride out server restarts.
         nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
         bus = cls(
@@ -943,101 +940,3 @@ def _id_key(credential: Credential | None) -> bytes:
 def _unforeseen(msg_id: str) -> str:
     """`msg_id` made into one nobody could foresee, for a message whose own id someone else took first."""
     return f"{msg_id}-{os.urandom(8).hex()}"
-
-
-_API_PREFIX = "$js.api."
-"""The JetStream API's subjects, in lower case as the client library hands the server's refusals on."""
-
-
-class _Refusals:
-    """Publishes the server refused on this connection: logged as they come, and told to the publishers waiting."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.subjects: deque[str] = deque(maxlen=256)
-        """Lower case, as the client library hands the server's errors on."""
-        self.login_refused = False
-        self.api_refused = 0
-        """How many requests to the JetStream API the server refused (`Bus._jetstream`)."""
-        self.tls_failure = ""
-        self.reconnected = anyio.Event()
-        """Set at the next reconnect (then replaced): what was sent on core NATS meanwhile never came."""
-        self.rounds: set[Round] = set()
-        """Rounds of publishes waiting for their answers: each is woken at a refusal, to see if it is one of its own."""
-
-    async def on_error(self, exc: Exception) -> None:
-        """NATS's asynchronous errors: a refused login or publish, known here; any other is logged, and connection
-        hiccups surface where they hurt too."""
-        if isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower():
-            self.login_refused = True
-            return
-        if isinstance(exc, ssl.SSLError):
-            self.tls_failure = getattr(exc, "verify_message", "") or getattr(exc, "reason", "") or str(exc)
-            return
-        found = _REFUSED_PUBLISH.search(str(exc))
-        if found is None:
-            log.warning("NATS error on %s's connection: %s", self.name, exc or type(exc).__name__)
-            return
-        subject = found.group(1)
-        # A waiting publisher, or the asker of the JetStream API, raises it (PublishRefusedError): said once, by
-        # whoever handles that.
-        asked = subject.startswith(_API_PREFIX)
-        self.api_refused += asked
-        said = bool(self.rounds) or asked
-        log.log(
-            logging.DEBUG if said else logging.ERROR, "NATS refused %s permission to publish on %s", self.name, subject
-        )
-        self.subjects.append(subject)
-        for round_ in self.rounds:
-            round_.wake()
-
-    def check_asked(self, refused_before: int, what: str) -> None:
-        """PublishRefusedError if the server refused a JetStream API request since it had refused `refused_before`
-        (`api_refused`): `what` was such a request."""
-        if self.api_refused > refused_before:
-            raise PublishRefusedError(
-                f"NATS refused {self.name} {what}: the credential it connected with may not (the operator's may)"
-            )
-
-    def check_consumer(self, stream: str, name: str, filter_subjects: Sequence[str]) -> None:
-        """PublishRefusedError if the server refused the request that opens consumer `name` on `stream`: a
-        credential that may not read `filter_subjects` is refused every time, so asking again cannot help."""
-        create = f"create.{stream}.{name}".lower()
-        for subject in self.subjects:
-            if create in subject:
-                raise PublishRefusedError(
-                    f"NATS refused {self.name} a consumer of {', '.join(filter_subjects)} on stream {stream}: the"
-                    " credential it connected with may not read there"
-                )
-
-    async def on_reconnect(self) -> None:
-        self.reconnected.set()
-        self.reconnected = anyio.Event()
-
-    def check(self, subjects: set[str]) -> None:
-        """PublishRefusedError if the server refused a publish on one of `subjects`.
-
-        Asked at every round of publishes: with nothing refused, as is usual, it compares nothing."""
-        if not self.subjects:
-            return
-        refused = set(self.subjects)
-        for subject in subjects:
-            if subject.lower() in refused:
-                raise PublishRefusedError(
-                    f"NATS refused {self.name} permission to publish on {subject}: the credential it connected with"
-                    " may not publish there (only the operator publishes controls; a worker speaks only as its agents)"
-                )
-
-
-def _failed_tls(url: str, tls_ca: Path | None, reason: str) -> str:
-    if tls_ca is None:
-        return f"NATS at {url} speaks TLS with a certificate this machine does not trust ({reason}): pass --tls-ca FILE"
-    return f"NATS at {url} failed the TLS check against {tls_ca} ({reason}): is it the CA that signed its certificate?"
-
-
-def _refused_login(url: str, credential: Credential | None) -> str:
-    if credential is None:
-        return (
-            f"NATS at {url} wants a credential: pass --creds FILE (written by `faultline up`), or start it --insecure"
-        )
-    return f"NATS at {url} refused the credential of user {credential.user!r}: wrong user or password"
