@@ -45,7 +45,7 @@ from faultline.runtime.models._scripted import load_script
 from faultline.runtime.models._sim_latency import SimLatency
 
 if TYPE_CHECKING:
-    from faultline.bus import BusSettings
+    from faultline.bus import Bus, BusSettings, Login
 
 DEFAULT_CONFIG_FILE = Path("faultline.toml")
 """Read by `load_config(None)` when it exists in the working directory."""
@@ -482,6 +482,15 @@ def bus_settings(config: Config) -> BusSettings:
         ack_wait_s=config.runtime.ack_wait_s,
         max_ack_pending=n.max_ack_pending,
         partitions=config.partitions,
+    )
+
+
+async def connect(config: Config, url: str, *, name: str, prefix: str = "", login: Login | None = None) -> Bus:
+    """A connection to `url` as client `name`, under `[nats] prefix` (or `prefix`), with `bus_settings(config)`."""
+    from faultline.bus import Bus  # here, so that reading a config (for replay) loads no NATS
+
+    return await Bus.connect(
+        url, prefix=prefix or config.nats.prefix, settings=bus_settings(config), name=name, login=login
     )
 
 

@@ -6,9 +6,10 @@ docstring promises (a worker drains, the journal catches up) and exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import signal
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,7 +18,7 @@ import anyio
 from faultline._errors import JournalError
 from faultline.bus import Bus, BusSettings, Login
 from faultline.runtime._agents import agent_names, resolve_agents
-from faultline.runtime._config import Config, bus_settings, make_backend
+from faultline.runtime._config import Config, connect, make_backend
 from faultline.runtime._faulting import faults_and_defenses, injector_for, request_faults
 from faultline.runtime._helper_pool import HelperPool
 from faultline.runtime._otel_stream import OtelStream
@@ -72,19 +73,12 @@ def tune_collector() -> None:
     gc.set_threshold(COLLECT_EVERY, 20, 20)
 
 
-async def _with_bus(
-    url: str,
-    prefix: str,
-    body: Callable[[Bus], Awaitable[None]],
-    name: str,
-    settings: BusSettings,
-    login: Login | None = None,
-) -> None:
-    tune_collector()
-    bus = await Bus.connect(url, prefix=prefix, settings=settings, name=name, login=login)
+@contextlib.asynccontextmanager
+async def serving(bus: Bus) -> AsyncIterator[Bus]:
+    """`bus` once the stream exists (a process may be the first to reach a new server), closed on the way out."""
     try:
         await bus.ensure_stream()
-        await body(bus)
+        yield bus
     finally:
         await bus.close()
 
@@ -121,18 +115,19 @@ async def run_worker(
     settings = worker_settings(config, shard)
     agent_settings: dict[str, dict[str, Any]] = {n: {"model_role": a.model_role or n} for n, a in config.agents.items()}
 
-    async def body(bus: Bus) -> None:
-        async with faults_and_defenses(bus, config, agent_names(config), name) as faults:
-            worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
-            faults.injector = injector_for(bus, worker, worker.recorded_for)
-            worker.request_faults = request_faults(bus, faults)
-            if follow_roster:
-                pool = HelperPool(worker, resolve=lambda agent: resolve_agents([agent], config)[0])
-                await serve_until_signal(bus, name, pool, on_ready)
-            else:
-                await serve_until_signal(bus, name, worker, on_ready)
-
-    await _with_bus(url, prefix, body, name, bus_settings(config), login)
+    tune_collector()
+    async with (
+        serving(await connect(config, url, prefix=prefix, name=name, login=login)) as bus,
+        faults_and_defenses(bus, config, agent_names(config), name) as faults,
+    ):
+        worker = Worker(bus, classes, lambda role: make_backend(config, role), settings, agent_settings, name=name)
+        faults.injector = injector_for(bus, worker, worker.recorded_for)
+        worker.request_faults = request_faults(bus, faults)
+        if follow_roster:
+            pool = HelperPool(worker, resolve=lambda agent: resolve_agents([agent], config)[0])
+            await serve_until_signal(bus, name, pool, on_ready)
+        else:
+            await serve_until_signal(bus, name, worker, on_ready)
 
 
 async def run_journal(
@@ -154,29 +149,24 @@ async def run_journal(
     """
     from faultline.runtime._journal_service import JournalService
 
-    async def body(bus: Bus) -> None:
-        if otel is None:
-            await serve_until_signal(
-                bus, name, JournalService(bus, path, completers=completers, shard=shard, shards=shards), on_ready
-            )
-            return
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(otel.run)
-            try:
-                await serve_until_signal(
-                    bus,
-                    name,
-                    JournalService(
-                        bus, path, on_completed=otel.completed, completers=completers, shard=shard, shards=shards
-                    ),
-                    on_ready,
-                )
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await otel.close()
-                tg.cancel_scope.cancel()
-
+    tune_collector()
     try:
-        await _with_bus(url, prefix, body, name, settings or BusSettings(), login)
+        bus = await Bus.connect(url, prefix=prefix, settings=settings or BusSettings(), name=name, login=login)
+        async with serving(bus):
+            if otel is None:
+                service = JournalService(bus, path, completers=completers, shard=shard, shards=shards)
+                await serve_until_signal(bus, name, service, on_ready)
+                return
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(otel.run)
+                try:
+                    service = JournalService(
+                        bus, path, on_completed=otel.completed, completers=completers, shard=shard, shards=shards
+                    )
+                    await serve_until_signal(bus, name, service, on_ready)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await otel.close()
+                    tg.cancel_scope.cancel()
     except* JournalError as failed:  # one line on stderr, not a traceback
         raise failed.exceptions[0] from None

@@ -45,10 +45,11 @@ from faultline.runtime import (
     FamaConfig,
     Worker,
     ask_journal,
-    bus_settings,
+    connect,
     make_backend,
     roster_control,
     serve_until_signal,
+    serving,
     worker_settings,
 )
 from faultline.services.fama._case import FAILED_OUTCOMES, FailureCase, failure_case
@@ -226,9 +227,7 @@ async def serve_fama(
     async def attribute(case: FailureCase) -> FailureCase:
         return await attribute_case(path, case, config)
 
-    bus = await Bus.connect(url, prefix=prefix, settings=bus_settings(config), name=name, login=login)
-    try:
-        await bus.ensure_stream()
+    async with serving(await connect(config, url, prefix=prefix, name=name, login=login)) as bus:
         model = config.model(config.role_of("tool")).model
         worker = Worker(
             bus, [FamaController], lambda role: make_backend(config, role), worker_settings(config), name=name
@@ -241,5 +240,3 @@ async def serve_fama(
             attribute=attribute if config.fama.attribution != "off" else None,
         )
         await serve_until_signal(bus, name, service)
-    finally:
-        await bus.close()

@@ -56,7 +56,7 @@ from faultline.agents.memory import (
 from faultline.bus import Bus, Consumer, Delivery, Login, Message, Subscription
 from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, encode
 from faultline.envs import load_domain
-from faultline.runtime import Config, bus_settings, serve_until_signal
+from faultline.runtime import Config, connect, serve_until_signal, serving
 from faultline.services.memory._configured import extractor_backend, open_memory
 from faultline.services.memory._preference import MIN_ZERO_RATINGS, hidden_tools
 from faultline.services.memory._projection import (
@@ -374,20 +374,18 @@ async def serve_memory(
     login: Login | None = None,
 ) -> None:
     """The `faultline memory serve` process: serve until SIGTERM/SIGINT, announced ready as `name`."""
-    bus = await Bus.connect(url, prefix=prefix, settings=bus_settings(config), name=name, login=login)
-    try:
-        await bus.ensure_stream()
-        async with open_memory(config.memory, store) as memory:
-            extractor = extractor_backend(config)
-            try:
-                settings = MemoryServiceSettings(min_zero_ratings=config.memory.zero_ratings)
-                service = MemoryService(bus, memory, extractor=extractor, settings=settings)
-                await serve_until_signal(bus, name, service)
-            finally:
-                if extractor is not None:
-                    await extractor.aclose()
-    finally:
-        await bus.close()
+    async with (
+        serving(await connect(config, url, prefix=prefix, name=name, login=login)) as bus,
+        open_memory(config.memory, store) as memory,
+    ):
+        extractor = extractor_backend(config)
+        try:
+            settings = MemoryServiceSettings(min_zero_ratings=config.memory.zero_ratings)
+            service = MemoryService(bus, memory, extractor=extractor, settings=settings)
+            await serve_until_signal(bus, name, service)
+        finally:
+            if extractor is not None:
+                await extractor.aclose()
 
 
 def _completed_event(delivery: Delivery) -> Envelope | None:
