@@ -32,7 +32,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal
 
 import anyio
 
@@ -52,6 +51,7 @@ from faultline.runtime import (
     serving,
     worker_settings,
 )
+from faultline.services._resume import resumed_consumer
 from faultline.services.fama._case import FAILED_OUTCOMES, FailureCase, failure_case
 from faultline.services.fama._controller import CONTROLLER, ROSTER, FamaController, case_message, controller_episode
 from faultline.services.fama._offline import attribute_case
@@ -114,8 +114,8 @@ class FamaService:
         async with anyio.create_task_group() as outer:
             outer.start_soon(self.worker.run)
             await self.worker.wait_ready()
-            cases = await self._consumer(CASES_CONSUMER, s.event("completed", "*"))
-            rosters = await self._consumer(ROSTERS_CONSUMER, s.event("notice", "*"))
+            cases = await resumed_consumer(self.bus, CASES_CONSUMER, s.event("completed", "*"))
+            rosters = await resumed_consumer(self.bus, ROSTERS_CONSUMER, s.event("notice", "*"))
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._read, cases, self._on_completed)
@@ -126,11 +126,6 @@ class FamaService:
             finally:
                 await cases.close()
                 await rosters.close()
-
-    async def _consumer(self, name: str, subject: str) -> Consumer:
-        floor = await self.bus.ack_floor(name)
-        start: int | Literal["all"] = "all" if floor is None else floor + 1
-        return await self.bus.consumer(name, [subject], start=start, max_ack_pending=1, replace=True)
 
     async def _read(self, consumer: Consumer, handle: Callable[[Envelope, int], Awaitable[None]]) -> None:
         while True:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import msgspec
@@ -57,6 +57,7 @@ from faultline.bus import Bus, Consumer, Delivery, Login, Message, Subscription
 from faultline.core import Envelope, EpisodeCompleted, ModelBackend, Recording, encode
 from faultline.envs import load_domain
 from faultline.runtime import Config, connect, serve_until_signal, serving
+from faultline.services._resume import resumed_consumer
 from faultline.services.memory._configured import extractor_backend, open_memory
 from faultline.services.memory._preference import MIN_ZERO_RATINGS, hidden_tools
 from faultline.services.memory._projection import (
@@ -145,13 +146,8 @@ class MemoryService:
 
     async def run(self) -> None:
         s = self.bus.subjects
-        consumer = await self.bus.consumer(
-            self.settings.consumer,
-            [s.event("completed", "*")],
-            start=await self._resume_at(),
-            max_ack_pending=1,
-            ack_wait_s=self.settings.ack_wait_s,
-            replace=True,
+        consumer = await resumed_consumer(
+            self.bus, self.settings.consumer, s.event("completed", "*"), ack_wait_s=self.settings.ack_wait_s
         )
         self._consumer = consumer
         subscriptions: list[Subscription] = []
@@ -173,15 +169,6 @@ class MemoryService:
             for sub in subscriptions:
                 await sub.unsubscribe()
             await consumer.close()
-
-    async def _resume_at(self) -> int | Literal["all"]:
-        """Where this run's consumer starts: right after the last event acknowledged.
-
-        An event in hand when the last run ended (stopped, or killed) so comes
-        again at once, not after the ack wait.
-        """
-        floor = await self.bus.ack_floor(self.settings.consumer)
-        return "all" if floor is None else floor + 1
 
     # -- ingestion --------------------------------------------------------------------------
 
