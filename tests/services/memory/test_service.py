@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -37,6 +38,7 @@ from faultline.services.memory._service import read_episode
 from tests.openai_server import OpenAIServer, Text
 from tests.services.memory.episodes import episode, mistake, sample_episodes
 
+LOGGER = "faultline.services.memory._service"
 FAST = MemoryServiceSettings(retry_delay_s=0.01, retry_delay_max_s=0.05, drain_timeout_s=5.0)
 
 
@@ -195,6 +197,27 @@ async def test_a_malformed_request_gets_an_error_reply_and_the_service_keeps_ser
     assert [s["entry"]["id"] for s in good["entries"]] == ["ok"]
 
 
+async def test_a_request_that_fails_inside_the_service_is_answered_and_logged(
+    bus: Bus, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = MemoryService(bus, MemoryStore(":memory:", HashingEmbedder()), settings=FAST)
+
+    async def broken(request: RetrievalRequest) -> RetrievalReply:
+        raise RuntimeError("index gone")
+
+    monkeypatch.setattr(service, "retrieve", broken)
+    caplog.set_level(logging.ERROR, logger=LOGGER)
+    async with running(service):
+        reply = await ask(bus, {"query": "cancel order", "domain": "retail"})
+        again = await ask(bus, {"query": "cancel order", "domain": "retail"})
+    assert reply == again == {"error": "internal error: RuntimeError: index gone"}
+    failed = [r for r in caplog.records if r.name == LOGGER]
+    assert [(r.levelno, r.getMessage()) for r in failed] == [
+        (logging.ERROR, "memory: request on fl.svc.memory failed")
+    ] * 2
+    assert all(r.exc_info and r.exc_info[0] is RuntimeError for r in failed)
+
+
 async def test_events_that_completed_while_the_service_was_down_are_not_missed(bus: Bus) -> None:
     store = MemoryStore(":memory:", HashingEmbedder())
     await publish(bus, [episode("before", query="Cancel order #W1")])
@@ -306,11 +329,14 @@ class Switchable:
         return await self.current.embed(texts)
 
 
-async def test_an_unreachable_embeddings_endpoint_loses_no_episode(bus: Bus, openai_server: OpenAIServer) -> None:
+async def test_an_unreachable_embeddings_endpoint_loses_no_episode(
+    bus: Bus, openai_server: OpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
     closed = openai_server.settings(base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     async with OpenAIEmbedder(closed, dim=16) as down, OpenAIEmbedder(openai_server.settings(), dim=16) as up:
         embedder = Switchable(down)
         store = MemoryStore(":memory:", embedder)
+        caplog.set_level(logging.WARNING, logger=LOGGER)
         async with running(MemoryService(bus, store, settings=FAST)) as service:
             await publish(bus, [episode("kept", query="Cancel order #W1")])
             with anyio.fail_after(20):
@@ -324,6 +350,9 @@ async def test_an_unreachable_embeddings_endpoint_loses_no_episode(bus: Bus, ope
                 await service.wait_until(lambda: "kept" in store)
         assert service.handled == 1
         assert [e.id for e in store.entries()] == ["kept"]
+    retries = [r for r in caplog.records if r.name == LOGGER]
+    assert retries and all(r.levelno == logging.WARNING and getattr(r, "episode", None) == "kept" for r in retries)
+    assert "the entry of episode kept is not written yet (attempt 1, will retry)" in retries[0].getMessage()
 
 
 async def test_an_entry_that_failed_before_a_restart_is_written_after_it(bus: Bus, openai_server: OpenAIServer) -> None:

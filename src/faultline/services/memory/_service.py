@@ -35,7 +35,7 @@ events the stream holds, within `drain_timeout_s`, as the journal catches up.
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,8 @@ from faultline.services.memory._projection import (
 )
 from faultline.services.memory._prompts import PromptSettings, extractor_request
 from faultline.services.memory._store import MemoryStore
+
+log = logging.getLogger(__name__)
 
 
 class MemoryServiceSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,11 +222,12 @@ class MemoryService:
                 attempt += 1
                 self.failures += 1
                 self.last_error = f"episode {completed.episode}: {exc}"
-                print(
-                    f"memory: the entry of episode {completed.episode} is not written yet"
-                    f" (attempt {attempt}, will retry): {exc}",
-                    file=sys.stderr,
-                    flush=True,
+                log.warning(
+                    "memory: the entry of episode %s is not written yet (attempt %d, will retry): %s",
+                    completed.episode,
+                    attempt,
+                    exc,
+                    extra={"episode": completed.episode},
                 )
                 if self._stopping.is_set():
                     self._stuck = True  # left unacknowledged: the next start retries it
@@ -310,9 +313,9 @@ class MemoryService:
         try:
             await handler(msg)
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the service down
+            log.exception("memory: request on %s failed", msg.subject)
             if msg.reply:
                 await msg.respond(encode({"error": f"internal error: {type(exc).__name__}: {exc}"}))
-            print(f"memory: request on {msg.subject} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         finally:
             slots.release()
 
