@@ -157,6 +157,15 @@ def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, messag
     assert "\n" not in str(caught.value)
 
 
+def test_a_broken_json_config_is_called_invalid_json(tmp_path: Path) -> None:
+    """The JSON config is the one `faultline run` hands its processes; its error names JSON, not TOML."""
+    path = tmp_path / "effective-config.json"
+    path.write_text('{"nats": ', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"effective-config\.json: invalid JSON: ") as caught:
+        load_config(path)
+    assert "TOML" not in str(caught.value)
+
+
 def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"missing\.toml: no such file"):
         load_config(tmp_path / "missing.toml")

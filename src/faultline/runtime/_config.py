@@ -397,20 +397,21 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
             return config
         path = DEFAULT_CONFIG_FILE
     source = str(path)
+    # JSON is what `faultline run` hands its workers: the effective config after flags.
+    handed = path.suffix == ".json"
     try:
         text = path.read_text(encoding="utf-8")
-        # JSON is what `faultline run` hands its workers: the effective config after flags.
-        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        raw = json.loads(text) if handed else tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{source}: cannot read the file ({exc})") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+        raise ConfigError(f"{source}: invalid {'JSON' if handed else 'TOML'}: {exc}") from None
     if models:
         raw, source = with_model_settings(raw, models), f"{source} with --model-setting"
     config = parse_config(raw, source=source)
-    if path.suffix != ".json":
+    if not handed:
         config = _relative_to(config, path.parent)
     use_plugin_path(config.plugins.path)
     check_scripts(config, source)
