@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from faultline._errors import ConfigError
+from faultline.agents import EpisodeSpec
 from faultline.api import run_limits
 from faultline.cli import build_parser, main
 from faultline.cli._models import effective_config
@@ -15,6 +16,7 @@ from faultline.runtime import (
     LOCAL_SETTINGS,
     AgentConfig,
     Config,
+    HelpersConfig,
     ModelConfig,
     WorkerConfig,
     check_system,
@@ -155,6 +157,16 @@ def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, messag
     assert message in str(caught.value)
     assert str(caught.value).startswith(str(tmp_path / "faultline.toml"))
     assert "\n" not in str(caught.value)
+
+
+def test_the_helper_settings_default_to_what_an_episode_takes() -> None:
+    helpers, episode = HelpersConfig(), EpisodeSpec(domain="retail", task="0")
+    assert (helpers.wait_s, helpers.verifier_revisions, helpers.tor_threshold, helpers.sim_effect) == (
+        episode.helper_wait_s,
+        episode.verifier_revisions,
+        episode.tor_threshold,
+        episode.helper_effect,
+    )
 
 
 def test_a_broken_json_config_is_called_invalid_json(tmp_path: Path) -> None:

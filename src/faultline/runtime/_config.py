@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import msgspec
 
 from faultline._errors import ConfigError, SubjectError
+from faultline.agents import EpisodeSpec
 from faultline.core import (
     BUILTIN_SYSTEM,
     DEFAULT_PREFIX,
@@ -278,6 +279,10 @@ class SystemConfig(_Section, frozen=True):
     inputs: str = ""
 
 
+_EPISODE = EpisodeSpec(domain="", task="")
+"""What an episode takes when nothing says otherwise: the helpers' settings default to it."""
+
+
 class HelpersConfig(_Section, frozen=True):
     """The FAMA helpers: the roster `faultline run` uses when `--helpers` is not given, and how
     the tool agent works with them (see docs/helpers.md).
@@ -290,10 +295,10 @@ class HelpersConfig(_Section, frozen=True):
     """
 
     roster: tuple[str, ...] = ()
-    wait_s: Seconds = 10.0
-    verifier_revisions: Annotated[int, msgspec.Meta(ge=0)] = 1
-    tor_threshold: Annotated[int, msgspec.Meta(ge=0)] = 1500
-    sim_effect: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+    wait_s: Seconds = _EPISODE.helper_wait_s
+    verifier_revisions: Annotated[int, msgspec.Meta(ge=0)] = _EPISODE.verifier_revisions
+    tor_threshold: Annotated[int, msgspec.Meta(ge=0)] = _EPISODE.tor_threshold
+    sim_effect: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = _EPISODE.helper_effect
     confirm_timeout_s: Seconds = 5.0
     """Longest `faultline helpers set` and `clear` wait for a running system to take the change in."""
 
