@@ -41,9 +41,7 @@ from faultline.envs import use_plugin_path
 from faultline.faults import check_defenses
 from faultline.journal import MAX_SHARDS
 from faultline.runtime._durations import Amount, Seconds, SecondsOrZero
-from faultline.runtime.models._openai import OpenAISettings
-from faultline.runtime.models._scripted import load_script
-from faultline.runtime.models._sim_latency import SimLatency
+from faultline.runtime.models import OpenAISettings, SimLatency, load_script
 
 if TYPE_CHECKING:
     from faultline.bus import Bus, BusSettings, Login
