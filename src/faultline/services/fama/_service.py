@@ -36,7 +36,7 @@ from pathlib import Path
 import anyio
 
 from faultline._errors import ConfigError, FaultlineError, JournalError
-from faultline.bus import Bus, Consumer, Delivery, Login
+from faultline.bus import Bus, Consumer, Login
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, Notice, derive_id
 from faultline.runtime import (
     FAMA_CONSUMERS,
@@ -132,18 +132,9 @@ class FamaService:
             for delivery in await consumer.batch():
                 env = await self.bus.decode_or_dead_letter(delivery)
                 if env is not None:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._keep_held, consumer, delivery)
+                    async with consumer.keep_alive(delivery):  # an attribution runs forks: it may take a while
                         await handle(env, delivery.stream_seq)
-                        tg.cancel_scope.cancel()
                 await consumer.ack(delivery)
-
-    async def _keep_held(self, consumer: Consumer, delivery: Delivery) -> None:
-        """Tell NATS the delivery is in progress, several times per ack wait: an attribution runs forks,
-        which may take longer than that, and NATS would deliver the event again."""
-        while True:
-            await anyio.sleep(self.bus.settings.ack_wait_s / 3)
-            await consumer.in_progress(delivery)
 
     async def _on_completed(self, completed: Envelope, seq: int) -> None:
         """Send the case of a failed episode to the controller of its (domain, model)."""

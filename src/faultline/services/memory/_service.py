@@ -346,13 +346,7 @@ async def read_episode(bus: Bus, episode: str, timeout_s: float) -> list[Envelop
     """Every envelope of `episode` the stream holds, in stream order (undecodable ones left out)."""
     s = bus.subjects
     subjects = [s.direct(episode, "*"), s.topic(episode, "*"), s.rec(episode, "*"), s.event("*", episode)]
-    envelopes: list[Envelope] = []
-    for delivery in await bus.read_stored(subjects, timeout_s):
-        try:
-            envelopes.append(delivery.envelope())
-        except DecodeError:
-            continue  # dead-lettered when it first arrived
-    return envelopes
+    return [env for _, env in await bus.read_envelopes(subjects, timeout_s)]
 
 
 async def serve_memory(
