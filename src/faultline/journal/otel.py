@@ -14,8 +14,11 @@ of its own, not re-exported by `faultline.journal`: OpenTelemetry loads only whe
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +30,21 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from faultline._errors import JournalError
-from faultline.core import EpisodeCompleted, EpisodeStarted, FaultApplied, Recording, ToolCall, ToolResult
+from faultline.core import (
+    NON_AGENT_SENDERS,
+    EpisodeCompleted,
+    EpisodeStarted,
+    FaultApplied,
+    Recording,
+    ToolCall,
+    ToolResult,
+)
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import JournalRow
+
+_SAID_CHARS = 300
+"""How much of what the OTLP exporter logged an error line keeps."""
+_OS_ERROR = re.compile(r"\[Errno -?\d+\] [^'\")]+")
 
 _SCOPE = InstrumentationScope("faultline.journal")
 _RESOURCE = Resource.create({"service.name": "faultline"})
@@ -83,7 +98,7 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
         )
 
     for row in rows:
-        if row.sender not in ("runner", "bus", "operator"):
+        if row.sender not in NON_AGENT_SENDERS:
             agents.setdefault(row.sender, [row.ts, row.ts])[1] = row.ts
         if row.kind not in (
             "episode_started",
@@ -209,15 +224,45 @@ def export_otel(
     exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout_s)
     sent = spans_sent = 0
     try:
-        with JournalReader(path) as reader:
+        with JournalReader(path) as reader, _exporter_says() as said:
             for episode, rows in reader.by_episode(list(episodes) if episodes else None):
                 spans = episode_spans(episode, rows, str(path))
                 if not spans:
                     continue
                 if exporter.export(spans) is not SpanExportResult.SUCCESS:
-                    raise JournalError(f"{endpoint}: the OTLP endpoint did not take the spans of episode {episode!r}")
+                    why = f": {_reason(said[0])}" if said else ""  # the first thing it said: why it failed
+                    raise JournalError(
+                        f"{endpoint}: the OTLP endpoint did not take the spans of episode {episode!r}{why}"
+                    )
                 sent += 1
                 spans_sent += len(spans)
     finally:
         exporter.shutdown()  # type: ignore[no-untyped-call]
     return sent, spans_sent
+
+
+def _reason(said: str) -> str:
+    """The operating system's error in what the exporter said (`[Errno 111] Connection refused`), or all it said."""
+    found = _OS_ERROR.search(said)
+    return found.group(0) if found else said
+
+
+@contextlib.contextmanager
+def _exporter_says() -> Iterator[list[str]]:
+    """What the OTLP exporter logs while the block runs (its retries, why it failed), kept for the one error line
+    that says so instead of printed beside it."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage()[:_SAID_CHARS])
+
+    logger = logging.getLogger("opentelemetry")  # the exporter's modules log under it
+    handler, propagated = Keep(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagated
