@@ -169,6 +169,26 @@ def test_through_the_cli_only_the_judge_asks_the_server_for_json(
     assert all("# Trajectory" in p and "# Correct actions" not in p for p in prompts[:5])  # the paper's mode
 
 
+@pytest.mark.slow
+def test_a_judge_that_never_answers_in_the_form_is_an_error_not_an_empty_analysis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A small real model timed out on every case: the command printed a table of `not analysed` rows, every
+    category 0, and exited 0, as if there had been nothing to find."""
+    journal = tmp_path / "journal.sqlite"
+    endpoint = ["--model", "openai", "--model-name", "m", "--model-setting", "backoff_base_s=0"]
+    with OpenAIServer() as server:  # its default reply echoes the prompt: never the JSON the analysts ask for
+        run = ["run", "--tasks", "1", "--max-turns", "1", "--journal", str(journal), "--json"]
+        assert main([*run, *endpoint, "--base-url", server.url]) in (0, 1)
+        capsys.readouterr()
+        assert main(["fama", "analyze", str(journal), *endpoint, "--base-url", server.url]) == 1
+    out, err = capsys.readouterr()
+    assert "not analysed" in out
+    *logged, line = err.strip().splitlines()  # the controller's warning as the case failed, then the error
+    assert line.startswith("faultline: error: none of the 1 failures could be analysed: AnswerFormatError"), line
+    assert all("analysis of episode" in entry and "skipped" in entry for entry in logged), logged
+
+
 def test_the_roster_is_what_a_share_of_the_window_recommends_once_there_are_enough_failures() -> None:
     settings = FamaConfig(window=4, share=0.5, min_failures=3)
     assert choose_roster([["dce"], ["dce"]], settings) == []

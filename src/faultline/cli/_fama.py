@@ -17,7 +17,7 @@ import anyio
 import msgspec
 from rich.table import Table
 
-from faultline._errors import UsageError
+from faultline._errors import FaultlineError, UsageError
 from faultline.cli import _fama_loop, _jsonl
 from faultline.cli._args import connection_flags
 from faultline.cli._connect import login, nats_url, subject_prefix
@@ -111,21 +111,26 @@ def _analyze_with(args: argparse.Namespace) -> int:
     counts = category_counts(result.cases)
     if args.plot:
         plot_categories(args.plot, {"failures": counts}, "Main errors of the analysed failures")
+    summary = analysis_summary(result, counts)
     if args.json:
         _jsonl.rows("case", result.cases)
         _jsonl.rows("category", ({"category": c, "failures": n} for c, n in counts.items()))
         _jsonl.rows("decision", result.decisions)
-        _jsonl.summary(analysis_summary(result, counts) | {"analysts": config.fama.analysts})
-        return 0
-    console = table_console()
-    console.print(_cases_table(result.cases, config.fama.analysts))
-    console.print(_counts_table(counts, len(result.cases)))
-    for decision in result.decisions:
-        console.print(
-            f"roster for {decision['domain']} / {decision['model']}: {','.join(decision['roster']) or 'none'}"
-        )
-    if config.model(config.fama.role).backend == "sim":
-        console.print(f"[dim]{SIM_JUDGE_NOTE}[/dim]")
+        _jsonl.summary(summary | {"analysts": config.fama.analysts})
+    else:
+        console = table_console()
+        console.print(_cases_table(result.cases, config.fama.analysts))
+        console.print(_counts_table(counts, len(result.cases)))
+        decided = Counter((d["domain"], d["model"]) for d in result.decisions)
+        final = {(d["domain"], d["model"]): d["roster"] for d in result.decisions}  # the last decision stands
+        for (domain, model), roster in final.items():
+            count = decided[domain, model]
+            after = f" (the last of {count} decisions, one per failure analysed)" if count > 1 else ""
+            console.print(f"roster for {domain} / {model}: {','.join(roster) or 'none'}{after}")
+        if config.model(config.fama.role).backend == "sim":
+            console.print(f"[dim]{SIM_JUDGE_NOTE}[/dim]")
+    if result.cases and not summary["analysed"]:
+        raise FaultlineError(f"none of the {len(result.cases)} failures could be analysed: {_why_not(result.cases)}")
     return 0
 
 
@@ -149,6 +154,17 @@ def analysis_summary(result: JournalAnalysis, counts: dict[str, int]) -> dict[st
         "rosters": {f"{d['domain']}/{d['model']}": d["roster"] for d in result.decisions},
         "model_calls": sum(c.model_calls for c in result.cases),
     }
+
+
+_WHY_CHARS = 300
+"""How much of a case's error the line that none was analysed quotes."""
+
+
+def _why_not(cases: list[CaseReport]) -> str:
+    """The most frequent reason a failure was not analysed, and how many it stopped."""
+    (error, count), *_ = Counter(case.error for case in cases).most_common(1)
+    said = " ".join(error.split())[:_WHY_CHARS]  # one line, however the model's answer it quotes ran
+    return f"{said} ({count} of them)" if len(cases) > 1 else said
 
 
 def plot_categories(path: Path, series: dict[str, dict[str, int]], title: str) -> None:

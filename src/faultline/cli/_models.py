@@ -39,9 +39,9 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="[ROLE.]KEY=VALUE",
-        help="a key of [models.ROLE] (every role without ROLE.), over the config file's: max_tokens=256,"
+        help="a key of [models.ROLE] (every role without ROLE.) over the config file's, for example max_tokens=256,"
         ' timeout_s=300, max_retries=1, temperature=0, stop=["\\n\\n"], retry_on=["timeout"], tool_calls=text,'
-        " truncation=auto; VALUE is TOML, or else a string; repeatable",
+        " truncation=auto (docs/models.md has each key and its default); VALUE is TOML, or else a string; repeatable",
     )
     add_config_flag(p)
     add_plugin_flag(p)

@@ -36,7 +36,7 @@ _FORM = re.compile(r"<(reflect|call|final)>")
 
 HELP = (
     "score a journal's turns in the reflect/call/final form with the structured-reflection reward, against"
-    " each task's gold action; the built-in tool agent never writes that form, so this scores the"
+    " each task's gold action: the tool agent's reflections (its role's reflection = \"after_error\") and the"
     " verifier's answers (a PASS as the proposal it lets through)"
 )
 

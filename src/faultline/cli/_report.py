@@ -243,7 +243,8 @@ def _caption(report: CampaignReport) -> str:
     s = report.summary
     text = (
         f"{s.domain}, {s.tasks} tasks x {s.trials} trials, {s.model}; {s.cells_done} of {s.cells} cells finished,"
-        f" {s.episodes} episodes, {s.behaviours} behaviours found"
+        f" {s.episodes} episodes, {s.behaviours} sightings of a behaviour (each time a detector saw one; the"
+        " behaviours table counts units)"
     )
     return f"{text}; {s.note}" if s.note else text
 
