@@ -41,7 +41,15 @@ from faultline.core import (
 )
 from faultline.faults import add_rule_control
 from faultline.journal import JournalReader, JournalRow, verify
-from faultline.runtime import JOURNAL_SERVICE, Completions, Supervisor, parse_fault_spec, worker_identity
+from faultline.runtime import (
+    JOURNAL_SERVICE,
+    STATUS_SERVICE,
+    Completions,
+    Supervisor,
+    parse_fault_spec,
+    worker_identity,
+    worker_statuses,
+)
 from tests.runtime.live import EPISODE_TIMEOUT_S, held, journal_everything, live_system, raw_client, retail
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -343,3 +351,28 @@ async def test_a_question_nested_too_deep_gets_the_journals_state_and_the_next_q
         assert msgspec.json.decode(second.data)["last_seq"] >= until
     finally:
         await raw.close()
+
+
+@pytest.mark.parametrize("answer", [b"[" * 100_000 + b"]" * 100_000, b'{"pid": 1}', b"\xff not json"])
+async def test_a_forged_answer_to_a_status_request_is_left_out_and_the_workers_are_listed(
+    answer: bytes, running: Running
+) -> None:
+    """A worker's credential may answer status requests, as every worker does: what it sends is anyone's guess.
+    `faultline status` failed on an answer that was not a worker's status (a KeyError, a RecursionError)."""
+    bus = running.supervisor.bus
+    assert bus is not None
+    raw = await raw_client(running.supervisor, OUTSIDER)
+    answered = anyio.Event()
+
+    async def forge(msg: Msg) -> None:
+        await msg.respond(answer)
+        answered.set()
+
+    try:
+        await raw.subscribe(S.svc(STATUS_SERVICE), cb=forge)
+        await raw.flush()
+        statuses = await worker_statuses(bus)
+        assert answered.is_set()
+    finally:
+        await raw.close()
+    assert [status.worker for status in statuses] == ["worker"] and statuses[0].agents == ["env", "tool", "user"]

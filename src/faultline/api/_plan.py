@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,16 +24,17 @@ from faultline.agents import PROTOCOL, EpisodeSpec, ScorerStart
 from faultline.bus import Bus
 from faultline.core import (
     BUILTIN_SYSTEM,
-    RUNNER,
     SCORER,
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
     InputRecord,
     Start,
-    derive_id,
     helper_agent,
     load_system,
+    runner_completion,
+    start_envelope,
+    started_envelope,
 )
 from faultline.envs import Domain
 from faultline.runtime import (
@@ -42,17 +42,17 @@ from faultline.runtime import (
     Completions,
     JournalGate,
     JournalState,
+    RunDefaults,
     ask_journal,
     model_calls_in_flight,
-    started_envelope,
 )
 
 AGENTS = ("env", "tool", "user")
 """Who gets a Start, in this order: the environment and the agent are ready before the user speaks.
 The roster's helpers get one after them."""
 
-START_RATE = 250.0
-"""Episodes a run starts per second while it fills up to its concurrency."""
+_EPISODE = EpisodeSpec(domain="", task="")
+"""What an episode takes where its run says nothing: the run plan's defaults."""
 
 MODEL_CALLS_POLL_S = 1.0
 """How often a run asks the workers which model calls they are waiting on, for its progress line."""
@@ -69,29 +69,29 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     trials: int = 1
     seed: int = 0
     concurrency: int = 8
-    start_rate: float = START_RATE
+    start_rate: float = RunDefaults().start_rate
     """Episodes started per second while the run fills up to `concurrency` (0: all at once); after that an
     episode starts as one completes. Thousands started in one burst keep the workers from reading the
     stream's confirmations for many seconds."""
     episode_timeout_s: float = 120.0
-    max_turns: int = 30
-    max_steps: int = 60
+    max_turns: int = _EPISODE.max_turns
+    max_steps: int = _EPISODE.max_steps
     error_rates: dict[str, float] = {}
     helpers: list[str] = []
     """The roster every episode of the run takes (canonical, see `parse_roster`)."""
-    helper_wait_s: float = 10.0
-    verifier_revisions: int = 1
-    tor_threshold: int = 1500
-    helper_effect: float = 0.5
+    helper_wait_s: float = _EPISODE.helper_wait_s
+    verifier_revisions: int = _EPISODE.verifier_revisions
+    tor_threshold: int = _EPISODE.tor_threshold
+    helper_effect: float = _EPISODE.helper_effect
     memory: dict[str, Any] = {}
     run_id: str = "run"
-    tool_role: str = "tool"
+    tool_role: str = _EPISODE.tool_role
     """The model role of the tool agent's requests (its `[agents.tool] model_role`)."""
-    user_role: str = "user"
+    user_role: str = _EPISODE.user_role
     """The model role of the user simulator's requests (its `[agents.user] model_role`)."""
-    tool_calls: str = "native"
+    tool_calls: str = _EPISODE.tool_calls
     """How the tool agent offers tools to its model role: "native" or "text" (`tool_calls` of that role)."""
-    reflection: str = "off"
+    reflection: str = _EPISODE.reflection
     """Whether the tool agent asks for a structured reflection after a failed call (`reflection` of its role)."""
 
 
@@ -205,13 +205,11 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         settings=msgspec.to_builtins(spec),
     )
     e = planned.episode
-    starts = [
-        Envelope(
-            id=derive_id(e, i + 1, "s"), episode=e, sender=RUNNER, recipient=agent, body=spec.start(), ts=time.time()
-        )
-        for i, agent in enumerate((*AGENTS, *map(helper_agent, plan.helpers)))
+    agents = (*AGENTS, *map(helper_agent, plan.helpers))
+    return [
+        started_envelope(e, started),
+        *(start_envelope(e, i, agent, spec.start()) for i, agent in enumerate(agents)),
     ]
-    return [started_envelope(e, started), *starts]
 
 
 def system_start_envelopes(plan: RunPlan, planned: PlannedEpisode, record: InputRecord) -> list[Envelope]:
@@ -226,10 +224,7 @@ def system_start_envelopes(plan: RunPlan, planned: PlannedEpisode, record: Input
     ]
     return [
         started_envelope(e, started),
-        *(
-            Envelope(id=derive_id(e, i + 1, "s"), episode=e, sender=RUNNER, recipient=agent, body=body, ts=time.time())
-            for i, (agent, body) in enumerate(starts)
-        ),
+        *(start_envelope(e, i, agent, body) for i, (agent, body) in enumerate(starts)),
     ]
 
 
@@ -314,19 +309,8 @@ async def run_plan(
                     if scope.cancelled_caught:  # a completion the stream holds and core NATS never brought counts
                         done = await completions.stored([p.episode])
                     if p.episode not in done:
-                        timeout = EpisodeCompleted(
-                            outcome="timeout",
-                            cause=f"no completion within {plan.episode_timeout_s:g}s; {result.waiting_in(p.episode)}",
-                        )
-                        await bus.publish(
-                            Envelope(
-                                id=derive_id(p.episode, 0, "t"),
-                                episode=p.episode,
-                                sender=RUNNER,
-                                body=timeout,
-                                ts=time.time(),
-                            )
-                        )
+                        cause = f"no completion within {plan.episode_timeout_s:g}s; {result.waiting_in(p.episode)}"
+                        await bus.publish(runner_completion(p.episode, "timeout", cause))
                         done = await completions.wait([p.episode])
                     del result.running[p.episode]
                     result.completed[p.episode] = done[p.episode]

@@ -57,6 +57,7 @@ from faultline.runtime import (
     bus_settings,
     check_system,
     completing_agents,
+    connect,
     follow_settings,
     hold_directories,
     make_backend,
@@ -478,9 +479,7 @@ async def _run_remote(
     to hold them; with what went wrong with the journal, in words ("" when it holds the whole run)."""
     problem = ""
     async with stop_on_signal(ticker.tick) as request:
-        bus = await Bus.connect(
-            url, prefix=config.nats.prefix, settings=bus_settings(config), name=OPERATOR, login=connect_as
-        )
+        bus = await connect(config, url, name=OPERATOR, login=connect_as)
         try:
             await bus.check_layout()
             async with rules_in_force(
@@ -512,9 +511,7 @@ def _models(config: Config) -> Callable[[str], ModelBackend]:
 
 async def _live_roster(url: str, config: Config, domain: str, connect_as: Login) -> list[str]:
     """The roster the system at `url` gives new episodes of `domain` with the tool agent's model."""
-    bus = await Bus.connect(
-        url, prefix=config.nats.prefix, settings=bus_settings(config), name=OPERATOR, login=connect_as
-    )
+    bus = await connect(config, url, name=OPERATOR, login=connect_as)
     try:
         rosters = await read_rosters(bus)
     finally:

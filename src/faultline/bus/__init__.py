@@ -4,7 +4,6 @@ NATS: everything else uses these names, and neither imports the NATS client nor 
 
 from faultline.bus._access import (
     JOURNAL,
-    OPERATOR,
     Access,
     ConsumerSpec,
     Credential,
@@ -25,6 +24,7 @@ from faultline.bus._retry import asked_again
 from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
 from faultline.bus._tls import TLSFiles, make_certificates
 from faultline.bus._transport import Bus, BusSettings, StreamState
+from faultline.core import OPERATOR
 
 __all__ = [
     "JOURNAL",

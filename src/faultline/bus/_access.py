@@ -44,9 +44,8 @@ from pathlib import Path
 import msgspec
 
 from faultline._errors import AccessError
-from faultline.core import Subjects
+from faultline.core import OPERATOR, Subjects
 
-OPERATOR = "operator"
 INBOX = "_INBOX"
 """The inboxes of a connection without a credential; a user's are under `inbox(user)`."""
 JOURNAL = "journal"

@@ -50,6 +50,7 @@ from faultline.core import (
     DEAD_LETTER_KEPT_BYTES,
     DEAD_LETTER_NOTE_CHARS,
     DEFAULT_PREFIX,
+    DLQ_SENDER,
     DeadLetter,
     Envelope,
     InterceptorChain,
@@ -58,8 +59,6 @@ from faultline.core import (
     encode,
     validate_envelope,
 )
-
-DLQ_SENDER = "bus"
 
 log = logging.getLogger(__name__)
 

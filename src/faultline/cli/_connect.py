@@ -18,7 +18,7 @@ import anyio
 
 from faultline._errors import UsageError
 from faultline.bus import Bus, Login, load_credential
-from faultline.runtime import Config, bus_settings, load_config
+from faultline.runtime import Config, connect, load_config
 
 STATE_FILE = Path(".faultline/up.json")
 """What `faultline up` writes of itself while it runs (url, prefix, pid, credentials, tls_ca, journal)."""
@@ -88,9 +88,7 @@ def run_on_system(args: argparse.Namespace, body: Callable[[Bus], Awaitable[T]])
     connect_as = login(args, config, url)
 
     async def main() -> T:
-        bus = await Bus.connect(
-            url, prefix=prefix, settings=bus_settings(config), name="faultline-operator", login=connect_as
-        )
+        bus = await connect(config, url, prefix=prefix, name="faultline-operator", login=connect_as)
         try:
             return await body(bus)
         finally:

@@ -39,7 +39,6 @@ from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS, check_journal_target
 from faultline.runtime import (
     ANY_COMPLETER,
-    STATUS_SERVICE,
     STATUS_WINDOW_S,
     Config,
     JournalState,
@@ -47,6 +46,7 @@ from faultline.runtime import (
     ProcessSpec,
     Rosters,
     Supervisor,
+    WorkerStatus,
     apply_defense_flags,
     ask_journal,
     bus_settings,
@@ -60,6 +60,7 @@ from faultline.runtime import (
     state_dir,
     system_access,
     system_of,
+    worker_statuses,
 )
 
 OTEL_HEADERS_ENV = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
@@ -339,19 +340,13 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
     return table
 
 
-async def _workers(bus: Bus, window_s: float) -> list[dict[str, Any]]:
-    answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), b"", window_s)
-    replies: list[dict[str, Any]] = [msgspec.json.decode(answer) for answer in answers]
-    return sorted(replies, key=lambda r: r["worker"])
-
-
 async def _system_status(
     url: str, prefix: str, connect_as: Login, shards: int
-) -> tuple[list[dict[str, Any]], Rosters, _Journal]:
+) -> tuple[list[WorkerStatus], Rosters, _Journal]:
     """What `status` shows, asked over one connection: the workers, the rosters in force, the journal."""
     bus = await Bus.connect(url, prefix=prefix, login=connect_as)
     try:
-        return await _workers(bus, STATUS_WINDOW_S), await read_rosters(bus), await _journal_status(bus, shards)
+        return await worker_statuses(bus), await read_rosters(bus), await _journal_status(bus, shards)
     finally:
         await bus.close()
 
@@ -363,7 +358,7 @@ def _status(args: argparse.Namespace) -> int:
         _system_status, url, subject_prefix(args, config, url), login(args, config, url), config.journal.shards
     )
     if args.json:
-        _jsonl.rows("worker", replies)
+        _jsonl.rows("worker", [msgspec.to_builtins(reply) for reply in replies])
         _jsonl.rows("roster", _roster_rows(rosters))
         _jsonl.rows("journal", [{"shard": k, "waiting": n} for k, n in enumerate(journal.waiting)])
         _jsonl.summary({"workers": len(replies), "url": url, "journal": journal.says()})
@@ -372,20 +367,14 @@ def _status(args: argparse.Namespace) -> int:
     for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight", "services", "model calls"):
         table.add_column(column)
     for r in replies:
-        episodes = r["episodes"]
+        episodes = r.episodes
         shown = ", ".join(episodes[:5]) + (f" (+{len(episodes) - 5})" if len(episodes) > 5 else "")
-        calls = r.get("model_calls", [])
-        slowest = f"{len(calls)}, the slowest for {max(c['age_s'] for c in calls):.0f}s" if calls else "-"
+        calls = r.model_calls
+        slowest = f"{len(calls)}, the slowest for {max(c.age_s for c in calls):.0f}s" if calls else "-"
         table.add_row(
-            r["worker"],
-            str(r["pid"]),
-            ",".join(r["agents"]),
-            r["shard"],
-            str(r["handled"]),
-            shown or "-",
-            ", ".join(r.get("services", [])) or "-",
-            slowest,
-        )
+            r.worker, str(r.pid), ",".join(r.agents), r.shard, str(r.handled), shown or "-",
+            ", ".join(r.services) or "-", slowest,
+        )  # fmt: skip
     console = table_console()
     console.print(table)
     waiting = ", ".join("-" if n is None else f"{n:,}" for n in journal.waiting)

@@ -9,7 +9,6 @@ from faultline.core._context import (
     Recorder,
     RequestFault,
     Services,
-    error_completion,
     failed_by_agent,
     failure_envelopes,
 )
@@ -17,8 +16,12 @@ from faultline.core._handling import Handling
 from faultline.core._harness import AgentHarness
 from faultline.core._interceptors import Inbound, Interceptor, InterceptorChain, Outbound
 from faultline.core._messages import (
+    CONTROL_EPISODE,
     DEAD_LETTER_KEPT_BYTES,
     DEAD_LETTER_NOTE_CHARS,
+    DLQ_SENDER,
+    NON_AGENT_SENDERS,
+    OPERATOR,
     RUNNER,
     SCORER,
     AssistantTurn,
@@ -87,6 +90,7 @@ from faultline.core._reflection import (
     render_verdict,
 )
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
+from faultline.core._runner import error_completion, runner_completion, start_envelope, started_envelope
 from faultline.core._subjects import (
     DEFAULT_PREFIX,
     MAX_PARTITIONS,
@@ -167,6 +171,10 @@ __all__ = [
     "Notice",
     "Outbound",
     "RUNNER",
+    "OPERATOR",
+    "CONTROL_EPISODE",
+    "DLQ_SENDER",
+    "NON_AGENT_SENDERS",
     "Recorder",
     "RequestFault",
     "Recording",
@@ -195,6 +203,9 @@ __all__ = [
     "digest",
     "encode",
     "error_completion",
+    "runner_completion",
+    "start_envelope",
+    "started_envelope",
     "failed_by_agent",
     "failure_envelopes",
     "helper_agent",

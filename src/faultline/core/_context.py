@@ -23,7 +23,6 @@ import msgspec
 
 from faultline._errors import FaultlineError, ModelError, NonDeterminismError
 from faultline.core._messages import (
-    RUNNER,
     SCORER,
     Body,
     Envelope,
@@ -292,24 +291,6 @@ def failure_envelopes(agent: str, message: Envelope, exc: BaseException) -> list
             ts=time.time(),
         )
     ]
-
-
-def error_completion(error: Envelope) -> Envelope:
-    """The runner's completion of the episode an `ErrorRaised` failed, with the error as its cause.
-
-    Its id follows from the error's, so two runners that both see the error publish one message.
-    """
-    assert isinstance(error.body, ErrorRaised)
-    body = error.body
-    return Envelope(
-        id=derive_id(error.id, 0, "c"),
-        episode=error.episode,
-        sender=RUNNER,
-        body=EpisodeCompleted(outcome="error", cause=f"{body.error_type} in {body.agent}: {body.message}"),
-        causation=error.id,
-        hops=error.hops + 1,
-        ts=time.time(),
-    )
 
 
 def failed_by_agent(env: Envelope) -> bool:

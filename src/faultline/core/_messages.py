@@ -25,6 +25,14 @@ RUNNER = "runner"
 """The sender name of messages the runtime itself writes (episode starts, time-outs)."""
 SCORER = "scorer"
 """The runtime's agent that grades a system's episodes: finishers send it their `Finished`."""
+OPERATOR = "operator"
+"""The control plane's sender name and NATS identity: whoever adds fault rules or sets helper rosters."""
+CONTROL_EPISODE = "control"
+"""The episode name the control plane's messages (fault rules, rosters) are journaled under."""
+DLQ_SENDER = "bus"
+"""The sender name of dead letters: the runtime's transport, which refused the message they hold."""
+NON_AGENT_SENDERS = frozenset({RUNNER, OPERATOR, DLQ_SENDER})
+"""The senders that are the runtime itself, never an agent of an episode."""
 
 
 Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]

@@ -4,6 +4,7 @@
 type (those and the structured-reflection tool-call perturbations), each with its `mechanism`.
 """
 
+from faultline.core import CONTROL_EPISODE, OPERATOR
 from faultline.faults._defenses import (
     DEFENSE_ORDER,
     DEFENSES,
@@ -32,9 +33,7 @@ from faultline.faults._registry import (
     why_not_on,
 )
 from faultline.faults._rules import (
-    CONTROL_EPISODE,
     FAULTS_CONTROL,
-    OPERATOR,
     RuleSet,
     add_rule_control,
     clear_rules_control,

@@ -16,15 +16,11 @@ from typing import Any
 import msgspec
 
 from faultline._errors import FaultRuleError
-from faultline.core import Control, Envelope, FaultApplied, body_kind
+from faultline.core import CONTROL_EPISODE, OPERATOR, Control, Envelope, FaultApplied, body_kind
 from faultline.faults._registry import MATCH_FIELDS, FaultRule, FaultType, fault_type
 
 FAULTS_CONTROL = "faults"
 """The control name of fault rules: they travel on `fl.ctl.faults`."""
-CONTROL_EPISODE = "control"
-"""The episode field of control-plane envelopes (they belong to no episode)."""
-OPERATOR = "operator"
-"""The sender of control-plane envelopes published from the command line."""
 MATCH_CACHE_SIZE = 4096
 """How many (episode, sender, recipient, kind, topic) combinations keep their matching rules cached."""
 

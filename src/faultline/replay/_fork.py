@@ -47,7 +47,6 @@ import msgspec
 
 from faultline._errors import BusError, FaultlineError, JournalError
 from faultline.core import (
-    RUNNER,
     Agent,
     Control,
     Envelope,
@@ -69,6 +68,8 @@ from faultline.core import (
     ToolCall,
     derive_id,
     error_completion,
+    runner_completion,
+    started_envelope,
     timer_fired,
 )
 from faultline.envs import DomainCatalog
@@ -295,19 +296,9 @@ class _Fork:
                 self.handled += 1
                 if self.handled > MAX_FORK_MESSAGES:
                     cause = f"fork stopped after {MAX_FORK_MESSAGES} messages (a loop?)"
-                    self.write([_runner_completion(self.episode, "failure", cause)])
+                    self.write([runner_completion(self.episode, "failure", cause)])
                     return
                 await self.handle(name, env)
-
-
-def _runner_completion(episode: str, outcome: str, cause: str) -> Envelope:
-    return Envelope(
-        id=derive_id(episode, 0, "t"),
-        episode=episode,
-        sender=RUNNER,
-        body=EpisodeCompleted(outcome=outcome, cause=cause),  # type: ignore[arg-type]
-        ts=time.time(),
-    )
 
 
 def _copy(env: Envelope, episode: str, settings: Mapping[str, Any] | None) -> Envelope:
@@ -451,7 +442,7 @@ async def fork_episode(
         fork.write([delivered])
     await fork.run()
     if fork.completed is None:
-        fork.write([_runner_completion(new, "failure", "stalled: no message in flight after the fork")])
+        fork.write([runner_completion(new, "failure", "stalled: no message in flight after the fork")])
     for backend in fork.services.cache.values():
         await backend.aclose()
     with Journal.open(destination) as journal:  # opened only now: no await between its tail and the append
@@ -599,7 +590,7 @@ def _history(
     as journaled (None: encoded afresh, where the fork changed the message)."""
     history = [_copy(r.envelope(), new, settings) for r in prefix]
     bodies: list[bytes | None] = [r.body for r in prefix]
-    start = Envelope(id=derive_id(new, 0, "s"), episode=new, sender=RUNNER, body=started, ts=time.time())
+    start = started_envelope(new, started)
     for i, env in enumerate(history):
         if isinstance(env.body, EpisodeStarted):
             recorded = msgspec.structs.replace(

@@ -33,6 +33,8 @@ import msgspec
 
 from faultline._errors import ChainError, JournalError, NonDeterminismError, PluginError
 from faultline.core import (
+    CONTROL_EPISODE,
+    NON_AGENT_SENDERS,
     Agent,
     DefenseFired,
     Envelope,
@@ -47,7 +49,7 @@ from faultline.core import (
     load_system,
 )
 from faultline.envs import load_domain
-from faultline.faults import CONTROL_EPISODE, OPERATOR, Defense, build_defenses, screen, settings_from
+from faultline.faults import Defense, build_defenses, screen, settings_from
 from faultline.journal import JournalReader, JournalRow, verify
 
 AgentLookup = Callable[[str], type[Agent] | None]
@@ -432,7 +434,7 @@ class Replayer:
                         break
                 if tell is not None:
                     tell(report.episodes)
-        report.skipped_agents = sorted(skipped - {"runner", "bus", OPERATOR})
+        report.skipped_agents = sorted(skipped - NON_AGENT_SENDERS)
         report.served_agents = sorted(served)
         return report
 

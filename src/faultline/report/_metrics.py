@@ -37,8 +37,7 @@ from typing import Any, Literal
 import msgspec
 
 from faultline._errors import ConfigError
-from faultline.core import RUNNER, Envelope, FaultApplied, Recording, body_digest
-from faultline.faults import OPERATOR
+from faultline.core import OPERATOR, RUNNER, Envelope, FaultApplied, Recording, body_digest
 from faultline.journal import JournalReader, JournalRow
 from faultline.report._annotator import SHOWN_KINDS, Annotation, EpisodeCase, episode_case, judged_behaviours
 from faultline.report._behaviours import DETECTORS, TIERS, Behaviour, Tier, detect

@@ -37,11 +37,12 @@ if TYPE_CHECKING:
         Completions,
         JournalGate,
         JournalState,
+        WorkerStatus,
         ask_journal,
         check_journal,
         model_calls_in_flight,
         start_episode,
-        started_envelope,
+        worker_statuses,
     )
     from faultline.runtime._faulting import (
         apply_defense_flags,
@@ -122,6 +123,7 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "WorkerSettings",
+    "WorkerStatus",
     "STATUS_SERVICE",
     "JOURNAL_SERVICE",
     "JOURNAL_STATE",
@@ -150,11 +152,11 @@ __all__ = [
     "serving",
     "worker_settings",
     "start_episode",
-    "started_envelope",
     "state_dir",
     "system_access",
     "tune_collector",
     "worker_identity",
+    "worker_statuses",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -194,9 +196,10 @@ __getattr__, __dir__ = lazy_exports(
             "JournalState",
             "ask_journal",
             "check_journal",
+            "WorkerStatus",
             "model_calls_in_flight",
             "start_episode",
-            "started_envelope",
+            "worker_statuses",
         ),
         "faultline.runtime._faulting": (
             "apply_defense_flags",

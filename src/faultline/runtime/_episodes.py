@@ -16,15 +16,16 @@ from faultline._errors import BusError, DecodeError, JournalError, NoResponderEr
 from faultline.bus import Bus, Delivery, decode_notice
 from faultline.core import (
     RUNNER,
-    Body,
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
     ErrorRaised,
+    MessageBody,
     ModelCall,
     Start,
-    derive_id,
     error_completion,
+    start_envelope,
+    started_envelope,
 )
 
 log = logging.getLogger(__name__)
@@ -143,41 +144,49 @@ class StatusAsk(msgspec.Struct, frozen=True):
     model_calls_only: bool = False
 
 
-class _Status(msgspec.Struct):
+class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker answers a status request (`faultline status`): only `worker` and `model_calls` when asked for
+    the model calls alone."""
+
+    worker: str
+    pid: int = 0
+    agents: list[str] = []
+    shard: str = ""
+    """`k/N`: its shard of its group's N."""
+    episodes: list[str] = []
+    """The episodes in flight in it."""
+    services: list[str] = []
+    """The episodes in flight in it whose agents serve others (helpers that answer every episode)."""
+    handled: int = 0
     model_calls: list[CallInFlight] = []
 
 
 _MODEL_CALLS_ONLY = msgspec.json.encode(StatusAsk(model_calls_only=True))
 
 
+async def worker_statuses(
+    bus: Bus, window_s: float = STATUS_WINDOW_S, *, model_calls_only: bool = False
+) -> list[WorkerStatus]:
+    """What every worker on `bus` answers within `window_s`, by worker name; an answer that is not one is left out
+    (anyone who may answer a request could send anything)."""
+    ask = _MODEL_CALLS_ONLY if model_calls_only else b""
+    answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), ask, window_s)
+    statuses = [decode_notice(answer, WorkerStatus, subject="an answer to a status request") for answer in answers]
+    return sorted((status for status in statuses if status is not None), key=lambda status: status.worker)
+
+
 async def model_calls_in_flight(bus: Bus, window_s: float = STATUS_WINDOW_S) -> list[CallInFlight]:
     """Every model call the workers on `bus` are waiting on, the oldest first."""
-    answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), _MODEL_CALLS_ONLY, window_s)
-    statuses = [decode_notice(answer, _Status, subject="an answer about model calls") for answer in answers]
-    calls = [call for status in statuses if status is not None for call in status.model_calls]
-    return sorted(calls, key=lambda call: -call.age_s)
+    statuses = await worker_statuses(bus, window_s, model_calls_only=True)
+    return sorted((call for status in statuses for call in status.model_calls), key=lambda call: -call.age_s)
 
 
-def started_envelope(episode: str, started: EpisodeStarted) -> Envelope:
-    return Envelope(id=derive_id(episode, 0, "s"), episode=episode, sender=RUNNER, body=started, ts=time.time())
-
-
-def kickoff_envelope(episode: str, to: str, body: Body | None = None) -> Envelope:
-    """The first message of an episode, sent by the runner to agent `to`."""
-    return Envelope(
-        id=derive_id(episode, 1, "s"),
-        episode=episode,
-        sender=RUNNER,
-        recipient=to,
-        body=body or Start(),  # type: ignore[arg-type]
-        ts=time.time(),
-    )
-
-
-async def start_episode(bus: Bus, episode: str, to: str, started: EpisodeStarted, body: Body | None = None) -> None:
+async def start_episode(
+    bus: Bus, episode: str, to: str, started: EpisodeStarted, body: MessageBody | None = None
+) -> None:
     """Journal the episode's start, then hand the first message to agent `to` (unless `check_journal` refuses)."""
     await check_journal(bus)
-    await bus.publish_all([started_envelope(episode, started), kickoff_envelope(episode, to, body)])
+    await bus.publish_all([started_envelope(episode, started), start_envelope(episode, 0, to, body or Start())])
 
 
 async def check_journal(bus: Bus, timeout_s: float = JOURNAL_ASK_TIMEOUT_S) -> None:

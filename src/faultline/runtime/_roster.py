@@ -14,8 +14,7 @@ import anyio
 import msgspec
 
 from faultline.bus import Bus, Message, decode_notice
-from faultline.core import Control, Envelope, derive_id
-from faultline.faults import CONTROL_EPISODE, OPERATOR
+from faultline.core import CONTROL_EPISODE, OPERATOR, Control, Envelope, derive_id
 
 HELPERS_CONTROL = "helpers"
 """The control name of the roster: it travels on `fl.ctl.helpers`."""

@@ -87,19 +87,25 @@ from faultline.core import (
     failure_envelopes,
     timer_fired,
 )
-from faultline.runtime._episodes import STATUS_SERVICE, StatusAsk, in_flight
+from faultline.runtime._config import DEFAULT_HANDLER_TIMEOUT_S, RuntimeConfig
+from faultline.runtime._episodes import STATUS_SERVICE, StatusAsk, WorkerStatus, in_flight
 from faultline.runtime._recovery import load_history, pending_timers
 
 log = logging.getLogger(__name__)
 
 
+_LIMITS = RuntimeConfig()
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    concurrency: int = 256
-    handler_timeout_s: float = 300.0
-    ack_wait_s: float = 60.0
-    drain_timeout_s: float = 10.0
-    linger_s: float = 5.0
+    """A worker's limits (`[runtime]` of the configuration, `worker_settings`), with the configuration's defaults."""
+
+    concurrency: int = _LIMITS.concurrency
+    handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+    ack_wait_s: float = _LIMITS.ack_wait_s
+    drain_timeout_s: float = _LIMITS.drain_timeout_s
+    linger_s: float = _LIMITS.linger_s
     quiet_linger_s: float = 0.05
     """How long a quiet input's `NoOutput` marker may wait for later inputs of its instance to cover it."""
     shard: int = 0
@@ -598,7 +604,7 @@ class Worker:
         ask = decode_notice(msg.data or b"{}", StatusAsk, subject=msg.subject) or StatusAsk()
         calls = [in_flight(call) for call in self.model_calls]
         if ask.model_calls_only:
-            await msg.respond(msgspec.json.encode({"worker": self.name, "model_calls": calls}))
+            await msg.respond(msgspec.json.encode(WorkerStatus(worker=self.name, model_calls=calls)))
             return
         live = [
             (episode, i.agent.service)
@@ -606,16 +612,16 @@ class Worker:
             if episode not in self._finished
             for i in instances.values()
         ]
-        status = {
-            "worker": self.name,
-            "pid": os.getpid(),
-            "agents": sorted(self.serving()),
-            "shard": f"{self.settings.shard}/{self.settings.shards}",
-            "episodes": sorted({episode for episode, service in live if not service}),
-            "services": sorted({episode for episode, service in live if service}),
-            "handled": self.handled,
-            "model_calls": calls,
-        }
+        status = WorkerStatus(
+            worker=self.name,
+            pid=os.getpid(),
+            agents=sorted(self.serving()),
+            shard=f"{self.settings.shard}/{self.settings.shards}",
+            episodes=sorted({episode for episode, service in live if not service}),
+            services=sorted({episode for episode, service in live if service}),
+            handled=self.handled,
+            model_calls=calls,
+        )
         await msg.respond(msgspec.json.encode(status))
 
 

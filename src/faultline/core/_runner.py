@@ -1,0 +1,62 @@
+"""The messages the runtime writes into an episode as its runner: its start, the first message to each agent,
+and its completion when no agent completed it (a timeout, a handler that raised, a fork that stalled).
+
+Their ids follow from the episode's (or the error's), so two runners that write one of them publish one message,
+and a fork or a replay that writes it again writes the same.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from faultline.core._messages import (
+    RUNNER,
+    Envelope,
+    EpisodeCompleted,
+    EpisodeStarted,
+    ErrorRaised,
+    MessageBody,
+    derive_id,
+)
+
+
+def started_envelope(episode: str, started: EpisodeStarted) -> Envelope:
+    """The episode's `episode started` event: the first row of its journal."""
+    return Envelope(id=derive_id(episode, 0, "s"), episode=episode, sender=RUNNER, body=started, ts=time.time())
+
+
+def start_envelope(episode: str, index: int, to: str, body: MessageBody) -> Envelope:
+    """The runner's `index`-th first message of the episode (from 0), to agent `to`."""
+    return Envelope(
+        id=derive_id(episode, index + 1, "s"), episode=episode, sender=RUNNER, recipient=to, body=body, ts=time.time()
+    )
+
+
+def runner_completion(episode: str, outcome: Literal["failure", "timeout"], cause: str) -> Envelope:
+    """The runner's completion of an episode no agent completed: past its timeout, or a fork that stalled."""
+    return Envelope(
+        id=derive_id(episode, 0, "t"),
+        episode=episode,
+        sender=RUNNER,
+        body=EpisodeCompleted(outcome=outcome, cause=cause),
+        ts=time.time(),
+    )
+
+
+def error_completion(error: Envelope) -> Envelope:
+    """The runner's completion of the episode an `ErrorRaised` failed, with the error as its cause.
+
+    Its id follows from the error's, so two runners that both see the error publish one message.
+    """
+    assert isinstance(error.body, ErrorRaised)
+    body = error.body
+    return Envelope(
+        id=derive_id(error.id, 0, "c"),
+        episode=error.episode,
+        sender=RUNNER,
+        body=EpisodeCompleted(outcome="error", cause=f"{body.error_type} in {body.agent}: {body.message}"),
+        causation=error.id,
+        hops=error.hops + 1,
+        ts=time.time(),
+    )
