@@ -21,7 +21,8 @@ or whatever `server.fallback` returns)::
 
 Scripted replies: `Text(content)`, `ToolCalls([Call(name, {...})])`,
 `Call(name, "not json")` for a malformed call (a string is sent verbatim),
-`Status(code)` for an HTTP error, `Delay(seconds, then)` to make a client time
+`Status(code)` for an HTTP error (`CONTEXT_FILLED` is llama.cpp's HTTP 500 for a
+context that filled while it answered), `Delay(seconds, then)` to make a client time
 out, `Endless(seconds_per_token)` for a model that never stops talking: it
 writes `max_tokens` words when the request caps the answer (finish reason
 `length`), and without a cap sends a byte now and then forever, so only a
@@ -58,6 +59,7 @@ import pytest
 from faultline.runtime.models import OpenAISettings
 
 __all__ = [
+    "CONTEXT_FILLED",
     "Call",
     "Delay",
     "Endless",
@@ -101,11 +103,16 @@ class ToolCalls(msgspec.Struct, frozen=True):
 
 
 class Status(msgspec.Struct, frozen=True):
-    """An HTTP error reply with an OpenAI-style error body."""
+    """An HTTP error reply with an OpenAI-style error body, or with `error` as the body's error object."""
 
     code: int
     message: str = ""
     retry_after: float | None = None
+    error: dict[str, Any] | None = None
+
+
+CONTEXT_FILLED = Status(500, error={"code": 500, "message": "Context size has been exceeded.", "type": "server_error"})
+"""llama.cpp's answer when its context, shared by the requests it serves at once, fills while it answers."""
 
 
 class Endless(msgspec.Struct, frozen=True):
@@ -299,7 +306,8 @@ class OpenAIServer:
             delay, scripted = scripted.seconds, scripted.then
         if isinstance(scripted, Status):
             message = scripted.message or f"scripted status {scripted.code}"
-            return _Answer(scripted.code, _error(message, "scripted"), delay, scripted.retry_after)
+            error = {"error": scripted.error} if scripted.error is not None else _error(message, "scripted")
+            return _Answer(scripted.code, error, delay, scripted.retry_after)
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
             return _Answer(401, _error("invalid api key", "invalid_api_key"), delay)
         if isinstance(scripted, Endless):

@@ -1,7 +1,8 @@
 """A conversation longer than the model's context: refused, or shortened with `truncation = "auto"`.
 
 The server counts a prompt's words as its tokens and refuses longer ones in llama.cpp's or
-OpenAI's words; the real `openai` client carries every request.
+OpenAI's words, or answers HTTP 500 as llama.cpp does when its context fills while it
+answers; the real `openai` client carries every request.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from faultline._errors import ModelError
 from faultline.core import ChatMessage, LlmRequest, LlmToolCall, ModelCall
 from faultline.runtime.models import OpenAIBackend
 from faultline.runtime.models._truncation import Overflow, fit, overflow
-from tests.openai_server import OpenAIServer, Text, prompt_tokens
+from tests.openai_server import CONTEXT_FILLED, OpenAIServer, Text, prompt_tokens
 
 CONTEXT = 400
 SYSTEM = "You help customers with their orders."
@@ -136,6 +137,45 @@ async def test_a_last_turn_longer_than_the_context_still_fails(small_server: Ope
             await backend.complete(LlmRequest(role="agent", messages=messages))
 
 
+async def test_a_context_that_filled_while_answering_is_not_retried_and_says_what_to_change(
+    openai_server: OpenAIServer,
+) -> None:
+    """llama.cpp's HTTP 500 fails the same request again while the requests that share its context last: the call
+    ends after one attempt, naming the server's context and truncation, instead of after every retry."""
+    openai_server.reply(CONTEXT_FILLED, Text("never reached"))
+    call = ModelCall(episode="e", agent="tool", role="agent")
+    async with OpenAIBackend(openai_server.settings(max_retries=3)) as backend:
+        with pytest.raises(ModelError, match=r"HTTP 500 \(Context size has been exceeded\.\); truncation") as caught:
+            await backend.complete_call(LlmRequest(role="agent", messages=conversation(12)), call)
+    assert "--ctx-size" in str(caught.value) and "gave up" not in str(caught.value)
+    assert caught.value.retryable is True, "the same request may fit once the others are answered"
+    assert len(openai_server.chat_requests) == 1
+    assert [attempt.wait_s for attempt in call.attempts] == [0.0]
+
+
+async def test_a_context_that_filled_while_answering_is_truncated_with_auto(openai_server: OpenAIServer) -> None:
+    openai_server.reply(CONTEXT_FILLED, Text("fits now"))
+    call = ModelCall(episode="e", agent="tool", role="agent")
+    async with OpenAIBackend(openai_server.settings(truncation="auto", max_retries=0)) as backend:
+        response = await backend.complete_call(LlmRequest(role="agent", messages=conversation(12)), call)
+    refused, answered = openai_server.chat_requests
+    dropped = len(refused["messages"]) - len(answered["messages"])
+    assert response.content == "fits now"
+    assert response.metadata == {"attempts": 2, "truncated": dropped}
+    assert dropped > 0 and answered["messages"][-2:] == refused["messages"][-2:]
+    assert call.attempts[0].error.startswith("HTTP 500 (Context size has been exceeded.); sent again without its")
+
+
+async def test_a_context_that_filled_with_nothing_left_to_drop_fails_once_naming_the_server(
+    openai_server: OpenAIServer,
+) -> None:
+    openai_server.reply(CONTEXT_FILLED)
+    async with OpenAIBackend(openai_server.settings(truncation="auto", max_retries=3)) as backend:
+        with pytest.raises(ModelError, match="still too long after dropping .*--ctx-size"):
+            await backend.complete(LlmRequest(role="agent", messages=conversation(0)))
+    assert len(openai_server.chat_requests) == 1
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
@@ -166,6 +206,8 @@ async def test_a_last_turn_longer_than_the_context_still_fails(small_server: Ope
             Overflow(1600, 2048),
         ),
         ({"message": "prompt too long", "code": "context_length_exceeded"}, Overflow(0, 0)),
+        ({"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}, Overflow(0, 0)),
+        ({"message": "the request exceeds the available context size, try increasing it"}, Overflow(0, 0)),
         ({"message": "messages is malformed", "type": "invalid_request_error"}, None),
         ("not a mapping", None),
     ],

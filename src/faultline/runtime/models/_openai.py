@@ -7,8 +7,10 @@ of them `retry_on` names) with exponential backoff and full jitter; any other
 so the journal keeps each one with the call's recording. A tool call
 whose arguments are not a JSON object is returned with `arguments_error` set,
 so the agent sees the mistake instead of the worker crashing on it. A request the
-endpoint refuses as longer than the model's context fails at once, or with
-`truncation = "auto"` is sent again without its oldest turns (`_truncation`).
+endpoint refuses as longer than the model's context, whatever the status (llama.cpp
+answers HTTP 500 when its context fills while it answers), is never sent again as
+it was: it fails at once, or with `truncation = "auto"` is sent again without its
+oldest turns (`_truncation`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ DEFAULT_EMBED_BATCH = 128
 
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
+
+_CONTEXT_FILLED = (
+    "the server's context filled while it answered, and llama.cpp shares its --ctx-size among the requests it"
+    " serves at once: give it a larger one, or send fewer at once (--concurrency, [run] concurrency) or ask for"
+    " shorter answers (max_tokens)"
+)
+"""What to change when a server fails a request for length after it began to answer (llama.cpp's HTTP 500)."""
 
 RetryOn = Literal["timeout", "connection", "rate_limit", "server_error"]
 """The failures a retry policy may retry: a request past its time, no connection, HTTP 429, HTTP 5xx."""
@@ -187,13 +196,14 @@ class _Endpoint:
                     report.end(ModelAttempt(number=number, request_digest=sent, latency_s=latency, error=error))
                 sent = shortened.digest
                 continue
-            retried = failure.kind in self.settings.retry_on and retries + 1 < attempts
+            final = failure.overflow is not None or failure.kind not in self.settings.retry_on
+            retried = not final and retries + 1 < attempts
             wait = self._backoff(retries + 1, failure.retry_after) if retried else 0.0
             if report is not None:
                 report.end(
                     ModelAttempt(number=number, request_digest=sent, latency_s=latency, error=failure.text, wait_s=wait)
                 )
-            if failure.kind not in self.settings.retry_on:
+            if final:
                 text = self._fatal_text(failure) if shorten is not None else failure.text
                 raise ModelError(f"{self.describe()}: {text}", retryable=failure.kind != "fatal")
             if not retried:
@@ -209,8 +219,12 @@ class _Endpoint:
         if failure.overflow is None:
             return failure.text
         if self.settings.truncation == "disabled":
-            return f'{failure.text}; truncation = "auto" drops the oldest turns to fit'
-        return f"{failure.text}; still too long after dropping what truncation may drop"
+            text = f'{failure.text}; truncation = "auto" drops the oldest turns to fit'
+        else:
+            text = f"{failure.text}; still too long after dropping what truncation may drop"
+        if failure.kind == "server_error":
+            text += f"; {_CONTEXT_FILLED}"
+        return text
 
     def describe(self) -> str:
         return f"openai endpoint {self.settings.base_url} (model {self.settings.model})"
@@ -224,8 +238,7 @@ class _Endpoint:
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             kind = "rate_limit" if status == 429 else "server_error" if status >= 500 else "fatal"
-            refused = overflow(exc.body) if status == 400 else None
-            return _Failure(kind, self._status_text(exc), _retry_after(exc), refused)
+            return _Failure(kind, self._status_text(exc), _retry_after(exc), overflow(exc.body))
         if isinstance(exc, openai.APIConnectionError):
             return _Failure("connection", f"cannot connect ({exc.__cause__ or exc})")
         return _Failure("fatal", str(exc))

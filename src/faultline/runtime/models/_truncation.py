@@ -3,7 +3,10 @@
 OpenAI-compatible servers say so in different words: llama.cpp answers with
 `exceed_context_size_error` and both counts as fields, OpenAI with
 `context_length_exceeded` and the counts in its message, vLLM with the same
-sentence. `overflow` reads any of them. `fit` then drops whole turns, oldest first,
+sentence. llama.cpp also fails a request it has begun to answer with HTTP 500
+"Context size has been exceeded." when its cache, which the requests it serves at
+once share, fills up: no counts, and the same request sent again fails again while
+they last. `overflow` reads any of them, whatever the status. `fit` then drops whole turns, oldest first,
 from the middle of the conversation: the system messages and the opening request
 stay, and so does the last turn, so that the model still knows what it is asked and
 what just happened. A turn begins at an assistant message and takes the tool
@@ -32,7 +35,13 @@ _CONTEXT = re.compile(r"(?:maximum context length is|available context size \(|c
 _PROMPT = re.compile(
     r"(?:(\d+) in the messages|resulted in (\d+) tokens|has (\d+) input tokens|request \((\d+) tokens\))"
 )
-_MARKERS = ("context_length_exceeded", "exceed_context_size_error", "maximum context length", "available context size")
+_MARKERS = (
+    "context_length_exceeded",
+    "exceed_context_size_error",
+    "maximum context length",
+    "available context size",
+    "context size has been exceeded",
+)
 MARGIN = 0.95
 """The share of the room a fitted prompt may fill at most: the estimate is proportional, not exact."""
 CUT_TO = 0.6
@@ -57,12 +66,12 @@ class Fitted(msgspec.Struct, frozen=True):
 
 
 def overflow(body: object) -> Overflow | None:
-    """The `Overflow` an HTTP 400 error body describes, or None when it refuses the request for anything else."""
+    """The `Overflow` an HTTP error body describes, or None when it fails the request for anything else."""
     if not isinstance(body, Mapping):
         return None
     message = body.get("message")
     text = message if isinstance(message, str) else ""
-    said = " ".join(str(body.get(key, "")) for key in ("type", "code")) + " " + text
+    said = (" ".join(str(body.get(key, "")) for key in ("type", "code")) + " " + text).lower()
     if not any(marker in said for marker in _MARKERS):
         return None
     prompt, context = body.get("n_prompt_tokens"), body.get("n_ctx")
