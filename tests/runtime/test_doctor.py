@@ -34,7 +34,10 @@ def test_a_server_with_tool_calling_is_told_to_use_it(
     assert f'tool call find_user_id_by_email({{"email":"{EMAIL}"}})' in lines[1]
     assert "no tool call, answered 'I would look it up.'" in lines[2]
     assert "tool calls: native tool calls work" in lines
-    assert '  tool_calls = "native"' in lines and "  [models.tool]" in lines
+    assert '  tool_calls = "native"' in lines
+    assert [line for line in lines if line.startswith("  [models.")] == ["  [models.default]"], (
+        "every role asks the server through the default table, the tool agent's as the user's and the judge's"
+    )
 
 
 def test_a_server_without_tool_calling_is_told_to_use_the_text_format(capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,6 +81,36 @@ def test_handlers_are_told_to_outlast_a_call_with_its_retries(
     lines = out.splitlines()
     assert "  timeout_s = 30" in lines
     assert lines[-2:] == ["  [runtime]", "  handler_timeout_s = 180"], "four attempts of 30 s, a minute more"
+
+
+def test_every_table_that_asks_the_same_server_gets_the_timeout_for_the_longest_answers_and_most_retries(
+    openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The user simulator and the judge wait on the same server as the tool agent; a role on another server or
+    backend does not."""
+    config = tmp_path / "faultline.toml"
+    server = f'backend = "openai"\nbase_url = "{openai_server.url}"\nmodel = "m"\n'
+    config.write_text(
+        f"[models.default]\n{server}max_tokens = 400\n"
+        f"[models.tool]\n{server}max_tokens = 8\nmax_retries = 0\n"
+        f"[models.judge]\n{server.replace('/v1', '/other')}\n"
+        '[models.user]\nbackend = "sim"\n',
+        encoding="utf-8",
+    )
+    openai_server.reply(Endless(0.1), Endless(0.1))
+    code = main(["doctor", "--config", str(config)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.splitlines()
+    start = lines.index("  [models.tool]")
+    timeout = lines[start + 2]
+    assert lines[start : start + 6] == ["  [models.tool]", '  tool_calls = "native"', timeout, "  [models.default]",
+                                        timeout, "  [run]"]  # fmt: skip
+    assert [line for line in lines if line.startswith("  [models.")] == ["  [models.tool]", "  [models.default]"]
+    seconds = float(timeout.removeprefix("  timeout_s = "))
+    assert seconds >= 90, "400 answer tokens at no more than 10 tokens/s, twice over: not the tool's 8"
+    episode = float(next(line for line in lines if line.startswith("  episode_timeout_s = ")).split(" = ")[1])
+    assert episode >= 2 * 4 * seconds, "twice the default table's four attempts, not the tool's one"
 
 
 def test_an_endpoint_that_answers_neither_request_fails_with_both_causes(

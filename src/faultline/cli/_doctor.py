@@ -3,7 +3,9 @@
 Two requests to the tool agent's role, each made once (no retries, so the
 numbers are the endpoint's own): one that offers a tool natively, one that
 offers it in the text format (`tool_calls = "text"`). From their latency and
-speed it recommends the settings a run needs on this endpoint.
+speed it recommends the settings a run needs on this endpoint, for every model
+table that asks the same model there: the user simulator and the judge wait on
+the same server as the tool agent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from faultline.cli import _jsonl
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._text import clip
 from faultline.core import ChatMessage, LlmRequest, LlmResponse, LlmToolCall, ModelCall
-from faultline.runtime import ModelConfig
+from faultline.runtime import Config, ModelConfig
 from faultline.runtime.models import OpenAIBackend
 
 CALLS_PER_EPISODE = 20
@@ -69,6 +71,9 @@ class Advice(msgspec.Struct, kw_only=True):
     episode_timeout_s: float
     handler_timeout_s: float = 0.0
     """Set when a call's whole retry budget outgrows the configured handler time limit; 0 keeps it."""
+    tables: list[str]
+    """The `[models.<table>]` tables that ask the measured model at its URL, the tool agent's first: `timeout_s`
+    is for each of them, `tool_calls` for the first."""
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -99,7 +104,7 @@ def _doctor(args: argparse.Namespace) -> int:
     if settings.backend != "openai":
         raise UsageError(f"doctor measures an openai endpoint, but the tool agent's role {role!r} uses"
                          f" {settings.backend}: add --model openai")  # fmt: skip
-    report = anyio.run(examine, settings, role, config.handler_timeout_s)
+    report = anyio.run(examine, settings, role, config.handler_timeout_s, tables_asking(config, role))
     if args.json:
         _jsonl.rows("probe", report.probes)
         _jsonl.summary({k: v for k, v in msgspec.to_builtins(report).items() if k != "probes"})
@@ -110,7 +115,23 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-async def examine(settings: ModelConfig, role: str, handler_timeout_s: float) -> Report:
+def tables_asking(config: Config, role: str) -> dict[str, ModelConfig]:
+    """The model tables that send to the same model at the same URL as `role`, the one `role` uses first.
+
+    A role without a table of its own uses `[models.default]`, so these cover every role that talks to
+    the measured model, whichever agent or service it belongs to.
+    """
+    measured = config.model(role)
+    own = role if role in config.models else next((n for n, t in config.models.items() if t is measured), role)
+    same = {
+        name: table
+        for name, table in config.models.items()
+        if table.backend == "openai" and (table.base_url, table.model) == (measured.base_url, measured.model)
+    }
+    return {own: measured} | same
+
+
+async def examine(settings: ModelConfig, role: str, handler_timeout_s: float, tables: dict[str, ModelConfig]) -> Report:
     """Both probes, one after the other (so neither slows the other), and the advice they support."""
     once = msgspec.structs.replace(settings, max_retries=0)
     endpoint = f"openai endpoint {settings.base_url} (model {settings.model})"
@@ -119,27 +140,29 @@ async def examine(settings: ModelConfig, role: str, handler_timeout_s: float) ->
     async with OpenAIBackend(once) as backend:
         native = await _probe(backend, "native tools", native_request, endpoint)
         text = await _probe(backend, "text format", text_request, endpoint)
-    advice = advise(settings, role, native, text, handler_timeout_s)
+    advice = advise(tables, role, native, text, handler_timeout_s)
     return Report(endpoint=endpoint, probes=[native, text], advice=advice)
 
 
-def advise(settings: ModelConfig, role: str, native: Probe, text: Probe, handler_timeout_s: float) -> Advice | None:
-    """Settings for this endpoint, from what the probes measured; None when neither was answered.
+def advise(
+    tables: dict[str, ModelConfig], role: str, native: Probe, text: Probe, handler_timeout_s: float
+) -> Advice | None:
+    """Settings for this endpoint's `tables`, from what the probes measured; None when neither was answered.
 
     A call may need a whole `max_tokens` answer at the measured speed; the timeout allows twice
-    that. A slow server serves parallel requests slower still, so it gets fewer episodes at once,
-    and an episode's timeout covers its calls at that pace and, at least, twice one call's retries.
-    The handler time limit must outlast one call with its retries.
+    that, for the table with the longest answers. A slow server serves parallel requests slower
+    still, so it gets fewer episodes at once, and an episode's timeout covers its calls at that pace
+    and, at least, twice one call's retries. The handler time limit must outlast one call with its retries.
     """
     answered = [p for p in (native, text) if not p.error]
     if not answered:
         return None
     speed = min(max(p.tokens_per_s, 0.1) for p in answered)
     latency = max(p.latency_s for p in answered)
-    longest = latency + (settings.max_tokens or UNCAPPED_ANSWER_TOKENS) / speed
-    timeout_s = max(30.0, _round_up(2 * longest, 10))
+    answer_tokens = max(table.max_tokens or UNCAPPED_ANSWER_TOKENS for table in tables.values())
+    timeout_s = max(30.0, _round_up(2 * (latency + answer_tokens / speed), 10))
     concurrency = 1 if speed < 20 else 2 if speed < 60 else 8
-    budget = (settings.max_retries + 1) * timeout_s
+    budget = (max(table.max_retries for table in tables.values()) + 1) * timeout_s
     episode = _round_up(max(CALLS_PER_EPISODE * latency * concurrency, 2 * budget), 60)
     tool_calls = "native" if native.tool_call or not text.tool_call else "text"
     handler = _round_up(budget + 60, 60) if budget >= handler_timeout_s else 0.0
@@ -150,6 +173,7 @@ def advise(settings: ModelConfig, role: str, native: Probe, text: Probe, handler
         concurrency=concurrency,
         episode_timeout_s=episode,
         handler_timeout_s=handler,
+        tables=list(tables),
     )
 
 
@@ -175,11 +199,13 @@ def render(report: Report) -> list[str]:
     if advice is None:
         lines.append("no recommendation: neither request was answered")
         return lines
+    lines.append("recommended (faultline.toml, or --model-setting / --concurrency / --episode-timeout):")
+    for n, table in enumerate(advice.tables):
+        lines.append(f"  [models.{table}]")
+        if n == 0:
+            lines.append(f'  tool_calls = "{advice.tool_calls}"')
+        lines.append(f"  timeout_s = {advice.timeout_s:g}")
     lines += [
-        "recommended (faultline.toml, or --model-setting / --concurrency / --episode-timeout):",
-        f"  [models.{advice.role}]",
-        f'  tool_calls = "{advice.tool_calls}"',
-        f"  timeout_s = {advice.timeout_s:g}",
         "  [run]",
         f"  concurrency = {advice.concurrency}",
         f"  episode_timeout_s = {advice.episode_timeout_s:g}",
