@@ -188,11 +188,11 @@ def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
 def test_the_waiting_line_names_the_slowest_call_and_a_timeout_the_episodes_own() -> None:
     result = RunResult(planned=[PlannedEpisode(episode="e1", task="t", trial=0, seed=0)])
     result.running = {"e1": 10.0, "e2": 20.0}
-    slow = CallInFlight(episode="e1", agent="tool", role="agent", attempt=2, age_s=95.4)
+    slow = CallInFlight(episode="e1", agent="tool", role="agent", attempt=2, age_s=95.4, attempt_age_s=27.2)
     result.model_calls = [slow, CallInFlight(episode="e2", agent="user", role="user", attempt=1, age_s=3.0)]
     assert result.waiting_for(now=40.0, limit_s=600.0) == (
         "waiting for 2 running episodes, the oldest for 30s; each still running at 600s ends as timeout;"
-        " 2 model calls in flight, the slowest tool's model call (role agent, attempt 2, 95s)"
+        " 2 model calls in flight, the slowest tool's model call (role agent, attempt 2 for 27s, 95s in all)"
     )
-    assert result.waiting_in("e1") == "still waiting for tool's model call (role agent, attempt 2, 95s)"
+    assert result.waiting_in("e1") == "still waiting for tool's model call (role agent, attempt 2 for 27s, 95s in all)"
     assert result.waiting_in("e3") == "no model call was in flight when last asked"

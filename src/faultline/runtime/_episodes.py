@@ -119,18 +119,27 @@ class CallInFlight(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     age_s: float
     """Since the call began, its earlier attempts and waits included."""
+    attempt_age_s: float = 0.0
+    """Since the attempt that runs began: each is bounded by the role's `timeout_s`, the call as a whole is not."""
 
     def describe(self) -> str:
-        return f"{self.agent}'s model call (role {self.role}, attempt {self.attempt}, {self.age_s:.0f}s)"
+        if self.attempt == 1:
+            return f"{self.agent}'s model call (role {self.role}, attempt 1, {self.age_s:.0f}s)"
+        return (
+            f"{self.agent}'s model call (role {self.role}, attempt {self.attempt} for {self.attempt_age_s:.0f}s,"
+            f" {self.age_s:.0f}s in all)"
+        )
 
 
 def in_flight(call: ModelCall) -> CallInFlight:
+    now = time.monotonic()
     return CallInFlight(
         episode=call.episode,
         agent=call.agent,
         role=call.role,
         attempt=call.attempt,
-        age_s=time.monotonic() - call.started,
+        age_s=now - call.started,
+        attempt_age_s=now - call.attempt_started,
     )
 
 
