@@ -4,6 +4,7 @@ stream and consumer state callers ask for; every failure is one of our errors, n
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import anyio
 import pytest
@@ -152,3 +153,34 @@ async def test_a_closed_connection_fails_with_bus_errors(nats_server: EmbeddedSe
     for call in calls:
         with pytest.raises(BusError):
             await call
+
+
+async def test_a_server_gone_is_not_a_warning_per_reconnect_attempt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose nats-server restarts tries again every 0.2 s: each failed attempt, handed to the error
+    callback, was a warning, five lines a second in every process for as long as the server was away."""
+    attempts = anyio.Event()
+    seen: list[logging.LogRecord] = []
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "NATS error" in record.getMessage():
+                seen.append(record)
+                if len(seen) >= 3:
+                    attempts.set()
+
+    counter, logger = Count(level=logging.DEBUG), logging.getLogger("faultline.bus")
+    logger.addHandler(counter)
+    server = EmbeddedServer(store_dir=tmp_path / "nats").start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="faultline.bus"):
+            bus = await Bus.connect(server.url, name="patient")
+            server.stop()
+            with anyio.fail_after(10):
+                await attempts.wait()
+            await bus.nc.close()
+    finally:
+        logger.removeHandler(counter)
+        server.stop()
+    assert [r.getMessage() for r in seen if r.levelno >= logging.WARNING] == []

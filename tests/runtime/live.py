@@ -21,15 +21,15 @@ from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
 from faultline.runtime import (
     JOURNAL_SERVICE,
-    STATUS_SERVICE,
-    STATUS_WINDOW_S,
     Completions,
     ProcessSpec,
     Supervisor,
+    WorkerStatus,
     completing_agents,
     load_config,
     system_access,
     worker_identity,
+    worker_statuses,
 )
 
 EPISODE_TIMEOUT_S = 30.0
@@ -161,14 +161,13 @@ async def journal_everything(bus: Bus) -> None:
         assert answer["last_seq"] >= info.state.last_seq and not answer["stuck"], answer
 
 
-async def worker_status(url: str, prefix: str) -> list[dict[str, Any]]:
-    """What every worker answers `faultline status` within its window, as its JSON decodes."""
+async def worker_status(url: str, prefix: str) -> list[WorkerStatus]:
+    """What every worker answers `faultline status` within its window."""
     bus = await Bus.connect(url, prefix=prefix)
     try:
-        answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), b"", STATUS_WINDOW_S)
+        return await worker_statuses(bus)
     finally:
         await bus.close()
-    return [msgspec.json.decode(answer) for answer in answers]
 
 
 def processes(supervisor: Supervisor) -> dict[str, int]:

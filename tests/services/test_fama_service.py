@@ -54,5 +54,5 @@ async def test_a_dry_run_journals_its_decision_and_publishes_no_roster(nats_serv
     ]
     assert service.published == 1 and len(await bus.read_stored([bus.subjects.ctl(HELPERS_CONTROL)], 5.0)) == 1
     assert (await read_rosters(bus)).domains == {"retail": {"*": ["planner"]}}
-    assert status["agents"] == [CONTROLLER] and status["episodes"] == []
-    assert status["services"] == [controller_episode("retail", "dry"), controller_episode("retail", "live")]
+    assert status.agents == [CONTROLLER] and status.episodes == []
+    assert status.services == [controller_episode("retail", "dry"), controller_episode("retail", "live")]

@@ -1,4 +1,4 @@
-"""The main job: run N tasks K times on a live system and report pass^k.
+"""The main job: plan N tasks K times and run them on a live system (what the result says: `api/_summary.py`).
 
 The runner only talks to the bus: it journals each episode's start, hands the
 first messages to the agents, and waits for `episode completed` events. An

@@ -25,6 +25,16 @@ _API_PREFIX = "$js.api."
 """The JetStream API's subjects, in lower case as the client library hands the server's refusals on."""
 
 
+_CONNECTION_LOST = (
+    OSError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.StaleConnectionError,
+    nats.errors.NoServersError,
+    nats.errors.TimeoutError,
+)
+"""The client's errors while it has no server, or is getting it back."""
+
+
 class Refusals:
     """Publishes the server refused on this connection: logged as they come, and told to the publishers waiting."""
 
@@ -54,7 +64,9 @@ class Refusals:
             return
         found = _REFUSED_PUBLISH.search(str(exc))
         if found is None:
-            level = logging.WARNING if self.connected else logging.DEBUG
+            # Losing the server is said where it hurts (a publish unconfirmed, a read that fails) and is retried
+            # every reconnect_time_wait: a warning per attempt would flood the log while a server restarts.
+            level = logging.WARNING if self.connected and not isinstance(exc, _CONNECTION_LOST) else logging.DEBUG
             log.log(level, "NATS error on %s's connection: %s", self.name, exc or type(exc).__name__)
             return
         subject = found.group(1)

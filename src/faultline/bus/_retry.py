@@ -28,8 +28,10 @@ async def asked_again(
     max_s: float = RETRY_MAX_S,
     retried: type[Exception] | tuple[type[Exception], ...] = BusError,
     failed: Callable[[Exception], Awaitable[None]] | None = None,
+    wait_first: bool = False,
 ) -> T:
-    """What `ask` returns, asked for again while it raises `retried`, after `first_s`, doubling up to `max_s`.
+    """What `ask` returns, asked for again while it raises `retried`, after `first_s`, doubling up to `max_s`
+    (`wait_first`: the first time too, for an ask that has just failed).
 
     Right after a node comes back or the stream's leader is lost, the cluster may answer "JetStream system
     temporarily unavailable", or nothing, while it elects leaders; the stream keeps everything meanwhile, so
@@ -37,6 +39,8 @@ async def asked_again(
     time: that is raised. Each failure is logged as a warning, or handed to `failed` instead.
     """
     delay = first_s
+    if wait_first:
+        await anyio.sleep(delay)
     while True:
         try:
             return await ask()

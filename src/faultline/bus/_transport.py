@@ -1,7 +1,8 @@
 """The bus: typed envelopes over NATS JetStream, with interceptors and dead letters.
 
-Publishing always goes through JetStream with the envelope id as `Nats-Msg-Id`,
-so a message published twice within the duplicate window is stored once.
+Publishing always goes through JetStream with the envelope id, keyed by the
+connection's credential (`Bus.dedup_id`), as `Nats-Msg-Id`, so a message
+published twice within the duplicate window is stored once.
 Consumers (`_consumer.py`) are push consumers with explicit acks. Beside the
 stream, core NATS carries what is never stored: requests and their answers,
 announcements (`subscribe`, `notify`, `request`). Every failure is a BusError.
@@ -133,7 +134,7 @@ class Bus:
     interceptors: InterceptorChain = field(default_factory=InterceptorChain)
     inbox: str = INBOX
     """Where this connection's consumers deliver and its requests are answered (`inbox(user)` with a credential)."""
-    id_key: bytes = b""
+    id_key: bytes = field(default=b"", repr=False)
     """Keys the ids the stream's duplicate window knows this connection's envelopes by (`dedup_id`): secret to its
     credential, so that no other identity can take one first."""
 

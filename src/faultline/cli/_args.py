@@ -82,7 +82,12 @@ def connection_flags(parser: argparse.ArgumentParser, *, starts_nats: bool = Fal
     )
     add_config_flag(parser)
     parser.add_argument("--nats", default="", metavar="URL", help=nats_help)
-    parser.add_argument("--prefix", default="", help="subject prefix (default from config: fl)")
+    parser.add_argument(
+        "--prefix",
+        default="",
+        help="subject prefix (default: that of the `faultline up` running here when it is that server, else"
+        " [nats] prefix, fl)",
+    )
     parser.add_argument(
         "--creds",
         type=Path,

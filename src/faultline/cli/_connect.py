@@ -1,7 +1,9 @@
 """How a command reaches a running system: its configuration, NATS URL, subject prefix and credential.
 
-Each comes from the command's flags, else faultline.toml, else what the `faultline up` running in this
-folder wrote of itself in STATE_FILE. Every command that talks to a running system resolves them here,
+Each comes from the command's flags first. The URL and the credential then come from faultline.toml, else
+from what the `faultline up` running in this folder wrote of itself in STATE_FILE; the subject prefix comes
+from that `up` when the URL is its server (it knows the prefix its system runs under), else from
+faultline.toml. Every command that talks to a running system resolves them here,
 so that they all find the same system in the same way.
 """
 

@@ -358,7 +358,7 @@ def _status(args: argparse.Namespace) -> int:
         _system_status, url, subject_prefix(args, config, url), login(args, config, url), config.journal.shards
     )
     if args.json:
-        _jsonl.rows("worker", [msgspec.to_builtins(reply) for reply in replies])
+        _jsonl.rows("worker", [msgspec.structs.asdict(reply) for reply in replies])  # every field, defaults too
         _jsonl.rows("roster", _roster_rows(rosters))
         _jsonl.rows("journal", [{"shard": k, "waiting": n} for k, n in enumerate(journal.waiting)])
         _jsonl.summary({"workers": len(replies), "url": url, "journal": journal.says()})

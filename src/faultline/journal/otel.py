@@ -229,8 +229,10 @@ def export_otel(
                 spans = episode_spans(episode, rows, str(path))
                 if not spans:
                     continue
+                before = len(said)
                 if exporter.export(spans) is not SpanExportResult.SUCCESS:
-                    why = f": {_reason(said[0])}" if said else ""  # the first thing it said: why it failed
+                    now = said[before:]  # what it said of these spans (a retry that went through says something too)
+                    why = f": {_reason(now[0])}" if now else ""  # the first thing: why it failed
                     raise JournalError(
                         f"{endpoint}: the OTLP endpoint did not take the spans of episode {episode!r}{why}"
                     )

@@ -153,9 +153,9 @@ class StatusAsk(msgspec.Struct, frozen=True):
     model_calls_only: bool = False
 
 
-class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True):
+class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a worker answers a status request (`faultline status`): only `worker` and `model_calls` when asked for
-    the model calls alone."""
+    the model calls alone (what is left at its default is not sent: the runner asks every second)."""
 
     worker: str
     pid: int = 0

@@ -204,8 +204,8 @@ class JournalService:
     async def _open(self) -> Consumer:
         """A fresh consumer from the file's last sequence.
 
-        Once running, a refusal to open it is waited out (`asked_again`); at start it is raised,
-        so that the service fails with the reason.
+        Once running, a refusal to open it for now is waited out (`asked_again`; a refused credential is raised);
+        at start it is raised, so that the service fails with the reason.
         """
 
         async def fresh() -> Consumer:
@@ -366,7 +366,10 @@ class JournalService:
             await self._set_stuck(str(exc))
 
         await asked_again(
-            functools.partial(self._append, journal, rows), retried=JournalStorageError, failed=still_refused
+            functools.partial(self._append, journal, rows),
+            retried=JournalStorageError,
+            failed=still_refused,
+            wait_first=True,  # the write was refused just now
         )
         log.warning("%s: written again from stream sequence %d; catching up", self.path, self.last_seq + 1)
         await self._set_stuck("")
