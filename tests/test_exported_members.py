@@ -369,6 +369,7 @@ PUBLIC = {
         "apply_defense_flags",
         "bus_settings",
         "check_journal",
+        "last_words",
         "check_system",
         "completing_agents",
         "connect",

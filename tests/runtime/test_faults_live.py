@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,11 @@ def test_storm_and_cycle_with_defenses_and_without(tmp_path: Path, capsys: pytes
         assert echo.defense == "cycle" and echo.agent == "user"
         assert sum(1 for r in cycle if r.kind == "user_turn") == 1
         assert outcome(cycle).outcome == "timeout"
+        # and its cause says where it went quiet: the defense dropped the only message in flight
+        dropped = f"the cycle defense dropped user's input {echo.message_id} ({echo.reason})"
+        assert re.search(rf"; its last message, \d+s before: {re.escape(dropped)}$", outcome(cycle).cause), outcome(
+            cycle
+        ).cause
 
         # without defenses the copies reach the environment and are executed
         storm_off = off[f"n-{task}-t1"]

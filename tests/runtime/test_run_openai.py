@@ -178,7 +178,8 @@ def test_a_slow_model_call_shows_in_progress_and_names_itself_in_the_timeout(
     [call] = model_calls(journal)
     assert call.error.startswith("ModelError: the runner ended episode ") and call.attempts == []
     assert re.fullmatch(
-        r"no completion within 15s; still waiting for user's model call \(role user, attempt 1, \d+s\)",
+        r"no completion within 15s; still waiting for user's model call \(role user, attempt 1, \d+s\);"
+        r" its last message, \d+s before: start from runner to user",
         completed.cause,
     ), completed.cause
     assert main(["replay", str(journal)]) == 0

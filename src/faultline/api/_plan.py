@@ -44,6 +44,7 @@ from faultline.runtime import (
     JournalState,
     RunDefaults,
     ask_journal,
+    last_words,
     model_calls_in_flight,
 )
 
@@ -310,6 +311,8 @@ async def run_plan(
                         done = await completions.stored([p.episode])
                     if p.episode not in done:
                         cause = f"no completion within {plan.episode_timeout_s:g}s; {result.waiting_in(p.episode)}"
+                        if said := await last_words(bus, p.episode):
+                            cause += f"; {said}"
                         await bus.publish(runner_completion(p.episode, "timeout", cause))
                         done = await completions.wait([p.episode])
                     del result.running[p.episode]

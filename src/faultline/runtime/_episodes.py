@@ -16,6 +16,7 @@ from faultline._errors import BusError, DecodeError, JournalError, NoResponderEr
 from faultline.bus import Bus, Delivery, decode_notice
 from faultline.core import (
     RUNNER,
+    DefenseFired,
     Envelope,
     EpisodeCompleted,
     EpisodeStarted,
@@ -23,6 +24,7 @@ from faultline.core import (
     MessageBody,
     ModelCall,
     Start,
+    body_kind,
     error_completion,
     start_envelope,
     started_envelope,
@@ -247,6 +249,29 @@ class JournalGate:
 class _Ask:
     answered: anyio.Event = field(default_factory=anyio.Event)
     refusal: str = ""
+
+
+async def last_words(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIMEOUT_S) -> str:
+    """What the episode's last message on the stream was, in words, for the cause of a timeout: where an episode
+    went quiet says why (a question nobody answered, a message a defense dropped); "" when it cannot be read."""
+    s = bus.subjects
+    subjects = [s.direct(episode, "*"), s.topic(episode, "*"), s.event("*", episode)]
+    try:
+        stored = await bus.read_envelopes(subjects, timeout_s)
+    except BusError as exc:
+        log.debug("cannot read episode %s back: %s", episode, exc)
+        return ""
+    if not stored:
+        return ""
+    last = stored[-1][1]
+    ago = f"{max(time.time() - last.ts, 0.0):.0f}s before" if last.ts else "before"
+    body = last.body
+    if isinstance(body, DefenseFired):
+        said = f"the {body.defense} defense dropped {body.agent}'s input {body.message_id} ({body.reason})"
+    else:
+        to = f" to {last.recipient}" if last.recipient else f" on #{last.topic}" if last.topic else ""
+        said = f"{body_kind(body)} from {last.sender}{to}"
+    return f"its last message, {ago}: {said}"
 
 
 class Completions:
