@@ -58,6 +58,10 @@ _EPISODE = EpisodeSpec(domain="", task="")
 MODEL_CALLS_POLL_S = 1.0
 """How often a run asks the workers which model calls they are waiting on, for its progress line."""
 
+TIMEOUT_READS = 8
+"""How many timed-out episodes a run reads back at once for their causes (`last_words`); one that times out while
+as many are being read goes without: thousands timing out together (a model down) must not each open a reader."""
+
 
 class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     domain: str = "retail"
@@ -287,6 +291,7 @@ async def run_plan(
     # A place is taken before an episode's task is made: the run holds a task per episode running, not one
     # per planned episode (15,000 tasks at once for a run of 15,000 at 5,000 in flight).
     places = anyio.Semaphore(plan.concurrency)
+    reads = anyio.Semaphore(TIMEOUT_READS)
     gate = JournalGate(bus)
     started = anyio.current_time()
     completers = (load_system(plan.system or BUILTIN_SYSTEM).system.completer,)
@@ -311,7 +316,7 @@ async def run_plan(
                         done = await completions.stored([p.episode])
                     if p.episode not in done:
                         cause = f"no completion within {plan.episode_timeout_s:g}s; {result.waiting_in(p.episode)}"
-                        if said := await last_words(bus, p.episode):
+                        if said := await _last_words(bus, p.episode, reads):
                             cause += f"; {said}"
                         await bus.publish(runner_completion(p.episode, "timeout", cause))
                         done = await completions.wait([p.episode])
@@ -335,6 +340,18 @@ async def run_plan(
         raise refused.exceptions[0] from None
     finally:
         result.seconds = anyio.current_time() - started
+
+
+async def _last_words(bus: Bus, episode: str, reads: anyio.Semaphore) -> str:
+    """`last_words` of `episode`, when fewer than `TIMEOUT_READS` are being read now; else ""."""
+    try:
+        reads.acquire_nowait()
+    except anyio.WouldBlock:
+        return ""
+    try:
+        return await last_words(bus, episode)
+    finally:
+        reads.release()
 
 
 async def wait_for_journal(bus: Bus, timeout_s: float = 60.0) -> int:
