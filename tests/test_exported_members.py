@@ -180,6 +180,7 @@ PUBLIC = {
         "PluginKind",
         "RECHECK",
         "RUNNER",
+        "ALL_AGENTS",
         "OPERATOR",
         "CONTROL_EPISODE",
         "DLQ_SENDER",

@@ -36,7 +36,7 @@ REFUSAL_TIMEOUT_S = 5.0
 
 def access(folder: Path) -> Access:
     return Access(
-        folder, (operator_identity(), journal_identity(S), agent_identity(S, "worker-main", ("tool",)))
+        folder, (operator_identity(), journal_identity(S, ("journal",)), agent_identity(S, "worker-main", ("tool",)))
     ).prepare()
 
 

@@ -249,11 +249,15 @@ def recorder_identity(
 
 
 def journal_identity(
-    subjects: Subjects, name: str = JOURNAL, consumer: str = JOURNAL, filters: Sequence[str] = ()
+    subjects: Subjects,
+    serves: Iterable[str],
+    name: str = JOURNAL,
+    consumer: str = JOURNAL,
+    filters: Sequence[str] = (),
 ) -> Identity:
     """A journal service (or one shard's) reads everything (a shard: its `filters`) through its durable `consumer`,
-    answers on `svc.journal` and speaks as nobody."""
-    publish, subscribe = _js_api(subjects, name, (JOURNAL,))
+    answers the services it `serves` (the journal's) and speaks as nobody."""
+    publish, subscribe = _js_api(subjects, name, serves)
     filtered = filters[0] if len(filters) == 1 else ""  # one filter goes in the create subject
     return Identity(name, (*publish, *_owns(subjects, consumer, filtered)), subscribe)
 

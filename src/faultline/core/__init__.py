@@ -16,6 +16,7 @@ from faultline.core._handling import Handling
 from faultline.core._harness import AgentHarness
 from faultline.core._interceptors import Inbound, Interceptor, InterceptorChain, Outbound
 from faultline.core._messages import (
+    ALL_AGENTS,
     CONTROL_EPISODE,
     DEAD_LETTER_KEPT_BYTES,
     DEAD_LETTER_NOTE_CHARS,
@@ -171,6 +172,7 @@ __all__ = [
     "Notice",
     "Outbound",
     "RUNNER",
+    "ALL_AGENTS",
     "OPERATOR",
     "CONTROL_EPISODE",
     "DLQ_SENDER",

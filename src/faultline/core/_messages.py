@@ -33,6 +33,8 @@ DLQ_SENDER = "bus"
 """The sender name of dead letters: the runtime's transport, which refused the message they hold."""
 NON_AGENT_SENDERS = frozenset({RUNNER, OPERATOR, DLQ_SENDER})
 """The senders that are the runtime itself, never an agent of an episode."""
+ALL_AGENTS = "*"
+"""Every agent: in a worker group's agents (those no other group names), and in the defenses' settings."""
 
 
 Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]

@@ -29,10 +29,19 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from faultline._errors import ConfigError
-from faultline.core import DefenseFired, Envelope, Inbound, Interceptor, Start, TimerFired, derive_id, encode
+from faultline.core import (
+    ALL_AGENTS,
+    DefenseFired,
+    Envelope,
+    Inbound,
+    Interceptor,
+    Start,
+    TimerFired,
+    derive_id,
+    encode,
+)
 
 DEFENSE_ORDER = ("scope", "cycle", "dedup", "rate")
-ALL_AGENTS = "*"
 
 
 @dataclass(frozen=True, slots=True)

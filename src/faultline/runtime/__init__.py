@@ -5,9 +5,9 @@ from typing import TYPE_CHECKING
 from faultline._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from faultline.core import ALL_AGENTS
     from faultline.runtime._agents import CONTROLLER_AGENT, agent_lookup, system_of
     from faultline.runtime._config import (
-        ALL_AGENTS,
         ALL_ROLES,
         DEFAULT_CONFIG_FILE,
         AgentConfig,
@@ -166,8 +166,8 @@ __getattr__, __dir__ = lazy_exports(
     globals(),
     {
         "faultline.runtime._durations": ("MAX_SECONDS",),
+        "faultline.core": ("ALL_AGENTS",),
         "faultline.runtime._config": (
-            "ALL_AGENTS",
             "ALL_ROLES",
             "DEFAULT_CONFIG_FILE",
             "AgentConfig",

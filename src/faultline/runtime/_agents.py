@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from faultline.core import HELPERS, Agent, SystemRef, helper_agent, load_agent_class, load_system, registered
-from faultline.runtime._config import ALL_AGENTS, Config
+from faultline.core import (
+    ALL_AGENTS,
+    HELPERS,
+    Agent,
+    SystemRef,
+    helper_agent,
+    load_agent_class,
+    load_system,
+    registered,
+)
+from faultline.runtime._config import Config
 
 HELPER_AGENTS = frozenset(map(helper_agent, HELPERS))
 """The helpers among them: they run where the roster asks for them (`helper_workers`), never in a `*` group."""

@@ -25,6 +25,7 @@ import msgspec
 from faultline._errors import ConfigError, SubjectError
 from faultline.agents import EpisodeSpec
 from faultline.core import (
+    ALL_AGENTS,
     BUILTIN_SYSTEM,
     DEFAULT_PREFIX,
     MAX_PARTITIONS,
@@ -52,7 +53,6 @@ DEFAULT_CONFIG_FILE = Path("faultline.toml")
 T = TypeVar("T")
 
 DEFAULT_MODEL_ROLE = "default"
-ALL_AGENTS = "*"
 ALL_ROLES = "*"
 
 

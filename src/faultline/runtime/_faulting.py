@@ -24,6 +24,7 @@ import msgspec
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
 from faultline.core import (
+    ALL_AGENTS,
     Control,
     Envelope,
     ModelBackend,
@@ -46,7 +47,7 @@ from faultline.faults import (
     fault_type,
     remove_rule_control,
 )
-from faultline.runtime._config import ALL_AGENTS, Config, DefensesConfig
+from faultline.runtime._config import Config, DefensesConfig
 
 
 def defense_settings(config: DefensesConfig) -> DefenseSettings:

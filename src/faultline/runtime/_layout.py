@@ -24,11 +24,11 @@ from faultline.bus import (
     recorder_identity,
     worker_reads,
 )
-from faultline.core import Subjects, registered
+from faultline.core import ALL_AGENTS, Subjects, registered
 from faultline.faults import FAULTS_CONTROL
 from faultline.runtime._agents import CONTROLLER_AGENT, HELPER_AGENTS, agent_names, resolve_agents, system_of
-from faultline.runtime._config import ALL_AGENTS, Config, WorkerConfig
-from faultline.runtime._episodes import STATUS_SERVICE
+from faultline.runtime._config import Config, WorkerConfig
+from faultline.runtime._episodes import JOURNAL_SERVICE, STATUS_SERVICE
 from faultline.runtime._journal_service import consumer_name as journal_consumer
 from faultline.runtime._journal_service import journal_process
 from faultline.runtime._roster import HELPERS_CONTROL
@@ -208,7 +208,7 @@ def system_access(
         (
             operator_identity(),
             *(
-                journal_identity(subjects, name, consumer, subjects.shard_journaled(k, shards))
+                journal_identity(subjects, (JOURNAL_SERVICE,), name, consumer, subjects.shard_journaled(k, shards))
                 for k, (name, consumer) in enumerate(journals)
             ),
             *(identity for group, agents in groups.items() for identity in group_identities(group, agents)),
