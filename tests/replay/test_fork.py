@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from functools import partial
 from pathlib import Path
 
@@ -265,3 +266,22 @@ def test_a_recording_stored_after_the_outputs_it_preceded_is_served_to_a_fork_no
     assert results["stored-late"]["model_calls"] == results["stored-in-order"]["model_calls"]
     assert results["stored-late"]["outcome"]["outcome"] == results["stored-in-order"]["outcome"]["outcome"]
     assert main(["replay", results["stored-late"]["journal"]]) == 0
+
+
+def test_a_fork_that_ended_in_error_says_how_to_run_it_again(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fork against a model that was down ends in error and stays in the forks file; forking again reported it
+    and ran nothing, with no word of how to run it once the model is back."""
+    with JournalReader(journal_copy) as reader:
+        episode = next(s.episode for s in reader.episodes() if s.outcome == "success")
+        pos = decisions(list(reader.episode_rows(episode)), "tool")[0].input_pos  # the tool agent asks its model next
+    with socket.socket() as taken:  # a port nobody listens on
+        taken.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{taken.getsockname()[1]}/v1"
+    model = ["--model", "openai", "--model-name", "m", "--base-url", down, "--model-setting", "max_retries=0"]
+    first = fork(capsys, str(journal_copy), "-e", episode, "--at", str(pos), "--keep", *model)
+    assert (first["outcome"]["outcome"], first["existing"]) == ("error", False)
+    assert main(["fork", str(journal_copy), "-e", episode, "--at", str(pos), "--keep", *model]) == 0
+    said = capsys.readouterr().out
+    assert "nothing run or written; it ended in error: to run it again" in said and "--out" in said, said

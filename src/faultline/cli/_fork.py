@@ -172,8 +172,14 @@ def _fork_with(args: argparse.Namespace) -> int:
     console = table_console()
     console.print(_fork_table(result))
     if result.existing:
+        again = (
+            "; it ended in error: to run it again (a model back, a bug fixed), fork into another file with --out"
+            if result.outcome.outcome == "error"
+            else ""
+        )
         console.print(
-            f"{result.journal} holds this fork already ({result.rows} rows): nothing run or written", soft_wrap=True
+            f"{result.journal} holds this fork already ({result.rows} rows): nothing run or written{again}",
+            soft_wrap=True,
         )
     else:
         console.print(f"{result.rows} rows written to {result.journal}", soft_wrap=True)
