@@ -86,7 +86,7 @@ from faultline.faults import (
     fault_event,
 )
 from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
-from faultline.replay._replay import AgentLookup, _tracks, episode_lookup
+from faultline.replay._replay import AgentLookup, agent_tracks, episode_lookup, participants
 
 MAX_FORK_MESSAGES = 5_000
 """A fork that handles more messages than this is stopped and failed (a loop)."""
@@ -408,7 +408,7 @@ async def fork_episode(
         return result(outcome, rows_there, 0, existing=True)
     prefix = [r for r in rows if r.pos < at and r.id not in _undone(target, change)]
     prefix += _late_recordings(prefix, [r for r in rows if r.pos >= at])
-    tracks = _tracks(prefix, lookup)
+    tracks = agent_tracks(prefix, lookup, participants(rows))
     classes = _agent_classes(rows, lookup)
 
     marker = {

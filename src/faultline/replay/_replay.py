@@ -24,7 +24,7 @@ import json
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,9 +137,20 @@ def comparable(env: Envelope) -> dict[str, Any]:
     return {"id": env.id, "to": env.recipient or env.topic, "body": body}
 
 
-def _tracks(rows: Sequence[JournalRow], lookup: AgentLookup) -> dict[str, _AgentTrack]:
-    """Split an episode's rows by agent: first find who took part, then what each received and left."""
-    names = {row.sender for row in rows if row.kind != "control"} | {row.recipient for row in rows if row.recipient}
+def participants(rows: Sequence[JournalRow]) -> set[str]:
+    """Who took part in `rows`: every sender (an agent leaves evidence of every input it handled, a quiet marker
+    at least) and every recipient."""
+    return {row.sender for row in rows if row.kind != "control"} | {row.recipient for row in rows if row.recipient}
+
+
+def agent_tracks(
+    rows: Sequence[JournalRow], lookup: AgentLookup, taking_part: Collection[str] | None = None
+) -> dict[str, _AgentTrack]:
+    """Split an episode's rows by agent: first find who took part, then what each received and left.
+
+    `taking_part` (default: `participants(rows)`) names them where `rows` are only the start of an episode: before
+    a fork point, an agent that has heard a topic may not have said anything yet."""
+    names = participants(rows) if taking_part is None else taking_part
     classes = {name: cls for name in sorted(names) if (cls := lookup(name)) is not None}
     tracks = {name: _AgentTrack() for name in classes}
     made: set[str] = set()  # ids of the messages faults sent instead of originals
@@ -393,7 +404,7 @@ class Replayer:
         and import the system's module again (about 40 ms a process)."""
         with JournalReader(path, expand_requests=False) as reader:
             rows = list(reader.episode_rows(episode))
-        _tracks(rows, episode_lookup(rows, self.lookup))
+        agent_tracks(rows, episode_lookup(rows, self.lookup))
 
     def _replay_episodes(
         self, path: str | Path, wanted: list[str] | None, tell: Callable[[int], None] | None = None
@@ -416,7 +427,7 @@ class Replayer:
                         skipped.add(name)
                     return cls
 
-                for name, track in _tracks(rows, lookup).items():
+                for name, track in agent_tracks(rows, lookup).items():
                     cls = classes(name)
                     assert cls is not None
                     serve = cls.environment and not self.reexecute_tools
