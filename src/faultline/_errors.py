@@ -33,6 +33,8 @@ Callers catch what they can act on; the CLI turns any of them into one line.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FaultlineError(Exception):
     """Base of every error Faultline raises on purpose."""
@@ -131,7 +133,14 @@ class ToolError(DomainError):
 
 
 class NonDeterminismError(FaultlineError):
-    """Code under replay asked for a call the journal does not hold at that point."""
+    """Code under replay asked for a call the journal does not hold at that point.
+
+    `got`: what the code asked for where a call differs from the journal's (`{"call", "index", "request"}`), for
+    the report's diff."""
+
+    def __init__(self, message: str, *, got: Any = None) -> None:
+        super().__init__(message)
+        self.got = got
 
 
 class HandlerTimeoutError(FaultlineError):

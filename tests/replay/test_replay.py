@@ -138,6 +138,13 @@ def test_a_changed_model_request_is_caught_by_its_digest(sim_journal: Path) -> N
     first = report.divergences[0]
     assert first.agent == "tool"
     assert "made call #0 llm() that differs from the journal's llm()" in first.what
+    # the diff shows the journal's request beside the code's, whole: replay itself reads requests as stored
+    assert (first.expected["call"], first.expected["index"], first.got["index"]) == ("llm", 0, 0)
+    changed = [line for line in first.diff().splitlines() if line.startswith(("-", "+")) and "content" in line]
+    assert len(changed) == 2 and changed[1].endswith(' Be polite.",'), first.diff()
+    assert changed[0].replace(" Be polite.", "", 1) == changed[0] and changed[0][1:] == changed[1][1:].replace(
+        " Be polite.", "", 1
+    )
 
 
 def test_a_tampered_journal_is_refused_with_its_row(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -100,6 +100,7 @@ class Recorder:
                 raise NonDeterminismError(
                     f"agent {ctx.agent!r} handling {ctx.message.kind} {ctx.message.id} made call #{index} "
                     f"{call}() that differs from the journal's {recorded.call}()",
+                    got={"call": call, "index": index, "request": msgspec.to_builtins(request)},
                 )
             self.made.append(recorded)
             if recorded.error:

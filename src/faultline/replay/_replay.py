@@ -269,6 +269,8 @@ def replay_agent(
         try:
             produced = Handling(agent, name, message, recorder, settings=settings).run_served()
         except NonDeterminismError as exc:
+            if exc.got is not None:  # the journal's side is read where its requests are expanded (`_with_requests`)
+                return handled, diverged(str(exc), got=exc.got)
             made = recorder.made[-1] if recorder.made else None
             return handled, diverged(str(exc), got=msgspec.to_builtins(made) if made else None)
         handled += 1
@@ -284,6 +286,24 @@ def replay_agent(
         if expected != got:
             return handled, diverged(_describe_output_change(expected, got), expected=expected, got=got)
     return handled, None
+
+
+def _with_requests(path: str | Path, divergence: Divergence) -> Divergence:
+    """`divergence`, where a call differs from the journal's, with the journal's call beside the code's: replay
+    reads requests as stored (their items by key), so the one call a diff shows is read again, whole."""
+    got = divergence.got
+    if divergence.expected is not None or not (isinstance(got, dict) and "request" in got):
+        return divergence
+    index = got["index"]
+    with JournalReader(path) as reader:
+        for row in reader.episode_rows(divergence.episode):
+            if row.kind != "recording" or row.sender != divergence.agent or row.causation != divergence.input_id:
+                continue
+            recording = row.envelope().body
+            if isinstance(recording, Recording) and recording.index == index:
+                expected = {"call": recording.call, "index": index, "request": msgspec.to_builtins(recording.request)}
+                return msgspec.structs.replace(divergence, expected=expected)
+    return divergence
 
 
 def _fork_changes(rows: Sequence[JournalRow]) -> frozenset[str]:
@@ -356,6 +376,7 @@ class Replayer:
             report = self._replay_episodes(path, wanted, tell)
         else:
             report = self._replay_parallel(path, names, tell)
+        report.divergences = [_with_requests(path, d) for d in report.divergences]
         report.seconds = time.perf_counter() - started
         return report
 
