@@ -137,6 +137,7 @@ PUBLIC = {
         "worker_specs",
         "plan_records",
         "with_system",
+        "load_config",
     },
     "faultline.core": {
         "Agent",
@@ -242,6 +243,7 @@ PUBLIC = {
         "System",
         "SystemRef",
         "load_system",
+        "system_path",
         "read_inputs",
         "record_of",
         "numbered_lines",

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         with_helpers,
         worker_specs,
     )
+    from faultline.runtime import load_config
 
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
     "with_costs",
     "with_helpers",
     "with_system",
+    "load_config",
     "worker_specs",
 ]
 
@@ -139,6 +141,7 @@ __getattr__, __dir__ = lazy_exports(
             "uses_sim",
             "with_system",
         ),
+        "faultline.runtime": ("load_config",),
         "faultline.api._system": (
             "HELPER_GROUP",
             "STOP_SIGNALS",

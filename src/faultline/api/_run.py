@@ -43,7 +43,16 @@ from faultline.api._system import (
     worker_specs,
 )
 from faultline.bus import OPERATOR, Access, Bus, Login
-from faultline.core import EpisodeCompleted, InputRecord, ModelBackend, load_system, parse_roster, read_inputs
+from faultline.core import (
+    EpisodeCompleted,
+    InputRecord,
+    ModelBackend,
+    System,
+    load_system,
+    parse_roster,
+    read_inputs,
+    system_path,
+)
 from faultline.envs import load_domain
 from faultline.faults import FaultRule, why_not_on
 from faultline.journal import check_journal_target
@@ -101,9 +110,9 @@ class RunSpec:
     """
 
     domain: str = "retail"
-    system: str = ""
-    """A system of one's own, `package.module:Class` (default: the configuration's `[system] class`, else the
-    built-in tool-use system on `domain`)."""
+    system: str | type[System] = ""
+    """A system of one's own: its class, or its path `package.module:Class` (default: the configuration's `[system]
+    class`, else the built-in tool-use system on `domain`)."""
     inputs: Path | None = None
     """Its input records, a JSON-lines file (default: the configuration's `[system] inputs`)."""
     tasks: int = 0
@@ -245,7 +254,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
 def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord] | None]:
     """The configuration with the run's system in `[system]`, for its workers; and that system's input records
     (checked against its `needs` and `spec.task_ids`), or None for the built-in tool-use system."""
-    path = spec.system or config.system.class_
+    path = system_path(spec.system) if spec.system else config.system.class_
     try:
         system = load_system(path)
     except PluginError as exc:

@@ -111,6 +111,7 @@ from faultline.core._system import (
     numbered_lines,
     read_inputs,
     record_of,
+    system_path,
 )
 
 __all__ = [
@@ -122,6 +123,7 @@ __all__ = [
     "System",
     "SystemRef",
     "load_system",
+    "system_path",
     "numbered_lines",
     "numbered_lines",
     "read_inputs",

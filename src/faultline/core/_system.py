@@ -108,6 +108,11 @@ class SystemRef:
         return next((cls for cls in self.system.agents if cls.name == name), None)
 
 
+def system_path(system: str | type[System]) -> str:
+    """`system` as `load_system` takes it and a journal names it: a class by its module and name, a path as it is."""
+    return system if isinstance(system, str) else f"{system.__module__}:{system.__qualname__}"
+
+
 @functools.cache
 def load_system(path: str) -> SystemRef:
     """The system class at `package.module:Class` (or registered under `faultline.systems`), checked.

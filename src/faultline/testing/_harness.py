@@ -25,6 +25,7 @@ from faultline.core import (
     failure_envelopes,
     load_system,
     record_of,
+    system_path,
 )
 
 MAX_MESSAGES = 10_000
@@ -60,7 +61,7 @@ class SystemHarness:
         *,
         max_messages: int = MAX_MESSAGES,
     ) -> None:
-        self.path = system if isinstance(system, str) else f"{system.__module__}:{system.__qualname__}"
+        self.path = system_path(system)
         self.ref = load_system(self.path)
         self.models = models
         self.max_messages = max_messages

@@ -20,6 +20,7 @@ from faultline.core import (
     load_system,
     read_inputs,
     record_of,
+    system_path,
 )
 from faultline.journal import JournalReader
 from faultline.replay import Replayer, ReplayReport
@@ -78,7 +79,7 @@ async def run_system(
     and into the SQLite `journal`. An episode still running after `episode_timeout_s` completes as
     `timeout`.
     """
-    path = system if isinstance(system, str) else f"{system.__module__}:{system.__qualname__}"
+    path = system_path(system)
     ref = load_system(path)
     records = (
         read_inputs(inputs, ref.system.needs)
