@@ -20,6 +20,9 @@ from faultline.core._messages import (
     derive_id,
 )
 
+MAX_CAUSE_CHARS = 2000
+"""The longest cause the runner writes into a completion of its own."""
+
 
 def started_envelope(episode: str, started: EpisodeStarted) -> Envelope:
     """The episode's `episode started` event: the first row of its journal."""
@@ -39,9 +42,17 @@ def runner_completion(episode: str, outcome: Literal["failure", "timeout"], caus
         id=derive_id(episode, 0, "t"),
         episode=episode,
         sender=RUNNER,
-        body=EpisodeCompleted(outcome=outcome, cause=cause),
+        body=EpisodeCompleted(outcome=outcome, cause=cause_text(cause)),
         ts=time.time(),
     )
+
+
+def cause_text(text: str) -> str:
+    """`text` as the cause of a completion the runner writes: one line of at most MAX_CAUSE_CHARS. What it quotes
+    (an error's message, an episode's last message) is anyone's to write, and a completion the runner could not
+    publish, past NATS's largest message, would end the run."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= MAX_CAUSE_CHARS else line[: MAX_CAUSE_CHARS - 1] + "…"
 
 
 def error_completion(error: Envelope) -> Envelope:
@@ -55,7 +66,7 @@ def error_completion(error: Envelope) -> Envelope:
         id=derive_id(error.id, 0, "c"),
         episode=error.episode,
         sender=RUNNER,
-        body=EpisodeCompleted(outcome="error", cause=f"{body.error_type} in {body.agent}: {body.message}"),
+        body=EpisodeCompleted(outcome="error", cause=cause_text(f"{body.error_type} in {body.agent}: {body.message}")),
         causation=error.id,
         hops=error.hops + 1,
         ts=time.time(),

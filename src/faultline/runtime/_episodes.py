@@ -251,6 +251,9 @@ class _Ask:
     refusal: str = ""
 
 
+DAY_S = 86_400.0
+
+
 async def last_words(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIMEOUT_S) -> str:
     """What the episode's last message on the stream was, in words, for the cause of a timeout: where an episode
     went quiet says why (a question nobody answered, a message a defense dropped); "" when it cannot be read."""
@@ -264,9 +267,10 @@ async def last_words(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIME
     if not stored:
         return ""
     last = stored[-1][1]
-    ago = f"{max(time.time() - last.ts, 0.0):.0f}s before" if last.ts else "before"
+    age = time.time() - last.ts
+    ago = f"{age:.0f}s before" if 0 <= age < DAY_S else "before"  # its clock is its sender's to set
     body = last.body
-    if isinstance(body, DefenseFired):
+    if isinstance(body, DefenseFired) and body.agent == last.sender:  # a worker says what it dropped, not another
         said = f"the {body.defense} defense dropped {body.agent}'s input {body.message_id} ({body.reason})"
     else:
         to = f" to {last.recipient}" if last.recipient else f" on #{last.topic}" if last.topic else ""
@@ -329,7 +333,10 @@ class Completions:
 
     async def _handle(self, env: Envelope) -> None:
         if isinstance(env.body, ErrorRaised) and env.episode not in self.done:
-            await self.bus.publish(error_completion(env))
+            try:
+                await self.bus.publish(error_completion(env))
+            except BusError as exc:  # the episode then ends at its timeout: the run goes on
+                log.warning("cannot complete episode %s after its error: %s", env.episode, exc)
         else:
             self._take(env)
 
