@@ -343,6 +343,8 @@ PUBLIC = {
         "HelpersConfig",
         "Rosters",
         "publish_roster",
+        "helpers_served",
+        "PoolState",
         "read_rosters",
         "roster_control",
         "AgentConfig",

@@ -43,9 +43,21 @@ def _here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     "argv",
     [["status"], ["inject", "storm"], ["faults", "list"], ["helpers", "list"], ["journal", "health"]],
 )
-def test_a_corrupt_state_file_is_one_line_not_a_traceback(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "state",
+    [
+        '{"url": "nats://127.0.0.1:1", "pi',
+        '{"pid": 1180591620717411303424}',  # no process id: past what the system call takes (OverflowError)
+        '{"pid": 1e400}',  # infinity
+        "[" * 100_000 + "]" * 100_000,  # deeper than the decoder goes (RecursionError)
+    ],
+    ids=["cut-short", "huge-pid", "infinite-pid", "nested"],
+)
+def test_a_corrupt_state_file_is_one_line_not_a_traceback(
+    argv: list[str], state: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     STATE_FILE.parent.mkdir()
-    STATE_FILE.write_text('{"url": "nats://127.0.0.1:1", "pi')
+    STATE_FILE.write_text(state)
     assert main([*argv, "--nats", UNREACHABLE]) == 1
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("faultline: error: cannot reach NATS"), err

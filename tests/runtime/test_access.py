@@ -42,10 +42,12 @@ from faultline.core import (
 from faultline.faults import add_rule_control
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.runtime import (
+    HELPERS_CONTROL,
     JOURNAL_SERVICE,
     STATUS_SERVICE,
     Completions,
     Supervisor,
+    helpers_served,
     parse_fault_spec,
     worker_identity,
     worker_statuses,
@@ -376,3 +378,22 @@ async def test_a_forged_answer_to_a_status_request_is_left_out_and_the_workers_a
     finally:
         await raw.close()
     assert [status.worker for status in statuses] == ["worker"] and statuses[0].agents == ["env", "tool", "user"]
+
+
+@pytest.mark.parametrize("answer", [b"\xff not json", b'{"served": 5}', b"[" * 100_000 + b"]" * 100_000])
+async def test_a_forged_answer_about_the_helpers_served_is_no_answer(answer: bytes, running: Running) -> None:
+    """A worker's credential may answer what the helper pool is asked: `faultline helpers list` ended in a
+    traceback (UnicodeDecodeError, TypeError, RecursionError) on such an answer."""
+    bus = running.supervisor.bus
+    assert bus is not None
+    raw = await raw_client(running.supervisor, OUTSIDER)
+
+    async def forge(msg: Msg) -> None:
+        await msg.respond(answer)
+
+    try:
+        await raw.subscribe(S.svc(HELPERS_CONTROL), cb=forge)
+        await raw.flush()
+        assert await helpers_served(bus, REFUSAL_TIMEOUT_S) is None
+    finally:
+        await raw.close()

@@ -38,7 +38,7 @@ def running_up() -> dict[str, str]:
     try:
         state = json.loads(STATE_FILE.read_text())
         os.kill(int(state["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return {}
     return {key: str(value) for key, value in state.items()}
 

@@ -9,12 +9,11 @@ helpers until they complete.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.table import Table
 
-from faultline._errors import ConfigError, NoResponderError, ReplyTimeoutError, UsageError
+from faultline._errors import ConfigError, UsageError
 from faultline.bus import Bus
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
@@ -22,7 +21,7 @@ from faultline.cli._connect import config_of, run_on_system
 from faultline.cli._text import table_console
 from faultline.core import parse_roster
 from faultline.envs import load_domain
-from faultline.runtime import HELPERS_CONTROL, publish_roster, read_rosters, roster_control
+from faultline.runtime import PoolState, helpers_served, publish_roster, read_rosters, roster_control
 
 ASK_TIMEOUT_S = 1.0
 """How long `helpers list` waits for a running system to say which helpers it serves."""
@@ -73,7 +72,7 @@ def _clear(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace, control: Any, what: str) -> int:
     timeout_s = config_of(args).helpers.confirm_timeout_s
 
-    async def body(bus: Bus) -> tuple[dict[str, Any] | None, float]:
+    async def body(bus: Bus) -> tuple[PoolState | None, float]:
         return await publish_roster(bus, control, timeout_s)
 
     taken, seconds = run_on_system(args, body)
@@ -82,19 +81,14 @@ def _publish(args: argparse.Namespace, control: Any, what: str) -> int:
     elif taken is None:
         print(f"{what}; no running `faultline up` answered within {timeout_s:g}s: episodes started from now take it")
     else:
-        served = ", ".join(taken["served"]) or "none"
+        served = ", ".join(taken.served) or "none"
         print(f"{what}; helpers served now: {served} (taken in within {seconds * 1000:.0f} ms)")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     async def body(bus: Bus) -> tuple[dict[str, dict[str, list[str]]], list[str] | None]:
-        rosters = await read_rosters(bus)
-        try:
-            state = json.loads(await bus.request(bus.subjects.svc(HELPERS_CONTROL), b"", ASK_TIMEOUT_S))
-        except (NoResponderError, ReplyTimeoutError):  # no `up` follows the roster
-            return rosters.domains, None
-        return rosters.domains, list(state["served"])
+        return (await read_rosters(bus)).domains, await helpers_served(bus, ASK_TIMEOUT_S)
 
     domains, served = run_on_system(args, body)
     if args.json:

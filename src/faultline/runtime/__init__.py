@@ -68,7 +68,15 @@ if TYPE_CHECKING:
     from faultline.runtime._local_model import LOCAL_SETTINGS, MODEL_NAME, local_model_server
     from faultline.runtime._lock import hold_directories, state_dir
     from faultline.runtime._otel_stream import OtelStream
-    from faultline.runtime._roster import HELPERS_CONTROL, Rosters, publish_roster, read_rosters, roster_control
+    from faultline.runtime._roster import (
+        HELPERS_CONTROL,
+        PoolState,
+        Rosters,
+        helpers_served,
+        publish_roster,
+        read_rosters,
+        roster_control,
+    )
     from faultline.runtime._services import (
         run_journal,
         run_worker,
@@ -99,6 +107,8 @@ __all__ = [
     "HelperPool",
     "Rosters",
     "publish_roster",
+    "helpers_served",
+    "PoolState",
     "read_rosters",
     "roster_control",
     "AgentConfig",
@@ -227,7 +237,15 @@ __getattr__, __dir__ = lazy_exports(
         "faultline.runtime._local_model": ("LOCAL_SETTINGS", "MODEL_NAME", "local_model_server"),
         "faultline.runtime._lock": ("hold_directories", "state_dir"),
         "faultline.runtime._otel_stream": ("OtelStream",),
-        "faultline.runtime._roster": ("HELPERS_CONTROL", "Rosters", "publish_roster", "read_rosters", "roster_control"),
+        "faultline.runtime._roster": (
+            "HELPERS_CONTROL",
+            "PoolState",
+            "Rosters",
+            "helpers_served",
+            "publish_roster",
+            "read_rosters",
+            "roster_control",
+        ),
         "faultline.runtime._agents": ("CONTROLLER_AGENT", "agent_lookup", "system_of"),
         "faultline.runtime._services": (
             "run_journal",

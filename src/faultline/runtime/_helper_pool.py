@@ -24,17 +24,10 @@ import msgspec
 from faultline._errors import DecodeError
 from faultline.bus import Bus, Consumer, Delivery, Message
 from faultline.core import Agent, Control, EpisodeCompleted, EpisodeStarted, helper_agent
-from faultline.runtime._roster import HELPERS_CONTROL, READ_TIMEOUT_S, TAKEN, Rosters
+from faultline.runtime._roster import HELPERS_CONTROL, READ_TIMEOUT_S, TAKEN, PoolState, Rosters
 from faultline.runtime._worker import Worker
 
 log = logging.getLogger(__name__)
-
-
-class PoolState(msgspec.Struct, kw_only=True):
-    """What the pool says of itself: the last roster control it took in, the helper agents it serves."""
-
-    control: str = ""
-    served: list[str] = []
 
 
 @dataclass

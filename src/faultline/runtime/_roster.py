@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from faultline._errors import NoResponderError, ReplyTimeoutError
 from faultline.bus import Bus, Message, decode_notice
 from faultline.core import CONTROL_EPISODE, OPERATOR, Control, Envelope, derive_id
 
@@ -23,6 +24,13 @@ ANY_MODEL = "*"
 READ_TIMEOUT_S = 5.0
 TAKEN = "taken"
 """`fl.svc.helpers.taken`: where the helper pool announces each roster change it took in."""
+
+
+class PoolState(msgspec.Struct, kw_only=True):
+    """What the pool says of itself: the last roster control it took in, the helper agents it serves."""
+
+    control: str = ""
+    served: list[str] = []
 
 
 class Rosters(msgspec.Struct, kw_only=True):
@@ -99,7 +107,7 @@ async def read_rosters(bus: Bus, timeout_s: float = READ_TIMEOUT_S) -> Rosters:
     return rosters
 
 
-async def publish_roster(bus: Bus, control: Envelope, timeout_s: float) -> tuple[dict[str, Any] | None, float]:
+async def publish_roster(bus: Bus, control: Envelope, timeout_s: float) -> tuple[PoolState | None, float]:
     """Publish a roster control and wait for a running system to take it in.
 
     Returns that system's announcement (`served`: the helper agents it runs now) and the
@@ -107,12 +115,13 @@ async def publish_roster(bus: Bus, control: Envelope, timeout_s: float) -> tuple
     journaled all the same, and a system started later reads it).
     """
     taken = anyio.Event()
-    answer: dict[str, Any] = {}
+    answer = PoolState()
 
     async def on_note(msg: Message) -> None:
-        note = decode_notice(msg.data, dict[str, Any], subject=msg.subject)
-        if note is not None and note.get("control") == control.id:
-            answer.update(note)
+        nonlocal answer
+        note = decode_notice(msg.data, PoolState, subject=msg.subject)
+        if note is not None and note.control == control.id:
+            answer = note
             taken.set()
 
     sub = await bus.subscribe(f"{bus.subjects.svc(HELPERS_CONTROL)}.{TAKEN}", on_note)
@@ -124,3 +133,14 @@ async def publish_roster(bus: Bus, control: Envelope, timeout_s: float) -> tuple
         return (answer if taken.is_set() else None), anyio.current_time() - started
     finally:
         await sub.unsubscribe()
+
+
+async def helpers_served(bus: Bus, timeout_s: float) -> list[str] | None:
+    """The helper agents the running system serves now, as its helper pool says; None when none answers (no `up`
+    follows the roster) or its answer cannot be read."""
+    try:
+        answer = await bus.request(bus.subjects.svc(HELPERS_CONTROL), b"", timeout_s)
+    except (NoResponderError, ReplyTimeoutError):
+        return None
+    state = decode_notice(answer, PoolState, subject="an answer about the helpers served")
+    return state.served if state is not None else None
