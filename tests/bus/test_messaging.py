@@ -101,8 +101,7 @@ async def test_a_notice_asks_for_no_answer(bus: Bus) -> None:
     with anyio.fail_after(5):
         msg = await anext(aiter(sub))
     assert (msg.subject, msg.data, msg.reply) == ("fl.svc.state", b"stuck", "")
-    with pytest.raises(BusError, match="asks for no answer"):
-        await msg.respond(b"nobody waits")
+    await msg.respond(b"nobody waits")  # nothing to send, and nothing to fail: a flood of such is no log of errors
     await sub.unsubscribe()
     await sub.unsubscribe()  # a second time is harmless
     with pytest.raises(NoResponderError):
@@ -184,3 +183,21 @@ async def test_a_server_gone_is_not_a_warning_per_reconnect_attempt(
         logger.removeHandler(counter)
         server.stop()
     assert [r.getMessage() for r in seen if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_service_sent_notices_instead_of_questions_logs_no_error(
+    bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone who may publish on a service's subject may send it a message with no reply subject: its answer went
+    nowhere with an error and a traceback in the log, one per message, a log that a flood could fill the disk with."""
+
+    async def answer(msg: Message) -> None:
+        await msg.respond(b"state")
+
+    sub = await bus.subscribe("fl.svc.answering", answer)
+    with caplog.at_level(logging.WARNING, logger="faultline"):
+        for _ in range(3):
+            await bus.notify("fl.svc.answering", b"no reply wanted")
+        assert await bus.request("fl.svc.answering", b"", timeout_s=5) == b"state"  # after the notices, in order
+    await sub.unsubscribe()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

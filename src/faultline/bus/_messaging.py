@@ -62,9 +62,11 @@ class Message:
         return cls(msg.subject, msg.data, msg.reply, client)
 
     async def respond(self, data: bytes) -> None:
-        """Answer the sender; BusError if it asked for no answer or the connection is gone."""
+        """Answer the sender, where one waits (a notice, or anyone's message sent with no reply subject, asks for
+        no answer: nothing is sent); BusError if the connection is gone."""
         if not self.reply:
-            raise BusError(f"the message on {self.subject} asks for no answer, so none can be sent")
+            log.debug("the message on %s asks for no answer; none sent", self.subject)
+            return
         with nats_failure(f"answering the message on {self.subject}"):
             await self._client.publish(self.reply, data)
 
