@@ -17,10 +17,11 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from faultline._errors import BusError, JournalError
+from faultline._errors import BusError, JournalError, ReplyTimeoutError
 from faultline.bus import Bus, Consumer, EmbeddedServer
 from faultline.core import DeadLetter, Envelope, Note, UserTurn, encode
 from faultline.journal import Journal, JournalReader, verify
+from faultline.runtime import ask_journal as runtime_ask_journal
 from faultline.runtime._journal_service import MAX_WAITING, JournalService
 from tests.disk import fill
 
@@ -305,6 +306,36 @@ async def test_a_row_the_file_refuses_becomes_a_journaled_dead_letter(bus: Bus, 
 async def ask_journal(bus: Bus, until: int = 0) -> dict[str, Any]:
     reply = await bus.nc.request(bus.subjects.svc("journal"), msgspec.json.encode({"until": until}), timeout=10)
     return msgspec.json.decode(reply.data)  # type: ignore[no-any-return]
+
+
+async def test_an_early_answer_in_a_flood_is_not_taken_for_the_journal_having_caught_up(
+    bus: Bus, tmp_path: Path
+) -> None:
+    """While others keep more than MAX_WAITING questions waiting, the journal answers the oldest early, with less
+    than they asked for: `faultline run` took such an answer for the journal holding its episodes."""
+    service = JournalService(bus, tmp_path / "j.sqlite")
+    flooding = anyio.Event()
+
+    async def flood() -> None:
+        while True:
+            for _ in range(MAX_WAITING):
+                await bus.nc.publish(bus.subjects.svc("journal"), b'{"until": 1000000000000}', reply="_INBOX.flood")
+            flooding.set()
+            await bus.nc.flush()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish_all(note(i) for i in range(3))
+        with anyio.fail_after(20):
+            await service.wait_for(3)
+        tg.start_soon(flood)
+        await flooding.wait()
+        with pytest.raises(ReplyTimeoutError, match="holds the stream up to sequence 3, not yet 5"):
+            await runtime_ask_journal(bus, 2.0, until=5)
+        await bus.publish_all(note(i) for i in range(3, 5))
+        assert (await runtime_ask_journal(bus, 20.0, until=5)).last_seq >= 5
+        tg.cancel_scope.cancel()
 
 
 async def test_a_full_disk_holds_the_journal_loses_nothing_and_it_catches_up(bus: Bus, small_disk: Path) -> None:

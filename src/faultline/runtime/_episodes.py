@@ -66,12 +66,35 @@ class JournalState(msgspec.Struct):
     """The journal it writes, as a whole (the file, or a set's folder), by its absolute path on the service's host."""
 
 
+JOURNAL_REASK_S = 0.1
+"""How soon a question the journal answered early is asked again."""
+
+
 async def ask_journal(bus: Bus, timeout_s: float, until: int = 0) -> JournalState:
     """The journal's state once it holds the stream up to `until` (at once if a shard cannot write).
 
-    NoResponderError when no journal service runs; ReplyTimeoutError when not every shard answered
-    within `timeout_s`, with the state of those that did in its message.
+    A shard answers early when more questions wait on it than it keeps (anyone may ask): it is then asked again,
+    until `timeout_s` has passed. NoResponderError when no journal service runs; ReplyTimeoutError when not every
+    shard answered, or the journal did not reach `until`, within `timeout_s`, with what it said in its message.
     """
+    deadline = anyio.current_time() + timeout_s
+    state = await _ask_journal_once(bus, timeout_s, until)
+    while not (state.stuck or state.last_seq >= until):
+        behind = ReplyTimeoutError(
+            f"the journal holds the stream up to sequence {state.last_seq}, not yet {until}, after {timeout_s:g}s"
+        )
+        remaining = deadline - anyio.current_time() - JOURNAL_REASK_S
+        if remaining <= 0:
+            raise behind
+        await anyio.sleep(JOURNAL_REASK_S)  # its waiting questions are full: give it a moment before asking again
+        try:
+            state = await _ask_journal_once(bus, remaining, until)
+        except (NoResponderError, ReplyTimeoutError):
+            raise behind from None
+    return state
+
+
+async def _ask_journal_once(bus: Bus, timeout_s: float, until: int) -> JournalState:
     subject = bus.subjects.svc(JOURNAL_SERVICE)
     answers = await bus.request_all(subject, msgspec.json.encode({"until": until}), timeout_s, enough=_every_shard)
     states = _states(answers)
