@@ -87,3 +87,13 @@ def test_with_helpers_the_average_tokens_are_every_agents_model_calls() -> None:
     assert (summary.avg_tokens, summary.tokens_from_calls) == ((360 + 40 + 600) / 2, True)
     assert re.search(r"avg tokens \(all agents' model calls\)[ │]+500 ", shown(summary)), shown(summary)
     assert costed(summarize(result, trials=1), [], []).avg_tokens == 200.0  # no journal read: the tallies
+
+
+def test_a_short_run_shows_its_time_not_zero() -> None:
+    """Four quick episodes printed "wall time 0.0 s (93.2 episodes/s)" beside a command that took 3 s: the time
+    is from the first start to the last completion, and it said neither."""
+    result = RunResult([planned(task, 0) for task in "abcd"])
+    result.completed = {f"{task}-t0": EpisodeCompleted(outcome="success", reward=1.0) for task in "abcd"}
+    result.seconds = 0.043
+    table = shown(summarize(result, trials=1))
+    assert re.search(r"first start to last completion[ │]+0\.043 s \(93\.0 episodes/s\)", table), table

@@ -530,7 +530,8 @@ def _table(summary: Summary, domain: str, run_id: str) -> Table:
     else:
         table.add_row(f"avg tokens{over}", f"{summary.avg_tokens:.0f}" if averages else "-")
     table.add_row(f"avg latency / episode{over}", f"{summary.avg_latency_s * 1000:.0f} ms" if averages else "-")
-    table.add_row("wall time", f"{summary.seconds:.1f} s ({summary.episodes_per_s:.1f} episodes/s)")
+    seconds = f"{summary.seconds:.1f}" if summary.seconds >= 10 else f"{summary.seconds:.2g}"  # 0.04 s, not 0.0 s
+    table.add_row("first start to last completion", f"{seconds} s ({summary.episodes_per_s:.1f} episodes/s)")
     if summary.journal_wait_s >= JOURNAL_LAG_SHOWN_S:
         table.add_row("journal lag", f"{summary.journal_wait_s:.1f} s after the last episode: it did not keep up")
     if summary.journal:
