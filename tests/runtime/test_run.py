@@ -361,6 +361,14 @@ async def test_a_run_on_a_running_system_returns_once_its_journal_holds_the_whol
         with JournalReader(journal) as reader:
             outcomes = {e.episode: e.outcome for e in reader.episodes() if e.episode.startswith("held-")}
         assert len(outcomes) == 3 and all(outcomes.values()), outcomes
+        # Its id again: the starts would be dropped as copies of these, and these runs' completions reported.
+        again = faultline("run", "--nats", up.url, "--tasks", "3", "--run-id", "held", cwd=tmp_path)
+        err = await finish(again)
+        assert again.returncode == 1, err[-2000:]
+        assert err.strip().splitlines()[-1] == (
+            "faultline: error: run 'held' ran on this system already (its episode 'held-cancel-00-t0' started"
+            " there): give another run id, or none for a fresh one"
+        ), err[-2000:]
     finally:
         process.terminate()
         await finish(process)

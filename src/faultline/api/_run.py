@@ -207,6 +207,10 @@ class _Quiet:
         return None
 
 
+STARTED_READ_S = 10.0
+"""How long a run on a running system may take to read whether its first episode started there already."""
+
+
 def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> RunReport:
     """Run `spec`'s episodes and report them; a signal (SIGINT, SIGTERM) ends the run early, in order.
 
@@ -491,6 +495,7 @@ async def _run_remote(
         bus = await connect(config, url, name=OPERATOR, login=connect_as)
         try:
             await bus.check_layout()
+            await _check_unused(bus, plan, result)
             async with rules_in_force(
                 bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
             ):
@@ -503,6 +508,19 @@ async def _run_remote(
             with anyio.CancelScope(shield=True):
                 await bus.close()
     return request, problem
+
+
+async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:
+    """ConfigError when the running system started the run's first episode already: run again under its id, its
+    starts would be dropped as copies of the first run's, and the first run's completions reported as this one's."""
+    first = next((p.episode for p in result.planned if p.episode not in result.completed), None)
+    if first is None:
+        return
+    if await bus.read_envelopes([bus.subjects.event("started", first)], STARTED_READ_S):
+        raise ConfigError(
+            f"run {plan.run_id!r} ran on this system already (its episode {first!r} started there): give another"
+            " run id, or none for a fresh one"
+        )
 
 
 async def _wait_for_journal(bus: Bus, result: RunResult, ticker: _Ticker) -> None:
