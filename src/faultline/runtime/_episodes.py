@@ -80,17 +80,15 @@ async def ask_journal(bus: Bus, timeout_s: float, until: int = 0) -> JournalStat
     deadline = anyio.current_time() + timeout_s
     state = await _ask_journal_once(bus, timeout_s, until)
     while not (state.stuck or state.last_seq >= until):
-        behind = ReplyTimeoutError(
-            f"the journal holds the stream up to sequence {state.last_seq}, not yet {until}, after {timeout_s:g}s"
-        )
+        behind = f"the journal holds the stream up to sequence {state.last_seq}, not yet {until}, after {timeout_s:g}s"
         remaining = deadline - anyio.current_time() - JOURNAL_REASK_S
         if remaining <= 0:
-            raise behind
+            raise ReplyTimeoutError(behind)
         await anyio.sleep(JOURNAL_REASK_S)  # its waiting questions are full: give it a moment before asking again
         try:
             state = await _ask_journal_once(bus, remaining, until)
         except (NoResponderError, ReplyTimeoutError):
-            raise behind from None
+            raise ReplyTimeoutError(behind) from None
     return state
 
 
@@ -275,6 +273,7 @@ class _Ask:
 
 
 DAY_S = 86_400.0
+"""The oldest a timed-out episode's last message may be said to be: a sender's clock past that is not believed."""
 
 
 async def last_words(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIMEOUT_S) -> str:
