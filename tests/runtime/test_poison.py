@@ -163,18 +163,20 @@ async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: 
         rows = list(reader.rows())
     assert seq not in {r.stream_seq for r in rows}
     letters = [body for r in rows if isinstance(body := r.decoded_body(), DeadLetter) and body.stream_seq == seq]
-    assert len(letters) == 1, letters
-    letter = letters[0]
-    assert letter.reason.endswith(reason) or letter.reason.startswith(reason), letter.reason
-    assert (letter.subject, letter.size, letter.digest) == (subject, len(data), digest(data))
-    assert letter.data == data[: len(letter.data)] and len(letter.data) <= 4096
+    # One from each process that refused it: the worker that would have handled it, the journal.
+    assert 1 <= len(letters) <= 2, letters
+    assert any(letter.reason.endswith(reason) or letter.reason.startswith(reason) for letter in letters), letters
+    for letter in letters:
+        assert (letter.subject, letter.size, letter.digest) == (subject, len(data), digest(data))
+        assert letter.data == data[: len(letter.data)] and len(letter.data) <= 4096
     assert verify(journal).ok
 
 
-async def test_a_dead_letter_whose_id_was_taken_first_is_sent_under_one_nobody_could_foresee(tmp_path: Path) -> None:
+async def test_a_dead_letter_whose_id_was_taken_first_is_journaled_all_the_same(tmp_path: Path) -> None:
     """A credential that may publish dead letters took the ids of the letters of its next messages, to have its
-    poison leave no trace: the real letter is journaled all the same, with the refused bytes' digest. (A system of
-    its own: the ids it takes stay taken for the stream's duplicate window.)"""
+    poison leave no trace: the stream knows each identity's letters by ids keyed by its credential, so the real
+    letter is journaled all the same, with the refused bytes' digest. (A system of its own: the ids it takes stay
+    taken for the stream's duplicate window.)"""
     journal = tmp_path / "journal.sqlite"
     squats = 10  # the poison lands right after them, unless something else comes first: then a little later
     async with held(live_system(tmp_path, journal)) as supervisor:
@@ -191,6 +193,10 @@ async def test_a_dead_letter_whose_id_was_taken_first_is_sent_under_one_nobody_c
                 await js.publish("fl.dlq", encode(forged), headers={"Nats-Msg-Id": f"dlq-{last + squats + 1 + i}"})
             poison = b"\xc1 poison"
             seq = (await js.publish(f"fl.ep.{episode_of('squatted')}.env.tool", poison)).seq
+            # and the id of its letter, right after it, before the processes that refuse it have sent theirs
+            harmless = DeadLetter(reason="duplicate delivery (harmless)", subject="-", data=b"{}", stream_seq=seq)
+            forged = Envelope(id=f"dlq-{seq}", episode="dlq", sender="bus", body=harmless)
+            await js.publish("fl.dlq", encode(forged), headers={"Nats-Msg-Id": f"dlq-{seq}"})
         finally:
             await raw.close()
         assert last + squats < seq <= last + 2 * squats
@@ -199,7 +205,7 @@ async def test_a_dead_letter_whose_id_was_taken_first_is_sent_under_one_nobody_c
         letters = [(r.id, b) for r in reader.rows() if isinstance(b := r.decoded_body(), DeadLetter)]
     real = [(i, b) for i, b in letters if b.stream_seq == seq and b.digest == digest(poison)]
     # One from each process that refused the bytes (the worker that would have handled them, the journal).
-    assert real and all(i.startswith(f"dlq-{seq}-") and b.data == poison for i, b in real), letters
+    assert 1 <= len(real) <= 2 and all(i == f"dlq-{seq}" and b.data == poison for i, b in real), letters
 
 
 FUZZ_MESSAGES = 300

@@ -16,7 +16,6 @@ import functools
 import hashlib
 import itertools
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -526,7 +525,12 @@ class Bus:
         return unconfirmed
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
-        """Send refused bytes to `fl.dlq` with the reason; the id makes repeats harmless."""
+        """Send refused bytes to `fl.dlq` with the reason.
+
+        The letter's id follows from the message's stream sequence, so a process that refuses it again (after a
+        restart) stores no second letter; the stream knows it keyed by this connection's credential, like every
+        envelope's (`dedup_id`), so that no other identity can take it first to have the bytes leave no trace.
+        Each identity that refuses a message (its worker, the journal) leaves a letter of its own."""
         body = DeadLetter(
             reason=reason[:DEAD_LETTER_NOTE_CHARS],
             subject=delivery.subject[:DEAD_LETTER_NOTE_CHARS],
@@ -536,14 +540,7 @@ class Bus:
             digest=digest(delivery.data),
         )
         letter_id = f"dlq-{delivery.stream_seq}"
-        stored = await self.publish_raw(self.subjects.dlq, encode(self._letter(letter_id, body)), letter_id)
-        if stored < delivery.stream_seq:
-            # A message older than the refused one holds its letter's id: no letter of it can be, so someone who
-            # may publish dead letters took the id first, to have the refused bytes leave no trace. This letter
-            # goes under an id nobody can foresee.
-            log.warning("dead letter id %s was taken by stream sequence %d, before its message", letter_id, stored)
-            unforeseen = _unforeseen(letter_id)
-            await self.publish_raw(self.subjects.dlq, encode(self._letter(unforeseen, body)), unforeseen)
+        await self.publish_raw(self.subjects.dlq, encode(self._letter(letter_id, body)), self.dedup_id(letter_id))
 
     @staticmethod
     def _letter(letter_id: str, body: DeadLetter) -> Envelope:
@@ -935,8 +932,3 @@ def _id_key(credential: Credential | None) -> bytes:
     if credential is None:
         return b""
     return hashlib.blake2b(credential.password.encode(), digest_size=32, person=b"faultline-ids").digest()
-
-
-def _unforeseen(msg_id: str) -> str:
-    """`msg_id` made into one nobody could foresee, for a message whose own id someone else took first."""
-    return f"{msg_id}-{os.urandom(8).hex()}"
