@@ -367,17 +367,22 @@ async def test_a_forged_answer_to_a_status_request_is_left_out_and_the_workers_a
     bus = running.supervisor.bus
     assert bus is not None
     raw = await raw_client(running.supervisor, OUTSIDER)
-    answered = anyio.Event()
+    forged = 0
 
     async def forge(msg: Msg) -> None:
+        nonlocal forged
         await msg.respond(answer)
-        answered.set()
+        forged += 1
 
     try:
         await raw.subscribe(S.svc(STATUS_SERVICE), cb=forge)
         await raw.flush()
-        statuses = await worker_statuses(bus)
-        assert answered.is_set()
+        with anyio.fail_after(30):
+            while True:  # on a busy machine an answer may come after the window: ask until both came within it
+                before = forged
+                statuses = await worker_statuses(bus)
+                if forged > before and statuses:
+                    break
     finally:
         await raw.close()
     assert [status.worker for status in statuses] == ["worker"] and statuses[0].agents == ["env", "tool", "user"]
