@@ -159,7 +159,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         help="tool-agent steps (model calls) before an episode fails (default: the domain's budget, 60 for the built-ins)",
     )
-    p.add_argument("--run-id", default="", help="prefix of this run's episode ids (default: random)")
+    p.add_argument(
+        "--run-id",
+        default="",
+        help="prefix of this run's episode ids (default: random); one a running system (--nats) ran already is refused",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
