@@ -374,6 +374,7 @@ PUBLIC = {
         "apply_defense_flags",
         "bus_settings",
         "check_journal",
+        "episode_started",
         "last_words",
         "check_system",
         "completing_agents",

@@ -67,6 +67,7 @@ from faultline.runtime import (
     check_system,
     completing_agents,
     connect,
+    episode_started,
     follow_settings,
     hold_directories,
     make_backend,
@@ -205,10 +206,6 @@ class _Quiet:
 
     def finished(self) -> None:
         return None
-
-
-STARTED_READ_S = 10.0
-"""How long a run on a running system may take to read whether its first episode started there already."""
 
 
 def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> RunReport:
@@ -516,7 +513,7 @@ async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:
     first = next((p.episode for p in result.planned if p.episode not in result.completed), None)
     if first is None:
         return
-    if await bus.read_envelopes([bus.subjects.event("started", first)], STARTED_READ_S):
+    if await episode_started(bus, first):
         raise ConfigError(
             f"run {plan.run_id!r} ran on this system already (its episode {first!r} started there): give another"
             " run id, or none for a fresh one"

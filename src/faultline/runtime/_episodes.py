@@ -272,6 +272,11 @@ class _Ask:
     refusal: str = ""
 
 
+async def episode_started(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIMEOUT_S) -> bool:
+    """Whether the stream holds `episode`'s start: a run under an id that ran on the system already."""
+    return bool(await bus.read_envelopes([bus.subjects.event("started", episode)], timeout_s))
+
+
 DAY_S = 86_400.0
 """The oldest a timed-out episode's last message may be said to be: a sender's clock past that is not believed."""
 
