@@ -55,7 +55,6 @@ from faultline.core import (
 )
 from faultline.envs import load_domain
 from faultline.faults import FaultRule, why_not_on
-from faultline.journal import check_journal_target
 from faultline.runtime import (
     MEMORY_IDENTITY,
     Config,
@@ -317,6 +316,8 @@ def _run_planned(
     rules = [scoped_to_run(parse_fault_spec(text), plan.run_id) for text in spec.faults]
     connect_as = spec.login or Login()
     if not spec.nats:
+        from faultline.journal import check_journal_target  # SQLite tooling stays out of start-up
+
         check_journal_target(journal, config.journal.shards)
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"

@@ -36,7 +36,7 @@ from faultline.cli._args import add_config_flag, connection_flags, otel_flags, o
 from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix
 from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
-from faultline.journal import MAX_SHARDS, check_journal_target
+from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
     ANY_COMPLETER,
     STATUS_WINDOW_S,
@@ -243,6 +243,8 @@ def _up(args: argparse.Namespace) -> int:
     apply_defense_flags(config, args.defense)  # a wrong flag fails here, not in every worker
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
+    from faultline.journal import check_journal_target  # SQLite tooling stays out of every command's start-up
+
     check_journal_target(journal, config.journal.shards)
     groups = check_system(config, config_source(args.config))
     workers = worker_specs(config, groups, args.config)

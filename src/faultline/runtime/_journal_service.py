@@ -126,6 +126,8 @@ class JournalService:
         self.path = Path(path) if shards == 1 else shard_path(Path(path), shard)
         """The file it writes: `path`, or its shard's file in the set at `path`."""
         self._set = None if shards == 1 else Path(path)
+        self._named = str((self._set or self.path).resolve())
+        """The journal as its answers name it: the file, or the set's folder, by its absolute path."""
         self.batch_limit = batch_limit
         self.batch_gather_s = batch_gather_s
         self.on_completed = on_completed
@@ -520,7 +522,7 @@ class JournalService:
                 "stuck": self.stuck,
                 "shard": self.shard,
                 "shards": self.shards,
-                "journal": str((self._set or self.path).resolve()),
+                "journal": self._named,
             }
         )
         for msg in asked:
