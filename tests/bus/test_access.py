@@ -180,7 +180,7 @@ async def test_only_a_service_answers_its_questions_or_speaks_in_its_name(
     secured: tuple[EmbeddedServer, Access], operator_bus: Bus
 ) -> None:
     """A worker that answered `svc.journal` could tell every runner that the journal cannot write, and stop every
-    run; nats-server lets only the journal subscribe there and publish its state."""
+    run; nats-server lets only the journal subscribe there and tell its state, under its own name alone."""
     server, granted = secured
     worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
     journal = await Bus.connect(server.url, name="journal", login=Login(granted.credential("journal")))
@@ -205,7 +205,8 @@ async def test_only_a_service_answers_its_questions_or_speaks_in_its_name(
         await worker.nc.flush()
         await journal.nc.flush()
         assert await operator_bus.request(S.svc("journal"), b"{}", REFUSAL_TIMEOUT_S) == b'{"journal": "the real one"}'
-        await worker.notify(S.svc("journal.state"), b'{"stuck": "forged"}')
+        for teller in ("journal", "worker-main"):
+            await worker.notify(S.tell("journal", teller, "state"), b'{"stuck": "forged"}')
         await worker.notify(S.svc("status"), b"after")  # delivered after the forgery would have been: in order
         with anyio.fail_after(REFUSAL_TIMEOUT_S):
             await asked.wait()

@@ -28,7 +28,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from faultline.api import RunPlan, plan_episodes, start_envelopes
-from faultline.bus import JOURNAL, OPERATOR
+from faultline.bus import JOURNAL, OPERATOR, FollowSettings, publish_controls
 from faultline.core import (
     DeadLetter,
     Envelope,
@@ -39,7 +39,7 @@ from faultline.core import (
     derive_id,
     encode,
 )
-from faultline.faults import add_rule_control
+from faultline.faults import FAULTS_CONTROL, add_rule_control, remove_rule_control
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.runtime import (
     HELPERS_CONTROL,
@@ -59,6 +59,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 REFUSAL_TIMEOUT_S = 5.0
 OUTSIDER = worker_identity("helpers")
 """A worker group of the system that runs the agent `verifier` and none of the episode's agents."""
+MAIN = worker_identity("main")
+"""The worker group that runs the episode's agents."""
 
 S = Subjects()
 
@@ -123,7 +125,7 @@ FORGERIES = {
         OUTSIDER, lambda e: (S.event("completed", e, "verifier"), _completion(e, "verifier")), "server"
     ),
     "completion-by-an-agent-that-may-not-complete": Forgery(
-        worker_identity("main"), lambda e: (S.event("completed", e, "tool"), _completion(e, "tool")), "server"
+        MAIN, lambda e: (S.event("completed", e, "tool"), _completion(e, "tool")), "server"
     ),
     "journal-service-speaking": Forgery(
         JOURNAL, lambda e: (S.event("completed", e, "env"), _completion(e, "env")), "server"
@@ -204,7 +206,7 @@ def _first_outputs(starts: list[str]) -> list[str]:
 
 
 SQUATS = {
-    "the-runners-starts-by-a-worker-of-the-episode": (worker_identity("main"), "env", _starts),
+    "the-runners-starts-by-a-worker-of-the-episode": (MAIN, "env", _starts),
     "the-runners-starts-by-another-group": (OUTSIDER, "verifier", _starts),
     "another-groups-outputs": (OUTSIDER, "verifier", _first_outputs),
 }
@@ -332,7 +334,7 @@ async def test_a_worker_started_by_hand_for_a_consumer_up_did_not_make_is_told_s
 ) -> None:
     supervisor = running.supervisor
     assert supervisor.access is not None
-    creds = supervisor.access.credential_file(worker_identity("main"))
+    creds = supervisor.access.credential_file(MAIN)
     command = ["worker", "--agents", "tool", "--shard", "1/2", "--nats", supervisor.url, "--creds", str(creds)]
     with anyio.fail_after(60):
         done = await anyio.run_process([sys.executable, "-m", "faultline.cli", *command], check=False, cwd=tmp_path)
@@ -358,12 +360,15 @@ async def test_a_question_nested_too_deep_gets_the_journals_state_and_the_next_q
         await raw.close()
 
 
-@pytest.mark.parametrize("answer", [b"[" * 100_000 + b"]" * 100_000, b'{"pid": 1}', b"\xff not json"])
-async def test_a_forged_answer_to_a_status_request_is_left_out_and_the_workers_are_listed(
-    answer: bytes, running: Running
-) -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [b"[" * 100_000 + b"]" * 100_000, b'{"pid": 1}', b"\xff not json", b'{"worker": "worker", "agents": ["forged"]}'],
+)
+async def test_a_forged_status_answer_is_left_out_or_shown_as_its_tellers(answer: bytes, running: Running) -> None:
     """A worker's credential may answer status requests, as every worker does: what it sends is anyone's guess.
-    `faultline status` failed on an answer that was not a worker's status (a KeyError, a RecursionError)."""
+    `faultline status` failed on an answer that was not a worker's status (a KeyError, a RecursionError), and
+    listed a status sent in another worker's name as that worker's. Answers are told under the teller's own NATS
+    user now, which the server vouches for: one in another's name is refused, one in its own is shown as its."""
     bus = running.supervisor.bus
     assert bus is not None
     raw = await raw_client(running.supervisor, OUTSIDER)
@@ -371,7 +376,9 @@ async def test_a_forged_answer_to_a_status_request_is_left_out_and_the_workers_a
 
     async def forge(msg: Msg) -> None:
         nonlocal forged
-        await msg.respond(answer)
+        token = msgspec.json.decode(msg.data)["token"]
+        await raw.publish(S.tell(STATUS_SERVICE, MAIN, token), answer)  # the real worker's name: refused
+        await raw.publish(S.tell(STATUS_SERVICE, OUTSIDER, token), answer)
         forged += 1
 
     try:
@@ -381,11 +388,63 @@ async def test_a_forged_answer_to_a_status_request_is_left_out_and_the_workers_a
             while True:  # on a busy machine an answer may come after the window: ask until both came within it
                 before = forged
                 statuses = await worker_statuses(bus)
-                if forged > before and statuses:
+                if forged > before and any(status.identity == MAIN for status in statuses):
                     break
     finally:
         await raw.close()
-    assert [status.worker for status in statuses] == ["worker"] and statuses[0].agents == ["env", "tool", "user"]
+    told = [(status.worker, status.identity, status.agents) for status in statuses]
+    assert [status for status in told if status[1] != OUTSIDER] == [("worker", MAIN, ["env", "tool", "user"])]
+    assert [status for status in told if status[1] == OUTSIDER] == (
+        [("worker", OUTSIDER, ["forged"])] if b"forged" in answer else []
+    )
+
+
+async def test_a_worker_cannot_confirm_a_fault_rule_for_another(running: Running) -> None:
+    """A command that puts a fault rule in force waits for each worker to say it took the rule in. Any worker's
+    credential could say so in any worker's name, and the command went on before the rule was in force."""
+    bus = running.supervisor.bus
+    assert bus is not None
+    raw = await raw_client(running.supervisor, OUTSIDER)
+    taken = msgspec.json.encode({"worker": "elsewhere", "seq": 2**40})
+
+    async def forge(_: Msg) -> None:
+        await raw.publish(S.tell(FAULTS_CONTROL, MAIN, "taken"), taken)  # in the name of main's credential: refused
+        await raw.publish(S.tell(FAULTS_CONTROL, OUTSIDER, "taken"), taken)
+
+    try:
+        await raw.subscribe(S.svc(FAULTS_CONTROL), cb=forge)
+        await raw.flush()
+        control = remove_rule_control("nothing-to-remove", "forged-confirmations")
+        settings = FollowSettings(confirm_timeout_s=2)
+        result = await publish_controls(bus, [control], workers=[(MAIN, "elsewhere")], settings=settings)
+    finally:
+        await raw.close()
+    assert result["missing"] == [f"elsewhere (user {MAIN})"]
+
+
+async def test_only_the_helpers_group_may_answer_for_the_helper_pool(running: Running) -> None:
+    """Every worker group could answer `faultline helpers list` and tell that it took a roster in; only the group
+    that runs the helper pool (`helpers`) may now."""
+    bus = running.supervisor.bus
+    assert bus is not None
+    refused = anyio.Event()
+
+    async def on_error(exc: Exception) -> None:
+        if "permissions violation" in str(exc).lower():
+            refused.set()
+
+    raw = await raw_client(running.supervisor, MAIN, error_cb=on_error)
+
+    async def forge(msg: Msg) -> None:
+        await msg.respond(msgspec.json.encode({"served": ["forged"]}))
+
+    try:
+        await raw.subscribe(S.svc(HELPERS_CONTROL), cb=forge)
+        with anyio.fail_after(REFUSAL_TIMEOUT_S):
+            await refused.wait()
+        assert await helpers_served(bus, 1.0) is None
+    finally:
+        await raw.close()
 
 
 @pytest.mark.parametrize("answer", [b"\xff not json", b'{"served": 5}', b"[" * 100_000 + b"]" * 100_000])

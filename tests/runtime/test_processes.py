@@ -9,23 +9,30 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
-import msgspec
 import pytest
 from nats.aio.msg import Msg
 
 from faultline._errors import JournalError
-from faultline.bus import Bus, Credential, Login, load_credential
+from faultline.bus import OPEN_TELLER, Bus, Credential, Login, Message, load_credential
 from faultline.core import Envelope, EpisodeStarted, Note, Recording, Start
 from faultline.journal import JournalReader, verify
-from faultline.runtime import JOURNAL_SERVICE, STATUS_SERVICE, Completions, ProcessSpec, Supervisor, start_episode
-from faultline.runtime._episodes import StatusAsk
+from faultline.runtime import (
+    JOURNAL_SERVICE,
+    STATUS_SERVICE,
+    Completions,
+    ProcessSpec,
+    Supervisor,
+    WorkerStatus,
+    start_episode,
+    worker_statuses,
+)
 from tests.processes import alive, children
 from tests.runtime.live import worker_status
 from tests.runtime.toy import Pinger
@@ -449,9 +456,14 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
             while len(replies) < 2 or any(r.handled < ROUNDS for r in replies):
                 replies = await worker_status(supervisor.url, "fl")  # each ask waits its window for the answers
         code = await anyio.to_thread.run_sync(main, ["status", "--nats", supervisor.url])
-        brief = await _asked_both(supervisor.url, msgspec.json.encode(StatusAsk(model_calls_only=True)))
-        garbled = await _asked_both(supervisor.url, b"\xff not an ask")
-        garbled += await _asked_both(supervisor.url, b'{"x":' * 100_000)  # deeper than the decoder goes
+        brief = await _told_both(supervisor.url, model_calls_only=True)
+        unread = [
+            b"\xff not an ask",
+            b'{"x":' * 100_000,
+            b"{}",
+            b'{"token": "not.one.token"}',
+        ]  # the 2nd past the decoder
+        after_unread = await _told_both(supervisor.url, unread=unread)
     assert code == 0
     assert {r.worker for r in replies} == {"ping", "pong"}
     assert {tuple(r.agents) for r in replies} == {("pinger",), ("ponger",)}
@@ -461,9 +473,10 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
     assert "2 worker(s)" in table and "pinger" in table and "ponger" in table
     assert "episodes in flight" in table and "…" not in table  # piped, whole: no column cut to 80 wide
     assert re.search(r"journal: writing; messages not journaled yet, by shard: \d+\n", table), table
-    assert {r["worker"] for r in brief} == {"ping", "pong"}
-    assert all(set(r) <= {"worker", "model_calls"} for r in brief)  # no episode listed
-    assert all(r["pid"] and r["agents"] for r in garbled)  # an ask it cannot read gets everything
+    assert {r.identity for r in replies} == {OPEN_TELLER}  # a server without users vouches for nobody
+    assert {r.worker for r in brief} == {"ping", "pong"}
+    assert all(not (r.pid or r.agents or r.episodes) for r in brief)  # no episode listed
+    assert {r.worker for r in after_unread} == {"ping", "pong"}  # asks they cannot read got no answer, and no harm
 
 
 async def test_status_says_how_far_behind_a_stopped_journal_is(
@@ -495,16 +508,25 @@ async def test_status_says_how_far_behind_a_stopped_journal_is(
     assert summary["journal"].startswith("no answer (")
 
 
-async def _asked_both(url: str, ask: bytes) -> list[dict[str, Any]]:
-    """Both workers' answers to a status request of `ask`."""
+async def _told_both(url: str, *, model_calls_only: bool = False, unread: Sequence[bytes] = ()) -> list[WorkerStatus]:
+    """Both workers' answers to a status request, after the asks `unread`, which no answer may follow."""
     bus = await Bus.connect(url)
+    tokens: list[str] = []
+
+    async def note(msg: Message) -> None:
+        tokens.append(msg.subject.rsplit(".", 1)[1])
+
     try:
+        await bus.subscribe(bus.subjects.tell(STATUS_SERVICE, "*", "*"), note)
+        for ask in unread:
+            await bus.notify(bus.subjects.svc(STATUS_SERVICE), ask)
         with anyio.fail_after(10):
-            while len(answers := await bus.request_all(bus.subjects.svc(STATUS_SERVICE), ask, 0.5)) < 2:
+            while len(answers := await worker_statuses(bus, model_calls_only=model_calls_only)) < 2:
                 pass
     finally:
         await bus.close()
-    return [json.loads(answer) for answer in answers]
+    assert all(re.fullmatch("[0-9a-f]{16}", token) for token in tokens), tokens  # told only to the good asks
+    return answers
 
 
 def test_status_without_a_system_is_one_line(

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     )
     from faultline.api._summary import Summary, costed, pass_hat_k, summarize, with_costs
     from faultline.api._system import (
-        HELPER_GROUP,
         STOP_SIGNALS,
         StopRequest,
         config_source,
@@ -60,7 +59,7 @@ if TYPE_CHECKING:
         with_helpers,
         worker_specs,
     )
-    from faultline.runtime import load_config
+    from faultline.runtime import HELPER_GROUP, load_config
 
 
 __all__ = [
@@ -141,9 +140,8 @@ __getattr__, __dir__ = lazy_exports(
             "uses_sim",
             "with_system",
         ),
-        "faultline.runtime": ("load_config",),
+        "faultline.runtime": ("HELPER_GROUP", "load_config"),
         "faultline.api._system": (
-            "HELPER_GROUP",
             "STOP_SIGNALS",
             "StopRequest",
             "config_source",

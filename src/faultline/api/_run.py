@@ -461,9 +461,12 @@ async def _run_local(
     async def work(supervisor: Supervisor) -> None:
         ticker.watcher.system_up()
         assert supervisor.bus is not None
-        workers = len(supervisor.workers)
         async with rules_in_force(
-            supervisor.bus, rules, workers=workers, settings=follow_settings(config), models=_models(config)
+            supervisor.bus,
+            rules,
+            workers=supervisor.worker_ids,
+            settings=follow_settings(config),
+            models=_models(config),
         ):
             await run_plan(supervisor.bus, plan, result, ticker.on_done)
         if config.memory.mode != "off":

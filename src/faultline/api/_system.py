@@ -19,7 +19,15 @@ import anyio
 
 from faultline.bus import OPERATOR, TLSFiles, make_certificates
 from faultline.core import helper_agent
-from faultline.runtime import DEFAULT_CONFIG_FILE, Config, ProcessSpec, Supervisor, WorkerConfig, worker_identity
+from faultline.runtime import (
+    DEFAULT_CONFIG_FILE,
+    HELPER_GROUP,
+    Config,
+    ProcessSpec,
+    Supervisor,
+    WorkerConfig,
+    worker_identity,
+)
 
 T = TypeVar("T")
 
@@ -54,10 +62,6 @@ def worker_specs(config: Config, groups: dict[str, tuple[str, ...]], config_path
             args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *extra)
             specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group, i, count, config.partitions)))
     return specs
-
-
-HELPER_GROUP = "helpers"
-"""The worker group that runs a run's helpers, in a process of their own."""
 
 
 def with_helpers(groups: dict[str, tuple[str, ...]], roster: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -18,16 +18,18 @@ from faultline.bus._access import (
     worker_reads,
 )
 from faultline.bus._consumer import Consumer, Delivery
-from faultline.bus._follow import FollowSettings, follow_rules, publish_controls, read_rules
+from faultline.bus._follow import FollowSettings, WorkerId, follow_rules, publish_controls, read_rules
 from faultline.bus._messaging import Message, Subscription, decode_notice
 from faultline.bus._retry import asked_again
 from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
+from faultline.bus._tells import OPEN_TELLER, hear, tell, teller
 from faultline.bus._tls import TLSFiles, make_certificates
 from faultline.bus._transport import Bus, BusSettings, StreamState
 from faultline.core import OPERATOR
 
 __all__ = [
     "JOURNAL",
+    "OPEN_TELLER",
     "OPERATOR",
     "Access",
     "Bus",
@@ -44,6 +46,7 @@ __all__ = [
     "StreamState",
     "Subscription",
     "TLSFiles",
+    "WorkerId",
     "agent_identity",
     "agent_reads",
     "asked_again",
@@ -51,6 +54,7 @@ __all__ = [
     "find_nats_server",
     "follow_rules",
     "free_port",
+    "hear",
     "journal_identity",
     "load_credential",
     "make_certificates",
@@ -58,5 +62,7 @@ __all__ = [
     "recorder_identity",
     "publish_controls",
     "read_rules",
+    "tell",
+    "teller",
     "worker_reads",
 ]

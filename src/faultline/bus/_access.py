@@ -111,16 +111,17 @@ def operator_identity() -> Identity:
 
 def _js_api(subjects: Subjects, user: str, serves: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What every identity but the operator may do: learn the stream's state, send dead letters, ask any service
-    and receive in its own inbox; and answer the services it `serves`, and tell what they did (`svc.<service>.>`).
-    Nobody else may answer a service's questions or speak in its name: a worker could otherwise answer for the
-    journal that it cannot write, and every run would stop."""
+    and receive in its own inbox; and answer the services it `serves`, and tell what it did for them under its own
+    name (`Subjects.tell`). Nobody else may answer a service's questions or tell in another's name: a worker could
+    otherwise answer for the journal that it cannot write, and every run would stop, or say that another worker
+    took a fault rule in."""
     serves = tuple(serves)
     publish = (
         "$JS.API.INFO",
         f"$JS.API.STREAM.INFO.{subjects.stream}",
         subjects.dlq,
         subjects.svc("*"),
-        *(subjects.svc(f"{service}.>") for service in serves),
+        *(subjects.tell(service, user, ">") for service in serves),
     )
     return publish, (f"{inbox(user)}.>", *(subjects.svc(service) for service in serves))
 

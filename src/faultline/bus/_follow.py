@@ -3,9 +3,10 @@
 A worker reads `fl.ctl.faults` and `fl.ev.fault.*.*` from the start of the stream
 (the rules in force and the budget they used), then follows both live through
 a push consumer each, so a rule added or removed reaches it within milliseconds.
-It answers `fl.svc.faults` with the stream sequence it has taken in, and
-announces every control it takes in on `fl.svc.faults.taken`: the command that
-published a rule waits for those to know the rule is in force everywhere.
+Asked on `fl.svc.faults`, and after every control it takes in, it tells the
+stream sequence it has taken in (`fl.svc.faults.<its user>.taken`, `_tells`):
+the command that published a rule waits for those to know the rule is in force
+everywhere, each worker known by its credential as well as its name.
 
 The consumers acknowledge nothing (a worker may not acknowledge what it did not
 make for itself): `Bus.follow` finds a delivery lost on the way, when a cluster
@@ -15,7 +16,7 @@ node is lost, and reads the subject again after the last delivery taken.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ import msgspec
 from faultline._errors import DecodeError
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._messaging import Message, decode_notice
+from faultline.bus._tells import hear, tell
 from faultline.bus._transport import Bus
 from faultline.core import Control, Envelope, FaultApplied, encode
 from faultline.faults import FAULTS_CONTROL, RuleSet
@@ -43,9 +45,12 @@ class FollowSettings:
     """How long a command waits for workers to answer when it does not know how many there are."""
 
 
+WorkerId = tuple[str, str]
+"""A worker as a command waits for it: the NATS user it connects as (its teller), and its process name."""
+
+
 class _Taken(msgspec.Struct):
-    """A worker's word that it has taken in the stream up to `seq` (an answer on `fl.svc.faults`, or a note on
-    `fl.svc.faults.taken`)."""
+    """A worker's word that it has taken in the stream up to `seq`, told when asked and after every control."""
 
     worker: str
     seq: int
@@ -103,8 +108,8 @@ async def follow_rules(
             consumers[subject] = await bus.consumer(None, [subject], start="all", heartbeat=True)
         read = await _catch_up(consumers, rules, settings.load_timeout_s)
 
-        async def answer(msg: Message) -> None:
-            await msg.respond(msgspec.json.encode(_Taken(name, rules.last_seq)))
+        async def tell_taken(_: Message | None = None) -> None:
+            await tell(bus, FAULTS_CONTROL, TAKEN, msgspec.json.encode(_Taken(name, rules.last_seq)))
 
         async def take(delivery: Delivery) -> None:
             try:
@@ -112,10 +117,9 @@ async def follow_rules(
             except DecodeError:
                 return
             if taken:
-                note = msgspec.json.encode(_Taken(name, rules.last_seq))
-                await bus.notify(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", note)
+                await tell_taken()
 
-        sub = await bus.subscribe(s.svc(FAULTS_CONTROL), answer)
+        sub = await bus.subscribe(s.svc(FAULTS_CONTROL), tell_taken)
         try:
             async with anyio.create_task_group() as tg:
                 for subject, consumer in consumers.items():
@@ -131,57 +135,65 @@ async def follow_rules(
 
 
 async def publish_controls(
-    bus: Bus, controls: Sequence[Envelope], *, workers: int | None = None, settings: FollowSettings | None = None
+    bus: Bus,
+    controls: Sequence[Envelope],
+    *,
+    workers: Collection[WorkerId] | None = None,
+    settings: FollowSettings | None = None,
 ) -> dict[str, Any]:
     """Publish fault-rule controls and wait until the workers have taken them in.
 
-    With `workers` known, waits for that many; else for the workers that answer
-    within the grace period. Returns {"seq", "workers", "confirmed", "seconds"}, where
-    `seconds` is how long the slowest confirming worker took.
+    With `workers` known, waits for each of them: a worker's word counts only when told under its own
+    credential, so that no other worker can say it for it. Else waits for the workers that tell within
+    the grace period. Returns {"seq", "workers", "confirmed", "missing", "seconds"}, where `missing` names
+    the workers waited for that did not confirm, and `seconds` is how long the slowest confirming worker took.
     """
     settings = settings or FollowSettings()
     s = bus.subjects
-    seen: dict[str, int] = {}
-    took: dict[str, float] = {}
+    seen: dict[WorkerId, int] = {}
+    took: dict[WorkerId, float] = {}
     arrived = anyio.Event()
     seq, started = 0, 0.0
 
-    async def on_reply(msg: Message) -> None:
+    async def on_told(teller: str, msg: Message) -> None:
         note = decode_notice(msg.data, _Taken, subject=msg.subject)
         if note is None:
             return
-        worker, at = note.worker, note.seq
+        worker, at = (teller, note.worker), note.seq
         seen[worker] = max(seen.get(worker, 0), at)
         if seq and at >= seq and worker not in took:
             took[worker] = anyio.current_time() - started
         arrived.set()
 
-    inbox = bus.new_inbox()
-    subs = [
-        await bus.subscribe(inbox, on_reply),
-        await bus.subscribe(f"{s.svc(FAULTS_CONTROL)}.{TAKEN}", on_reply),
-    ]
+    def missing() -> list[WorkerId]:
+        return [worker for worker in workers or () if seen.get(worker, 0) < seq]
+
+    sub = await hear(bus, FAULTS_CONTROL, TAKEN, on_told)
     try:
         started = anyio.current_time()
         last = 0
         for env in controls:
             last = await bus.publish_raw(s.for_envelope(env), encode(env), env.id)
         seq = last
-        await bus.notify(s.svc(FAULTS_CONTROL), b"", reply=inbox)
+        await bus.notify(s.svc(FAULTS_CONTROL), b"")
         grace = started + settings.confirm_grace_s
         with anyio.move_on_after(settings.confirm_timeout_s):
             while True:
                 confirmed = sum(1 for v in seen.values() if v >= seq)
                 now = anyio.current_time()
-                if workers is not None and confirmed >= workers:
+                if workers is not None and not missing():
                     break
                 if workers is None and now >= grace and confirmed == len(seen):
                     break
                 arrived = anyio.Event()
                 with anyio.move_on_after(grace - now if workers is None and now < grace else None):
                     await arrived.wait()
-        confirmed = sum(1 for v in seen.values() if v >= seq)
-        return {"seq": seq, "workers": len(seen), "confirmed": confirmed, "seconds": max(took.values(), default=0.0)}
+        return {
+            "seq": seq,
+            "workers": len(seen),
+            "confirmed": sum(1 for v in seen.values() if v >= seq),
+            "missing": [f"{name} (user {user})" for user, name in missing()],
+            "seconds": max(took.values(), default=0.0),
+        }
     finally:
-        for sub in subs:
-            await sub.unsubscribe()
+        await sub.unsubscribe()

@@ -136,6 +136,8 @@ class Bus:
     id_key: bytes = field(default=b"", repr=False)
     """Keys the ids the stream's duplicate window knows this connection's envelopes by (`dedup_id`): secret to its
     credential, so that no other identity can take one first."""
+    user: str = ""
+    """The NATS user this connection speaks as ("" on a server without users): the teller of its tells."""
 
     def __post_init__(self) -> None:
         self.js = self.nc.jetstream()
@@ -205,6 +207,7 @@ class Bus:
             interceptors or InterceptorChain(),
             options.get("inbox_prefix", INBOX),
             _id_key(credential),
+            credential.user if credential else "",
         )
         bus._refusals = refusals
         return bus

@@ -366,7 +366,17 @@ def _status(args: argparse.Namespace) -> int:
         _jsonl.summary({"workers": len(replies), "url": url, "journal": journal.says()})
         return 0
     table = Table(title=f"{len(replies)} worker(s)")
-    for column in ("worker", "pid", "agents", "shard", "handled", "episodes in flight", "services", "model calls"):
+    for column in (
+        "worker",
+        "user",
+        "pid",
+        "agents",
+        "shard",
+        "handled",
+        "episodes in flight",
+        "services",
+        "model calls",
+    ):
         table.add_column(column)
     for r in replies:
         episodes = r.episodes
@@ -374,7 +384,7 @@ def _status(args: argparse.Namespace) -> int:
         calls = r.model_calls
         slowest = f"{len(calls)}, the slowest for {max(c.age_s for c in calls):.0f}s" if calls else "-"
         table.add_row(
-            r.worker, str(r.pid), ",".join(r.agents), r.shard, str(r.handled), shown or "-",
+            r.worker, r.identity, str(r.pid), ",".join(r.agents), r.shard, str(r.handled), shown or "-",
             ", ".join(r.services) or "-", slowest,
         )  # fmt: skip
     console = table_console()

@@ -117,6 +117,11 @@ class Subjects:
     def svc(self, service: str) -> str:
         return f"{self.prefix}.svc.{service}"
 
+    def tell(self, service: str, teller: str, what: str) -> str:
+        """Where NATS user `teller` tells `what` it did for `service` ("*": any teller). The server lets each user
+        tell under its own name alone, so the subject, never the body, says who told."""
+        return f"{self.prefix}.svc.{service}.{teller}.{what}"
+
     @property
     def dlq(self) -> str:
         return f"{self.prefix}.dlq"

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from faultline.runtime._journal_service import ANY_COMPLETER, JournalService, journal_backlog
     from faultline.runtime._layout import (
         FAMA_CONSUMERS,
+        HELPER_GROUP,
         MEMORY_IDENTITY,
         check_system,
         completing_agents,
@@ -120,6 +121,7 @@ __all__ = [
     "HelpersConfig",
     "DEFAULT_CONFIG_FILE",
     "FAMA_CONSUMERS",
+    "HELPER_GROUP",
     "MEMORY_IDENTITY",
     "JournalConfig",
     "JournalGate",
@@ -231,6 +233,7 @@ __getattr__, __dir__ = lazy_exports(
         "faultline.runtime._journal_service": ("ANY_COMPLETER", "JournalService", "journal_backlog"),
         "faultline.runtime._layout": (
             "FAMA_CONSUMERS",
+            "HELPER_GROUP",
             "MEMORY_IDENTITY",
             "check_system",
             "completing_agents",

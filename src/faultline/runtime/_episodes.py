@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import functools
 import logging
+import secrets
 import time
 from collections.abc import Collection, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import anyio
 import msgspec
 
 from faultline._errors import BusError, DecodeError, JournalError, NoResponderError, ReplyTimeoutError
-from faultline.bus import Bus, Delivery, decode_notice
+from faultline.bus import Bus, Delivery, Message, decode_notice, hear
 from faultline.core import (
     RUNNER,
     DefenseFired,
@@ -36,8 +38,8 @@ STATUS_SERVICE = "status"
 """The service every worker answers with who it is and what it runs (`faultline status`, the run's model calls)."""
 JOURNAL_SERVICE = "journal"
 """The service every journal shard answers with how far it has journaled the stream (`ask_journal`)."""
-JOURNAL_STATE = f"{JOURNAL_SERVICE}.state"
-"""Where a journal shard says that it cannot write, and that it can again (`JournalState`)."""
+JOURNAL_STATE = "state"
+"""What a journal shard tells for JOURNAL_SERVICE when it cannot write, and when it can again (`JournalState`)."""
 
 STORED_READ_TIMEOUT_S = 10.0
 """How long reading completions back from the stream may take after a reconnect."""
@@ -167,12 +169,15 @@ def in_flight(call: ModelCall) -> CallInFlight:
 
 
 class StatusAsk(msgspec.Struct, frozen=True):
-    """What a status request asks the workers (an empty request asks for everything).
+    """What a status request asks the workers.
 
     The runner asks every second for the model calls in flight alone: a worker holding thousands of
     episodes need not list them all each time.
     """
 
+    token: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}$")]
+    """Where the workers tell their answers: `Subjects.tell(STATUS_SERVICE, <worker's user>, token)`. An answer
+    on the asker's inbox could come from any worker in any worker's name; a tell names its teller."""
     model_calls_only: bool = False
 
 
@@ -181,6 +186,10 @@ class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     the model calls alone (what is left at its default is not sent: the runner asks every second)."""
 
     worker: str
+    """The process's name, in its own word."""
+    identity: str = ""
+    """The NATS user that told the answer, which the server vouches for (`worker_statuses` sets it from the
+    subject, whatever the worker sent)."""
     pid: int = 0
     agents: list[str] = []
     shard: str = ""
@@ -193,18 +202,26 @@ class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     model_calls: list[CallInFlight] = []
 
 
-_MODEL_CALLS_ONLY = msgspec.json.encode(StatusAsk(model_calls_only=True))
-
-
 async def worker_statuses(
     bus: Bus, window_s: float = STATUS_WINDOW_S, *, model_calls_only: bool = False
 ) -> list[WorkerStatus]:
-    """What every worker on `bus` answers within `window_s`, by worker name; an answer that is not one is left out
-    (anyone who may answer a request could send anything)."""
-    ask = _MODEL_CALLS_ONLY if model_calls_only else b""
-    answers = await bus.request_all(bus.subjects.svc(STATUS_SERVICE), ask, window_s)
-    statuses = [decode_notice(answer, WorkerStatus, subject="an answer to a status request") for answer in answers]
-    return sorted((status for status in statuses if status is not None), key=lambda status: status.worker)
+    """What every worker on `bus` tells within `window_s` when asked, each with the identity it told under; an
+    answer that is not one is left out (any worker may send anything)."""
+    ask = StatusAsk(token=secrets.token_hex(8), model_calls_only=model_calls_only)
+    statuses: list[WorkerStatus] = []
+
+    async def on_told(teller: str, msg: Message) -> None:
+        status = decode_notice(msg.data, WorkerStatus, subject=msg.subject)
+        if status is not None:
+            statuses.append(msgspec.structs.replace(status, identity=teller))
+
+    sub = await hear(bus, STATUS_SERVICE, ask.token, on_told)
+    try:
+        await bus.notify(bus.subjects.svc(STATUS_SERVICE), msgspec.json.encode(ask))
+        await anyio.sleep(window_s)  # no count to wait for: whoever tells in time is counted
+    finally:
+        await sub.unsubscribe()
+    return sorted(statuses, key=lambda status: (status.worker, status.identity))
 
 
 async def model_calls_in_flight(bus: Bus, window_s: float = STATUS_WINDOW_S) -> list[CallInFlight]:

@@ -13,7 +13,7 @@ import os
 import re
 import time
 import typing
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +22,7 @@ import anyio
 import msgspec
 
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
-from faultline.bus import Bus, FollowSettings, follow_rules, publish_controls
+from faultline.bus import Bus, FollowSettings, WorkerId, follow_rules, publish_controls
 from faultline.core import (
     ALL_AGENTS,
     Control,
@@ -125,7 +125,7 @@ async def rules_in_force(
     bus: Bus,
     rules: Sequence[FaultRule],
     *,
-    workers: int | None,
+    workers: Collection[WorkerId] | None,
     settings: FollowSettings,
     models: Callable[[str], ModelBackend] | None = None,
 ) -> AsyncIterator[None]:
@@ -145,10 +145,10 @@ async def rules_in_force(
         bus.interceptors.add(entry)
     try:
         result = await publish_controls(bus, adds, workers=workers, settings=settings)
-        if workers is not None and result["confirmed"] < workers:
+        if result["missing"]:
             raise BusError(
-                f"only {result['confirmed']} of {workers} workers took in the fault rules "
-                f"within {settings.confirm_timeout_s}s"
+                f"{len(result['missing'])} of {len(workers or ())} workers did not confirm the fault rules within"
+                f" {settings.confirm_timeout_s}s: {', '.join(result['missing'])}"
             )
         yield
     finally:
@@ -156,7 +156,7 @@ async def rules_in_force(
             bus.interceptors.remove(entry)
         removes = [remove_rule_control(r.id, os.urandom(8).hex()) for r in rules]
         with anyio.CancelScope(shield=True):
-            await publish_controls(bus, removes, workers=0, settings=settings)
+            await publish_controls(bus, removes, workers=(), settings=settings)
             if entry_models is not None:
                 await entry_models.aclose()
 

@@ -7,9 +7,10 @@ watches episodes start and complete: it serves every helper that a roster names
 or that an episode still running took when it started (a helper dropped from
 the roster keeps serving the episodes that have it, and stops once the last of
 them completed). Serving or retiring a helper opens or closes its consumer in
-this process, which takes milliseconds. After each change the pool announces,
-on `fl.svc.helpers.taken`, the last control it took in and the helpers it
-serves; `fl.svc.helpers` answers the same on request.
+this process, which takes milliseconds. After each change the pool tells, on
+`fl.svc.helpers.<its user>.taken`, the last control it took in and the helpers it
+serves; `fl.svc.helpers` answers the same on request. Only the `helpers` group's
+credential may do either (`worker_services`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import anyio
 import msgspec
 
 from faultline._errors import DecodeError
-from faultline.bus import Bus, Consumer, Delivery, Message
+from faultline.bus import Bus, Consumer, Delivery, Message, tell
 from faultline.core import Agent, Control, EpisodeCompleted, EpisodeStarted, helper_agent
 from faultline.runtime._roster import HELPERS_CONTROL, READ_TIMEOUT_S, TAKEN, PoolState, Rosters
 from faultline.runtime._worker import Worker
@@ -129,4 +130,4 @@ class HelperPool:
         for agent in sorted(wanted - serving):
             await self.worker.serve(self.resolve(agent))
             log.info("helper %s served", agent)
-        await bus.notify(f"{bus.subjects.svc(HELPERS_CONTROL)}.{TAKEN}", msgspec.json.encode(self.state()))
+        await tell(bus, HELPERS_CONTROL, TAKEN, msgspec.json.encode(self.state()))

@@ -32,7 +32,7 @@ whose subject names no episode, is decoded for it) and acknowledges them with it
 asker waits for all (`runtime.ask_journal`).
 
 When the file cannot be written (disk full, read-only, I/O error) the service
-says so once (in its log, and on `<prefix>.svc.journal.state`), answers every
+says so once (in its log, and on `<prefix>.svc.journal.<user>.state`), answers every
 question with the reason (the runner then refuses new episodes), leaves every
 message in the stream, and retries the same batch with backoff; once it is
 written, the service says so, resumes from the file and catches up.
@@ -50,7 +50,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from faultline._errors import BusError, DecodeError, DeliveriesLostError, JournalError, JournalStorageError
-from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message, asked_again, decode_notice
+from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message, asked_again, decode_notice, tell
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes, decode_envelope, episode_shard
 from faultline.journal import Incoming, Journal, create_set, shard_path
 from faultline.runtime._episodes import JOURNAL_SERVICE, JOURNAL_STATE
@@ -450,7 +450,7 @@ class JournalService:
         await self._notify()
 
     async def _set_stuck(self, reason: str) -> None:
-        """Change the state, and say so on `<prefix>.svc.journal.state` (`up` tells its user)."""
+        """Change the state, and tell it (`<prefix>.svc.journal.<shard's user>.state`: `up` tells its user)."""
         if reason != self.stuck:
             self.stuck = reason
             await self._notify()
@@ -458,7 +458,7 @@ class JournalService:
                 {"stuck": self.stuck, "last_seq": self.last_seq, "shard": self.shard, "shards": self.shards}
             )
             try:
-                await self.bus.notify(self.bus.subjects.svc(JOURNAL_STATE), state)
+                await tell(self.bus, JOURNAL_SERVICE, JOURNAL_STATE, state)
             except BusError:
                 pass  # nobody hears it now; whoever asks gets the same answer
 

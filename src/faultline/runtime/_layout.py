@@ -109,9 +109,15 @@ def check_system(config: Config, source: str = "faultline.toml") -> dict[str, tu
     return groups
 
 
-WORKER_SERVICES = (STATUS_SERVICE, FAULTS_CONTROL, HELPERS_CONTROL)
-"""What a worker process answers: who it is and what it runs (`faultline status`), and the fault rules and helper
-rosters it took in (its helper pool, in the helpers' group)."""
+HELPER_GROUP = "helpers"
+"""The worker group that runs the helper agents: a run's, in a process of their own, and `up`'s helper pool."""
+
+
+def worker_services(group: str) -> tuple[str, ...]:
+    """What a worker process of `group` answers: who it is and what it runs (`faultline status`) and the fault
+    rules it took in; in HELPER_GROUP, also the helper rosters its pool took in (no other group may say so)."""
+    return (STATUS_SERVICE, FAULTS_CONTROL, *((HELPERS_CONTROL,) if group == HELPER_GROUP else ()))
+
 
 MEMORY_SERVICES = (MEMORY_SERVICE, SYNC_SERVICE)
 """What the memory service answers: searches of the memory, and the syncs of the agents' copies of it."""
@@ -198,7 +204,7 @@ def system_access(
                     reads=reads,
                     durables=durables,
                     shard=shard,
-                    serves=WORKER_SERVICES,
+                    serves=worker_services(group),
                 )
             )
         return identities

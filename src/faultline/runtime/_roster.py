@@ -14,7 +14,7 @@ import anyio
 import msgspec
 
 from faultline._errors import NoResponderError, ReplyTimeoutError
-from faultline.bus import Bus, Message, decode_notice
+from faultline.bus import Bus, Message, decode_notice, hear
 from faultline.core import CONTROL_EPISODE, OPERATOR, Control, Envelope, derive_id
 
 HELPERS_CONTROL = "helpers"
@@ -23,7 +23,7 @@ ANY_MODEL = "*"
 """The model key of a roster that applies whatever model the tool agent uses."""
 READ_TIMEOUT_S = 5.0
 TAKEN = "taken"
-"""`fl.svc.helpers.taken`: where the helper pool announces each roster change it took in."""
+"""What the helper pool tells of each roster change it took in (`fl.svc.helpers.<its user>.taken`)."""
 
 
 class PoolState(msgspec.Struct, kw_only=True):
@@ -117,14 +117,14 @@ async def publish_roster(bus: Bus, control: Envelope, timeout_s: float) -> tuple
     taken = anyio.Event()
     answer = PoolState()
 
-    async def on_note(msg: Message) -> None:
+    async def on_note(_: str, msg: Message) -> None:
         nonlocal answer
         note = decode_notice(msg.data, PoolState, subject=msg.subject)
         if note is not None and note.control == control.id:
             answer = note
             taken.set()
 
-    sub = await bus.subscribe(f"{bus.subjects.svc(HELPERS_CONTROL)}.{TAKEN}", on_note)
+    sub = await hear(bus, HELPERS_CONTROL, TAKEN, on_note)
     try:
         started = anyio.current_time()
         await bus.publish(control)

@@ -29,8 +29,21 @@ from anyio.abc import Process
 
 from faultline._errors import BusError, ServerError
 from faultline._parent import supervised_env
-from faultline.bus import OPERATOR, Access, Bus, BusSettings, EmbeddedServer, Login, Message, TLSFiles, decode_notice
-from faultline.runtime._episodes import JOURNAL_STATE, JournalState
+from faultline.bus import (
+    OPEN_TELLER,
+    OPERATOR,
+    Access,
+    Bus,
+    BusSettings,
+    EmbeddedServer,
+    Login,
+    Message,
+    TLSFiles,
+    WorkerId,
+    decode_notice,
+    hear,
+)
+from faultline.runtime._episodes import JOURNAL_SERVICE, JOURNAL_STATE, JournalState
 from faultline.runtime._journal_service import ANY_COMPLETER, journal_process
 
 READY_TIMEOUT_S = 60.0
@@ -118,6 +131,11 @@ class Supervisor:
     def url(self) -> str:
         return self.nats_url or (self.server.url if self.server else "")
 
+    @property
+    def worker_ids(self) -> list[WorkerId]:
+        """The workers as they confirm fault rules (`publish_controls`): each by its credential and its name."""
+        return [(spec.identity if self.access else OPEN_TELLER, spec.name) for spec in self.workers]
+
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Start everything and return once every process announced it is ready."""
         access = self.access
@@ -143,7 +161,7 @@ class Supervisor:
         if access is not None:
             await self.bus.ensure_consumers(access.consumers)  # the workers may only read them, not make them
         await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
-        await self.bus.subscribe(self.bus.subjects.svc(JOURNAL_STATE), self._on_journal_state)
+        await hear(self.bus, JOURNAL_SERVICE, JOURNAL_STATE, self._on_journal_state)
         completers = ("--completers", ANY_COMPLETER if self.completers is None else ",".join(self.completers))
         partitions = ("--partitions", str(self.bus_settings.partitions))
         journal_args = ("journal", "serve", str(self.journal_path), *completers, *partitions, *self.journal_args)
@@ -169,7 +187,7 @@ class Supervisor:
         if ready is not None and ready.name in self._ready:
             self._ready[ready.name].set()
 
-    async def _on_journal_state(self, msg: Message) -> None:
+    async def _on_journal_state(self, _: str, msg: Message) -> None:
         """Tell the user when the journal cannot write, and when it can again."""
         state = decode_notice(msg.data, JournalState, subject=msg.subject)
         if state is None:

@@ -67,7 +67,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError
-from faultline.bus import Bus, Consumer, Delivery, Message, asked_again, decode_notice
+from faultline.bus import Bus, Consumer, Delivery, Message, asked_again, decode_notice, tell
 from faultline.core import (
     RUNNER,
     Agent,
@@ -600,19 +600,22 @@ class Worker:
             _remember(self._evicted, episode)
 
     async def _on_status(self, msg: Message) -> None:
-        # a request that is not an ask gets the whole status
-        ask = decode_notice(msg.data or b"{}", StatusAsk, subject=msg.subject) or StatusAsk()
+        ask = decode_notice(msg.data, StatusAsk, subject=msg.subject)
+        if ask is not None:
+            status = self._status(model_calls_only=ask.model_calls_only)
+            await tell(self.bus, STATUS_SERVICE, ask.token, msgspec.json.encode(status))
+
+    def _status(self, *, model_calls_only: bool) -> WorkerStatus:
         calls = [in_flight(call) for call in self.model_calls]
-        if ask.model_calls_only:
-            await msg.respond(msgspec.json.encode(WorkerStatus(worker=self.name, model_calls=calls)))
-            return
+        if model_calls_only:
+            return WorkerStatus(worker=self.name, model_calls=calls)
         live = [
             (episode, i.agent.service)
             for episode, instances in self._instances.items()
             if episode not in self._finished
             for i in instances.values()
         ]
-        status = WorkerStatus(
+        return WorkerStatus(
             worker=self.name,
             pid=os.getpid(),
             agents=sorted(self.serving()),
@@ -622,7 +625,6 @@ class Worker:
             handled=self.handled,
             model_calls=calls,
         )
-        await msg.respond(msgspec.json.encode(status))
 
 
 class _PlaceFreeingBackend:
