@@ -71,10 +71,22 @@ class Recorder:
     store: Callable[[Envelope], Awaitable[None]] | None = None
     made: list[Recording] = field(default_factory=list)
     faults: RequestFault | None = None
+    begun: int = 0
+    """Calls begun so far: the index of the next one."""
+    any_order: bool = False
+    """Whether a served call whose index holds another request takes the first unserved recording of its own:
+    a handler's concurrent branches begin their later calls in the order their answers came live."""
 
-    async def faulted(self, ctx: Context, request: LlmRequest) -> LlmRequest:
-        """What the next call sends: `request` unless it runs live and a fault rule changes it."""
-        index = len(self.made)
+    def begin(self) -> int:
+        """The index of a call, taken as it begins: calls a handler makes concurrently (`asyncio.gather`, a task
+        group) each get their own, in the order they were made, where counting the calls made so far gave every
+        one of them the same index, and the same recording id, so the stream kept only the first to answer."""
+        index = self.begun
+        self.begun += 1
+        return index
+
+    async def faulted(self, ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
+        """What call #`index` sends: `request` unless it runs live and a fault rule changes it."""
         if self.faults is None or self.services is None or index in self.recorded:
             return request
         return await self.faults(ctx, index, request)
@@ -82,19 +94,19 @@ class Recorder:
     async def call(
         self,
         ctx: Context,
+        index: int,
         call: str,
         request: Any,
         execute: Callable[[], Awaitable[Any]],
         attempts: list[ModelAttempt] | None = None,
         sent: Any = None,
     ) -> Any:
-        """Serve or make call #n of this handler. `request` is digested as it is encoded
+        """Serve or make call #`index` of this handler (`begin`). `request` is digested as it is encoded
         (a Struct in field order), so replay never converts it to plain data. `attempts`
         is filled in by `execute` (a retrying backend) and journaled with the outcome;
         `sent`, what went out instead of `request` (a fault), is recorded in its place."""
-        index = len(self.made)
         request_digest = digest(encode(request))
-        recorded = self.recorded.get(index)
+        recorded = self._recording(index, call, request_digest)
         if recorded is not None:
             if recorded.call != call or recorded.request_digest != request_digest:
                 raise NonDeterminismError(
@@ -132,6 +144,24 @@ class Recorder:
         if error:
             raise _error_from(error)
         return response
+
+    def _recording(self, index: int, call: str, request_digest: str) -> Recording | None:
+        """The recording that serves call #`index`: the one of that index, or with `any_order`, where that one is
+        another request's or served already, the first unserved one of this request, if any."""
+        recorded = self.recorded.get(index)
+        if not self.any_order:
+            return recorded
+        served = {made.index for made in self.made}
+        if recorded is not None and recorded.index in served:
+            recorded = None
+        if recorded is not None and (recorded.call, recorded.request_digest) == (call, request_digest):
+            return recorded
+        same = (
+            r
+            for r in self.recorded.values()
+            if r.index not in served and (r.call, r.request_digest) == (call, request_digest)
+        )
+        return next(same, recorded)
 
 
 @functools.cache
@@ -214,7 +244,8 @@ class Context:
     async def llm(self, request: LlmRequest) -> LlmResponse:
         """A model call through the backend configured for `request.role`, listed in flight while it runs."""
         call = ModelCall(episode=self.episode, agent=self.agent, role=request.role)
-        sent = await self._recorder.faulted(self, request)
+        index = self._recorder.begin()
+        sent = await self._recorder.faulted(self, index, request)
 
         async def execute() -> LlmResponse:
             services = self._services
@@ -235,7 +266,9 @@ class Context:
             self.model_call = None
             return response
 
-        raw = await self._recorder.call(self, "llm", request, execute, call.attempts, None if sent is request else sent)
+        raw = await self._recorder.call(
+            self, index, "llm", request, execute, call.attempts, None if sent is request else sent
+        )
         return raw if isinstance(raw, LlmResponse) else msgspec.convert(raw, LlmResponse)
 
     async def request(self, service: str, body: Any, *, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Any:
@@ -246,7 +279,9 @@ class Context:
             reply = await self._services.request(service, encode(body), timeout_s)
             return msgspec.msgpack.decode(reply)
 
-        return await self._recorder.call(self, "request", {"service": service, "body": body}, execute)
+        return await self._recorder.call(
+            self, self._recorder.begin(), "request", {"service": service, "body": body}, execute
+        )
 
     async def now(self) -> float:
         """Wall-clock time, recorded so that replay sees the same value."""
@@ -254,17 +289,17 @@ class Context:
         async def execute() -> float:
             return time.time()
 
-        return float(await self._recorder.call(self, "now", None, execute))
+        return float(await self._recorder.call(self, self._recorder.begin(), "now", None, execute))
 
     async def random(self) -> float:
         """A float in [0, 1), seeded from (episode, agent, input, call), recorded."""
-        index = len(self._recorder.made)
+        index = self._recorder.begin()
         seed = f"{self.episode}/{self.agent}/{self.message.id}/{index}"
 
         async def execute() -> float:
             return _random.Random(seed).random()
 
-        return float(await self._recorder.call(self, "random", None, execute))
+        return float(await self._recorder.call(self, index, "random", None, execute))
 
 
 def failure_envelopes(agent: str, message: Envelope, exc: BaseException) -> list[Envelope]:

@@ -16,9 +16,11 @@ share one error policy and one idea of what a handled input leaves behind:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +32,27 @@ from faultline.core._context import Context, Recorder, Services, failure_envelop
 from faultline.core._messages import Envelope, NoOutput, derive_id, handling_id
 
 log = logging.getLogger(__name__)
+
+
+class _NoLoop:
+    """The running loop while a handler is driven by hand: whatever reaches for the loop fails at once, instead
+    of scheduling tasks on a loop of the caller's that would run them after the handler was given up."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise _LoopNeeded(name)
+
+
+class _LoopNeeded(BaseException):
+    """A handler driven by hand reached for the event loop (a BaseException: its own `except Exception` stays out)."""
+
+
+_NO_LOOP = _NoLoop()
+
+
+def _first(group: BaseExceptionGroup[NonDeterminismError]) -> NonDeterminismError:
+    """The first exception of `group`, however deeply its task groups nest."""
+    first = group.exceptions[0]
+    return first if isinstance(first, NonDeterminismError) else _first(first)
 
 
 def no_output_marker(agent: str, message: Envelope) -> Envelope:
@@ -78,6 +101,8 @@ class Handling:
         except NonDeterminismError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing handler fails its episode, never the caller
+            if isinstance(exc, ExceptionGroup) and (group := exc.subgroup(NonDeterminismError)) is not None:
+                raise _first(group) from exc  # a call of one of the handler's own tasks differs
             log.warning(
                 "handler failed on %s %s: %s: %s",
                 self.message.kind,
@@ -89,28 +114,34 @@ class Handling:
             return failure_envelopes(self.name, self.message, exc)
         return self._outputs()
 
-    def run_served(self) -> list[Envelope]:
-        """Run a handler whose every call is served from memory, without an event loop.
+    def run_served(self) -> list[Envelope] | None:
+        """Run a handler whose every call is served from memory, without an event loop; None where that
+        cannot decide, and the handler must run on one (`run`) from a fresh instance instead.
 
         Under exact replay no awaited call suspends, so driving the coroutine by hand
         is exact and several times faster than a loop round trip per await. A handler
-        that does suspend awaited something outside `ctx`: that is a divergence.
+        that suspends, or reaches for the loop (`asyncio.gather`, a task group, a sleep),
+        runs its own tasks: only a loop runs them as live. A handler that fails here
+        runs there too, so that its failure is the one it had live, not the loop's absence.
         """
         coro = self.agent.on_message(self.message, self.ctx)
-        try:
+        running = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(_NO_LOOP)  # type: ignore[arg-type]
+        with warnings.catch_warnings():  # the calls it had begun for tasks of its own are run on the loop
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
             try:
                 coro.send(None)
             except StopIteration:
                 return self._outputs()
-            coro.close()
-        except NonDeterminismError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a failing handler fails its episode, as it did live
-            return failure_envelopes(self.name, self.message, exc)
-        raise NonDeterminismError(
-            f"agent {self.name!r} handling {self.message.kind} {self.message.id} awaited something "
-            "that is not a ctx call"
-        )
+            except NonDeterminismError:
+                raise
+            except (Exception, _LoopNeeded):  # noqa: BLE001 - a failure, or the loop reached for: decided on a loop
+                return None
+            else:
+                coro.close()
+            finally:
+                asyncio.events._set_running_loop(running)
+        return None
 
     def _timed_out(self, timeout_s: float) -> str:
         text = f"the handler ran past its time limit of {timeout_s:g}s"

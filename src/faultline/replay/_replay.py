@@ -25,10 +25,12 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 
 from faultline._errors import ChainError, JournalError, NonDeterminismError, PluginError
@@ -55,6 +57,10 @@ from faultline.journal import JournalReader, JournalRow, verify
 AgentLookup = Callable[[str], type[Agent] | None]
 ReplayProgress = Callable[[int, int], None]
 """Told (episodes done so far, episodes in all) as a replay or an attribution goes."""
+
+LOOP_HANDLER_LIMIT_S = 60.0
+"""How long a handler replayed on an event loop may run: its calls are served at once, so only waits of its own
+(a sleep) take time. Past it the handler fails as a live one past its limit does, and replay says so; it never hangs."""
 
 CHUNKS_PER_JOB = 8
 """A parallel replay hands its processes episodes in this many pieces per process: the processes that finish
@@ -232,7 +238,32 @@ def replay_agent(
     `injected` are ids of messages a fork changed: the one the agent had produced and the
     one delivered instead; neither counts as an output of the agent. A `served` agent's
     outputs are taken from the journal: only the defenses in front of it run again.
+    Handlers are driven by hand; an agent one of whose handlers only an event loop decides
+    (`Handling.run_served`) is replayed again from a fresh instance, each handler on a loop.
     """
+    args = (episode, name, cls, track, settings, injected)
+    try:
+        return _replay_inputs(*args, served=served, loop=None)
+    except _OnLoop:
+        with ThreadPoolExecutor(max_workers=1) as loop:  # a thread: the caller may be running a loop of its own
+            return _replay_inputs(*args, served=served, loop=loop)
+
+
+class _OnLoop(Exception):
+    """A handler driven by hand that only an event loop decides: its agent is replayed again, on one."""
+
+
+def _replay_inputs(
+    episode: str,
+    name: str,
+    cls: type[Agent],
+    track: _AgentTrack,
+    settings: Mapping[str, Any] | None,
+    injected: frozenset[str],
+    *,
+    served: bool,
+    loop: ThreadPoolExecutor | None,
+) -> tuple[int, Divergence | None]:
     agent = cls()
     handled = 0
     defenses = _defenses_of(track)
@@ -265,18 +296,25 @@ def replay_agent(
                 continue
         if served:
             continue
-        recorder = Recorder(recorded=track.recordings.get(message.id, {}))
+        recorded = track.recordings.get(message.id, {})
+        recorder = Recorder(recorded=recorded, any_order=loop is not None)
+        handling = Handling(agent, name, message, recorder, settings=settings)
         try:
-            produced = Handling(agent, name, message, recorder, settings=settings).run_served()
+            if loop is None:
+                produced = handling.run_served()
+                if produced is None:
+                    raise _OnLoop
+            else:
+                produced = loop.submit(anyio.run, handling.run, LOOP_HANDLER_LIMIT_S).result()
         except NonDeterminismError as exc:
             if exc.got is not None:  # the journal's side is read where its requests are expanded (`_with_requests`)
                 return handled, diverged(str(exc), got=exc.got)
             made = recorder.made[-1] if recorder.made else None
             return handled, diverged(str(exc), got=msgspec.to_builtins(made) if made else None)
         handled += 1
-        recorded = track.recordings.get(message.id, {})
-        if len(recorder.made) < len(recorded):
-            missing = recorded[len(recorder.made)]
+        unserved = sorted(recorded.keys() - {made.index for made in recorder.made})
+        if unserved:
+            missing = recorded[unserved[0]]
             return handled, diverged(
                 f"the journal holds call #{missing.index} {missing.call}() that the code no longer makes",
                 expected=msgspec.to_builtins(missing),
@@ -318,6 +356,9 @@ def _fork_changes(rows: Sequence[JournalRow]) -> frozenset[str]:
 
 
 def _describe_output_change(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:
+    failed = [e["body"] for e in got if e["body"].get("kind") == "error_raised" and e not in expected]
+    if failed:
+        return f"the handler now fails: {failed[0]['error_type']}: {failed[0]['message']}"
     for i, (a, b) in enumerate(zip(expected, got, strict=False)):
         if a != b:
             return f"output #{i} differs"
