@@ -23,6 +23,7 @@ from faultline.core import (
     Note,
     ToolCall,
     ToolResult,
+    UserTurn,
     derive_id,
     error_completion,
     failed_by_agent,
@@ -145,6 +146,26 @@ def test_a_changed_model_request_is_caught_by_its_digest(sim_journal: Path) -> N
     assert changed[0].replace(" Be polite.", "", 1) == changed[0] and changed[0][1:] == changed[1][1:].replace(
         " Be polite.", "", 1
     )
+
+
+class QuieterTool(ToolAgent):
+    """The tool agent that answers the user's first turn without asking its model."""
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, UserTurn):
+            ctx.send(msg.sender, AssistantTurn(text="Hello."))
+            return
+        await super().on_message(msg, ctx)
+
+
+def test_a_call_the_code_no_longer_makes_is_shown_whole(sim_journal: Path) -> None:
+    """The missing call's request was shown as stored, its messages one key each: nothing a person could read."""
+    first = Replayer(with_tool(QuieterTool)).replay(sim_journal).divergences[0]
+    assert first.what == "the journal holds call #0 llm() that the code no longer makes"
+    assert (first.expected["call"], first.expected["index"], first.got) == ("llm", 0, None)
+    messages = first.expected["request"]["messages"]
+    assert messages[0]["role"] == "system" and messages[-1]["role"] == "user", messages
+    assert first.expected["response"]["content"] or first.expected["response"]["tool_calls"]
 
 
 def test_a_tampered_journal_is_refused_with_its_row(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -327,20 +327,23 @@ def _replay_inputs(
 
 
 def _with_requests(path: str | Path, divergence: Divergence) -> Divergence:
-    """`divergence`, where a call differs from the journal's, with the journal's call beside the code's: replay
-    reads requests as stored (their items by key), so the one call a diff shows is read again, whole."""
-    got = divergence.got
-    if divergence.expected is not None or not (isinstance(got, dict) and "request" in got):
+    """`divergence`, where a call differs from the journal's, with the journal's call beside the code's, and where
+    the code no longer makes a call, with that call: replay reads requests as stored (their items by key), so the
+    one call a diff shows is read again, whole."""
+    got, expected = divergence.got, divergence.expected
+    missing = isinstance(expected, dict) and expected.get("kind") == "recording"
+    if not missing and (expected is not None or not (isinstance(got, dict) and "request" in got)):
         return divergence
-    index = got["index"]
+    index = (expected if missing else got)["index"]
     with JournalReader(path) as reader:
         for row in reader.episode_rows(divergence.episode):
             if row.kind != "recording" or row.sender != divergence.agent or row.causation != divergence.input_id:
                 continue
             recording = row.envelope().body
             if isinstance(recording, Recording) and recording.index == index:
-                expected = {"call": recording.call, "index": index, "request": msgspec.to_builtins(recording.request)}
-                return msgspec.structs.replace(divergence, expected=expected)
+                request = msgspec.to_builtins(recording.request)
+                whole = msgspec.to_builtins(recording) if missing else {"call": recording.call, "index": index}
+                return msgspec.structs.replace(divergence, expected=whole | {"request": request})
     return divergence
 
 
