@@ -243,7 +243,8 @@ def replay_agent(
     """
     args = (episode, name, cls, track, settings, injected)
     try:
-        return _replay_inputs(*args, served=served, loop=None)
+        with Handling.by_hand():
+            return _replay_inputs(*args, served=served, loop=None)
     except _OnLoop:
         with ThreadPoolExecutor(max_workers=1) as loop:  # a thread: the caller may be running a loop of its own
             return _replay_inputs(*args, served=served, loop=loop)
