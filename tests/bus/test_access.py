@@ -142,7 +142,8 @@ def test_the_credentials_command_makes_them_once_for_the_configured_groups(
         assert main(["credentials", "--config", str(config), "--dir", str(folder)]) == 0
         passwords.append({p.name: p.read_bytes() for p in folder.glob("*.json")})
     assert passwords[0] == passwords[1]
-    assert set(passwords[0]) == {f"{n}.json" for n in ("operator", "journal", "memory", "worker-front", "worker-back")}
+    identities = ("operator", "journal", "memory", "worker-front", "worker-back", "worker-helpers")  # those `up` runs
+    assert set(passwords[0]) == {f"{n}.json" for n in identities}
     out = capsys.readouterr().out
     assert f"{folder / 'nats-server.conf'}: every NATS node's users and permissions" in out
 

@@ -20,7 +20,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from faultline._errors import JournalError
-from faultline.bus import OPEN_TELLER, Bus, Credential, Login, Message, load_credential
+from faultline.bus import OPEN_TELLER, Bus, Credential, EmbeddedServer, Login, Message, load_credential
 from faultline.core import Envelope, EpisodeStarted, Note, Recording, Start
 from faultline.journal import JournalReader, verify
 from faultline.runtime import (
@@ -356,6 +356,29 @@ async def test_up_says_when_the_journal_did_not_catch_up_and_the_next_up_journal
         assert reader.last_pos >= last_seq
     assert completed_in(tmp_path / "up.sqlite") == 2
     assert verify(tmp_path / "up.sqlite").ok
+
+
+async def test_up_on_a_server_configured_with_the_credentials_command_starts_every_process(tmp_path: Path) -> None:
+    """docs/multi-host.md: `faultline credentials` makes the users a cluster of one's own includes, then `up --nats`
+    runs on it. Every process `up` starts must be one of those users, the helper worker included."""
+    config = write_up_config(tmp_path)
+    made = await anyio.run_process(
+        [sys.executable, "-m", "faultline.cli", "credentials", "--config", str(config)], cwd=tmp_path, check=False
+    )
+    assert made.returncode == 0, made.stderr
+    folder = tmp_path / ".faultline" / "credentials"
+    node = folder / "node.conf"
+    node.write_text("server_name: own-node\ninclude ./nats-server.conf\n")
+    with EmbeddedServer(store_dir=tmp_path / "own-nats", config_file=node) as server:
+        process = faultline("up", "--config", str(config), "--nats", server.url, cwd=tmp_path)
+        try:
+            up = await wait_until_up(tmp_path, process)
+            await run_episodes_on(up, ["m1"])
+            process.send_signal(signal.SIGTERM)
+        finally:
+            err = await finish(process)
+    assert process.returncode == 0 and "journal caught up" in err.splitlines()[-1], err[-2000:]
+    assert completed_in(tmp_path / "up.sqlite") == 1
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

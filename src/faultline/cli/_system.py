@@ -161,7 +161,7 @@ def journal_health(args: argparse.Namespace) -> int:
 
 def _credentials(args: argparse.Namespace) -> int:
     config = config_of(args)
-    groups = check_system(config, config_source(args.config))
+    groups = _up_groups(config, check_system(config, config_source(args.config)))
     folder = args.dir or state_dir(Path(config.journal.path)) / "credentials"
     access = system_access(folder, config, groups, subject_prefix(args, config)).prepare()
     print(f"{access.server_config}: every NATS node's users and permissions (include it in each node's configuration)")
@@ -250,7 +250,7 @@ def _up(args: argparse.Namespace) -> int:
     workers = worker_specs(config, groups, args.config)
     if not system_of(config).is_user_system:  # FAMA's helpers and controller serve the built-in tool-use agents
         workers += [roster_worker(args.config), *fama_service(config, args.config, journal)]
-        groups = with_helpers(groups, HELPERS)  # the helper worker's credential covers every helper
+    groups = _up_groups(config, groups)
     prefix = subject_prefix(args, config)
     store_dir = Path(config.nats.store_dir)
     if args.tls and (args.nats or config.nats.url):
@@ -310,6 +310,13 @@ def _up(args: argparse.Namespace) -> int:
         highlight=False,
     )
     return 0
+
+
+def _up_groups(config: Config, groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """The worker groups whose identities `up` runs: the configured `groups` and, on the built-in tool-use system,
+    the helper worker's, whose credential covers every helper. `credentials` makes the same, so that a cluster
+    configured with its file lets every process of `up --nats` in."""
+    return groups if system_of(config).is_user_system else with_helpers(groups, HELPERS)
 
 
 def _otel_args(args: argparse.Namespace) -> tuple[str, ...]:
