@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
+import shlex
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,12 +19,21 @@ import anyio
 import pytest
 
 from faultline._errors import JournalError
+from faultline.api import RunPlan, plan_episodes
 from faultline.bus import OPERATOR, Bus, EmbeddedServer
 from faultline.journal import JournalReader, verify
-from faultline.runtime import Supervisor, check_journal
+from faultline.runtime import Completions, Supervisor, check_journal
 from faultline.runtime._journal_service import JournalService
 from tests.disk import fill
-from tests.runtime.live import episode_of, journal_everything, live_access, live_system, processes, run_episode
+from tests.runtime.live import (
+    episode_of,
+    journal_everything,
+    live_access,
+    live_system,
+    processes,
+    retail,
+    run_episode,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -173,6 +186,61 @@ async def test_a_full_journal_disk_refuses_new_episodes_loses_nothing_and_catche
     seqs, episodes = journal_content(journal)
     assert seqs == list(range(1, len(seqs) + 1))
     assert {episode_of("before"), episode_of("full"), episode_of("after")} <= episodes
+    assert verify(journal).ok
+
+
+async def test_a_run_the_full_journal_cuts_short_counts_what_completed_and_says_how_to_run_the_rest(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """docs/reliability.md: a run stops starting episodes while the journal cannot write, and `faultline run` stops
+    with one line that says how to resume; the command it names runs the rest once the journal writes again."""
+    journal = small_disk / "journal.sqlite"
+    plan = RunPlan(tasks=2, trials=50, run_id="rfull")
+    planned = plan_episodes(plan, retail())
+    with supervisor_log() as said:
+        async with live_system(tmp_path, journal) as supervisor:
+            bus = supervisor.bus
+            assert bus is not None
+            creds = str(live_access(tmp_path).credential_file(OPERATOR))
+            argv = ["run", "--nats", supervisor.url, "--creds", creds, "--journal", str(journal), "--tasks", "2"]
+            argv += ["--trials", "50", "--concurrency", "2", "--json", "--run-id", plan.run_id]
+            runs: list[subprocess.CompletedProcess[bytes]] = []
+
+            async def run(args: list[str]) -> None:
+                runs.append(await anyio.run_process([sys.executable, "-m", "faultline.cli", *args], check=False))
+
+            async with Completions(bus) as completions, anyio.create_task_group() as tg:
+                tg.start_soon(run, argv)
+                with anyio.fail_after(60):
+                    await completions.wait([planned[0].episode])
+                filler = fill(small_disk)
+            (cut,) = runs
+            err = cut.stderr.decode()
+            assert cut.returncode == 1 and err.count("\n") == 1, err
+            assert err.startswith("faultline: error: new episodes are refused while the journal cannot write (")
+            line = re.search(
+                r"; (\d+) of 100 episodes completed, (\d+) were running, (\d+) never started \(pass\^k counts the"
+                r" completed\); to run the other (\d+) into the same journal once the journal writes again: (.*)$",
+                err.strip(),
+            )
+            assert line, err
+            completed, running, never, rest = (int(n) for n in line.groups()[:4])
+            assert completed >= 1 and completed + running + never == 100 and rest == 100 - completed
+            assert json.loads(cut.stdout.decode().splitlines()[-1])["episodes"] == completed
+            command = shlex.split(line.group(5))
+            assert command == ["faultline", *argv, "--resume"]
+
+            filler.unlink()
+            await said.wait_for("the journal writes again")
+            await journal_everything(bus)
+            await run(command[1:])
+            rest_run = runs[-1]
+            assert rest_run.returncode == 0, rest_run.stderr.decode()
+            assert json.loads(rest_run.stdout.decode().splitlines()[-1])["episodes"] == 100
+            await journal_everything(bus)
+    with JournalReader(journal) as reader:
+        done = [e for e in reader.episodes() if e.episode.startswith("rfull-") and e.completion() is not None]
+    assert len({(e.task, e.trial) for e in done}) == 100
     assert verify(journal).ok
 
 

@@ -248,6 +248,8 @@ class RunResult:
     """How long the run waited, once its episodes were over, for the journal to hold all the stream held."""
     journal: str = ""
     """The journal that holds the run, as its service names it (on the service's host): known once it was waited for."""
+    refused: str = ""
+    """Why the journal refused new episodes, which ended the run before its plan ("" when it did not)."""
 
     def outcomes(self) -> list[tuple[PlannedEpisode, EpisodeCompleted]]:
         return [(p, self.completed[p.episode]) for p in self.planned if p.episode in self.completed]

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import anyio
 import msgspec
 
-from faultline._errors import ConfigError, NoResponderError, PluginError, ReplyTimeoutError
+from faultline._errors import ConfigError, JournalError, NoResponderError, PluginError, ReplyTimeoutError
 from faultline.api._plan import (
     RunPlan,
     RunResult,
@@ -164,6 +164,9 @@ class RunReport:
     """The signal that cut the run short, if one did; the episodes it did not complete are not counted."""
     journal_problem: str = ""
     """What went wrong with the journal service, in words ("" when it copied the whole stream)."""
+    refused: str = ""
+    """Why the journal refused new episodes, which cut the run short ("" when it did not): it could not write. The
+    episodes it did not complete are not counted; `resume` runs them once the journal writes again."""
     plan: RunPlan | None = None
     """What ran: the domain or system, the selection, the settings every episode took."""
 
@@ -363,7 +366,9 @@ def _run_planned(
             summary = with_costs(summary, held, plan.run_id, plan.helpers, episodes)
         if plan.system:
             summary = with_model_tokens(summary, held, plan.run_id)
-    return RunReport(summary, result, journal, plan.run_id, uses_sim(config), request.signum, problem, plan)
+    return RunReport(
+        summary, result, journal, plan.run_id, uses_sim(config), request.signum, problem, result.refused, plan
+    )
 
 
 def run_limits(config: Config, concurrency: int = 0, episode_timeout_s: float = 0.0) -> tuple[int, float]:
@@ -468,7 +473,7 @@ async def _run_local(
             settings=follow_settings(config),
             models=_models(config),
         ):
-            await run_plan(supervisor.bus, plan, result, ticker.on_done)
+            await _run_until_refused(supervisor.bus, plan, result, ticker.on_done)
         if config.memory.mode != "off":
             from faultline.services.memory import wait_for_memory
 
@@ -500,7 +505,7 @@ async def _run_remote(
             async with rules_in_force(
                 bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
             ):
-                await run_plan(bus, plan, result, ticker.on_done)
+                await _run_until_refused(bus, plan, result, ticker.on_done)
             try:  # so that what reads the journal next finds the whole run in it
                 await _wait_for_journal(bus, result, ticker)
             except (NoResponderError, ReplyTimeoutError) as exc:
@@ -509,6 +514,17 @@ async def _run_remote(
             with anyio.CancelScope(shield=True):
                 await bus.close()
     return request, problem
+
+
+async def _run_until_refused(
+    bus: Bus, plan: RunPlan, result: RunResult, on_done: Callable[[str, EpisodeCompleted], None]
+) -> None:
+    """`run_plan`, with the journal's refusal of new episodes kept in `result.refused` rather than raised: the
+    episodes completed before it still count, and the report can say how to run the rest."""
+    try:
+        await run_plan(bus, plan, result, on_done)
+    except JournalError as refused:
+        result.refused = str(refused)
 
 
 async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:

@@ -278,6 +278,11 @@ def _run(args: argparse.Namespace) -> int:
     if report.signal is not None:
         console.print(_stopped(report, args.nats), soft_wrap=True, highlight=False)
         return 128 + report.signal
+    if report.refused:
+        behind = f"; the journal did not catch up: {report.journal_problem}" if report.journal_problem else ""
+        started = report.episodes.completed or report.episodes.running  # else the same command runs them all
+        resume = _resume(report, " once the journal writes again") if started else ""
+        raise JournalError(f"{report.refused}; {_how_far(report)}{behind}{resume}")
     if report.journal_problem:
         raise JournalError(f"the run ended, but the journal did not catch up: {report.journal_problem}")
     errors = sum(summary.errors.values())
@@ -448,14 +453,8 @@ def _roster(text: str) -> list[str]:
 
 def _stopped(report: RunReport, url: str) -> str:
     """The one line that says what a stop signal left behind."""
-    episodes = report.episodes
-    never = len(episodes.planned) - len(episodes.completed) - len(episodes.running)
-    done = (
-        f"faultline: stopped by {report.signal_name}: {len(episodes.completed)} of {len(episodes.planned)} episodes"
-        f" completed, {len(episodes.running)} were running, {never} never started (pass^k counts the completed)"
-    )
-    rest = len(episodes.planned) - len(episodes.completed)
-    resume = f"; to run the other {rest} into the same journal: {resume_command(report)}" if rest else ""
+    done = f"faultline: stopped by {report.signal_name}: {_how_far(report)}"
+    resume = _resume(report)
     if url:
         return f"{done}; the system at {url} goes on with those{resume}"
     if report.journal_problem:
@@ -464,6 +463,22 @@ def _stopped(report: RunReport, url: str) -> str:
         f"{done}; nats-server, the journal service and the workers are stopped, and {report.journal} holds all"
         f" they published{resume}"
     )
+
+
+def _how_far(report: RunReport) -> str:
+    """How far a run cut short got."""
+    episodes = report.episodes
+    never = len(episodes.planned) - len(episodes.completed) - len(episodes.running)
+    return (
+        f"{len(episodes.completed)} of {len(episodes.planned)} episodes completed, {len(episodes.running)} were"
+        f" running, {never} never started (pass^k counts the completed)"
+    )
+
+
+def _resume(report: RunReport, when: str = "") -> str:
+    """The end of a cut short run's line: the command that runs the episodes it did not complete ("" if none)."""
+    rest = len(report.episodes.planned) - len(report.episodes.completed)
+    return f"; to run the other {rest} into the same journal{when}: {resume_command(report)}" if rest else ""
 
 
 def resume_command(report: RunReport, argv: Sequence[str] | None = None) -> str:
