@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -285,6 +287,32 @@ def test_a_set_is_never_written_with_another_shard_count(tmp_path: Path) -> None
     with pytest.raises(JournalError, match="is a journal file, not a journal set"):
         create_set(tmp_path / "file.sqlite", 2)
     assert msgspec.json.decode((folder / "journal-set.json").read_bytes())["shards"] == 4
+
+
+@pytest.mark.parametrize("command", [["run", "--tasks", "1"], ["up"]], ids=["run", "up"])
+def test_a_system_for_another_shard_count_than_its_set_is_refused_before_anything_starts(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """docs/scale.md: a changed `[journal] shards` on an existing set is refused in one line, said before the
+    journal services start (each would fail alone, and the command only name the first's log)."""
+    folder = tmp_path / "set"
+    create_set(folder, 2)
+    config = tmp_path / "faultline.toml"
+    config.write_text(f'[journal]\npath = "{folder}"\nshards = 3\n[nats]\nstore_dir = "{tmp_path / "nats"}"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "faultline.cli", *command, "--config", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"faultline: error: {folder}: a journal set of 2 shards, asked to write 3: its episodes are partitioned by"
+        " the count; set `[journal] shards = 2` or use a new folder\n"
+    )
+    assert not (tmp_path / "nats").exists(), "nothing started"
 
 
 def test_a_set_exports_shard_by_shard_and_imports_back_as_the_same_set(tmp_path: Path) -> None:

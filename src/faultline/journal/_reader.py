@@ -24,7 +24,7 @@ from faultline.core import EpisodeCompleted, digest, episode_shard
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
-from faultline.journal._set import journal_files
+from faultline.journal._set import is_journal_set, journal_files, set_of
 
 
 class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -475,6 +475,8 @@ def _summed(agent: str, costs: list[AgentCost]) -> AgentCost:
 def check_journal_target(path: Path, shards: int = 1) -> None:
     """JournalError, in one line, when a system could not write its journal (with `shards` above 1, a set's folder)
     at `path`: said before any process starts, where the journal service's log alone would say it after."""
+    if is_journal_set(path):  # written with another count, its episodes would move to other shards
+        set_of(path, shards)
     if shards > 1:
         if path.exists() and not path.is_dir():
             raise JournalError(f"{path}: is not a folder, so not a journal set of {shards} shards")

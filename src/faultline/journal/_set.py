@@ -85,6 +85,11 @@ def create_set(folder: Path, shards: int) -> SetManifest:
             pass
         finally:
             partial.unlink()
+    return set_of(folder, shards)
+
+
+def set_of(folder: Path, shards: int) -> SetManifest:
+    """The manifest of the set at `folder`; JournalError when it has another count than `shards`."""
     manifest = read_manifest(folder)
     if manifest.shards != shards:
         raise JournalError(
