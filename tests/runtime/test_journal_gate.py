@@ -6,13 +6,15 @@ many asks the starts make and what each start is told, not the journal.
 
 from __future__ import annotations
 
+import functools
+
 import anyio
 import msgspec
 import pytest
 
 from faultline._errors import JournalError
 from faultline.bus import Bus, Message
-from faultline.runtime import JOURNAL_SERVICE, JournalGate, JournalState
+from faultline.runtime import JOURNAL_SERVICE, JournalGate, JournalState, ask_journal
 
 STARTS = 20
 
@@ -80,3 +82,28 @@ async def test_a_start_after_the_journal_recovered_is_let_through(bus: Bus) -> N
         assert journal.asks == 2
     finally:
         await subscription.unsubscribe()
+
+
+SLOWER_SHARD_S = 0.5
+"""How much later than the other the second shard answers, as one process does after another under load."""
+
+
+async def test_every_shard_that_cannot_write_is_named(bus: Bus) -> None:
+    """docs/scale.md: the journal's state names the shards that cannot write (`status` and `journal health` print
+    it). A question with no sequence to reach is answered at once by every shard, so it waits for them all: the
+    first shard that said it cannot write used to end it, and a second one, stuck on the same disk, went unnamed."""
+
+    async def shard(k: int, msg: Message) -> None:
+        if k:
+            await anyio.sleep(SLOWER_SHARD_S)
+        await msg.respond(msgspec.json.encode(JournalState(stuck="database or disk is full", shard=k, shards=2)))
+
+    subscriptions = [
+        await bus.subscribe(bus.subjects.svc(JOURNAL_SERVICE), functools.partial(shard, k)) for k in range(2)
+    ]
+    try:
+        state = await ask_journal(bus, 10 * SLOWER_SHARD_S)
+        assert state.stuck == "shard 0: database or disk is full; shard 1: database or disk is full"
+    finally:
+        for subscription in subscriptions:
+            await subscription.unsubscribe()

@@ -96,7 +96,8 @@ async def ask_journal(bus: Bus, timeout_s: float, until: int = 0) -> JournalStat
 
 async def _ask_journal_once(bus: Bus, timeout_s: float, until: int) -> JournalState:
     subject = bus.subjects.svc(JOURNAL_SERVICE)
-    answers = await bus.request_all(subject, msgspec.json.encode({"until": until}), timeout_s, enough=_every_shard)
+    enough = functools.partial(_every_shard, until=until)
+    answers = await bus.request_all(subject, msgspec.json.encode({"until": until}), timeout_s, enough=enough)
     states = _states(answers)
     if not states:
         raise (ReplyTimeoutError if answers else NoResponderError)(
@@ -130,9 +131,11 @@ def _states(answers: list[bytes]) -> list[JournalState]:
     return list(states.values())
 
 
-def _every_shard(answers: list[bytes]) -> bool:
+def _every_shard(answers: list[bytes], *, until: int) -> bool:
+    """Whether every shard answered, or one that cannot write did while the others hold the question until they
+    reach `until`: with nothing to reach every shard answers at once, and each that cannot write is named."""
     states = _states(answers)
-    return bool(states) and (len(states) >= states[0].shards or any(s.stuck for s in states))
+    return bool(states) and (len(states) >= states[0].shards or (until > 0 and any(s.stuck for s in states)))
 
 
 class CallInFlight(msgspec.Struct, frozen=True, kw_only=True):
