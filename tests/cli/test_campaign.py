@@ -127,7 +127,7 @@ def test_a_signal_between_two_cells_stops_the_campaign_before_the_next_one(
         """A cell's run that ends well, after which the campaign's process is sent SIGTERM."""
         runs.append(label)
         os.kill(os.getpid(), signal.SIGTERM)
-        return SimpleNamespace(signal=None, journal_problem="")
+        return SimpleNamespace(signal=None, journal_problem="", refused="")
 
     monkeypatch.setattr(campaign_cli, "execute_run", run_then_signalled)
     before = signal.getsignal(signal.SIGTERM)
@@ -138,3 +138,20 @@ def test_a_signal_between_two_cells_stops_the_campaign_before_the_next_one(
     err = capsys.readouterr().err
     assert "stopped by SIGTERM before cell storm; run the same command again to resume: 1 of 2 cells" in err
     assert signal.getsignal(signal.SIGTERM) == before, "the campaign leaves the signal handlers as it found them"
+
+
+def test_a_cell_the_journal_cut_short_stays_unfinished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that the journal refused new episodes (it could not write) reports what completed: the cell holds only
+    part of its episodes, so the campaign stops on it and runs it again when run once more."""
+
+    def run_refused(args: object, *, label: str, sim_note: bool) -> SimpleNamespace:
+        return SimpleNamespace(signal=None, journal_problem="", refused="new episodes are refused (disk full)")
+
+    monkeypatch.setattr(campaign_cli, "execute_run", run_refused)
+    folder = tmp_path / "c"
+    assert main([*CAMPAIGN, "--out", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith("faultline: error: cell baseline was cut short: new episodes are refused (disk full)\n"), err
+    assert [c.done for c in read_manifest(folder).cells] == [False, False]

@@ -271,6 +271,8 @@ def _campaign(args: argparse.Namespace) -> int:
             between.catch()  # the run caught signals while it ran and left the default behind
             if outcome.signal is not None:
                 return _stopped(console, outcome.signal, f"in cell {cell.name}", index - 1, manifest)
+            if outcome.refused:  # an unfinished cell, run again when the campaign is
+                raise JournalError(f"cell {cell.name} was cut short: {outcome.refused}")
             if outcome.journal_problem:
                 problem = outcome.journal_problem
                 raise JournalError(f"cell {cell.name} ended, but its journal did not catch up: {problem}")
