@@ -363,7 +363,10 @@ async def test_up_on_a_server_configured_with_the_credentials_command_starts_eve
     runs on it. Every process `up` starts must be one of those users, the helper worker included."""
     config = write_up_config(tmp_path)
     made = await anyio.run_process(
-        [sys.executable, "-m", "faultline.cli", "credentials", "--config", str(config)], cwd=tmp_path, check=False
+        [sys.executable, "-m", "faultline.cli", "credentials", "--config", str(config)],
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},  # the test agents import from the repository
     )
     assert made.returncode == 0, made.stderr
     folder = tmp_path / ".faultline" / "credentials"
