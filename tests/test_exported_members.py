@@ -33,6 +33,7 @@ PUBLIC = {
         "RunError",
         "ServerError",
         "SubjectError",
+        "SubscribeRefusedError",
         "ToolError",
         "UsageError",
     },

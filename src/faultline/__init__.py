@@ -33,6 +33,7 @@ from faultline._errors import (
     RunError,
     ServerError,
     SubjectError,
+    SubscribeRefusedError,
     ToolError,
     UsageError,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "RunError",
     "ServerError",
     "SubjectError",
+    "SubscribeRefusedError",
     "ToolError",
     "UsageError",
 ]

@@ -76,6 +76,10 @@ class PublishRefusedError(BusError):
     """NATS refused a publish: the identity this process connected as may not publish on that subject."""
 
 
+class SubscribeRefusedError(BusError):
+    """NATS refused a subscription: the identity this process connected as may not hear that subject."""
+
+
 class DeliveriesLostError(BusError):
     """A consumer's deliveries skipped ahead: those between were sent over core NATS and lost on the way."""
 

@@ -27,8 +27,9 @@ import pytest_asyncio
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
+from faultline import SubscribeRefusedError
 from faultline.api import RunPlan, plan_episodes, start_envelopes
-from faultline.bus import JOURNAL, OPERATOR, FollowSettings, publish_controls
+from faultline.bus import JOURNAL, OPERATOR, Bus, FollowSettings, Login, publish_controls
 from faultline.core import (
     DeadLetter,
     Envelope,
@@ -396,6 +397,28 @@ async def test_a_forged_status_answer_is_left_out_or_shown_as_its_tellers(answer
     assert [status for status in told if status[1] != OUTSIDER] == [("worker", MAIN, ["env", "tool", "user"])]
     assert [status for status in told if status[1] == OUTSIDER] == (
         [("worker", OUTSIDER, ["forged"])] if b"forged" in answer else []
+    )
+
+
+async def test_a_credential_that_may_not_hear_the_workers_answers_is_told_so(running: Running, tmp_path: Path) -> None:
+    """The workers tell their status answers to the operator alone: asked with another credential, `status` said
+    "0 worker(s)" as if none ran. The API raises the server's refusal; the command says so in one line first."""
+    supervisor = running.supervisor
+    assert supervisor.access is not None
+    bus = await Bus.connect(supervisor.url, name="not-the-operator", login=Login(supervisor.access.credential(MAIN)))
+    try:
+        with pytest.raises(SubscribeRefusedError, match="worker-main.*permission to hear fl.svc.status"):
+            await worker_statuses(bus)
+    finally:
+        await bus.close()
+    creds = supervisor.access.credential_file(MAIN)
+    command = ["status", "--nats", supervisor.url, "--creds", str(creds)]
+    with anyio.fail_after(60):
+        done = await anyio.run_process([sys.executable, "-m", "faultline.cli", *command], check=False, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.decode() == (
+        "faultline: usage error: status: the workers tell their answers to the operator alone; 'worker-main' may"
+        " not hear them\n"
     )
 
 

@@ -1,5 +1,5 @@
-"""What the NATS server refused this connection: its login, its TLS handshake, its publishes and its requests to the
-JetStream API, which the client library hands on only as asynchronous errors."""
+"""What the NATS server refused this connection: its login, its TLS handshake, its publishes, its subscriptions and its
+requests to the JetStream API, which the client library hands on only as asynchronous errors."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from pathlib import Path
 import anyio
 import nats.errors
 
-from faultline._errors import PublishRefusedError
+from faultline._errors import PublishRefusedError, SubscribeRefusedError
 from faultline.bus._access import Credential
 from faultline.bus._acks import Round
 
 _REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]+)", re.IGNORECASE)
+_REFUSED_SUBSCRIPTION = re.compile(r"permissions violation for subscription to \"?([^\"' ]+)", re.IGNORECASE)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class Refusals:
         self.name = name
         self.subjects: deque[str] = deque(maxlen=256)
         """Lower case, as the client library hands the server's errors on."""
+        self.subscriptions: deque[str] = deque(maxlen=64)
+        """The subjects whose subscriptions the server refused, lower case."""
         self.login_refused = False
         self.api_refused = 0
         """How many requests to the JetStream API the server refused (`Bus._jetstream`)."""
@@ -62,6 +65,8 @@ class Refusals:
         if isinstance(exc, ssl.SSLError):
             self.tls_failure = getattr(exc, "verify_message", "") or getattr(exc, "reason", "") or str(exc)
             return
+        if refused := _REFUSED_SUBSCRIPTION.search(str(exc)):
+            self.subscriptions.append(refused.group(1))  # and logged below: a subscriber may not ask
         found = _REFUSED_PUBLISH.search(str(exc))
         if found is None:
             # Losing the server is said where it hurts (a publish unconfirmed, a read that fails) and is retried
@@ -100,6 +105,14 @@ class Refusals:
                     f"NATS refused {self.name} a consumer of {', '.join(filter_subjects)} on stream {stream}: the"
                     " credential it connected with may not read there"
                 )
+
+    def check_subscribed(self, subject: str) -> None:
+        """SubscribeRefusedError if the server refused the subscription to `subject`."""
+        if subject.lower() in self.subscriptions:
+            raise SubscribeRefusedError(
+                f"NATS refused {self.name} permission to hear {subject}: the credential it connected with may not"
+                " (the operator's may)"
+            )
 
     async def on_reconnect(self) -> None:
         self.reconnected.set()

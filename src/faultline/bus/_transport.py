@@ -249,6 +249,11 @@ class Bus:
             sub = await self.nc.subscribe(subject, queue=queue, cb=deliver)
         return Subscription(sub, self.nc)
 
+    def check_subscribed(self, subject: str) -> None:
+        """SubscribeRefusedError if the server refused this connection's subscription to `subject`: it says so
+        within a round trip of the subscription, and the client library only logs it."""
+        self._refusals.check_subscribed(subject)
+
     async def notify(self, subject: str, data: bytes, *, reply: str = "") -> None:
         """Send `data` to whoever subscribes to `subject` now; nothing is stored, and nobody answers, or each
         whoever answers to `reply` (a `new_inbox()` this connection subscribed to), however many they are."""

@@ -363,8 +363,12 @@ async def _system_status(
 def _status(args: argparse.Namespace) -> int:
     config = config_of(args)
     url = nats_url(args, config)
+    connect_as = login(args, config, url)
+    if connect_as.credential is not None and connect_as.credential.user != OPERATOR:
+        user = connect_as.credential.user
+        raise UsageError(f"status: the workers tell their answers to the operator alone; {user!r} may not hear them")
     replies, rosters, journal = anyio.run(
-        _system_status, url, subject_prefix(args, config, url), login(args, config, url), config.journal.shards
+        _system_status, url, subject_prefix(args, config, url), connect_as, config.journal.shards
     )
     if args.json:
         _jsonl.rows("worker", [msgspec.structs.asdict(reply) for reply in replies])  # every field, defaults too

@@ -224,6 +224,7 @@ async def worker_statuses(
         await anyio.sleep(window_s)  # no count to wait for: whoever tells in time is counted
     finally:
         await sub.unsubscribe()
+    bus.check_subscribed(bus.subjects.tell(STATUS_SERVICE, "*", ask.token))  # a credential that may not hear them
     return sorted(statuses, key=lambda status: (status.worker, status.identity))
 
 
