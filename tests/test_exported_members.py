@@ -341,6 +341,7 @@ PUBLIC = {
         "STATUS_SERVICE",
         "JOURNAL_SERVICE",
         "JOURNAL_STATE",
+        "STATUS_WAIT_S",
         "STATUS_WINDOW_S",
         "HelperPool",
         "FamaConfig",

@@ -296,6 +296,27 @@ def first_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     assert process.returncode == 0 and "journal caught up" in err.splitlines()[-1], err[-2000:]
 
 
+async def test_status_names_a_worker_of_the_up_here_that_does_not_answer(first_up: Running) -> None:
+    """A stopped or stuck worker said nothing, and `status` listed the others as if they were all."""
+
+    async def status() -> tuple[int, dict[str, Any]]:
+        done = await anyio.run_process(
+            [sys.executable, "-m", "faultline.cli", "status", "--json"], cwd=first_up.folder, check=False
+        )
+        [summary] = [line for line in map(json.loads, done.stdout.decode().splitlines()) if line["type"] == "summary"]
+        return done.returncode, summary
+
+    [pong] = [pid for pid, command in children(first_up.process.pid).items() if "--name worker-pong-0" in command]
+    assert await status() == (0, {"type": "summary", "workers": 3, "silent": [], "url": first_up.up.url,
+                                   "journal": "writing"})  # fmt: skip
+    os.kill(pong, signal.SIGSTOP)
+    try:
+        code, summary = await status()
+    finally:
+        os.kill(pong, signal.SIGCONT)
+    assert (code, summary["workers"], summary["silent"]) == (1, 2, ["worker-pong-0"])
+
+
 @pytest.mark.parametrize("elsewhere", [False, True], ids=["same directory", "same config elsewhere"])
 async def test_a_second_up_names_the_process_that_holds_the_system(first_up: Running, elsewhere: bool) -> None:
     first = first_up.process

@@ -23,7 +23,8 @@ from faultline.bus import Bus, Login, load_credential
 from faultline.runtime import Config, connect, load_config
 
 STATE_FILE = Path(".faultline/up.json")
-"""What `faultline up` writes of itself while it runs (url, prefix, pid, credentials, tls_ca, journal)."""
+"""What `faultline up` writes of itself while it runs (url, prefix, pid, credentials, tls_ca, journal, and its
+workers' names, comma-separated)."""
 T = TypeVar("T")
 
 
@@ -52,6 +53,16 @@ def _up_at(url: str) -> dict[str, str]:
     """What the `faultline up` running here wrote of itself when `url` is its server, else {}."""
     up = running_up() if url else {}
     return up if up.get("url") == url else {}
+
+
+def up_workers(url: str) -> tuple[list[str], Path | None]:
+    """The names of the workers the `faultline up` running here runs when `url` is its server (else none), and
+    the folder of their logs."""
+    up = _up_at(url)
+    journal = up.get("journal", "")
+    return [name for name in up.get("workers", "").split(",") if name], Path(
+        journal
+    ).parent / "logs" if journal else None
 
 
 def nats_url(args: argparse.Namespace, config: Config) -> str:

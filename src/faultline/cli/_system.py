@@ -33,12 +33,13 @@ from faultline.api import (
 from faultline.bus import OPERATOR, Bus, Login, TLSFiles
 from faultline.cli import _jsonl
 from faultline.cli._args import add_config_flag, connection_flags, otel_flags, otel_headers
-from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix
+from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix, up_workers
 from faultline.cli._text import table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
     ANY_COMPLETER,
+    STATUS_WAIT_S,
     STATUS_WINDOW_S,
     Config,
     JournalState,
@@ -285,6 +286,7 @@ def _up(args: argparse.Namespace) -> int:
         state = {"url": supervisor.url, "prefix": supervisor.prefix, "pid": os.getpid(), "credentials": operator}
         state["tls_ca"] = ca
         state["journal"] = str(journal.resolve())
+        state["workers"] = ",".join(spec.name for spec in supervisor.workers)  # whom `status` expects to answer
         write_atomically(STATE_FILE, json.dumps(state).encode())  # tests and scripts wait for this file
         try:
             console.print(_process_table(supervisor.status(), supervisor.url, journal))
@@ -350,12 +352,15 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
 
 
 async def _system_status(
-    url: str, prefix: str, connect_as: Login, shards: int
+    url: str, prefix: str, connect_as: Login, shards: int, expected: list[str]
 ) -> tuple[list[WorkerStatus], Rosters, _Journal]:
-    """What `status` shows, asked over one connection: the workers, the rosters in force, the journal."""
+    """What `status` shows, asked over one connection: the workers (waiting for the `expected` ones), the rosters in
+    force, the journal."""
     bus = await Bus.connect(url, prefix=prefix, login=connect_as)
     try:
-        return await worker_statuses(bus), await read_rosters(bus), await _journal_status(bus, shards)
+        window = STATUS_WAIT_S if expected else STATUS_WINDOW_S
+        workers = await worker_statuses(bus, window, expected=expected)
+        return workers, await read_rosters(bus), await _journal_status(bus, shards)
     finally:
         await bus.close()
 
@@ -367,15 +372,17 @@ def _status(args: argparse.Namespace) -> int:
     if connect_as.credential is not None and connect_as.credential.user != OPERATOR:
         user = connect_as.credential.user
         raise UsageError(f"status: the workers tell their answers to the operator alone; {user!r} may not hear them")
+    expected, logs = up_workers(url)
     replies, rosters, journal = anyio.run(
-        _system_status, url, subject_prefix(args, config, url), connect_as, config.journal.shards
+        _system_status, url, subject_prefix(args, config, url), connect_as, config.journal.shards, expected
     )
+    silent = sorted(set(expected) - {reply.worker for reply in replies})
     if args.json:
         _jsonl.rows("worker", [msgspec.structs.asdict(reply) for reply in replies])  # every field, defaults too
         _jsonl.rows("roster", _roster_rows(rosters))
         _jsonl.rows("journal", [{"shard": k, "waiting": n} for k, n in enumerate(journal.waiting)])
-        _jsonl.summary({"workers": len(replies), "url": url, "journal": journal.says()})
-        return 0
+        _jsonl.summary({"workers": len(replies), "silent": silent, "url": url, "journal": journal.says()})
+        return 1 if silent else 0
     table = Table(title=f"{len(replies)} worker(s)")
     for column in (
         "worker",
@@ -402,9 +409,15 @@ def _status(args: argparse.Namespace) -> int:
     console.print(table)
     waiting = ", ".join("-" if n is None else f"{n:,}" for n in journal.waiting)
     console.print(f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False)
+    if silent:
+        console.print(
+            f"no answer within {STATUS_WAIT_S:g}s from {', '.join(silent)}, which the `faultline up` here runs:"
+            f" stopped, stuck or restarting (logs: {logs})",
+            highlight=False,
+        )
     if rosters.domains:
         console.print(_rosters_table(rosters))
-    return 0 if replies else 1
+    return 0 if replies and not silent else 1
 
 
 @dataclasses.dataclass

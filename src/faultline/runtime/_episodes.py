@@ -50,6 +50,9 @@ JOURNAL_ASK_TIMEOUT_S = 2.0
 
 STATUS_WINDOW_S = 0.5
 """How long a runner collects the workers' answers when it asks what they are doing."""
+STATUS_WAIT_S = 5.0
+"""How long `faultline status` waits for the workers the `up` it asks runs: a busy worker may answer late, and one
+that does not answer in this time is reported silent."""
 
 
 class JournalState(msgspec.Struct):
@@ -206,22 +209,29 @@ class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 
 
 async def worker_statuses(
-    bus: Bus, window_s: float = STATUS_WINDOW_S, *, model_calls_only: bool = False
+    bus: Bus, window_s: float = STATUS_WINDOW_S, *, model_calls_only: bool = False, expected: Collection[str] = ()
 ) -> list[WorkerStatus]:
     """What every worker on `bus` tells within `window_s` when asked, each with the identity it told under; an
-    answer that is not one is left out (any worker may send anything)."""
+    answer that is not one is left out (any worker may send anything). Returns sooner once every worker named in
+    `expected` has answered."""
     ask = StatusAsk(token=secrets.token_hex(8), model_calls_only=model_calls_only)
     statuses: list[WorkerStatus] = []
+    waiting = set(expected)
+    everyone = anyio.Event()
 
     async def on_told(teller: str, msg: Message) -> None:
         status = decode_notice(msg.data, WorkerStatus, subject=msg.subject)
         if status is not None:
             statuses.append(msgspec.structs.replace(status, identity=teller))
+            waiting.discard(status.worker)
+            if expected and not waiting:
+                everyone.set()
 
     sub = await hear(bus, STATUS_SERVICE, ask.token, on_told)
     try:
         await bus.notify(bus.subjects.svc(STATUS_SERVICE), msgspec.json.encode(ask))
-        await anyio.sleep(window_s)  # no count to wait for: whoever tells in time is counted
+        with anyio.move_on_after(window_s):  # else no count to wait for: whoever tells in time is counted
+            await everyone.wait()
     finally:
         await sub.unsubscribe()
     bus.check_subscribed(bus.subjects.tell(STATUS_SERVICE, "*", ask.token))  # a credential that may not hear them
