@@ -161,13 +161,16 @@ def _owns(subjects: Subjects, name: str, filter_subject: str = "") -> tuple[str,
 
 
 def agent_reads(subjects: Subjects, agent: str, topics: Iterable[str] = ()) -> tuple[str, ...]:
-    """What a worker reads of the stream for `agent` besides its consumer: its inputs, recordings and timers
-    (rebuilding an instance, rearming timers after a restart)."""
+    """What a worker reads of the stream for `agent` besides its consumer: its inputs, its recordings, and what it
+    sent, its timers among them (rebuilding an instance, telling which of its inputs it handled, rearming timers
+    after a restart)."""
     return (
         subjects.direct("*", agent),
         *(subjects.topic("*", topic) for topic in topics),
         subjects.rec("*", agent),
-        subjects.event("timer", "*", agent),
+        subjects.direct("*", "*", agent),
+        subjects.topic("*", "*", agent),
+        subjects.event("*", "*", agent),
     )
 
 

@@ -149,6 +149,9 @@ class _Instance:
     handled_seq: int = 0
     """The stream sequence of the last input handled. Inputs reach the instance in stream order (lost
     deliveries are read again first), so one at or below it was handled: its acknowledgement was lost."""
+    stored: frozenset[str] = frozenset()
+    """The ids of the outputs a rebuilt instance's agent left in the stream before (`History.stored`): an input
+    handled again after a crash sends only the others, so none is stored twice, even past the duplicate window."""
     broken: str = ""
     failed: bool = False
     recorded: dict[str, dict[int, Recording]] = field(default_factory=dict)
@@ -169,6 +172,14 @@ class _Instance:
                 await self.arrived.wait()
             self.arrived = None
         return bool(self.inbox)
+
+
+def _unsent(instance: _Instance, envelopes: list[Envelope]) -> list[Envelope]:
+    """Those of `envelopes` the stream does not hold yet: all of them, but for an input a rebuilt instance
+    handles again (`_Instance.stored`)."""
+    if not instance.stored:
+        return envelopes
+    return [env for env in envelopes if env.id not in instance.stored]
 
 
 def _remember(episodes: dict[str, None], episode: str) -> None:
@@ -281,6 +292,9 @@ class Worker:
     """The instances of each episode, by agent: a completed episode's are forgotten together, at a cost
     that does not grow with the instances the worker holds."""
     _recovering: set[str] = field(default_factory=set)
+    _inherited: dict[str, int] = field(default_factory=dict)
+    """For each agent whose consumer had delivered before this worker opened it, the stream's last sequence then:
+    only inputs up to it may have been handled by a worker before this one (`_rebuild`)."""
     _backends: dict[str, ModelBackend] = field(default_factory=dict)
     _limiter: anyio.CapacityLimiter | None = None
     _history_reads: anyio.CapacityLimiter | None = None
@@ -409,6 +423,7 @@ class Worker:
             return consumer
         self._recovering.add(cls.name)
         if first:
+            self._inherited[cls.name] = (await self.bus.stream_state()).last_seq
             await self._rearm(cls.name)
         return consumer
 
@@ -490,14 +505,15 @@ class Worker:
                     continue
                 delivery, env = instance.inbox.pop(0)  # no checkpoint: the handler awaits its publishes anyway
                 async with _Slot(self._limiter) as slot:
+                    if not instance.rebuilt:
+                        await self._rebuild(cls, instance, env, delivery.stream_seq)
                     if delivery.stream_seq <= instance.handled_seq:
                         # handled and acknowledged already, the acknowledgement lost on the way (a stream
-                        # leader lost): handling it again would change the instance's state
+                        # leader lost, a server killed before it wrote it down): handling it again would change
+                        # the instance's state, and send again what it left
                         await self._settle_quiet(consumer, instance)
                         await self._release(consumer, delivery)
                         continue
-                    if not instance.rebuilt:
-                        await self._rebuild(cls, instance, env, delivery.stream_seq)
                     marker = await self._handle(cls, instance, env, delivery.stream_seq, slot)
                     instance.handled_seq = delivery.stream_seq
                     if marker is not None:
@@ -513,7 +529,7 @@ class Worker:
     async def _settle_quiet(self, consumer: Consumer, instance: _Instance) -> None:
         """Publish the last held marker, the evidence of every held input, and acknowledge them all."""
         if instance.quiet:
-            await self.bus.publish(instance.quiet[-1][1])
+            await self.bus.publish_all(_unsent(instance, [instance.quiet[-1][1]]))
             await self._acknowledge(consumer, [d for d, _ in instance.quiet])
             instance.quiet.clear()
 
@@ -530,24 +546,37 @@ class Worker:
 
     async def _rebuild(self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int) -> None:
         """After a restart, or for a late input of an episode whose instances were evicted, replay what this
-        instance had handled before `seq`.
+        instance had handled: the inputs before `seq`, and those from `seq` on that the stream shows handled.
 
         A restarted worker cannot tell an episode that began before the crash from
         a new one without looking, so it looks for every instance it creates (one
         short read of the stream each, at most `recovery_reads` at once). Outputs of the replayed inputs are in the
         stream already, so none is published; if today's code no longer matches
         the recordings, the instance is broken and its episode fails with the cause.
+
+        Inputs from `seq` on come again when their acknowledgements were lost: nats-server writes a consumer's
+        state lazily, and one killed before it wrote recent acknowledgements delivers those inputs again once
+        restarted (docs/reliability.md), to this worker or to the next. What the agent left in the stream tells
+        which were handled (`History.handled_through`); it is read where a worker before this one could have
+        handled an input (up to the stream's end when this worker opened its consumer), or this one before it
+        forgot the episode: a new input of a restarted worker costs no more reads.
         """
         instance.rebuilt = True
-        if cls.name not in self._recovering and env.episode not in self._evicted:
+        evicted = env.episode in self._evicted
+        if cls.name not in self._recovering and not evicted:
             return
+        outputs = evicted or seq <= self._inherited.get(cls.name, 0)
         assert self._history_reads is not None
         async with self._history_reads:
-            history = await load_history(self.bus, env.episode, cls.name, cls.topics, seq)
+            history = await load_history(self.bus, env.episode, cls.name, cls.topics, outputs=outputs)
         if history.completed_by:  # before this worker ran: its follower of completions began after
             self._ended(env.episode, history.completed_by)
         instance.recorded = history.recordings
-        for earlier in history.inputs:
+        instance.stored = frozenset(history.stored)
+        instance.handled_seq = history.handled_through(seq)
+        for at, earlier in history.inputs:
+            if at > instance.handled_seq:
+                break
             messages, _ = await self.bus.interceptors.inbound(earlier, cls.name)
             for message in messages:
                 recorder = Recorder(recorded=history.recordings.get(message.id, {}))
@@ -574,11 +603,12 @@ class Worker:
         if instance.broken:
             if not instance.failed:
                 instance.failed = True
-                await self.bus.publish_all(failure_envelopes(cls.name, env, NonDeterminismError(instance.broken)))
+                failure = failure_envelopes(cls.name, env, NonDeterminismError(instance.broken))
+                await self.bus.publish_all(_unsent(instance, failure))
             return None
         messages, events = await self.bus.interceptors.inbound(env, cls.name, seq)
         if events:
-            await self.bus.publish_all(events)
+            await self.bus.publish_all(_unsent(instance, events))
         for n, message in enumerate(messages, 1):
             recorded = instance.recorded.pop(message.id, {})
             outbox = self.bus.outbox()
@@ -592,10 +622,11 @@ class Worker:
             if len(messages) == 1 and len(outputs) == 1 and isinstance(outputs[0].body, NoOutput):
                 await outbox.settle()
                 return outputs[0]
-            for output in outputs:
+            sent = _unsent(instance, outputs)
+            for output in sent:
                 await outbox.send(output)
             await outbox.settle()
-            self._arm([env for env in outputs if isinstance(env.body, Timer)])
+            self._arm([env for env in sent if isinstance(env.body, Timer)])
         return None
 
     def _arm(self, timers: list[Envelope]) -> None:
