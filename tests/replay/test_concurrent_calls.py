@@ -15,6 +15,7 @@ from faultline.agent import (
     ChatMessage,
     Context,
     Envelope,
+    Finished,
     Grade,
     InputRecord,
     LlmRequest,
@@ -23,9 +24,13 @@ from faultline.agent import (
     System,
 )
 from faultline.bus import EmbeddedServer
-from faultline.core import Recording
-from faultline.replay import _replay
+from faultline.cli import main
+from faultline.core import SCORER, Recording
+from faultline.journal import JournalReader
+from faultline.replay import Keep, Replayer, _replay, fork_episode
+from faultline.runtime import Config, agent_lookup
 from faultline.testing import SystemRun, run_system
+from tests import jsonl
 
 BRANCHES = 3
 
@@ -171,3 +176,71 @@ async def test_a_handler_that_sleeps_replays_identical_within_a_limit(
     assert (
         divergence.what == "the handler now fails: HandlerTimeoutError: the handler ran past its time limit of 0.001s"
     )
+
+
+def position(run: SystemRun, mode: str, kind: str, recipient: str) -> int:
+    """The journal position of the episode's `kind` message to `recipient`."""
+    with JournalReader(run.journal) as reader:
+        rows = reader.episode_rows(run.episode(mode))
+        return next(row.pos for row in rows if (row.kind, row.recipient) == (kind, recipient))
+
+
+class Unasked:
+    """A backend a fork must not call: everything before its position is served from the journal."""
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        raise AssertionError(f"the fork asked the model: {request.messages[-1].content}")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_fork_after_chained_calls_answered_out_of_order_reproduces_the_episode(
+    nats_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fork rebuilt its agents serving calls by index: the chains' second calls began in the branches' order,
+    not the order their first answers came live, so the fork failed at the first of them where replay matched."""
+    run = await fan_run("chains", nats_server, tmp_path)
+    at = position(run, "chains", "finished", SCORER)
+    args = ["fork", str(run.journal), "--episode", run.episode("chains"), "--at", str(at), "--keep", "--json"]
+    code = await anyio.to_thread.run_sync(main, args)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    [result], _ = jsonl.read(out)
+    assert result["outcome"]["outcome"] == "success", result["outcome"]
+    with JournalReader(result["journal"]) as reader:
+        forked = next(row.envelope().body for row in reader.episode_rows(result["episode"]) if row.kind == "finished")
+    assert isinstance(forked, Finished) and forked.output == [f"a(a(c{i}) then)" for i in range(BRANCHES)]
+    assert Replayer(agent_lookup(Config())).replay(result["journal"]).identical
+
+
+class Silent:
+    """A model that never answers."""
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        await anyio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_fork_whose_handler_waits_forever_fails_within_the_limit(
+    nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """A fork ran its handlers with no limit: one waiting for a model that never answers hung the fork, and an
+    attribution with it."""
+    run = await fan_run("gather", nats_server, tmp_path)
+    at = position(run, "gather", "start", "fan")
+    with anyio.fail_after(30):
+        result = await fork_episode(
+            run.journal,
+            run.episode("gather"),
+            at,
+            Keep(),
+            lookup=agent_lookup(Config()),
+            backends=lambda _role: Silent(),
+            handler_timeout_s=0.2,
+        )
+    assert result.outcome.outcome == "error"
+    assert result.outcome.cause.startswith("HandlerTimeoutError in fan: the handler ran past its time limit of 0.2s")

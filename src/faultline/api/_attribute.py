@@ -51,6 +51,7 @@ def attribute(
                     samples=samples,
                     workers=workers,
                     scratch=scratch,
+                    handler_timeout_s=config.handler_timeout_s,
                 )
             )
             if progress is not None:

@@ -163,6 +163,7 @@ def _fork_with(args: argparse.Namespace) -> int:
             backends=lambda role: make_backend(config, role),
             out=_destination(args),
             settings=_settings(args.set) or None,
+            handler_timeout_s=config.handler_timeout_s,
         )
     )
     if args.json:

@@ -12,7 +12,7 @@ from faultline.core._context import (
     failed_by_agent,
     failure_envelopes,
 )
-from faultline.core._handling import Handling
+from faultline.core._handling import DEFAULT_HANDLER_TIMEOUT_S, Handling
 from faultline.core._harness import AgentHarness
 from faultline.core._interceptors import Inbound, Interceptor, InterceptorChain, Outbound
 from faultline.core._messages import (
@@ -147,6 +147,7 @@ __all__ = [
     "ConversationEnded",
     "DEAD_LETTER_KEPT_BYTES",
     "DEAD_LETTER_NOTE_CHARS",
+    "DEFAULT_HANDLER_TIMEOUT_S",
     "DEFAULT_PREFIX",
     "DeadLetter",
     "DefenseFired",

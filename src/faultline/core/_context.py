@@ -75,7 +75,8 @@ class Recorder:
     """Calls begun so far: the index of the next one."""
     any_order: bool = False
     """Whether a served call whose index holds another request takes the first unserved recording of its own:
-    a handler's concurrent branches begin their later calls in the order their answers came live."""
+    a handler's concurrent branches begin their later calls in the order their answers came live. Set where a
+    handler runs on a loop (`Handling.run`); driven by hand (`Handling.run_served`) a handler has no branches."""
 
     def begin(self) -> int:
         """The index of a call, taken as it begins: calls a handler makes concurrently (`asyncio.gather`, a task
@@ -149,7 +150,7 @@ class Recorder:
         """The recording that serves call #`index`: the one of that index, or with `any_order`, where that one is
         another request's or served already, the first unserved one of this request, if any."""
         recorded = self.recorded.get(index)
-        if not self.any_order:
+        if not self.any_order or not self.recorded:
             return recorded
         served = {made.index for made in self.made}
         if recorded is not None and recorded.index in served:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -33,6 +32,10 @@ from faultline.core._context import Context, Recorder, Services, failure_envelop
 from faultline.core._messages import Envelope, NoOutput, derive_id, handling_id
 
 log = logging.getLogger(__name__)
+
+DEFAULT_HANDLER_TIMEOUT_S = 300.0
+"""How long a handler may run where no configuration says otherwise (`[runtime] handler_timeout_s` is 0, or a fork
+or an attribution is run without a configuration): a handler that waits forever fails its episode, never hangs it."""
 
 
 class _NoLoop:
@@ -88,12 +91,16 @@ class Handling:
         self.recorder = recorder
         self.ctx = Context(agent=name, message=message, recorder=recorder, services=services, settings=settings)
 
-    async def run(self, timeout_s: float = math.inf) -> list[Envelope]:
+    async def run(self, timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S) -> list[Envelope]:
         """Run the handler on the event loop; return what it leaves behind, in publishing order.
 
         A handler past `timeout_s` is cancelled and fails with a `HandlerTimeoutError`
-        that names the model call it was waiting on, if any.
+        that names the model call it was waiting on, if any. On a loop a handler's concurrent
+        branches may begin their calls in another order than they did live, so each recorded
+        call is served to the call of its own request (`Recorder.any_order`): every path that
+        runs handlers on a loop (a worker, its rebuild after a restart, replay, a fork) serves alike.
         """
+        self.recorder.any_order = True
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + timeout_s) as scope:
                 await self.agent.on_message(self.message, self.ctx)

@@ -49,6 +49,7 @@ import msgspec
 
 from faultline._errors import FaultlineError
 from faultline.core import (
+    DEFAULT_HANDLER_TIMEOUT_S,
     AssistantTurn,
     FaultApplied,
     Finished,
@@ -298,9 +299,11 @@ class _Forks:
         backends: Callable[[str], ModelBackend],
         out: Path,
         workers: int,
+        handler_timeout_s: float,
     ) -> None:
         self.journal, self.episode, self.rows, self.made = journal, episode, rows, made
         self.lookup, self.backends, self.out = lookup, backends, out
+        self.handler_timeout_s = handler_timeout_s
         self.limiter = anyio.CapacityLimiter(max(1, workers))
         self.results: dict[str, ForkResult] = {}
         self.draws = 0
@@ -343,6 +346,7 @@ class _Forks:
                     settings=settings[i],
                     verified=True,
                     answer=answer,
+                    handler_timeout_s=self.handler_timeout_s,
                 )
 
         async with anyio.create_task_group() as group:
@@ -394,6 +398,7 @@ async def attribute_episode(
     samples: int = DEFAULT_SAMPLES,
     workers: int = DEFAULT_SAMPLES,
     scratch: str | Path | None = None,
+    handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S,
 ) -> Attribution:
     """Attribute the failure of `episode` to an agent and a step (see the module docstring).
 
@@ -402,7 +407,8 @@ async def attribute_episode(
     counterfactuals, and stops at the first that finds a decisive step. Forks go to
     `scratch` (default `forks_path(journal)`), never to the source unless it is
     named; forks already there are reused. `samples` is the number of live
-    continuations per step of the sampled method, run `workers` at a time.
+    continuations per step of the sampled method, run `workers` at a time, each handler of theirs within
+    `handler_timeout_s` (`fork_episode`).
     """
     started = time.perf_counter()
     journal = Path(journal)
@@ -433,6 +439,7 @@ async def attribute_episode(
         backends=backends,
         out=Path(scratch) if scratch is not None else forks_path(journal),
         workers=workers,
+        handler_timeout_s=handler_timeout_s,
     )
     order: list[tuple[str, Callable[[], Awaitable[Attribution | None]]]] = [
         (FAULT_REPAIR, lambda: _fault_repair(forks, samples)),

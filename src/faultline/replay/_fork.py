@@ -47,6 +47,7 @@ import msgspec
 
 from faultline._errors import BusError, FaultlineError, JournalError
 from faultline.core import (
+    DEFAULT_HANDLER_TIMEOUT_S,
     Agent,
     Control,
     Envelope,
@@ -241,6 +242,8 @@ class _Fork:
     """(agent, message id) -> the answer to that handler's first model call (`Answer`)."""
     faults: FaultInterceptor = field(default_factory=lambda: FaultInterceptor(RuleSet()))
     """The source's fault rules, applied to what the fork's handlers send as a worker's interceptor would."""
+    handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
+    """How long each handler may run, history and live part alike: past it, it fails as a worker's would."""
 
     async def keep(self, env: Envelope) -> None:
         self.record([env])
@@ -278,7 +281,8 @@ class _Fork:
         services = self.services if answer is None else _Answered(self.services, answer)
         faults = self.faults.request_fault(self.keep)
         recorder = Recorder(recorded=recorded or {}, services=services, store=self.keep, faults=faults)
-        outputs = await Handling(self.instances[name], name, env, recorder, services=services).run()
+        handling = Handling(self.instances[name], name, env, recorder, services=services)
+        outputs = await handling.run(self.handler_timeout_s)
         for output in outputs:
             if not skip or output.id not in skip:
                 sent = Outbound(output)
@@ -350,6 +354,7 @@ async def fork_episode(
     settings: Mapping[str, Any] | None = None,
     verified: bool = False,
     answer: Answer | None = None,
+    handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S,
 ) -> ForkResult:
     """Fork `episode` at journal position `at`; see the module docstring.
 
@@ -358,7 +363,8 @@ async def fork_episode(
     in the fork (attribution passes `sample` and `sample_from`, so that the
     simulator draws afresh from a decision on). `answer` gives one model call of the handler of the message at
     the position its output. The journal's chain is checked first unless the caller
-    `verified` it already.
+    `verified` it already. A handler that runs past `handler_timeout_s` (a configuration's
+    `handler_timeout_s`, where there is one) fails, and the fork with it, as it would on a worker.
     """
     started = time.perf_counter()
     if not verified:
@@ -422,7 +428,7 @@ async def fork_episode(
 
     # Outputs that already exist (or that the change governs) are not sent again.
     skip = {r.id for r in prefix} | {target.id} | ({delivered.id} if delivered else set())
-    fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}")
+    fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}", handler_timeout_s=handler_timeout_s)
     injector = context_injector(fork.services, fork.keep)
     fork.faults = _interceptor(rules, [*prefix, target], new, list(classes), injector)
     fork.record(history, bodies)

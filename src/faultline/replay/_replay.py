@@ -298,7 +298,7 @@ def _replay_inputs(
         if served:
             continue
         recorded = track.recordings.get(message.id, {})
-        recorder = Recorder(recorded=recorded, any_order=loop is not None)
+        recorder = Recorder(recorded=recorded)
         handling = Handling(agent, name, message, recorder, settings=settings)
         try:
             if loop is None:

@@ -27,6 +27,7 @@ from faultline.agents import EpisodeSpec
 from faultline.core import (
     ALL_AGENTS,
     BUILTIN_SYSTEM,
+    DEFAULT_HANDLER_TIMEOUT_S,
     DEFAULT_PREFIX,
     MAX_PARTITIONS,
     ModelBackend,
@@ -58,9 +59,6 @@ ALL_ROLES = "*"
 
 MAX_WORKERS = 256
 """The most worker processes a group may have."""
-
-DEFAULT_HANDLER_TIMEOUT_S = 300.0
-"""How long a handler may run when `[runtime] handler_timeout_s` is 0 and no model role needs longer."""
 
 
 class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

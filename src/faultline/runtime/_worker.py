@@ -70,6 +70,7 @@ from anyio.abc import TaskGroup
 from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError
 from faultline.bus import Bus, Consumer, Delivery, Message, asked_again, decode_notice, tell
 from faultline.core import (
+    DEFAULT_HANDLER_TIMEOUT_S,
     RUNNER,
     Agent,
     Envelope,
@@ -88,7 +89,7 @@ from faultline.core import (
     failure_envelopes,
     timer_fired,
 )
-from faultline.runtime._config import DEFAULT_HANDLER_TIMEOUT_S, RuntimeConfig
+from faultline.runtime._config import RuntimeConfig
 from faultline.runtime._episodes import STATUS_SERVICE, StatusAsk, WorkerStatus, in_flight
 from faultline.runtime._recovery import load_history, pending_timers
 
@@ -581,7 +582,7 @@ class Worker:
             for message in messages:
                 recorder = Recorder(recorded=history.recordings.get(message.id, {}))
                 try:
-                    await self._handling(cls, instance, message, recorder).run()
+                    await self._handling(cls, instance, message, recorder).run(self.settings.handler_timeout_s)
                 except NonDeterminismError as exc:
                     instance.broken = f"cannot rebuild after a restart: {exc}"
                     log.error("%s", instance.broken, extra={"episode": env.episode, "agent": cls.name})

@@ -81,6 +81,7 @@ async def attribute_case(path: str | Path, case: FailureCase, config: Config) ->
         lookup=agent_lookup(config),
         backends=lambda role: make_backend(config, role),
         method=ATTRIBUTION_METHODS[config.fama.attribution],
+        handler_timeout_s=config.handler_timeout_s,
     )
     return with_attribution(case, found)
 
