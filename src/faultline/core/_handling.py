@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import selectors
 import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -30,6 +31,9 @@ from faultline._errors import HandlerTimeoutError, NonDeterminismError
 from faultline.core._agent import Agent
 from faultline.core._context import Context, Recorder, Services, failure_envelopes
 from faultline.core._messages import Envelope, NoOutput, derive_id, handling_id
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,66 @@ class _LoopNeeded(BaseException):
 
 
 _NO_LOOP = _NoLoop()
+
+
+class _OutsideWorld(NonDeterminismError):
+    """What a handler on an `_Offline` loop gets where it reaches outside: an error it is unlikely to catch (no
+    `OSError`, which network code retries), turned into one that names the handler once it is over."""
+
+
+class _Sealed(selectors.DefaultSelector):
+    """A selector that, once sealed, registers no file descriptor: nothing a loop would wait on is opened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sealed = False
+        self.refused = ""
+
+    def refuse(self, what: str) -> None:
+        self.refused = self.refused or what
+        raise _OutsideWorld(what)
+
+    def register(self, fileobj: FileDescriptorLike, events: int, data: Any = None) -> selectors.SelectorKey:
+        if self.sealed:
+            self.refuse(f"waiting on file descriptor {fileobj if isinstance(fileobj, int) else fileobj.fileno()}")
+        return super().register(fileobj, events, data)
+
+
+class _Offline(asyncio.SelectorEventLoop):
+    """An event loop without the outside world, for a handler whose every call is served from the journal.
+
+    Sleeps, futures and the handler's own tasks run as on any loop; what would reach outside is refused before it
+    starts (a connection, a name lookup, a process, a datagram endpoint) or, for anything else that waits on a file
+    descriptor (a socket, a pipe), as it is registered. The first refusal is remembered, so a handler that catches
+    the error is caught all the same (`Handling.run_offline`).
+    """
+
+    def __init__(self) -> None:
+        self.sealed = _Sealed()
+        super().__init__(self.sealed)
+        self.sealed.sealed = True  # after the loop's own wake-up pipe
+
+    @property
+    def refused(self) -> str:
+        return self.sealed.refused
+
+    async def getaddrinfo(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        self.sealed.refuse(f"a name lookup of {host}:{port}")
+
+    async def getnameinfo(self, sockaddr: Any, flags: int = 0) -> Any:
+        self.sealed.refuse(f"a name lookup of {sockaddr}")
+
+    async def sock_connect(self, sock: Any, address: Any) -> None:
+        self.sealed.refuse(f"a connection to {address}")
+
+    async def create_datagram_endpoint(self, protocol_factory: Any, *args: Any, **kwargs: Any) -> Any:
+        self.sealed.refuse("a datagram endpoint")
+
+    async def subprocess_exec(self, protocol_factory: Any, program: Any, *args: Any, **kwargs: Any) -> Any:
+        self.sealed.refuse(f"a process {program}")
+
+    async def subprocess_shell(self, protocol_factory: Any, cmd: Any, **kwargs: Any) -> Any:
+        self.sealed.refuse(f"a process {cmd}")
 
 
 def _first(group: BaseExceptionGroup[NonDeterminismError]) -> NonDeterminismError:
@@ -160,6 +224,30 @@ class Handling:
         finally:
             asyncio.events._set_running_loop(running)
         return None
+
+    def run_offline(self, timeout_s: float) -> list[Envelope]:
+        """`run` on an event loop of its own that reaches nothing outside (`_Offline`), for a handler whose every
+        call is served: one that connects, looks up a name, starts a process or waits on a file descriptor by
+        itself would do it again under replay, so it is a `NonDeterminismError` instead, whether or not the
+        handler caught the refusal. Blocking calls (`requests`, a socket used synchronously) never reach the loop,
+        and are out of its reach."""
+        loop = _Offline()
+        try:
+            return anyio.run(self._sealed_run, loop, timeout_s, backend_options={"loop_factory": lambda: loop})
+        finally:
+            loop.close()
+
+    async def _sealed_run(self, loop: _Offline, timeout_s: float) -> list[Envelope]:
+        try:
+            return await self.run(timeout_s)
+        finally:
+            if loop.refused:
+                raise NonDeterminismError(
+                    f"agent {self.name!r} handling {self.message.kind} {self.message.id} did I/O outside ctx"
+                    f" ({loop.refused}): replay runs nothing live, so a handler reaches outside only through its"
+                    " ctx calls (ctx.request, ctx.llm)",
+                    got={"io": loop.refused},
+                ) from None
 
     def _timed_out(self, timeout_s: float) -> str:
         text = f"the handler ran past its time limit of {timeout_s:g}s"

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 
 from faultline._errors import ChainError, JournalError, NonDeterminismError, PluginError
@@ -306,7 +305,7 @@ def _replay_inputs(
                 if produced is None:
                     raise _OnLoop
             else:
-                produced = loop.submit(anyio.run, handling.run, LOOP_HANDLER_LIMIT_S).result()
+                produced = loop.submit(handling.run_offline, LOOP_HANDLER_LIMIT_S).result()
         except NonDeterminismError as exc:
             if exc.got is not None:  # the journal's side is read where its requests are expanded (`_with_requests`)
                 return handled, diverged(str(exc), got=exc.got)
