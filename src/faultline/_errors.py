@@ -139,8 +139,8 @@ class ToolError(DomainError):
 class NonDeterminismError(FaultlineError):
     """Code under replay asked for a call the journal does not hold at that point.
 
-    `got`: what the code asked for where a call differs from the journal's (`{"call", "index", "request"}`), or
-    the I/O a handler did outside its calls (`{"io"}`), for the report's diff."""
+    `got`: what the code asked for where a call differs from the journal's or is not in it (`{"call", "index",
+    "request"}`), or the I/O a handler did outside its calls (`{"io"}`), for the report's diff."""
 
     def __init__(self, message: str, *, got: Any = None) -> None:
         super().__init__(message)

@@ -168,6 +168,23 @@ def test_a_call_the_code_no_longer_makes_is_shown_whole(sim_journal: Path) -> No
     assert first.expected["response"]["content"] or first.expected["response"]["tool_calls"]
 
 
+class CuriousTool(ToolAgent):
+    """The tool agent that reads the clock once more after handling each input."""
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        await super().on_message(msg, ctx)
+        await ctx.now()
+
+
+def test_a_call_the_journal_does_not_hold_is_shown_as_that_call(sim_journal: Path) -> None:
+    """The divergence showed no call, or the one served before it (which the journal does hold) as what the code
+    made: its request was not kept."""
+    first = Replayer(with_tool(CuriousTool)).replay(sim_journal).divergences[0]
+    assert first.agent == "tool" and first.what.endswith("now() that the journal does not hold")
+    assert first.got == {"call": "now", "index": int(first.what.split("#")[1].split()[0]), "request": None}
+    assert first.expected is None
+
+
 def test_a_tampered_journal_is_refused_with_its_row(journal_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = sqlite3.connect(journal_copy)
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():

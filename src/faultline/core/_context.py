@@ -122,7 +122,8 @@ class Recorder:
         if self.services is None:
             raise NonDeterminismError(
                 f"agent {ctx.agent!r} handling {ctx.message.kind} {ctx.message.id} made call #{index} "
-                f"{call}() that the journal does not hold"
+                f"{call}() that the journal does not hold",
+                got={"call": call, "index": index, "request": msgspec.to_builtins(request)},
             )
         error = ""
         response: Any = None

@@ -306,11 +306,8 @@ def _replay_inputs(
                     raise _OnLoop
             else:
                 produced = loop.submit(handling.run_offline, LOOP_HANDLER_LIMIT_S).result()
-        except NonDeterminismError as exc:
-            if exc.got is not None:  # the journal's side is read where its requests are expanded (`_with_requests`)
-                return handled, diverged(str(exc), got=exc.got)
-            made = recorder.made[-1] if recorder.made else None
-            return handled, diverged(str(exc), got=msgspec.to_builtins(made) if made else None)
+        except NonDeterminismError as exc:  # the journal's side is read where requests are expanded (`_with_requests`)
+            return handled, diverged(str(exc), got=exc.got)
         handled += 1
         unserved = sorted(recorded.keys() - {made.index for made in recorder.made})
         if unserved:
