@@ -65,6 +65,12 @@ class Fan(Agent):
                 for i in range(BRANCHES):
                     tg.start_soon(chain, i)
             ctx.finish([out[i] for i in range(BRANCHES)])
+        elif mode == "tidy":
+            try:
+                await asyncio.sleep(0)
+                ctx.finish("tidied")
+            finally:
+                await asyncio.sleep(0.001)
         else:
             await anyio.sleep(0.01)
             ctx.finish("rested")
@@ -176,6 +182,15 @@ async def test_a_handler_that_sleeps_replays_identical_within_a_limit(
     assert (
         divergence.what == "the handler now fails: HandlerTimeoutError: the handler ran past its time limit of 0.001s"
     )
+
+
+async def test_a_handler_whose_cleanup_awaits_as_it_is_given_up_replays_identical(
+    nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Driven by hand, a handler that suspended was closed there, and its cleanup, awaiting the loop, escaped
+    replay as a traceback: it is decided on a loop, as one that reaches for the loop before it suspends is."""
+    run = await fan_run("tidy", nats_server, tmp_path)
+    assert run.replay().identical
 
 
 def position(run: SystemRun, mode: str, kind: str, recipient: str) -> int:

@@ -22,7 +22,7 @@ import selectors
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -220,7 +220,9 @@ class Handling:
         except (Exception, _LoopNeeded):  # noqa: BLE001 - a failure, or the loop reached for: decided on a loop
             return None
         else:
-            coro.close()
+            # Given up: cleanup of its own that awaits (the loop, or again) is undecided here too, not replay's error.
+            with suppress(Exception, _LoopNeeded):
+                coro.close()
         finally:
             asyncio.events._set_running_loop(running)
         return None
