@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 
 from faultline.core import (
@@ -28,12 +30,23 @@ class Asks(Agent):
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         if msg.body.text == "ask":  # type: ignore[union-attr]
             await ctx.llm(LlmRequest(role="slow", messages=[ChatMessage(role="user", content="hi")]))
+        elif msg.body.text == "ask both":  # type: ignore[union-attr]
+            await asyncio.gather(
+                *(
+                    ctx.llm(LlmRequest(role=role, messages=[ChatMessage(role="user", content="hi")]))
+                    for role in ("slow", "quick")
+                )
+            )
         else:
             await anyio.sleep_forever()
 
 
 class NeverAnswers:
+    """Answers the role `quick` only."""
+
     async def complete(self, request: LlmRequest) -> LlmResponse:
+        if request.role == "quick":
+            return LlmResponse(content="hello")
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
@@ -63,6 +76,16 @@ async def test_a_handler_stuck_on_a_model_call_names_the_call() -> None:
     )
     assert completed.outcome == "error"
     assert completed.cause == f"HandlerTimeoutError in asker: {error.message}"
+
+
+async def test_a_handler_stuck_on_one_of_its_concurrent_model_calls_names_that_call() -> None:
+    """The handler's one model call in flight was forgotten as soon as any of its calls answered: the cause named
+    no call, or the last to begin rather than the one still waited on."""
+    error, _ = await failure_of("ask both")
+    assert (
+        error.message
+        == "the handler ran past its time limit of 0.05s, waiting for its model call (role slow, attempt 1)"
+    )
 
 
 async def test_a_handler_stuck_elsewhere_says_only_its_limit() -> None:

@@ -194,8 +194,9 @@ class Context:
         self.message = message
         self.settings: Mapping[str, Any] = settings or {}
         self.outputs: list[Envelope] = []
-        self.model_call: ModelCall | None = None
-        """The model call being made now, if any (for the cause of a handler timeout)."""
+        self.model_calls: list[ModelCall] = []
+        """The model calls being made now, in the order they began (for the cause of a handler timeout): a handler's
+        concurrent branches may each wait on one."""
         self._recorder = recorder
         self._services = services
 
@@ -254,18 +255,18 @@ class Context:
             assert services is not None
             backend = services.backend_for(request.role)
             services.model_calls.add(call)
-            self.model_call = call  # left set when the handler is cancelled, so its timeout can name the call
+            self.model_calls.append(call)  # left in when the handler is cancelled, so its timeout can name the call
             try:
                 if _reports_attempts(type(backend)):
                     response = await cast(ReportsAttempts, backend).complete_call(sent, call)
                 else:
                     response = await backend.complete(sent)
             except Exception:
-                self.model_call = None
+                self.model_calls.remove(call)
                 raise
             finally:
                 services.model_calls.discard(call)
-            self.model_call = None
+            self.model_calls.remove(call)
             return response
 
         raw = await self._recorder.call(

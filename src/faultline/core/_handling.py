@@ -253,10 +253,11 @@ class Handling:
 
     def _timed_out(self, timeout_s: float) -> str:
         text = f"the handler ran past its time limit of {timeout_s:g}s"
-        call = self.ctx.model_call
-        if call is None:
+        if not self.ctx.model_calls:
             return text
-        return f"{text}, waiting for its model call (role {call.role}, attempt {call.attempt})"
+        call, *others = self.ctx.model_calls
+        more = f" and {len(others)} more" if others else ""
+        return f"{text}, waiting for its model call (role {call.role}, attempt {call.attempt}){more}"
 
     def _outputs(self) -> list[Envelope]:
         return self.ctx.outputs or [no_output_marker(self.name, self.message)]
