@@ -153,6 +153,7 @@ PUBLIC = {
         "ConversationEnded",
         "DEAD_LETTER_KEPT_BYTES",
         "DEAD_LETTER_NOTE_CHARS",
+        "DEFAULT_HANDLER_TIMEOUT_S",
         "DEFAULT_PREFIX",
         "DeadLetter",
         "DefenseFired",
