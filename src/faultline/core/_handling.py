@@ -18,103 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import selectors
 import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from faultline._errors import HandlerTimeoutError, NonDeterminismError
 from faultline.core._agent import Agent
 from faultline.core._context import Context, Recorder, Services, failure_envelopes
+from faultline.core._loops import NO_LOOP, LoopNeeded, OfflineLoop
 from faultline.core._messages import Envelope, NoOutput, derive_id, handling_id
-
-if TYPE_CHECKING:
-    from _typeshed import FileDescriptorLike
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HANDLER_TIMEOUT_S = 300.0
 """How long a handler may run where no configuration says otherwise (`[runtime] handler_timeout_s` is 0, or a fork
 or an attribution is run without a configuration): a handler that waits forever fails its episode, never hangs it."""
-
-
-class _NoLoop:
-    """The running loop while a handler is driven by hand: whatever reaches for the loop fails at once, instead
-    of scheduling tasks on a loop of the caller's that would run them after the handler was given up."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise _LoopNeeded(name)
-
-
-class _LoopNeeded(BaseException):
-    """A handler driven by hand reached for the event loop (a BaseException: its own `except Exception` stays out)."""
-
-
-_NO_LOOP = _NoLoop()
-
-
-class _OutsideWorld(NonDeterminismError):
-    """What a handler on an `_Offline` loop gets where it reaches outside: an error it is unlikely to catch (no
-    `OSError`, which network code retries), turned into one that names the handler once it is over."""
-
-
-class _Sealed(selectors.DefaultSelector):
-    """A selector that, once sealed, registers no file descriptor: nothing a loop would wait on is opened."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sealed = False
-        self.refused = ""
-
-    def refuse(self, what: str) -> None:
-        self.refused = self.refused or what
-        raise _OutsideWorld(what)
-
-    def register(self, fileobj: FileDescriptorLike, events: int, data: Any = None) -> selectors.SelectorKey:
-        if self.sealed:
-            self.refuse(f"waiting on file descriptor {fileobj if isinstance(fileobj, int) else fileobj.fileno()}")
-        return super().register(fileobj, events, data)
-
-
-class _Offline(asyncio.SelectorEventLoop):
-    """An event loop without the outside world, for a handler whose every call is served from the journal.
-
-    Sleeps, futures and the handler's own tasks run as on any loop; what would reach outside is refused before it
-    starts (a connection, a name lookup, a process, a datagram endpoint) or, for anything else that waits on a file
-    descriptor (a socket, a pipe), as it is registered. The first refusal is remembered, so a handler that catches
-    the error is caught all the same (`Handling.run_offline`).
-    """
-
-    def __init__(self) -> None:
-        self.sealed = _Sealed()
-        super().__init__(self.sealed)
-        self.sealed.sealed = True  # after the loop's own wake-up pipe
-
-    @property
-    def refused(self) -> str:
-        return self.sealed.refused
-
-    async def getaddrinfo(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-        self.sealed.refuse(f"a name lookup of {host}:{port}")
-
-    async def getnameinfo(self, sockaddr: Any, flags: int = 0) -> Any:
-        self.sealed.refuse(f"a name lookup of {sockaddr}")
-
-    async def sock_connect(self, sock: Any, address: Any) -> None:
-        self.sealed.refuse(f"a connection to {address}")
-
-    async def create_datagram_endpoint(self, protocol_factory: Any, *args: Any, **kwargs: Any) -> Any:
-        self.sealed.refuse("a datagram endpoint")
-
-    async def subprocess_exec(self, protocol_factory: Any, program: Any, *args: Any, **kwargs: Any) -> Any:
-        self.sealed.refuse(f"a process {program}")
-
-    async def subprocess_shell(self, protocol_factory: Any, cmd: Any, **kwargs: Any) -> Any:
-        self.sealed.refuse(f"a process {cmd}")
 
 
 def _first(group: BaseExceptionGroup[NonDeterminismError]) -> NonDeterminismError:
@@ -210,36 +132,36 @@ class Handling:
         """
         coro = self.agent.on_message(self.message, self.ctx)
         running = asyncio.events._get_running_loop()
-        asyncio.events._set_running_loop(_NO_LOOP)  # type: ignore[arg-type]
+        asyncio.events._set_running_loop(NO_LOOP)  # type: ignore[arg-type]
         try:
             coro.send(None)
         except StopIteration:
             return self._outputs()
         except NonDeterminismError:
             raise
-        except (Exception, _LoopNeeded):  # noqa: BLE001 - a failure, or the loop reached for: decided on a loop
+        except (Exception, LoopNeeded):  # noqa: BLE001 - a failure, or the loop reached for: decided on a loop
             return None
         else:
             # Given up: cleanup of its own that awaits (the loop, or again) is undecided here too, not replay's error.
-            with suppress(Exception, _LoopNeeded):
+            with suppress(Exception, LoopNeeded):
                 coro.close()
         finally:
             asyncio.events._set_running_loop(running)
         return None
 
     def run_offline(self, timeout_s: float) -> list[Envelope]:
-        """`run` on an event loop of its own that reaches nothing outside (`_Offline`), for a handler whose every
+        """`run` on an event loop of its own that reaches nothing outside (`OfflineLoop`), for a handler whose every
         call is served: one that connects, looks up a name, starts a process or waits on a file descriptor by
         itself would do it again under replay, so it is a `NonDeterminismError` instead, whether or not the
         handler caught the refusal. Blocking calls (`requests`, a socket used synchronously) never reach the loop,
         and are out of its reach."""
-        loop = _Offline()
+        loop = OfflineLoop()
         try:
             return anyio.run(self._sealed_run, loop, timeout_s, backend_options={"loop_factory": lambda: loop})
         finally:
             loop.close()
 
-    async def _sealed_run(self, loop: _Offline, timeout_s: float) -> list[Envelope]:
+    async def _sealed_run(self, loop: OfflineLoop, timeout_s: float) -> list[Envelope]:
         try:
             return await self.run(timeout_s)
         finally:
