@@ -556,25 +556,27 @@ class Bus:
 
     # -- consuming ------------------------------------------------------------------------
 
-    async def read_stored(self, filter_subjects: Sequence[str], timeout_s: float) -> list[Delivery]:
-        """Every message the stream holds on `filter_subjects` now, in stream order.
+    async def read_stored(self, filter_subjects: Sequence[str], timeout_s: float, *, after: int = 0) -> list[Delivery]:
+        """Every message the stream holds on `filter_subjects` now after stream sequence `after`, in stream order.
 
         One short-lived consumer per subject: each one's filter is in the subject that makes it, where
         the server's permissions can hold a reader to its own.
         """
         got: list[Delivery] = []
         for subject in filter_subjects:
-            consumer = await self.consumer(None, [subject], start="all")
+            consumer = await self.consumer(None, [subject], start=after + 1 if after else "all")
             try:
                 got.extend(await consumer.backlog(timeout_s))
             finally:
                 await consumer.close()
         return sorted(got, key=lambda delivery: delivery.stream_seq) if len(filter_subjects) > 1 else got
 
-    async def read_envelopes(self, filter_subjects: Sequence[str], timeout_s: float) -> list[tuple[Delivery, Envelope]]:
+    async def read_envelopes(
+        self, filter_subjects: Sequence[str], timeout_s: float, *, after: int = 0
+    ) -> list[tuple[Delivery, Envelope]]:
         """`read_stored`, each message with its envelope; what is none was dead-lettered when it arrived, and is
         passed over."""
-        return envelopes_of(await self.read_stored(filter_subjects, timeout_s))
+        return envelopes_of(await self.read_stored(filter_subjects, timeout_s, after=after))
 
     async def follow(
         self,
