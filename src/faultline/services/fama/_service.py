@@ -5,8 +5,9 @@ does the two things the agent cannot do in a handler, because they are not a fun
 
 - it reads each failed episode back from the stream when its completed event arrives (a durable
   consumer, one event in flight) and sends the `FailureCase` to agent `fama` in the controller
-  episode of its (domain, model), with an id derived from the completed event's, so a redelivered
-  event sends nothing new;
+  episode of its (domain, model), with an id derived from the completed event's, and sends it
+  once: a completion delivered again (its acknowledgement lost by a killed nats-server, past the
+  duplicate window) whose case the stream holds sends nothing (`_sent_before`);
 - it reads the agent's `fama_roster` notices (another durable consumer) and, unless the decision
   is a dry run, publishes the roster on `fl.ctl.helpers` for the tool agent's configured model name,
   again with an id derived from the notice's. It runs with the operator's credential: a roster is privileged.
@@ -98,6 +99,10 @@ class FamaService:
         self.journal_wait_s = journal_wait_s
         self.cases = 0
         self.published = 0
+        self._last_seq: int | None = None
+        """The stream sequence of the last failed completion delivered; None until the first."""
+        self._sent: set[str] = set()
+        """The ids of the cases the stream held after the last read of them, less those of completions since."""
         self._ready = anyio.Event()
         self._stopping = anyio.Event()
 
@@ -143,6 +148,10 @@ class FamaService:
             return
         if completed.episode.startswith(f"{CONTROLLER}-"):
             return
+        case_id = derive_id(completed.id, 0, "fama")
+        if await self._sent_before(case_id, seq):
+            log.info("fama: the case of episode %s is in the stream already; not sent again", completed.episode)
+            return
         envelopes = await read_episode(self.bus, completed.episode, self.read_timeout_s)
         case = failure_case(envelopes, self.settings.analysts)
         if case is None:
@@ -152,7 +161,7 @@ class FamaService:
         episode = controller_episode(case.domain, case.model)
         await self.bus.publish(
             Envelope(
-                id=derive_id(completed.id, 0, "fama"),
+                id=case_id,
                 episode=episode,
                 sender=RUNNER,
                 recipient=CONTROLLER,
@@ -162,6 +171,25 @@ class FamaService:
             )
         )
         self.cases += 1
+
+    async def _sent_before(self, case_id: str, seq: int) -> bool:
+        """Whether the stream holds case `case_id` of the completion at `seq`.
+
+        A case is published after its completion, so the cases read after `seq` - 1 hold those of every
+        completion from `seq` on. They are read at the first failed completion delivered, and again when one
+        comes that is not past the last (a restarted nats-server lost acknowledgements, docs/reliability.md):
+        deliveries are otherwise in stream order, so between reads a set of ids, each dropped once its
+        completion has passed, answers.
+        """
+        if self._last_seq is None or seq <= self._last_seq:
+            subject = self.bus.subjects.direct("*", CONTROLLER, RUNNER)
+            stored = await self.bus.read_envelopes([subject], self.read_timeout_s, after=seq - 1)
+            self._sent = {env.id for _, env in stored}
+        self._last_seq = seq
+        if case_id in self._sent:
+            self._sent.discard(case_id)
+            return True
+        return False
 
     async def _attributed(self, case: FailureCase, seq: int, attribute: Attribute) -> FailureCase:
         """The case with the attribution, once the journal file holds the stream up to `seq`; as it was if not."""
