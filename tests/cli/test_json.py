@@ -20,10 +20,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from faultline.bus import Bus, EmbeddedServer
+from faultline.bus import Bus, EmbeddedServer, hear
 from faultline.cli import build_parser, main
 from faultline.journal import JournalReader
-from faultline.runtime._supervisor import ready_subject
+from faultline.runtime._episodes import PROCESS_SERVICE, READY
 from tests import jsonl
 from tests.journal.test_otel import Receiver
 from tests.openai_server import OpenAIServer
@@ -125,7 +125,7 @@ async def _start_serving(url: str, command: list[str]) -> subprocess.Popen[bytes
     bus = await Bus.connect(url)
     try:
         serving = anyio.Event()
-        await bus.subscribe(ready_subject(bus.subjects.prefix), lambda _msg: _set(serving))
+        await hear(bus, PROCESS_SERVICE, READY, lambda _teller, _msg: _set(serving))
         process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
         with anyio.fail_after(SERVE_WAIT_S):
             await serving.wait()

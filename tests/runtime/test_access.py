@@ -53,6 +53,8 @@ from faultline.runtime import (
     worker_identity,
     worker_statuses,
 )
+from faultline.runtime._episodes import PROCESS_SERVICE, READY
+from faultline.runtime._supervisor import announce_ready
 from tests.runtime.live import EPISODE_TIMEOUT_S, held, journal_everything, live_system, raw_client, retail
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -420,6 +422,37 @@ async def test_a_credential_that_may_not_hear_the_workers_answers_is_told_so(run
         "faultline: usage error: status: the workers tell their answers to the operator alone; 'worker-main' may"
         " not hear them\n"
     )
+
+
+async def test_a_process_is_taken_for_ready_only_under_the_user_it_was_started_as(
+    running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`up` waits for each process it starts to say that it serves. Anyone could say so for any process, and `up`
+    went on as if a process that had not started yet served."""
+    supervisor = running.supervisor
+    assert supervisor.access is not None and supervisor.bus is not None
+    ready = supervisor._ready["late"] = anyio.Event()  # a process of MAIN's the supervisor waits for
+    supervisor._tellers["late"] = MAIN
+    said = msgspec.json.encode({"name": "late", "pid": 1})
+    raw = await raw_client(supervisor, OUTSIDER)
+    try:
+        await raw.publish(S.tell(PROCESS_SERVICE, MAIN, READY), said)  # in the name of MAIN's user: refused
+        await raw.publish(S.tell(PROCESS_SERVICE, OUTSIDER, READY), said)
+        with anyio.fail_after(REFUSAL_TIMEOUT_S):
+            while "ignoring 'late'" not in caplog.text:
+                await anyio.sleep(0.01)
+        assert not ready.is_set()
+        real = await Bus.connect(supervisor.url, name="late", login=Login(supervisor.access.credential(MAIN)))
+        try:
+            await announce_ready(real, "late")
+            with anyio.fail_after(REFUSAL_TIMEOUT_S):
+                await ready.wait()
+        finally:
+            await real.close()
+    finally:
+        await raw.close()
+        del supervisor._ready["late"], supervisor._tellers["late"]
+    assert f"told by NATS user {OUTSIDER!r}: it was started as {MAIN!r}" in caplog.text
 
 
 async def test_a_worker_cannot_confirm_a_fault_rule_for_another(running: Running) -> None:

@@ -28,7 +28,7 @@ from faultline.core import ALL_AGENTS, Subjects, registered
 from faultline.faults import FAULTS_CONTROL
 from faultline.runtime._agents import CONTROLLER_AGENT, HELPER_AGENTS, agent_names, resolve_agents, system_of
 from faultline.runtime._config import Config, WorkerConfig
-from faultline.runtime._episodes import JOURNAL_SERVICE, STATUS_SERVICE
+from faultline.runtime._episodes import JOURNAL_SERVICE, PROCESS_SERVICE, STATUS_SERVICE
 from faultline.runtime._journal_service import consumer_name as journal_consumer
 from faultline.runtime._journal_service import journal_process
 from faultline.runtime._roster import HELPERS_CONTROL
@@ -114,13 +114,14 @@ HELPER_GROUP = "helpers"
 
 
 def worker_services(group: str) -> tuple[str, ...]:
-    """What a worker process of `group` answers: who it is and what it runs (`faultline status`) and the fault
-    rules it took in; in HELPER_GROUP, also the helper rosters its pool took in (no other group may say so)."""
-    return (STATUS_SERVICE, FAULTS_CONTROL, *((HELPERS_CONTROL,) if group == HELPER_GROUP else ()))
+    """What a worker process of `group` answers: who it is and what it runs (`faultline status`), the fault rules it
+    took in, and that it serves; in HELPER_GROUP, also the helper rosters its pool took in (no other group may)."""
+    return (STATUS_SERVICE, FAULTS_CONTROL, PROCESS_SERVICE, *((HELPERS_CONTROL,) if group == HELPER_GROUP else ()))
 
 
-MEMORY_SERVICES = (MEMORY_SERVICE, SYNC_SERVICE)
-"""What the memory service answers: searches of the memory, and the syncs of the agents' copies of it."""
+MEMORY_SERVICES = (MEMORY_SERVICE, SYNC_SERVICE, PROCESS_SERVICE)
+"""What the memory service answers: searches of the memory, and the syncs of the agents' copies of it; and, as every
+process, when it serves."""
 
 MEMORY_IDENTITY = "memory"
 """The memory service's NATS user; it records its reflections as the agent of the same name, and reads
@@ -214,7 +215,9 @@ def system_access(
         (
             operator_identity(),
             *(
-                journal_identity(subjects, (JOURNAL_SERVICE,), name, consumer, subjects.shard_journaled(k, shards))
+                journal_identity(
+                    subjects, (JOURNAL_SERVICE, PROCESS_SERVICE), name, consumer, subjects.shard_journaled(k, shards)
+                )
                 for k, (name, consumer) in enumerate(journals)
             ),
             *(identity for group, agents in groups.items() for identity in group_identities(group, agents)),

@@ -42,8 +42,9 @@ from faultline.bus import (
     WorkerId,
     decode_notice,
     hear,
+    tell,
 )
-from faultline.runtime._episodes import JOURNAL_SERVICE, JOURNAL_STATE, JournalState
+from faultline.runtime._episodes import JOURNAL_SERVICE, JOURNAL_STATE, PROCESS_SERVICE, READY, JournalState
 from faultline.runtime._journal_service import ANY_COMPLETER, journal_process
 
 READY_TIMEOUT_S = 60.0
@@ -81,13 +82,10 @@ class _Ready(msgspec.Struct):
     name: str = ""
 
 
-def ready_subject(prefix: str) -> str:
-    return f"{prefix}.svc.ready"
-
-
 async def announce_ready(bus: Bus, name: str) -> None:
-    """Tell a waiting supervisor that process `name` serves now."""
-    await bus.notify(ready_subject(bus.subjects.prefix), msgspec.json.encode({"name": name, "pid": os.getpid()}))
+    """Tell a waiting supervisor that process `name` serves now, under this process's NATS user: the supervisor
+    takes a process for ready only from the user it started it as."""
+    await tell(bus, PROCESS_SERVICE, READY, msgspec.json.encode({"name": name, "pid": os.getpid()}))
     await bus.flush()
 
 
@@ -125,6 +123,8 @@ class Supervisor:
     server: EmbeddedServer | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
     _ready: dict[str, anyio.Event] = field(default_factory=dict)
+    _tellers: dict[str, str] = field(default_factory=dict)
+    """The NATS user each process was started as: its readiness counts only told under that name."""
     _stopping: bool = False
 
     @property
@@ -160,7 +160,7 @@ class Supervisor:
         await self.bus.ensure_stream()
         if access is not None:
             await self.bus.ensure_consumers(access.consumers)  # the workers may only read them, not make them
-        await self.bus.subscribe(ready_subject(self.prefix), self._on_ready)
+        await hear(self.bus, PROCESS_SERVICE, READY, self._on_ready)
         await hear(self.bus, JOURNAL_SERVICE, JOURNAL_STATE, self._on_journal_state)
         completers = ("--completers", ANY_COMPLETER if self.completers is None else ",".join(self.completers))
         partitions = ("--partitions", str(self.bus_settings.partitions))
@@ -182,10 +182,17 @@ class Supervisor:
         """The journal services' process names, which are also their identities: one per shard."""
         return [journal_process(k, self.journal_shards) for k in range(self.journal_shards)]
 
-    async def _on_ready(self, msg: Message) -> None:
+    async def _on_ready(self, teller: str, msg: Message) -> None:
         ready = decode_notice(msg.data, _Ready, subject=msg.subject)
-        if ready is not None and ready.name in self._ready:
-            self._ready[ready.name].set()
+        if ready is None or ready.name not in self._ready:
+            return
+        started_as = self._tellers[ready.name]
+        if teller != started_as:
+            log.warning(
+                "ignoring %r's readiness told by NATS user %r: it was started as %r", ready.name, teller, started_as
+            )
+            return
+        self._ready[ready.name].set()
 
     async def _on_journal_state(self, _: str, msg: Message) -> None:
         """Tell the user when the journal cannot write, and when it can again."""
@@ -234,6 +241,7 @@ class Supervisor:
         """Start the child's process; True once it announced it is ready, False if it died or timed out first."""
         spec = child.spec
         self._ready[spec.name] = anyio.Event()
+        self._tellers[spec.name] = spec.identity if self.access else OPEN_TELLER
         if self.log_dir is not None and child.log is None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             child.log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed in stop()
