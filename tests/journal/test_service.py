@@ -9,12 +9,15 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import pytest
+from anyio.abc import TaskGroup
 from nats.aio.msg import Msg
 
 from faultline._errors import BusError, JournalError, ReplyTimeoutError
@@ -30,12 +33,19 @@ def note(i: int) -> Envelope:
     return Envelope(id=f"m{i}", episode=f"e{i % 3}", sender="a", recipient="b", body=Note(text="x" * 150))
 
 
-async def test_every_published_message_is_journaled_in_stream_order(bus: Bus, tmp_path: Path) -> None:
-    path = tmp_path / "j.sqlite"
-    service = JournalService(bus, path)
+@asynccontextmanager
+async def started(service: JournalService) -> AsyncIterator[TaskGroup]:
+    """`service` running in a task group, once it serves; the group is the test's to start more in."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
         await service.wait_ready()
+        yield tg
+
+
+async def test_every_published_message_is_journaled_in_stream_order(bus: Bus, tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path)
+    async with started(service):
         await bus.publish_all(note(i) for i in range(2000))
         with anyio.fail_after(20):
             await service.wait_for(2000)
@@ -55,9 +65,7 @@ async def test_batches_gather_while_nobody_waits_and_go_at_once_when_someone_doe
     path = tmp_path / "j.sqlite"
     service = JournalService(bus, path, batch_gather_s=3600)
     with anyio.fail_after(30):  # a gathering that nobody cut short would hold each step for an hour
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(service.run)
-            await service.wait_ready()
+        async with started(service):
             await bus.publish_all(note(i) for i in range(10))
             assert (await ask_journal(bus, until=10))["last_seq"] == 10
             await bus.publish_all(note(i) for i in range(10, 20))
@@ -91,9 +99,7 @@ async def test_a_flood_of_questions_for_a_sequence_never_reached_leaves_the_jour
 
     await bus.nc.subscribe("_INBOX.flood", cb=count)
     with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(service.run)
-            await service.wait_ready()
+        async with started(service):
             for _ in range(flood):
                 await bus.nc.publish(bus.subjects.svc("journal"), b'{"until": 1000000000000}', reply="_INBOX.flood")
             await bus.publish_all(note(i) for i in range(10))
@@ -133,9 +139,7 @@ async def test_deliveries_lost_on_the_way_are_read_again_not_acknowledged_unseen
 
     monkeypatch.setattr(bus, "consumer", unavailable_once)
     service = JournalService(bus, path)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.run)
-        await service.wait_ready()
+    async with started(service):
         await bus.publish_all(note(i) for i in range(10))
         with anyio.fail_after(20):
             await service.wait_for(10)
@@ -172,9 +176,7 @@ async def test_sequences_deleted_from_the_stream_are_logged_and_skipped(
 async def test_malformed_messages_are_dead_lettered_and_journaled(bus: Bus, tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     service = JournalService(bus, path)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.run)
-        await service.wait_ready()
+    async with started(service):
         await bus.publish(note(0))
         await bus.publish_raw("fl.ep.e0.b.a", b"\xc1 not msgpack")
         await bus.publish_raw("fl.ep.e0.b.a", b"\x81\xa4body\x01")  # msgpack of the wrong shape
@@ -257,9 +259,7 @@ async def test_envelopes_the_journal_cannot_take_are_dead_lettered_and_it_goes_o
         "fl.ep.e1.b.a": msgspec.structs.replace(note(1), hops=2**63),
         "fl.ep.e0.c.a": note(3),  # addressed to b
     }
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.run)
-        await service.wait_ready()
+    async with started(service):
         for subject, env in refused.items():
             await bus.publish_raw(subject, encode(env), env.id)
         await bus.publish(note(4))
@@ -288,9 +288,7 @@ async def test_a_row_the_file_refuses_becomes_a_journaled_dead_letter(bus: Bus, 
         )
     poison = Envelope(id="poison", episode="e1", sender="a", recipient="b", body=Note(text="x"))
     service = JournalService(bus, path)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.run)
-        await service.wait_ready()
+    async with started(service):
         await bus.publish_all([note(0), poison, note(2)])
         with anyio.fail_after(20):
             await service.wait_for(4)  # 3 published + 1 dead letter
@@ -323,9 +321,7 @@ async def test_an_early_answer_in_a_flood_is_not_taken_for_the_journal_having_ca
             flooding.set()
             await bus.nc.flush()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.run)
-        await service.wait_ready()
+    async with started(service) as tg:
         await bus.publish_all(note(i) for i in range(3))
         with anyio.fail_after(20):
             await service.wait_for(3)
@@ -342,9 +338,7 @@ async def test_a_full_disk_holds_the_journal_loses_nothing_and_it_catches_up(bus
     path = small_disk / "j.sqlite"
     service = JournalService(bus, path)
     first, total = 200, 3000
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.run)
-        await service.wait_ready()
+    async with started(service):
         await bus.publish_all(note(i) for i in range(first))
         with anyio.fail_after(20):
             await service.wait_for(first)
