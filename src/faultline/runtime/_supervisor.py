@@ -134,7 +134,11 @@ class Supervisor:
     @property
     def worker_ids(self) -> list[WorkerId]:
         """The workers as they confirm fault rules (`publish_controls`): each by its credential and its name."""
-        return [(spec.identity if self.access else OPEN_TELLER, spec.name) for spec in self.workers]
+        return [(self._teller_of(spec), spec.name) for spec in self.workers]
+
+    def _teller_of(self, spec: ProcessSpec) -> str:
+        """The NATS user process `spec` tells under: its identity, or anyone's on a server without users."""
+        return spec.identity if self.access else OPEN_TELLER
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Start everything and return once every process announced it is ready."""
@@ -241,7 +245,7 @@ class Supervisor:
         """Start the child's process; True once it announced it is ready, False if it died or timed out first."""
         spec = child.spec
         self._ready[spec.name] = anyio.Event()
-        self._tellers[spec.name] = spec.identity if self.access else OPEN_TELLER
+        self._tellers[spec.name] = self._teller_of(spec)
         if self.log_dir is not None and child.log is None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             child.log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed in stop()
