@@ -125,6 +125,8 @@ class Recorder:
                 f"{call}() that the journal does not hold",
                 got={"call": call, "index": index, "request": msgspec.to_builtins(request)},
             )
+        if index in self.recorded:  # another request's: a concurrent branch's, recorded before a crash
+            index = self._unheld()
         error = ""
         response: Any = None
         try:
@@ -149,7 +151,11 @@ class Recorder:
 
     def _recording(self, index: int, call: str, request_digest: str) -> Recording | None:
         """The recording that serves call #`index`: the one of that index, or with `any_order`, where that one is
-        another request's or served already, the first unserved one of this request, if any."""
+        another request's or served already, the first unserved one of this request, if any.
+
+        Where none is and the call may run live (a worker handling an input again after a crash cut its handler
+        off), it does: the recording of its index may be that of a concurrent branch that began its call later
+        than it did live, and is yet to begin it now."""
         recorded = self.recorded.get(index)
         if not self.any_order or not self.recorded:
             return recorded
@@ -163,7 +169,15 @@ class Recorder:
             for r in self.recorded.values()
             if r.index not in served and (r.call, r.request_digest) == (call, request_digest)
         )
-        return next(same, recorded)
+        return next(same, recorded if self.services is None else None)
+
+    def _unheld(self) -> int:
+        """The index of a call made live where a recording holds the one it began with: the next that no call
+        began with and no recording holds, so that its recording's id is its own (the stream would drop it as a
+        copy of the other's)."""
+        while self.begun in self.recorded:
+            self.begun += 1
+        return self.begin()
 
 
 @functools.cache
