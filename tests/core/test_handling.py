@@ -1,11 +1,14 @@
-"""A handler past its time limit fails its episode (the runner completes it) with a cause that says what it waited on."""
+"""A handler past its time limit fails its episode (the runner completes it) with a cause that says what it waited on;
+one run again with recordings fails where it no longer makes a recorded call."""
 
 from __future__ import annotations
 
 import asyncio
 
 import anyio
+import pytest
 
+from faultline._errors import NonDeterminismError
 from faultline.core import (
     RUNNER,
     Agent,
@@ -20,6 +23,9 @@ from faultline.core import (
     LlmResponse,
     Note,
     Recorder,
+    Recording,
+    digest,
+    encode,
     error_completion,
 )
 
@@ -91,3 +97,32 @@ async def test_a_handler_stuck_on_one_of_its_concurrent_model_calls_names_that_c
 async def test_a_handler_stuck_elsewhere_says_only_its_limit() -> None:
     error, _ = await failure_of("wait")
     assert error.message == "the handler ran past its time limit of 0.05s"
+
+
+def greeting(text: str) -> LlmRequest:
+    return LlmRequest(role="quick", messages=[ChatMessage(role="user", content=text)])
+
+
+class Greets(Agent):
+    name = "greeter"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        ctx.send("runner", Note(text=(await ctx.llm(greeting("hi"))).content))
+
+
+async def test_a_handler_run_again_that_no_longer_makes_a_recorded_call_fails_as_it_returns() -> None:
+    """Handled again after a crash, a call with no recording of its own request is made live, even where its index
+    holds another's (a concurrent branch's, maybe, yet to begin): the recording left unserved is what tells that
+    the code changed since."""
+    before = greeting("hello")
+    recorded = Recording(call="llm", index=0, request_digest=digest(encode(before)), request=before, response="hi")
+    services = AgentHarness(Greets(), backend=NeverAnswers())
+    message = Envelope(id="m1", episode="e", sender="runner", recipient="greeter", body=Note(text="greet"))
+    recorder = Recorder(recorded={0: recorded}, services=services)
+    handling = Handling(Greets(), "greeter", message, recorder, services=services)
+    with pytest.raises(NonDeterminismError) as raised:
+        await handling.run()
+    assert str(raised.value) == (
+        "agent 'greeter' handling note m1: the journal holds call #0 llm() that the code no longer makes"
+    )
+    assert [(made.index, made.request.messages[-1].content) for made in recorder.made] == [(1, "hi")]

@@ -155,7 +155,8 @@ class Recorder:
 
         Where none is and the call may run live (a worker handling an input again after a crash cut its handler
         off), it does: the recording of its index may be that of a concurrent branch that began its call later
-        than it did live, and is yet to begin it now."""
+        than it did live, and is yet to begin it now. A request the code no longer makes is told by its recording,
+        left unserved when the handler returns (`unserved`, `Handling.run`)."""
         recorded = self.recorded.get(index)
         if not self.any_order or not self.recorded:
             return recorded
@@ -178,6 +179,13 @@ class Recorder:
         while self.begun in self.recorded:
             self.begun += 1
         return self.begin()
+
+    def unserved(self) -> Recording | None:
+        """The first recording, by index, that served no call of the handler: a call it no longer makes."""
+        if not self.recorded:
+            return None
+        served = {made.index for made in self.made}
+        return next((self.recorded[i] for i in sorted(self.recorded) if i not in served), None)
 
 
 @functools.cache

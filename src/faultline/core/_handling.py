@@ -4,8 +4,9 @@ Every path that runs an agent's handler (a live worker, a worker rebuilding an
 instance after a crash, exact replay, a fork) goes through `Handling`, so they
 share one error policy and one idea of what a handled input leaves behind:
 
-- a `NonDeterminismError` (a recorded call that differs, or one the journal
-  lacks where nothing may run live) propagates: the caller reports it;
+- a `NonDeterminismError` (a recorded call that differs, one the journal
+  lacks where nothing may run live, or one it holds that a handler run again
+  with recordings no longer makes) propagates: the caller reports it;
 - any other exception, a handler timeout included, becomes the failure events
   of `failure_envelopes`: the episode fails, the worker goes on;
 - a handler that emits nothing leaves a `NoOutput` marker, so the journal
@@ -106,7 +107,21 @@ class Handling:
                 extra={"episode": self.message.episode, "agent": self.name},
             )
             return failure_envelopes(self.name, self.message, exc)
+        self._check_served()
         return self._outputs()
+
+    def _check_served(self) -> None:
+        """Raise a `NonDeterminismError` where a handler that may call live (a worker handling an input again after
+        a crash, a fork) left a recording unserved: served by request (`Recorder._recording`), a call whose
+        request changed is made live, and only its recording left over tells of the change."""
+        if self.recorder.services is None:
+            return  # replay reports what is left over itself, with the call it expected
+        missing = self.recorder.unserved()
+        if missing is not None:
+            raise NonDeterminismError(
+                f"agent {self.name!r} handling {self.message.kind} {self.message.id}: the journal holds call"
+                f" #{missing.index} {missing.call}() that the code no longer makes"
+            )
 
     @staticmethod
     @contextmanager

@@ -309,9 +309,8 @@ def _replay_inputs(
         except NonDeterminismError as exc:  # the journal's side is read where requests are expanded (`_with_requests`)
             return handled, diverged(str(exc), got=exc.got)
         handled += 1
-        unserved = sorted(recorded.keys() - {made.index for made in recorder.made})
-        if unserved:
-            missing = recorded[unserved[0]]
+        missing = recorder.unserved()
+        if missing is not None:
             return handled, diverged(
                 f"the journal holds call #{missing.index} {missing.call}() that the code no longer makes",
                 expected=msgspec.to_builtins(missing),
