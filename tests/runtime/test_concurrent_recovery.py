@@ -180,15 +180,20 @@ async def test_a_killed_workers_concurrent_calls_are_each_served_their_own_recor
         assert restarted is not None and restarted != first
         await ask_journal(bus, WAIT_S, until=(await bus.stream_state()).last_seq)
     assert done["ep"].outcome == "success", done["ep"]
-    assert asked_by(log, first) == ["c0", "c1", "c2", "a(c2) then", "a(c1) then"]
     # Only what was never answered is asked again: `c0` and branch 1's follow-up, then branch 0's follow-up.
     assert sorted(asked_by(log, restarted)) == ["a(c0) then", "a(c1) then", "c0"]
     journal = tmp_path / "journal.sqlite"
     assert verify(journal).ok
     with JournalReader(journal) as reader:
         rows = [row.envelope() for row in reader.episode_rows("ep")]
-    calls = [env.body.request["messages"][-1]["content"] for env in rows if isinstance(env.body, Recording)]
-    assert sorted(calls) == sorted([f"c{i}" for i in range(BRANCHES)] + [f"a(c{i}) then" for i in range(BRANCHES)])
+    calls = [
+        (r.index, r.request["messages"][-1]["content"]) for r in (env.body for env in rows) if isinstance(r, Recording)
+    ]
+    assert calls[:ANSWERED_BEFORE_THE_KILL] == [(2, "c2"), (3, "a(c2) then"), (1, "c1")]  # before the kill
+    assert len({index for index, _ in calls}) == len(calls)
+    assert sorted(text for _, text in calls) == sorted(
+        [f"c{i}" for i in range(BRANCHES)] + [f"a(c{i}) then" for i in range(BRANCHES)]
+    )
     notes = [env.body.text for env in rows if env.sender == Brancher.name and isinstance(env.body, Note)]
     assert notes == [f"a(a(c{i}) then)" for i in range(BRANCHES)]
     assert [env.sender for env in rows if isinstance(env.body, EpisodeCompleted)] == [Brancher.name]
