@@ -8,7 +8,10 @@ stime); the CPU each used is reported over the `--window` seconds in which the s
 used the most, which is the run at saturation. Episodes/s counts from the first start to the last
 completion; the journal may still be copying the stream then, and the time the run waits for it after
 (its lag) gives the rate the journal held: a lag of seconds means the journal did not keep up, and the
-episodes/s is more than the system sustains. The largest journal of each shard count is then
+episodes/s is more than the system sustains. Since every episode starts at once, the first ones finish
+faster than the system goes on finishing them: the settled rate, from the journal's timestamps, leaves
+out a run's first 10 s (a run shorter than 20 s has none: give it more `--trials`), and `--json` holds
+the rate in every 5 s. The largest journal of each shard count is then
 replayed with each `--jobs`, and both the handling time replay reports and the command's wall time
 are given, their difference being the command's fixed cost. `--server-cores` runs each configuration
 with each number of cores for the embedded nats-server (`[nats] server_cores`; 0: faultline's default,
@@ -35,6 +38,12 @@ from rich.console import Console
 from rich.table import Table
 
 from bench._common import cpu_seconds, machine
+from faultline.journal import JournalReader
+
+SETTLE_S = 10.0
+"""Seconds at a run's start left out of its steady rate: every episode starts at once, and the first ones finish
+faster than the system goes on finishing them (bench/README.md, scale.py)."""
+RATE_WINDOW_S = 5.0
 
 
 def _ints(text: str) -> list[int]:
@@ -104,6 +113,25 @@ def _busiest_window(samples: list[tuple[float, dict[int, float]]], window_s: flo
     return best
 
 
+def completion_rates(journal: Path) -> tuple[float | None, list[float]]:
+    """The episodes/s a run held once settled (None for a run too short to tell: under twice `SETTLE_S`), and its
+    rate in each `RATE_WINDOW_S` from its first start, by the journal's timestamps."""
+    with JournalReader(journal) as reader:
+        episodes = reader.episodes()
+    if not episodes:
+        return None, []
+    start = min(e.first_ts for e in episodes)
+    ends = sorted(e.last_ts - start for e in episodes)
+    windows = [0] * (int(ends[-1] // RATE_WINDOW_S) + 1)
+    for end in ends:
+        windows[int(end // RATE_WINDOW_S)] += 1
+    rates = [count / RATE_WINDOW_S for count in windows]
+    if ends[-1] < 2 * SETTLE_S:
+        return None, rates
+    settled = [end for end in ends if end >= SETTLE_S]
+    return len(settled) / (ends[-1] - SETTLE_S), rates
+
+
 def live(
     folder: Path,
     workers: int,
@@ -148,6 +176,7 @@ def live(
         raise SystemExit(f"faultline run failed (exit {run.returncode}) for {workers} workers, {shards} shards")
     summary = json.loads(out.strip().splitlines()[-1])
     total, shares = _busiest_window(samples, window_s)
+    steady, rates = completion_rates(journal)
     cpu = sorted(((names[pid], share) for pid, share in shares.items() if share > 0.01), key=lambda item: -item[1])
     return {
         "workers": workers,
@@ -157,6 +186,8 @@ def live(
         "episodes_per_s": summary["episodes_per_s"],
         "journal_lag_s": summary["journal_wait_s"],
         "journaled_episodes_per_s": summary["episodes"] / (summary["seconds"] + summary["journal_wait_s"] or 1.0),
+        "steady_episodes_per_s": steady,
+        "episodes_per_s_by_window": rates,
         "cpu_total": total,
         "cpu": cpu,
         "journal": str(journal),
@@ -210,7 +241,7 @@ def main() -> None:
                     console.print(
                         f"{shards} shard(s), {workers} worker(s)/group, nats-server on {row['server_cores']} core(s):"
                         f" {row['episodes_per_s']:.0f} episodes/s ({row['journaled_episodes_per_s']:.0f} journaled,"
-                        f" lag {row['journal_lag_s']:.1f} s); busiest: {top}"
+                        f" lag {row['journal_lag_s']:.1f} s; {_steady(row)} once settled); busiest: {top}"
                     )
             largest = Path(results["live"][-1]["journal"])
             for jobs in args.jobs:
@@ -225,6 +256,11 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=2))
 
 
+def _steady(row: dict[str, Any]) -> str:
+    steady = row["steady_episodes_per_s"]
+    return "-" if steady is None else f"{steady:.0f}"
+
+
 def _tables(console: Console, results: dict[str, Any]) -> None:
     live_table = Table(title="live throughput (sim: the runtime's mechanisms, not a model)")
     columns = (
@@ -233,6 +269,7 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
         "nats-server cores",
         "episodes/s",
         "x 1 worker, 1 shard",
+        f"settled episodes/s (after {SETTLE_S:g} s)",
         "journal lag (s)",
         "journaled episodes/s",
         "busiest process (% of a core)",
@@ -249,6 +286,7 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
             str(row["server_cores"] or "-"),
             f"{row['episodes_per_s']:.0f}",
             ratio,
+            _steady(row),
             f"{row['journal_lag_s']:.1f}",
             f"{row['journaled_episodes_per_s']:.0f}",
             f"{busiest[0]} {busiest[1]:.0%}",
