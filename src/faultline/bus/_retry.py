@@ -15,6 +15,10 @@ T = TypeVar("T")
 RETRY_S = 0.5
 """First wait before asking again; it doubles up to RETRY_MAX_S."""
 RETRY_MAX_S = 5.0
+RETRY_BACKOFF_S = 0.1
+"""First wait before sending unconfirmed publishes, or opening a lost reader, again: what has only just failed may
+well succeed at once. It doubles up to RETRY_BACKOFF_MAX_S."""
+RETRY_BACKOFF_MAX_S = 2.0
 FINAL = (PublishRefusedError, AccessError)
 """Refusals of this process's credential: asking again cannot help, so they are raised at once."""
 
