@@ -18,7 +18,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal
 
 import anyio
@@ -30,7 +30,6 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from faultline._errors import (
-    AccessError,
     BusError,
     DecodeError,
     DeliveriesLostError,
@@ -38,14 +37,14 @@ from faultline._errors import (
     PublishRefusedError,
     ReplyTimeoutError,
 )
-from faultline.bus._access import INBOX, ConsumerSpec, Credential, Login, inbox
+from faultline.bus._access import INBOX, ConsumerSpec, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
+from faultline.bus._connect import id_key, open_client
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._messaging import Message, Subscription, nats_failure
-from faultline.bus._refusals import Refusals, failed_tls, refused_login
+from faultline.bus._refusals import Refusals
 from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S, asked_again
 from faultline.bus._settings import BusSettings
-from faultline.bus._tls import client_context
 from faultline.core import (
     DEAD_LETTER_KEPT_BYTES,
     DEAD_LETTER_NOTE_CHARS,
@@ -62,7 +61,6 @@ from faultline.core import (
 
 log = logging.getLogger(__name__)
 
-MAX_OUTSTANDING_PINGS = 2
 EPHEMERAL_INACTIVE_S = 5.0
 """How soon the server removes a consumer made for reading once nobody reads it (no reader deletes one: most
 identities may not)."""
@@ -100,11 +98,13 @@ class Bus:
     credential, so that no other identity can take one first."""
     user: str = ""
     """The NATS user this connection speaks as ("" on a server without users): the teller of its tells."""
+    refusals: InitVar[Refusals | None] = None
+    """What the server refuses this connection, as its client's error callback hears it (`connect` hands it on)."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, refusals: Refusals | None) -> None:
         self.js = self.nc.jetstream()
         self._acks = Confirmations(self.nc, self.settings.publish_max_pending)
-        self._refusals = Refusals("faultline")
+        self._refusals = refusals or Refusals("faultline")
         self._questions = itertools.count()
         self._asking: dict[str, Callable[[Msg], None]] = {}
         """The questions of `request_all` waiting for answers, by the last token of their reply subject."""
@@ -128,51 +128,19 @@ class Bus:
         it is not allowed is refused by the server: logged here and raised as PublishRefusedError.
         With a CA in `login` it speaks TLS and accepts only a server certificate that CA signed.
         """
-        credential, tls_ca = (login.credential, login.tls_ca) if login else (None, None)
         settings = settings or BusSettings()
-        refusals = Refusals(f"{name} (user {credential.user!r})" if credential else name)
-        servers = [part.strip() for part in url.split(",") if part.strip()]
-        options: dict[str, Any] = {}
-        if credential:
-            options = {"user": credential.user, "password": credential.password, "inbox_prefix": inbox(credential.user)}
-        if tls_ca is not None:
-            options["tls"] = client_context(tls_ca)
-        try:
-            # The client can keep retrying a TLS handshake it will never pass: bound the whole attempt.
-            with anyio.fail_after(settings.connect_timeout_s * (len(servers) + 1)):
-                nc = await nats.connect(
-                    servers,
-                    name=name,
-                    connect_timeout=settings.connect_timeout_s,
-                    max_reconnect_attempts=1,
-                    reconnect_time_wait=0.2,
-                    allow_reconnect=True,
-                    error_cb=refusals.on_error,
-                    reconnected_cb=refusals.on_reconnect,
-                    ping_interval=settings.ping_interval_s,
-                    max_outstanding_pings=MAX_OUTSTANDING_PINGS,
-                    **options,
-                )
-        except (TimeoutError, OSError, nats.errors.Error) as exc:
-            if refusals.login_refused or isinstance(exc, nats.errors.AuthorizationError):
-                raise AccessError(refused_login(url, credential)) from None
-            if refusals.tls_failure:
-                raise AccessError(failed_tls(url, tls_ca, refusals.tls_failure)) from None
-            raise BusError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
-        refusals.connected = True
-        # Fail fast on the first connect, but once connected ride out server restarts.
-        nc.options["max_reconnect_attempts"] = settings.max_reconnect_attempts
-        bus = cls(
+        nc, refusals = await open_client(url, settings, name=name, login=login)
+        credential = login.credential if login else None
+        return cls(
             nc,
             Subjects(prefix, settings.partitions),
             settings,
             interceptors or InterceptorChain(),
-            options.get("inbox_prefix", INBOX),
-            _id_key(credential),
+            inbox(credential.user) if credential else INBOX,
+            id_key(credential),
             credential.user if credential else "",
+            refusals,
         )
-        bus._refusals = refusals
-        return bus
 
     async def close(self) -> None:
         """Drain, else close; a connection the server already dropped has nothing left to lose, so that is no error."""
@@ -897,10 +865,3 @@ class Outbox:
             return
         self._publishes, self._round = [], None
         await self._bus._settle(publishes, round_)
-
-
-def _id_key(credential: Credential | None) -> bytes:
-    """`Bus.id_key` for a connection with `credential`: none without one, where anyone may publish anything."""
-    if credential is None:
-        return b""
-    return hashlib.blake2b(credential.password.encode(), digest_size=32, person=b"faultline-ids").digest()
