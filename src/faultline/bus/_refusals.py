@@ -3,19 +3,21 @@ requests to the JetStream API, which the client library hands on only as asynchr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import anyio
 import nats.errors
 
-from faultline._errors import PublishRefusedError, SubscribeRefusedError
+from faultline._errors import BusError, PublishRefusedError, SubscribeRefusedError
 from faultline.bus._access import Credential
 from faultline.bus._acks import Round
+from faultline.bus._messaging import nats_failure
 
 _REFUSED_PUBLISH = re.compile(r"permissions violation for publish to \"?([^\"' ]+)", re.IGNORECASE)
 _REFUSED_SUBSCRIPTION = re.compile(r"permissions violation for subscription to \"?([^\"' ]+)", re.IGNORECASE)
@@ -47,7 +49,7 @@ class Refusals:
         """The subjects whose subscriptions the server refused, lower case."""
         self.login_refused = False
         self.api_refused = 0
-        """How many requests to the JetStream API the server refused (`Bus._jetstream`)."""
+        """How many requests to the JetStream API the server refused (`asking_jetstream`)."""
         self.tls_failure = ""
         self.connected = False
         """Whether the first connect succeeded: until then, what fails is raised by the connect itself."""
@@ -86,6 +88,20 @@ class Refusals:
         self.subjects.append(subject)
         for round_ in self.rounds:
             round_.wake()
+
+    @contextlib.contextmanager
+    def asking_jetstream(self, what: str) -> Iterator[None]:
+        """`nats_failure` for requests to the JetStream API: one the server refused this credential is named so
+        (PublishRefusedError), where its asker would see only a timeout."""
+        refused = self.api_refused
+        try:
+            with nats_failure(what):
+                yield
+        except PublishRefusedError:
+            raise  # said already, and better, by whoever knew more
+        except BusError:
+            self.check_asked(refused, what)
+            raise
 
     def check_asked(self, refused_before: int, what: str) -> None:
         """PublishRefusedError if the server refused a JetStream API request since it had refused `refused_before`

@@ -17,7 +17,7 @@ import hashlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal
 
@@ -34,7 +34,6 @@ from faultline._errors import (
     DecodeError,
     DeliveriesLostError,
     NoResponderError,
-    PublishRefusedError,
     ReplyTimeoutError,
 )
 from faultline.bus._access import INBOX, ConsumerSpec, Login, inbox
@@ -287,7 +286,7 @@ class Bus:
             num_replicas=self.settings.replicas,
             metadata={PARTITIONS_KEY: str(partitions)},
         )
-        with self._jetstream(f"setting up stream {self.subjects.stream}"):
+        with self._refusals.asking_jetstream(f"setting up stream {self.subjects.stream}"):
             try:
                 info = await self.js.stream_info(self.subjects.stream)
             except nats.js.errors.NotFoundError:
@@ -330,7 +329,7 @@ class Bus:
         return StreamState(messages=info.state.messages, last_seq=info.state.last_seq)
 
     async def _stream_info(self) -> api.StreamInfo:
-        with self._jetstream(f"asking for the state of stream {self.subjects.stream}"):
+        with self._refusals.asking_jetstream(f"asking for the state of stream {self.subjects.stream}"):
             return await self.js.stream_info(self.subjects.stream)
 
     # -- publishing -----------------------------------------------------------------------
@@ -602,26 +601,12 @@ class Bus:
         return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
     async def _consumer_info(self, name: str) -> api.ConsumerInfo | None:
-        with self._jetstream(f"asking for the state of consumer {name}"):
+        with self._refusals.asking_jetstream(f"asking for the state of consumer {name}"):
             try:
                 info: api.ConsumerInfo = await self.js.consumer_info(self.subjects.stream, name)
             except nats.js.errors.NotFoundError:
                 return None
         return info
-
-    @contextlib.contextmanager
-    def _jetstream(self, what: str) -> Iterator[None]:
-        """`nats_failure` for requests to the JetStream API: one the server refused this credential is named so
-        (PublishRefusedError), where its asker would see only a timeout."""
-        refused = self._refusals.api_refused
-        try:
-            with nats_failure(what):
-                yield
-        except PublishRefusedError:
-            raise  # said already, and better, by whoever knew more
-        except BusError:
-            self._refusals.check_asked(refused, what)
-            raise
 
     async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
         """Make the durable consumers the operator makes for other identities, or bring their filters,
@@ -656,7 +641,7 @@ class Bus:
                     idle_heartbeat=config.idle_heartbeat,
                     max_ack_pending=config.max_ack_pending,
                 )
-            with self._jetstream(f"making consumer {spec.name}"):
+            with self._refusals.asking_jetstream(f"making consumer {spec.name}"):
                 await self.js.add_consumer(self.subjects.stream, config)
 
     async def own_consumer(
@@ -677,10 +662,10 @@ class Bus:
                 config = _own_config(
                     name, deliver_subject, filter_subjects, ack_wait_s or self.settings.ack_wait_s, self.settings
                 )
-                with self._jetstream(f"opening consumer {name}"):
+                with self._refusals.asking_jetstream(f"opening consumer {name}"):
                     info = await self.js.add_consumer(stream, config)
             elif self.inbox == INBOX and info.config.max_ack_pending != self.settings.max_ack_pending:
-                with self._jetstream(f"updating consumer {name}'s limit of unacknowledged deliveries"):
+                with self._refusals.asking_jetstream(f"updating consumer {name}'s limit of unacknowledged deliveries"):
                     info = await self.js.add_consumer(
                         stream, info.config.evolve(max_ack_pending=self.settings.max_ack_pending)
                     )
@@ -697,7 +682,7 @@ class Bus:
         last = info.delivered.stream_seq if info.delivered else 0
         fresh = not delivered and not info.num_ack_pending and floor == last
         if not fresh:
-            with self._jetstream(f"resetting consumer {name} to its acknowledgement floor"):
+            with self._refusals.asking_jetstream(f"resetting consumer {name} to its acknowledgement floor"):
                 info = (await self.js.reset_consumer(stream, name)).info
         assert info.config.deliver_subject is not None
         return await self._open_consumer(name, info.config.deliver_subject, durable=True, info=info), fresh
@@ -723,7 +708,7 @@ class Bus:
         one on a single subject is made with the filtered create subject, which permissions
         can hold a reader to; several subjects are for the operator's reads.
         """
-        with self._jetstream(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
+        with self._refusals.asking_jetstream(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
             stream = self.subjects.stream
             if name is not None and not replace:
                 try:
