@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import functools
 import hashlib
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -33,8 +32,6 @@ from faultline._errors import (
     BusError,
     DecodeError,
     DeliveriesLostError,
-    NoResponderError,
-    ReplyTimeoutError,
 )
 from faultline.bus._access import INBOX, ConsumerSpec, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
@@ -42,6 +39,7 @@ from faultline.bus._connect import id_key, open_client
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.bus._refusals import Refusals
+from faultline.bus._requests import Requests
 from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S, asked_again
 from faultline.bus._settings import BusSettings
 from faultline.core import (
@@ -104,11 +102,7 @@ class Bus:
         self.js = self.nc.jetstream()
         self._acks = Confirmations(self.nc, self.settings.publish_max_pending)
         self._refusals = refusals or Refusals("faultline")
-        self._questions = itertools.count()
-        self._asking: dict[str, Callable[[Msg], None]] = {}
-        """The questions of `request_all` waiting for answers, by the last token of their reply subject."""
-        self._answers: str = ""
-        """The inbox prefix under which one subscription takes every `request_all` answer ("" until the first)."""
+        self._requests = Requests(self.nc)
 
     @classmethod
     async def connect(
@@ -209,20 +203,7 @@ class Bus:
         NoResponderError when nobody subscribes to `subject`, ReplyTimeoutError when
         no answer comes within `timeout_s`, BusError when NATS cannot be reached.
         """
-        try:
-            reply = await self.nc.request(subject, payload, timeout=timeout_s)
-        except nats.errors.NoRespondersError:
-            raise NoResponderError(
-                f"nobody answers requests on {subject}: start the process that serves it, then ask again"
-            ) from None
-        except nats.errors.TimeoutError:
-            raise ReplyTimeoutError(
-                f"no answer on {subject} within {timeout_s:g}s: the process that serves it is busy or stuck"
-                " (see its log), or give it more time"
-            ) from None
-        except nats.errors.Error as exc:
-            raise BusError(f"request on {subject} failed: {exc or type(exc).__name__}") from None
-        return bytes(reply.data)
+        return await self._requests.request(subject, payload, timeout_s)
 
     async def request_all(
         self, subject: str, payload: bytes, window_s: float, *, enough: Callable[[list[bytes]], bool] | None = None
@@ -231,42 +212,7 @@ class Bus:
 
         Returns sooner once `enough(answers)` holds, and at once when nobody subscribes.
         """
-        answers: list[bytes] = []
-        done = anyio.Event()
-
-        def collect(msg: Msg) -> None:
-            if msg.headers and msg.headers.get(api.Header.STATUS) == api.StatusCode.SERVICE_UNAVAILABLE:
-                done.set()  # the server's "no responders" notice
-                return
-            answers.append(msg.data)
-            if enough is not None and enough(answers):
-                done.set()
-
-        token = str(next(self._questions))
-        with nats_failure(f"asking on {subject}"):
-            self._asking[token] = collect
-            try:
-                await self.nc.publish(subject, payload, reply=f"{await self._answer_inbox()}.{token}")
-                with anyio.move_on_after(window_s):  # no count to wait for: whoever answers in time is counted
-                    await done.wait()
-            finally:
-                del self._asking[token]
-        return answers
-
-    async def _answer_inbox(self) -> str:
-        """The inbox prefix of `request_all`'s answers, subscribed once: a subscription per question
-        would cost every question two more round trips to the server."""
-        if not self._answers:
-            prefix = self.nc.new_inbox()
-
-            async def deliver(msg: Msg) -> None:
-                collect = self._asking.get(msg.subject.rsplit(".", 1)[-1])
-                if collect is not None:  # an answer after its question's window: nobody waits for it
-                    collect(msg)
-
-            await self.nc.subscribe(f"{prefix}.*", cb=deliver)
-            self._answers = prefix
-        return self._answers
+        return await self._requests.request_all(subject, payload, window_s, enough)
 
     # -- stream ---------------------------------------------------------------------------
 
