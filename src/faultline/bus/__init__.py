@@ -23,9 +23,10 @@ from faultline.bus._messaging import Message, Subscription, decode_notice
 from faultline.bus._retry import asked_again
 from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
 from faultline.bus._settings import BusSettings
+from faultline.bus._stream import StreamState
 from faultline.bus._tells import OPEN_TELLER, hear, tell, teller
 from faultline.bus._tls import TLSFiles, make_certificates
-from faultline.bus._transport import Bus, StreamState
+from faultline.bus._transport import Bus
 from faultline.core import OPERATOR
 
 __all__ = [

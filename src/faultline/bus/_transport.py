@@ -42,6 +42,7 @@ from faultline.bus._refusals import Refusals
 from faultline.bus._requests import Requests
 from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S, asked_again
 from faultline.bus._settings import BusSettings
+from faultline.bus._stream import Stream, StreamState
 from faultline.core import (
     DEAD_LETTER_KEPT_BYTES,
     DEAD_LETTER_NOTE_CHARS,
@@ -63,18 +64,6 @@ EPHEMERAL_INACTIVE_S = 5.0
 identities may not)."""
 SILENT_HEARTBEATS = 3
 """After how many idle heartbeats' time without a word from its server `Bus.follow` takes a consumer for lost."""
-
-
-PARTITIONS_KEY = "faultline_partitions"
-"""The stream's metadata key that records into how many partitions its subjects divide the episodes."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamState:
-    """How many messages the stream holds, and the sequence of the last one stored."""
-
-    messages: int
-    last_seq: int
 
 
 StartAt = Literal["all", "new"] | int
@@ -103,6 +92,7 @@ class Bus:
         self._acks = Confirmations(self.nc, self.settings.publish_max_pending)
         self._refusals = refusals or Refusals("faultline")
         self._requests = Requests(self.nc)
+        self._stream = Stream(self.js, self.subjects, self.settings, self._refusals)
 
     @classmethod
     async def connect(
@@ -222,61 +212,20 @@ class Bus:
         The stream records its partitions (`BusSettings.partitions`); a stream that holds messages in another
         layout is refused with BusError, since its history would not be found under this one's subjects.
         """
-        partitions = self.subjects.partitions
-        config = api.StreamConfig(
-            name=self.subjects.stream,
-            subjects=self.subjects.journaled,
-            storage=api.StorageType.FILE,
-            retention=api.RetentionPolicy.LIMITS,
-            duplicate_window=self.settings.duplicate_window_s,
-            num_replicas=self.settings.replicas,
-            metadata={PARTITIONS_KEY: str(partitions)},
-        )
-        with self._refusals.asking_jetstream(f"setting up stream {self.subjects.stream}"):
-            try:
-                info = await self.js.stream_info(self.subjects.stream)
-            except nats.js.errors.NotFoundError:
-                try:
-                    return await self.js.add_stream(config)
-                except nats.js.errors.BadRequestError:
-                    info = await self.js.stream_info(self.subjects.stream)  # created concurrently
-            recorded = _partitions(info)
-            if recorded != partitions and info.state.messages:
-                raise BusError(
-                    self._other_layout(recorded, f"holds {info.state.messages} messages whose subjects it divides")
-                )
-            if recorded != partitions or sorted(info.config.subjects or []) != sorted(config.subjects or []):
-                return await self.js.update_stream(config)
-            return info
+        return await self._stream.ensure()
 
     async def check_layout(self) -> None:
         """BusError, in one line, when the system's stream divides its subjects into other partitions than this
         process does: what it publishes would go where no shard reads it (a runner of a system already up)."""
-        recorded = _partitions(await self._stream_info())
-        if recorded != self.subjects.partitions:
-            raise BusError(self._other_layout(recorded, "divides its subjects"))
-
-    def _other_layout(self, recorded: int, what: str) -> str:
-        return (
-            f"stream {self.subjects.stream} {what} into {recorded} partition(s), and this process divides them into"
-            f" {self.subjects.partitions} (the least common multiple of [journal] shards and every [workers.*] count):"
-            " run it with the system's own configuration, or start the system on a new store"
-        )
+        await self._stream.check_layout()
 
     async def stream_incarnation(self) -> str:
         """An id of this stream's life: a journal must not mix sequences of two streams."""
-        info = await self._stream_info()
-        created = getattr(info, "created", None) or ""
-        return f"{self.subjects.stream}@{created}"
+        return await self._stream.incarnation()
 
     async def stream_state(self) -> StreamState:
         """How many messages the stream holds now, and the sequence of the last one."""
-        info = await self._stream_info()
-        return StreamState(messages=info.state.messages, last_seq=info.state.last_seq)
-
-    async def _stream_info(self) -> api.StreamInfo:
-        with self._refusals.asking_jetstream(f"asking for the state of stream {self.subjects.stream}"):
-            return await self.js.stream_info(self.subjects.stream)
+        return await self._stream.state()
 
     # -- publishing -----------------------------------------------------------------------
 
@@ -715,11 +664,6 @@ class Bus:
         except DecodeError as exc:
             await self.dead_letter(delivery, str(exc))
             return None
-
-
-def _partitions(info: api.StreamInfo) -> int:
-    """The partitions a stream's metadata records; a stream made before they were recorded has one."""
-    return int((info.config.metadata or {}).get(PARTITIONS_KEY, "1"))
 
 
 def _filters(filter_subjects: Sequence[str]) -> dict[str, Any]:
