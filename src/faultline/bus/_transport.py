@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Literal
 
 import anyio
 import nats
@@ -37,6 +36,7 @@ from faultline.bus._access import INBOX, ConsumerSpec, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
 from faultline.bus._connect import id_key, open_client
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
+from faultline.bus._consumers import Consumers, StartAt
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.bus._refusals import Refusals
 from faultline.bus._requests import Requests
@@ -59,14 +59,8 @@ from faultline.core import (
 
 log = logging.getLogger(__name__)
 
-EPHEMERAL_INACTIVE_S = 5.0
-"""How soon the server removes a consumer made for reading once nobody reads it (no reader deletes one: most
-identities may not)."""
 SILENT_HEARTBEATS = 3
 """After how many idle heartbeats' time without a word from its server `Bus.follow` takes a consumer for lost."""
-
-
-StartAt = Literal["all", "new"] | int
 
 
 @dataclass
@@ -93,6 +87,7 @@ class Bus:
         self._refusals = refusals or Refusals("faultline")
         self._requests = Requests(self.nc)
         self._stream = Stream(self.js, self.subjects, self.settings, self._refusals)
+        self._consumers = Consumers(self.nc, self.js, self.subjects.stream, self.settings, self.inbox, self._refusals)
 
     @classmethod
     async def connect(
@@ -482,62 +477,17 @@ class Bus:
     async def ack_floor(self, name: str) -> int | None:
         """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first
         acknowledgement); None when no consumer of that name exists. A consumer replacing it resumes after it."""
-        info = await self._consumer_info(name)
-        if info is None:
-            return None
-        return info.ack_floor.stream_seq if info.ack_floor else 0
+        return await self._consumers.ack_floor(name)
 
     async def unacknowledged(self, name: str) -> int | None:
         """How many messages durable consumer `name` has not had acknowledged: those still to deliver and those
         delivered and not acknowledged yet. None when no consumer of that name exists."""
-        info = await self._consumer_info(name)
-        if info is None:
-            return None
-        return (info.num_pending or 0) + (info.num_ack_pending or 0)
-
-    async def _consumer_info(self, name: str) -> api.ConsumerInfo | None:
-        with self._refusals.asking_jetstream(f"asking for the state of consumer {name}"):
-            try:
-                info: api.ConsumerInfo = await self.js.consumer_info(self.subjects.stream, name)
-            except nats.js.errors.NotFoundError:
-                return None
-        return info
+        return await self._consumers.unacknowledged(name)
 
     async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
         """Make the durable consumers the operator makes for other identities, or bring their filters,
         deliver subject, ack wait and unacknowledged limit up to date (keeping where they are). Idempotent."""
-        for spec in specs:
-            info = await self._consumer_info(spec.name)
-            config = _own_config(spec.name, spec.deliver_subject, spec.filters, spec.ack_wait_s, self.settings)
-            if info is not None:
-                now = info.config
-                kept = (
-                    now.filter_subject,
-                    now.filter_subjects,
-                    now.deliver_subject,
-                    now.ack_wait,
-                    now.idle_heartbeat,
-                    now.max_ack_pending,
-                )
-                if kept == (
-                    config.filter_subject,
-                    config.filter_subjects,
-                    config.deliver_subject,
-                    config.ack_wait,
-                    config.idle_heartbeat,
-                    config.max_ack_pending,
-                ):
-                    continue
-                config = now.evolve(
-                    filter_subject=config.filter_subject,
-                    filter_subjects=config.filter_subjects,
-                    deliver_subject=config.deliver_subject,
-                    ack_wait=config.ack_wait,
-                    idle_heartbeat=config.idle_heartbeat,
-                    max_ack_pending=config.max_ack_pending,
-                )
-            with self._refusals.asking_jetstream(f"making consumer {spec.name}"):
-                await self.js.add_consumer(self.subjects.stream, config)
+        await self._consumers.ensure(specs)
 
     async def own_consumer(
         self, name: str, filter_subjects: Sequence[str], *, ack_wait_s: float | None = None
@@ -549,38 +499,7 @@ class Bus:
         the next message on, and brings its limit of unacknowledged deliveries up to date. A consumer that delivered before is reset, which sends again at once what was
         sent and not acknowledged: what a process that stopped held, or what was lost on the way.
         """
-        stream = self.subjects.stream
-        try:
-            info = await self._consumer_info(name)
-            if info is None:
-                deliver_subject = f"{self.inbox}.{name}"
-                config = _own_config(
-                    name, deliver_subject, filter_subjects, ack_wait_s or self.settings.ack_wait_s, self.settings
-                )
-                with self._refusals.asking_jetstream(f"opening consumer {name}"):
-                    info = await self.js.add_consumer(stream, config)
-            elif self.inbox == INBOX and info.config.max_ack_pending != self.settings.max_ack_pending:
-                with self._refusals.asking_jetstream(f"updating consumer {name}'s limit of unacknowledged deliveries"):
-                    info = await self.js.add_consumer(
-                        stream, info.config.evolve(max_ack_pending=self.settings.max_ack_pending)
-                    )
-        except BusError as exc:
-            if self.inbox == INBOX:
-                raise
-            raise BusError(
-                f"consumer {name} is not one the operator made for this identity, and only the operator makes"
-                f" a worker's consumers ({exc}): start the system with `faultline up`, and a worker by hand only"
-                " as an agent and shard its configuration names"
-            ) from None
-        delivered = info.delivered.consumer_seq if info.delivered else 0
-        floor = info.ack_floor.stream_seq if info.ack_floor else 0
-        last = info.delivered.stream_seq if info.delivered else 0
-        fresh = not delivered and not info.num_ack_pending and floor == last
-        if not fresh:
-            with self._refusals.asking_jetstream(f"resetting consumer {name} to its acknowledgement floor"):
-                info = (await self.js.reset_consumer(stream, name)).info
-        assert info.config.deliver_subject is not None
-        return await self._open_consumer(name, info.config.deliver_subject, durable=True, info=info), fresh
+        return await self._consumers.own(name, filter_subjects, ack_wait_s=ack_wait_s)
 
     async def consumer(
         self,
@@ -603,59 +522,16 @@ class Bus:
         one on a single subject is made with the filtered create subject, which permissions
         can hold a reader to; several subjects are for the operator's reads.
         """
-        with self._refusals.asking_jetstream(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
-            stream = self.subjects.stream
-            if name is not None and not replace:
-                try:
-                    info = await self.js.consumer_info(stream, name)
-                    assert info.config.deliver_subject is not None
-                    return await self._open_consumer(name, info.config.deliver_subject, durable=True, info=info)
-                except nats.js.errors.NotFoundError:
-                    pass
-            if name is not None and replace:
-                try:
-                    await self.js.delete_consumer(stream, name)
-                except nats.js.errors.NotFoundError:
-                    pass
-            deliver_subject = self.nc.new_inbox()
-            durable = name is not None
-            config = api.ConsumerConfig(
-                name=name or deliver_subject.rsplit(".", 1)[-1],
-                durable_name=name,
-                deliver_subject=deliver_subject,
-                ack_policy=(api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT)
-                if durable
-                else api.AckPolicy.NONE,
-                ack_wait=(ack_wait_s or self.settings.ack_wait_s) if durable else None,
-                max_ack_pending=(max_ack_pending or self.settings.max_ack_pending) if durable else None,
-                idle_heartbeat=self.settings.idle_heartbeat_s if heartbeat else None,
-                **_filters(filter_subjects),
-                inactive_threshold=None if durable else EPHEMERAL_INACTIVE_S,
-                **_start_policy(start),
-            )
-            try:
-                info = await self.js.add_consumer(stream, config)
-            except nats.errors.TimeoutError:
-                self._refusals.check_consumer(stream, config.name or "", filter_subjects)
-                raise
-            return await self._open_consumer(info.name, deliver_subject, durable=durable, info=info)
-
-    async def _open_consumer(
-        self, name: str, deliver_subject: str, *, durable: bool, info: api.ConsumerInfo
-    ) -> Consumer:
-        """Subscribe to the deliveries of consumer `name`, which the server holds as `info`."""
-        consumer = Consumer(
-            self.nc,
-            self.js,
-            self.subjects.stream,
+        return await self._consumers.open(
             name,
-            deliver_subject,
-            durable,
-            info,
-            pending_msgs_limit=self.settings.pending_msgs_limit,
+            filter_subjects,
+            start=start,
+            ack_all=ack_all,
+            max_ack_pending=max_ack_pending,
+            ack_wait_s=ack_wait_s,
+            replace=replace,
+            heartbeat=heartbeat,
         )
-        await consumer._start()
-        return consumer
 
     async def decode_or_dead_letter(self, delivery: Delivery) -> Envelope | None:
         """The envelope, or None after sending the bytes to the dead-letter subject."""
@@ -664,37 +540,6 @@ class Bus:
         except DecodeError as exc:
             await self.dead_letter(delivery, str(exc))
             return None
-
-
-def _filters(filter_subjects: Sequence[str]) -> dict[str, Any]:
-    if len(filter_subjects) == 1:
-        return {"filter_subject": filter_subjects[0]}
-    return {"filter_subjects": list(filter_subjects) or None}
-
-
-def _own_config(
-    name: str, deliver_subject: str, filter_subjects: Sequence[str], ack_wait_s: float, settings: BusSettings
-) -> api.ConsumerConfig:
-    """A durable consumer a worker reads alone, acknowledging each delivery, from the next message on."""
-    return api.ConsumerConfig(
-        name=name,
-        durable_name=name,
-        deliver_subject=deliver_subject,
-        deliver_policy=api.DeliverPolicy.NEW,
-        ack_policy=api.AckPolicy.EXPLICIT,
-        ack_wait=ack_wait_s,
-        max_ack_pending=settings.max_ack_pending,
-        idle_heartbeat=settings.idle_heartbeat_s,
-        **_filters(filter_subjects),
-    )
-
-
-def _start_policy(start: StartAt) -> dict[str, Any]:
-    if start == "all":
-        return {"deliver_policy": api.DeliverPolicy.ALL}
-    if start == "new":
-        return {"deliver_policy": api.DeliverPolicy.NEW}
-    return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": int(start)}
 
 
 class Outbox:

@@ -1,0 +1,237 @@
+"""Making the stream's consumers, opening them, and asking how far they got.
+
+`_consumer.py` reads one consumer's deliveries; this is where a consumer comes from: one a worker reads alone
+(made by the operator, or by a process alone on an open server), one for reading what is stored, which the server
+removes once nobody reads it, and the durable ones other processes keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext, api
+
+from faultline._errors import BusError
+from faultline.bus._access import INBOX, ConsumerSpec
+from faultline.bus._consumer import Consumer
+from faultline.bus._refusals import Refusals
+from faultline.bus._settings import BusSettings
+
+EPHEMERAL_INACTIVE_S = 5.0
+"""How soon the server removes a consumer made for reading once nobody reads it (no reader deletes one: most
+identities may not)."""
+
+
+StartAt = Literal["all", "new"] | int
+
+
+class Consumers:
+    """The consumers of the stream as this connection makes and opens them (`Bus.consumer`, `Bus.own_consumer`,
+    `Bus.ensure_consumers`)."""
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        js: JetStreamContext,
+        stream: str,
+        settings: BusSettings,
+        inbox: str,
+        refusals: Refusals,
+    ) -> None:
+        self._nc = nc
+        self._js = js
+        self._stream = stream
+        self._settings = settings
+        self._inbox = inbox
+        self._refusals = refusals
+
+    async def open(
+        self,
+        name: str | None,
+        filter_subjects: Sequence[str],
+        *,
+        start: StartAt = "all",
+        ack_all: bool = False,
+        max_ack_pending: int | None = None,
+        ack_wait_s: float | None = None,
+        replace: bool = False,
+        heartbeat: bool = False,
+    ) -> Consumer:
+        with self._refusals.asking_jetstream(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
+            stream = self._stream
+            if name is not None and not replace:
+                try:
+                    info = await self._js.consumer_info(stream, name)
+                    assert info.config.deliver_subject is not None
+                    return await self._subscribe_to(name, info.config.deliver_subject, durable=True, info=info)
+                except nats.js.errors.NotFoundError:
+                    pass
+            if name is not None and replace:
+                try:
+                    await self._js.delete_consumer(stream, name)
+                except nats.js.errors.NotFoundError:
+                    pass
+            deliver_subject = self._nc.new_inbox()
+            durable = name is not None
+            config = api.ConsumerConfig(
+                name=name or deliver_subject.rsplit(".", 1)[-1],
+                durable_name=name,
+                deliver_subject=deliver_subject,
+                ack_policy=(api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT)
+                if durable
+                else api.AckPolicy.NONE,
+                ack_wait=(ack_wait_s or self._settings.ack_wait_s) if durable else None,
+                max_ack_pending=(max_ack_pending or self._settings.max_ack_pending) if durable else None,
+                idle_heartbeat=self._settings.idle_heartbeat_s if heartbeat else None,
+                **_filters(filter_subjects),
+                inactive_threshold=None if durable else EPHEMERAL_INACTIVE_S,
+                **_start_policy(start),
+            )
+            try:
+                info = await self._js.add_consumer(stream, config)
+            except nats.errors.TimeoutError:
+                self._refusals.check_consumer(stream, config.name or "", filter_subjects)
+                raise
+            return await self._subscribe_to(info.name, deliver_subject, durable=durable, info=info)
+
+    async def own(
+        self, name: str, filter_subjects: Sequence[str], *, ack_wait_s: float | None = None
+    ) -> tuple[Consumer, bool]:
+        stream = self._stream
+        try:
+            info = await self._info(name)
+            if info is None:
+                deliver_subject = f"{self._inbox}.{name}"
+                config = _own_config(
+                    name, deliver_subject, filter_subjects, ack_wait_s or self._settings.ack_wait_s, self._settings
+                )
+                with self._refusals.asking_jetstream(f"opening consumer {name}"):
+                    info = await self._js.add_consumer(stream, config)
+            elif self._inbox == INBOX and info.config.max_ack_pending != self._settings.max_ack_pending:
+                with self._refusals.asking_jetstream(f"updating consumer {name}'s limit of unacknowledged deliveries"):
+                    info = await self._js.add_consumer(
+                        stream, info.config.evolve(max_ack_pending=self._settings.max_ack_pending)
+                    )
+        except BusError as exc:
+            if self._inbox == INBOX:
+                raise
+            raise BusError(
+                f"consumer {name} is not one the operator made for this identity, and only the operator makes"
+                f" a worker's consumers ({exc}): start the system with `faultline up`, and a worker by hand only"
+                " as an agent and shard its configuration names"
+            ) from None
+        delivered = info.delivered.consumer_seq if info.delivered else 0
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        last = info.delivered.stream_seq if info.delivered else 0
+        fresh = not delivered and not info.num_ack_pending and floor == last
+        if not fresh:
+            with self._refusals.asking_jetstream(f"resetting consumer {name} to its acknowledgement floor"):
+                info = (await self._js.reset_consumer(stream, name)).info
+        assert info.config.deliver_subject is not None
+        return await self._subscribe_to(name, info.config.deliver_subject, durable=True, info=info), fresh
+
+    async def ensure(self, specs: Iterable[ConsumerSpec]) -> None:
+        for spec in specs:
+            info = await self._info(spec.name)
+            config = _own_config(spec.name, spec.deliver_subject, spec.filters, spec.ack_wait_s, self._settings)
+            if info is not None:
+                now = info.config
+                kept = (
+                    now.filter_subject,
+                    now.filter_subjects,
+                    now.deliver_subject,
+                    now.ack_wait,
+                    now.idle_heartbeat,
+                    now.max_ack_pending,
+                )
+                if kept == (
+                    config.filter_subject,
+                    config.filter_subjects,
+                    config.deliver_subject,
+                    config.ack_wait,
+                    config.idle_heartbeat,
+                    config.max_ack_pending,
+                ):
+                    continue
+                config = now.evolve(
+                    filter_subject=config.filter_subject,
+                    filter_subjects=config.filter_subjects,
+                    deliver_subject=config.deliver_subject,
+                    ack_wait=config.ack_wait,
+                    idle_heartbeat=config.idle_heartbeat,
+                    max_ack_pending=config.max_ack_pending,
+                )
+            with self._refusals.asking_jetstream(f"making consumer {spec.name}"):
+                await self._js.add_consumer(self._stream, config)
+
+    async def ack_floor(self, name: str) -> int | None:
+        info = await self._info(name)
+        if info is None:
+            return None
+        return info.ack_floor.stream_seq if info.ack_floor else 0
+
+    async def unacknowledged(self, name: str) -> int | None:
+        info = await self._info(name)
+        if info is None:
+            return None
+        return (info.num_pending or 0) + (info.num_ack_pending or 0)
+
+    async def _info(self, name: str) -> api.ConsumerInfo | None:
+        with self._refusals.asking_jetstream(f"asking for the state of consumer {name}"):
+            try:
+                info: api.ConsumerInfo = await self._js.consumer_info(self._stream, name)
+            except nats.js.errors.NotFoundError:
+                return None
+        return info
+
+    async def _subscribe_to(
+        self, name: str, deliver_subject: str, *, durable: bool, info: api.ConsumerInfo
+    ) -> Consumer:
+        """Subscribe to the deliveries of consumer `name`, which the server holds as `info`."""
+        consumer = Consumer(
+            self._nc,
+            self._js,
+            self._stream,
+            name,
+            deliver_subject,
+            durable,
+            info,
+            pending_msgs_limit=self._settings.pending_msgs_limit,
+        )
+        await consumer._start()
+        return consumer
+
+
+def _filters(filter_subjects: Sequence[str]) -> dict[str, Any]:
+    if len(filter_subjects) == 1:
+        return {"filter_subject": filter_subjects[0]}
+    return {"filter_subjects": list(filter_subjects) or None}
+
+
+def _own_config(
+    name: str, deliver_subject: str, filter_subjects: Sequence[str], ack_wait_s: float, settings: BusSettings
+) -> api.ConsumerConfig:
+    """A durable consumer a worker reads alone, acknowledging each delivery, from the next message on."""
+    return api.ConsumerConfig(
+        name=name,
+        durable_name=name,
+        deliver_subject=deliver_subject,
+        deliver_policy=api.DeliverPolicy.NEW,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=ack_wait_s,
+        max_ack_pending=settings.max_ack_pending,
+        idle_heartbeat=settings.idle_heartbeat_s,
+        **_filters(filter_subjects),
+    )
+
+
+def _start_policy(start: StartAt) -> dict[str, Any]:
+    if start == "all":
+        return {"deliver_policy": api.DeliverPolicy.ALL}
+    if start == "new":
+        return {"deliver_policy": api.DeliverPolicy.NEW}
+    return {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": int(start)}
