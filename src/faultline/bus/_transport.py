@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 
@@ -30,7 +28,6 @@ from nats.js import api
 from faultline._errors import (
     BusError,
     DecodeError,
-    DeliveriesLostError,
 )
 from faultline.bus._access import INBOX, ConsumerSpec, Login, inbox
 from faultline.bus._acks import Confirmations, Publish, Round
@@ -38,9 +35,10 @@ from faultline.bus._connect import id_key, open_client
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._consumers import Consumers, StartAt
 from faultline.bus._messaging import Message, Subscription, nats_failure
+from faultline.bus._reading import Reader
 from faultline.bus._refusals import Refusals
 from faultline.bus._requests import Requests
-from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S, asked_again
+from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S
 from faultline.bus._settings import BusSettings
 from faultline.bus._stream import Stream, StreamState
 from faultline.core import (
@@ -58,9 +56,6 @@ from faultline.core import (
 )
 
 log = logging.getLogger(__name__)
-
-SILENT_HEARTBEATS = 3
-"""After how many idle heartbeats' time without a word from its server `Bus.follow` takes a consumer for lost."""
 
 
 @dataclass
@@ -88,6 +83,7 @@ class Bus:
         self._requests = Requests(self.nc)
         self._stream = Stream(self.js, self.subjects, self.settings, self._refusals)
         self._consumers = Consumers(self.nc, self.js, self.subjects.stream, self.settings, self.inbox, self._refusals)
+        self._reader = Reader(self._consumers, self.settings, self._refusals)
 
     @classmethod
     async def connect(
@@ -381,14 +377,7 @@ class Bus:
         One short-lived consumer per subject: each one's filter is in the subject that makes it, where
         the server's permissions can hold a reader to its own.
         """
-        got: list[Delivery] = []
-        for subject in filter_subjects:
-            consumer = await self.consumer(None, [subject], start=after + 1 if after else "all")
-            try:
-                got.extend(await consumer.backlog(timeout_s))
-            finally:
-                await consumer.close()
-        return sorted(got, key=lambda delivery: delivery.stream_seq) if len(filter_subjects) > 1 else got
+        return await self._reader.read_stored(filter_subjects, timeout_s, after=after)
 
     async def read_envelopes(
         self, filter_subjects: Sequence[str], timeout_s: float, *, after: int = 0
@@ -415,64 +404,7 @@ class Bus:
         cut off). Each has the subject read again after the last message taken: none missed, none twice.
         A credential that may not read `subject` ends it with PublishRefusedError: asking again cannot help.
         """
-        last = after
-
-        async def handle(delivery: Delivery) -> None:
-            nonlocal last
-            last = delivery.stream_seq
-            await take(delivery)
-
-        consumer = opened
-        try:
-            while True:
-                reconnected = self.next_reconnect()
-                if consumer is None:
-                    consumer = await self._reading_after(subject, last)
-                await self._serve_until_lost(subject, consumer, handle, reconnected)
-                await consumer.close()
-                consumer = None
-        finally:
-            if consumer is not None:
-                await consumer.close()
-
-    async def _reading_after(self, subject: str, last: int) -> Consumer:
-        """A consumer of `subject` from stream sequence `last` + 1, asked for again while the stream cannot
-        be reached (no leader yet); a credential that may not read it is refused at once."""
-        return await asked_again(
-            functools.partial(self.consumer, None, [subject], start=last + 1, heartbeat=True),
-            first_s=RETRY_BACKOFF_S,
-            max_s=RETRY_BACKOFF_MAX_S,
-        )
-
-    async def _serve_until_lost(
-        self,
-        subject: str,
-        consumer: Consumer,
-        handle: Callable[[Delivery], Awaitable[None]],
-        reconnected: anyio.Event,
-    ) -> None:
-        """Serve `consumer` until deliveries are known or likely lost (see `follow`)."""
-        silent_s = SILENT_HEARTBEATS * self.settings.idle_heartbeat_s
-        async with anyio.create_task_group() as tg:
-
-            async def watch() -> None:
-                while not reconnected.is_set():
-                    quiet_s = time.monotonic() - consumer.heard_at
-                    if quiet_s >= silent_s:
-                        log.warning(
-                            "consumer %s of %s fell silent for %.0fs; reading it again", consumer.name, subject, quiet_s
-                        )
-                        break
-                    with anyio.move_on_after(silent_s - quiet_s):
-                        await reconnected.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
-            try:
-                await consumer.serve(handle)
-            except DeliveriesLostError as exc:
-                log.warning("%s; reading %s again", exc, subject)
-            tg.cancel_scope.cancel()
+        await self._reader.follow(subject, take, after=after, opened=opened)
 
     async def ack_floor(self, name: str) -> int | None:
         """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first
