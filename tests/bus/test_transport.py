@@ -230,7 +230,7 @@ async def test_a_publish_no_stream_answers_is_sent_again_with_its_id_until_one_s
                 resent.set()
 
     handler = Resent()
-    logging.getLogger("faultline.bus._transport").addHandler(handler)
+    logging.getLogger("faultline.bus._publishing").addHandler(handler)
     bus = await Bus.connect(nats_server.url, settings=BusSettings(publish_timeout_s=1.0, publish_retry_s=20.0))
     try:
         async with anyio.create_task_group() as tg:
@@ -242,7 +242,7 @@ async def test_a_publish_no_stream_answers_is_sent_again_with_its_id_until_one_s
         await bus.publish(note(1))  # the same id again: a duplicate, stored once
         assert (await bus.stream_state()).messages == 2
     finally:
-        logging.getLogger("faultline.bus._transport").removeHandler(handler)
+        logging.getLogger("faultline.bus._publishing").removeHandler(handler)
         await bus.close()
 
 

@@ -10,50 +10,31 @@ announcements (`subscribe`, `notify`, `request`). Every failure is a BusError.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 
 import anyio
-import nats
 import nats.errors
-import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import api
 
-from faultline._errors import (
-    BusError,
-    DecodeError,
-)
+from faultline._errors import DecodeError
 from faultline.bus._access import INBOX, ConsumerSpec, Login, inbox
-from faultline.bus._acks import Confirmations, Publish, Round
+from faultline.bus._acks import Confirmations
 from faultline.bus._connect import id_key, open_client
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
 from faultline.bus._consumers import Consumers, StartAt
 from faultline.bus._messaging import Message, Subscription, nats_failure
+from faultline.bus._publishing import Outbox, Publisher, letter_for
 from faultline.bus._reading import Reader
 from faultline.bus._refusals import Refusals
 from faultline.bus._requests import Requests
-from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S
 from faultline.bus._settings import BusSettings
 from faultline.bus._stream import Stream, StreamState
-from faultline.core import (
-    DEAD_LETTER_KEPT_BYTES,
-    DEAD_LETTER_NOTE_CHARS,
-    DEFAULT_PREFIX,
-    DLQ_SENDER,
-    DeadLetter,
-    Envelope,
-    InterceptorChain,
-    Subjects,
-    digest,
-    encode,
-    validate_envelope,
-)
+from faultline.core import DEFAULT_PREFIX, Envelope, InterceptorChain, Subjects, encode
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +61,7 @@ class Bus:
         self.js = self.nc.jetstream()
         self._acks = Confirmations(self.nc, self.settings.publish_max_pending)
         self._refusals = refusals or Refusals("faultline")
+        self._publisher = Publisher(self._acks, self._refusals, self.settings, self.id_key)
         self._requests = Requests(self.nc)
         self._stream = Stream(self.js, self.subjects, self.settings, self._refusals)
         self._consumers = Consumers(self.nc, self.js, self.subjects.stream, self.settings, self.inbox, self._refusals)
@@ -233,7 +215,7 @@ class Bus:
 
     def outbox(self) -> Outbox:
         """Envelopes sent as they are made and confirmed together (see `Outbox`)."""
-        return Outbox(self)
+        return Outbox(self._publisher, self.interceptors, self.subjects)
 
     def dedup_id(self, envelope_id: str) -> str:
         """The id the stream's duplicate window knows an envelope by.
@@ -244,108 +226,11 @@ class Bus:
         id is the same for every process of one identity (a handler run again after a crash publishes the same
         one, and the copy is dropped) and foreseeable by no other.
         """
-        if not self.id_key:
-            return envelope_id
-        return f"{envelope_id}.{hashlib.blake2b(envelope_id.encode(), key=self.id_key, digest_size=8).hexdigest()}"
+        return self._publisher.dedup_id(envelope_id)
 
     async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> int:
         """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
-        publish, round_ = Publish(subject, data, msg_id), Round()
-        await self._acks.send(publish, round_)
-        await self._settle([publish], round_)
-        return publish.seq
-
-    async def _settle(self, publishes: list[Publish], round_: Round) -> None:
-        """Wait until JetStream confirmed every publish, sending the unconfirmed ones again with the same
-        message ids (the duplicate window stores each once) until `publish_retry_s` has passed.
-
-        An answer this process has not read yet is not a lost publish: while confirmations keep being
-        read, a publish that nothing sent after it has overtaken is waited for, not sent again, for as
-        long as that takes. It fails only when no confirmation at all was read for `publish_retry_s`
-        (the stream is unreachable), or when publishes sent after it were confirmed and it was not, past
-        the time it may be sent again. PublishRefusedError as soon as NATS refuses one; BusError when
-        the stream said no.
-        """
-        settings, acks = self.settings, self._acks
-        resend_until = anyio.current_time() + settings.publish_retry_s
-        delay = RETRY_BACKOFF_S
-        overtaken: set[int] = set()
-        """Publishes (ids) found overtaken at the last look, past the time to send them again."""
-        try:
-            while True:
-                unconfirmed = await self._confirm(publishes, round_)
-                if not unconfirmed:
-                    return
-                now = anyio.current_time()
-                silent_s = now - acks.confirmed_at
-                resend: list[Publish] = []
-                waiting: list[Publish] = []
-                for publish, why in unconfirmed:
-                    behind = acks.confirmed_token < publish.token and silent_s < settings.publish_timeout_s
-                    if behind and not publish.answered:
-                        waiting.append(publish)  # confirmations are being read and its turn has not come
-                    elif now + delay <= resend_until:
-                        resend.append(publish)
-                    elif publish.answered or id(publish) in overtaken or silent_s >= settings.publish_retry_s:
-                        raise BusError(
-                            f"JetStream did not confirm {len(unconfirmed)} publish(es) within"
-                            f" {settings.publish_retry_s:g}s ({why}): is the stream's cluster down,"
-                            " or without a leader?"
-                        )
-                    else:
-                        waiting.append(publish)
-                overtaken = {id(p) for p in waiting if acks.confirmed_token > p.token}
-                if resend:
-                    log.warning(
-                        "JetStream did not confirm %d publish(es) (%s); sending them again in %.1fs with the same ids",
-                        len(resend),
-                        unconfirmed[0][1],
-                        delay,
-                    )
-                    await anyio.sleep(delay)
-                    delay = min(2 * delay, RETRY_BACKOFF_MAX_S)
-                round_ = Round()
-                for publish in waiting:
-                    if not publish.answered:
-                        acks.wait_again(publish, round_)
-                    elif publish.failure:
-                        resend.append(publish)  # refused for now meanwhile: sent again with the others
-                for publish in resend:
-                    if not publish.answered or publish.failure:  # still unconfirmed after the wait
-                        await acks.send(publish, round_)
-        except BaseException:
-            acks.forget(publishes)
-            raise
-
-    async def _confirm(self, publishes: list[Publish], round_: Round) -> list[tuple[Publish, str]]:
-        """Wait up to `publish_timeout_s` for the round's answers; the publishes worth sending again, with why.
-
-        Raises PublishRefusedError when NATS refuses one, BusError when the stream rejects one.
-        """
-        round_.seal()
-        if not round_.complete:
-            # A timer and the round's own future: cheaper than a cancel scope and `asyncio.wait` per round.
-            timer = asyncio.get_running_loop().call_later(self.settings.publish_timeout_s, round_.expire)
-            self._refusals.rounds.add(round_)
-            try:
-                while True:
-                    await round_.done
-                    self._refusals.check({publish.subject for publish in publishes})
-                    if round_.complete or round_.expired:
-                        break
-                    round_.rearm()
-            finally:
-                timer.cancel()
-                self._refusals.rounds.discard(round_)
-        unconfirmed = []
-        for publish in publishes:
-            if not publish.answered:
-                unconfirmed.append((publish, f"no answer within {self.settings.publish_timeout_s:g}s"))
-            elif publish.failure:
-                if not publish.transient:
-                    raise BusError(f"JetStream refused a publish to {publish.subject}: {publish.failure}")
-                unconfirmed.append((publish, publish.failure))
-        return unconfirmed
+        return await self._publisher.publish_raw(subject, data, msg_id)
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Send refused bytes to `fl.dlq` with the reason.
@@ -354,20 +239,8 @@ class Bus:
         restart) stores no second letter; the stream knows it keyed by this connection's credential, like every
         envelope's (`dedup_id`), so that no other identity can take it first to have the bytes leave no trace.
         Each identity that refuses a message (its worker, the journal) leaves a letter of its own."""
-        body = DeadLetter(
-            reason=reason[:DEAD_LETTER_NOTE_CHARS],
-            subject=delivery.subject[:DEAD_LETTER_NOTE_CHARS],
-            data=delivery.data[:DEAD_LETTER_KEPT_BYTES],
-            stream_seq=delivery.stream_seq,
-            size=len(delivery.data),
-            digest=digest(delivery.data),
-        )
-        letter_id = f"dlq-{delivery.stream_seq}"
-        await self.publish_raw(self.subjects.dlq, encode(self._letter(letter_id, body)), self.dedup_id(letter_id))
-
-    @staticmethod
-    def _letter(letter_id: str, body: DeadLetter) -> Envelope:
-        return Envelope(id=letter_id, episode="dlq", sender=DLQ_SENDER, body=body)
+        letter = letter_for(delivery, reason)
+        await self.publish_raw(self.subjects.dlq, encode(letter), self.dedup_id(letter.id))
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -472,48 +345,3 @@ class Bus:
         except DecodeError as exc:
             await self.dead_letter(delivery, str(exc))
             return None
-
-
-class Outbox:
-    """Envelopes on their way to the stream: each is sent the moment it is made, and `settle`
-    waits for JetStream to confirm them all.
-
-    One connection delivers its publishes in order, so what is sent first is stored first: a
-    handler's recordings, sent as its calls return, are stored before the outputs sent after
-    them, and the handler waits for one confirmation round instead of one per recording.
-    Should a publish go unconfirmed (a stream without a leader for a moment) it is sent again
-    with its id, and may then be stored after later ones; replay, recovery and forks find a
-    recording by the input that caused it, wherever it is stored.
-    """
-
-    __slots__ = ("_bus", "_publishes", "_round")
-
-    def __init__(self, bus: Bus) -> None:
-        self._bus = bus
-        self._publishes: list[Publish] = []
-        self._round: Round | None = None
-        """Made at the first send: most handlers of a quiet input send nothing."""
-
-    async def send(self, envelope: Envelope) -> None:
-        """Send `envelope` through the outbound interceptors, without waiting for its confirmation."""
-        bus = self._bus
-        chain = bus.interceptors
-        if chain.rewrites_outbound:
-            messages, events = await chain.outbound(envelope)
-            outgoing: Sequence[Envelope] = (*messages, *events) if events else messages
-        else:
-            outgoing = (envelope,)
-        for message in outgoing:
-            validate_envelope(message)
-            publish = Publish(bus.subjects.for_envelope(message), encode(message), bus.dedup_id(message.id))
-            self._publishes.append(publish)
-            self._round = self._round or Round()
-            await bus._acks.send(publish, self._round)
-
-    async def settle(self) -> None:
-        """Return once JetStream stored everything sent (see `Bus._settle` for the retries and errors)."""
-        publishes, round_ = self._publishes, self._round
-        if round_ is None:
-            return
-        self._publishes, self._round = [], None
-        await self._bus._settle(publishes, round_)
