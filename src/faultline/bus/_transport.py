@@ -1,5 +1,10 @@
 """The bus: typed envelopes over NATS JetStream, with interceptors and dead letters.
 
+`Bus` is one connection and what the rest of Faultline calls; each part of its work lives in a module of its own:
+connecting (`_connect.py`), the stream (`_stream.py`), publishing and its confirmations (`_publishing.py`), making
+and opening consumers (`_consumers.py`), reading the stream through them (`_reading.py`), and requests on core
+NATS (`_requests.py`).
+
 Publishing always goes through JetStream with the envelope id, keyed by the
 connection's credential (`Bus.dedup_id`), as `Nats-Msg-Id`, so a message
 published twice within the duplicate window is stored once.
@@ -242,7 +247,76 @@ class Bus:
         letter = letter_for(delivery, reason)
         await self.publish_raw(self.subjects.dlq, encode(letter), self.dedup_id(letter.id))
 
-    # -- consuming ------------------------------------------------------------------------
+    async def decode_or_dead_letter(self, delivery: Delivery) -> Envelope | None:
+        """The envelope, or None after sending the bytes to the dead-letter subject."""
+        try:
+            return delivery.envelope()
+        except DecodeError as exc:
+            await self.dead_letter(delivery, str(exc))
+            return None
+
+    # -- consumers ------------------------------------------------------------------------
+
+    async def consumer(
+        self,
+        name: str | None,
+        filter_subjects: Sequence[str],
+        *,
+        start: StartAt = "all",
+        ack_all: bool = False,
+        max_ack_pending: int | None = None,
+        ack_wait_s: float | None = None,
+        replace: bool = False,
+        heartbeat: bool = False,
+    ) -> Consumer:
+        """A push consumer over `filter_subjects`.
+
+        A named (durable) consumer survives restarts and is reused as it is unless
+        `replace` asks for a fresh one at `start`; with `heartbeat`, it finds deliveries lost
+        just before a quiet period (`BusSettings.idle_heartbeat_s`). An unnamed one is for
+        reading: it acknowledges nothing, and the server removes it once it is closed. Only
+        one on a single subject is made with the filtered create subject, which permissions
+        can hold a reader to; several subjects are for the operator's reads.
+        """
+        return await self._consumers.open(
+            name,
+            filter_subjects,
+            start=start,
+            ack_all=ack_all,
+            max_ack_pending=max_ack_pending,
+            ack_wait_s=ack_wait_s,
+            replace=replace,
+            heartbeat=heartbeat,
+        )
+
+    async def own_consumer(
+        self, name: str, filter_subjects: Sequence[str], *, ack_wait_s: float | None = None
+    ) -> tuple[Consumer, bool]:
+        """Durable consumer `name`, read from its acknowledgement floor on; and whether it is fresh (it never
+        delivered anything: nothing read before to recover).
+
+        The operator makes it (`ensure_consumers`); a process alone on an open server makes it itself, from
+        the next message on, and brings its limit of unacknowledged deliveries up to date. A consumer that delivered before is reset, which sends again at once what was
+        sent and not acknowledged: what a process that stopped held, or what was lost on the way.
+        """
+        return await self._consumers.own(name, filter_subjects, ack_wait_s=ack_wait_s)
+
+    async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
+        """Make the durable consumers the operator makes for other identities, or bring their filters,
+        deliver subject, ack wait and unacknowledged limit up to date (keeping where they are). Idempotent."""
+        await self._consumers.ensure(specs)
+
+    async def ack_floor(self, name: str) -> int | None:
+        """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first
+        acknowledgement); None when no consumer of that name exists. A consumer replacing it resumes after it."""
+        return await self._consumers.ack_floor(name)
+
+    async def unacknowledged(self, name: str) -> int | None:
+        """How many messages durable consumer `name` has not had acknowledged: those still to deliver and those
+        delivered and not acknowledged yet. None when no consumer of that name exists."""
+        return await self._consumers.unacknowledged(name)
+
+    # -- reading the stream ---------------------------------------------------------------
 
     async def read_stored(self, filter_subjects: Sequence[str], timeout_s: float, *, after: int = 0) -> list[Delivery]:
         """Every message the stream holds on `filter_subjects` now after stream sequence `after`, in stream order.
@@ -278,70 +352,3 @@ class Bus:
         A credential that may not read `subject` ends it with PublishRefusedError: asking again cannot help.
         """
         await self._reader.follow(subject, take, after=after, opened=opened)
-
-    async def ack_floor(self, name: str) -> int | None:
-        """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first
-        acknowledgement); None when no consumer of that name exists. A consumer replacing it resumes after it."""
-        return await self._consumers.ack_floor(name)
-
-    async def unacknowledged(self, name: str) -> int | None:
-        """How many messages durable consumer `name` has not had acknowledged: those still to deliver and those
-        delivered and not acknowledged yet. None when no consumer of that name exists."""
-        return await self._consumers.unacknowledged(name)
-
-    async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
-        """Make the durable consumers the operator makes for other identities, or bring their filters,
-        deliver subject, ack wait and unacknowledged limit up to date (keeping where they are). Idempotent."""
-        await self._consumers.ensure(specs)
-
-    async def own_consumer(
-        self, name: str, filter_subjects: Sequence[str], *, ack_wait_s: float | None = None
-    ) -> tuple[Consumer, bool]:
-        """Durable consumer `name`, read from its acknowledgement floor on; and whether it is fresh (it never
-        delivered anything: nothing read before to recover).
-
-        The operator makes it (`ensure_consumers`); a process alone on an open server makes it itself, from
-        the next message on, and brings its limit of unacknowledged deliveries up to date. A consumer that delivered before is reset, which sends again at once what was
-        sent and not acknowledged: what a process that stopped held, or what was lost on the way.
-        """
-        return await self._consumers.own(name, filter_subjects, ack_wait_s=ack_wait_s)
-
-    async def consumer(
-        self,
-        name: str | None,
-        filter_subjects: Sequence[str],
-        *,
-        start: StartAt = "all",
-        ack_all: bool = False,
-        max_ack_pending: int | None = None,
-        ack_wait_s: float | None = None,
-        replace: bool = False,
-        heartbeat: bool = False,
-    ) -> Consumer:
-        """A push consumer over `filter_subjects`.
-
-        A named (durable) consumer survives restarts and is reused as it is unless
-        `replace` asks for a fresh one at `start`; with `heartbeat`, it finds deliveries lost
-        just before a quiet period (`BusSettings.idle_heartbeat_s`). An unnamed one is for
-        reading: it acknowledges nothing, and the server removes it once it is closed. Only
-        one on a single subject is made with the filtered create subject, which permissions
-        can hold a reader to; several subjects are for the operator's reads.
-        """
-        return await self._consumers.open(
-            name,
-            filter_subjects,
-            start=start,
-            ack_all=ack_all,
-            max_ack_pending=max_ack_pending,
-            ack_wait_s=ack_wait_s,
-            replace=replace,
-            heartbeat=heartbeat,
-        )
-
-    async def decode_or_dead_letter(self, delivery: Delivery) -> Envelope | None:
-        """The envelope, or None after sending the bytes to the dead-letter subject."""
-        try:
-            return delivery.envelope()
-        except DecodeError as exc:
-            await self.dead_letter(delivery, str(exc))
-            return None
