@@ -40,7 +40,8 @@ class Publisher:
     """This connection's publishes to the stream, and the waits for JetStream to confirm them."""
 
     def __init__(self, acks: Confirmations, refusals: Refusals, settings: BusSettings, id_key: bytes) -> None:
-        self._acks = acks
+        self.acks = acks
+        """Where each publish is sent, as one of a round, and its confirmation collected (`settle` waits for them)."""
         self._refusals = refusals
         self._settings = settings
         self._id_key = id_key
@@ -50,13 +51,9 @@ class Publisher:
             return envelope_id
         return f"{envelope_id}.{hashlib.blake2b(envelope_id.encode(), key=self._id_key, digest_size=8).hexdigest()}"
 
-    async def send(self, publish: Publish, round_: Round) -> None:
-        """Send `publish` as one of `round_`, without waiting for its confirmation (`settle` waits)."""
-        await self._acks.send(publish, round_)
-
     async def publish_raw(self, subject: str, data: bytes, msg_id: str) -> int:
         publish, round_ = Publish(subject, data, msg_id), Round()
-        await self._acks.send(publish, round_)
+        await self.acks.send(publish, round_)
         await self.settle([publish], round_)
         return publish.seq
 
@@ -71,7 +68,7 @@ class Publisher:
         the time it may be sent again. PublishRefusedError as soon as NATS refuses one; BusError when
         the stream said no.
         """
-        settings, acks = self._settings, self._acks
+        settings, acks = self._settings, self.acks
         resend_until = anyio.current_time() + settings.publish_retry_s
         delay = RETRY_BACKOFF_S
         overtaken: set[int] = set()
@@ -190,7 +187,7 @@ class Outbox:
             )
             self._publishes.append(publish)
             self._round = self._round or Round()
-            await self._publisher.send(publish, self._round)
+            await self._publisher.acks.send(publish, self._round)
 
     async def settle(self) -> None:
         """Return once JetStream stored everything sent (see `Publisher.settle` for the retries and errors)."""
