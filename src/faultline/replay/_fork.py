@@ -618,8 +618,8 @@ def _history(
 def _late_recordings(prefix: list[JournalRow], rest: list[JournalRow]) -> list[JournalRow]:
     """The recordings in `rest` of handlings that left their outputs in `prefix`: part of the history.
 
-    A recording sent again after a moment without a stream leader is stored after the outputs it
-    preceded (`bus.Outbox`); the fork serves it as the journal did, rather than call the model anew.
+    A recording a worker sends again after a moment without a stream leader is stored after the outputs
+    it preceded; the fork serves it as the journal did, rather than call the model anew.
     """
     handled = {(r.sender, r.causation) for r in prefix if r.kind != "recording"}
     return [r for r in rest if r.kind == "recording" and (r.sender, r.causation) in handled]
