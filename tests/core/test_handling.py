@@ -1,5 +1,5 @@
 """A handler past its time limit fails its episode (the runner completes it) with a cause that says what it waited on;
-one run again with recordings fails where it no longer makes a recorded call."""
+one run again with recordings fails where it no longer makes a recorded call, and faults the calls it makes live."""
 
 from __future__ import annotations
 
@@ -126,3 +126,24 @@ async def test_a_handler_run_again_that_no_longer_makes_a_recorded_call_fails_as
         "agent 'greeter' handling note m1: the journal holds call #0 llm() that the code no longer makes"
     )
     assert [(made.index, made.request.messages[-1].content) for made in recorder.made] == [(1, "hi")]
+
+
+async def test_a_call_made_live_under_an_index_another_request_holds_is_faulted_as_any_live_call() -> None:
+    """Handled again after a crash, a concurrent branch's call may begin under an index whose recording is another
+    branch's: it runs live, and the fault rules in force change what it sends, as they did every live call. They
+    were passed over, since a recording held its index."""
+    other = greeting("hello")
+    recorded = Recording(call="llm", index=0, request_digest=digest(encode(other)), request=other, response="hi")
+    services = AgentHarness(Greets(), backend=NeverAnswers())
+    faulted: list[int] = []
+
+    async def shout(ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
+        faulted.append(index)
+        return greeting(request.messages[-1].content.upper())
+
+    message = Envelope(id="m1", episode="e", sender="runner", recipient="greeter", body=Note(text="greet"))
+    recorder = Recorder(recorded={0: recorded}, services=services, faults=shout, any_order=True)
+    ctx = Handling(Greets(), "greeter", message, recorder, services=services).ctx
+    assert await recorder.faulted(ctx, 0, greeting("hi")) == greeting("HI")
+    assert await recorder.faulted(ctx, 0, other) == other, "a call its recording serves sent what it holds"
+    assert faulted == [0]

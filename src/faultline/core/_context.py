@@ -87,8 +87,12 @@ class Recorder:
         return index
 
     async def faulted(self, ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
-        """What call #`index` sends: `request` unless it runs live and a fault rule changes it."""
-        if self.faults is None or self.services is None or index in self.recorded:
+        """What call #`index` sends: `request` unless it runs live and a fault rule changes it. Whether it runs
+        live is whether a recording serves it, not whether one holds its index: handled again after a crash, a
+        concurrent branch's call may begin under an index that another's recording holds, and runs live."""
+        if self.faults is None or self.services is None:
+            return request
+        if self._recording(index, "llm", digest(encode(request))) is not None:
             return request
         return await self.faults(ctx, index, request)
 
