@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
+
+from faultline._errors import ConfigError
 from faultline.api import RunSpec, with_system
 from faultline.runtime import Config
 from tests.replay.test_fork_topics import Gossip
@@ -18,3 +22,16 @@ def test_a_system_class_is_named_by_its_path_as_the_journal_and_the_workers_need
     assert records is not None and [record.id for record in records] == ["a"]
     by_path, _ = with_system(Config(), RunSpec(system="tests.replay.test_fork_topics:Gossip", inputs=inputs))
     assert by_path.system == config.system
+
+
+def test_a_system_class_of_a_script_is_refused_before_any_process_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script's own class loaded here, then every worker failed to import `__main__:Script` and the run ended
+    in a traceback saying a worker did not become ready."""
+    script = type(Gossip)("Script", (Gossip,), {"__module__": "__main__"})
+    monkeypatch.setattr(sys.modules["__main__"], "Script", script, raising=False)
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text('{"id": "a", "secret": "42"}\n')
+    with pytest.raises(ConfigError, match="^system Script is defined in __main__, .*: move it into a module"):
+        with_system(Config(), RunSpec(system=script, inputs=inputs))

@@ -112,7 +112,8 @@ class RunSpec:
     domain: str = "retail"
     system: str | type[System] = ""
     """A system of one's own: its class, or its path `package.module:Class` (default: the configuration's `[system]
-    class`, else the built-in tool-use system on `domain`)."""
+    class`, else the built-in tool-use system on `domain`). The workers import it by that path, so a class defined
+    in the script that runs (`__main__`) is refused."""
     inputs: Path | None = None
     """Its input records, a JSON-lines file (default: the configuration's `[system] inputs`)."""
     tasks: int = 0
@@ -257,6 +258,11 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
 def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord] | None]:
     """The configuration with the run's system in `[system]`, for its workers; and that system's input records
     (checked against its `needs` and `spec.task_ids`), or None for the built-in tool-use system."""
+    if isinstance(spec.system, type) and spec.system.__module__ == "__main__":
+        raise ConfigError(
+            f"system {spec.system.__qualname__} is defined in __main__, which the worker processes and replay"
+            " cannot import: move it into a module and import it from there"
+        )
     path = system_path(spec.system) if spec.system else config.system.class_
     try:
         system = load_system(path)
