@@ -37,14 +37,28 @@ def journal(tmp_path: Path) -> Path:
         (["run", "--tasks", "1", "--journal", "/dev/null"], 1, "/dev/null: is not a regular file, so not a journal"),
         (["run", "--tasks", "1", "--journal", "{tmp}/notes.txt"], 1, "notes.txt: not a Faultline journal"),
         (["run", "--episode-timeout", "1e300"], 2, "argument --episode-timeout: must be a number of seconds above 0"),
+        (
+            [
+                "run",
+                "--system",
+                "tests.replay.test_fork_topics:Gossip",
+                "--inputs",
+                "{tmp}/in.jsonl",
+                "--task-ids",
+                "zz",
+            ],
+            2,
+            "--task-ids: inputs {tmp}/in.jsonl has no task 'zz'",
+        ),
     ],
 )
 def test_a_mistake_is_one_line_and_a_failing_status(
     argv: list[str], status: int, said: str, journal: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "notes.txt").write_text("not a journal\n")
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "secret": "42"}\n')
     filled = [a.format(j=journal, tmp=tmp_path) for a in argv]
     assert main(filled) == status
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and said in err, err
+    assert len(err.splitlines()) == 1 and said.format(tmp=tmp_path) in err, err
     assert err.startswith("faultline: ")

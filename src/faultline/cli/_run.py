@@ -370,9 +370,9 @@ def selectable_ids(args: argparse.Namespace, config: Config) -> tuple[list[str],
     Loaded before any process starts, so that a system, an inputs file or a domain that cannot load is one line.
     """
     spec = RunSpec(system=args.system or "", inputs=args.inputs, config=config, config_path=args.config)
-    _, records = with_system(config, spec)
+    system_config, records = with_system(config, spec)
     if records is not None:
-        return [record.id for record in records], "the inputs"
+        return [record.id for record in records], f"inputs {system_config.system.inputs}"
     if args.inputs is not None:
         raise UsageError("--inputs are the input records of a system of your own: give --system (or [system] class)")
     domain = load_domain(args.domain)
