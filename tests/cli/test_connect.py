@@ -93,3 +93,19 @@ def test_a_stopped_up_gives_nothing() -> None:
     config = Config()
     assert subject_prefix(_flags(), config, "nats://up:4222") == config.nats.prefix
     assert login(_flags(), config, "nats://up:4222").tls_ca is None
+
+
+def test_a_run_of_another_system_than_the_running_up_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It ran on the `up`'s workers, whose agents of the same names handled episodes journaled as the other
+    system's, so replay diverged from what ran."""
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "secret": "42"}\n')
+    _write_state(os.getpid(), url=UNREACHABLE, system="kitchen:Kitchen")
+    gossip = "tests.replay.test_fork_topics:Gossip"
+    assert main(["run", "--system", gossip, "--inputs", "in.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"faultline: usage error: the `faultline up` running here (pid {os.getpid()}) runs system kitchen:Kitchen,"
+        f" not {gossip}: stop it, or run from another folder\n"
+    )

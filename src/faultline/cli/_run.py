@@ -314,6 +314,12 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
     if not (args.nats or config.nats.url or args.defense or args.insecure or args.tls):
         up = running_up()
         if up:  # as `inject` and `status` do: the system running here
+            wanted = args.system or config.system.class_
+            if up.get("system", wanted) != wanted:  # its workers would handle the episodes with their own agents
+                raise UsageError(
+                    f"the `faultline up` running here (pid {up['pid']}) runs system {up['system']}, not {wanted}:"
+                    " stop it, or run from another folder"
+                )
             args.nats = up["url"]
             if args.journal is None and up.get("journal"):
                 args.journal = Path(up["journal"])
