@@ -270,8 +270,8 @@ def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord
         raise ConfigError(
             f"{exc}" if spec.system else f"{config_source(spec.config_path)}: {exc} - at $.system.class"
         ) from None
-    if not system.is_user_system:
-        return config, None
+    if not system.is_user_system:  # the workers read their agents from `[system]`, whatever the file named
+        return msgspec.structs.replace(config, system=msgspec.structs.replace(config.system, class_=path)), None
     inputs = spec.inputs or (Path(config.system.inputs) if config.system.inputs else None)
     if inputs is None:
         raise ConfigError(f"system {path!r} needs input records: give inputs (--inputs FILE.jsonl, [system] inputs)")
