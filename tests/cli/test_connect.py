@@ -14,6 +14,7 @@ import pytest
 
 from faultline.cli import main
 from faultline.cli._connect import STATE_FILE, login, nats_url, subject_prefix
+from faultline.core import BUILTIN_SYSTEM, registered
 from faultline.runtime import Config
 
 UNREACHABLE = "nats://127.0.0.1:1"
@@ -109,3 +110,11 @@ def test_a_run_of_another_system_than_the_running_up_is_refused(
         f"faultline: usage error: the `faultline up` running here (pid {os.getpid()}) runs system kitchen:Kitchen,"
         f" not {gossip}: stop it, or run from another folder\n"
     )
+
+
+def test_a_run_of_the_running_ups_system_by_its_path_is_not_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """The built-in system's registered name and its path are one system: a run that names it by its path goes on
+    (here, to the `up`'s NATS, which does not answer)."""
+    _write_state(os.getpid(), url=UNREACHABLE, system=BUILTIN_SYSTEM)
+    assert main(["run", "--system", registered("system")[BUILTIN_SYSTEM], "--tasks", "1"]) == 1
+    assert "runs system" not in capsys.readouterr().err
