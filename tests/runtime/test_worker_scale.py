@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, ClassVar, NoReturn
 
 import anyio
+import pytest
 from nats.aio.msg import Msg
 
 from faultline.bus import Bus, EmbeddedServer
 from faultline.core import Agent, Context, Envelope, EpisodeCompleted, EpisodeStarted
-from faultline.runtime import Completions, Worker, WorkerSettings, start_episode
-from faultline.runtime._worker import _give_place_up, _Slot, _take_place_again
+from faultline.runtime import Completions, Worker, WorkerSettings, _worker, start_episode
+from faultline.runtime._worker import _give_place_up, _remember, _Slot, _take_place_again
 from tests.runtime.toy import EchoBackend, Pinger, Ponger
 
 
@@ -116,3 +118,25 @@ async def test_a_place_given_up_for_a_model_call_is_taken_back_without_a_turn_of
             await _take_place_again(limiter)  # the model answered at once
             assert others == []
             assert limiter.borrowed_tokens == 1
+
+
+class _Remembered(OrderedDict[str, None]):
+    """Remembered episodes, whose oldest may be forgotten but which are never walked through."""
+
+    def _walked(self, *args: Any) -> NoReturn:
+        raise AssertionError("forgetting the oldest remembered episode walked through the others")
+
+    __iter__ = keys = values = items = _walked
+
+
+def test_remembering_one_more_episode_forgets_the_oldest_without_walking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker remembers the last `EVICTED_KEPT` episodes it forgot: walking them for the oldest stepped over
+    every one deleted before it, so each completion cost more the longer the worker ran, up to 50 us."""
+    monkeypatch.setattr(_worker, "EVICTED_KEPT", 3)
+    remembered = _Remembered()
+
+    for episode in ["e1", "e2", "e3", "e4", "e5", "e3"]:
+        _remember(remembered, episode)
+
+    assert len(remembered) == 3
+    assert list(OrderedDict.keys(remembered)) == ["e3", "e4", "e5"]

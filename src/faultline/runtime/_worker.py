@@ -59,6 +59,7 @@ import functools
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,11 +184,14 @@ def _unsent(instance: _Instance, envelopes: list[Envelope]) -> list[Envelope]:
     return [env for env in envelopes if env.id not in instance.stored]
 
 
-def _remember(episodes: dict[str, None], episode: str) -> None:
-    """Add `episode` to the latest `EVICTED_KEPT` of `episodes`, forgetting the oldest beyond them."""
+def _remember(episodes: OrderedDict[str, None], episode: str) -> None:
+    """Add `episode` to the latest `EVICTED_KEPT` of `episodes`, forgetting the oldest beyond them.
+
+    An OrderedDict, not a dict: a dict finds its oldest key by stepping over every key deleted before it (until
+    it is resized), about 50 us per completion once `EVICTED_KEPT` are remembered, against 2 us here."""
     episodes[episode] = None
     if len(episodes) > EVICTED_KEPT:
-        del episodes[next(iter(episodes))]
+        episodes.popitem(last=False)
 
 
 class _CallsInFlight:
@@ -198,7 +202,7 @@ class _CallsInFlight:
 
     def __init__(self) -> None:
         self._scopes: dict[str, list[anyio.CancelScope]] = {}
-        self._closed: dict[str, None] = {}
+        self._closed: OrderedDict[str, None] = OrderedDict()
 
     def add(self, episode: str, scope: anyio.CancelScope) -> bool:
         """List a call's `scope`; False, listing nothing, when its episode was closed."""
@@ -301,7 +305,7 @@ class Worker:
     _history_reads: anyio.CapacityLimiter | None = None
     _finished: dict[str, float] = field(default_factory=dict)
     _calling: _CallsInFlight = field(default_factory=_CallsInFlight)
-    _evicted: dict[str, None] = field(default_factory=dict)
+    _evicted: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """The episodes whose instances `_evict` forgot, latest last, at most `EVICTED_KEPT`: a late input of one is
     handled by an instance rebuilt from the stream (`_rebuild`), as replay handles it, not by a fresh one."""
     _held: dict[tuple[str, int], tuple[Consumer, Delivery]] = field(default_factory=dict)
