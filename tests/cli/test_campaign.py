@@ -4,6 +4,7 @@ uninterrupted one; neither counts the other's episodes, nor those of an interrup
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -18,6 +19,8 @@ import pytest
 from faultline._errors import FaultlineError, JournalError
 from faultline.cli import _campaign as campaign_cli
 from faultline.cli import main
+from faultline.cli._models import effective_config
+from faultline.cli._run import selectable_ids
 from faultline.journal import JournalReader
 from faultline.report import read_manifest
 from tests.runtime.test_processes import faultline, finish, wait_until_up
@@ -155,3 +158,22 @@ def test_a_cell_the_journal_cut_short_stays_unfinished(
     err = capsys.readouterr().err
     assert err.endswith("faultline: error: cell baseline was cut short: new episodes are refused (disk full)\n"), err
     assert [c.done for c in read_manifest(folder).cells] == [False, False]
+
+
+def test_a_campaign_on_a_system_of_ones_own_gives_its_runs_no_domain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` refuses a --domain for a system of one's own, which runs its input records: the cells' runs have none."""
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text('{"id": "a", "secret": "42"}\n')
+    selected: list[tuple[list[str], str]] = []
+
+    def run_selecting(args: argparse.Namespace, *, label: str, sim_note: bool) -> SimpleNamespace:
+        """A cell's run that selects its inputs as `run` does, then ends well."""
+        selected.append(selectable_ids(args, effective_config(args)))
+        return SimpleNamespace(signal=None, journal_problem="", refused="")
+
+    monkeypatch.setattr(campaign_cli, "execute_run", run_selecting)
+    system = ("--system", "tests.replay.test_fork_topics:Gossip", "--inputs", str(inputs))
+    assert main([*CAMPAIGN, *system, "--out", str(tmp_path / "c")]) == 0
+    assert selected == [(["a"], f"inputs {inputs}")] * 2

@@ -10,6 +10,9 @@ import pytest
 from faultline.cli import main
 from tests.journal.conftest import two_episode_journal
 
+OWN_SYSTEM = ["--system", "tests.replay.test_fork_topics:Gossip", "--inputs", "{tmp}/in.jsonl"]
+"""A system of one's own and its input records, which the test writes."""
+
 
 @pytest.fixture
 def journal(tmp_path: Path) -> Path:
@@ -49,6 +52,17 @@ def journal(tmp_path: Path) -> Path:
             ],
             2,
             "--task-ids: inputs {tmp}/in.jsonl has no task 'zz'",
+        ),
+        (
+            ["run", *OWN_SYSTEM, "--domain", "retail"],
+            2,
+            "--domain picks the tasks of the built-in tool-use agents; system tests.replay.test_fork_topics:Gossip runs"
+            " its input records (inputs {tmp}/in.jsonl)",
+        ),
+        (
+            ["campaign", *OWN_SYSTEM, "--domain", "phone", "--out", "{tmp}/c"],
+            2,
+            "--domain picks the tasks of the built-in tool-use agents",
         ),
     ],
 )

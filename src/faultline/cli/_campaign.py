@@ -26,11 +26,11 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
-from faultline.api import STOP_SIGNALS, episode_id
+from faultline.api import STOP_SIGNALS, RunSpec, episode_id
 from faultline.cli._args import seconds, whole_number
 from faultline.cli._connect import running_up
 from faultline.cli._models import add_model_flags, effective_config, model_label
-from faultline.cli._run import execute_run, selectable_ids
+from faultline.cli._run import chosen_domain, execute_run, selectable_ids
 from faultline.cli._text import table_console
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
@@ -60,7 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         " episode), on the same tasks, trials and seeds; one journal per cell and a manifest in --out."
         " Re-running the same command skips finished cells. Read the result with `faultline report`.",
     )
-    p.add_argument("--domain", default="retail", help="retail, phone, or package.module:Class (default retail)")
+    p.add_argument(
+        "--domain",
+        help=f"the built-in tool-use agents' domain: retail, phone, or package.module:Class (default {RunSpec.domain})",
+    )
     p.add_argument(
         "--faults",
         default=ALL,
@@ -156,7 +159,7 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
     ids, _ = selectable_ids(args, config)
     system = load_system(args.system or config.system.class_)
     return CampaignSettings(
-        domain=args.domain,
+        domain=chosen_domain(args),
         system=system.path if system.is_user_system else "",
         inputs=str(args.inputs.resolve()) if args.inputs else "",
         model=_model(args),
@@ -219,9 +222,11 @@ def _run_argv(args: argparse.Namespace, journal: Path, settings: CampaignSetting
     """`faultline run`'s command line for one cell."""
     run_id = cell.run_id
     argv = [
-        "run", "--domain", settings.domain, "--task-ids", ",".join(settings.tasks), "--trials", str(settings.trials),
+        "run", "--task-ids", ",".join(settings.tasks), "--trials", str(settings.trials),
         "--seed", str(settings.seed), "--run-id", run_id,
     ]  # fmt: skip
+    if not settings.system:  # a system of one's own runs its input records: `run` refuses a domain for it
+        argv += ["--domain", settings.domain]
     if args.nats:
         argv += ["--nats", args.nats]
     else:

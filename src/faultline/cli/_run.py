@@ -74,9 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--domain",
-        default="retail",
-        help="retail, phone, or package.module:Class, each with ?key=value parameters for the domain"
-        " (e.g. mybench.airline:Airline?split=test; default retail)",
+        help="the built-in tool-use agents' domain: retail, phone, or package.module:Class, each with ?key=value"
+        f" parameters for the domain (e.g. mybench.airline:Airline?split=test; default {RunSpec.domain})",
     )
     p.add_argument(
         "--system",
@@ -233,6 +232,11 @@ def _task_ids(args: argparse.Namespace, ids: Sequence[str], source: str) -> list
     return list(ids[int(start) : int(stop)])
 
 
+def chosen_domain(args: argparse.Namespace) -> str:
+    """`--domain`, else the API's default: the flag defaults to None so that a system of one's own can refuse it."""
+    return args.domain or RunSpec.domain
+
+
 def _error_rates(args: argparse.Namespace, config: Config) -> dict[str, float]:
     """The simulator's mistake rates from the flags, checked as the simulator checks them."""
     rates = {c: args.error_rates for c in ERROR_CATEGORIES if args.error_rates}
@@ -247,7 +251,7 @@ def _error_rates(args: argparse.Namespace, config: Config) -> dict[str, float]:
     if not rates:
         return rates
     try:
-        sim_metadata(role="tool", domain=args.domain, task="", error_rates=rates)
+        sim_metadata(role="tool", domain=chosen_domain(args), task="", error_rates=rates)
     except ConfigError as exc:
         problem = str(exc).partition(" - at ")[0]
         raise UsageError(
@@ -271,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
         _jsonl.summary(summary)
     else:
         tables = table_console()
-        tables.print(_table(summary, report.ran_on or args.domain, report.run_id))
+        tables.print(_table(summary, report.ran_on or chosen_domain(args), report.run_id))
         if summary.costs:
             tables.print(_costs_table(summary, uses_sim=report.uses_sim))
     console = Console(stderr=True)
@@ -333,7 +337,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
             )
     ids, source = selectable_ids(args, config)
     spec = RunSpec(
-        domain=args.domain,
+        domain=chosen_domain(args),
         system=args.system or "",
         inputs=args.inputs,
         tasks=args.tasks or 0,
@@ -375,16 +379,22 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
 def selectable_ids(args: argparse.Namespace, config: Config) -> tuple[list[str], str]:
     """The ids a selection picks from, and what holds them: the system's input records, else the domain's tasks.
 
-    Loaded before any process starts, so that a system, an inputs file or a domain that cannot load is one line.
+    Loaded before any process starts, so that a system, an inputs file or a domain that cannot load is one line,
+    and so is a `--domain` given to a system of one's own, which runs its input records, not a domain's tasks.
     """
     spec = RunSpec(system=args.system or "", inputs=args.inputs, config=config, config_path=args.config)
     system_config, records = with_system(config, spec)
     if records is not None:
+        if args.domain is not None:
+            raise UsageError(
+                f"--domain picks the tasks of the built-in tool-use agents; system {system_config.system.class_}"
+                f" runs its input records (inputs {system_config.system.inputs})"
+            )
         return [record.id for record in records], f"inputs {system_config.system.inputs}"
     if args.inputs is not None:
         raise UsageError("--inputs are the input records of a system of your own: give --system (or [system] class)")
-    domain = load_domain(args.domain)
-    return [task.id for task in domain.checked_tasks()], f"domain {args.domain!r}"
+    domain = chosen_domain(args)
+    return [task.id for task in load_domain(domain).checked_tasks()], f"domain {domain!r}"
 
 
 class _Display:
