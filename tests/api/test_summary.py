@@ -97,3 +97,18 @@ def test_a_short_run_shows_its_time_not_zero() -> None:
     result.seconds = 0.043
     table = shown(summarize(result, trials=1))
     assert re.search(r"first start to last completion[ │]+0\.043 s \(93\.0 episodes/s\)", table), table
+
+
+def test_a_run_cut_short_says_what_did_not_complete_and_how_to_run_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C before any episode completed printed "episodes 0 ()" and "first start to last completion 2.7 s
+    (0.0 episodes/s)": neither said that the run stopped, what it left, or how to run the rest."""
+    monkeypatch.setattr("sys.argv", ["faultline", "run", "--tasks", "3"])
+    result = RunResult([planned(task, 0) for task in "abc"])
+    result.running = {"a-t0": 0.0}
+    result.seconds = 2.7
+    table = shown(summarize(result, trials=1), result)
+    assert re.search(r"episodes[ │]+none completed ", table), table
+    assert re.search(r"not completed[ │]+3 of 3: 1 started, 2 never started \(the run was cut short", table), table
+    assert re.search(r"to run the rest[ │]+faultline run --tasks 3 --run-id r1 --resume ", table), table
+    assert re.search(r"first start to the stop[ │]+2\.7 s ", table), table
+    assert "episodes/s" not in table, table

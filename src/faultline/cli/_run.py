@@ -275,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
         _jsonl.summary(summary)
     else:
         tables = table_console()
-        tables.print(_table(summary, report.ran_on or chosen_domain(args), report.run_id))
+        tables.print(_table(report, report.ran_on or chosen_domain(args)))
         if summary.costs:
             tables.print(_costs_table(summary, uses_sim=report.uses_sim))
     console = Console(stderr=True)
@@ -483,13 +483,18 @@ def _stopped(report: RunReport, url: str) -> str:
     )
 
 
+def _never_started(report: RunReport) -> int:
+    """The planned episodes of a run cut short that it did not start."""
+    episodes = report.episodes
+    return len(episodes.planned) - len(episodes.completed) - len(episodes.running)
+
+
 def _how_far(report: RunReport) -> str:
     """How far a run cut short got."""
     episodes = report.episodes
-    never = len(episodes.planned) - len(episodes.completed) - len(episodes.running)
     return (
         f"{len(episodes.completed)} of {len(episodes.planned)} episodes completed, {len(episodes.running)} were"
-        f" running, {never} never started (pass^k counts the completed)"
+        f" running, {_never_started(report)} never started (pass^k counts the completed)"
     )
 
 
@@ -549,26 +554,39 @@ def _paper_overhead(row: TokenOverhead) -> str:
     )
 
 
-def _table(summary: Summary, domain: str, run_id: str) -> Table:
-    table = Table(title=f"faultline run {run_id} — {domain}, {summary.tasks} tasks x {summary.trials} trials")
+def _table(report: RunReport, domain: str) -> Table:
+    """The results table; of a run cut short, it says what did not complete and the command that runs it, and
+    leaves out the numbers that only completions give: a rate up to a stop, an average over no episode."""
+    summary = report.summary
+    table = Table(title=f"faultline run {report.run_id} — {domain}, {summary.tasks} tasks x {summary.trials} trials")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, value in summary.pass_k.items():
         table.add_row(f"pass^{k}", "-" if math.isnan(value) else f"{value:.3f}")
     outcomes = ", ".join(f"{n} {o}" for o, n in sorted(summary.outcomes.items()))
-    table.add_row("episodes", f"{summary.episodes} ({outcomes})")
+    table.add_row("episodes", f"{summary.episodes} ({outcomes})" if outcomes else "none completed")
     if summary.not_run:
-        table.add_row("not completed", f"{summary.not_run} (the run was cut short; counted nowhere)")
+        planned = len(report.episodes.planned)
+        running, never = len(report.episodes.running), _never_started(report)
+        table.add_row(
+            "not completed",
+            f"{summary.not_run} of {planned}: {running} started, {never} never started (the run was cut short;"
+            " counted nowhere)",
+        )
+        table.add_row("to run the rest", resume_command(report))
     over = f" (of {summary.tallied} finished)" if summary.tallied < summary.episodes else ""
     averages = summary.tallied > 0
     table.add_row(f"avg turns{over}", f"{summary.avg_turns:.1f}" if averages and summary.avg_turns else "-")
     if summary.tokens_from_calls:
-        table.add_row("avg tokens (all agents' model calls)", f"{summary.avg_tokens:.0f}")
+        table.add_row("avg tokens (all agents' model calls)", f"{summary.avg_tokens:.0f}" if summary.episodes else "-")
     else:
         table.add_row(f"avg tokens{over}", f"{summary.avg_tokens:.0f}" if averages else "-")
     table.add_row(f"avg latency / episode{over}", f"{summary.avg_latency_s * 1000:.0f} ms" if averages else "-")
     seconds = f"{summary.seconds:.1f}" if summary.seconds >= 10 else f"{summary.seconds:.2g}"  # 0.04 s, not 0.0 s
-    table.add_row("first start to last completion", f"{seconds} s ({summary.episodes_per_s:.1f} episodes/s)")
+    if summary.not_run:  # the time ends at the stop, not at a completion: no rate of the run's episodes
+        table.add_row("first start to the stop", f"{seconds} s")
+    else:
+        table.add_row("first start to last completion", f"{seconds} s ({summary.episodes_per_s:.1f} episodes/s)")
     if summary.journal_wait_s >= JOURNAL_LAG_SHOWN_S:
         table.add_row("journal lag", f"{summary.journal_wait_s:.1f} s after the last episode: it did not keep up")
     if summary.journal:
