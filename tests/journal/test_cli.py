@@ -150,7 +150,9 @@ def test_show_json_prints_the_episode_rows(journal_file: Path, capsys: Capsys) -
 def test_show_of_an_unknown_episode_is_one_line_and_exit_1(journal_file: Path, capsys: Capsys) -> None:
     code, out, err = run(capsys, "show", str(journal_file), "-e", "nope")
     assert (code, out) == (1, "")
-    assert err == f"faultline: error: {journal_file}: no rows for episode 'nope'\n"
+    assert err == (
+        f"faultline: error: {journal_file}: no episode 'nope'; `faultline journal episodes {journal_file}` lists them\n"
+    )
 
 
 def test_show_requires_an_episode(journal_file: Path, capsys: Capsys) -> None:

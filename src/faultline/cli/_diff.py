@@ -9,6 +9,7 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.cli import _jsonl
+from faultline.cli._filters import unknown_episode
 from faultline.cli._text import table_console
 from faultline.journal import (
     DESCRIBE_WIDTH,
@@ -95,7 +96,7 @@ def _reference(text: str, default_journal: Path | None) -> tuple[Path, str]:
 def _rows(journal: Path, episode: str) -> list[JournalRow]:
     with JournalReader(journal) as reader:
         if not reader.has_episode(episode):
-            raise JournalError(f"{journal}: no episode {episode!r}; `faultline journal episodes {journal}` lists them")
+            raise unknown_episode(journal, episode)
         return list(reader.episode_rows(episode))
 
 

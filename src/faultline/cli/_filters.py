@@ -18,6 +18,11 @@ def require_journal(path: Path) -> None:
         raise JournalError(absent_journal(path))
 
 
+def unknown_episode(journal: Path, episode: str) -> JournalError:
+    """The error for an episode `journal` does not hold: the journal's, like any other it cannot answer (exit 1)."""
+    return JournalError(f"{journal}: no episode {episode!r}; `faultline journal episodes {journal}` lists them")
+
+
 def add_episode_filters(
     parser: argparse.ArgumentParser, which: str = "all when none is given; several narrow it down"
 ) -> None:

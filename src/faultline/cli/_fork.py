@@ -213,8 +213,12 @@ def _attribute_with(args: argparse.Namespace) -> int:
     episodes = list(args.episode)
     if args.all_failed or (not episodes and episode_filter(args) is not None):
         episodes += failed_episodes(args.journal)
-        if not episodes:
-            raise UsageError(f"{args.journal}: no failed episode to attribute")
+        if not episodes:  # nothing to do, as `fama analyze` of a journal with no failure, not a mistake
+            if args.json:
+                print(json.dumps(attribution_summary([])))
+            else:
+                print(f"{args.journal}: no failed episode, nothing to attribute")
+            return 0
     if not episodes:
         raise UsageError("name an episode with --episode E, pass --all-failed, or filter episodes (--status ...)")
     episodes = filtered_episodes(args.journal, args, episodes) or episodes

@@ -12,7 +12,7 @@ import anyio
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
 from faultline.cli._args import whole_number
-from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal, unknown_episode
 from faultline.journal import JournalReader, ViewServer, write_view
 from faultline.replay import forks_path
 
@@ -60,7 +60,7 @@ def _view(args: argparse.Namespace) -> int:
         with JournalReader(args.journal) as reader:
             missing = [e for e in args.episode if not reader.has_episode(e)]
         if missing:
-            raise UsageError(f"{args.journal}: no episode {missing[0]!r}")
+            raise unknown_episode(args.journal, missing[0])
     forks = args.forks or forks_path(args.journal)
     if args.serve:
         return _serve(args, forks)

@@ -1,0 +1,46 @@
+"""An episode the journal does not hold is the journal's error (exit 1) in every command that names one; a journal
+with no failed episode leaves `attribute --all-failed` nothing to do, which is no mistake (exit 0)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faultline.cli import main
+from faultline.journal import Journal
+from tests.journal.conftest import episode_envelopes, incoming, two_episode_journal
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["view", "{j}", "--episode", "nope", "-o", "{tmp}/v.html"],
+        ["diff", "{j}:nope", "ep-a"],
+        ["journal", "show", "{j}", "--episode", "nope"],
+        ["journal", "otel", "{j}", "--episode", "nope", "--endpoint", "http://127.0.0.1:9"],
+    ],
+    ids=["view", "diff", "journal show", "journal otel"],
+)
+def test_an_unknown_episode_is_the_journals_error(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = two_episode_journal(tmp_path / "journal.db")
+    assert main([a.format(j=journal, tmp=tmp_path) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert err == f"faultline: error: {journal}: no episode 'nope'; `faultline journal episodes {journal}` lists them\n"
+
+
+def test_attribute_all_failed_with_no_failure_says_so_and_succeeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "passed.db"
+    with Journal.open(journal) as writer:
+        writer.append(incoming(episode_envelopes("ep-a")))
+    assert main(["attribute", str(journal), "--all-failed"]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"{journal}: no failed episode, nothing to attribute\n", "")
+    assert main(["attribute", str(journal), "--all-failed", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["type"], summary["episodes"], summary["forks"]) == ("summary", 0, 0)
