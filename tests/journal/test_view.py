@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from faultline.cli import main
-from faultline.core import FaultApplied
+from faultline.core import ErrorRaised, FaultApplied, Note
 from faultline.journal import JournalReader
 from faultline.journal._view import DECISIVE, FAULT, REPAIRED_INPUT
 from faultline.replay import forks_path
+from tests.report.journals import episode, write_journal
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 """Where the browser test leaves its screenshot (git-ignored)."""
@@ -193,6 +194,55 @@ def test_in_chromium_forks_sit_under_their_original_and_search_bookkeeping_and_m
             page.wait_for_selector(f'tr[data-episode="{episode}"]')
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=ARTIFACTS / f"view-list-{size[0]}x{size[1]}.png")
+            assert not errors
+        finally:
+            browser.close()
+
+
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "kitchen.py", line 24, in on_message\nValueError: no pot for soup\n'
+)
+"""What a handler that raised left in its episode's `error_raised` row."""
+
+
+@pytest.fixture
+def errored(tmp_path: Path) -> Viewed:
+    """The view of an episode whose pantry raised: its cause is the error, its `error_raised` row the traceback."""
+    raised = ErrorRaised(agent="pantry", input_id="m1", error_type="ValueError", message="no pot for soup",
+                         traceback=TRACEBACK)  # fmt: skip
+    steps = [("planner", "pantry", Note(text="soup")), ("pantry", "", raised, "m1")]
+    journal = write_journal(tmp_path / "run.sqlite", episode("soup", "soup", steps, outcome="error"))  # type: ignore[arg-type]
+    html = tmp_path / "view.html"
+    assert _run(["view", str(journal), "-o", str(html)]).strip() == str(html)
+    return Viewed(journal, html, {"episode": "soup"})
+
+
+def test_an_errored_episode_carries_its_handlers_traceback(errored: Viewed) -> None:
+    assert errored.entry("soup")["traceback"] == TRACEBACK
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium found: install the distro's chromium package")
+def test_in_chromium_the_traceback_opens_under_the_cause_and_beside_its_row(errored: Viewed) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(errored.html.as_uri())
+            page.click('tr[data-episode="soup"]')
+            page.wait_for_selector("details.traceback")
+            folded = page.locator("details.traceback pre")
+            assert folded.is_hidden(), "collapsed until asked for"
+            page.click("details.traceback summary")
+            assert folded.is_visible() and folded.inner_text() == TRACEBACK
+            page.click('.msg[data-kind="error_raised"]')
+            page.wait_for_selector("#detail.open pre.traceback")
+            assert page.locator("#detail pre").first.inner_text() == "ValueError: no pot for soup"
+            assert page.locator("#detail pre.traceback").inner_text() == TRACEBACK
             assert not errors
         finally:
             browser.close()

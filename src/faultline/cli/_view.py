@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "view",
         help="write one self-contained HTML file showing the journal's episodes as lanes of messages",
         description="The file needs no server and no network: the episode list with filters, and for each "
-        "episode one lane per agent, model calls with their prompt and answer, tool calls, faults, a fork beside "
-        "its original, and the decisive step of an attribution (read from the forks journal). Prints its path.",
+        "episode one lane per agent, model calls with their prompt and answer, tool calls, faults, the traceback of "
+        "a handler that raised, a fork beside its original, and the decisive step of an attribution (read from the "
+        "forks journal). Prints its path.",
     )
     p.add_argument("journal", type=Path)
     p.add_argument(

@@ -23,7 +23,16 @@ from typing import Any
 
 import msgspec
 
-from faultline.core import EpisodeCompleted, EpisodeStarted, FaultApplied, Recording, Tally, ToolCall, ToolResult
+from faultline.core import (
+    EpisodeCompleted,
+    EpisodeStarted,
+    ErrorRaised,
+    FaultApplied,
+    Recording,
+    Tally,
+    ToolCall,
+    ToolResult,
+)
 from faultline.journal._describe import describe_body
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import JournalRow
@@ -56,6 +65,8 @@ class _Episode(msgspec.Struct, kw_only=True):
     outcome: str = ""
     reward: float | None = None
     cause: str = ""
+    traceback: str = ""
+    """Of the first handler that raised in the episode (its `error_raised` row), shown under the cause."""
     messages: int = 0
     faults: list[str] = []
     first_ts: float = 0.0
@@ -163,6 +174,8 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
             entry.fork_change = body.fork.get("change", "")
         elif isinstance(body, EpisodeCompleted):
             entry.outcome, entry.reward, entry.cause = body.outcome, body.reward, body.cause
+        elif isinstance(body, ErrorRaised):
+            entry.traceback = entry.traceback or body.traceback
         elif isinstance(body, FaultApplied):
             flags |= FAULT
             if body.fault not in entry.faults:

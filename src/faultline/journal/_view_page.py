@@ -91,6 +91,10 @@ table.agents td:first-child, table.agents th:first-child { text-align: left; }
 .role { font-size: 12px; font-weight: 600; color: #3b6df0; }
 .close { position: absolute; right: 10px; top: 8px; }
 .empty { color: var(--muted); padding: 20px; }
+details.traceback { margin: 0 0 8px 0; font-size: 13px; }
+details.traceback summary { cursor: pointer; color: var(--muted); }
+pre.traceback { white-space: pre-wrap; word-break: break-word; background: var(--soft); border: 1px solid var(--line);
+  padding: 6px; border-radius: 4px; font-size: 12px; margin: 4px 0 0 0; max-height: 40vh; overflow: auto; }
 </style>
 </head>
 <body>
@@ -304,6 +308,8 @@ async function show(id) {
     ...fact("messages", String(entry.messages)), ...fact("seconds", entry.seconds.toFixed(2)),
     ...(entry.cause ? fact("cause", entry.cause) : []), ...(entry.faults.length ? fact("faults", entry.faults.join(", ")) : []));
   const notes = [];
+  if (entry.traceback) notes.push(el("details", { class: "traceback" }, el("summary", {}, "traceback of the error"),
+    el("pre", { class: "traceback" }, entry.traceback)));
   const agents = Object.entries(entry.agents || {});
   if (agents.length) notes.push(el("table", { class: "agents" },
     el("tr", {}, el("th", {}, "model use"), el("th", {}, "calls"), el("th", {}, "tokens"), el("th", {}, "seconds")),
@@ -365,6 +371,9 @@ function detail(entry, data, r, box) {
     parts.push(el("h4", {}, `tool ${d.tool} (${d.call_id})`));
     if (d.error) parts.push(el("h4", {}, "error"), el("pre", {}, d.error));
     else parts.push(el("h4", {}, "result"), el("pre", {}, pretty(d.output)));
+  } else if (d.kind === "error_raised") {
+    parts.push(el("h4", {}, "error"), el("pre", {}, `${d.error_type}: ${d.message}`));
+    if (d.traceback) parts.push(el("h4", {}, "traceback"), el("pre", { class: "traceback" }, d.traceback));
   } else {
     parts.push(el("h4", {}, "body"), el("pre", {}, pretty(d)));
   }
