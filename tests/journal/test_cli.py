@@ -121,7 +121,7 @@ def test_show_renders_an_episode_timeline(journal_file: Path, capsys: Capsys) ->
     for expected in [
         "user → tool_agent",
         "'Where is my order A1?'",
-        "llm#0 sim-1 120+30 tok → get_order()",
+        'llm#0 sim-1 120+30 tok → get_order(order_id="A1")',
         'get_order(order_id="A1")',
         'get_order → {"status":"shipped"}',
         "message_storm (rule r1)",

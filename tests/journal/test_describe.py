@@ -59,6 +59,25 @@ from faultline.journal import describe_body
             "llm#2 m 0+0 tok → 'Done.'",
         ),
         (
+            Recording(
+                call="llm",
+                index=3,
+                request_digest="d",
+                response={
+                    "model": "m",
+                    "tool_calls": [
+                        {"id": "1", "name": "stock", "arguments": {"item": "flour"}},
+                        {"id": "2", "name": "stock", "arguments": {"item": "eggs", "note": "fresh " * 20}},
+                    ],
+                },
+            ),
+            'llm#3 m 0+0 tok → stock(item="flour"), stock(item="eggs", note="fresh fresh fresh fresh fresh fresh fr…)',
+        ),
+        (
+            ToolCall(call_id="c", name="note", arguments={"text": "x" * 100, "to": "chef"}),
+            f'note(text="{"x" * 38}…, to="chef")',
+        ),
+        (
             EpisodeStarted(domain="airline", task="t1", forked_from="ep-a", forked_at=12),
             "airline/t1 trial 0 seed 0 forked from ep-a@12",
         ),

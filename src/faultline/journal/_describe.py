@@ -38,6 +38,8 @@ _json = msgspec.json.Encoder(order="deterministic")
 
 START_DATA_WIDTH = 80
 """Characters of a Start's data a summary shows: the built-in episodes' settings run to several hundred."""
+ARGUMENT_WIDTH = 40
+"""Characters of one tool-call argument's value a summary shows, so that a long one leaves room for the others."""
 
 
 def _compact(value: Any) -> str:
@@ -57,7 +59,11 @@ def _clip(text: str, width: int) -> str:
 
 
 def _args(arguments: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={_json.encode(msgspec.to_builtins(value)).decode()}" for key, value in arguments.items())
+    """`key=value, ...`, each value as compact JSON cut at ARGUMENT_WIDTH."""
+    return ", ".join(
+        f"{key}={_clip(_json.encode(msgspec.to_builtins(value)).decode(), ARGUMENT_WIDTH)}"
+        for key, value in arguments.items()
+    )
 
 
 def _recording(body: Recording) -> str:
@@ -75,7 +81,9 @@ def _recording(body: Recording) -> str:
             f"{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tok",
         ]
         calls = response.get("tool_calls") or []
-        said = ", ".join(f"{call.get('name')}()" for call in calls if isinstance(call, dict))
+        said = ", ".join(
+            f"{call.get('name')}({_args(call.get('arguments') or {})})" for call in calls if isinstance(call, dict)
+        )
         said = said or repr(_one_line(str(response.get("content", ""))))
         return f"{head} {' '.join(parts)} → {said}"
     return f"{head} → {_compact(response)}"
