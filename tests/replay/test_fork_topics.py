@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
+import pytest
+
 from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Note, Start, System
 from faultline.bus import EmbeddedServer
+from faultline.cli import main
 from faultline.journal import JournalReader
-from faultline.replay import Keep, fork_episode
+from faultline.replay import Drop, Keep, fork_episode
 from faultline.runtime import Config, agent_lookup
 from faultline.testing import run_system, scripted
 
@@ -76,3 +80,26 @@ async def test_a_fork_after_a_topic_message_rebuilds_the_listener_that_only_hear
         journal, planned.episode, question.pos, Keep(), lookup=lookup, backends=lambda _role: scripted(lambda _r: "")
     )
     assert (result.outcome.outcome, result.outcome.cause) == ("success", "")
+
+
+async def test_replaying_a_fork_that_dropped_an_agents_only_message_says_why_an_input_is_not_compared(
+    nats_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Dropping the listener's answer, all that its handling of the question sent, leaves the fork's journal no sign
+    that it handled the question: replay cannot compare that input. It said "1 input(s) journaled after their
+    agent's last handled one, not compared", which told a user neither why nor whether to act."""
+    journal = tmp_path / "journal.sqlite"
+    run = await run_system(
+        Gossip, [{"secret": "42"}], nats_url=nats_server.url, journal=journal, models=scripted(lambda _r: "")
+    )
+    (planned,) = run.planned
+    with JournalReader(journal) as reader:
+        answer = next(r for r in reader.episode_rows(planned.episode) if r.sender == "listener" and r.recipient)
+    result = await fork_episode(
+        journal, planned.episode, answer.pos, Drop(), lookup=agent_lookup(Config()),
+        backends=lambda _role: scripted(lambda _r: ""),
+    )  # fmt: skip
+    assert await anyio.to_thread.run_sync(main, ["replay", result.journal]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("identical: 1 episodes"), out
+    assert "1 input(s) not replayed: the journal shows no handling of them to compare with" in " ".join(out.split())

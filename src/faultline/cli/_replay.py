@@ -87,7 +87,10 @@ def _print(report: ReplayReport) -> None:
     if report.served_agents:
         summary += f"; served from the journal: {', '.join(report.served_agents)} (--reexecute-tools runs them)"
     if report.unhandled:
-        summary += f"; {report.unhandled} input(s) journaled after their agent's last handled one, not compared"
+        summary += (
+            f"; {report.unhandled} input(s) not replayed: the journal shows no handling of them to compare with"
+            " (their agent had not handled them when the run stopped, or a fork dropped all that handling one sent)"
+        )
     if report.identical:
         console.print(f"[green]identical[/green]: {summary}")
         return

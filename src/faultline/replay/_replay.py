@@ -96,7 +96,8 @@ class ReplayReport(msgspec.Struct, kw_only=True):
     served_agents: list[str] = []
     """Environment agents whose outputs were served from the journal, not re-executed."""
     unhandled: int = 0
-    """Journaled inputs that no agent had handled when the journal was written (not compared)."""
+    """Journaled inputs the journal shows no handling of, so not compared: their agent had not handled them when the
+    run stopped or the journal was copied, or a fork dropped every message that handling one sent."""
 
     @property
     def identical(self) -> bool:
@@ -125,7 +126,8 @@ class _AgentTrack:
         Handling is in order, so every input before one that left outputs, a
         `NoOutput` marker or a defense drop was handled too. Inputs after the last
         such one were journaled but never handled (the run stopped first, or the
-        agent was still behind when the journal was copied).
+        agent was still behind when the journal was copied), or their handling's only
+        evidence was a message that a fork dropped.
         """
         for i in range(len(self.received) - 1, -1, -1):
             id = self.received[i].id
