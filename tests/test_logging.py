@@ -69,3 +69,20 @@ def test_records_go_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("sys.stderr", second)
     logging.getLogger("faultline.bus").warning("two")
     assert second.getvalue().rstrip().endswith("faultline.bus: two")
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal, as a person's stderr does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_reads_text_and_anything_else_json() -> None:
+    """A user saw JSON records on stderr and took it for their terminal: only a stream that is not one gets JSON."""
+    terminal, pipe = _Terminal(), io.StringIO()
+    for stream in (terminal, pipe):
+        configure("WARNING", stream=stream)
+        logging.getLogger("faultline.core").warning("handler failed", extra={"episode": "e1", "agent": "pantry"})
+    assert terminal.getvalue().rstrip().endswith("WARNING faultline.core: handler failed (episode=e1 agent=pantry)")
+    assert json.loads(pipe.getvalue())["message"] == "handler failed"
