@@ -74,6 +74,15 @@ from faultline.journal import describe_body
             'llm#3 m 0+0 tok → stock(item="flour"), stock(item="eggs", note="fresh fresh fresh fresh fresh fresh fr…)',
         ),
         (
+            Recording(
+                call="llm",
+                index=4,
+                request_digest="d",
+                response={"model": "m", "tool_calls": [{"name": "stock", "arguments": '{"item": "flour"}'}]},
+            ),
+            "llm#4 m 0+0 tok → stock()",
+        ),
+        (
             ToolCall(call_id="c", name="note", arguments={"text": "x" * 100, "to": "chef"}),
             f'note(text="{"x" * 38}…, to="chef")',
         ),

@@ -66,6 +66,12 @@ def _args(arguments: dict[str, Any]) -> str:
     )
 
 
+def _tool_call(call: dict[str, Any]) -> str:
+    """`name(key=value, ...)`: arguments that are not an object (a row written by other code) are left out."""
+    arguments = call.get("arguments")
+    return f"{call.get('name')}({_args(arguments) if isinstance(arguments, dict) else ''})"
+
+
 def _recording(body: Recording) -> str:
     head = f"{body.call}#{body.index}"
     failed = [f"#{attempt.number} {attempt.error}" for attempt in body.attempts if attempt.error]
@@ -81,9 +87,7 @@ def _recording(body: Recording) -> str:
             f"{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tok",
         ]
         calls = response.get("tool_calls") or []
-        said = ", ".join(
-            f"{call.get('name')}({_args(call.get('arguments') or {})})" for call in calls if isinstance(call, dict)
-        )
+        said = ", ".join(_tool_call(call) for call in calls if isinstance(call, dict))
         said = said or repr(_one_line(str(response.get("content", ""))))
         return f"{head} {' '.join(parts)} → {said}"
     return f"{head} → {_compact(response)}"
