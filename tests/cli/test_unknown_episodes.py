@@ -1,5 +1,5 @@
-"""An episode the journal does not hold is the journal's error (exit 1) in every command that names one; a journal
-with no failed episode leaves `attribute --all-failed` nothing to do, which is no mistake (exit 0)."""
+"""An episode the journal does not hold is the journal's error (exit 1), in one wording, in every command that names
+one; a journal with no failed episode leaves `attribute --all-failed` nothing to do, which is no mistake (exit 0)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from tests.journal.conftest import episode_envelopes, incoming, two_episode_jour
         ["diff", "{j}:nope", "ep-a"],
         ["journal", "show", "{j}", "--episode", "nope"],
         ["journal", "otel", "{j}", "--episode", "nope", "--endpoint", "http://127.0.0.1:9"],
+        ["journal", "export", "{j}", "--episode", "nope"],
+        ["replay", "{j}", "--episode", "nope"],
+        ["view", "{j}", "--episode", "nope", "--status", "passed", "-o", "{tmp}/v.html"],
     ],
-    ids=["view", "diff", "journal show", "journal otel"],
+    ids=["view", "diff", "journal show", "journal otel", "journal export", "replay", "view, filtered"],
 )
 def test_an_unknown_episode_is_the_journals_error(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -289,7 +289,7 @@ def test_replaying_an_unknown_episode_says_it_does_not_exist(
     out, err = capsys.readouterr()
     assert "identical" not in out
     assert err.strip().splitlines() == [
-        f"faultline: error: {sim_journal}: no episode 'no-such-episode' in this journal;"
+        f"faultline: error: {sim_journal}: no episode 'no-such-episode';"
         f" `faultline journal episodes {sim_journal}` lists them"
     ]
     assert main(["replay", str(sim_journal), "-e", known]) == 0

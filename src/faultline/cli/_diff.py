@@ -9,7 +9,6 @@ from rich.table import Table
 
 from faultline._errors import JournalError, UsageError
 from faultline.cli import _jsonl
-from faultline.cli._filters import unknown_episode
 from faultline.cli._text import table_console
 from faultline.journal import (
     DESCRIBE_WIDTH,
@@ -95,8 +94,7 @@ def _reference(text: str, default_journal: Path | None) -> tuple[Path, str]:
 
 def _rows(journal: Path, episode: str) -> list[JournalRow]:
     with JournalReader(journal) as reader:
-        if not reader.has_episode(episode):
-            raise unknown_episode(journal, episode)
+        reader.check_episodes([episode])
         return list(reader.episode_rows(episode))
 
 

@@ -18,11 +18,6 @@ def require_journal(path: Path) -> None:
         raise JournalError(absent_journal(path))
 
 
-def unknown_episode(journal: Path, episode: str) -> JournalError:
-    """The error for an episode `journal` does not hold: the journal's, like any other it cannot answer (exit 1)."""
-    return JournalError(f"{journal}: no episode {episode!r}; `faultline journal episodes {journal}` lists them")
-
-
 def add_episode_filters(
     parser: argparse.ArgumentParser, which: str = "all when none is given; several narrow it down"
 ) -> None:
@@ -51,7 +46,11 @@ def episode_filter(args: argparse.Namespace) -> EpisodeFilter | None:
 
 
 def filtered_episodes(journal: Path, args: argparse.Namespace, named: list[str]) -> list[str] | None:
-    """The episodes named and matching the filter flags; None when neither narrows anything (all of them)."""
+    """The episodes named and matching the filter flags; None when neither narrows anything (all of them). A named
+    episode the journal does not hold is its error (`JournalReader.check_episodes`), whatever the filters."""
+    if named:
+        with JournalReader(journal) as reader:
+            reader.check_episodes(named)
     wanted = episode_filter(args)
     if wanted is None:
         return named or None

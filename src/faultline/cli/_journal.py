@@ -19,7 +19,7 @@ from faultline._errors import DecodeError, JournalError
 from faultline._files import not_a_file
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers, seconds, whole_number
-from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, unknown_episode
+from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
 from faultline.cli._progress import progress_shown
 from faultline.cli._text import Column, fitted_table, table_console
 from faultline.core import EpisodeCompleted, ToolResult
@@ -224,13 +224,9 @@ def _health(args: argparse.Namespace) -> int:
 
 def _otel(args: argparse.Namespace) -> int:
     headers = otel_headers(args.header, "journal otel: --header")
-    with JournalReader(args.file) as reader:
-        for episode in args.episode:
-            if not reader.has_episode(episode):
-                raise unknown_episode(args.file, episode)
+    chosen = filtered_episodes(args.file, args, args.episode)
     from faultline.journal.otel import export_otel  # OpenTelemetry loads only for this command
 
-    chosen = filtered_episodes(args.file, args, args.episode)
     episodes, spans = export_otel(args.file, args.endpoint, episodes=chosen, headers=headers, timeout_s=args.timeout)
     if args.json:
         _jsonl.summary({"episodes": episodes, "spans": spans, "endpoint": args.endpoint})
@@ -340,9 +336,8 @@ def _episode_header(summary: EpisodeSummary | None, episode: str, rows: list[Jou
 
 def _show(args: argparse.Namespace) -> int:
     with JournalReader(args.file) as reader:
+        reader.check_episodes([args.episode])
         rows = list(reader.episode_rows(args.episode))
-        if not rows:
-            raise unknown_episode(args.file, args.episode)
         summary = reader.episode(args.episode)
         if args.json:
             for row in rows:

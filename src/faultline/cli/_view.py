@@ -12,8 +12,8 @@ import anyio
 from faultline._errors import UsageError
 from faultline.cli import _jsonl
 from faultline.cli._args import whole_number
-from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal, unknown_episode
-from faultline.journal import JournalReader, ViewServer, write_view
+from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
+from faultline.journal import ViewServer, write_view
 from faultline.replay import forks_path
 
 
@@ -57,11 +57,6 @@ def _view(args: argparse.Namespace) -> int:
     if args.forks is not None and not args.forks.is_file():
         raise UsageError(f"--forks {args.forks}: no such journal file")
     chosen = filtered_episodes(args.journal, args, args.episode)
-    if args.episode:
-        with JournalReader(args.journal) as reader:
-            missing = [e for e in args.episode if not reader.has_episode(e)]
-        if missing:
-            raise unknown_episode(args.journal, missing[0])
     forks = args.forks or forks_path(args.journal)
     if args.serve:
         return _serve(args, forks)

@@ -368,6 +368,14 @@ class JournalReader:
         """Whether any row belongs to `episode` (one lookup in the episode index)."""
         return self._of(episode).has_episode(episode)
 
+    def check_episodes(self, episodes: Iterable[str]) -> None:
+        """JournalError, naming each, where the journal lacks some of `episodes`: a command asked for an episode
+        that is not there fails, where it would do nothing and report success."""
+        missing = [episode for episode in dict.fromkeys(episodes) if not self.has_episode(episode)]
+        if missing:
+            names = ", ".join(repr(episode) for episode in missing)
+            raise JournalError(f"{self.path}: no episode {names}; `faultline journal episodes {self.path}` lists them")
+
     def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
         """One episode's rows from position `start` (in its file) on, in position order."""
         return self._of(episode).episode_rows(episode, start)

@@ -414,10 +414,10 @@ async def attribute_episode(
     journal = Path(journal)
     verify(journal, facts=False, resume=True).raise_if_broken()
     with JournalReader(journal) as reader:
+        reader.check_episodes([episode])
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)
-    if summary is None or not rows:
-        raise FaultlineError(f"episode {episode!r} is not in {journal}")
+    assert summary is not None  # the journal holds the episode
     if summary.outcome == "success":
         raise FaultlineError(f"episode {episode!r} succeeded: there is no failure to attribute")
     if method not in ("auto", *METHODS):

@@ -370,11 +370,10 @@ async def fork_episode(
     if not verified:
         verify(journal_path, facts=False, resume=True).raise_if_broken()
     with JournalReader(journal_path) as reader:
+        reader.check_episodes([episode])
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)
         controls = [r for r in reader.episode_rows(CONTROL_EPISODE) if r.pos < at and r.kind == "control"]
-    if not rows:
-        raise FaultlineError(f"episode {episode!r} is not in {journal_path}")
     lookup = episode_lookup(rows, lookup)
     target = next((r for r in rows if r.pos == at), None)
     if target is None:

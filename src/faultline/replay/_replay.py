@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from faultline._errors import ChainError, JournalError, NonDeterminismError, PluginError
+from faultline._errors import ChainError, NonDeterminismError, PluginError
 from faultline.core import (
     CONTROL_EPISODE,
     NON_AGENT_SENDERS,
@@ -406,7 +406,8 @@ class Replayer:
         started = time.perf_counter()
         wanted = list(episodes) if episodes else None
         if wanted:
-            _check_episodes(path, wanted)
+            with JournalReader(path) as reader:
+                reader.check_episodes(wanted)  # not an empty replay reported as identical
         names = _episodes_with_domains(path, wanted)
 
         def tell(done: int) -> None:
@@ -543,17 +544,6 @@ def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> list[s
     for spec in sorted({d for e, d in domains.items() if d and (chosen is None or e in chosen)}):
         load_domain(spec).checked_tasks()
     return wanted if wanted is not None else list(domains)  # by id: the order of `by_episode`
-
-
-def _check_episodes(path: str | Path, episodes: list[str]) -> None:
-    """An episode that is not in the journal is an error, not an empty replay reported as identical."""
-    with JournalReader(path) as reader:
-        missing = [episode for episode in dict.fromkeys(episodes) if not reader.has_episode(episode)]
-    if missing:
-        names = ", ".join(repr(episode) for episode in missing)
-        raise JournalError(
-            f"{path}: no episode {names} in this journal; `faultline journal episodes {path}` lists them"
-        )
 
 
 _active: Replayer | None = None
