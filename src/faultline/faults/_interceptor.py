@@ -173,7 +173,8 @@ class FaultInterceptor(Interceptor):
         self.catalog = catalog
         self.injector = injector
         self._starts: dict[str, Mapping[str, Any]] = {}
-        self._calls: dict[tuple[str, str], list[ToolCall]] = {}
+        self._calls: dict[str, dict[str, list[ToolCall]]] = {}
+        """Each episode's tool calls so far, by sender: an episode is forgotten in one step, however many run."""
 
     def observe(self, env: Envelope) -> None:
         """Take in a message of an episode without faulting it: a Start's data, a sender's tool call."""
@@ -181,7 +182,10 @@ class FaultInterceptor(Interceptor):
         if isinstance(body, Start) and body.data:
             self._starts.setdefault(env.episode, body.data)
         elif isinstance(body, ToolCall):
-            self._calls.setdefault((env.episode, env.sender), []).append(body)
+            self._calls_of(env).append(body)
+
+    def _calls_of(self, env: Envelope) -> list[ToolCall]:
+        return self._calls.setdefault(env.episode, {}).setdefault(env.sender, [])
 
     async def inbound(self, message: Inbound) -> Sequence[Envelope]:
         if isinstance(message.envelope.body, Start):
@@ -192,7 +196,7 @@ class FaultInterceptor(Interceptor):
         env = message.envelope
         body = env.body
         if isinstance(body, ToolCall):
-            calls = self._calls.setdefault((env.episode, env.sender), [])
+            calls = self._calls_of(env)
             try:
                 return await self._fault(message, calls)
             finally:
@@ -264,5 +268,4 @@ class FaultInterceptor(Interceptor):
 
     def forget(self, episode: str) -> None:
         self._starts.pop(episode, None)
-        for key in [k for k in self._calls if k[0] == episode]:
-            del self._calls[key]
+        self._calls.pop(episode, None)
