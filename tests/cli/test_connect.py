@@ -14,7 +14,6 @@ import pytest
 
 from faultline.cli import main
 from faultline.cli._connect import STATE_FILE, login, nats_url, subject_prefix
-from faultline.core import BUILTIN_SYSTEM, registered
 from faultline.runtime import Config
 
 UNREACHABLE = "nats://127.0.0.1:1"
@@ -94,27 +93,3 @@ def test_a_stopped_up_gives_nothing() -> None:
     config = Config()
     assert subject_prefix(_flags(), config, "nats://up:4222") == config.nats.prefix
     assert login(_flags(), config, "nats://up:4222").tls_ca is None
-
-
-def test_a_run_of_another_system_than_the_running_up_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """It ran on the `up`'s workers, whose agents of the same names handled episodes journaled as the other
-    system's, so replay diverged from what ran."""
-    (tmp_path / "in.jsonl").write_text('{"id": "a", "secret": "42"}\n')
-    _write_state(os.getpid(), url=UNREACHABLE, system="kitchen:Kitchen")
-    gossip = "tests.replay.test_fork_topics:Gossip"
-    assert main(["run", "--system", gossip, "--inputs", "in.jsonl"]) == 2
-    err = capsys.readouterr().err
-    assert err == (
-        f"faultline: usage error: the `faultline up` running here (pid {os.getpid()}) runs system kitchen:Kitchen,"
-        f" not {gossip}: stop it, or run from another folder\n"
-    )
-
-
-def test_a_run_of_the_running_ups_system_by_its_path_is_not_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    """The built-in system's registered name and its path are one system: a run that names it by its path goes on
-    (here, to the `up`'s NATS, which does not answer)."""
-    _write_state(os.getpid(), url=UNREACHABLE, system=BUILTIN_SYSTEM)
-    assert main(["run", "--system", registered("system")[BUILTIN_SYSTEM], "--tasks", "1"]) == 1
-    assert "runs system" not in capsys.readouterr().err

@@ -20,7 +20,14 @@ from typing import Any, Protocol
 import anyio
 import msgspec
 
-from faultline._errors import ConfigError, JournalError, NoResponderError, PluginError, ReplyTimeoutError
+from faultline._errors import (
+    ConfigError,
+    JournalError,
+    NoResponderError,
+    PluginError,
+    ReplyTimeoutError,
+    SubscribeRefusedError,
+)
 from faultline.api._plan import (
     RunPlan,
     RunResult,
@@ -51,6 +58,7 @@ from faultline.core import (
     load_system,
     parse_roster,
     read_inputs,
+    registered,
     system_path,
 )
 from faultline.envs import load_domain
@@ -76,6 +84,7 @@ from faultline.runtime import (
     scoped_to_run,
     state_dir,
     system_access,
+    worker_statuses,
 )
 
 SIM_NOTE = (
@@ -507,6 +516,7 @@ async def _run_remote(
         bus = await connect(config, url, name=OPERATOR, login=connect_as)
         try:
             await bus.check_layout()
+            await _check_system(bus, url, config.system.class_)
             await _check_unused(bus, plan, result)
             async with rules_in_force(
                 bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
@@ -531,6 +541,27 @@ async def _run_until_refused(
         await run_plan(bus, plan, result, on_done)
     except JournalError as refused:
         result.refused = str(refused)
+
+
+async def _check_system(bus: Bus, url: str, system: str) -> None:
+    """ConfigError when the workers running at `url` are of another system than the run's: theirs would handle its
+    episodes by the names of their own agents, and its journal would name a system that did not run them.
+
+    A worker that does not answer in time, or a credential that may not hear the workers, leaves nothing to
+    compare: the run goes on."""
+    try:
+        statuses = await worker_statuses(bus)
+    except SubscribeRefusedError:
+        return
+    names = registered("system")  # a registered name and the path it stands for are one system
+    others = sorted(
+        {s.system for s in statuses if s.system and names.get(s.system, s.system) != names.get(system, system)}
+    )
+    if others:
+        raise ConfigError(
+            f"the system running at {url} is {', '.join(others)}, not {system}: its workers would handle this run's"
+            " episodes; run it on a system of its own (without --nats and outside the folder of a `faultline up`)"
+        )
 
 
 async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:

@@ -43,7 +43,7 @@ from faultline.cli._connect import login, running_up, running_url
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import add_defense_flag, add_insecure_flag, warn_insecure
 from faultline.cli._text import PROGRESS_LINE_S, table_console
-from faultline.core import BUILTIN_SYSTEM, parse_roster, registered
+from faultline.core import BUILTIN_SYSTEM, parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime import Config, tune_collector
 from faultline.runtime.models import sim_metadata
@@ -318,14 +318,6 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
     if not (args.nats or config.nats.url or args.defense or args.insecure or args.tls):
         up = running_up()
         if up:  # as `inject` and `status` do: the system running here
-            wanted = args.system or config.system.class_
-            systems = registered("system")  # a registered name and the path it stands for are one system
-            running = up.get("system", wanted)
-            if systems.get(running, running) != systems.get(wanted, wanted):  # its workers would run their own
-                raise UsageError(
-                    f"the `faultline up` running here (pid {up['pid']}) runs system {up['system']}, not {wanted}:"
-                    " stop it, or run from another folder"
-                )
             args.nats = up["url"]
             if args.journal is None and up.get("journal"):
                 args.journal = Path(up["journal"])

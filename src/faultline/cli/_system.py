@@ -287,7 +287,6 @@ def _up(args: argparse.Namespace) -> int:
         state["tls_ca"] = ca
         state["journal"] = str(journal.resolve())
         state["workers"] = ",".join(spec.name for spec in supervisor.workers)  # whom `status` expects to answer
-        state["system"] = config.system.class_  # `run` here refuses another, which these workers would not run
         write_atomically(STATE_FILE, json.dumps(state).encode())  # tests and scripts wait for this file
         try:
             console.print(_process_table(supervisor.status(), supervisor.url, journal))

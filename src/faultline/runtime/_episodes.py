@@ -203,6 +203,8 @@ class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     agents: list[str] = []
     shard: str = ""
     """`k/N`: its shard of its group's N."""
+    system: str = ""
+    """The system its agents are of, as its configuration names it (`[system] class`)."""
     episodes: list[str] = []
     """The episodes in flight in it."""
     services: list[str] = []

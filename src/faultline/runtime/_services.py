@@ -94,6 +94,7 @@ def worker_settings(config: Config, shard: tuple[int, int] = (0, 1)) -> WorkerSe
         linger_s=r.linger_s,
         shard=shard[0],
         shards=shard[1],
+        system=config.system.class_,
     )
 
 

@@ -116,6 +116,9 @@ class WorkerSettings:
     recovery_reads: int = 8
     """How many instances a restarted worker reads the history of at once: thousands met at once, each
     reading through a consumer of its own, would have the server time the consumers out."""
+    system: str = ""
+    """The system its agents are of (`[system] class`), which its status tells: a run on a system already up
+    refuses one of another (`faultline.api.run`)."""
 
 
 EVICTED_KEPT = 65_536
@@ -724,6 +727,7 @@ class Worker:
             pid=os.getpid(),
             agents=sorted(self.serving()),
             shard=f"{self.settings.shard}/{self.settings.shards}",
+            system=self.settings.system,
             episodes=sorted({episode for episode, service in live if not service}),
             services=sorted({episode for episode, service in live if service}),
             handled=self.handled,
