@@ -40,6 +40,18 @@ def test_a_server_with_tool_calling_is_told_to_use_it(
     )
 
 
+def test_a_model_that_calls_no_tool_either_way_keeps_the_default_and_is_told_so(
+    openai_server: OpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The advice named native tool calls as if they had worked."""
+    openai_server.reply(Text("I would look it up."), Text("I would look it up."))
+    code, out, err = doctor(capsys, openai_server)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "tool calls: the model made no valid tool call either way; episodes will fail at tools" in lines
+    assert '  tool_calls = "native"  # the default: neither format gave a valid call' in lines
+
+
 def test_a_server_without_tool_calling_is_told_to_use_the_text_format(capsys: pytest.CaptureFixture[str]) -> None:
     with OpenAIServer(tools=False) as server:
         server.reply(Text(f"Sure.\n{TEXT_CALL}"))
@@ -104,8 +116,8 @@ def test_every_table_that_asks_the_same_server_gets_the_timeout_for_the_longest_
     lines = out.splitlines()
     start = lines.index("  [models.tool]")
     timeout = lines[start + 2]
-    assert lines[start : start + 6] == ["  [models.tool]", '  tool_calls = "native"', timeout, "  [models.default]",
-                                        timeout, "  [run]"]  # fmt: skip
+    native = '  tool_calls = "native"  # the default: neither format gave a valid call'
+    assert lines[start : start + 6] == ["  [models.tool]", native, timeout, "  [models.default]", timeout, "  [run]"]
     assert [line for line in lines if line.startswith("  [models.")] == ["  [models.tool]", "  [models.default]"]
     seconds = float(timeout.removeprefix("  timeout_s = "))
     assert seconds >= 90, "400 answer tokens at no more than 10 tokens/s, twice over: not the tool's 8"

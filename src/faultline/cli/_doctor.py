@@ -203,7 +203,8 @@ def render(report: Report) -> list[str]:
     for n, table in enumerate(advice.tables):
         lines.append(f"  [models.{table}]")
         if n == 0:
-            lines.append(f'  tool_calls = "{advice.tool_calls}"')
+            unsure = "" if native.tool_call or text.tool_call else "  # the default: neither format gave a valid call"
+            lines.append(f'  tool_calls = "{advice.tool_calls}"{unsure}')
         lines.append(f"  timeout_s = {advice.timeout_s:g}")
     lines += [
         "  [run]",
