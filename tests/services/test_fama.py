@@ -297,6 +297,17 @@ async def test_a_roster_decision_is_journaled_with_the_counts_that_chose_it() ->
     assert decision["counts"] == {"categories": {EARLY_STOP: 2}, "helpers": {"planner": 2}}
 
 
+def test_a_round_whose_run_refuses_its_flags_is_the_loops_usage_error_in_the_runs_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was a RunError (exit 1) whose message was a Python list holding the run's whole line, prefix and all."""
+    loop = ["fama", "loop", "--tasks", "1", "--rounds", "1", "--error-rates", "0.3", "--out", str(tmp_path / "loop")]
+    assert main([*loop, "--model", "sim"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # after the round's own progress line
+    assert said.startswith("faultline: usage error: round 0: faultline run failed: --error-rates, --error-rate:")
+    assert "[" not in said and said.count("faultline:") == 1, said
+
+
 @pytest.mark.slow
 def test_per_task_the_loop_reruns_each_failed_task_with_its_own_helpers_and_reports_the_papers_overhead(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

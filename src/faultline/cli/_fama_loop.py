@@ -303,8 +303,11 @@ def _run_round(
     for folder in args.plugin_path:
         command += ["--plugin-path", str(folder)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RunError(f"round {number}: faultline run failed: {done.stderr.strip().splitlines()[-1:]}")
+    if done.returncode != 0:  # its last line says why, in its own words: a usage error of the run is the loop's
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        why = said.removeprefix("faultline: ").removeprefix("usage error: ").removeprefix("error: ")
+        failure = UsageError if done.returncode == 2 else RunError
+        raise failure(f"round {number}: faultline run failed: {why}")
     summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return summary
 
