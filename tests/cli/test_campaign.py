@@ -21,7 +21,7 @@ from faultline.cli import _campaign as campaign_cli
 from faultline.cli import main
 from faultline.cli._models import effective_config
 from faultline.cli._run import selectable_ids
-from faultline.journal import JournalReader
+from faultline.journal import Journal, JournalReader
 from faultline.report import read_manifest
 from tests.runtime.test_processes import faultline, finish, wait_until_up
 
@@ -177,3 +177,30 @@ def test_a_campaign_on_a_system_of_ones_own_gives_its_runs_no_domain(
     system = ("--system", "tests.replay.test_fork_topics:Gossip", "--inputs", str(inputs))
     assert main([*CAMPAIGN, *system, "--out", str(tmp_path / "c")]) == 0
     assert selected == [(["a"], f"inputs {inputs}")] * 2
+
+
+def test_a_finished_cell_whose_journal_is_gone_runs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The manifest said it was done, so running the campaign again skipped it, and `report` could not read the
+    folder: nothing of the cell was left but its line in the manifest."""
+    runs: list[str] = []
+
+    def run_journaling(args: argparse.Namespace, *, label: str, sim_note: bool) -> SimpleNamespace:
+        """A cell's run that ends well and leaves its journal where the campaign put it."""
+        runs.append(label)
+        Journal.open(args.journal).close()
+        return SimpleNamespace(signal=None, journal_problem="", refused="")
+
+    monkeypatch.setattr(campaign_cli, "execute_run", run_journaling)
+    folder = tmp_path / "c"
+    assert main([*CAMPAIGN, "--out", str(folder)]) == 0
+    manifest = read_manifest(folder)
+    storm = manifest.cells[-1]
+    for path in manifest.journal_of(folder, storm).parent.glob("journal.sqlite*"):
+        path.unlink()
+    capsys.readouterr()
+    assert main([*CAMPAIGN, "--out", str(folder)]) == 0
+    assert [label.split()[2] for label in runs] == ["baseline", "storm", "storm"]
+    assert "cell(s) storm finished, but their journals are gone: they run again" in capsys.readouterr().err
+    assert all(c.done for c in read_manifest(folder).cells)

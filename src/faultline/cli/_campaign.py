@@ -34,6 +34,7 @@ from faultline.cli._run import chosen_domain, execute_run, selectable_ids
 from faultline.cli._text import table_console
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
+from faultline.journal import journal_exists
 from faultline.report import (
     BASELINE,
     MANIFEST,
@@ -256,7 +257,14 @@ def _campaign(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if settings.model == "sim":
         console.print(f"[dim]note: {REPORT_SIM_NOTE}[/dim]")
-    todo = [cell for cell in manifest.cells if not cell.done]
+    lost = [
+        cell.name
+        for cell in manifest.cells
+        if cell.done and not manifest.journal and not journal_exists(manifest.journal_of(folder, cell))
+    ]
+    if lost:  # finished once, but nothing of it is left to report: as good as never run
+        console.print(f"cell(s) {', '.join(lost)} finished, but their journals are gone: they run again")
+    todo = [cell for cell in manifest.cells if not cell.done or cell.name in lost]
     skipped = len(manifest.cells) - len(todo)
     if skipped:
         console.print(f"{skipped} of {len(manifest.cells)} cells already finished in {folder}", highlight=False)
