@@ -109,6 +109,8 @@ def read_manifest(folder: Path) -> CampaignManifest:
     try:
         return msgspec.json.decode(path.read_bytes(), type=CampaignManifest)
     except (FileNotFoundError, NotADirectoryError):
+        if not folder.exists():
+            raise CampaignError(f"{folder}: no such campaign folder") from None
         raise CampaignError(f"{folder} is not a campaign folder: it has no {MANIFEST}") from None
     except msgspec.DecodeError as exc:
         raise CampaignError(f"{path}: not a campaign manifest ({exc})") from None
