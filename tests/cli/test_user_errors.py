@@ -27,6 +27,7 @@ def journal(tmp_path: Path) -> Path:
         (["journal", "export", "{j}", "-o", "{tmp}"], 1, ": Is a directory"),
         (["report", "{j}"], 1, "journal.db is not a campaign folder: it has no manifest.json"),
         (["report", "{tmp}/nowhere"], 1, "nowhere: no such campaign folder"),
+        (["inject", "role_ambiguity"], 2, "role_ambiguity is a prompt fault: it rewrites the first message of"),
         (["journal", "verify", "{tmp}"], 1, ": is a folder, not a journal file"),
         (["replay", "{tmp}"], 1, ": is a folder, but no journal set (it has no journal-set.json)"),
         (["journal", "import", "/dev/null", "{tmp}/x.sqlite"], 1, "/dev/null: is not a regular file"),

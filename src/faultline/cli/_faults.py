@@ -28,6 +28,7 @@ from faultline.faults import (
     RuleSet,
     add_rule_control,
     clear_rules_control,
+    fault_type,
     fault_types,
     remove_rule_control,
     why_not_on,
@@ -123,6 +124,11 @@ def _inject(args: argparse.Namespace) -> int:
     )
     config = config_of(args)
     _check_applies(args.fault, config)
+    if fault_type(rule.fault).mechanism == "prompt":  # its workers would take it in, and it would change nothing
+        raise UsageError(
+            f"{rule.fault} is a prompt fault: it rewrites the first message of the episodes a run starts, so it"
+            " applies through `faultline run --fault` (and campaigns), not through inject on a running system"
+        )
     settings = follow_settings(config)
 
     async def body(bus: Bus) -> dict[str, Any]:
