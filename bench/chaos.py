@@ -480,7 +480,24 @@ async def _run_in(schedule: Schedule, keep: str, load: Load) -> ScheduleReport:
         workdir.mkdir(parents=True)
         return await run_schedule(schedule, workdir, load)
     with tempfile.TemporaryDirectory(prefix=f"chaos-{schedule.seed}-") as temporary:
-        return await run_schedule(schedule, Path(temporary), load)
+        try:
+            report = await run_schedule(schedule, Path(temporary), load)
+        except* (FaultlineError, TimeoutError, DiskUnavailable):
+            _keep_logs(schedule, Path(temporary))
+            raise
+        if not report.ok:
+            _keep_logs(schedule, Path(temporary))
+        return report
+
+
+def _keep_logs(schedule: Schedule, workdir: Path) -> None:
+    """Copy a failed schedule's process logs where they outlive its folder: a failure that passes when run again
+    leaves them to read."""
+    logs = workdir / "logs"
+    if logs.is_dir():
+        kept = Path(tempfile.mkdtemp(prefix=f"chaos-{schedule.seed}-logs-"))
+        shutil.copytree(logs, kept, dirs_exist_ok=True)
+        print(f"  the processes' logs of seed {schedule.seed} are kept in {kept}", flush=True)
 
 
 def _kinds(text: str) -> tuple[Kind, ...]:

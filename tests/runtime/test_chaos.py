@@ -312,3 +312,17 @@ async def test_the_harness_stopped_by_sigterm_while_a_node_is_paused_leaves_no_p
     assert len(started) >= 6 and set(paused) <= set(started)  # three nodes, the journal, two workers
     assert [pid for pid in started if alive(pid)] == []
     assert list(folders.iterdir()) == []
+
+
+def test_a_failed_schedules_logs_outlive_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failure that passed when run again left nothing to read: the schedule's folder, logs and all, was gone."""
+    monkeypatch.setattr(chaos.tempfile, "tempdir", str(tmp_path))
+    workdir = tmp_path / "run"
+    (workdir / "logs").mkdir(parents=True)
+    (workdir / "logs" / "worker-main-0.log").write_text("what the worker said\n")
+    chaos._keep_logs(chaos.draw_schedule(7, 8, chaos.processes(), KINDS), workdir)
+    [kept] = tmp_path.glob("chaos-7-logs-*")
+    assert (kept / "worker-main-0.log").read_text() == "what the worker said\n"
+    assert capsys.readouterr().out == f"  the processes' logs of seed 7 are kept in {kept}\n"
