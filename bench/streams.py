@@ -3,13 +3,15 @@
 Every message of a Faultline system is stored in one stream, by one nats-server (docs/scale.md). On 16 cores
 that server was the one process above a core while the rest waited. This measures the stream alone, with no
 Faultline process: `--publishers` processes publish `--messages` in all (each with a `Nats-Msg-Id`, as the bus
-sends them, to subjects that name one of `--episodes` episodes, as Faultline's do), spread over `--streams`
-streams by episode; one consumer per stream reads its stream whole and acknowledges, as a journal shard does.
+sends them, to subjects that name one of `--episodes` episodes and one of `--readers` partitions, as Faultline's
+do). The partitions are spread over `--streams` streams; one reading process per partition reads it whole from
+the stream that holds it and acknowledges, as a journal shard does.
 For each stream count: the rate from the first publish to the last message read, and the CPU nats-server and
 the publishers spent per message (utime + stime from /proc). Not a test; on 2 cores only the CPU per message
 says anything, on many cores the rate does too.
 
-    python -m bench.streams [--streams 1,4] [--publishers 4] [--messages 200000] [--server-cores 0] [--json out.json]
+    python -m bench.streams [--streams 1,4] [--publishers 4] [--readers 4] [--messages 200000] [--server-cores 0]
+                            [--json out.json]
 
 Linux only (it reads /proc).
 """
@@ -29,7 +31,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import cpu_seconds, machine
+from bench._common import cpu_seconds, fail_after, machine
 from faultline.bus import EmbeddedServer
 
 BODY = b"x" * 300
@@ -38,34 +40,43 @@ WINDOW = 512
 """Publishes a publisher has unconfirmed at most, as a worker's outbox has a round of them."""
 ACK_EVERY = 100
 """Deliveries a consumer acknowledges at once (its policy acknowledges all before the one it names)."""
+READ_TIMEOUT_S = 120.0
+"""Longest a partition may take to arrive whole before the measurement is given up."""
+MAX_ACK_PENDING = 10_000
+"""Deliveries a consumer has unacknowledged at most, as a journal shard's consumer does by default."""
 
 
 def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
-def _subject(episode: int, streams: int) -> str:
-    return f"bench.{episode % streams}.ep.e{episode}.agent"
+def _subject(episode: int, readers: int) -> str:
+    return f"bench.{episode % readers}.ep.e{episode}.agent"
 
 
-async def _publish(url: str, first: int, count: int, streams: int, episodes: int) -> None:
+def _stream_subjects(stream: int, streams: int, readers: int) -> list[str]:
+    """The partitions a stream holds: those whose number leaves `stream` over the stream count."""
+    return [f"bench.{k}.>" for k in range(readers) if k % streams == stream]
+
+
+async def _publish(url: str, first: int, count: int, readers: int, episodes: int) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=WINDOW)
     for n in range(first, first + count):
-        await js.publish_async(_subject(n % episodes, streams), BODY, headers={"Nats-Msg-Id": f"m{n}"})
+        await js.publish_async(_subject(n % episodes, readers), BODY, headers={"Nats-Msg-Id": f"m{n}"})
     await js.publish_async_completed()
     await nc.close()
 
 
-def _publisher(url: str, first: int, count: int, streams: int, episodes: int, cpu: Any) -> None:
+def _publisher(url: str, first: int, count: int, readers: int, episodes: int, cpu: Any) -> None:
     """Publish its share, and tell the CPU that took (its start-up left out)."""
     started = time.process_time()
-    anyio.run(_publish, url, first, count, streams, episodes)
+    anyio.run(_publish, url, first, count, readers, episodes)
     cpu.value = time.process_time() - started
 
 
-async def _consume(url: str, streams: int, total: int) -> float:
-    """Read every stream whole; the time the last message was read."""
+async def _consume(url: str, partition: int, streams: int, expected: int) -> None:
+    """Read one partition whole from the stream that holds it, with a consumer set as a journal shard's is."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     read = 0
@@ -74,28 +85,39 @@ async def _consume(url: str, streams: int, total: int) -> float:
     async def take(msg: Any) -> None:
         nonlocal read
         read += 1
-        if read % ACK_EVERY == 0 or read == total:
+        if read % ACK_EVERY == 0 or read == expected:
             await msg.ack()
-        if read == total:
+        if read == expected:
             done.set()
 
-    for k in range(streams):
-        config = api.ConsumerConfig(ack_policy=api.AckPolicy.ALL, max_ack_pending=100_000)
-        await js.subscribe(f"bench.{k}.>", stream=f"BENCH_{k}", cb=take, manual_ack=True, config=config)
-    await done.wait()
-    finished = time.perf_counter()
+    config = api.ConsumerConfig(ack_policy=api.AckPolicy.ALL, max_ack_pending=MAX_ACK_PENDING)
+    await js.subscribe(
+        f"bench.{partition}.>",
+        stream=f"BENCH_{partition % streams}",
+        cb=take,
+        manual_ack=True,
+        config=config,
+        pending_msgs_limit=1_000_000,
+        pending_bytes_limit=-1,
+    )
+    with fail_after(READ_TIMEOUT_S, f"partition {partition} read whole", lambda: f"{read} of {expected}"):
+        await done.wait()
     await nc.close()
-    return finished
 
 
-async def _streams(url: str, streams: int) -> None:
+def _reader(url: str, partition: int, streams: int, expected: int, finished: Any) -> None:
+    anyio.run(_consume, url, partition, streams, expected)
+    finished.value = time.time()
+
+
+async def _streams(url: str, streams: int, readers: int) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
     for k in range(streams):
         await js.add_stream(
             api.StreamConfig(
                 name=f"BENCH_{k}",
-                subjects=[f"bench.{k}.>"],
+                subjects=_stream_subjects(k, streams, readers),
                 storage=api.StorageType.FILE,
                 duplicate_window=120.0,
             )
@@ -103,29 +125,44 @@ async def _streams(url: str, streams: int) -> None:
     await nc.close()
 
 
-def measure(streams: int, publishers: int, messages: int, episodes: int, server_cores: int) -> dict[str, Any]:
+def measure(
+    streams: int, publishers: int, readers: int, messages: int, episodes: int, server_cores: int
+) -> dict[str, Any]:
+    if readers % streams:
+        raise SystemExit(f"--readers {readers} does not divide into {streams} streams")
+    share = messages // publishers
+    total = share * publishers
+    numbers = [n % episodes for n in range(total)]
+    expected = [sum(1 for e in numbers if e % readers == k) for k in range(readers)]
     with EmbeddedServer(cores=server_cores) as server:
         assert server.pid is not None
-        anyio.run(_streams, server.url, streams)
+        anyio.run(_streams, server.url, streams, readers)
         context = multiprocessing.get_context("spawn")
-        share = messages // publishers
         cpus = [context.Value("d", 0.0) for _ in range(publishers)]
-        procs = [
-            context.Process(target=_publisher, args=(server.url, i * share, share, streams, episodes, cpus[i]))
+        finished = [context.Value("d", 0.0) for _ in range(readers)]
+        readers_ = [
+            context.Process(target=_reader, args=(server.url, k, streams, expected[k], finished[k]))
+            for k in range(readers)
+        ]
+        publishers_ = [
+            context.Process(target=_publisher, args=(server.url, i * share, share, readers, episodes, cpus[i]))
             for i in range(publishers)
         ]
-        server_before = cpu_seconds(server.pid)
-        started = time.perf_counter()
-        for proc in procs:
+        for proc in readers_:
             proc.start()
-        finished = anyio.run(_consume, server.url, streams, share * publishers)
-        for proc in procs:
+        server_before = cpu_seconds(server.pid)
+        started = time.time()
+        for proc in publishers_:
+            proc.start()
+        for proc in [*publishers_, *readers_]:
             proc.join()
         server_cpu = cpu_seconds(server.pid) - server_before
-    total = share * publishers
-    seconds = finished - started
+    if any(proc.exitcode for proc in readers_):
+        raise SystemExit(f"{streams} stream(s): a reader failed (its traceback is above)")
+    seconds = max(value.value for value in finished) - started
     return {
         "streams": streams,
+        "readers": readers,
         "messages": total,
         "seconds": seconds,
         "messages_per_s": total / seconds,
@@ -138,6 +175,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", type=_ints, default=[1, 4], help="stream counts, comma-separated")
     parser.add_argument("--publishers", type=int, default=4, help="publishing processes")
+    parser.add_argument("--readers", type=int, default=4, help="reading processes, one per partition (as shards)")
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--episodes", type=int, default=5_000, help="episodes the subjects name")
     parser.add_argument("--server-cores", type=int, default=0, help="nats-server's cores (0: faultline's default)")
@@ -148,14 +186,16 @@ def main() -> None:
     console.print(f"[bold]machine[/]: {host['cpus']} CPUs, {host['platform']}, Python {host['python']}")
     rows = []
     for streams in args.streams:
-        row = measure(streams, args.publishers, args.messages, args.episodes, args.server_cores)
+        row = measure(streams, args.publishers, args.readers, args.messages, args.episodes, args.server_cores)
         rows.append(row)
         console.print(
             f"{streams} stream(s): {row['messages_per_s']:,.0f} messages/s, nats-server"
             f" {row['server_us_per_message']:.1f} us and publishers {row['publishers_us_per_message']:.1f} us"
             " of CPU per message"
         )
-    table = Table(title=f"{args.messages:,} messages from {args.publishers} publishers, read back whole")
+    table = Table(
+        title=f"{args.messages:,} messages from {args.publishers} publishers, read back whole by {args.readers}"
+    )
     for column in ("streams", "messages/s", "nats-server, us CPU/message", "publishers, us CPU/message"):
         table.add_column(column, justify="right")
     for row in rows:
