@@ -481,6 +481,7 @@ PUBLIC = {
         "NO_DEFENSE",
         "ReportSummary",
         "SIM_NOTE",
+        "SkipReason",
         "TIERS",
         "Tier",
         "TierMarks",

@@ -10,12 +10,13 @@ import pytest
 
 from faultline._errors import ConfigError
 from faultline.cli import main
-from faultline.core import AssistantTurn, DefenseFired, Envelope, FaultApplied, ToolResult, UserTurn
+from faultline.core import AssistantTurn, DefenseFired, Envelope, FaultApplied, FaultSkipped, ToolResult, UserTurn
 from faultline.report import (
     DEFINITIONS,
     RS_VARIANTS,
     CampaignManifest,
     CampaignSettings,
+    SkipReason,
     campaign_report,
     plan_cells,
     write_manifest,
@@ -210,3 +211,54 @@ def test_a_fault_that_changed_nothing_an_agent_acted_on_counts_as_no_effect(tmp_
     }
     (row,) = campaign_report(_write(tmp_path, settings, outcomes)).faults
     assert (row.injected, row.no_effect, row.rs) == (2, 1, 1.0)
+
+
+REFUSED = "the injector's answer holds no <rewrite> block (a refusal or a malformed answer)"
+UNCHANGED = "the injector returned the message unchanged"
+NO_REASON = "no reason journaled"
+
+
+def _skip(reason: str, fault: str = "hallucination") -> Step:
+    return ("tool", "user", FaultSkipped(rule_id="r1", fault=fault, original={"id": "m1"}, reason=reason))
+
+
+def _skipping_campaign(folder: Path) -> Path:
+    """storm: applied in t1, skipped (and never applied) in t2; hallucination: skipped in both, thrice in all."""
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1", "t2"], trials=1, seed=0, faults=["storm", "hallucination"],
+        defenses=[],
+    )  # fmt: skip
+    outcomes: Outcomes = {
+        "baseline": [("t1", [], "success"), ("t2", [], "success")],
+        "storm": [("t1", SILENT, "success"), ("t2", [_skip(UNCHANGED, "storm")], "success")],
+        "hallucination": [("t1", [_skip(REFUSED), _skip(REFUSED)], "success"), ("t2", [_skip("")], "failure")],
+    }
+    return _write(folder, settings, outcomes)
+
+
+def test_skipped_injections_are_counted_per_cell_with_their_commonest_reasons(tmp_path: Path) -> None:
+    storm, hallucination = campaign_report(_skipping_campaign(tmp_path)).faults
+    assert (storm.injected, storm.skipped, storm.skipped_units, storm.all_skipped) == (1, 1, 1, False)
+    assert storm.skip_reasons == [SkipReason(reason=UNCHANGED, count=1)]
+    assert (hallucination.injected, hallucination.skipped, hallucination.skipped_units) == (0, 3, 2)
+    assert hallucination.all_skipped and hallucination.o is None
+    assert hallucination.skip_reasons == [SkipReason(reason=REFUSED, count=2), SkipReason(reason=NO_REASON, count=1)]
+
+
+def test_report_says_plainly_that_every_injection_of_a_cell_was_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _skipping_campaign(tmp_path)
+    assert main(["report", str(folder), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    [skipped] = [r for r in rows if r["type"] == "fault" and r["fault"] == "hallucination"]
+    assert (skipped["skipped"], skipped["skipped_units"], skipped["all_skipped"]) == (3, 2, True)
+    assert skipped["skip_reasons"] == [{"reason": REFUSED, "count": 2}, {"reason": NO_REASON, "count": 1}]
+    monkeypatch.setenv("COLUMNS", "600")
+    assert main(["report", str(folder)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    [row] = [line for line in lines if "│ hallucination " in line]
+    assert "(0/0)" not in row and row.count("- (all skipped)") == 3
+    assert f"all 3, no unit faulted: {REFUSED} (×2); {NO_REASON} (×1)" in row
+    [row] = [line for line in lines if "│ storm " in line]
+    assert f"1, 1 unit never faulted: {UNCHANGED} (×1)" in row

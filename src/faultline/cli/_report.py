@@ -176,22 +176,49 @@ def _label(row: FaultRow | TierRow) -> str:
 Grid = list[list[str]]
 
 
+ALL_SKIPPED = "- (all skipped)"
+"""O_f, L_f and S_f of a cell where every injection was skipped: over no faulted unit, and not for want of one."""
+
+
 def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
-    head = ["fault", "defense", "RS_f", "O_f", "L_f", "S_f", "no effect"]
+    head = ["fault", "defense", "RS_f", "O_f", "L_f", "S_f", "no effect", "skipped"]
     rows = [
         [
             r.fault,
             r.defense or "-",
             _share(r.rs, r.solved, r.base_solved),
-            _share(r.o, r.triggered, r.injected),
-            _share(r.l, r.fixed, r.triggered),
-            _share(r.s, r.final_success, r.triggered),
+            *(
+                [ALL_SKIPPED] * 3
+                if r.all_skipped
+                else [
+                    _share(r.o, r.triggered, r.injected),
+                    _share(r.l, r.fixed, r.triggered),
+                    _share(r.s, r.final_success, r.triggered),
+                ]
+            ),
             f"{r.no_effect}/{r.injected}"
             + (" (all: nothing to tolerate)" if r.injected and r.no_effect == r.injected else ""),
+            _skips(r),
         ]  # fmt: skip
         for r in report.faults
     ]
     return head, rows
+
+
+def _skips(row: FaultRow) -> str:
+    """How many injections were skipped, in how many units the fault was never applied, and the commonest reasons."""
+    if not row.skipped:
+        return "0"
+    if row.all_skipped:
+        count = f"all {row.skipped}, no unit faulted"
+    elif row.skipped_units:
+        count = f"{row.skipped}, {row.skipped_units} unit{'s' if row.skipped_units > 1 else ''} never faulted"
+    else:
+        count = str(row.skipped)
+    reasons = [f"{r.reason} (×{r.count})" for r in row.skip_reasons]
+    if others := row.skipped - sum(r.count for r in row.skip_reasons):
+        reasons.append(f"{others} for other reasons")
+    return f"{count}: " + "; ".join(reasons)
 
 
 def _behaviour_grid(report: CampaignReport) -> tuple[list[str], Grid]:

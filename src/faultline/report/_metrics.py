@@ -23,13 +23,18 @@ agent acted on (a duplicate a defense dropped, a message its recipient ignores).
 unit is counted apart (`no_effect`): solving it says nothing of tolerating the fault.
 The comparison is exact on a deterministic model (`sim`, `scripted`); with a sampling
 model two runs differ anyway, so few units ever count.
+
+An injection the fault could not be made on (`FaultSkipped`: the injector model refused, answered
+malformed or failed) left its message unchanged, so a unit with skips alone is not a faulted unit.
+Each fault row counts the skips, the units never faulted, and the commonest reasons: a fault skipped
+on every unit reads as such, not as ratios over nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -37,7 +42,7 @@ from typing import Any, Literal
 import msgspec
 
 from faultline._errors import ConfigError
-from faultline.core import OPERATOR, RUNNER, Envelope, FaultApplied, Recording, body_digest
+from faultline.core import OPERATOR, RUNNER, Envelope, FaultApplied, FaultSkipped, Recording, body_digest
 from faultline.journal import JournalReader, JournalRow
 from faultline.report._annotator import SHOWN_KINDS, Annotation, EpisodeCase, episode_case, judged_behaviours
 from faultline.report._behaviours import DETECTORS, TIERS, Behaviour, Tier, detect
@@ -63,6 +68,9 @@ DEFINITIONS = {
     "S_f": "of those, the share that were solved in the end",
     "no effect": "faulted units whose agents did exactly what they did without the fault: it touched nothing they"
     " acted on, so the unit says nothing of tolerance",
+    "skipped": "injections whose fault could not be made (a fault_skipped event: the injector model refused,"
+    " answered malformed or failed), the message going out unchanged, and the commonest reasons; a unit with skips alone is"
+    " not faulted, and a cell where every injection was skipped measured nothing of the fault",
 }
 """What each column of the robustness table means, for the terminal and the HTML report."""
 
@@ -88,6 +96,12 @@ BEHAVIOUR_SOURCES: dict[BehaviourSource, str] = {
 """Where the behaviours behind O, L and S come from, with what each means."""
 
 
+SKIP_REASONS = 3
+"""How many reasons for a cell's skipped injections the report names, the commonest first."""
+NO_REASON = "no reason journaled"
+"""The reason of a skipped injection whose event gives none."""
+
+
 def ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
@@ -107,6 +121,13 @@ class _Tolerance(msgspec.Struct, frozen=True, kw_only=True):
     s: float | None
 
 
+class SkipReason(msgspec.Struct, frozen=True, kw_only=True):
+    """Why injections of a cell were skipped, and how many."""
+
+    reason: str
+    count: int
+
+
 class FaultRow(_Tolerance, frozen=True, kw_only=True, tag="fault", tag_field="type"):
     """RS, O, L and S of one fault type under one defense set, with the counts behind each ratio."""
 
@@ -120,6 +141,14 @@ class FaultRow(_Tolerance, frozen=True, kw_only=True, tag="fault", tag_field="ty
     """Faulted units whose agents did exactly what they did in the baseline (see the module docstring)."""
     not_annotated: int = 0
     """Faulted units the judge gave no readable annotation for, left out of O, L and S (judged behaviours only)."""
+    skipped: int = 0
+    """Injections skipped: messages the fault could not be made on (`FaultSkipped`), which went out unchanged."""
+    skipped_units: int = 0
+    """Units where the fault was skipped and never applied: not faulted units, so counted in none of O, L and S."""
+    skip_reasons: list[SkipReason] = []
+    """The commonest reasons injections were skipped, most frequent first (`SKIP_REASONS` at most)."""
+    all_skipped: bool = False
+    """Every injection was skipped: no unit had the fault, so the cell measured nothing of it."""
 
 
 class TierRow(_Tolerance, frozen=True, kw_only=True, tag="tier", tag_field="type"):
@@ -229,6 +258,8 @@ class CellResult(msgspec.Struct, frozen=True, kw_only=True):
     """Per unit, a digest of what its agents sent and asked their models (`trace_digest`)."""
     unannotated: dict[Unit, tuple[str, str]] = {}
     """Judged behaviours only: the faulted units without an annotation, each with (episode, why)."""
+    skipped: dict[Unit, list[str]] = {}
+    """Per unit with skipped injections, the reason of each (`FaultSkipped`)."""
 
     @property
     def units(self) -> int:
@@ -245,6 +276,7 @@ def read_cell(
     behaviours: dict[Unit, list[Behaviour]] = {}
     traces: dict[Unit, str] = {}
     unannotated: dict[Unit, tuple[str, str]] = {}
+    skipped: dict[Unit, list[str]] = {}
     with JournalReader(journal, expand_requests=False) as reader:
         prefix = f"{run_id}-" if run_id else ""
         episodes = {e.episode: e for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)}
@@ -256,6 +288,8 @@ def read_cell(
             traces[unit] = trace_digest(rows)
             if summary.outcome == "success":
                 solved.add(unit)
+            if reasons := [_skip_reason(row) for row in rows if row.kind == "fault_skipped"]:
+                skipped[unit] = reasons
             if summary.faults:
                 injected.add(unit)
                 if judged is None:
@@ -269,8 +303,20 @@ def read_cell(
                 fault_pos = next((pos for pos, env in steps if isinstance(env.body, FaultApplied)), 0)
                 case = episode_case(episode, summary.task, summary.trial, steps)
                 behaviours[unit] = sorted(judged_behaviours(case, answer, fault_pos), key=lambda b: (b.pos, b.name))
-    cell = CellResult(solved=solved, injected=injected, behaviours=behaviours, traces=traces, unannotated=unannotated)
+    cell = CellResult(
+        solved=solved,
+        injected=injected,
+        behaviours=behaviours,
+        traces=traces,
+        unannotated=unannotated,
+        skipped=skipped,
+    )
     return cell, len(episodes)
+
+
+def _skip_reason(row: JournalRow) -> str:
+    body = row.envelope().body
+    return (body.reason if isinstance(body, FaultSkipped) else "") or NO_REASON
 
 
 def _steps(rows: list[JournalRow], kinds: tuple[str, ...]) -> list[tuple[int, Envelope]]:
@@ -363,6 +409,7 @@ def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
 def fault_row(cell: CampaignCell, result: CellResult, base: CellResult, rs: RsVariant = "paper") -> FaultRow:
     solved = len(result.solved & base.solved if rs == "baseline-solved" else result.solved)
     unchanged = {u for u in result.injected if u in base.traces and result.traces.get(u) == base.traces[u]}
+    reasons = Counter(reason for unit_reasons in result.skipped.values() for reason in unit_reasons)
     return FaultRow(
         fault=cell.fault,
         defense=cell.defense,
@@ -372,6 +419,10 @@ def fault_row(cell: CampaignCell, result: CellResult, base: CellResult, rs: RsVa
         rs=ratio(solved, len(base.solved)),
         no_effect=len(unchanged),
         not_annotated=len(result.unannotated),
+        skipped=reasons.total(),
+        skipped_units=len(set(result.skipped) - result.injected),
+        skip_reasons=[SkipReason(reason=r, count=n) for r, n in reasons.most_common(SKIP_REASONS)],
+        all_skipped=bool(reasons) and not result.injected,
         **_tolerance(result, None),
     )
 
