@@ -28,12 +28,27 @@ def _episode(name: str, task: str, trial: int, done: EpisodeCompleted, roster: l
     ]
 
 
-def _journal(path: Path, episodes: list[tuple[str, int, EpisodeCompleted]], roster: list[str]) -> Path:
-    envelopes = [e for task, trial, done in episodes for e in _episode(f"{task}-t{trial}", task, trial, done, roster)]
+Episodes = list[tuple[str, int, EpisodeCompleted]]
+"""(task, trial, how it completed)."""
+
+
+def _run(episodes: Episodes, roster: list[str], run: str = "") -> list[Envelope]:
+    """The episodes of a run: ids `<run>-<task>-t<trial>`, as `faultline run` names them (no run: `<task>-t<trial>`)."""
+    prefix = f"{run}-" if run else ""
+    return [
+        e for task, trial, done in episodes for e in _episode(f"{prefix}{task}-t{trial}", task, trial, done, roster)
+    ]
+
+
+def _write(path: Path, envelopes: list[Envelope]) -> Path:
     subjects = Subjects()
     with Journal.open(path) as journal:
         journal.append([Incoming("S", i + 1, subjects.for_envelope(e), e) for i, e in enumerate(envelopes)])
     return path
+
+
+def _journal(path: Path, episodes: Episodes, roster: list[str]) -> Path:
+    return _write(path, _run(episodes, roster))
 
 
 OK = EpisodeCompleted(outcome="success", reward=1.0, latency_s=0.5)
@@ -85,3 +100,55 @@ def test_compare_takes_the_episode_filters_in_every_journal(tmp_path: Path, caps
     assert main(["compare", str(a), str(b), "--task", "t2", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["type"] == "summary" and summary["tasks"] == 1
+
+
+FAILED = EpisodeCompleted(outcome="failure", cause=TURN_LIMIT)
+
+
+def _shared(path: Path) -> Path:
+    """One journal of three runs, as a campaign's cells on one running system leave it: c1-0-baseline-1 solved both
+    tasks, c1-1-storm-1 one of them, and c1-1-storm-10 (another attempt, its id c1-1-storm-1 and more) neither."""
+    return _write(
+        path,
+        [
+            *_run([("t1", 0, OK), ("t2", 0, OK)], [], "c1-0-baseline-1"),
+            *_run([("t1", 0, OK), ("t2", 0, FAILED)], [], "c1-1-storm-1"),
+            *_run([("t1", 0, FAILED), ("t2", 0, FAILED)], [], "c1-1-storm-10"),
+        ],
+    )
+
+
+def test_compare_takes_each_run_of_one_journal_as_a_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shared = _shared(tmp_path / "shared.sqlite")
+    assert main(["compare", str(shared), "--run", "c1-0-baseline-1", "--run", "c1-1-storm-1", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = {(row["type"], row["name"]): row["values"] for row in lines if row["type"] != "summary"}
+    assert rows["episodes", "episodes"] == {"c1-0-baseline-1": 2.0, "c1-1-storm-1": 2.0}
+    assert rows["pass_k", "pass^1"] == {"c1-0-baseline-1": 1.0, "c1-1-storm-1": 0.5}
+    summary = lines[-1]
+    assert summary["runs"] == {"c1-0-baseline-1": "c1-0-baseline-1", "c1-1-storm-1": "c1-1-storm-1"}
+    assert summary["journals"] == {"c1-0-baseline-1": str(shared), "c1-1-storm-1": str(shared)}
+
+
+def test_compare_takes_a_run_in_each_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _shared(tmp_path / "a.sqlite")
+    b = _write(tmp_path / "b.sqlite", _run([("t1", 0, OK), ("t2", 0, OK)], [], "c1-1-storm-1"))
+    assert main(["compare", str(a), str(b), "--run", "c1-1-storm-1", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = {(row["type"], row["name"]): row["values"] for row in lines if row["type"] != "summary"}
+    assert rows["pass_k", "pass^1"] == {"a.sqlite:c1-1-storm-1": 0.5, "b.sqlite:c1-1-storm-1": 1.0}
+
+
+def test_compare_of_a_run_the_journal_does_not_hold_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shared = _shared(tmp_path / "shared.sqlite")
+    assert main(["compare", str(shared), "--run", "c1-0-baseline-1", "--run", "c1-2"]) == 1
+    assert capsys.readouterr().err == (
+        f"faultline: error: {shared}: no episode of run 'c1-2' (a run's episode ids begin with its id and '-');"
+        f" `faultline journal episodes {shared}` lists them\n"
+    )
+    assert main(["compare", str(shared), "--run", "c1-0-baseline-1"]) == 2
+    assert capsys.readouterr().err == (
+        "faultline: usage error: compare: name two or more journals, or runs of one (--run RUN_ID, twice or more)\n"
+    )

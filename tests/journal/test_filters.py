@@ -41,6 +41,8 @@ def three(tmp_path: Path) -> Path:
         (EpisodeFilter(fault="cycle"), []),
         (EpisodeFilter(since=T0 + 3600), ["ep-b", "ep-c"]),
         (EpisodeFilter(status="failed", since=T0 + 7200), []),
+        (EpisodeFilter(run="ep"), ["ep-a", "ep-b", "ep-c"]),
+        (EpisodeFilter(run="ep-a"), []),
     ],
 )
 def test_a_filter_selects_exactly_its_episodes(three: Path, wanted: EpisodeFilter, episodes: list[str]) -> None:

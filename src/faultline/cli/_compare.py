@@ -4,7 +4,8 @@ Each journal is summarised the way `faultline run` summarises a run (pass^k, the
 helpers' model use), over the tasks every journal holds, so that a run with helpers
 and one without are compared on the same ground. Failures are counted by what the
 journal says ended each episode (its outcome and cause), never by the simulator's
-own labels of the mistakes it made.
+own labels of the mistakes it made. With `--run`, each run named is a side of its own
+(in each journal): the cells of a campaign that ran into one shared journal compare so.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class Side(msgspec.Struct, frozen=True, kw_only=True):
 
     label: str
     journal: str
+    run: str
+    """The run whose episodes it summarises; empty: the whole journal."""
     summary: Summary
     failures: dict[str, int]
     """Episodes that did not succeed, by category (see `failure_category`)."""
@@ -65,7 +68,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "model use per agent (the helpers' overhead). With sim, the numbers measure the runtime's mechanisms, "
         "not a model.",
     )
-    p.add_argument("journals", nargs="+", type=Path, metavar="JOURNAL", help="two or more journal files")
+    p.add_argument(
+        "journals", nargs="+", type=Path, metavar="JOURNAL", help="two or more journal files, or one with --run"
+    )
+    p.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="RUN_ID",
+        help="compare this run's episodes (ids RUN_ID-..., as `run --run-id` and a campaign's cells name them) as a"
+        " column of its own, in each journal (repeatable): one journal and two runs compare two cells of a campaign"
+        " that shared it",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per row, then one with type 'summary'")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="also draw the comparison as grouped bars")
     add_episode_filters(p, "the same in every journal; several narrow it down")
@@ -73,17 +87,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _compare(args: argparse.Namespace) -> int:
-    if len(args.journals) < 2:
-        raise UsageError("compare: name two or more journals")
-    labels = _labels(args.journals)
+    runs = list(dict.fromkeys(args.run))
+    if len(args.journals) * max(len(runs), 1) < 2:
+        raise UsageError("compare: name two or more journals, or runs of one (--run RUN_ID, twice or more)")
+    for path in args.journals:
+        require_journal(path)
+        if runs:
+            with JournalReader(path) as reader:
+                reader.check_runs(runs)
     wanted = episode_filter(args)
-    episodes = [_completed(path, wanted) for path in args.journals]
+    chosen = _chosen(args.journals, runs)
+    episodes = [_completed(path, wanted, run) for _, path, run in chosen]
     common = set.intersection(*({e.task for e in found} for found in episodes))
     if not common:
-        raise UsageError("compare: the journals have no task in common")
-    sides = [
-        _side(label, path, found, common) for label, path, found in zip(labels, args.journals, episodes, strict=True)
-    ]
+        raise UsageError(f"compare: the {'runs' if runs else 'journals'} have no task in common")
+    sides = [_side(label, path, run, found, common) for (label, path, run), found in zip(chosen, episodes, strict=True)]
     rows = comparison_rows(sides)
     if args.plot:
         _plot(args.plot, sides)
@@ -108,18 +126,31 @@ def _labels(paths: Sequence[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(path) for path in paths]
 
 
-def _completed(path: Path, wanted: EpisodeFilter | None) -> list[EpisodeSummary]:
-    """The journal's completed episodes that are not forks (and match `wanted`)."""
-    require_journal(path)
+def _chosen(journals: Sequence[Path], runs: Sequence[str]) -> list[tuple[str, Path, str]]:
+    """The sides to compare, each (label, journal, run): every journal, or every run in every journal; a run's
+    label is its id, with its journal's where there are several."""
+    labels = _labels(journals)
+    if not runs:
+        return [(label, path, "") for label, path in zip(labels, journals, strict=True)]
+    return [
+        (run if len(journals) == 1 else f"{label}:{run}", path, run)
+        for label, path in zip(labels, journals, strict=True)
+        for run in runs
+    ]
+
+
+def _completed(path: Path, wanted: EpisodeFilter | None, run: str) -> list[EpisodeSummary]:
+    """The journal's completed episodes that are not forks, of run `run` (all: "") and matching `wanted`."""
+    chosen = msgspec.structs.replace(wanted or EpisodeFilter(), run=run or None)
     with JournalReader(path) as reader:
-        episodes = reader.episodes() if wanted is None else reader.select(wanted)
-        found = [e for e in episodes if e.outcome is not None and not e.forked_from]
+        found = [e for e in reader.select(chosen) if e.outcome is not None and not e.forked_from]
     if not found:
-        raise UsageError(f"compare: {path} holds no completed episode" + (" that matches" if wanted else ""))
+        of_run = f" of run {run!r}" if run else ""
+        raise UsageError(f"compare: {path} holds no completed episode{of_run}" + (" that matches" if wanted else ""))
     return found
 
 
-def _side(label: str, path: Path, found: list[EpisodeSummary], common: set[str]) -> Side:
+def _side(label: str, path: Path, run: str, found: list[EpisodeSummary], common: set[str]) -> Side:
     chosen = [e for e in found if e.task in common]
     completed: dict[str, EpisodeCompleted] = {}
     roster: set[str] = set()
@@ -140,6 +171,7 @@ def _side(label: str, path: Path, found: list[EpisodeSummary], common: set[str])
     return Side(
         label=label,
         journal=str(path),
+        run=run,
         summary=summary,
         failures=dict(failures.most_common()),
         left_out=sorted({e.task for e in found} - common),
@@ -193,6 +225,7 @@ def _summary(sides: Sequence[Side], common: set[str]) -> dict[str, Any]:
     return {
         "type": "summary",
         "journals": {side.label: side.journal for side in sides},
+        "runs": {side.label: side.run or None for side in sides},
         "tasks": len(common),
         "trials": {side.label: side.summary.trials for side in sides},
         "left_out": {side.label: side.left_out for side in sides},

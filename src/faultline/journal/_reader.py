@@ -93,6 +93,7 @@ class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
     `status`: "passed" (success), "failed" (failure or timeout), "errored" (error) or
     "incomplete" (no completion journaled). `fault`: a fault type applied in the episode.
     `since`: episodes whose first message is at or after this time (seconds since the epoch).
+    `run`: the episodes of that run, whose ids begin with its id and "-" (`run_prefix`).
     """
 
     status: Literal["passed", "failed", "errored", "incomplete"] | None = None
@@ -100,6 +101,12 @@ class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
     domain: str | None = None
     fault: str | None = None
     since: float | None = None
+    run: str | None = None
+
+
+def run_prefix(run: str) -> str:
+    """How the ids of run `run`'s episodes begin (`faultline run --run-id`); a resumed run's retries' too."""
+    return f"{run}-"
 
 
 _STATUS_OUTCOMES: dict[str, tuple[str | None, ...]] = {
@@ -376,6 +383,17 @@ class JournalReader:
             names = ", ".join(repr(episode) for episode in missing)
             raise JournalError(f"{self.path}: no episode {names}; `faultline journal episodes {self.path}` lists them")
 
+    def check_runs(self, runs: Iterable[str]) -> None:
+        """JournalError, naming each, where the journal holds no episode of some of `runs` (`run_prefix`)."""
+        held = self.domains()
+        missing = [run for run in dict.fromkeys(runs) if not any(e.startswith(run_prefix(run)) for e in held)]
+        if missing:
+            names = ", ".join(repr(run) for run in missing)
+            raise JournalError(
+                f"{self.path}: no episode of run {names} (a run's episode ids begin with its id and '-');"
+                f" `faultline journal episodes {self.path}` lists them"
+            )
+
     def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
         """One episode's rows from position `start` (in its file) on, in position order."""
         return self._of(episode).episode_rows(episode, start)
@@ -421,6 +439,7 @@ class JournalReader:
             and (wanted.domain is None or e.domain == wanted.domain)
             and (faulted is None or e.episode in faulted)
             and (wanted.since is None or e.first_ts >= wanted.since)
+            and (wanted.run is None or e.episode.startswith(run_prefix(wanted.run)))
         ]
 
     def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
