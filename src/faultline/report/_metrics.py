@@ -43,7 +43,7 @@ import msgspec
 
 from faultline._errors import ConfigError
 from faultline.core import OPERATOR, RUNNER, Envelope, FaultApplied, FaultSkipped, Recording, body_digest
-from faultline.journal import JournalReader, JournalRow
+from faultline.journal import EpisodeFilter, EpisodeSummary, JournalReader, JournalRow
 from faultline.report._annotator import SHOWN_KINDS, Annotation, EpisodeCase, episode_case, judged_behaviours
 from faultline.report._behaviours import DETECTORS, TIERS, Behaviour, Tier, detect
 from faultline.report._campaign import BASELINE, NO_DEFENSE, CampaignCell, CampaignManifest, read_manifest
@@ -278,9 +278,8 @@ def read_cell(
     unannotated: dict[Unit, tuple[str, str]] = {}
     skipped: dict[Unit, list[str]] = {}
     with JournalReader(journal, expand_requests=False) as reader:
-        prefix = f"{run_id}-" if run_id else ""
-        episodes = {e.episode: e for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)}
-        for episode, rows in reader.by_episode(list(episodes) if prefix else None):
+        episodes = _completed(reader, run_id)
+        for episode, rows in reader.by_episode(list(episodes) if run_id else None):
             summary = episodes.get(episode)
             if summary is None:
                 continue
@@ -314,6 +313,11 @@ def read_cell(
     return cell, len(episodes)
 
 
+def _completed(reader: JournalReader, run_id: str) -> dict[str, EpisodeSummary]:
+    """The completed episodes of run `run_id` (of every run: ""), by id."""
+    return {e.episode: e for e in reader.select(EpisodeFilter(run=run_id or None)) if e.outcome is not None}
+
+
 def _skip_reason(row: JournalRow) -> str:
     body = row.envelope().body
     return (body.reason if isinstance(body, FaultSkipped) else "") or NO_REASON
@@ -331,11 +335,8 @@ def episode_cases(folder: Path) -> list[EpisodeCase]:
         if not cell.done or cell.fault == BASELINE:
             continue
         with JournalReader(manifest.journal_of(folder, cell), expand_requests=False) as reader:
-            prefix = f"{cell.run_id}-" if cell.run_id else ""
-            episodes = {
-                e.episode: e for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)
-            }
-            for episode, rows in reader.by_episode(list(episodes) if prefix else None):
+            episodes = _completed(reader, cell.run_id)
+            for episode, rows in reader.by_episode(list(episodes) if cell.run_id else None):
                 summary = episodes.get(episode)
                 if summary is not None and summary.faults:
                     steps = _steps(rows, SHOWN_KINDS)
