@@ -96,6 +96,24 @@ async def test_reading_envelopes_back_passes_over_what_is_none_in_stream_order(b
     assert [(delivery.stream_seq, env.id) for delivery, env in read] == [(1, "m1"), (3, "m2")]
 
 
+async def test_a_read_ends_when_what_it_was_to_read_is_trimmed_from_the_stream_meanwhile(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal trims the stream while others read it: a read opened on messages that are then removed is told
+    by its consumer that nothing is left, instead of waiting for them until it fails."""
+    await bus.publish_all([note(1), note(2), note(3, episode="e2")])
+    batch = Consumer.batch
+
+    async def trimmed_first(consumer: Consumer, *args: object, **kwargs: object) -> list[Delivery]:
+        await bus.trim_stream(["fl.ep.e1.>"], below=3)
+        return await batch(consumer, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Consumer, "batch", trimmed_first)
+    assert await bus.read_envelopes(["fl.ep.e1.>"], timeout_s=5) == []
+    monkeypatch.setattr(Consumer, "batch", batch)
+    assert [env.id for _, env in await bus.read_envelopes(["fl.ep.>"], timeout_s=5)] == ["m3"]
+
+
 async def test_a_dead_letter_is_bounded_however_large_the_refused_message(bus: Bus) -> None:
     consumer = await bus.consumer(None, bus.subjects.journaled)
     garbage = (bytes(range(256)) * 5000)[: bus.nc.max_payload - 64]  # any wrapper around it is over the limit

@@ -65,6 +65,8 @@ KEEP_ALIVE_PER_ACK_WAIT = 3
 """How many times per ack wait `Consumer.keep_alive` says a delivery is in progress."""
 LAST_CONSUMER_HEADER = "Nats-Last-Consumer"
 """On an idle heartbeat: the consumer sequence of the last delivery the server sent."""
+BACKLOG_LOOK_S = 1.0
+"""How long a read of what the stream holds waits for a delivery before it asks whether any is left to come."""
 
 
 def _parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
@@ -230,10 +232,12 @@ class Consumer:
                 yield delivery
 
     async def backlog(self, timeout_s: float) -> list[Delivery]:
-        """Every message stored for this consumer when it was opened, in stream order.
+        """Every message stored for this consumer when it was opened and still stored, in stream order.
 
-        Each delivery says how many are still pending after it, so the read ends at
-        the first one that says none, without waiting for a quiet period.
+        Each delivery says how many are still pending after it, so the read ends at the first one that says none,
+        without waiting for a quiet period. Messages removed from the stream after the consumer was opened (the
+        journal trims the stream) are never delivered: while nothing arrives, the consumer is asked every
+        `BACKLOG_LOOK_S` whether it has sent everything it holds, and the read ends once it has.
         """
         info = self._opened or await self._info()
         if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
@@ -242,10 +246,19 @@ class Consumer:
         try:
             with anyio.fail_after(timeout_s):
                 while not got or got[-1].pending:
-                    got.extend(await self.batch())
+                    with anyio.move_on_after(BACKLOG_LOOK_S) as quiet:
+                        got.extend(await self.batch())
+                    if quiet.cancelled_caught and await self._sent_all(got):
+                        break
         except TimeoutError:
             raise BusError(f"reading the stream through {self.name} took over {timeout_s:g}s") from None
         return got
+
+    async def _sent_all(self, got: list[Delivery]) -> bool:
+        """Whether nothing is left to deliver and the last delivery sent is the last one taken (none is on its way)."""
+        info = await self._info()
+        sent = info.delivered.consumer_seq if info.delivered else 0
+        return not info.num_pending and sent == (got[-1].consumer_seq if got else 0)
 
     async def ack(self, delivery: Delivery) -> None:
         """Acknowledge; with an ack-all consumer this also acknowledges everything before it."""
