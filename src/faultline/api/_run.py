@@ -354,6 +354,7 @@ def _run_planned(
                 supervisor = Supervisor(
                     journal_path=journal,
                     journal_shards=config.journal.shards,
+                    journal_trim_after_s=config.journal.trim_after_s,
                     workers=worker_specs(config, groups, effective),
                     services=_services(config, effective),
                     prefix=config.nats.prefix,

@@ -22,10 +22,11 @@ PARTITIONS_KEY = "faultline_partitions"
 
 @dataclass(frozen=True, slots=True)
 class StreamState:
-    """How many messages the stream holds, and the sequence of the last one stored."""
+    """How many messages the stream holds, and the sequences of the first and the last one stored."""
 
     messages: int
     last_seq: int
+    first_seq: int = 0
 
 
 class Stream:
@@ -83,9 +84,15 @@ class Stream:
         created = getattr(info, "created", None) or ""
         return f"{self._subjects.stream}@{created}"
 
+    async def trim(self, subjects: list[str], below: int) -> None:
+        """Remove the messages on `subjects` (each a filter) whose sequence is below `below`."""
+        with self._refusals.asking_jetstream(f"trimming stream {self._subjects.stream} below sequence {below}"):
+            for subject in subjects:
+                await self._js.purge_stream(self._subjects.stream, seq=below, subject=subject)
+
     async def state(self) -> StreamState:
         info = await self._info()
-        return StreamState(messages=info.state.messages, last_seq=info.state.last_seq)
+        return StreamState(messages=info.state.messages, last_seq=info.state.last_seq, first_seq=info.state.first_seq)
 
     async def _info(self) -> api.StreamInfo:
         with self._refusals.asking_jetstream(f"asking for the state of stream {self._subjects.stream}"):

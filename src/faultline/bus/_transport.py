@@ -205,6 +205,11 @@ class Bus:
         """How many messages the stream holds now, and the sequence of the last one."""
         return await self._stream.state()
 
+    async def trim_stream(self, subjects: list[str], below: int) -> None:
+        """Remove the stream's messages on `subjects` (filters, `Subjects.shard_episodes`) below sequence `below`:
+        what the journal holds and no episode needs any more (`runtime.JournalService`)."""
+        await self._stream.trim(subjects, below)
+
     # -- publishing -----------------------------------------------------------------------
 
     async def publish(self, envelope: Envelope) -> None:

@@ -189,6 +189,13 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         " [workers.*] count)",
     )
     p.add_argument(
+        "--trim-after-s",
+        type=float,
+        metavar="SECONDS",
+        help="trim from the stream what the journal holds of episodes silent this long; 0: never (default:"
+        " [journal] trim_after_s, which `up` and `run` pass too)",
+    )
+    p.add_argument(
         "--completers",
         metavar="AGENTS",
         help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"

@@ -218,7 +218,19 @@ def journal_serve(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, partitions=args.partitions)
     shard = f" (shard {args.shard} of {args.shards})" if args.shards > 1 else ""
     ready = _saying(f"journal service{shard} writes {args.file} from the stream at {url}; Ctrl-C stops it")
-    serve = functools.partial(run_journal, completers=completers, shard=args.shard, shards=args.shards, on_ready=ready)
+    trim_after_s = config.journal.trim_after_s if args.trim_after_s is None else args.trim_after_s
+    if trim_after_s < 0:
+        raise UsageError(
+            f"--trim-after-s {trim_after_s:g}: give the seconds the stream keeps a settled episode, 0 for ever"
+        )
+    serve = functools.partial(
+        run_journal,
+        completers=completers,
+        shard=args.shard,
+        shards=args.shards,
+        trim_after_s=trim_after_s,
+        on_ready=ready,
+    )
     anyio.run(serve, url, subject_prefix(args, config, url), args.file, args.name, settings, login(args, config), otel)
     return 0
 
@@ -260,6 +272,7 @@ def _up(args: argparse.Namespace) -> int:
     supervisor = Supervisor(
         journal_path=journal,
         journal_shards=config.journal.shards,
+        journal_trim_after_s=config.journal.trim_after_s,
         workers=[ProcessSpec(s.name, (*s.args, *defenses), s.identity) for s in workers],
         nats_url=args.nats or config.nats.url,
         prefix=prefix,

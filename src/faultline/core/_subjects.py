@@ -146,6 +146,14 @@ class Subjects:
         own = [f"{self.prefix}.{partition_token(p, self.partitions)}.>" for p in range(shard, self.partitions, shards)]
         return [*own, f"{self.prefix}.ctl.>", self.dlq]
 
+    def shard_episodes(self, shard: int, shards: int) -> list[str]:
+        """Filters of every subject that names an episode of shard `shard` of `shards`: what trimming the stream of
+        the shard's episodes may remove, never a control or a dead letter."""
+        if self.partitions == 1:
+            return [f"{self.prefix}.{family}.>" for family in _EPISODE_TOKEN]
+        tokens = (partition_token(p, self.partitions) for p in range(shard, self.partitions, shards))
+        return [f"{self.prefix}.{token}.>" for token in tokens]
+
     @property
     def stream(self) -> str:
         return f"{self.prefix.upper()}_JOURNAL"

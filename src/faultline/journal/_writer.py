@@ -117,6 +117,14 @@ class Journal:
         """
         return _last_seq(self._conn, stream)
 
+    def journaled_since(self, stream: str, seq: int) -> list[tuple[str, int]]:
+        """(subject, stream sequence) of every row journaled from `stream` at sequence `seq` or later, in order."""
+        rows = self._conn.execute(
+            "SELECT subject, stream_seq FROM messages WHERE stream = ? AND stream_seq >= ? ORDER BY stream_seq",
+            (stream, max(seq, 1)),
+        )
+        return [(str(subject), int(at)) for subject, at in rows]
+
     # -- appending -----------------------------------------------------------------------------
 
     def append(self, rows: Iterable[Incoming], *, new_episode: str = "") -> int:

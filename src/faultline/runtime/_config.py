@@ -110,6 +110,10 @@ class JournalConfig(_Section, frozen=True):
     """The journal file; with `shards` above 1, the folder of the journal set."""
     shards: Annotated[int, msgspec.Meta(ge=1, le=MAX_SHARDS)] = 1
     """Journal services, each writing the episodes that hash to it into a file of its own (docs/scale.md)."""
+    trim_after_s: SecondsOrZero = 3600.0
+    """How long after an episode's last message the stream keeps its messages, once journaled (the journal trims
+    the rest, so a system that runs for days keeps a bounded store); 0 keeps every message for ever.
+    docs/reliability.md says what a settled episode no longer has."""
 
 
 class RuntimeConfig(_Section, frozen=True):

@@ -11,9 +11,10 @@ a route to it is lost (a paused node of a cluster): a batch is journaled only up
 to the first sequence that skips ahead, since acknowledging a later one would
 acknowledge the lost ones unseen, and the stream is read again from the file's
 last sequence. When nothing comes after the lost ones, the consumer's idle
-heartbeat names the last delivery sent, and the stream is read again the same way. The stream is kept without limits, so only an operator deleting
-messages leaves it a gap; a fresh consumer's first delivery proves one, and the
-service logs the sequences the journal will never hold.
+heartbeat names the last delivery sent, and the stream is read again the same way. The service trims the
+stream only of what it wrote (`trim_after_s`, `runtime._trimming`), so only an operator deleting messages, or
+a journal file older than the stream's trims, leaves it a gap; a fresh consumer's first delivery proves one,
+and the service logs the sequences the journal will never hold.
 
 Bytes that are not an envelope go to the dead-letter subject, and come back
 through the stream to be journaled there; so does a message SQLite refuses to
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 
 import anyio
@@ -54,6 +55,7 @@ from faultline.bus import JOURNAL, Bus, Consumer, Delivery, Message, asked_again
 from faultline.core import RUNNER, Envelope, EpisodeCompleted, body_bytes, decode_envelope, episode_shard
 from faultline.journal import Incoming, Journal, create_set, shard_path
 from faultline.runtime._episodes import JOURNAL_SERVICE, JOURNAL_STATE
+from faultline.runtime._trimming import EpisodesKept
 
 CONSUMER = "journal"
 BATCH_LIMIT = 5_000
@@ -64,6 +66,8 @@ MAX_ACK_PENDING = 100_000
 REACH_RETRY_S = 0.1
 """How soon a filtered shard asks again whether it reached the stream's end, while someone waits and its consumer
 was not settled when it asked: its last acknowledgement may not have been counted yet, and no batch may come."""
+TRIM_EVERY_S = 10.0
+"""How often a journal service that trims the stream (`trim_after_s`) looks for what it may trim."""
 MAX_WAITING = 256
 """Questions (`until`) left waiting at most: a runner asks one at a time, so more are a flood, and the oldest is
 answered at once with what the journal holds (a question for a sequence the stream never reaches would wait for
@@ -115,6 +119,8 @@ class JournalService:
         completers: Collection[str] | None = None,
         shard: int = 0,
         shards: int = 1,
+        trim_after_s: float = 0.0,
+        trim_every_s: float = TRIM_EVERY_S,
     ) -> None:
         if not 0 <= shard < shards:
             raise JournalError(f"journal shard {shard} of {shards}: a shard is numbered 0 to {shards - 1}")
@@ -154,6 +160,11 @@ class JournalService:
         self._reaching = False
         self._reach_asked = False
         """Whether a question came since the running look at the stream's end began (`_reach_soon`)."""
+        self._kept = EpisodesKept(trim_after_s) if trim_after_s > 0 else None
+        """The episodes the stream must keep; None where the stream is never trimmed."""
+        self.trim_every_s = trim_every_s
+        self.trimmed_below = 0
+        """The stream sequence below which this service trimmed its episodes' messages from the stream."""
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
@@ -169,10 +180,14 @@ class JournalService:
         try:
             stream = await self.bus.stream_incarnation()
             self.last_seq = journal.last_seq(stream)
+            if self._kept is not None:
+                await self._keep_journaled(journal, stream, self._kept)
             sub = await self.bus.subscribe(self.bus.subjects.svc(JOURNAL_SERVICE), self._on_ask)
             try:
                 async with anyio.create_task_group() as self._tasks:
                     self._tasks.start_soon(self._copy, journal, stream)
+                    if self._kept is not None:
+                        self._tasks.start_soon(self._trim, self._kept)
                     await self._stopping.wait()
                     target = await self._catch_up()
                     self._tasks.cancel_scope.cancel()
@@ -263,6 +278,9 @@ class JournalService:
                 except JournalStorageError as exc:
                     return rows, batch[-1].stream_seq, exc
                 await consumer.ack(batch[-1])
+                if self._kept is not None:
+                    messages = ((row.subject, row.stream_seq) for _, row in rows)
+                    self._kept.seen(self._episode_messages(messages), anyio.current_time())
                 await self._advance(batch[-1].stream_seq)
                 await self._reach_stream()
                 if self.on_completed is not None:
@@ -281,6 +299,37 @@ class JournalService:
                     self.last_seq + 1,
                 )
                 return None
+
+    def _episode_messages(self, messages: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+        """(episode, stream sequence) of those of `messages` (subject, stream sequence) that name an episode."""
+        episode_in = self.bus.subjects.episode_in
+        for subject, seq in messages:
+            if episode := episode_in(subject):
+                yield episode, seq
+
+    async def _keep_journaled(self, journal: Journal, stream: str, kept: EpisodesKept) -> None:
+        """Count as just seen every episode of the rows the stream still holds: a journal started again cannot
+        tell which of them are settled, so it keeps them all for `trim_after_s` more."""
+        first = (await self.bus.stream_state()).first_seq
+        since = await anyio.to_thread.run_sync(journal.journaled_since, stream, first)
+        kept.seen(self._episode_messages(since), anyio.current_time())
+
+    async def _trim(self, kept: EpisodesKept) -> None:
+        """Every `trim_every_s`, remove from the stream the messages this service journaled of settled episodes
+        (`EpisodesKept`); a trim refused now (no leader, a lost connection) is tried again next time."""
+        subjects = self.bus.subjects.shard_episodes(self.shard, self.shards)
+        while True:
+            await anyio.sleep(self.trim_every_s)
+            below = kept.floor(anyio.current_time(), self.last_seq)
+            if below <= self.trimmed_below:
+                continue
+            try:
+                await self.bus.trim_stream(subjects, below)
+            except BusError as exc:
+                log.warning("%s: cannot trim the stream below sequence %d now: %s", self.path, below, exc)
+                continue
+            self.trimmed_below = below
+            log.debug("%s: trimmed the stream below sequence %d (%d episodes kept)", self.path, below, len(kept))
 
     def _mine(self, delivery: Delivery) -> bool:
         """Whether the message belongs to this shard: every row of a set lies in its episode's shard.

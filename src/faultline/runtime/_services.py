@@ -142,11 +142,13 @@ async def run_journal(
     completers: Collection[str] | None = None,
     shard: int = 0,
     shards: int = 1,
+    trim_after_s: float = 0.0,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the journal (shard `shard` of `shards` of the set at `path`, with more than one); with `otel`, each episode goes to its endpoint once its completion is journaled. `on_ready` is told once it serves.
 
-    A completion from a sender that is neither the runner nor one of `completers` is dead-lettered.
+    A completion from a sender that is neither the runner nor one of `completers` is dead-lettered. With
+    `trim_after_s` it trims the stream of what it journaled of episodes silent that long (`JournalService`).
     """
     from faultline.runtime._journal_service import JournalService
 
@@ -155,14 +157,22 @@ async def run_journal(
         bus = await Bus.connect(url, prefix=prefix, settings=settings or BusSettings(), name=name, login=login)
         async with serving(bus):
             if otel is None:
-                service = JournalService(bus, path, completers=completers, shard=shard, shards=shards)
+                service = JournalService(
+                    bus, path, completers=completers, shard=shard, shards=shards, trim_after_s=trim_after_s
+                )
                 await serve_until_signal(bus, name, service, on_ready)
                 return
             async with anyio.create_task_group() as tg:
                 tg.start_soon(otel.run)
                 try:
                     service = JournalService(
-                        bus, path, on_completed=otel.completed, completers=completers, shard=shard, shards=shards
+                        bus,
+                        path,
+                        on_completed=otel.completed,
+                        completers=completers,
+                        shard=shard,
+                        shards=shards,
+                        trim_after_s=trim_after_s,
                     )
                     await serve_until_signal(bus, name, service, on_ready)
                 finally:

@@ -106,6 +106,8 @@ class Supervisor:
     """More arguments of `faultline journal serve` (e.g. --otel URL)."""
     journal_shards: int = 1
     """Journal services, each writing its shard of the journal set at `journal_path` (1: the file itself)."""
+    journal_trim_after_s: float = 0.0
+    """How long the stream keeps a settled episode's messages (`[journal] trim_after_s`; 0: for ever)."""
     completers: tuple[str, ...] | None = None
     """The agents that may complete an episode (`completing_agents`): the journal dead-letters any other's
     completion; None has it journal every completion."""
@@ -168,7 +170,8 @@ class Supervisor:
         await hear(self.bus, JOURNAL_SERVICE, JOURNAL_STATE, self._on_journal_state)
         completers = ("--completers", ANY_COMPLETER if self.completers is None else ",".join(self.completers))
         partitions = ("--partitions", str(self.bus_settings.partitions))
-        journal_args = ("journal", "serve", str(self.journal_path), *completers, *partitions, *self.journal_args)
+        trim = ("--trim-after-s", f"{self.journal_trim_after_s:g}")
+        journal_args = ("journal", "serve", str(self.journal_path), *completers, *partitions, *trim, *self.journal_args)
         shards = self.journal_shards
         await self._spawn(
             tg,

@@ -1,0 +1,151 @@
+"""The journal trims the stream of what it holds of settled episodes, against a real nats-server and SQLite file."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from faultline.bus import Bus, BusSettings, EmbeddedServer
+from faultline.core import CONTROL_EPISODE, Control, Envelope, Note, Subjects, episode_shard
+from faultline.journal import JournalReader, verify
+from faultline.runtime._journal_service import JournalService
+from faultline.runtime._trimming import EpisodesKept
+from tests.journal.test_service import started
+
+
+def message(episode: str, i: int) -> Envelope:
+    return Envelope(id=f"{episode}-{i}", episode=episode, sender="a", recipient="b", body=Note(text="x" * 100))
+
+
+def control(i: int) -> Envelope:
+    return Envelope(id=f"ctl-{i}", episode=CONTROL_EPISODE, sender="operator", body=Control(name="faults"))
+
+
+async def held(bus: Bus, episode: str) -> list[str]:
+    """The ids of the messages of `episode` the stream still holds."""
+    return [env.id for _, env in await bus.read_envelopes([bus.subjects.direct(episode, "*")], 10.0)]
+
+
+async def until(condition: Callable[[], object], timeout_s: float = 20.0) -> None:
+    """Wait for an async `condition` to hold, looking again every 20 ms."""
+    with anyio.fail_after(timeout_s):
+        while not await condition():  # type: ignore[misc]
+            await anyio.sleep(0.02)
+
+
+def test_an_episode_is_kept_from_its_first_message_until_it_has_been_silent_for_the_keep() -> None:
+    kept = EpisodesKept(keep_s=10.0)
+    kept.seen([("a", 1), ("b", 2), ("a", 3)], now=0.0)
+    kept.seen([("b", 4)], now=5.0)
+    assert kept.floor(now=9.0, written=4) == 1  # a sent its last 9 s ago
+    assert kept.floor(now=9.0, written=0) == 1  # never past what the journal holds
+    assert kept.floor(now=11.0, written=4) == 2  # a settled; b holds from its first message
+    assert kept.floor(now=11.0, written=1) == 2
+    assert kept.floor(now=16.0, written=4) == 5  # both settled: everything journaled may go
+    assert len(kept) == 0
+
+
+def test_one_long_episode_holds_back_the_settled_ones_after_it() -> None:
+    kept = EpisodesKept(keep_s=10.0)
+    kept.seen([("long", 1), ("short", 2)], now=0.0)
+    kept.seen([("long", 3)], now=8.0)
+    assert kept.floor(now=12.0, written=3) == 1
+    assert len(kept) == 2
+    kept.seen([("late", 4)], now=20.0)  # a message after its episode settled starts it again
+    assert kept.floor(now=21.0, written=4) == 4
+
+
+def test_a_shards_trim_names_its_partitions_and_never_a_control_or_a_dead_letter() -> None:
+    assert Subjects().shard_episodes(0, 1) == ["fl.ep.>", "fl.tp.>", "fl.rec.>", "fl.ev.>"]
+    assert Subjects(partitions=4).shard_episodes(1, 2) == ["fl.1of4.>", "fl.3of4.>"]
+    assert Subjects(partitions=4).shard_episodes(0, 1) == ["fl.0of4.>", "fl.1of4.>", "fl.2of4.>", "fl.3of4.>"]
+
+
+async def test_a_settled_episode_is_trimmed_and_an_active_one_the_controls_and_the_journal_are_kept(
+    bus: Bus, tmp_path: Path
+) -> None:
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path, trim_after_s=0.5, trim_every_s=0.05)
+    beats = 0
+
+    async def keep_active() -> None:
+        nonlocal beats
+        while True:
+            beats += 1
+            await bus.publish(message("active", beats))
+            await anyio.sleep(0.05)
+
+    async with started(service) as tg:
+        await bus.publish_all([*(message("settled", i) for i in range(20)), control(0)])
+        await service.wait_for(21)
+        tg.start_soon(keep_active)
+
+        async def settled_gone() -> bool:
+            return not await held(bus, "settled")
+
+        await until(settled_gone)
+        tg.cancel_scope.cancel()
+    assert await held(bus, "active") == [f"active-{i}" for i in range(1, beats + 1)]
+    assert [env.id for _, env in await bus.read_envelopes([bus.subjects.ctl("faults")], 10.0)] == ["ctl-0"]
+    assert service.trimmed_below > 21
+    with JournalReader(path) as reader:
+        ids = [row.id for row in reader.rows()]
+    assert ids[:21] == [*(f"settled-{i}" for i in range(20)), "ctl-0"]
+    assert verify(path).ok
+
+
+async def test_a_journal_started_again_keeps_what_it_finds_in_the_stream_for_the_whole_keep(
+    bus: Bus, tmp_path: Path
+) -> None:
+    """It cannot tell which episodes of its rows are settled: trimming them at once would take an episode in flight
+    from under the worker that rebuilds it."""
+    path = tmp_path / "j.sqlite"
+    first = JournalService(bus, path)
+    async with started(first):
+        await bus.publish_all(message("in-flight", i) for i in range(5))
+        await first.wait_for(5)
+        first.stop()
+    keep_s = 2.0
+    again = JournalService(bus, path, trim_after_s=keep_s, trim_every_s=0.05)
+    restarted = time.monotonic()
+    async with started(again):
+
+        async def trimmed() -> bool:
+            return not await held(bus, "in-flight")
+
+        await until(trimmed)
+        again.stop()
+    assert time.monotonic() - restarted >= keep_s
+    with JournalReader(path) as reader:
+        assert [row.id for row in reader.rows()] == [f"in-flight-{i}" for i in range(5)]
+
+
+async def test_a_shard_trims_only_the_episodes_of_its_own_partitions(
+    nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    bus = await Bus.connect(nats_server.url, settings=BusSettings(partitions=2))
+    await bus.ensure_stream()
+    episodes = [f"e{i}" for i in range(8)]
+    mine = [e for e in episodes if episode_shard(e, 2) == 0]
+    assert mine and len(mine) < len(episodes)
+    trimming = JournalService(bus, tmp_path / "set", shard=0, shards=2, trim_after_s=0.2, trim_every_s=0.05)
+    keeping = JournalService(bus, tmp_path / "set", shard=1, shards=2)
+    try:
+        async with started(trimming), started(keeping):
+            await bus.publish_all(message(e, i) for e in episodes for i in range(3))
+
+            async def mine_gone() -> bool:
+                return not any([await held(bus, e) for e in mine])
+
+            await until(mine_gone)
+            trimming.stop()
+            keeping.stop()
+        for episode in episodes:
+            assert await held(bus, episode) == ([] if episode in mine else [f"{episode}-{i}" for i in range(3)])
+    finally:
+        await bus.close()
+    with JournalReader(tmp_path / "set") as reader:
+        assert len(list(reader.rows())) == 3 * len(episodes)
