@@ -44,9 +44,12 @@ class Verdict(msgspec.Struct, kw_only=True):
         return not (self.lost or self.duplicated or self.differing or self.stream or self.verify or self.replay)
 
 
-def check(journal: Path, result: RunResult, stored: StreamState, runner_error: str = "") -> Verdict:
+def check(
+    journal: Path, result: RunResult, stored: StreamState, runner_error: str = "", trimmed: bool = False
+) -> Verdict:
     """Compare `result` (what the runner started and saw complete) and `stored` (the stream at the end) with
-    `journal`; `runner_error` is why the runner stopped early, if it did, and names what it left running."""
+    `journal`; `runner_error` is why the runner stopped early, if it did, and names what it left running.
+    `trimmed`: the journal trimmed the stream, which then holds fewer messages than it stored."""
     started = set(result.completed) | set(result.running)
     with JournalReader(journal) as reader:
         rows = list(reader.rows())
@@ -80,14 +83,15 @@ def check(journal: Path, result: RunResult, stored: StreamState, runner_error: s
         duplicated=duplicated,
         differing=differing,
         not_success={e: d.cause or d.outcome for e, d in sorted(result.completed.items()) if d.outcome != "success"},
-        stream=_stream_problem([row.stream_seq for row in rows], len({row.id for row in rows}), stored),
+        stream=_stream_problem([row.stream_seq for row in rows], len({row.id for row in rows}), stored, trimmed),
         verify=checked.problem,
         replay=f"{first.episode}: {first.agent} at input {first.input_pos}: {first.what}" if first else "",
     )
 
 
-def _stream_problem(seqs: list[int], distinct_ids: int, stored: StreamState) -> str:
-    """Each stored message once, in stream order: journal sequences 1..n, n ids, at least what the stream holds.
+def _stream_problem(seqs: list[int], distinct_ids: int, stored: StreamState, trimmed: bool = False) -> str:
+    """Each stored message once, in stream order: journal sequences 1..n, n ids, at least what the stream holds
+    (every message it stored, unless `trimmed`).
 
     Messages published while the system stopped, after the last look at the stream, are journaled too.
     """
@@ -97,6 +101,7 @@ def _stream_problem(seqs: list[int], distinct_ids: int, stored: StreamState) -> 
         return f"journal sequences are not 1..{len(seqs)}: missing {gaps[:10]}, twice {twice[:10]}"
     if distinct_ids != len(seqs):
         return f"{len(seqs) - distinct_ids} message ids stored twice"
-    if not len(seqs) >= stored.last_seq == stored.messages:
+    held = stored.messages <= stored.last_seq if trimmed else stored.messages == stored.last_seq
+    if not (len(seqs) >= stored.last_seq and held):
         return f"the journal holds {len(seqs)} rows, the stream {stored.messages} messages up to {stored.last_seq}"
     return ""

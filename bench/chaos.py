@@ -131,6 +131,9 @@ class Load:
     episode_timeout_s: float = EPISODE_TIMEOUT_S
     max_turns: int = 0
     """The user's turns in an episode; 0: the plan's default."""
+    trim_after_s: float = 0.0
+    """How long the stream keeps a settled episode's messages (`[journal] trim_after_s`); 0: for ever, and the
+    checker then also finds every message of the run in the stream."""
 
 
 def local_models(url: str) -> str:
@@ -241,6 +244,7 @@ async def _run_system(
             bus_settings=bus_settings(config),
             completers=completers,
             clocks=clocks,
+            journal_trim_after_s=load.trim_after_s,
         )
         async with supervisor.running():
             bus = supervisor.bus
@@ -261,7 +265,7 @@ async def _run_system(
             await wait_for_journal(bus, timeout_s=JOURNAL_TIMEOUT_S)
             stored = await bus.stream_state()
     nemesis.settle()
-    verdict = await anyio.to_thread.run_sync(check, journal, result, stored, runner_error)
+    verdict = await anyio.to_thread.run_sync(check, journal, result, stored, runner_error, load.trim_after_s > 0)
     return ScheduleReport(
         schedule=schedule,
         verdict=verdict,
@@ -542,6 +546,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"an episode's time limit in seconds (default {EPISODE_TIMEOUT_S:g}; {LOCAL_EPISODE_TIMEOUT_S:g} with --model local)",
     )
+    parser.add_argument(
+        "--trim-after-s",
+        type=float,
+        default=0.0,
+        help="the journal trims the stream of episodes silent this long, as [journal] trim_after_s (default 0: it"
+        " keeps every message, and the checker finds them all in the stream)",
+    )
     args = parser.parse_args(argv)
     if args.kinds is None or set(args.kinds) & set(DISK_KINDS):
         why = unavailable()
@@ -561,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             concurrency=args.concurrency or (1 if local else CONCURRENCY),
             episode_timeout_s=args.episode_timeout or (LOCAL_EPISODE_TIMEOUT_S if local else EPISODE_TIMEOUT_S),
             max_turns=LOCAL_MAX_TURNS if local else 0,
+            trim_after_s=args.trim_after_s,
         )
         result = anyio.run(main_async, args, lambda line: print(line, flush=True))
     if result["summary"]["stopped_by"]:
