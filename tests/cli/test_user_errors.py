@@ -41,6 +41,12 @@ def journal(tmp_path: Path) -> Path:
         (["up", "--journal", "{tmp}"], 1, ": is a folder, not a journal file"),
         (["run", "--tasks", "1", "--journal", "/dev/null"], 1, "/dev/null: is not a regular file, so not a journal"),
         (["run", "--tasks", "1", "--journal", "{tmp}/notes.txt"], 1, "notes.txt: not a Faultline journal"),
+        (
+            ["run", "--fault", "storm:probability=2", "--journal", "{tmp}/j.sqlite"],
+            2,
+            "--fault 'storm:probability=2': probability 2.0 is not between 0 and 1",
+        ),
+        (["inject", "storm", "--probability", "2", "--nats", "nats://127.0.0.1:9"], 2, "storm: probability 2.0 is"),
         (["run", "--episode-timeout", "1e300"], 2, "argument --episode-timeout: must be a number of seconds above 0"),
         (
             [

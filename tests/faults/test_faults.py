@@ -108,6 +108,21 @@ def test_a_rule_is_validated_and_its_params_made_canonical() -> None:
             bad.validated()
 
 
+def test_a_wrong_rule_is_named_as_its_user_wrote_it_never_by_an_id_made_for_it() -> None:
+    """A rule's id is made up unless its user gave one: the error names its fault type, or the text it came from."""
+    for bad, said in [
+        (FaultRule(id="f-1a2b3c4d", fault="storm", params={"copies": 0}), "storm: Expected int >= 1"),
+        (FaultRule(id="f-1a2b3c4d", fault="cycle", probability=2.0), "cycle: probability 2.0 is not between"),
+        (FaultRule(id="f-1a2b3c4d", fault="cycle", budget=-1), "cycle: budget -1 is negative"),
+        (FaultRule(id="f-1a2b3c4d", fault="cycle", recipient="a.b"), "cycle: recipient 'a.b' can match nothing"),
+    ]:
+        with pytest.raises(FaultRuleError) as caught:
+            bad.validated()
+        assert str(caught.value).startswith(said) and "f-1a2b3c4d" not in str(caught.value)
+    with pytest.raises(FaultRuleError, match=r"^--fault 'storm:copies=0': Expected int >= 1"):
+        FaultRule(id="f-1a2b3c4d", fault="storm", params={"copies": 0}).validated("--fault 'storm:copies=0'")
+
+
 def test_match_fields_are_patterns_and_empty_means_any() -> None:
     rs = rules(FaultRule(id="r", fault="cycle", episode="run1-*", sender="to?l", kind="assistant_turn"))
     now = time.time()

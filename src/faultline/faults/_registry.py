@@ -55,23 +55,25 @@ class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
     spare: list[str] = []
     """Ids of messages this rule leaves alone: faults a fork undid."""
 
-    def validated(self) -> FaultRule:
+    def validated(self, named: str = "") -> FaultRule:
         """This rule with its parameters in canonical form, if its fault type exists and its
-        fields make sense; else FaultRuleError."""
+        fields make sense; else FaultRuleError, naming the rule `named`: as its user wrote it
+        (default: its fault type), never by an id the user may not have given."""
+        named = named or self.fault
         if not self.id or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.id):
-            raise FaultRuleError(f"rule id {self.id!r}: use 1-64 letters, digits, '.', ':', '-' or '_'")
-        params = msgspec.to_builtins(fault_type(self.fault).params(self.params))
+            raise FaultRuleError(f"{named}: rule id {self.id!r}: use 1-64 letters, digits, '.', ':', '-' or '_'")
+        params = msgspec.to_builtins(fault_type(self.fault).params(self.params, named))
         for name in MATCH_FIELDS:
             pattern = getattr(self, name)
             if pattern and not _PATTERN.fullmatch(pattern):
                 raise FaultRuleError(
-                    f"rule {self.id}: {name} {pattern!r} can match nothing: names are 1-64 letters, digits, '-' or '_',"
+                    f"{named}: {name} {pattern!r} can match nothing: names are 1-64 letters, digits, '-' or '_',"
                     " and a pattern adds the wildcards * ? [ ]"
                 )
         if not 0.0 <= self.probability <= 1.0:
-            raise FaultRuleError(f"rule {self.id}: probability {self.probability} is not between 0 and 1")
+            raise FaultRuleError(f"{named}: probability {self.probability} is not between 0 and 1")
         if self.budget < 0:
-            raise FaultRuleError(f"rule {self.id}: budget {self.budget} is negative (0 means no limit)")
+            raise FaultRuleError(f"{named}: budget {self.budget} is negative (0 means no limit)")
         return msgspec.structs.replace(self, params=params)
 
     def matches(self) -> str:
@@ -146,11 +148,12 @@ class FaultType:
     """Body kinds the fault applies to; empty means every direct or topic message. `REQUEST_KIND`
     among them: it also applies to an agent's own model requests (`apply_request`)."""
 
-    def params(self, raw: Mapping[str, Any]) -> Any:
+    def params(self, raw: Mapping[str, Any], named: str = "") -> Any:
+        """`raw` as this type's `Params`; else FaultRuleError, naming the rule `named` (default: this type)."""
         try:
             return msgspec.convert(dict(raw), self.Params, strict=False)
         except msgspec.ValidationError as exc:
-            raise FaultRuleError(f"{self.name}: {str(exc).replace('`', '')}") from None
+            raise FaultRuleError(f"{named or self.name}: {str(exc).replace('`', '')}") from None
 
     def apply(self, env: Envelope, params: Any, site: FaultSite) -> list[Envelope] | None:
         raise NotImplementedError

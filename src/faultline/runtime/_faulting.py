@@ -228,8 +228,10 @@ def make_rule(
     budget: int = 0,
     duration_s: float = 0.0,
     rule_id: str = "",
+    named: str = "",
 ) -> FaultRule:
-    """A validated rule; `match` uses the command-line names (to, from, kind, episode, topic)."""
+    """A validated rule; `match` uses the command-line names (to, from, kind, episode, topic). A wrong one is a
+    UsageError naming the rule `named`, as its user wrote it (default: its fault type)."""
     now = time.time()
     fields: dict[str, Any] = {_MATCH_KEYS[k]: v for k, v in (match or {}).items() if v}
     try:
@@ -242,7 +244,7 @@ def make_rule(
             expires_at=now + duration_s if duration_s else 0.0,
             created_at=now,
             **fields,
-        ).validated()
+        ).validated(named)
     except FaultRuleError as exc:
         raise UsageError(str(exc)) from None
 
@@ -272,7 +274,7 @@ def parse_fault_spec(spec: str) -> FaultRule:
     duration = parse_duration(options["for"]) if "for" in options else 0.0
     return make_rule(
         fault, match=match, params=params, probability=probability, budget=budget, duration_s=duration,
-        rule_id=options.get("id", ""),
+        rule_id=options.get("id", ""), named=f"--fault {spec!r}",
     )  # fmt: skip
 
 
