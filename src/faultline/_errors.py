@@ -12,7 +12,7 @@ FaultlineError
  │    ├── PublishRefusedError NATS refused a publish this identity has no permission for
  │    └── DeliveriesLostError deliveries a consumer sent never arrived (a server or route was lost)
  ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
- ├── FaultRuleError           a fault rule names an unknown type or has bad parameters
+ ├── FaultRuleError           a fault rule names an unknown type or an agent the system lacks, or has bad parameters
  ├── JournalError             the journal file cannot be opened or written
  │    ├── ChainError          the hash chain does not verify (names the first bad row)
  │    └── JournalStorageError the file refused a write it may take later (disk full, read-only, I/O error)
@@ -89,7 +89,8 @@ class DecodeError(FaultlineError):
 
 
 class FaultRuleError(FaultlineError):
-    """A fault rule names an unknown fault type, or its match, parameters or limits are wrong."""
+    """A fault rule names an unknown fault type or an agent its system lacks, or its match, parameters or limits are
+    wrong."""
 
 
 class JournalError(FaultlineError):

@@ -47,6 +47,17 @@ def journal(tmp_path: Path) -> Path:
             "--fault 'storm:probability=2': probability 2.0 is not between 0 and 1",
         ),
         (["inject", "storm", "--probability", "2", "--nats", "nats://127.0.0.1:9"], 2, "storm: probability 2.0 is"),
+        (
+            ["run", "--fault", "role_ambiguity:agents=tol", "--tasks", "1", "--journal", "{tmp}/j.sqlite"],
+            1,
+            "--fault 'role_ambiguity:agents=tol': the system has no agent 'tol' (its agents: env, tool, user), so the"
+            " rule would never apply",
+        ),
+        (
+            ["run", *OWN_SYSTEM, "--fault", "storm:to=nobody", "--journal", "{tmp}/j.sqlite"],
+            1,
+            "--fault 'storm:to=nobody': the system has no agent 'nobody' (its agents: listener, scorer, speaker)",
+        ),
         (["run", "--episode-timeout", "1e300"], 2, "argument --episode-timeout: must be a number of seconds above 0"),
         (
             [

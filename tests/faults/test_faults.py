@@ -33,6 +33,7 @@ from faultline.faults import (
     FaultRule,
     RuleSet,
     add_rule_control,
+    check_agents,
     clear_rules_control,
     fault_types,
     remove_rule_control,
@@ -121,6 +122,27 @@ def test_a_wrong_rule_is_named_as_its_user_wrote_it_never_by_an_id_made_for_it()
         assert str(caught.value).startswith(said) and "f-1a2b3c4d" not in str(caught.value)
     with pytest.raises(FaultRuleError, match=r"^--fault 'storm:copies=0': Expected int >= 1"):
         FaultRule(id="f-1a2b3c4d", fault="storm", params={"copies": 0}).validated("--fault 'storm:copies=0'")
+
+
+def test_a_rule_naming_an_agent_the_system_lacks_is_refused_naming_it_and_the_agents_there_are() -> None:
+    """Agents in a parameter that names them, and `to`/`from` patterns that match none of the system's agents
+    (the runner sends the Starts): such a rule would never apply."""
+    agents = ("env", "tool", "user")
+    for fine in [
+        FaultRule(id="r", fault="role_ambiguity", params={"agents": ["tool"]}),
+        FaultRule(id="r", fault="broadcast", params={"targets": ["env", "user"]}),
+        FaultRule(id="r", fault="storm", recipient="t*", sender="runner"),
+        FaultRule(id="r", fault="storm"),
+    ]:
+        check_agents(fine.validated(), agents)
+    with pytest.raises(FaultRuleError) as caught:
+        check_agents(FaultRule(id="f-1a2b3c4d", fault="role_ambiguity", params={"agents": ["tol"]}).validated(), agents)
+    assert str(caught.value) == (
+        "role_ambiguity: the system has no agent 'tol' (its agents: env, tool, user), so the rule would never apply"
+    )
+    rule = FaultRule(id="r", fault="broadcast", params={"targets": ["env", "bob"]}, recipient="he*", sender="eve")
+    with pytest.raises(FaultRuleError, match=r"^--fault 'b': the system has no agents 'bob', 'he\*', 'eve' \(its"):
+        check_agents(rule.validated(), agents, "--fault 'b'")
 
 
 def test_match_fields_are_patterns_and_empty_means_any() -> None:

@@ -266,8 +266,8 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_once_its_worke
         await bus.nc.subscribe(bus.subjects.direct("live", "pinger"), cb=on_pong)
         await start_episode(bus, "live", "pinger", EpisodeStarted(task="toy"), Start(data={"rounds": 10**6}))
         await more_pongs(50)
-        said = await anyio.to_thread.run_sync(
-            cli, "inject", "broadcast", "--from", "ponger", "--targets", "bystander", "--id", "amp"
+        said = await anyio.to_thread.run_sync(  # user: an agent of the workers' system (tool-use) none of them runs
+            cli, "inject", "broadcast", "--from", "ponger", "--targets", "user", "--id", "amp"
         )
         added = time.time()
         assert "taken in by 1/1 worker(s)" in said
@@ -291,7 +291,7 @@ async def test_a_rule_injected_into_a_running_system_takes_effect_once_its_worke
     assert not any(i in faulted for ts, i in pong_times if ts >= cleared or ts < add.ts)
     assert sum(1 for ts, _ in pong_times if added <= ts < clear.ts) > 50
     assert sum(1 for ts, _ in pong_times if ts >= cleared) > 50
-    assert {r.recipient for r in rows if r.id not in {i for _, i in pong_times}} >= {"bystander"}
+    assert {r.recipient for r in rows if r.id not in {i for _, i in pong_times}} >= {"user"}
 
 
 @pytest.mark.parametrize("defense", ["", "dedup", "cycle", "scope", "rate"])

@@ -3,6 +3,7 @@ the run's episodes by the names of their own agents, and the journal would name 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -33,5 +34,35 @@ async def test_a_run_of_another_system_on_a_running_one_is_refused_before_any_ep
         " run's episodes; run it on a system of its own (without --nats and outside the folder of a `faultline"
         " up`)"
     )
+    with JournalReader(journal) as reader:
+        assert reader.episodes() == []
+
+
+async def test_a_fault_rule_naming_an_agent_the_running_system_lacks_is_refused_before_it_is_in_force(
+    tmp_path: Path,
+) -> None:
+    """`run --nats` and `inject` learn the running system's agents from its workers: a rule that names another
+    would never apply, and is refused in one line naming the agents there are."""
+    journal = tmp_path / "journal.sqlite"
+    async with live_system(tmp_path, journal) as supervisor:
+        creds = ["--nats", supervisor.url, "--creds", str(live_access(tmp_path).credential_file(OPERATOR))]
+        commands = [
+            ["run", *creds, "--journal", str(journal), "--tasks", "1", "--fault", "role_ambiguity:agents=tol"],
+            ["inject", "storm", "--to", "tol", "--from", "tool", *creds],
+            ["faults", "list", "--json", *creds],
+        ]
+        done = [
+            await anyio.run_process([sys.executable, "-m", "faultline.cli", *argv], check=False) for argv in commands
+        ]
+    assert [d.returncode for d in done] == [1, 1, 0]
+    assert done[0].stderr.decode().splitlines()[-1] == (
+        "faultline: error: --fault 'role_ambiguity:agents=tol': the system has no agent 'tol' (its agents: env,"
+        " tool, user), so the rule would never apply"
+    )
+    assert done[1].stderr.decode().splitlines() == [
+        "faultline: error: storm: the system has no agent 'tol' (its agents: dce, env, planner, tool, tor, tsa, user,"
+        " user_context, verifier), so the rule would never apply"
+    ]
+    assert json.loads(done[2].stdout) == {"type": "summary", "rules": 0, "applied": 0}
     with JournalReader(journal) as reader:
         assert reader.episodes() == []

@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,13 +62,14 @@ from faultline.core import (
     system_path,
 )
 from faultline.envs import load_domain
-from faultline.faults import FaultRule, why_not_on
+from faultline.faults import FaultRule, check_agents, why_not_on
 from faultline.runtime import (
     MEMORY_IDENTITY,
     Config,
     MemoryConfig,
     ProcessSpec,
     Supervisor,
+    WorkerStatus,
     apply_defense_flags,
     bus_settings,
     check_system,
@@ -84,6 +85,7 @@ from faultline.runtime import (
     scoped_to_run,
     state_dir,
     system_access,
+    system_agents,
     worker_statuses,
 )
 
@@ -113,8 +115,8 @@ class RunSpec:
     else to the default for the tool agent's backend. `task_ids` overrides `tasks`, the first
     that many tasks of the domain. `helpers` is a roster (`["dce", "memory:3"]`); `memory`
     is `off`, `topk`, `topk:K` or `dynamic`. `faults` are rule specs as `faultline inject`
-    takes them (`storm:copies=3,kind=tool_call`), in force for the run's episodes only, and
-    `defenses` the `--defense` lists of the workers it starts. With `nats`, the run uses the
+    takes them (`storm:copies=3,kind=tool_call`), in force for the run's episodes only (one that names an
+    agent the system that runs them lacks is refused), and `defenses` the `--defense` lists of the workers it starts. With `nats`, the run uses the
     system at that URL, connecting as `login` (the operator), and starts nothing.
     """
 
@@ -340,6 +342,8 @@ def _run_planned(
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"
     groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), plan.helpers)
+    if not spec.nats:
+        _check_agents(spec.faults, rules, {agent for agents in groups.values() for agent in agents})
     supervisor: Supervisor | None = None
     problem = ""
     ticker = _Ticker(watcher, result, plan.episode_timeout_s)
@@ -347,7 +351,9 @@ def _run_planned(
         with hold_directories([] if spec.nats else [run_dir], "run"), _throwaway_access(spec, config, groups) as access:
             watcher.started(plan, len(result.planned), starting_system=not spec.nats)
             if spec.nats:
-                request, problem = anyio.run(_run_remote, spec.nats, config, plan, result, ticker, rules, connect_as)
+                request, problem = anyio.run(
+                    _run_remote, spec.nats, config, plan, result, ticker, rules, spec.faults, connect_as
+                )
             else:
                 effective.write_bytes(msgspec.json.encode(config))
                 tls = made_tls(config, run_dir / "tls") if spec.tls else None
@@ -508,16 +514,20 @@ async def _run_remote(
     result: RunResult,
     ticker: _Ticker,
     rules: list[FaultRule],
+    specs: Sequence[str],
     connect_as: Login,
 ) -> tuple[StopRequest, str]:
-    """Run the episodes on the system already running at `url` (its workers and journal), and wait for its journal
-    to hold them; with what went wrong with the journal, in words ("" when it holds the whole run)."""
+    """Run the episodes on the system already running at `url` (its workers and journal) under `rules` (made from
+    `specs`), and wait for its journal to hold them; with what went wrong with the journal, in words ("" when it
+    holds the whole run)."""
     problem = ""
     async with stop_on_signal(ticker.tick) as request:
         bus = await connect(config, url, name=OPERATOR, login=connect_as)
         try:
             await bus.check_layout()
-            await _check_system(bus, url, config.system.class_)
+            agents = system_agents(await _check_system(bus, url, config.system.class_), plan.helpers)
+            if agents:  # else no worker told what it runs: nothing to check the rules against
+                _check_agents(specs, rules, agents)
             await _check_unused(bus, plan, result)
             async with rules_in_force(
                 bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
@@ -544,16 +554,17 @@ async def _run_until_refused(
         result.refused = str(refused)
 
 
-async def _check_system(bus: Bus, url: str, system: str) -> None:
+async def _check_system(bus: Bus, url: str, system: str) -> list[WorkerStatus]:
     """ConfigError when the workers running at `url` are of another system than the run's: theirs would handle its
-    episodes by the names of their own agents, and its journal would name a system that did not run them.
+    episodes by the names of their own agents, and its journal would name a system that did not run them. Else
+    what the workers told of themselves.
 
     A worker that does not answer in time, or a credential that may not hear the workers, leaves nothing to
     compare: the run goes on."""
     try:
         statuses = await worker_statuses(bus)
     except SubscribeRefusedError:
-        return
+        return []
     names = registered("system")  # a registered name and the path it stands for are one system
     others = sorted(
         {s.system for s in statuses if s.system and names.get(s.system, s.system) != names.get(system, system)}
@@ -563,6 +574,14 @@ async def _check_system(bus: Bus, url: str, system: str) -> None:
             f"the system running at {url} is {', '.join(others)}, not {system}: its workers would handle this run's"
             " episodes; run it on a system of its own (without --nats and outside the folder of a `faultline up`)"
         )
+    return statuses
+
+
+def _check_agents(specs: Sequence[str], rules: Sequence[FaultRule], agents: Collection[str]) -> None:
+    """FaultRuleError, naming the rule by its spec, for a rule that names an agent the system that runs the
+    episodes does not have: the run would go on fault-free without a word."""
+    for spec, rule in zip(specs, rules, strict=True):
+        check_agents(rule, agents, f"--fault {spec!r}")
 
 
 async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:

@@ -16,24 +16,33 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
-from faultline._errors import FaultRuleError, PluginError, UsageError
+from faultline._errors import FaultRuleError, PluginError, SubscribeRefusedError, UsageError
 from faultline.bus import Bus, publish_controls, read_rules
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags
-from faultline.cli._connect import config_of, run_on_system
+from faultline.cli._connect import config_of, nats_url, run_on_system, up_workers
 from faultline.cli._text import table_console
 from faultline.core import Envelope
 from faultline.faults import (
     FaultRule,
     RuleSet,
     add_rule_control,
+    check_agents,
     clear_rules_control,
     fault_type,
     fault_types,
     remove_rule_control,
     why_not_on,
 )
-from faultline.runtime import Config, follow_settings, make_rule, parse_duration, system_of
+from faultline.runtime import (
+    Config,
+    follow_settings,
+    make_rule,
+    parse_duration,
+    system_agents,
+    system_of,
+    worker_statuses,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -130,8 +139,12 @@ def _inject(args: argparse.Namespace) -> int:
             " applies through `faultline run --fault` (and campaigns), not through inject on a running system"
         )
     settings = follow_settings(config)
+    expected, _ = up_workers(nats_url(args, config))
 
     async def body(bus: Bus) -> dict[str, Any]:
+        agents = await _running_agents(bus, expected)
+        if agents:  # else no worker told what it runs: nothing to check the rule against
+            check_agents(rule, agents)
         return await publish_controls(bus, [add_rule_control(rule, _nonce())], settings=settings)
 
     result = run_on_system(args, body)
@@ -154,6 +167,16 @@ def _check_applies(fault: str, config: Config) -> None:
     why = why_not_on(fault, system.system) if system.is_user_system else ""
     if why:
         raise FaultRuleError(f"fault {fault!r}: {why}")
+
+
+async def _running_agents(bus: Bus, expected: list[str]) -> set[str]:
+    """The agents of the system running on `bus` (`system_agents`), as its workers tell them: at once when the
+    `expected` ones (the workers of the `faultline up` here) have told, else after the status window. None where
+    this credential may not hear the workers."""
+    try:
+        return system_agents(await worker_statuses(bus, expected=expected))
+    except SubscribeRefusedError:
+        return set()
 
 
 def _nonce() -> str:

@@ -36,6 +36,7 @@ from faultline.faults._rules import (
     FAULTS_CONTROL,
     RuleSet,
     add_rule_control,
+    check_agents,
     clear_rules_control,
     remove_rule_control,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "apply_fault",
     "fault_event",
     "build_defenses",
+    "check_agents",
     "check_defenses",
     "clear_rules_control",
     "context_injector",

@@ -85,6 +85,7 @@ class RoleAmbiguity(FaultType):
     mechanism = "prompt"
     kinds = frozenset({"start"})
     Params = AgentsParams
+    agent_params = ("agents",)
 
     def apply(self, env: Envelope, params: AgentsParams, site: FaultSite) -> list[Envelope] | None:
         return _add_to_system(env, params.agents, ROLE_AMBIGUITY)
@@ -97,6 +98,7 @@ class BlindTrust(FaultType):
     mechanism = "prompt"
     kinds = frozenset({"start"})
     Params = TrustParams
+    agent_params = ("agents",)
 
     def apply(self, env: Envelope, params: TrustParams, site: FaultSite) -> list[Envelope] | None:
         return _add_to_system(env, params.agents, BLIND_TRUST.format(peer=params.peer))
@@ -108,6 +110,7 @@ class InstructionFault(FaultType):
     mechanism = "prompt"
     kinds = frozenset({"start"})
     Params = InstructionParams
+    agent_params = ("agents",)
 
     def apply(self, env: Envelope, params: InstructionParams, site: FaultSite) -> list[Envelope] | None:
         raise ModelError(f"{self.name} needs the fault-injector model")

@@ -147,6 +147,9 @@ class FaultType:
     kinds: ClassVar[frozenset[str]] = frozenset()
     """Body kinds the fault applies to; empty means every direct or topic message. `REQUEST_KIND`
     among them: it also applies to an agent's own model requests (`apply_request`)."""
+    agent_params: ClassVar[tuple[str, ...]] = ()
+    """Its parameters that name agents (lists of names), which a rule is checked by against the agents of the
+    system it is for (`check_agents`): a name none of them has would leave the rule without effect."""
 
     def params(self, raw: Mapping[str, Any], named: str = "") -> Any:
         """`raw` as this type's `Params`; else FaultRuleError, naming the rule `named` (default: this type)."""

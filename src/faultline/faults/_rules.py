@@ -1,6 +1,7 @@
 """Which faults are in force: the rule set a worker rebuilds from the `fl.ctl.faults` controls
 it reads from the stream and then follows live, the control envelopes that add, remove and
-clear rules, and the seeded draw that decides whether a rule faults a given message.
+clear rules, the seeded draw that decides whether a rule faults a given message, and the
+check that the agents a rule names are those of the system it is for.
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ import fnmatch
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from faultline._errors import FaultRuleError
-from faultline.core import CONTROL_EPISODE, OPERATOR, Control, Envelope, FaultApplied, body_kind
+from faultline.core import CONTROL_EPISODE, OPERATOR, RUNNER, Control, Envelope, FaultApplied, body_kind
 from faultline.faults._registry import MATCH_FIELDS, FaultRule, FaultType, fault_type
 
 FAULTS_CONTROL = "faults"
@@ -65,6 +66,24 @@ def draw(rule_id: str, message_id: str) -> float:
     """A number in [0, 1) fixed by (rule, message): the same campaign faults the same messages."""
     h = hashlib.blake2b(f"{rule_id}/{message_id}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "big") / 2**64
+
+
+def check_agents(rule: FaultRule, agents: Collection[str], named: str = "") -> None:
+    """FaultRuleError when `rule` names an agent that none of `agents`, the agents of the system it is for, is:
+    in a parameter that names agents, or as a `to` or `from` pattern that matches none of them (the runner,
+    which sends the Starts, is a sender too). Such a rule would never apply. `named` as for `FaultRule.validated`."""
+    named_agents = [str(a) for name in fault_type(rule.fault).agent_params for a in rule.params.get(name, ())]
+    unknown = [agent for agent in named_agents if agent not in agents]
+    for pattern, among in ((rule.recipient, agents), (rule.sender, (*agents, RUNNER))):
+        match = _pattern(pattern)
+        if match is not None and not any(match(agent) for agent in among):
+            unknown.append(pattern)
+    if unknown:
+        names = list(dict.fromkeys(unknown))
+        raise FaultRuleError(
+            f"{named or rule.fault}: the system has no agent{'s' if len(names) > 1 else ''}"
+            f" {', '.join(map(repr, names))} (its agents: {', '.join(sorted(agents))}), so the rule would never apply"
+        )
 
 
 class RuleSet:

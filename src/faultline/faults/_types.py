@@ -75,6 +75,7 @@ class Broadcast(FaultType):
     mechanism = "routing"
     summary = "also deliver a message to agents it was not meant for"
     Params = BroadcastParams
+    agent_params = ("targets",)
 
     def apply(self, env: Envelope, params: BroadcastParams, site: FaultSite) -> list[Envelope] | None:
         pool = params.targets or site.agents

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         last_words,
         model_calls_in_flight,
         start_episode,
+        system_agents,
         worker_statuses,
     )
     from faultline.runtime._faulting import (
@@ -172,6 +173,7 @@ __all__ = [
     "start_episode",
     "state_dir",
     "system_access",
+    "system_agents",
     "tune_collector",
     "worker_identity",
     "worker_statuses",
@@ -220,6 +222,7 @@ __getattr__, __dir__ = lazy_exports(
             "WorkerStatus",
             "model_calls_in_flight",
             "start_episode",
+            "system_agents",
             "worker_statuses",
         ),
         "faultline.runtime._faulting": (

@@ -6,7 +6,7 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -14,9 +14,10 @@ from typing import Annotated
 import anyio
 import msgspec
 
-from faultline._errors import BusError, DecodeError, JournalError, NoResponderError, ReplyTimeoutError
+from faultline._errors import BusError, DecodeError, JournalError, NoResponderError, PluginError, ReplyTimeoutError
 from faultline.bus import Bus, Delivery, Message, decode_notice, hear
 from faultline.core import (
+    HELPERS,
     RUNNER,
     DefenseFired,
     Envelope,
@@ -28,6 +29,8 @@ from faultline.core import (
     Start,
     body_kind,
     error_completion,
+    helper_agent,
+    load_system,
     start_envelope,
     started_envelope,
 )
@@ -241,6 +244,24 @@ async def worker_statuses(
         await sub.unsubscribe()
     bus.check_subscribed(bus.subjects.tell(STATUS_SERVICE, "*", ask.token))  # a credential that may not hear them
     return sorted(statuses, key=lambda status: (status.worker, status.identity))
+
+
+def system_agents(statuses: Sequence[WorkerStatus], roster: Sequence[str] = HELPERS) -> set[str]:
+    """The agents of the running system whose workers told `statuses` (none when no worker did): those they serve,
+    every agent of the system each says it runs (a busy worker may not have answered in time), and on the built-in
+    tool-use system the helpers of `roster`, which its roster worker serves once an episode asks for them."""
+    agents: set[str] = set()
+    for status in statuses:
+        agents.update(status.agents)
+        try:
+            system = load_system(status.system) if status.system else None
+        except PluginError:  # its code is not installed here: what its workers serve is all there is to know
+            continue
+        if system is not None:
+            agents.update(system.agent_names)
+            if not system.is_user_system:
+                agents.update(map(helper_agent, roster))
+    return agents
 
 
 async def model_calls_in_flight(bus: Bus, window_s: float = STATUS_WINDOW_S) -> list[CallInFlight]:
