@@ -30,7 +30,7 @@ from faultline.api import STOP_SIGNALS, RunSpec, episode_id
 from faultline.cli._args import seconds, whole_number
 from faultline.cli._connect import running_up
 from faultline.cli._models import add_model_flags, effective_config, model_label
-from faultline.cli._run import chosen_domain, execute_run, selectable_ids
+from faultline.cli._run import chosen_domain, execute_run, note_all_tasks, selectable_ids
 from faultline.cli._text import table_console
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
@@ -51,6 +51,8 @@ ALL = "all"
 """`--faults all`: every registered fault type, plugins' included."""
 MASFIRE = "masfire"
 """`--faults masfire`: the 15 types of the MAS-FIRE taxonomy."""
+TASKS = 10
+"""The tasks or input records a campaign takes, from the first, when not told how many."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,7 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--inputs", type=Path, metavar="FILE.jsonl", help="the system's input records (see `run`)")
     p.add_argument(
-        "--tasks", type=whole_number(1), default=10, metavar="N", help="the first N tasks or input records (default 10)"
+        "--tasks",
+        type=whole_number(1),
+        default=None,
+        metavar="N",
+        help=f"the first N tasks or input records (default {TASKS}); all, with a note, where there are fewer",
     )
     p.add_argument("--trials", type=whole_number(1), default=1, metavar="K", help="runs per task (default 1)")
     p.add_argument("--seed", type=int, default=0)
@@ -157,14 +163,15 @@ def _model(args: argparse.Namespace) -> str:
 
 def _settings(args: argparse.Namespace) -> CampaignSettings:
     config = effective_config(args)
-    ids, _ = selectable_ids(args, config)
+    ids, source = selectable_ids(args, config)
+    note_all_tasks(args, ids, source)
     system = load_system(args.system or config.system.class_)
     return CampaignSettings(
         domain=chosen_domain(args),
         system=system.path if system.is_user_system else "",
         inputs=str(args.inputs.resolve()) if args.inputs else "",
         model=_model(args),
-        tasks=ids[: args.tasks],
+        tasks=ids[: args.tasks or TASKS],
         trials=args.trials,
         seed=args.seed,
         faults=_faults(args.faults, system.system if system.is_user_system else None),

@@ -95,7 +95,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=whole_number(1),
         default=None,
         metavar="N",
-        help="the first N tasks of the domain (default 10), or input records (default all)",
+        help="the first N tasks of the domain (default 10), or input records (default all); all, with a note,"
+        " where there are fewer",
     )
     selection.add_argument("--task-ids", metavar="ID,ID,...", help="these tasks (input records), by id, in this order")
     selection.add_argument(
@@ -328,6 +329,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
                 highlight=False,
             )
     ids, source = selectable_ids(args, config)
+    note_all_tasks(args, ids, source)
     spec = RunSpec(
         domain=chosen_domain(args),
         system=args.system or "",
@@ -387,6 +389,17 @@ def selectable_ids(args: argparse.Namespace, config: Config) -> tuple[list[str],
         raise UsageError("--inputs are the input records of a system of your own: give --system (or [system] class)")
     domain = chosen_domain(args)
     return [task.id for task in load_domain(domain).checked_tasks()], f"domain {domain!r}"
+
+
+def note_all_tasks(args: argparse.Namespace, ids: Sequence[str], source: str) -> None:
+    """Say on stderr when `--tasks N` asks for more tasks than `source` holds (`ids`): the first N are then all of
+    them, fewer than asked for, which the results would not say."""
+    if args.tasks is not None and args.tasks > len(ids):
+        Console(stderr=True).print(
+            f"note: {source} has {len(ids)} tasks, so --tasks {args.tasks} takes all {len(ids)}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 class _Display:
