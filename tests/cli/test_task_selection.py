@@ -81,3 +81,33 @@ def test_a_campaign_asked_for_more_tasks_than_there_are_takes_all_and_says_so(
     )
     assert [args.task_ids for args in runs] == ["a,b", "a,b"]
     assert f"note: inputs {inputs} has 2 tasks, so --tasks 5 takes all 2\n" in capsys.readouterr().err
+
+
+def test_a_campaign_takes_the_tasks_its_task_ids_or_task_range_pick_as_run_does_and_each_cell_runs_them(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = (task.id for task in load_domain("retail").checked_tasks()[:2])
+    picked = cells(["--task-ids", f"{second},{first}", "--out", str(tmp_path / "ids")], monkeypatch)
+    assert [args.task_ids for args in picked] == [f"{second},{first}"] * 2  # in the order given
+    system = ["--system", GOSSIP, "--inputs", str(inputs)]
+    picked = cells([*system, "--task-range", "1:2", "--out", str(tmp_path / "range")], monkeypatch)
+    assert [args.task_ids for args in picked] == ["b", "b"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--task-ids", "zz"], "faultline: usage error: --task-ids: inputs {inputs} has no task 'zz'"),
+        (["--task-ids", "a,a"], "--task-ids: 'a' is named twice; --trials K runs each task K times"),
+        (["--task-range", "1:3"], "--task-range '1:3': inputs {inputs} has 2 tasks"),
+        (["--tasks", "1", "--task-ids", "a"], "argument --task-ids: not allowed with argument --tasks"),
+    ],
+)
+def test_a_campaign_refuses_a_selection_run_refuses_in_one_line_before_it_starts(
+    argv: list[str], said: str, inputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    system = ["--system", GOSSIP, "--inputs", str(inputs)]
+    assert main(["campaign", "--model", "sim", *system, *argv, "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and said.format(inputs=inputs) in err, err
+    assert not (tmp_path / "c").exists()

@@ -30,7 +30,14 @@ from faultline.api import STOP_SIGNALS, RunSpec, episode_id
 from faultline.cli._args import seconds, whole_number
 from faultline.cli._connect import running_up
 from faultline.cli._models import add_model_flags, effective_config, model_label
-from faultline.cli._run import chosen_domain, execute_run, note_all_tasks, selectable_ids
+from faultline.cli._run import (
+    add_task_flags,
+    chosen_domain,
+    execute_run,
+    note_all_tasks,
+    selectable_ids,
+    task_ids,
+)
 from faultline.cli._text import table_console
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
@@ -80,13 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="a system of your own instead of the built-in tool-use agents on --domain (see `run`)",
     )
     p.add_argument("--inputs", type=Path, metavar="FILE.jsonl", help="the system's input records (see `run`)")
-    p.add_argument(
-        "--tasks",
-        type=whole_number(1),
-        default=None,
-        metavar="N",
-        help=f"the first N tasks or input records (default {TASKS}); all, with a note, where there are fewer",
-    )
+    add_task_flags(p, f"the first N tasks or input records (default {TASKS}); all, with a note, where there are fewer")
     p.add_argument("--trials", type=whole_number(1), default=1, metavar="K", help="runs per task (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -171,7 +172,7 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
         system=system.path if system.is_user_system else "",
         inputs=str(args.inputs.resolve()) if args.inputs else "",
         model=_model(args),
-        tasks=ids[: args.tasks or TASKS],
+        tasks=task_ids(args, ids, source) or ids[: args.tasks or TASKS],
         trials=args.trials,
         seed=args.seed,
         faults=_faults(args.faults, system.system if system.is_user_system else None),

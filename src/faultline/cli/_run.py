@@ -89,20 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="FILE.jsonl",
         help="the system's input records, one JSON object a line with an optional id (default: [system] inputs)",
     )
-    selection = p.add_mutually_exclusive_group()
-    selection.add_argument(
-        "--tasks",
-        type=whole_number(1),
-        default=None,
-        metavar="N",
-        help="the first N tasks of the domain (default 10), or input records (default all); all, with a note,"
-        " where there are fewer",
-    )
-    selection.add_argument("--task-ids", metavar="ID,ID,...", help="these tasks (input records), by id, in this order")
-    selection.add_argument(
-        "--task-range",
-        metavar="FROM:TO",
-        help="the tasks (input records) at positions FROM to TO-1 of the domain's list (the inputs file), from 0",
+    add_task_flags(
+        p,
+        "the first N tasks of the domain (default 10), or input records (default all); all, with a note, where there"
+        " are fewer",
     )
     p.add_argument(
         "--trials", type=whole_number(1), default=1, metavar="K", help="runs per task, for pass^1..pass^K (default 1)"
@@ -208,7 +198,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_run)
 
 
-def _task_ids(args: argparse.Namespace, ids: Sequence[str], source: str) -> list[str]:
+def add_task_flags(p: argparse.ArgumentParser, tasks: str) -> None:
+    """The flags that pick tasks, one at a time: `--tasks` (which `tasks` describes), `--task-ids`, `--task-range`
+    (read by `task_ids`)."""
+    selection = p.add_mutually_exclusive_group()
+    selection.add_argument("--tasks", type=whole_number(1), default=None, metavar="N", help=tasks)
+    selection.add_argument("--task-ids", metavar="ID,ID,...", help="these tasks (input records), by id, in this order")
+    selection.add_argument(
+        "--task-range",
+        metavar="FROM:TO",
+        help="the tasks (input records) at positions FROM to TO-1 of the domain's list (the inputs file), from 0",
+    )
+
+
+def task_ids(args: argparse.Namespace, ids: Sequence[str], source: str) -> list[str]:
     """The ids `--task-ids` or `--task-range` select among `ids` (of `source`: the domain, the inputs), or [] for
     `--tasks`. A selection `ids` cannot satisfy is a usage error (exit 2), whichever flag made it."""
     if args.task_ids is not None:
@@ -335,7 +338,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         system=args.system or "",
         inputs=args.inputs,
         tasks=args.tasks or 0,
-        task_ids=_task_ids(args, ids, source),
+        task_ids=task_ids(args, ids, source),
         trials=args.trials,
         seed=args.seed,
         config=config,
