@@ -115,8 +115,9 @@ class RunSpec:
     else to the default for the tool agent's backend. `task_ids` overrides `tasks`, the first
     that many tasks of the domain. `helpers` is a roster (`["dce", "memory:3"]`); `memory`
     is `off`, `topk`, `topk:K` or `dynamic`. `faults` are rule specs as `faultline inject`
-    takes them (`storm:copies=3,kind=tool_call`), in force for the run's episodes only (one that names an
-    agent the system that runs them lacks is refused), and `defenses` the `--defense` lists of the workers it starts. With `nats`, the run uses the
+    takes them (`storm:copies=3,kind=tool_call`), in force for the run's episodes only (one
+    that names an agent the system that runs them lacks is refused), and `defenses` the
+    `--defense` lists of the workers it starts. With `nats`, the run uses the
     system at that URL, connecting as `login` (the operator), and starts nothing.
     """
 

@@ -69,11 +69,11 @@ def draw(rule_id: str, message_id: str) -> float:
 
 
 def check_agents(rule: FaultRule, agents: Collection[str], named: str = "") -> None:
-    """FaultRuleError when `rule` names an agent that none of `agents`, the agents of the system it is for, is:
-    in a parameter that names agents, or as a `to` or `from` pattern that matches none of them (the runner,
-    which sends the Starts, is a sender too). Such a rule would never apply. `named` as for `FaultRule.validated`."""
-    named_agents = [str(a) for name in fault_type(rule.fault).agent_params for a in rule.params.get(name, ())]
-    unknown = [agent for agent in named_agents if agent not in agents]
+    """FaultRuleError when `rule` names an agent not among `agents`, those of the system it is for: in a parameter
+    that names agents, or as a `to` or `from` pattern that matches none of them (the runner, which sends the
+    Starts, is a sender too). Such a rule would never apply. `named` as for `FaultRule.validated`."""
+    given = [str(agent) for name in fault_type(rule.fault).agent_params for agent in rule.params.get(name, ())]
+    unknown = [agent for agent in given if agent not in agents]
     for pattern, among in ((rule.recipient, agents), (rule.sender, (*agents, RUNNER))):
         match = _pattern(pattern)
         if match is not None and not any(match(agent) for agent in among):
