@@ -25,6 +25,7 @@ from faultline.report import (
     CampaignCell,
     CellResult,
     EpisodeCase,
+    EpisodeTrace,
     JudgedBehaviour,
     TierMarks,
     annotate_episodes,
@@ -137,6 +138,28 @@ def test_the_sim_judge_labels_what_the_trajectory_shows() -> None:
     assert (asked.name, asked.tiers, asked.step) == (
         "asks the user for key information", {"mechanism": "succeeded", "reasoning": "succeeded"}, 4,
     )  # fmt: skip
+
+
+def test_the_judge_is_not_shown_a_sighting_the_fault_free_run_shows_too() -> None:
+    """A storm copied the user's turn and the tool asked what it asks without the fault: read against the unit's
+    fault-free run, the question is no evidence, and the sim judge (which takes a question to the user for "asks
+    the user") sees only the copy nobody answered."""
+    turn, question = UserTurn(text="I want to return the blue kettle."), AssistantTurn(text="Your email, please?")
+    answer = UserTurn(text="It is omar@example.com.")
+    plain: list[Step] = [("user", "tool", turn), ("tool", "user", question, "m1"), ("user", "tool", answer, "m2")]
+    baseline = EpisodeTrace.of(list(enumerate(episode("e0", "t1", plain), 1))).acts()
+    storm: list[Step] = [
+        ("user", "tool", turn),
+        ("user", "tool", turn),
+        ("user", "", faulted("m1", "m1", "m2")),
+        ("tool", "user", question, "m1"),
+        ("user", "tool", answer, "m4"),
+    ]
+    steps = list(enumerate(episode("e1", "t1", storm), 1))
+    assert [e["behaviour"] for e in episode_case("e1", "t1", 0, steps).evidence] == ["asked_user"]
+    case = episode_case("e1", "t1", 0, steps, baseline)
+    assert case.evidence == []
+    assert [b.name for b in _sim(case).behaviours] == ["duplicates do not affect behaviour"]
 
 
 def test_a_behaviour_may_succeed_in_one_tier_and_fail_in_another() -> None:

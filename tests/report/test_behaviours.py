@@ -208,3 +208,53 @@ def test_a_call_sent_from_a_faulted_model_call_is_the_faults_doing(tmp_path: Pat
     cell, _ = read_cell(journal)
     assert [(b.name, b.pos, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("tool_error_corrected", 5, True)]
     assert cell.behaviours[("t2", 0)] == []
+
+
+EMAIL_QUESTION = AssistantTurn(text="Could you please tell me your email?")
+RETURN = UserTurn(text="I want to return the blue kettle.")
+EMAIL = UserTurn(text="It is omar@example.com.")
+
+
+def test_a_sighting_the_fault_free_run_shows_too_is_no_response_to_the_fault(tmp_path: Path) -> None:
+    """A storm delivered the user's turn m1 and a copy m2; the tool asked for the email in answer to each. The
+    fault-free run of the unit asked once: the first question is the system's ordinary course, the second, asked
+    again because of the copy, is what the fault changed."""
+    storm: list[Step] = [
+        ("user", "tool", RETURN),
+        ("user", "tool", RETURN),
+        ("user", "", faulted("m1", "m1", "m2")),
+        ("tool", "user", EMAIL_QUESTION, "m1"),
+        ("user", "tool", EMAIL, "m4"),
+        ("tool", "user", EMAIL_QUESTION, "m2"),
+        ("user", "tool", EMAIL, "m6"),
+    ]
+    plain: list[Step] = [
+        ("user", "tool", RETURN),
+        ("tool", "user", EMAIL_QUESTION, "m1"),
+        ("user", "tool", EMAIL, "m2"),
+    ]
+    base, _ = read_cell(write_journal(tmp_path / "baseline.sqlite", episode("e-base", "t1", plain)))
+    journal = write_journal(tmp_path / "storm.sqlite", episode("e-storm", "t1", storm))
+    alone, _ = read_cell(journal)
+    against, _ = read_cell(journal, baseline=base.acts)
+    assert [(b.name, b.pos) for b in alone.behaviours[("t1", 0)]] == [("asked_user", 5), ("asked_user", 7)]
+    assert [(b.name, b.pos) for b in against.behaviours[("t1", 0)]] == [("asked_user", 7)]
+
+
+def test_a_defense_drop_the_fault_free_run_made_too_is_no_response_to_the_fault(tmp_path: Path) -> None:
+    """Dedup drops the user's repeated turn in the fault-free run as well: the same drop after a fault is the
+    defense's ordinary work, though the dropped message's id differs between the runs."""
+    drop = DefenseFired(defense="dedup", agent="tool", message_id="m2")
+    plain: list[Step] = [("user", "tool", RETURN), ("user", "tool", RETURN), ("tool", "", drop)]
+    cycled: list[Step] = [
+        ("tool", "user", faulted("m0", "m0", fault="cycle")),
+        ("user", "tool", RETURN),
+        ("user", "tool", RETURN),
+        ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m3")),
+    ]
+    base, _ = read_cell(write_journal(tmp_path / "baseline.sqlite", episode("e-base", "t1", plain)))
+    journal = write_journal(tmp_path / "cycle.sqlite", episode("e-cycle", "t1", cycled))
+    alone, _ = read_cell(journal)
+    against, _ = read_cell(journal, baseline=base.acts)
+    assert [(b.name, b.repaired) for b in alone.behaviours[("t1", 0)]] == [("defense_filtered", False)]
+    assert against.behaviours[("t1", 0)] == []

@@ -262,3 +262,50 @@ def test_report_says_plainly_that_every_injection_of_a_cell_was_skipped(
     assert f"all 3, no unit faulted: {REFUSED} (×2); {NO_REASON} (×1)" in row
     [row] = [line for line in lines if "│ storm " in line]
     assert f"1, 1 unit never faulted: {UNCHANGED} (×1)" in row
+
+
+TURN = UserTurn(text="I want to return the blue kettle.")
+QUESTION = AssistantTurn(text="Could you please tell me your email?")
+ANSWER = UserTurn(text="It is omar@example.com.")
+ASKED_ANYWAY: list[Step] = [("user", "tool", TURN), ("tool", "user", QUESTION, "m1"), ("user", "tool", ANSWER, "m2")]
+"""The fault-free run of a unit: the tool asks for the user's email, as it always does."""
+
+
+def _copied(fault: str) -> list[Step]:
+    """The user's turn m1 delivered unchanged and a copy m2 (to env for a broadcast, to tool for a storm), then the
+    question and answer of `ASKED_ANYWAY`."""
+    sent = msgspec.to_builtins(Envelope(id="m1", episode="x", sender="user", recipient="tool", body=TURN))
+    applied = FaultApplied(rule_id="r1", fault=fault, original=sent, results=[{"id": "m1"}, {"id": "m2"}])
+    return [
+        ("user", "tool", TURN),
+        ("user", "env" if fault == "broadcast" else "tool", TURN),
+        ("user", "", applied, "m1"),
+        ("tool", "user", QUESTION, "m1"),
+        ("user", "tool", ANSWER, "m4"),
+    ]
+
+
+def test_a_question_the_baseline_asks_too_is_no_response_to_the_fault(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broadcast also delivered the user's turn to env, which ignored it, and the tool asked what it asks without
+    the fault (t1): no behaviour fired there, and the unit is one of no effect. The baseline of t2 asked nothing, so
+    there the same question answers the fault: asked_user, repaired. The judge is shown the same evidence: the sim
+    judge, which takes a question to the user for "asks the user", credits it in t2 only."""
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1", "t2"], trials=1, seed=0, faults=["broadcast"], defenses=[]
+    )
+    outcomes: Outcomes = {
+        "baseline": [("t1", ASKED_ANYWAY, "success"), ("t2", [], "success")],
+        "broadcast": [("t1", _copied("broadcast"), "success"), ("t2", _copied("broadcast"), "success")],
+    }
+    folder = _write(tmp_path, settings, outcomes)
+    report = campaign_report(folder)
+    (row,) = report.faults
+    assert (row.injected, row.triggered, row.fixed, row.final_success) == (2, 1, 1, 1)
+    assert (row.o, row.l, row.s, row.no_effect) == (0.5, 1.0, 1.0, 1)
+    assert [(b.behaviour, b.units, b.repaired) for b in report.behaviours] == [("asked_user", 1, 1)]
+    assert main(["report", str(folder), "--behaviours", "judged", "--model", "sim", "--json"]) == 0
+    judged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    units = {r["behaviour"]: r["units"] for r in judged if r["type"] == "behaviour"}
+    assert units["asks the user for key information"] == 1

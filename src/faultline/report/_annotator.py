@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -207,8 +207,11 @@ def _entry(n: int, env: Envelope, numbers: Mapping[str, int], delivered: set[str
     return entry
 
 
-def episode_case(episode: str, task: str, trial: int, steps: list[tuple[int, Envelope]]) -> EpisodeCase:
-    """The case of one episode from its (position, envelope) steps (the rule detectors see the same steps)."""
+def episode_case(
+    episode: str, task: str, trial: int, steps: list[tuple[int, Envelope]], baseline: Iterable[str] = ()
+) -> EpisodeCase:
+    """The case of one episode from its (position, envelope) steps (the rule detectors see the same steps, read
+    against `baseline`, what the fault-free run of the same unit did: see `detect`)."""
     shown = [(pos, env) for pos, env in steps if env.kind in SHOWN_KINDS]
     numbers = {env.id: n for n, (_, env) in enumerate(shown, 1)}
     made = {str(r.get("id", "")) for _, env in shown if isinstance(env.body, FaultApplied) for r in env.body.results}
@@ -230,7 +233,7 @@ def episode_case(episode: str, task: str, trial: int, steps: list[tuple[int, Env
     position = {pos: n for n, (pos, _) in enumerate(shown, 1)}
     evidence = [
         {"behaviour": b.name, "tier": b.tier, "n": _line_at(position, b.pos), "repaired": b.repaired}
-        for b in detect(steps)
+        for b in detect(steps, baseline=baseline)
     ]
     return EpisodeCase(
         episode=episode,

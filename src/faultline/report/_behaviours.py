@@ -5,12 +5,15 @@ it belongs to (MAS-FIRE's four: mechanism, rule, prompt, reasoning) and whether 
 repaired the fault locally. Only evidence at or after the first applied fault counts,
 and only evidence the fault caused: a behaviour is a response to the fault, not the
 episode's ordinary course. What the fault caused is read from the causation ids (each
-message names the message its sender was handling). No detector reads the simulator's
-own mistake labels (the `tally` notes).
+message names the message its sender was handling). Given the fault-free run of the
+same unit, evidence that run holds too is not counted either: doing what the system
+does without the fault is no response to it. No detector reads the simulator's own
+mistake labels (the `tally` notes).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +28,7 @@ from faultline.core import (
     FaultApplied,
     ToolResult,
     UserTurn,
+    body_digest,
 )
 
 Tier = Literal["mechanism", "rule", "prompt", "reasoning"]
@@ -98,6 +102,33 @@ class EpisodeTrace:
         trace.touched_ids.discard("")
         return trace
 
+    def act(self, env: Envelope) -> str:
+        """What `env` records was done, comparable with another run of the same unit (`message_act`); for a
+        defense's drop, which defense dropped what at which agent (the dropped message's id differs from run to
+        run, its act does not)."""
+        body = env.body
+        if not isinstance(body, DefenseFired):
+            return message_act(env)
+        dropped = self.by_id.get(body.message_id)
+        what = body.message_id if dropped is None else message_act(dropped)
+        return f"{env.sender}|{env.kind}|{body.defense}|{body.agent}|{what}"
+
+    def acts(self) -> list[str]:
+        """The act of every step, in journal order: what a faulted run of the same unit is compared with."""
+        return [self.act(env) for _, env in self.steps]
+
+    def also_in(self, baseline: Iterable[str]) -> set[int]:
+        """Positions of the steps whose act `baseline` (another run's `acts`) holds too; of an act this run did
+        more often than that one, the first as many as that one did."""
+        left = Counter(baseline)
+        same = set()
+        for pos, env in self.steps:
+            act = self.act(env)
+            if left[act] > 0:
+                left[act] -= 1
+                same.add(pos)
+        return same
+
     def after_fault(self) -> list[tuple[int, Envelope]]:
         return [(pos, env) for pos, env in self.steps if self.fault_pos and pos >= self.fault_pos]
 
@@ -128,6 +159,12 @@ class EpisodeTrace:
             if env is not None and env.sender == question.recipient:
                 return env.causation in self.touched_ids
         return False
+
+
+def message_act(env: Envelope) -> str:
+    """Who sent what kind of message to whom on which topic, with its body's digest: ids and times left out, so the
+    same message of two runs of a unit reads the same."""
+    return f"{env.sender}|{env.kind}|{env.recipient}|{env.topic}|{body_digest(env.body)}"
 
 
 MIN_RESTORED_CHARS = 12
@@ -256,14 +293,20 @@ DETECTORS: dict[str, Detector] = {
 """Every behaviour detector by name, each with its tier."""
 
 
-def detect(steps: Sequence[tuple[int, Envelope]], detectors: Iterable[Detector] | None = None) -> list[Behaviour]:
-    """Every behaviour the detectors find in one episode's (position, envelope) steps, in position order."""
+def detect(
+    steps: Sequence[tuple[int, Envelope]], detectors: Iterable[Detector] | None = None, baseline: Iterable[str] = ()
+) -> list[Behaviour]:
+    """Every behaviour the detectors find in one episode's (position, envelope) steps, in position order. `baseline`
+    is what the fault-free run of the same unit did (its `EpisodeTrace.acts`): a sighting whose evidence that run
+    holds too is the system's ordinary course, not a response to the fault, and is left out."""
     trace = EpisodeTrace.of(steps)
     if not trace.fault_pos:
         return []
+    ordinary = trace.also_in(baseline)
     found = [
         Behaviour(name=d.name, tier=d.tier, pos=pos, repaired=repaired)
         for d in (DETECTORS.values() if detectors is None else detectors)
         for pos, repaired in d.detect(trace)
+        if pos not in ordinary
     ]
     return sorted(found, key=lambda b: (b.pos, b.name))

@@ -21,8 +21,10 @@ A faulted unit whose agents sent and asked their models exactly what they did in
 baseline's run of the same unit had a fault with no effect: it applied to a message no
 agent acted on (a duplicate a defense dropped, a message its recipient ignores). Such a
 unit is counted apart (`no_effect`): solving it says nothing of tolerating the fault.
-The comparison is exact on a deterministic model (`sim`, `scripted`); with a sampling
-model two runs differ anyway, so few units ever count.
+The baseline's run of a unit also tells the ordinary course from a response: a
+behaviour whose evidence that run holds too is not counted (`detect`). The comparisons
+are exact on a deterministic model (`sim`, `scripted`); with a sampling model two runs
+differ anyway, so few units or behaviours ever count as the baseline's.
 
 An injection the fault could not be made on (`FaultSkipped`: the injector model refused, answered
 malformed or failed) left its message unchanged, so a unit with skips alone is not a faulted unit.
@@ -42,10 +44,18 @@ from typing import Any, Literal
 import msgspec
 
 from faultline._errors import ConfigError
-from faultline.core import OPERATOR, RUNNER, Envelope, FaultApplied, FaultSkipped, Recording, body_digest
+from faultline.core import OPERATOR, RUNNER, Envelope, FaultApplied, FaultSkipped, Recording
 from faultline.journal import EpisodeFilter, EpisodeSummary, JournalReader, JournalRow
 from faultline.report._annotator import SHOWN_KINDS, Annotation, EpisodeCase, episode_case, judged_behaviours
-from faultline.report._behaviours import DETECTORS, TIERS, Behaviour, Tier, detect
+from faultline.report._behaviours import (
+    DETECTORS,
+    TIERS,
+    Behaviour,
+    EpisodeTrace,
+    Tier,
+    detect,
+    message_act,
+)
 from faultline.report._campaign import BASELINE, NO_DEFENSE, CampaignCell, CampaignManifest, read_manifest
 
 Unit = tuple[str, int]
@@ -256,6 +266,9 @@ class CellResult(msgspec.Struct, frozen=True, kw_only=True):
     behaviours: dict[Unit, list[Behaviour]]
     traces: dict[Unit, str] = {}
     """Per unit, a digest of what its agents sent and asked their models (`trace_digest`)."""
+    acts: dict[Unit, list[str]] = {}
+    """Per unit without an applied fault, what its run did (`EpisodeTrace.acts`): the baseline a faulted run of
+    the same unit's behaviours are read against."""
     unannotated: dict[Unit, tuple[str, str]] = {}
     """Judged behaviours only: the faulted units without an annotation, each with (episode, why)."""
     skipped: dict[Unit, list[str]] = {}
@@ -267,16 +280,22 @@ class CellResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def read_cell(
-    journal: Path, run_id: str = "", judged: Mapping[str, Annotation | str] | None = None
+    journal: Path,
+    run_id: str = "",
+    judged: Mapping[str, Annotation | str] | None = None,
+    baseline: Mapping[Unit, list[str]] | None = None,
 ) -> tuple[CellResult, int]:
     """One cell's units from the journal's episodes of run `run_id` (all: ""), and how many completed; with
-    `judged` (per episode, an annotation or why there is none), a faulted unit's behaviours are the judge's."""
+    `judged` (per episode, an annotation or why there is none), a faulted unit's behaviours are the judge's. With
+    `baseline` (the fault-free cell's `acts`), a behaviour the baseline's run of the unit shows too is left out."""
     solved: set[Unit] = set()
     injected: set[Unit] = set()
     behaviours: dict[Unit, list[Behaviour]] = {}
     traces: dict[Unit, str] = {}
+    acts: dict[Unit, list[str]] = {}
     unannotated: dict[Unit, tuple[str, str]] = {}
     skipped: dict[Unit, list[str]] = {}
+    base = baseline or {}
     with JournalReader(journal, expand_requests=False) as reader:
         episodes = _completed(reader, run_id)
         for episode, rows in reader.by_episode(list(episodes) if run_id else None):
@@ -289,24 +308,28 @@ def read_cell(
                 solved.add(unit)
             if reasons := [_skip_reason(row) for row in rows if row.kind == "fault_skipped"]:
                 skipped[unit] = reasons
-            if summary.faults:
-                injected.add(unit)
-                if judged is None:
-                    behaviours[unit] = detect(_steps(rows, EVIDENCE_KINDS))
-                    continue
-                answer = judged.get(episode, "not asked: the judge was given no case for this episode")
-                if isinstance(answer, str):
-                    unannotated[unit] = (episode, answer)
-                    continue
-                steps = _steps(rows, SHOWN_KINDS)
-                fault_pos = next((pos for pos, env in steps if isinstance(env.body, FaultApplied)), 0)
-                case = episode_case(episode, summary.task, summary.trial, steps)
-                behaviours[unit] = sorted(judged_behaviours(case, answer, fault_pos), key=lambda b: (b.pos, b.name))
+            evidence = _steps(rows, EVIDENCE_KINDS)
+            if not summary.faults:
+                acts[unit] = EpisodeTrace.of(evidence).acts()
+                continue
+            injected.add(unit)
+            if judged is None:
+                behaviours[unit] = detect(evidence, baseline=base.get(unit, ()))
+                continue
+            answer = judged.get(episode, "not asked: the judge was given no case for this episode")
+            if isinstance(answer, str):
+                unannotated[unit] = (episode, answer)
+                continue
+            steps = _steps(rows, SHOWN_KINDS)
+            fault_pos = next((pos for pos, env in steps if isinstance(env.body, FaultApplied)), 0)
+            case = episode_case(episode, summary.task, summary.trial, steps, base.get(unit, ()))
+            behaviours[unit] = sorted(judged_behaviours(case, answer, fault_pos), key=lambda b: (b.pos, b.name))
     cell = CellResult(
         solved=solved,
         injected=injected,
         behaviours=behaviours,
         traces=traces,
+        acts=acts,
         unannotated=unannotated,
         skipped=skipped,
     )
@@ -328,8 +351,14 @@ def _steps(rows: list[JournalRow], kinds: tuple[str, ...]) -> list[tuple[int, En
 
 
 def episode_cases(folder: Path) -> list[EpisodeCase]:
-    """What the behaviour annotator is shown of every faulted episode of the campaign's finished fault cells."""
+    """What the behaviour annotator is shown of every faulted episode of the campaign's finished fault cells, the
+    detectors' sightings read against the fault-free run of the same unit."""
     manifest = read_manifest(folder)
+    baselines = {
+        cell.defense: read_cell(manifest.journal_of(folder, cell), cell.run_id)[0].acts
+        for cell in manifest.cells
+        if cell.done and cell.fault == BASELINE
+    }
     cases: list[EpisodeCase] = []
     for cell in manifest.cells:
         if not cell.done or cell.fault == BASELINE:
@@ -340,7 +369,8 @@ def episode_cases(folder: Path) -> list[EpisodeCase]:
                 summary = episodes.get(episode)
                 if summary is not None and summary.faults:
                     steps = _steps(rows, SHOWN_KINDS)
-                    cases.append(episode_case(episode, summary.task, summary.trial, steps))
+                    base = baselines.get(cell.defense, {}).get((summary.task, summary.trial), [])
+                    cases.append(episode_case(episode, summary.task, summary.trial, steps, base))
     return cases
 
 
@@ -378,7 +408,7 @@ def _sent(original: dict[str, Any]) -> str:
         sent = msgspec.convert(original, Envelope)
     except msgspec.ValidationError:
         return json.dumps(original, sort_keys=True, default=str) + "\n"
-    return f"{sent.sender}|{sent.kind}|{sent.recipient}|{sent.topic}|{body_digest(sent.body)}\n"
+    return message_act(sent) + "\n"
 
 
 _NOT_ACTS = frozenset({"fault_skipped", "defense_fired", "episode_completed", "no_output"})
@@ -502,10 +532,14 @@ def campaign_report(
     manifest: CampaignManifest = read_manifest(folder)
     results: dict[str, CellResult] = {}
     episodes = 0
-    for cell in manifest.cells:
+    for cell in sorted(manifest.cells, key=lambda c: c.fault != BASELINE):  # a fault cell is read against its baseline
         if cell.done:
+            base = results.get(CampaignCell(fault=BASELINE, defense=cell.defense).name)
             results[cell.name], count = read_cell(
-                manifest.journal_of(folder, cell), cell.run_id, None if cell.fault == BASELINE else judged
+                manifest.journal_of(folder, cell),
+                cell.run_id,
+                None if cell.fault == BASELINE else judged,
+                None if base is None else base.acts,
             )
             episodes += count
     faults: list[FaultRow] = []
