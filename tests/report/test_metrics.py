@@ -271,17 +271,19 @@ ASKED_ANYWAY: list[Step] = [("user", "tool", TURN), ("tool", "user", QUESTION, "
 """The fault-free run of a unit: the tool asks for the user's email, as it always does."""
 
 
-def _copied(fault: str) -> list[Step]:
-    """The user's turn m1 delivered unchanged and a copy m2 (to env for a broadcast, to tool for a storm), then the
-    question and answer of `ASKED_ANYWAY`."""
+def _copied(fault: str, *dropped: Step) -> list[Step]:
+    """The user's turn m1 delivered unchanged and a copy m2 (to env for a broadcast, to tool for a storm), then
+    (after `dropped`, a defense's drop of the copy) the question and answer of `ASKED_ANYWAY`."""
     sent = msgspec.to_builtins(Envelope(id="m1", episode="x", sender="user", recipient="tool", body=TURN))
     applied = FaultApplied(rule_id="r1", fault=fault, original=sent, results=[{"id": "m1"}, {"id": "m2"}])
+    at = 4 + len(dropped)
     return [
         ("user", "tool", TURN),
         ("user", "env" if fault == "broadcast" else "tool", TURN),
         ("user", "", applied, "m1"),
+        *dropped,
         ("tool", "user", QUESTION, "m1"),
-        ("user", "tool", ANSWER, "m4"),
+        ("user", "tool", ANSWER, f"m{at}"),
     ]
 
 
@@ -303,9 +305,35 @@ def test_a_question_the_baseline_asks_too_is_no_response_to_the_fault(
     report = campaign_report(folder)
     (row,) = report.faults
     assert (row.injected, row.triggered, row.fixed, row.final_success) == (2, 1, 1, 1)
-    assert (row.o, row.l, row.s, row.no_effect) == (0.5, 1.0, 1.0, 1)
+    assert (row.o, row.l, row.s, row.no_effect, row.cancelled) == (0.5, 1.0, 1.0, 1, 0)
     assert [(b.behaviour, b.units, b.repaired) for b in report.behaviours] == [("asked_user", 1, 1)]
     assert main(["report", str(folder), "--behaviours", "judged", "--model", "sim", "--json"]) == 0
     judged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     units = {r["behaviour"]: r["units"] for r in judged if r["type"] == "behaviour"}
     assert units["asks the user for key information"] == 1
+
+
+def test_a_fault_a_defense_cancelled_is_labelled_so_not_nothing_to_tolerate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A storm's copy nobody answered had nothing to tolerate; the same copy dropped by dedup was met, and the
+    defense tolerated it: both leave the agents doing what they do without the fault."""
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1"], trials=1, seed=0, faults=["storm"], defenses=["dedup"]
+    )
+    drop: Step = ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m2"), "m2")
+    outcomes: Outcomes = {
+        "baseline": [("t1", ASKED_ANYWAY, "success")],
+        "storm": [("t1", _copied("storm"), "success")],
+        "baseline+dedup": [("t1", ASKED_ANYWAY, "success")],
+        "storm+dedup": [("t1", _copied("storm", drop), "success")],
+    }
+    folder = _write(tmp_path, settings, outcomes)
+    plain, defended = campaign_report(folder).faults
+    assert (plain.no_effect, plain.cancelled, plain.triggered) == (1, 0, 0)
+    assert (defended.no_effect, defended.cancelled, defended.triggered, defended.fixed) == (1, 1, 1, 1)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "1/1 (all: nothing to tolerate)" in out and "1/1 (all: cancelled by a defense)" in out
+    assert out.count("(all: nothing to tolerate)") == 1

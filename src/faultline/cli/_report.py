@@ -196,13 +196,23 @@ def _metric_grid(report: CampaignReport) -> tuple[list[str], Grid]:
                     _share(r.s, r.final_success, r.triggered),
                 ]
             ),
-            f"{r.no_effect}/{r.injected}"
-            + (" (all: nothing to tolerate)" if r.injected and r.no_effect == r.injected else ""),
+            _no_effect(r),
             _skips(r),
         ]  # fmt: skip
         for r in report.faults
     ]
     return head, rows
+
+
+def _no_effect(row: FaultRow) -> str:
+    """The no-effect count and how many of those units a defense cancelled the fault in; when every faulted unit
+    is of no effect and no defense met the fault, that there was nothing to tolerate."""
+    count = f"{row.no_effect}/{row.injected}"
+    if row.cancelled == row.injected > 0:
+        return f"{count} (all: cancelled by a defense)"
+    if row.cancelled:
+        return f"{count} ({row.cancelled} cancelled by a defense)"
+    return count + (" (all: nothing to tolerate)" if row.injected and row.no_effect == row.injected else "")
 
 
 def _skips(row: FaultRow) -> str:

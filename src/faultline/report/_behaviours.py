@@ -204,6 +204,11 @@ def _defense_filtered(trace: EpisodeTrace) -> list[Sighting]:
     ]
 
 
+def cancelled_by_defense(steps: Sequence[tuple[int, Envelope]]) -> bool:
+    """Whether a defense dropped a message the faults sent (`defense_filtered`, repaired): the fault met a defense."""
+    return any(repaired for _, repaired in _defense_filtered(EpisodeTrace.of(steps)))
+
+
 def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
     """A tool call the fault caused failed (the faulted call, or one whose causal chain passes through a faulted
     message) and the agent called again; repaired when its next call succeeded (the same tool with other

@@ -21,10 +21,12 @@ A faulted unit whose agents sent and asked their models exactly what they did in
 baseline's run of the same unit had a fault with no effect: it applied to a message no
 agent acted on (a duplicate a defense dropped, a message its recipient ignores). Such a
 unit is counted apart (`no_effect`): solving it says nothing of tolerating the fault.
-The baseline's run of a unit also tells the ordinary course from a response: a
-behaviour whose evidence that run holds too is not counted (`detect`). The comparisons
-are exact on a deterministic model (`sim`, `scripted`); with a sampling model two runs
-differ anyway, so few units or behaviours ever count as the baseline's.
+Of those, the units where a defense dropped a message the fault sent are counted too
+(`cancelled`): there the fault was met, and the defense is what tolerated it. The
+baseline's run of a unit also tells the ordinary course from a response: a behaviour
+whose evidence that run holds too is not counted (`detect`). The comparisons are exact
+on a deterministic model (`sim`, `scripted`); with a sampling model two runs differ
+anyway, so few units or behaviours ever count as the baseline's.
 
 An injection the fault could not be made on (`FaultSkipped`: the injector model refused, answered
 malformed or failed) left its message unchanged, so a unit with skips alone is not a faulted unit.
@@ -53,6 +55,7 @@ from faultline.report._behaviours import (
     Behaviour,
     EpisodeTrace,
     Tier,
+    cancelled_by_defense,
     detect,
     message_act,
 )
@@ -76,8 +79,8 @@ DEFINITIONS = {
     "O_f": "of the faulted units, the share where a fault-tolerant behaviour fired (equation 2)",
     "L_f": "of those, the share where a behaviour repaired the fault locally",
     "S_f": "of those, the share that were solved in the end",
-    "no effect": "faulted units whose agents did exactly what they did without the fault: it touched nothing they"
-    " acted on, so the unit says nothing of tolerance",
+    "no effect": "faulted units whose agents did exactly what they did without the fault: a defense dropped what it"
+    " sent (cancelled by a defense, which tolerated it), or it touched nothing they acted on (nothing to tolerate)",
     "skipped": "injections whose fault could not be made (a fault_skipped event: the injector model refused,"
     " answered malformed or failed), the message going out unchanged, and the commonest reasons; a unit with skips alone is"
     " not faulted, and a cell where every injection was skipped measured nothing of the fault",
@@ -149,6 +152,9 @@ class FaultRow(_Tolerance, frozen=True, kw_only=True, tag="fault", tag_field="ty
     rs: float | None
     no_effect: int = 0
     """Faulted units whose agents did exactly what they did in the baseline (see the module docstring)."""
+    cancelled: int = 0
+    """Of the `no_effect` units, those where a defense dropped a message the fault sent: a defense cancelled the
+    fault, where the others had nothing to tolerate."""
     not_annotated: int = 0
     """Faulted units the judge gave no readable annotation for, left out of O, L and S (judged behaviours only)."""
     skipped: int = 0
@@ -269,6 +275,8 @@ class CellResult(msgspec.Struct, frozen=True, kw_only=True):
     acts: dict[Unit, list[str]] = {}
     """Per unit without an applied fault, what its run did (`EpisodeTrace.acts`): the baseline a faulted run of
     the same unit's behaviours are read against."""
+    cancelled: set[Unit] = set()
+    """Faulted units where a defense dropped a message the fault sent."""
     unannotated: dict[Unit, tuple[str, str]] = {}
     """Judged behaviours only: the faulted units without an annotation, each with (episode, why)."""
     skipped: dict[Unit, list[str]] = {}
@@ -293,6 +301,7 @@ def read_cell(
     behaviours: dict[Unit, list[Behaviour]] = {}
     traces: dict[Unit, str] = {}
     acts: dict[Unit, list[str]] = {}
+    cancelled: set[Unit] = set()
     unannotated: dict[Unit, tuple[str, str]] = {}
     skipped: dict[Unit, list[str]] = {}
     base = baseline or {}
@@ -313,6 +322,8 @@ def read_cell(
                 acts[unit] = EpisodeTrace.of(evidence).acts()
                 continue
             injected.add(unit)
+            if cancelled_by_defense(evidence):
+                cancelled.add(unit)
             if judged is None:
                 behaviours[unit] = detect(evidence, baseline=base.get(unit, ()))
                 continue
@@ -330,6 +341,7 @@ def read_cell(
         behaviours=behaviours,
         traces=traces,
         acts=acts,
+        cancelled=cancelled,
         unannotated=unannotated,
         skipped=skipped,
     )
@@ -449,6 +461,7 @@ def fault_row(cell: CampaignCell, result: CellResult, base: CellResult, rs: RsVa
         solved=solved,
         rs=ratio(solved, len(base.solved)),
         no_effect=len(unchanged),
+        cancelled=len(unchanged & result.cancelled),
         not_annotated=len(result.unannotated),
         skipped=reasons.total(),
         skipped_units=len(set(result.skipped) - result.injected),
