@@ -19,20 +19,25 @@ Linux only (it reads /proc).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import nats
+import nats.errors
+import nats.js.errors
 from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
 from bench._common import cpu_seconds, fail_after, machine
-from faultline.bus import EmbeddedServer
+from faultline.bus import EmbeddedServer, free_port
 
 BODY = b"x" * 300
 """About a message of a retail episode."""
@@ -40,6 +45,8 @@ WINDOW = 512
 """Publishes a publisher has unconfirmed at most, as a worker's outbox has a round of them."""
 ACK_EVERY = 100
 """Deliveries a consumer acknowledges at once (its policy acknowledges all before the one it names)."""
+CLUSTER_READY_S = 30.0
+"""Longest a cluster may take to elect its JetStream leader and make a stream."""
 READ_TIMEOUT_S = 120.0
 """Longest a partition may take to arrive whole before the measurement is given up."""
 MAX_ACK_PENDING = 10_000
@@ -110,23 +117,52 @@ def _reader(url: str, partition: int, streams: int, expected: int, finished: Any
     finished.value = time.time()
 
 
-async def _streams(url: str, streams: int, readers: int) -> None:
+@contextlib.contextmanager
+def _servers(nodes: int, cores: int, folder: Path) -> Iterator[list[EmbeddedServer]]:
+    """One nats-server, or `nodes` routed into a cluster, each tagged with its name for stream placement."""
+    if nodes == 1:
+        with EmbeddedServer(cores=cores) as server:
+            yield [server]
+        return
+    ports = [free_port("127.0.0.1") for _ in range(nodes)]
+    routes = ",".join(f"nats://127.0.0.1:{port}" for port in ports)
+    with contextlib.ExitStack() as stack:
+        servers = []
+        for i, port in enumerate(ports):
+            config = folder / f"node{i}.conf"
+            config.write_text(f'server_tags: ["node{i}"]\n')
+            args = ("--server_name", f"node{i}", "--cluster_name", "bench", "--cluster", f"nats://127.0.0.1:{port}")
+            node = EmbeddedServer(
+                store_dir=folder / f"node{i}", config_file=config, cores=cores, extra_args=(*args, "--routes", routes)
+            )
+            servers.append(stack.enter_context(node))
+        yield servers
+
+
+async def _streams(url: str, streams: int, readers: int, nodes: int) -> None:
+    """Make the streams, stream k on node k mod `nodes`; in a cluster, once it has elected its JetStream leader."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     for k in range(streams):
-        await js.add_stream(
-            api.StreamConfig(
-                name=f"BENCH_{k}",
-                subjects=_stream_subjects(k, streams, readers),
-                storage=api.StorageType.FILE,
-                duplicate_window=120.0,
-            )
+        config = api.StreamConfig(
+            name=f"BENCH_{k}",
+            subjects=_stream_subjects(k, streams, readers),
+            storage=api.StorageType.FILE,
+            duplicate_window=120.0,
+            placement=api.Placement(tags=[f"node{k % nodes}"]) if nodes > 1 else None,
         )
+        with fail_after(CLUSTER_READY_S, f"stream BENCH_{k} made"):
+            while True:
+                try:
+                    await js.add_stream(config)
+                    break
+                except (nats.errors.Error, nats.js.errors.Error):
+                    await anyio.sleep(0.2)  # no JetStream leader yet
     await nc.close()
 
 
 def measure(
-    streams: int, publishers: int, readers: int, messages: int, episodes: int, server_cores: int
+    streams: int, publishers: int, readers: int, messages: int, episodes: int, server_cores: int, nodes: int = 1
 ) -> dict[str, Any]:
     if readers % streams:
         raise SystemExit(f"--readers {readers} does not divide into {streams} streams")
@@ -134,39 +170,45 @@ def measure(
     total = share * publishers
     numbers = [n % episodes for n in range(total)]
     expected = [sum(1 for e in numbers if e % readers == k) for k in range(readers)]
-    with EmbeddedServer(cores=server_cores) as server:
-        assert server.pid is not None
-        anyio.run(_streams, server.url, streams, readers)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-streams-") as folder,
+        _servers(nodes, server_cores, Path(folder)) as servers,
+    ):
+        urls = [server.url for server in servers]
+        anyio.run(_streams, urls[0], streams, readers, nodes)
         context = multiprocessing.get_context("spawn")
         cpus = [context.Value("d", 0.0) for _ in range(publishers)]
         finished = [context.Value("d", 0.0) for _ in range(readers)]
-        readers_ = [
-            context.Process(target=_reader, args=(server.url, k, streams, expected[k], finished[k]))
+        readers_ = [  # each on the node of its stream
+            context.Process(target=_reader, args=(urls[k % streams % nodes], k, streams, expected[k], finished[k]))
             for k in range(readers)
         ]
         publishers_ = [
-            context.Process(target=_publisher, args=(server.url, i * share, share, readers, episodes, cpus[i]))
+            context.Process(target=_publisher, args=(urls[i % nodes], i * share, share, readers, episodes, cpus[i]))
             for i in range(publishers)
         ]
         for proc in readers_:
             proc.start()
-        server_before = cpu_seconds(server.pid)
+        pids = [server.pid for server in servers if server.pid is not None]
+        before = [cpu_seconds(pid) for pid in pids]
         started = time.time()
         for proc in publishers_:
             proc.start()
         for proc in [*publishers_, *readers_]:
             proc.join()
-        server_cpu = cpu_seconds(server.pid) - server_before
+        server_cpus = [cpu_seconds(pid) - was for pid, was in zip(pids, before, strict=True)]
     if any(proc.exitcode for proc in readers_):
         raise SystemExit(f"{streams} stream(s): a reader failed (its traceback is above)")
     seconds = max(value.value for value in finished) - started
     return {
         "streams": streams,
+        "nodes": nodes,
         "readers": readers,
         "messages": total,
         "seconds": seconds,
         "messages_per_s": total / seconds,
-        "server_us_per_message": server_cpu / total * 1e6,
+        "server_us_per_message": sum(server_cpus) / total * 1e6,
+        "busiest_server_pct": max(server_cpus) / seconds * 100,
         "publishers_us_per_message": sum(cpu.value for cpu in cpus) / total * 1e6,
     }
 
@@ -179,6 +221,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--episodes", type=int, default=5_000, help="episodes the subjects name")
     parser.add_argument("--server-cores", type=int, default=0, help="nats-server's cores (0: faultline's default)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="nats-server processes routed into a cluster, stream k kept on node k mod NODES (each with"
+        " --server-cores), so that no one server process does the work of every stream",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     console = Console()
@@ -186,23 +235,27 @@ def main() -> None:
     console.print(f"[bold]machine[/]: {host['cpus']} CPUs, {host['platform']}, Python {host['python']}")
     rows = []
     for streams in args.streams:
-        row = measure(streams, args.publishers, args.readers, args.messages, args.episodes, args.server_cores)
+        row = measure(
+            streams, args.publishers, args.readers, args.messages, args.episodes, args.server_cores, args.nodes
+        )
         rows.append(row)
         console.print(
-            f"{streams} stream(s): {row['messages_per_s']:,.0f} messages/s, nats-server"
+            f"{streams} stream(s) on {args.nodes} node(s): {row['messages_per_s']:,.0f} messages/s, nats-server"
             f" {row['server_us_per_message']:.1f} us and publishers {row['publishers_us_per_message']:.1f} us"
-            " of CPU per message"
+            f" of CPU per message; busiest nats-server {row['busiest_server_pct']:.0f}% of a core"
         )
     table = Table(
         title=f"{args.messages:,} messages from {args.publishers} publishers, read back whole by {args.readers}"
     )
-    for column in ("streams", "messages/s", "nats-server, us CPU/message", "publishers, us CPU/message"):
+    columns = ("streams", "messages/s", "nats-server, us CPU/message", "busiest nats-server, % of a core")
+    for column in (*columns, "publishers, us CPU/message"):
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
             str(row["streams"]),
             f"{row['messages_per_s']:,.0f}",
             f"{row['server_us_per_message']:.1f}",
+            f"{row['busiest_server_pct']:.0f}",
             f"{row['publishers_us_per_message']:.1f}",
         )
     console.print(table)
