@@ -9,7 +9,8 @@ their first answer (their start-up left out) to the last row, per row journaled 
 This is the journal alone, with no workers beside it: what a shard costs per row against one journal, and how that
 changes with the rate each shard is delivered. Not a test: run it by hand.
 
-    python -m bench.journal_service [--shards 1,4] [--rate 2000,8000] [--seconds 10] [--json out.json]
+    python -m bench.journal_service [--shards 1,4] [--rate 2000,8000] [--seconds 10] [--trim-after-s S]
+                                    [--json out.json]
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
-def _serve(url: str, folder: Path, shard: int, shards: int) -> subprocess.Popen[bytes]:
+def _serve(url: str, folder: Path, shard: int, shards: int, trim_after_s: float | None) -> subprocess.Popen[bytes]:
     target = folder / "journal.sqlite" if shards == 1 else folder / "journal"
     layout = [] if shards == 1 else ["--shards", str(shards), "--shard", str(shard), "--partitions", str(shards)]
+    trim = [] if trim_after_s is None else ["--trim-after-s", f"{trim_after_s:g}"]
     return subprocess.Popen(
-        [sys.executable, "-m", "faultline.cli", "journal", "serve", str(target), "--nats", url, *layout],
+        [sys.executable, "-m", "faultline.cli", "journal", "serve", str(target), "--nats", url, *layout, *trim],
         cwd=folder,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -66,7 +68,9 @@ async def _answering(bus: Bus, shards: int) -> None:
                 return
 
 
-async def measure(shards: int, rate: int, seconds: float, body_bytes: int, episodes: int) -> dict[str, Any]:
+async def measure(
+    shards: int, rate: int, seconds: float, body_bytes: int, episodes: int, trim_after_s: float | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         server = EmbeddedServer(store_dir=folder / "nats").start()
@@ -76,7 +80,7 @@ async def measure(shards: int, rate: int, seconds: float, body_bytes: int, episo
             bus = await Bus.connect(server.url, settings=settings, name="bench")
             try:
                 await bus.ensure_stream()
-                services = [_serve(server.url, folder, shard, shards) for shard in range(shards)]
+                services = [_serve(server.url, folder, shard, shards, trim_after_s) for shard in range(shards)]
                 await _answering(bus, shards)
                 before = sum(cpu_seconds(p.pid) for p in services)
                 per_tick = max(1, round(rate * TICK_S))
@@ -118,6 +122,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--body-bytes", type=int, default=300)
     parser.add_argument("--episodes", type=int, default=512)
+    parser.add_argument(
+        "--trim-after-s",
+        type=float,
+        default=None,
+        help="passed to `journal serve` (default: its own, [journal] trim_after_s; 0 leaves the stream untrimmed)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     console = Console()
@@ -125,7 +135,8 @@ def main() -> None:
     for rate in args.rate:
         for shards in args.shards:
             with console.status(f"{shards} shard(s) at {rate:,} messages/s"):
-                rows.append(anyio.run(measure, shards, rate, args.seconds, args.body_bytes, args.episodes))
+                row = anyio.run(measure, shards, rate, args.seconds, args.body_bytes, args.episodes, args.trim_after_s)
+                rows.append(row)
     table = Table(title="journal CPU per row (the journal alone, no workers)")
     for column in ("shards", "messages/s", "rows", "lag (s)", "CPU (s)", "us per row", "cores"):
         table.add_column(column, justify="right")

@@ -39,6 +39,11 @@ def journal(tmp_path: Path) -> Path:
         (["helpers", "clear", "nope", "--nats", "nats://127.0.0.1:9"], 1, "cannot load domain 'nope'"),
         (["run", "--tasks", "1", "--journal", "{tmp}"], 1, ": is a folder, not a journal file"),
         (["up", "--journal", "{tmp}"], 1, ": is a folder, not a journal file"),
+        (
+            ["journal", "serve", "{tmp}/j.sqlite", "--trim-after-s", "-1", "--nats", "nats://127.0.0.1:9"],
+            2,
+            "--trim-after-s -1: give the seconds the stream keeps a settled episode, 0 for ever",
+        ),
         (["run", "--tasks", "1", "--journal", "/dev/null"], 1, "/dev/null: is not a regular file, so not a journal"),
         (["run", "--tasks", "1", "--journal", "{tmp}/notes.txt"], 1, "notes.txt: not a Faultline journal"),
         (
