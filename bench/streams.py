@@ -5,13 +5,14 @@ that server was the one process above a core while the rest waited. This measure
 Faultline process: `--publishers` processes publish `--messages` in all (each with a `Nats-Msg-Id`, as the bus
 sends them, to subjects that name one of `--episodes` episodes and one of `--readers` partitions, as Faultline's
 do). The partitions are spread over `--streams` streams; one reading process per partition reads it whole from
-the stream that holds it and acknowledges, as a journal shard does.
-For each stream count: the rate from the first publish to the last message read, and the CPU nats-server and
-the publishers spent per message (utime + stime from /proc). Not a test; on 2 cores only the CPU per message
-says anything, on many cores the rate does too.
+the stream that holds it and acknowledges, as a journal shard does. With `--nodes` above 1 the streams are kept
+by that many nats-server processes, routed into a cluster (stream k on node k mod nodes).
+For each count of nodes and streams: the rate from the first publish to the last message read, the CPU the
+nats-servers and the publishers spent per message (utime + stime from /proc), and the busiest nats-server's share
+of a core. Not a test; on 2 cores only the CPU per message says anything, on many cores the rate does too.
 
-    python -m bench.streams [--streams 1,4] [--publishers 4] [--readers 4] [--messages 200000] [--server-cores 0]
-                            [--json out.json]
+    python -m bench.streams [--streams 1,4] [--nodes 1,3] [--publishers 4] [--readers 4] [--messages 200000]
+                            [--server-cores 0] [--json out.json]
 
 Linux only (it reads /proc).
 """
@@ -223,10 +224,10 @@ def main() -> None:
     parser.add_argument("--server-cores", type=int, default=0, help="nats-server's cores (0: faultline's default)")
     parser.add_argument(
         "--nodes",
-        type=int,
-        default=1,
-        help="nats-server processes routed into a cluster, stream k kept on node k mod NODES (each with"
-        " --server-cores), so that no one server process does the work of every stream",
+        type=_ints,
+        default=[1],
+        help="nats-server processes, comma-separated counts: more than 1 are routed into a cluster, stream k kept on"
+        " node k mod NODES (each with --server-cores), so that no one server process does the work of every stream",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -234,24 +235,26 @@ def main() -> None:
     host = machine()
     console.print(f"[bold]machine[/]: {host['cpus']} CPUs, {host['platform']}, Python {host['python']}")
     rows = []
-    for streams in args.streams:
-        row = measure(
-            streams, args.publishers, args.readers, args.messages, args.episodes, args.server_cores, args.nodes
-        )
-        rows.append(row)
-        console.print(
-            f"{streams} stream(s) on {args.nodes} node(s): {row['messages_per_s']:,.0f} messages/s, nats-server"
-            f" {row['server_us_per_message']:.1f} us and publishers {row['publishers_us_per_message']:.1f} us"
-            f" of CPU per message; busiest nats-server {row['busiest_server_pct']:.0f}% of a core"
-        )
+    for nodes in args.nodes:
+        for streams in args.streams:
+            row = measure(
+                streams, args.publishers, args.readers, args.messages, args.episodes, args.server_cores, nodes
+            )
+            rows.append(row)
+            console.print(
+                f"{streams} stream(s) on {nodes} node(s): {row['messages_per_s']:,.0f} messages/s, nats-server"
+                f" {row['server_us_per_message']:.1f} us and publishers {row['publishers_us_per_message']:.1f} us"
+                f" of CPU per message; busiest nats-server {row['busiest_server_pct']:.0f}% of a core"
+            )
     table = Table(
         title=f"{args.messages:,} messages from {args.publishers} publishers, read back whole by {args.readers}"
     )
-    columns = ("streams", "messages/s", "nats-server, us CPU/message", "busiest nats-server, % of a core")
+    columns = ("nodes", "streams", "messages/s", "nats-server, us CPU/message", "busiest nats-server, % of a core")
     for column in (*columns, "publishers, us CPU/message"):
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
+            str(row["nodes"]),
             str(row["streams"]),
             f"{row['messages_per_s']:,.0f}",
             f"{row['server_us_per_message']:.1f}",
