@@ -520,6 +520,7 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
     assert "2 worker(s)" in table and "pinger" in table and "ponger" in table
     assert "episodes in flight" in table and "…" not in table  # piped, whole: no column cut to 80 wide
     assert re.search(r"journal: writing; messages not journaled yet, by shard: \d+\n", table), table
+    assert re.search(r"stream: [\d,]+ messages, [\d.]+ MiB, up to sequence [\d,]+ ", table), table
     assert {r.identity for r in replies} == {OPEN_TELLER}  # a server without users vouches for nobody
     assert {r.worker for r in brief} == {"ping", "pong"}
     assert all(not (r.pid or r.agents or r.episodes) for r in brief)  # no episode listed
@@ -550,8 +551,10 @@ async def test_status_says_how_far_behind_a_stopped_journal_is(
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     [backlog] = [line for line in lines if line.get("type") == "journal"]
     [summary] = [line for line in lines if line.get("type") == "summary"]
+    [stream] = [line for line in lines if line.get("type") == "stream"]
     assert code == 0
     assert backlog["shard"] == 0 and backlog["waiting"] >= 30  # the stream holds them; the journal has not
+    assert stream["messages"] >= 30 and stream["last_seq"] >= stream["messages"] and stream["bytes"] > 0
     assert summary["journal"].startswith("no answer (")
 
 

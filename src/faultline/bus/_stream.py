@@ -22,11 +22,12 @@ PARTITIONS_KEY = "faultline_partitions"
 
 @dataclass(frozen=True, slots=True)
 class StreamState:
-    """How many messages the stream holds, and the sequences of the first and the last one stored."""
+    """How many messages the stream holds, the sequences of the first and the last one stored, and its bytes."""
 
     messages: int
     last_seq: int
     first_seq: int = 0
+    bytes: int = 0
 
 
 class Stream:
@@ -92,7 +93,10 @@ class Stream:
 
     async def state(self) -> StreamState:
         info = await self._info()
-        return StreamState(messages=info.state.messages, last_seq=info.state.last_seq, first_seq=info.state.first_seq)
+        state = info.state
+        return StreamState(
+            messages=state.messages, last_seq=state.last_seq, first_seq=state.first_seq, bytes=state.bytes
+        )
 
     async def _info(self) -> api.StreamInfo:
         with self._refusals.asking_jetstream(f"asking for the state of stream {self._subjects.stream}"):

@@ -30,7 +30,7 @@ from faultline.api import (
     with_helpers,
     worker_specs,
 )
-from faultline.bus import OPERATOR, Bus, Login, TLSFiles
+from faultline.bus import OPERATOR, Bus, Login, StreamState, TLSFiles
 from faultline.cli import _jsonl
 from faultline.cli._args import add_config_flag, connection_flags, otel_flags, otel_headers
 from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix, up_workers
@@ -394,6 +394,7 @@ def _status(args: argparse.Namespace) -> int:
         _jsonl.rows("worker", [msgspec.structs.asdict(reply) for reply in replies])  # every field, defaults too
         _jsonl.rows("roster", _roster_rows(rosters))
         _jsonl.rows("journal", [{"shard": k, "waiting": n} for k, n in enumerate(journal.waiting)])
+        _jsonl.rows("stream", [dataclasses.asdict(journal.stream)])
         _jsonl.summary({"workers": len(replies), "silent": silent, "url": url, "journal": journal.says()})
         return 1 if silent else 0
     table = Table(title=f"{len(replies)} worker(s)")
@@ -422,6 +423,12 @@ def _status(args: argparse.Namespace) -> int:
     console.print(table)
     waiting = ", ".join("-" if n is None else f"{n:,}" for n in journal.waiting)
     console.print(f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False)
+    stream = journal.stream
+    console.print(
+        f"stream: {stream.messages:,} messages, {stream.bytes / 2**20:,.1f} MiB, up to sequence {stream.last_seq:,}"
+        " (the journal trims what it holds of episodes silent for [journal] trim_after_s)",
+        highlight=False,
+    )
     if silent:
         console.print(
             f"no answer within {STATUS_WAIT_S:g}s from {', '.join(silent)}, which the `faultline up` here runs:"
@@ -435,10 +442,12 @@ def _status(args: argparse.Namespace) -> int:
 
 @dataclasses.dataclass
 class _Journal:
-    """The journal as `status` shows it: what its shards say, and what each has yet to journal."""
+    """The journal as `status` shows it: what its shards say, what each has yet to journal, and what the stream
+    holds."""
 
     waiting: list[int | None]
     """By shard, the messages of the stream it has not journaled yet (None: it never started)."""
+    stream: StreamState
     stuck: str = ""
     silent: str = ""
     """Why no answer came, when none did."""
@@ -451,11 +460,12 @@ class _Journal:
 
 async def _journal_status(bus: Bus, shards: int) -> _Journal:
     """Ask the journal's shards how they are, and the stream how far behind each is (`shards` when none answers)."""
+    stream = await bus.stream_state()
     try:
         state = await ask_journal(bus, STATUS_WINDOW_S)
     except (NoResponderError, ReplyTimeoutError) as exc:
-        return _Journal(await journal_backlog(bus, shards), silent=str(exc))
-    return _Journal(await journal_backlog(bus, state.shards), stuck=state.stuck)
+        return _Journal(await journal_backlog(bus, shards), stream, silent=str(exc))
+    return _Journal(await journal_backlog(bus, state.shards), stream, stuck=state.stuck)
 
 
 def _roster_rows(rosters: Rosters) -> list[dict[str, Any]]:
