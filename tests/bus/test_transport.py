@@ -26,6 +26,7 @@ from faultline.bus import (
 )
 from faultline.core import (
     DEAD_LETTER_KEPT_BYTES,
+    Control,
     DeadLetter,
     Envelope,
     Interceptor,
@@ -112,6 +113,18 @@ async def test_a_read_ends_when_what_it_was_to_read_is_trimmed_from_the_stream_m
     assert await bus.read_envelopes(["fl.ep.e1.>"], timeout_s=5) == []
     monkeypatch.setattr(Consumer, "batch", batch)
     assert [env.id for _, env in await bus.read_envelopes(["fl.ep.>"], timeout_s=5)] == ["m3"]
+
+
+async def test_the_first_message_on_some_subjects_is_found_past_a_control_that_stays(bus: Bus) -> None:
+    """A journal started again loads its rows from where its episodes begin in the stream: the stream's own first
+    sequence may be a control that is never trimmed, and would have it load the whole journal."""
+    control = Envelope(id="c1", episode="control", sender="operator", body=Control(name="faults"))
+    await bus.publish_all([control, note(1), note(2, episode="e2"), note(3, episode="e3")])
+    await bus.trim_stream(bus.subjects.shard_episodes(0, 1), below=3)
+    assert (await bus.stream_state()).first_seq == 1
+    assert await bus.first_stored(bus.subjects.shard_episodes(0, 1)) == 3
+    assert await bus.first_stored(["fl.ep.e3.>"]) == 4
+    assert await bus.first_stored(["fl.ep.nobody.>"]) == 0
 
 
 async def test_a_dead_letter_is_bounded_however_large_the_refused_message(bus: Bus) -> None:

@@ -261,11 +261,11 @@ def journal_identity(
 ) -> Identity:
     """A journal service (or one shard's) reads everything (a shard: its `filters`) through its durable `consumer`,
     answers the services it `serves` (the journal's), trims the stream of what it journaled and no episode needs
-    any more, and speaks as nobody."""
+    any more (asking it where its episodes' messages begin), and speaks as nobody."""
     publish, subscribe = _js_api(subjects, name, serves)
     filtered = filters[0] if len(filters) == 1 else ""  # one filter goes in the create subject
-    trim = f"$JS.API.STREAM.PURGE.{subjects.stream}"
-    return Identity(name, (*publish, trim, *_owns(subjects, consumer, filtered)), subscribe)
+    trim = (f"$JS.API.STREAM.PURGE.{subjects.stream}", f"$JS.API.STREAM.MSG.GET.{subjects.stream}")
+    return Identity(name, (*publish, *trim, *_owns(subjects, consumer, filtered)), subscribe)
 
 
 def load_credential(path: Path) -> Credential:

@@ -91,6 +91,18 @@ class Stream:
             for subject in subjects:
                 await self._js.purge_stream(self._subjects.stream, seq=below, subject=subject)
 
+    async def first_on(self, subjects: list[str]) -> int:
+        """The sequence of the first message the stream holds on any of `subjects` (filters); 0 when none."""
+        firsts = []
+        with self._refusals.asking_jetstream(f"asking stream {self._subjects.stream} for its first messages"):
+            for subject in subjects:
+                try:
+                    first = await self._js.get_msg(self._subjects.stream, seq=1, subject=subject, next=True)
+                except nats.js.errors.NotFoundError:
+                    continue
+                firsts.append(first.seq or 0)
+        return min(firsts, default=0)
+
     async def state(self) -> StreamState:
         info = await self._info()
         state = info.state

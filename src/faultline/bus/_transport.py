@@ -205,6 +205,11 @@ class Bus:
         """How many messages the stream holds now, and the sequence of the last one."""
         return await self._stream.state()
 
+    async def first_stored(self, subjects: list[str]) -> int:
+        """The sequence of the first message the stream holds on any of `subjects` (filters); 0 when it holds none:
+        where a trimmed stream's episodes begin, which its first sequence (a control kept for ever) may not say."""
+        return await self._stream.first_on(subjects)
+
     async def trim_stream(self, subjects: list[str], below: int) -> None:
         """Remove the stream's messages on `subjects` (filters, `Subjects.shard_episodes`) below sequence `below`:
         what the journal holds and no episode needs any more (`runtime.JournalService`)."""

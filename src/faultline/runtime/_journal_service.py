@@ -310,9 +310,10 @@ class JournalService:
     async def _keep_journaled(self, journal: Journal, stream: str, kept: EpisodesKept) -> None:
         """Count as just seen every episode of the rows the stream still holds: a journal started again cannot
         tell which of them are settled, so it keeps them all for `trim_after_s` more."""
-        first = (await self.bus.stream_state()).first_seq
-        since = await anyio.to_thread.run_sync(journal.journaled_since, stream, first)
-        kept.seen(self._episode_messages(since), anyio.current_time())
+        first = await self.bus.first_stored(self.bus.subjects.shard_episodes(self.shard, self.shards))
+        if first:
+            since = await anyio.to_thread.run_sync(journal.journaled_since, stream, first)
+            kept.seen(self._episode_messages(since), anyio.current_time())
 
     async def _trim(self, kept: EpisodesKept) -> None:
         """Every `trim_every_s`, remove from the stream the messages this service journaled of settled episodes
