@@ -18,7 +18,7 @@ from faultline.core import (
     ToolResult,
     UserTurn,
 )
-from faultline.report import DETECTORS, read_cell
+from faultline.report import DETECTORS, Detector, EpisodeTrace, detect, read_cell
 
 from .journals import Step, episode, faulted, write_journal
 
@@ -258,3 +258,20 @@ def test_a_defense_drop_the_fault_free_run_made_too_is_no_response_to_the_fault(
     against, _ = read_cell(journal, baseline=base.acts)
     assert [(b.name, b.repaired) for b in alone.behaviours[("t1", 0)]] == [("defense_filtered", False)]
     assert against.behaviours[("t1", 0)] == []
+
+
+def test_a_detector_of_several_tiers_gives_its_behaviour_every_one_with_one_outcome(tmp_path: Path) -> None:
+    """A detector that names more than one tier counts its behaviour in each of them; a failed sighting failed in
+    all of them."""
+
+    def drops_failed(trace: EpisodeTrace) -> list[tuple[int, bool]]:
+        return [(pos, False) for pos, env in trace.after_fault() if isinstance(env.body, DefenseFired)]
+
+    both = Detector("drop", "rule", "a defense's drop, failed in both", drops_failed, tiers=("rule", "reasoning"))
+    steps = list(enumerate(episode("e1", "t1", FIRES["defense_filtered"]), 1))
+    [seen] = detect(steps, [both])
+    assert (seen.all_tiers, seen.repaired, [seen.repaired_in(t) for t in ("rule", "reasoning")]) == (
+        ["rule", "reasoning"],
+        False,
+        [False, False],
+    )

@@ -258,7 +258,9 @@ def _source(report: CampaignReport, *, judge_note: bool = True) -> str:
     measure, for a table that does not say it anyway)."""
     s = report.summary
     if s.behaviour_source == "rules":
-        return "detectors: " + ", ".join(f"{d.name} ({d.tier}): {d.summary}" for d in DETECTORS.values())
+        return "detectors: " + ", ".join(
+            f"{d.name} ({', '.join(d.all_tiers)}): {d.summary}" for d in DETECTORS.values()
+        )
     text = (
         f"judged behaviours: {BEHAVIOUR_SOURCES['judged']}; judge {s.judge}, {s.annotated} episodes annotated"
         f" ({s.recorded} from recorded answers), {s.not_annotated} not"

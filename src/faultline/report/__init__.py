@@ -3,7 +3,7 @@ the structured-reflection reward of a turn in the reflect/call/final form.
 
 `campaign_report(folder)` reads a campaign folder (a manifest and one journal per cell);
 the behaviour detectors (`DETECTORS`) find fault-tolerant behaviours in an episode's
-messages, each in one of the four tiers. Nothing here talks to NATS: a campaign folder
+messages, each in one or more of the four tiers. Nothing here talks to NATS: a campaign folder
 copied to another machine gives the same report there. `turn_reward` scores one turn
 against a reference with Tool-Reflection-Bench's decomposition, `reward_stats` sums many up.
 With judged behaviours a `BehaviourAnnotator` asks a model judge to label each faulted

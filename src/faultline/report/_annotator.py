@@ -169,7 +169,8 @@ class EpisodeCase(msgspec.Struct, frozen=True, kw_only=True):
     """Per applied fault: `n`, fault, `delivered` (the [numbers] of what it sent instead), `agent` whose message
     or model call it changed, `on_model_call`, `removed` (text it took out of a conversation)."""
     evidence: list[dict[str, Any]]
-    """The rule detectors' sightings: behaviour, tier, `n`, repaired."""
+    """The rule detectors' sightings: behaviour, tier (its tiers, comma-separated, when more than one), `n`,
+    repaired."""
     positions: list[int]
     """The journal position of each [number], from 1."""
 
@@ -232,7 +233,7 @@ def episode_case(
             trajectory.append(_entry(n, env, numbers, made, made))
     position = {pos: n for n, (pos, _) in enumerate(shown, 1)}
     evidence = [
-        {"behaviour": b.name, "tier": b.tier, "n": _line_at(position, b.pos), "repaired": b.repaired}
+        {"behaviour": b.name, "tier": ", ".join(b.all_tiers), "n": _line_at(position, b.pos), "repaired": b.repaired}
         for b in detect(steps, baseline=baseline)
     ]
     return EpisodeCase(

@@ -193,6 +193,12 @@ class Detector:
     tier: Tier
     summary: str
     detect: Detect
+    tiers: tuple[Tier, ...] = ()
+    """Every tier its behaviour counts in when more than `tier` (the first of them), with one outcome in all."""
+
+    @property
+    def all_tiers(self) -> tuple[Tier, ...]:
+        return self.tiers or (self.tier,)
 
 
 def _defense_filtered(trace: EpisodeTrace) -> list[Sighting]:
@@ -295,7 +301,7 @@ DETECTORS: dict[str, Detector] = {
         ),
     )
 }
-"""Every behaviour detector by name, each with its tier."""
+"""Every behaviour detector by name, each with its tiers."""
 
 
 def detect(
@@ -309,7 +315,7 @@ def detect(
         return []
     ordinary = trace.also_in(baseline)
     found = [
-        Behaviour(name=d.name, tier=d.tier, pos=pos, repaired=repaired)
+        Behaviour(name=d.name, tier=d.tier, tiers=list(d.tiers), pos=pos, repaired=repaired)
         for d in (DETECTORS.values() if detectors is None else detectors)
         for pos, repaired in d.detect(trace)
         if pos not in ordinary

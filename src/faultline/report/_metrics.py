@@ -102,7 +102,8 @@ SIM_JUDGE_NOTE = (
 
 BehaviourSource = Literal["rules", "judged"]
 BEHAVIOUR_SOURCES: dict[BehaviourSource, str] = {
-    "rules": "Faultline's rule detectors: each behaviour named and tested, in one tier, from journal evidence",
+    "rules": "Faultline's rule detectors: each behaviour named and tested, in fixed tiers with one outcome in all,"
+    " from journal evidence",
     "judged": "a model judge (role judge) labels each faulted episode's behaviours, several tiers each, as"
     " MAS-FIRE's annotator does; the rule detectors' sightings are its evidence",
 }
