@@ -116,15 +116,16 @@ def _storm(*copy_answer: Step) -> list[Step]:
 
 
 def test_the_sim_judge_labels_what_the_trajectory_shows() -> None:
-    """Copies nobody answered: duplicates did not affect behaviour (reasoning, succeeded); a copy the user answered:
-    abnormal behaviour (failed); a question about a rewritten instruction that the user answered: mechanism and
-    reasoning, succeeded (from the detectors' evidence)."""
+    """Copies nobody answered: duplicates did not affect behaviour (reasoning, succeeded); a copy the user answered
+    (the detectors' acted_on_copy): abnormal behaviour, failed in rule and reasoning as Table 2 marks it; a question
+    about a rewritten instruction that the user answered: mechanism and reasoning, succeeded (from the detectors'
+    evidence)."""
     [ignored] = _sim(_case(_storm())).behaviours
     assert (ignored.name, ignored.tiers) == ("duplicates do not affect behaviour", {"reasoning": "succeeded"})
     [answered] = _sim(_case(_storm(("user", "tool", UserTurn(text="Thanks, again?"), "m2")))).behaviours
     assert (answered.name, answered.tiers, answered.step) == (
         "duplicates cause abnormal behaviour",
-        {"reasoning": "failed"},
+        {"rule": "failed", "reasoning": "failed"},
         4,
     )
     rewritten: list[Step] = [
@@ -217,19 +218,22 @@ def _lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
 def test_the_judged_report_counts_the_judges_behaviours_in_every_tier_they_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The campaign of test_metrics: t1 asked the user (now mechanism and reasoning), t4's defense dropped a stray
-    message (rule, failed). With the rule detectors asked_user counted in reasoning only."""
+    """The campaign of test_metrics: t1 asked the user in answer to a storm's copy (duplicates caused abnormal
+    behaviour: rule and reasoning, failed in both), t4's defense dropped a stray message (rule, failed), and with
+    dedup every copy was dropped (rule, succeeded). The rule detectors count t1's acted_on_copy in the same two
+    tiers."""
     folder = _campaign(tmp_path / "c")
     assert main(["report", str(folder), "--behaviours", "judged", "--model", "sim", "--json"]) == 0
     lines = _lines(capsys)
     tiers = {(t["defense"], t["tier"]): (t["triggered"], t["fixed"]) for t in lines if t["type"] == "tier"}
-    assert tiers[("", "mechanism")] == (1, 1) and tiers[("", "reasoning")] == (1, 1) and tiers[("", "rule")] == (1, 0)
+    assert tiers[("", "mechanism")] == (0, 0) and tiers[("", "reasoning")] == (1, 0) and tiers[("", "rule")] == (2, 0)
     rows = {
         (b["defense"], b["behaviour"]): (b["tiers"], b["repaired"], b["failed"])
         for b in lines
         if b["type"] == "behaviour"
     }
-    assert rows[("", "asks the user for key information")] == (["mechanism", "reasoning"], 1, 0)
+    tiers_named, repaired, failed = rows[("", "duplicates cause abnormal behaviour")]
+    assert (sorted(tiers_named), repaired, failed) == (["reasoning", "rule"], 0, 1)
     assert rows[("", "system filters a stray message")] == ([], 0, 1)
     summary = lines[-1]
     assert (summary["behaviour_source"], summary["judge"], summary["annotated"], summary["recorded"]) == (
@@ -245,10 +249,10 @@ def test_the_judged_report_counts_the_judges_behaviours_in_every_tier_they_name(
     assert again[:-1] == lines[:-1] and again[-1]["recorded"] == 8
     assert main(["report", str(folder), "--behaviours", "judged", "--model", "sim"]) == 0
     text = capsys.readouterr().out
-    assert "✓ 1" in text and "✗ 1" in text and "the sim judge is a stand-in" in text
+    assert "✓ 4" in text and "✗ 1" in text and "the sim judge is a stand-in" in text
     assert main(["report", str(folder), "--json"]) == 0
     rules = {(t["defense"], t["tier"]): t["triggered"] for t in _lines(capsys) if t["type"] == "tier"}
-    assert rules[("", "mechanism")] == 0 and rules[("", "reasoning")] == 1
+    assert (rules[("", "mechanism")], rules[("", "reasoning")], rules[("", "rule")]) == (0, 1, 2)
 
 
 async def test_a_real_server_answers_through_the_openai_client_and_a_malformed_answer_is_reported(

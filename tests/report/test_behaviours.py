@@ -62,8 +62,15 @@ FIRES: dict[str, list[Step]] = {
         ("tool", "memory", memory_lost()),
         ("memory", "tool", ContextReply(step=1, helper="memory", text=f"The user said, in order:\n- {EARLY}")),
     ],
+    "acted_on_copy": [  # the tool answered the storm's copy with a question: the fault's effect, not asked_user
+        ("user", "tool", faulted("m9", "m9", "m9-copy")),
+        ("tool", "user", AssistantTurn(text="Which order do you mean?"), "m9-copy"),
+        ("user", "tool", UserTurn(text="Order A1.")),
+    ],
 }
-"""For each detector, an episode where it must fire and repair."""
+"""For each detector, an episode where it must fire (and repair, but for `NEVER_REPAIRS`)."""
+NEVER_REPAIRS = {"acted_on_copy"}
+"""Detectors of a fault's effect: what they see failed in every tier it counts in."""
 
 QUIET: dict[str, list[Step]] = {
     "defense_filtered": [  # the defense fired before any fault: no response to one
@@ -89,6 +96,11 @@ QUIET: dict[str, list[Step]] = {
         ("tool", "memory", memory_lost()),
         ("memory", "tool", ContextReply(step=1, helper="memory", text="The user said, in order:\n- and get a refund")),
     ],
+    "acted_on_copy": [  # dedup dropped the copy; the tool answered the message as sent
+        ("user", "tool", faulted("m9", "m9", "m9-copy")),
+        ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m9-copy")),
+        ("tool", "user", AssistantTurn(text="Which order do you mean?"), "m9"),
+    ],
 }
 """For each detector, an episode with a fault where it must not fire."""
 
@@ -105,7 +117,8 @@ def test_detector_fires_on_its_evidence_and_only_there(name: str, tmp_path: Path
     cell, episodes = read_cell(journal)
     assert episodes == 2 and cell.injected == {("t1", 0), ("t2", 0)}
     fired = cell.behaviours[("t1", 0)]
-    assert [(b.name, b.tier, b.repaired) for b in fired] == [(name, DETECTORS[name].tier, True)]
+    repairs = name not in NEVER_REPAIRS
+    assert [(b.name, b.all_tiers, b.repaired) for b in fired] == [(name, list(DETECTORS[name].all_tiers), repairs)]
     assert name not in {b.name for b in cell.behaviours[("t2", 0)]}
 
 
@@ -218,7 +231,7 @@ EMAIL = UserTurn(text="It is omar@example.com.")
 def test_a_sighting_the_fault_free_run_shows_too_is_no_response_to_the_fault(tmp_path: Path) -> None:
     """A storm delivered the user's turn m1 and a copy m2; the tool asked for the email in answer to each. The
     fault-free run of the unit asked once: the first question is the system's ordinary course, the second, asked
-    again because of the copy, is what the fault changed."""
+    again because of the copy, is what the fault changed: its effect (acted_on_copy), which repairs nothing."""
     storm: list[Step] = [
         ("user", "tool", RETURN),
         ("user", "tool", RETURN),
@@ -237,8 +250,8 @@ def test_a_sighting_the_fault_free_run_shows_too_is_no_response_to_the_fault(tmp
     journal = write_journal(tmp_path / "storm.sqlite", episode("e-storm", "t1", storm))
     alone, _ = read_cell(journal)
     against, _ = read_cell(journal, baseline=base.acts)
-    assert [(b.name, b.pos) for b in alone.behaviours[("t1", 0)]] == [("asked_user", 5), ("asked_user", 7)]
-    assert [(b.name, b.pos) for b in against.behaviours[("t1", 0)]] == [("asked_user", 7)]
+    assert [(b.name, b.pos) for b in alone.behaviours[("t1", 0)]] == [("asked_user", 5), ("acted_on_copy", 7)]
+    assert [(b.name, b.pos, b.repaired) for b in against.behaviours[("t1", 0)]] == [("acted_on_copy", 7, False)]
 
 
 def test_a_defense_drop_the_fault_free_run_made_too_is_no_response_to_the_fault(tmp_path: Path) -> None:
@@ -258,6 +271,77 @@ def test_a_defense_drop_the_fault_free_run_made_too_is_no_response_to_the_fault(
     against, _ = read_cell(journal, baseline=base.acts)
     assert [(b.name, b.repaired) for b in alone.behaviours[("t1", 0)]] == [("defense_filtered", False)]
     assert against.behaviours[("t1", 0)] == []
+
+
+def test_questions_asked_in_answer_to_a_storms_copies_are_its_effect_not_repairs(tmp_path: Path) -> None:
+    """The shape a sim storm leaves: the user's first turn m1 and two copies m2, m3 reach the tool, which asks for
+    the email in answer to each, and the user answers each question. The fault-free run asks once. The extra
+    questions were asked because copies got through, not to clarify anything: no asked_user, but one acted_on_copy
+    per copy, failed in rule and in reasoning (MAS-FIRE's "duplicates cause abnormal behaviour")."""
+    storm: list[Step] = [
+        ("user", "tool", RETURN),
+        ("user", "tool", RETURN),
+        ("user", "tool", RETURN),
+        ("user", "", faulted("m1", "m1", "m2", "m3")),
+        ("tool", "user", EMAIL_QUESTION, "m1"),
+        ("tool", "user", EMAIL_QUESTION, "m2"),
+        ("user", "tool", EMAIL, "m5"),
+        ("tool", "user", EMAIL_QUESTION, "m3"),
+        ("user", "tool", EMAIL, "m6"),
+        ("user", "tool", EMAIL, "m8"),
+    ]
+    plain: list[Step] = [
+        ("user", "tool", RETURN),
+        ("tool", "user", EMAIL_QUESTION, "m1"),
+        ("user", "tool", EMAIL, "m2"),
+    ]
+    base, _ = read_cell(write_journal(tmp_path / "baseline.sqlite", episode("e-base", "t1", plain)))
+    cell, _ = read_cell(write_journal(tmp_path / "storm.sqlite", episode("e-storm", "t1", storm)), baseline=base.acts)
+    seen = cell.behaviours[("t1", 0)]
+    assert [(b.name, b.pos, b.repaired) for b in seen] == [("acted_on_copy", 7, False), ("acted_on_copy", 9, False)]
+    assert all(b.all_tiers == ["rule", "reasoning"] and not b.repaired_in("reasoning") for b in seen)
+
+
+def test_a_tool_error_set_off_by_a_copy_is_not_a_corrected_fault(tmp_path: Path) -> None:
+    """The tool cancelled order A1 in answer to the user's turn m1 and again in answer to its copy m2; the second
+    cancel failed and the tool then looked the order up. That failure was the copy's doing and the call after it
+    repairs nothing the fault did: acted_on_copy, not tool_error_corrected."""
+    cancel = UserTurn(text="Cancel order A1, please.")
+
+    def cancelled(call_id: str, cause: str) -> Step:
+        return ("tool", "env", ToolCall(call_id=call_id, name="cancel_order", arguments={"order_id": "A1"}), cause)
+
+    storm: list[Step] = [
+        ("user", "tool", cancel),
+        ("user", "tool", cancel),
+        ("user", "", faulted("m1", "m1", "m2")),
+        cancelled("c1", "m1"),
+        ("env", "tool", ToolResult(call_id="c1", name="cancel_order", output={"status": "cancelled"}), "m4"),
+        cancelled("c2", "m2"),
+        ("env", "tool", ToolResult(call_id="c2", name="cancel_order", error="order A1 is already cancelled"), "m6"),
+        call("c3", "A1", "m7"),
+        succeeded("c3", "m8"),
+    ]
+    cell, _ = read_cell(write_journal(tmp_path / "storm.sqlite", episode("e-storm", "t1", storm)))
+    assert [(b.name, b.pos, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("acted_on_copy", 7, False)]
+
+
+def test_an_agent_acting_on_a_broadcasts_stray_delivery_is_the_faults_effect(tmp_path: Path) -> None:
+    """A broadcast also delivered the tool's call m1 to the user as m2, who answered it; a scope filter that drops
+    the stray delivery leaves nothing for the user to act on, and the drop is the rule tier's repair."""
+    lookup = ToolCall(call_id="c1", name="get_order", arguments={"order_id": "A1"})
+
+    def broadcast(*after: Step) -> list[Step]:
+        return [("tool", "env", lookup), ("tool", "user", lookup), ("tool", "", faulted("m1", "m1", "m2")), *after]
+
+    stray = broadcast(("user", "tool", UserTurn(text="Why am I seeing a tool call?"), "m2"))
+    scoped = broadcast(("user", "", DefenseFired(defense="scope", agent="user", message_id="m2")))
+    journal = write_journal(
+        tmp_path / "broadcast.sqlite", episode("e-stray", "t1", stray), episode("e-scoped", "t2", scoped)
+    )
+    cell, _ = read_cell(journal)
+    assert [(b.name, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("acted_on_copy", False)]
+    assert [(b.name, b.repaired) for b in cell.behaviours[("t2", 0)]] == [("defense_filtered", True)]
 
 
 def test_a_detector_of_several_tiers_gives_its_behaviour_every_one_with_one_outcome(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ ASKED: list[Step] = [
     ("tool", "user", AssistantTurn(text="Did you say order A1?"), "m9-copy"),
     ("user", "tool", UserTurn(text="Yes.")),
 ]
-"""A fault, then a question caused by the faulted message, answered: reasoning, repaired."""
+"""A storm, then a question in answer to its copy, answered: the copy's effect (acted_on_copy), failed in rule and
+reasoning; no repair, though the user answered."""
 GAVE_UP: list[Step] = [
     ("user", "tool", faulted("m9", "m9", "m9-copy")),
     ("env", "tool", ToolResult(call_id="c1", name="get_order", error="no such order")),
@@ -88,18 +89,18 @@ def test_rs_o_l_s_per_fault_and_tier_with_their_counts(tmp_path: Path) -> None:
     plain, defended = report.faults
     # T_base = {t1, t2, t3}; under storm t1, t3 and t4 are solved (equation 1 counts t4, which the baseline failed)
     assert (plain.base_solved, plain.solved, plain.rs) == (3, 3, 1.0)
-    # injected: all 4; triggered: t1 (asked) and t4 (stray defense); fixed: t1; solved of those: t1, t4
-    assert (plain.injected, plain.triggered, plain.fixed, plain.final_success) == (4, 2, 1, 2)
-    assert (plain.o, plain.l, plain.s) == (0.5, 0.5, 1.0)
+    # injected: all 4; triggered: t1 (acted on the copy) and t4 (stray defense); fixed: none; solved of those: t1, t4
+    assert (plain.injected, plain.triggered, plain.fixed, plain.final_success) == (4, 2, 0, 2)
+    assert (plain.o, plain.l, plain.s) == (0.5, 0.0, 1.0)
     assert (defended.defense, defended.rs, defended.o, defended.l, defended.s) == ("dedup", 1.0, 1.0, 1.0, 1.0)
     tiers = {(t.defense, t.tier): (t.triggered, t.fixed, t.final_success, t.o, t.l) for t in report.tiers}
-    assert tiers[("", "reasoning")] == (1, 1, 1, 0.25, 1.0)
-    assert tiers[("", "rule")] == (1, 0, 1, 0.25, 0.0)
+    assert tiers[("", "reasoning")] == (1, 0, 1, 0.25, 0.0)
+    assert tiers[("", "rule")] == (2, 0, 2, 0.5, 0.0)
     assert tiers[("", "mechanism")] == (0, 0, 0, 0.0, None)
     assert tiers[("dedup", "rule")] == (4, 4, 4, 1.0, 1.0)
     behaviours = {(b.defense, b.behaviour): (b.tier, b.units, b.repaired, b.solved) for b in report.behaviours}
     assert behaviours == {
-        ("", "asked_user"): ("reasoning", 1, 1, 1),
+        ("", "acted_on_copy"): ("rule", 1, 0, 1),
         ("", "defense_filtered"): ("rule", 1, 0, 1),
         ("dedup", "defense_filtered"): ("rule", 4, 4, 4),
     }
@@ -116,7 +117,7 @@ def test_rs_baseline_solved_counts_only_the_baselines_successes(tmp_path: Path) 
     assert (defended.base_solved, defended.solved, defended.rs) == (4, 4, 1.0)
     [effect] = report.effects
     assert effect.delta == pytest.approx(1 / 3)
-    assert (plain.o, plain.l, plain.s) == (0.5, 0.5, 1.0)  # equation 2 does not depend on it
+    assert (plain.o, plain.l, plain.s) == (0.5, 0.0, 1.0)  # equation 2 does not depend on it
     assert report.summary.rs == "baseline-solved"
     assert report.definitions()["RS_f"] == RS_VARIANTS["baseline-solved"] != DEFINITIONS["RS_f"]
 
@@ -169,7 +170,7 @@ def test_report_command_prints_json_lines_and_writes_html_and_a_heatmap(
     assert [line["type"] for line in lines].count("fault") == 2 and lines[-1]["type"] == "summary"
     assert lines[-1]["note"].startswith("sim ")
     text = page.read_text()
-    assert "asked_user" in text and "http" not in text.replace("http-equiv", "")  # nothing fetched from elsewhere
+    assert "acted_on_copy" in text and "http" not in text.replace("http-equiv", "")  # nothing fetched from elsewhere
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

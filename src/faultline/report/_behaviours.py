@@ -7,8 +7,11 @@ and only evidence the fault caused: a behaviour is a response to the fault, not 
 episode's ordinary course. What the fault caused is read from the causation ids (each
 message names the message its sender was handling). Given the fault-free run of the
 same unit, evidence that run holds too is not counted either: doing what the system
-does without the fault is no response to it. No detector reads the simulator's own
-mistake labels (the `tally` notes).
+does without the fault is no response to it. What an agent did in answer to a copy a
+fault delivered beside the message (a storm's duplicate, a broadcast's stray delivery)
+is the fault's effect, never a repair: MAS-FIRE's Table 2 marks an unfiltered copy that
+changes what the agents do as failed in both the rule and the reasoning tier. No
+detector reads the simulator's own mistake labels (the `tally` notes).
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ class EpisodeTrace:
     """Position of the first applied fault; 0 when none was applied."""
     faulted_ids: set[str] = field(default_factory=set)
     """Ids of the messages the faults sent out instead of the originals."""
+    copy_ids: set[str] = field(default_factory=set)
+    """Of those, the ones with an id of their own: copies delivered beside the original (a storm's duplicates, a
+    broadcast's deliveries to other agents), not the original rewritten or rerouted."""
     touched_ids: set[str] = field(default_factory=set)
     """Those, the originals' ids and what an agent sent from a faulted model call: a message handled with one
     of them as its cause answers the fault."""
@@ -79,6 +85,8 @@ class EpisodeTrace:
     """Text the faults took out of the messages they rewrote (turns dropped or cut from a transcript)."""
     by_id: dict[str, Envelope] = field(default_factory=dict)
     """The episode's messages by id, to walk a causal chain back."""
+    ordinary: set[int] = field(default_factory=set)
+    """Positions of the steps the fault-free run of the same unit holds too (`also_in`), set by `detect`."""
 
     @classmethod
     def of(cls, steps: Iterable[tuple[int, Envelope]]) -> EpisodeTrace:
@@ -88,8 +96,11 @@ class EpisodeTrace:
             trace.by_id.setdefault(env.id, env)
             if isinstance(env.body, FaultApplied):
                 trace.fault_pos = trace.fault_pos or pos
-                trace.faulted_ids.update(str(r.get("id", "")) for r in env.body.results)
-                trace.touched_ids.add(str(env.body.original.get("id", "")))
+                original = str(env.body.original.get("id", ""))
+                results = {str(r.get("id", "")) for r in env.body.results}
+                trace.faulted_ids |= results
+                trace.copy_ids |= results - {original}
+                trace.touched_ids.add(original)
                 trace.removed += removed_texts(env.body)
                 if env.body.model_call >= 0:
                     calls.append((pos, str(env.body.original.get("sender", "")), env.causation))
@@ -100,6 +111,7 @@ class EpisodeTrace:
             if any(pos > at and env.sender == agent and env.causation == handling for at, agent, handling in calls)
         }
         trace.touched_ids.discard("")
+        trace.copy_ids.discard("")
         return trace
 
     def act(self, env: Envelope) -> str:
@@ -143,6 +155,11 @@ class EpisodeTrace:
             if env is None:
                 return
             message_id = env.causation
+
+    def copy_on_chain(self, message_id: str) -> str:
+        """The first copy a fault delivered (`copy_ids`) that the causal chain back from `message_id` meets; "" when
+        it meets none: what was sent in answer to a copy, or to what one set off, is the copy's doing."""
+        return next((c for c in self.chain(message_id) if c in self.copy_ids), "")
 
     def caused_by_fault(self, message_id: str) -> bool:
         """Whether the causal chain back from `message_id` passes through a message the faults touched."""
@@ -218,11 +235,12 @@ def cancelled_by_defense(steps: Sequence[tuple[int, Envelope]]) -> bool:
 def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
     """A tool call the fault caused failed (the faulted call, or one whose causal chain passes through a faulted
     message) and the agent called again; repaired when its next call succeeded (the same tool with other
-    arguments, or the right tool instead of a wrong one)."""
+    arguments, or the right tool instead of a wrong one). A call made in answer to a copy is `acted_on_copy`."""
     steps = trace.after_fault()
     found = []
     for i, (pos, env) in enumerate(steps):
-        if isinstance(env.body, ToolResult) and env.body.error and trace.caused_by_fault(env.causation):
+        failed = isinstance(env.body, ToolResult) and env.body.error
+        if failed and trace.caused_by_fault(env.causation) and not trace.copy_on_chain(env.causation):
             after = next((e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)), None)
             if after is not None:
                 found.append((pos, not after.error))
@@ -232,12 +250,14 @@ def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
 def _asked_user(trace: EpisodeTrace) -> list[Sighting]:
     """The agent put a question back to the user in answer to a faulted message or to the user's turn that
     spoke a faulted instruction; repaired when the user answered it. (A question in the ordinary course of the
-    episode, after the user spoke again, is not a response to the fault.)"""
+    episode, after the user spoke again, is not a response to the fault; one asked in answer to a copy the fault
+    delivered is its effect, `acted_on_copy`.)"""
     steps = trace.after_fault()
     found = []
     for i, (pos, env) in enumerate(steps):
         body = env.body
-        if isinstance(body, AssistantTurn) and "?" in body.text and trace.answers_faulted_turn(env):
+        question = isinstance(body, AssistantTurn) and "?" in body.text
+        if question and trace.answers_faulted_turn(env) and not trace.copy_on_chain(env.causation):
             answered = any(isinstance(e.body, UserTurn) and e.sender == "user" for _, e in steps[i + 1 :])
             found.append((pos, answered))
     return found
@@ -256,6 +276,20 @@ def _verifier_recheck(trace: EpisodeTrace) -> list[Sighting]:
             repaired = after is not None and not after.error
             found.append((pos, repaired))
     return found
+
+
+def _acted_on_copy(trace: EpisodeTrace) -> list[Sighting]:
+    """An agent acted on a copy the fault delivered beside the message and no defense dropped: of what was sent in
+    answer to the copy or to what it set off, the first message the fault-free run did not send too (`ordinary`).
+    The fault's effect, never a repair: the copy got through (rule failed) and changed what the agents did
+    (reasoning failed). One sighting per copy."""
+    first: dict[str, int] = {}
+    for pos, env in trace.after_fault():
+        if pos in trace.ordinary or isinstance(env.body, (FaultApplied, DefenseFired)):
+            continue
+        if copy := trace.copy_on_chain(env.causation):
+            first.setdefault(copy, pos)
+    return [(pos, False) for pos in sorted(first.values())]
 
 
 def _helper_restored(trace: EpisodeTrace) -> list[Sighting]:
@@ -299,6 +333,14 @@ DETECTORS: dict[str, Detector] = {
             "a helper's reply carries a turn the fault dropped or cut from the conversation (repaired)",
             _helper_restored,
         ),
+        Detector(
+            "acted_on_copy",
+            "rule",
+            "an agent acted on a copy the fault delivered (a storm's duplicate, a broadcast's stray delivery) and did"
+            " what the fault-free run did not: the fault's effect (failed in rule and reasoning, never repaired)",
+            _acted_on_copy,
+            tiers=("rule", "reasoning"),
+        ),
     )
 }
 """Every behaviour detector by name, each with its tiers."""
@@ -313,11 +355,11 @@ def detect(
     trace = EpisodeTrace.of(steps)
     if not trace.fault_pos:
         return []
-    ordinary = trace.also_in(baseline)
+    trace.ordinary = trace.also_in(baseline)
     found = [
         Behaviour(name=d.name, tier=d.tier, tiers=list(d.tiers), pos=pos, repaired=repaired)
         for d in (DETECTORS.values() if detectors is None else detectors)
         for pos, repaired in d.detect(trace)
-        if pos not in ordinary
+        if pos not in trace.ordinary
     ]
     return sorted(found, key=lambda b: (b.pos, b.name))

@@ -16,8 +16,10 @@ episode reaches it, neither the simulator's mistake labels nor the grader's outc
                                   (mechanism, reasoning)
     verifier_recheck              verifier sends the call back (mechanism)             the next result is no error
     helper_restored               helper restores the missing context (mechanism)     always
-    trajectory: a fault delivered copies no defense dropped: "duplicates do not affect behaviour" (reasoning),
-      succeeded when no message answers a copy, else "duplicates cause abnormal behaviour" (failed)
+    acted_on_copy                 duplicates cause abnormal behaviour                  never
+                                  (rule, reasoning)
+    trajectory: a fault delivered copies no defense dropped and no agent acted on (no acted_on_copy sighting):
+      "duplicates do not affect behaviour" (reasoning, succeeded)
     trajectory: a fault changed an agent's start (its prompt): "follows its original role" (prompt),
       succeeded when none of that agent's later tool calls failed, else "disturbed by the changed prompt"
 """
@@ -51,6 +53,12 @@ FROM_EVIDENCE: dict[str, tuple[str, str, list[str], list[str]]] = {
         ["mechanism"],
         [],
     ),
+    "acted_on_copy": (
+        "duplicates cause abnormal behaviour",
+        "duplicates cause abnormal behaviour",
+        ["rule", "reasoning"],
+        [],
+    ),
 }
 """Per rule detector: the behaviour's name when it succeeded, when it failed, its tiers, and those of its tiers
 that still succeed when it fails (MAS-FIRE's "responds to the error but ultimately fails": ✓ mechanism,
@@ -62,8 +70,11 @@ def respond_annotator(request: LlmRequest, words: int) -> LlmResponse:
     meta = request.metadata
     trajectory: list[dict[str, Any]] = list(meta.get("trajectory") or [])
     faults: list[dict[str, Any]] = list(meta.get("faults") or [])
-    behaviours = [_from_evidence(e) for e in meta.get("evidence") or []]
-    behaviours += _copies(trajectory, faults) + _prompts(trajectory, faults)
+    evidence: list[dict[str, Any]] = list(meta.get("evidence") or [])
+    behaviours = [_from_evidence(e) for e in evidence]
+    if not any(e.get("behaviour") == "acted_on_copy" for e in evidence):
+        behaviours += _unaffected(trajectory, faults)
+    behaviours += _prompts(trajectory, faults)
     behaviours.sort(key=lambda b: (b["step"], b["name"]))
     answer = {"behaviours": behaviours, "rationale": f"{len(behaviours)} responses to the injected faults"}
     return json_answer(answer, words, "annotator")
@@ -82,17 +93,15 @@ def _from_evidence(sighting: dict[str, Any]) -> dict[str, Any]:
     return _behaviour(good if repaired else bad, tiers, repaired, int(sighting.get("n", -1)), kept)
 
 
-def _copies(trajectory: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Copies a fault delivered beside the message (a storm, a cycle, a broadcast) that no defense dropped."""
+def _unaffected(trajectory: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies a fault delivered beside the message (a storm, a broadcast) that no defense dropped, in an episode
+    where the detectors saw no agent act on one: the duplicates did not affect behaviour."""
     dropped = {int(e.get("dropped") or 0) for e in trajectory if e.get("kind") == "defense_fired"}
     found = []
     for fault in faults:
         copies = [n for n in fault.get("delivered", [])[1:] if n not in dropped]
-        if not copies:
-            continue
-        answered = [e["n"] for e in trajectory if e.get("cause") in copies and e.get("kind") != "defense_fired"]
-        name = "duplicates cause abnormal behaviour" if answered else "duplicates do not affect behaviour"
-        found.append(_behaviour(name, ["reasoning"], not answered, answered[0] if answered else copies[0]))
+        if copies:
+            found.append(_behaviour("duplicates do not affect behaviour", ["reasoning"], True, copies[0]))
     return found
 
 
