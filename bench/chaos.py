@@ -162,6 +162,8 @@ class ScheduleReport(msgspec.Struct, kw_only=True):
     seconds: float
     refused_s: list[float] = msgspec.field(default_factory=list)
     """When the journal refused the run new episodes (its disk full), in seconds since the system was up."""
+    stream_held: tuple[int, int] = (0, 0)
+    """The messages the stream held at the end, and how many it had stored: fewer once the journal trims it."""
 
     @property
     def ok(self) -> bool:
@@ -274,6 +276,7 @@ async def _run_system(
         runner_error=runner_error,
         seconds=time.monotonic() - began,
         refused_s=[round(t, 3) for t in refused_s],
+        stream_held=(stored.messages, stored.last_seq),
     )
 
 
@@ -393,7 +396,8 @@ def print_report(report: ScheduleReport, say: Callable[[str], None]) -> None:
     v = report.verdict
     say(
         f"  {'ok' if report.ok else 'FAILED'} in {report.seconds:.0f}s: {v.completed}/{v.episodes} completed"
-        f" {v.outcomes}, lost {len(v.lost)}, duplicated {len(v.duplicated)}"
+        f" {v.outcomes}, lost {len(v.lost)}, duplicated {len(v.duplicated)};"
+        f" the stream holds {report.stream_held[0]} of the {report.stream_held[1]} messages it stored"
     )
     for applied in report.applied:
         recovered, during = applied["recovered_s"], applied["completed_during"]
