@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 
+from faultline._errors import JournalStorageError
 from faultline.bus import Bus, BusSettings, EmbeddedServer
 from faultline.core import CONTROL_EPISODE, Control, Envelope, Note, Subjects, episode_shard
-from faultline.journal import JournalReader, verify
+from faultline.journal import Incoming, Journal, JournalReader, verify
 from faultline.runtime._journal_service import JournalService
 from faultline.runtime._trimming import EpisodesKept
 from tests.journal.test_service import started
@@ -120,6 +123,39 @@ async def test_a_journal_started_again_keeps_what_it_finds_in_the_stream_for_the
     assert time.monotonic() - restarted >= keep_s
     with JournalReader(path) as reader:
         assert [row.id for row in reader.rows()] == [f"in-flight-{i}" for i in range(5)]
+
+
+async def test_an_episode_whose_first_batch_a_full_disk_held_is_kept_from_its_first_message(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch the file refused is written again later, by another way than the batches that follow: its episodes
+    must be seen there too, or the journal takes an episode in flight for one it never saw and trims it at once."""
+    append = Journal.append
+    refused = False
+
+    def full_once(journal: Journal, rows: Iterable[Incoming], **kwargs: Any) -> int:
+        nonlocal refused
+        rows = list(rows)
+        if not refused and any(row.envelope.episode == "held" for row in rows):
+            refused = True
+            raise JournalStorageError("database or disk is full")
+        return append(journal, rows, **kwargs)
+
+    monkeypatch.setattr(Journal, "append", full_once)
+    keep_s = 2.0
+    service = JournalService(bus, tmp_path / "j.sqlite", trim_after_s=keep_s, trim_every_s=0.05)
+    async with started(service):
+        await bus.publish_all(message("held", i) for i in range(3))
+        await service.wait_for(3)
+        written = time.monotonic()
+
+        async def trimmed() -> bool:
+            return not await held(bus, "held")
+
+        await until(trimmed)
+        service.stop()
+    assert refused
+    assert time.monotonic() - written >= keep_s - 0.5  # it was last seen as the held batch came in
 
 
 async def test_a_shard_trims_only_the_episodes_of_its_own_partitions(

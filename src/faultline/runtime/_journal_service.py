@@ -278,9 +278,6 @@ class JournalService:
                 except JournalStorageError as exc:
                     return rows, batch[-1].stream_seq, exc
                 await consumer.ack(batch[-1])
-                if self._kept is not None:
-                    messages = ((row.subject, row.stream_seq) for _, row in rows)
-                    self._kept.seen(self._episode_messages(messages), anyio.current_time())
                 await self._advance(batch[-1].stream_seq)
                 await self._reach_stream()
                 if self.on_completed is not None:
@@ -388,21 +385,25 @@ class JournalService:
         return taken, 0
 
     async def _append(self, journal: Journal, rows: list[_Row]) -> None:
-        """Append `rows` in one transaction; if a row cannot be stored, dead-letter it and store the rest."""
+        """Append `rows` in one transaction; if a row cannot be stored, dead-letter it and store the rest. Their
+        episodes are then seen by what decides what the stream keeps, whichever way they were written (a batch held
+        by a full disk too)."""
         try:
             self.rows_written += await anyio.to_thread.run_sync(journal.append, [row for _, row in rows])
-            return
         except JournalStorageError:
             raise
         except Exception:  # noqa: BLE001 - a row SQLite refuses must not stop the journal: find it below
             log.warning("%s: a batch was refused; storing its %d rows one by one", self.path, len(rows))
-        for delivery, row in rows:
-            try:
-                self.rows_written += await anyio.to_thread.run_sync(journal.append, [row])
-            except JournalStorageError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any refusal of this row
-                await self.bus.dead_letter(delivery, f"the journal cannot store it: {exc}")
+            for delivery, row in rows:
+                try:
+                    self.rows_written += await anyio.to_thread.run_sync(journal.append, [row])
+                except JournalStorageError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any refusal of this row
+                    await self.bus.dead_letter(delivery, f"the journal cannot store it: {exc}")
+        if self._kept is not None:
+            messages = ((row.subject, row.stream_seq) for _, row in rows)
+            self._kept.seen(self._episode_messages(messages), anyio.current_time())
 
     async def _hold(self, journal: Journal, rows: list[_Row], seq: int, refusal: JournalStorageError) -> None:
         """Write the refused batch again, with backoff, until it is written; the stream keeps everything meanwhile."""
