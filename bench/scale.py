@@ -17,7 +17,8 @@ are given, their difference being the command's fixed cost. `--server-cores` run
 with each number of cores for the embedded nats-server (`[nats] server_cores`; 0: faultline's default,
 a quarter of the machine's), and the table says how many it ran on (its GOMAXPROCS).
 
-    python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--server-cores 0,16] [--jobs 1,2,4,8,16] [--json out.json]
+    python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--server-cores 0,16] [--jobs 1,2,4,8,16] [--trim-after-s S]
+                          [--json out.json]
 
 Linux only (it reads /proc).
 """
@@ -141,14 +142,16 @@ def live(
     trials: int,
     concurrency: int,
     window_s: float,
+    trim_after_s: float | None = None,
 ) -> dict[str, Any]:
     name = f"w{workers}-s{shards}-c{server_cores}"
     journal = folder / (name + (".sqlite" if shards == 1 else ""))
     config = folder / f"{name}.toml"
     # every episode starts at once: the default fill-up at `[run] start_rate` (250 episodes/s) would cap a run
     # short enough for a benchmark below what the workers sustain, and measure the ramp instead
+    trim = "" if trim_after_s is None else f"trim_after_s = {trim_after_s}\n"
     config.write_text(
-        f'[nats]\nserver_cores = {server_cores}\n\n[journal]\npath = "{journal}"\nshards = {shards}\n\n'
+        f'[nats]\nserver_cores = {server_cores}\n\n[journal]\npath = "{journal}"\nshards = {shards}\n{trim}\n'
         "[run]\nstart_rate = 0\n"
     )
     args = [sys.executable, "-m", "faultline.cli", "run", "--config", str(config), "--journal", str(journal)]
@@ -221,6 +224,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=512, help="episodes in flight")
     parser.add_argument("--window", type=float, default=5.0, help="seconds of the CPU reading at saturation")
+    parser.add_argument(
+        "--trim-after-s",
+        type=float,
+        help="[journal] trim_after_s of the runs (default: the configuration's; 0: the stream is never trimmed)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the journals in this folder")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -235,7 +243,17 @@ def main() -> None:
         for shards in args.shards:
             for workers in args.workers:
                 for cores in args.server_cores:
-                    row = live(folder, workers, shards, cores, args.tasks, args.trials, args.concurrency, args.window)
+                    row = live(
+                        folder,
+                        workers,
+                        shards,
+                        cores,
+                        args.tasks,
+                        args.trials,
+                        args.concurrency,
+                        args.window,
+                        args.trim_after_s,
+                    )
                     results["live"].append(row)
                     top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
                     console.print(
