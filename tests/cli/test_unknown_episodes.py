@@ -47,3 +47,21 @@ def test_attribute_all_failed_with_no_failure_says_so_and_succeeds(
     assert main(["attribute", str(journal), "--all-failed", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["type"], summary["episodes"], summary["forks"]) == ("summary", 0, 0)
+
+
+def test_run_narrows_every_filtering_command_to_one_runs_episodes_and_an_unknown_run_is_the_journals_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "shared.db"
+    with Journal.open(journal) as writer:
+        episodes = ("c1-storm-1", "c1-storm-2", "c1-scope-1", "c1-baseline-1")
+        writer.append(incoming([env for episode in episodes for env in episode_envelopes(episode)]))
+    assert main(["journal", "episodes", str(journal), "--run", "c1-storm", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(row["episode"] for row in rows if row["type"] == "episode") == ["c1-storm-1", "c1-storm-2"]
+    assert main(["journal", "export", str(journal), "--run", "c1-baseline", "-o", str(tmp_path / "one.jsonl")]) == 0
+    exported = [json.loads(line) for line in (tmp_path / "one.jsonl").read_text().splitlines()]
+    assert {row["episode"] for row in exported if "episode" in row} == {"c1-baseline-1"}
+    assert main(["journal", "episodes", str(journal), "--run", "c2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"faultline: error: {journal}: no episode of run 'c2' (a run's episode ids begin with")

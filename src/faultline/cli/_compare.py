@@ -82,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--json", action="store_true", help="one JSON object per row, then one with type 'summary'")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="also draw the comparison as grouped bars")
-    add_episode_filters(p, "the same in every journal; several narrow it down")
+    add_episode_filters(p, "the same in every journal; several narrow it down", run=False)
     p.set_defaults(handler=_compare)
 
 

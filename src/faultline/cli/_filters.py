@@ -19,9 +19,17 @@ def require_journal(path: Path) -> None:
 
 
 def add_episode_filters(
-    parser: argparse.ArgumentParser, which: str = "all when none is given; several narrow it down"
+    parser: argparse.ArgumentParser, which: str = "all when none is given; several narrow it down", *, run: bool = True
 ) -> None:
+    """The filter flags; `run=False` leaves `--run` to a command that gives it a meaning of its own (`compare`)."""
     group = parser.add_argument_group(f"which episodes ({which})")
+    if run:
+        group.add_argument(
+            "--run",
+            dest="run_filter",
+            metavar="RUN_ID",
+            help="only this run's episodes (ids RUN_ID-..., as `run --run-id` and a campaign's cells name them)",
+        )
     group.add_argument("--status", choices=STATUSES, help="passed, failed (failure or timeout), errored, incomplete")
     group.add_argument("--task", help="only this task id")
     group.add_argument("--domain", help="only this domain")
@@ -41,8 +49,24 @@ def episode_filter(args: argparse.Namespace) -> EpisodeFilter | None:
             since = datetime.fromisoformat(args.since).timestamp()
         except ValueError:
             raise UsageError(f"--since {args.since!r}: expected a time like 2026-11-23T10:00") from None
-    wanted = EpisodeFilter(status=args.status, task=args.task, domain=args.domain, fault=args.fault, since=since)
+    wanted = EpisodeFilter(
+        status=args.status,
+        task=args.task,
+        domain=args.domain,
+        fault=args.fault,
+        since=since,
+        run=getattr(args, "run_filter", None),
+    )
     return None if wanted == EpisodeFilter() else wanted
+
+
+def journal_filter(journal: Path, args: argparse.Namespace) -> EpisodeFilter | None:
+    """`episode_filter`, with a run the journal holds no episode of as its error (`JournalReader.check_runs`)."""
+    wanted = episode_filter(args)
+    if wanted is not None and wanted.run:
+        with JournalReader(journal) as reader:
+            reader.check_runs([wanted.run])
+    return wanted
 
 
 def filtered_episodes(journal: Path, args: argparse.Namespace, named: list[str]) -> list[str] | None:
@@ -51,7 +75,7 @@ def filtered_episodes(journal: Path, args: argparse.Namespace, named: list[str])
     if named:
         with JournalReader(journal) as reader:
             reader.check_episodes(named)
-    wanted = episode_filter(args)
+    wanted = journal_filter(journal, args)
     if wanted is None:
         return named or None
     with JournalReader(journal) as reader:

@@ -19,7 +19,7 @@ from faultline._errors import DecodeError, JournalError
 from faultline._files import not_a_file
 from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers, seconds, whole_number
-from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes
+from faultline.cli._filters import add_episode_filters, filtered_episodes, journal_filter
 from faultline.cli._progress import progress_shown
 from faultline.cli._text import Column, fitted_table, table_console
 from faultline.core import EpisodeCompleted, ToolResult
@@ -407,7 +407,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _episodes(args: argparse.Namespace) -> int:
-    wanted = episode_filter(args)
+    wanted = journal_filter(args.file, args)
     with JournalReader(args.file) as reader:
         episodes = reader.episodes() if wanted is None else reader.select(wanted)
     if args.json:
