@@ -29,6 +29,11 @@ def fail_after(seconds: float, what: str, seen: Callable[[], object] | None = No
         raise TimeoutError(f"{what} within {seconds:g}s{last}") from None
 
 
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of whole numbers on a benchmark's command line (`--shards 1,4`)."""
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc); OSError once it is gone."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # past the name, which may hold spaces

@@ -29,7 +29,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import cpu_seconds, machine
+from bench._common import cpu_seconds, int_list, machine
 from bench.journal_append import make_batch
 from faultline import BusError
 from faultline.bus import Bus, BusSettings, EmbeddedServer
@@ -37,10 +37,6 @@ from faultline.runtime import ask_journal
 
 TICK_S = 0.01
 """How often the publisher sends the messages due: `rate * TICK_S` at a time."""
-
-
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def _serve(url: str, folder: Path, shard: int, shards: int, trim_after_s: float | None) -> subprocess.Popen[bytes]:
@@ -117,8 +113,8 @@ async def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shards", type=_ints, default=[1, 4], help="journal shards, comma-separated")
-    parser.add_argument("--rate", type=_ints, default=[2000, 8000], help="messages a second, comma-separated")
+    parser.add_argument("--shards", type=int_list, default=[1, 4], help="journal shards, comma-separated")
+    parser.add_argument("--rate", type=int_list, default=[2000, 8000], help="messages a second, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--body-bytes", type=int, default=300)
     parser.add_argument("--episodes", type=int, default=512)

@@ -38,17 +38,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import cpu_seconds, machine
+from bench._common import cpu_seconds, int_list, machine
 from faultline.journal import JournalReader
 
 SETTLE_S = 10.0
 """Seconds at a run's start left out of its steady rate: every episode starts at once, and the first ones finish
 faster than the system goes on finishing them (bench/README.md, scale.py)."""
 RATE_WINDOW_S = 5.0
-
-
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def _descendants(root: int) -> list[int]:
@@ -214,12 +210,12 @@ def replay(journal: Path, jobs: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=_ints, default=[1, 4, 8], help="worker processes per agent group")
-    parser.add_argument("--shards", type=_ints, default=[1, 4], help="journal shards")
+    parser.add_argument("--workers", type=int_list, default=[1, 4, 8], help="worker processes per agent group")
+    parser.add_argument("--shards", type=int_list, default=[1, 4], help="journal shards")
     parser.add_argument(
-        "--server-cores", type=_ints, default=[0], help="cores of the embedded nats-server (0: faultline's default)"
+        "--server-cores", type=int_list, default=[0], help="cores of the embedded nats-server (0: faultline's default)"
     )
-    parser.add_argument("--jobs", type=_ints, default=[1, 2, 4, 8, 16], help="replay jobs")
+    parser.add_argument("--jobs", type=int_list, default=[1, 2, 4, 8, 16], help="replay jobs")
     parser.add_argument("--tasks", type=int, default=65)
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=512, help="episodes in flight")

@@ -37,7 +37,7 @@ from nats.js import api
 from rich.console import Console
 from rich.table import Table
 
-from bench._common import cpu_seconds, fail_after, machine
+from bench._common import cpu_seconds, fail_after, int_list, machine
 from faultline.bus import EmbeddedServer, free_port
 
 BODY = b"x" * 300
@@ -52,10 +52,6 @@ READ_TIMEOUT_S = 120.0
 """Longest a partition may take to arrive whole before the measurement is given up."""
 MAX_ACK_PENDING = 10_000
 """Deliveries a consumer has unacknowledged at most, as a journal shard's consumer does by default."""
-
-
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",")]
 
 
 def _subject(episode: int, readers: int) -> str:
@@ -216,7 +212,7 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--streams", type=_ints, default=[1, 4], help="stream counts, comma-separated")
+    parser.add_argument("--streams", type=int_list, default=[1, 4], help="stream counts, comma-separated")
     parser.add_argument("--publishers", type=int, default=4, help="publishing processes")
     parser.add_argument("--readers", type=int, default=4, help="reading processes, one per partition (as shards)")
     parser.add_argument("--messages", type=int, default=200_000)
@@ -224,7 +220,7 @@ def main() -> None:
     parser.add_argument("--server-cores", type=int, default=0, help="nats-server's cores (0: faultline's default)")
     parser.add_argument(
         "--nodes",
-        type=_ints,
+        type=int_list,
         default=[1],
         help="nats-server processes, comma-separated counts: more than 1 are routed into a cluster, stream k kept on"
         " node k mod NODES (each with --server-cores), so that no one server process does the work of every stream",
