@@ -171,8 +171,8 @@ def _check_applies(fault: str, config: Config) -> None:
 
 async def _running_agents(bus: Bus, expected: list[str]) -> set[str]:
     """The agents of the system running on `bus` (`system_agents`), as its workers tell them: at once when the
-    `expected` ones (the workers of the `faultline up` here) have told, else after the status window. None where
-    this credential may not hear the workers."""
+    `expected` ones (the workers of the `faultline up` here) have told, else after the status window. None (an empty
+    set) where this credential may not hear the workers."""
     try:
         return system_agents(await worker_statuses(bus, expected=expected))
     except SubscribeRefusedError:

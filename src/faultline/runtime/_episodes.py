@@ -250,17 +250,15 @@ def system_agents(statuses: Sequence[WorkerStatus], roster: Sequence[str] = HELP
     """The agents of the running system whose workers told `statuses` (none when no worker did): those they serve,
     every agent of the system each says it runs (a busy worker may not have answered in time), and on the built-in
     tool-use system the helpers of `roster`, which its roster worker serves once an episode asks for them."""
-    agents: set[str] = set()
-    for status in statuses:
-        agents.update(status.agents)
+    agents = {agent for status in statuses for agent in status.agents}
+    for name in {status.system for status in statuses if status.system}:  # each system loaded once
         try:
-            system = load_system(status.system) if status.system else None
+            system = load_system(name)
         except PluginError:  # its code is not installed here: what its workers serve is all there is to know
             continue
-        if system is not None:
-            agents.update(system.agent_names)
-            if not system.is_user_system:
-                agents.update(map(helper_agent, roster))
+        agents.update(system.agent_names)
+        if not system.is_user_system:
+            agents.update(map(helper_agent, roster))
     return agents
 
 
