@@ -17,8 +17,13 @@ are given, their difference being the command's fixed cost. `--server-cores` run
 with each number of cores for the embedded nats-server (`[nats] server_cores`; 0: faultline's default,
 a quarter of the machine's), and the table says how many it ran on (its GOMAXPROCS).
 
+Every row also gives nats-server's CPU per episode over the whole run: the rate one server process can carry
+at a core is 1 / that. `--profile-server` samples the server with Linux `perf` and splits that CPU among the
+parts of its work (`bench/_server_profile.py`): storing, delivering, finding each consumer's next message,
+reading clients, writing consumers' state files, Go's runtime.
+
     python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--server-cores 0,16] [--jobs 1,2,4,8,16] [--trim-after-s S]
-                          [--json out.json]
+                          [--profile-server] [--json out.json]
 
 Linux only (it reads /proc).
 """
@@ -38,6 +43,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench import _server_profile
 from bench._common import cpu_seconds, int_list, machine
 from faultline.journal import JournalReader
 
@@ -139,6 +145,7 @@ def live(
     concurrency: int,
     window_s: float,
     trim_after_s: float | None = None,
+    profile_server: bool = False,
 ) -> dict[str, Any]:
     name = f"w{workers}-s{shards}-c{server_cores}"
     journal = folder / (name + (".sqlite" if shards == 1 else ""))
@@ -157,6 +164,8 @@ def live(
     samples: list[tuple[float, dict[int, float]]] = []
     names: dict[int, str] = {}
     go_cores: int | None = None
+    server: int | None = None
+    profile = _server_profile.ServerProfile(folder / f"{name}.perf")
     while run.poll() is None:
         now = time.monotonic()
         reading: dict[int, float] = {}
@@ -167,7 +176,9 @@ def live(
                 if pid not in names:
                     names[pid] = "runner" if pid == run.pid else _name(pid)
                     if names[pid] == "nats-server":
-                        go_cores = _go_cores(pid)
+                        server, go_cores = pid, _go_cores(pid)
+                        if profile_server:
+                            profile.start(pid)
         samples.append((now, reading))
         time.sleep(1.0)  # a sampling period, not a wait for anything
     out, _ = run.communicate()
@@ -177,6 +188,7 @@ def live(
     total, shares = _busiest_window(samples, window_s)
     steady, rates = completion_rates(journal)
     cpu = sorted(((names[pid], share) for pid, share in shares.items() if share > 0.01), key=lambda item: -item[1])
+    server_s = max((reading.get(server, 0.0) for _, reading in samples), default=0.0) if server else 0.0
     return {
         "workers": workers,
         "shards": shards,
@@ -189,6 +201,8 @@ def live(
         "episodes_per_s_by_window": rates,
         "cpu_total": total,
         "cpu": cpu,
+        "server_cpu_ms_per_episode": 1000 * server_s / summary["episodes"],
+        "server_profile_s": profile.parts(),
         "journal": str(journal),
     }
 
@@ -225,6 +239,11 @@ def main() -> None:
         type=float,
         help="[journal] trim_after_s of the runs (default: the configuration's; 0: the stream is never trimmed)",
     )
+    parser.add_argument(
+        "--profile-server",
+        action="store_true",
+        help="sample nats-server with perf and split its CPU per episode among the parts of its work",
+    )
     parser.add_argument("--keep", type=Path, help="keep the journals in this folder")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -232,6 +251,8 @@ def main() -> None:
     host = machine()
     console.print(f"[bold]machine[/]: {host['cpus']} CPUs, {host['platform']}, Python {host['python']}")
     console.print("the sim model answers at once: these figures measure the runtime's mechanisms, never a model")
+    if args.profile_server and (why := _server_profile.unavailable()) is not None:
+        raise SystemExit(f"--profile-server: {why}")
     results: dict[str, Any] = {"machine": host, "live": [], "replay": []}
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
@@ -249,13 +270,15 @@ def main() -> None:
                         args.concurrency,
                         args.window,
                         args.trim_after_s,
+                        args.profile_server,
                     )
                     results["live"].append(row)
                     top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
                     console.print(
                         f"{shards} shard(s), {workers} worker(s)/group, nats-server on {row['server_cores']} core(s):"
                         f" {row['episodes_per_s']:.0f} episodes/s ({row['journaled_episodes_per_s']:.0f} journaled,"
-                        f" lag {row['journal_lag_s']:.1f} s; {_steady(row)} once settled); busiest: {top}"
+                        f" lag {row['journal_lag_s']:.1f} s; {_steady(row)} once settled); busiest: {top};"
+                        f" nats-server {row['server_cpu_ms_per_episode']:.2f} ms of CPU per episode"
                     )
             largest = Path(results["live"][-1]["journal"])
             for jobs in args.jobs:
@@ -287,6 +310,7 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
         "journal lag (s)",
         "journaled episodes/s",
         "busiest process (% of a core)",
+        "nats-server CPU per episode (ms)",
     )
     for column in columns:
         live_table.add_column(column, justify="right")
@@ -304,8 +328,12 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
             f"{row['journal_lag_s']:.1f}",
             f"{row['journaled_episodes_per_s']:.0f}",
             f"{busiest[0]} {busiest[1]:.0%}",
+            f"{row['server_cpu_ms_per_episode']:.2f}",
         )
     console.print(live_table)
+    profiled = [row for row in results["live"] if row["server_profile_s"]]
+    if profiled:
+        console.print(_profile_table(profiled))
     replay_table = Table(title="replay against jobs")
     for column in ("shards", "jobs", "episodes", "handling (s)", "wall (s)", "fixed cost (s)", "speed-up (wall)"):
         replay_table.add_column(column, justify="right")
@@ -321,6 +349,16 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
             f"{one / row['wall_s']:.1f}x" if one else "-",
         )
     console.print(replay_table)
+
+
+def _profile_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="nats-server's CPU per episode by part of its work (ms; perf samples, parts may overlap)")
+    table.add_column("part")
+    for row in rows:
+        table.add_column(f"{row['shards']} shard(s), {row['workers']} worker(s)", justify="right")
+    for part in ("all", *_server_profile.PARTS):
+        table.add_row(part, *(f"{1000 * row['server_profile_s'][part] / row['episodes']:.2f}" for row in rows))
+    return table
 
 
 if __name__ == "__main__":
