@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faultline.core import Envelope, EpisodeCompleted, EpisodeStarted, FaultApplied, MessageBody, derive_id
+import msgspec
+
+from faultline.core import (
+    Envelope,
+    EpisodeCompleted,
+    EpisodeStarted,
+    FaultApplied,
+    MessageBody,
+    UserTurn,
+    derive_id,
+)
 from faultline.journal import Journal
 from tests.journal.conftest import incoming
 
@@ -15,6 +25,14 @@ Step = tuple[str, str, MessageBody] | tuple[str, str, MessageBody, str]
 def faulted(original: str, *results: str, fault: str = "storm") -> FaultApplied:
     """A fault event that replaced message `original` by messages `results`."""
     return FaultApplied(rule_id="r1", fault=fault, original={"id": original}, results=[{"id": r} for r in results])
+
+
+def addressed(original: str, sender: str, recipient: str, *results: tuple[str, str], fault: str) -> FaultApplied:
+    """A fault event as the runtime writes it, with whole envelopes: message `original` from `sender` to `recipient`
+    replaced by `results`, each (id, the agent it went to)."""
+    sent = Envelope(id=original, episode="x", sender=sender, recipient=recipient, body=UserTurn(text="Hello."))
+    out = [msgspec.to_builtins(msgspec.structs.replace(sent, id=i, recipient=to)) for i, to in results]
+    return FaultApplied(rule_id="r1", fault=fault, original=msgspec.to_builtins(sent), results=out)
 
 
 def episode(name: str, task: str, steps: list[Step], *, outcome: str = "success", trial: int = 0) -> list[Envelope]:

@@ -20,7 +20,7 @@ from faultline.core import (
 )
 from faultline.report import DETECTORS, Detector, EpisodeTrace, detect, read_cell
 
-from .journals import Step, episode, faulted, write_journal
+from .journals import Step, addressed, episode, faulted, write_journal
 
 EARLY = "I want to return the blue kettle"
 PROPOSAL = {"name": "get_order", "arguments": {"order_id": "A2"}}
@@ -342,6 +342,37 @@ def test_an_agent_acting_on_a_broadcasts_stray_delivery_is_the_faults_effect(tmp
     cell, _ = read_cell(journal)
     assert [(b.name, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("acted_on_copy", False)]
     assert [(b.name, b.repaired) for b in cell.behaviours[("t2", 0)]] == [("defense_filtered", True)]
+
+
+def test_a_defense_that_drops_a_cycles_echo_stops_the_echo_and_repairs_nothing(tmp_path: Path) -> None:
+    """A cycle sent the user's turn m1 back to the user instead of to the tool, and the cycle breaker dropped the
+    echo at the user: the echo is stopped, but the tool never gets the turn. The defense fired and did not resolve
+    the fault (MAS-FIRE's ✗ in the rule tier), though it met it; a storm's copy dropped while its original reached
+    the tool is the rule tier's repair, and a storm whose original and copy were both dropped repaired nothing."""
+    cycled: list[Step] = [
+        ("user", "user", RETURN),
+        ("user", "", addressed("m1", "user", "tool", ("m1", "user"), fault="cycle")),
+        ("user", "", DefenseFired(defense="cycle", agent="user", message_id="m1")),
+    ]
+    storm = addressed("m1", "user", "tool", ("m1", "tool"), ("m2", "tool"), fault="storm")
+    deduped: list[Step] = [
+        ("user", "tool", RETURN),
+        ("user", "tool", RETURN),
+        ("user", "", storm),
+        ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m2")),
+    ]
+    starved = [*deduped, ("tool", "", DefenseFired(defense="rate", agent="tool", message_id="m1"))]
+    journal = write_journal(
+        tmp_path / "cell.sqlite",
+        episode("e-cycle", "t1", cycled, outcome="timeout"),
+        episode("e-dedup", "t2", deduped),
+        episode("e-starved", "t3", starved, outcome="timeout"),
+    )
+    cell, _ = read_cell(journal)
+    assert [(b.name, b.tier, b.repaired) for b in cell.behaviours[("t1", 0)]] == [("defense_filtered", "rule", False)]
+    assert [(b.name, b.repaired) for b in cell.behaviours[("t2", 0)]] == [("defense_filtered", True)]
+    assert [(b.name, b.repaired) for b in cell.behaviours[("t3", 0)]] == [("defense_filtered", False)] * 2
+    assert cell.cancelled == {("t1", 0), ("t2", 0), ("t3", 0)}  # each fault met a defense, repaired or not
 
 
 def test_a_detector_of_several_tiers_gives_its_behaviour_every_one_with_one_outcome(tmp_path: Path) -> None:

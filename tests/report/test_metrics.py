@@ -22,7 +22,7 @@ from faultline.report import (
     write_manifest,
 )
 
-from .journals import Step, episode, faulted, write_journal
+from .journals import Step, addressed, episode, faulted, write_journal
 
 ASKED: list[Step] = [
     ("user", "tool", faulted("m9", "m9", "m9-copy")),
@@ -275,8 +275,10 @@ ASKED_ANYWAY: list[Step] = [("user", "tool", TURN), ("tool", "user", QUESTION, "
 def _copied(fault: str, *dropped: Step) -> list[Step]:
     """The user's turn m1 delivered unchanged and a copy m2 (to env for a broadcast, to tool for a storm), then
     (after `dropped`, a defense's drop of the copy) the question and answer of `ASKED_ANYWAY`."""
-    sent = msgspec.to_builtins(Envelope(id="m1", episode="x", sender="user", recipient="tool", body=TURN))
-    applied = FaultApplied(rule_id="r1", fault=fault, original=sent, results=[{"id": "m1"}, {"id": "m2"}])
+    sent = Envelope(id="m1", episode="x", sender="user", recipient="tool", body=TURN)
+    copy = msgspec.structs.replace(sent, id="m2", recipient="env" if fault == "broadcast" else "tool")
+    results = [msgspec.to_builtins(sent), msgspec.to_builtins(copy)]
+    applied = FaultApplied(rule_id="r1", fault=fault, original=msgspec.to_builtins(sent), results=results)
     at = 4 + len(dropped)
     return [
         ("user", "tool", TURN),
@@ -338,3 +340,44 @@ def test_a_fault_a_defense_cancelled_is_labelled_so_not_nothing_to_tolerate(
     out = capsys.readouterr().out
     assert "1/1 (all: nothing to tolerate)" in out and "1/1 (all: cancelled by a defense)" in out
     assert out.count("(all: nothing to tolerate)") == 1
+
+
+def test_a_cycle_breaker_that_drops_the_echo_is_no_repair_when_the_message_is_lost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shape a sim cycle campaign leaves: the cycle sends the user's first turn back to the user. Without a
+    defense the user hears its own words and says them again, and the task is solved; with the cycle breaker the
+    echo is dropped and the tool never gets the turn, and the episode times out. The breaker fired (O 1/1) and
+    repaired nothing (L 0/1): MAS-FIRE's ✗ in the rule tier, not a local repair that S_f then contradicts."""
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1", "t2"], trials=1, seed=0, faults=["cycle"], defenses=["cycle"]
+    )
+    cycle = addressed("m1", "user", "tool", ("m1", "user"), fault="cycle")
+    heard: list[Step] = [("user", "user", TURN), ("user", "", cycle), *[(s[0], s[1], s[2]) for s in ASKED_ANYWAY]]
+    dropped: list[Step] = [
+        ("user", "user", TURN),
+        ("user", "", cycle),
+        ("user", "", DefenseFired(defense="cycle", agent="user", message_id="m1"), "m1"),
+    ]
+    outcomes: Outcomes = {
+        "baseline": [(t, ASKED_ANYWAY, "success") for t in settings.tasks],
+        "cycle": [(t, heard, "success") for t in settings.tasks],
+        "baseline+cycle": [(t, ASKED_ANYWAY, "success") for t in settings.tasks],
+        "cycle+cycle": [(t, dropped, "timeout") for t in settings.tasks],
+    }
+    report = campaign_report(_write(tmp_path, settings, outcomes))
+    _, defended = report.faults
+    assert (defended.injected, defended.triggered, defended.fixed, defended.final_success) == (2, 2, 0, 0)
+    assert (defended.o, defended.l, defended.s, defended.rs) == (1.0, 0.0, 0.0, 0.0)
+    rule = next(t for t in report.tiers if (t.defense, t.tier) == ("cycle", "rule"))
+    assert (rule.triggered, rule.fixed, rule.l) == (2, 0, 0.0)
+    [filtered] = [b for b in report.behaviours if b.defense == "cycle"]
+    assert (filtered.behaviour, filtered.units, filtered.repaired, filtered.failed) == ("defense_filtered", 2, 0, 2)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "✗ 2" in out and "✓" not in out
+    assert main(["report", str(tmp_path), "--behaviours", "judged", "--model", "sim", "--json"]) == 0
+    judged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = {(r["defense"], r["behaviour"]): (r["repaired"], r["failed"]) for r in judged if r["type"] == "behaviour"}
+    assert rows == {("cycle", "system drops the faulted message, which never arrives"): (0, 2)}

@@ -81,6 +81,10 @@ class EpisodeTrace:
     touched_ids: set[str] = field(default_factory=set)
     """Those, the originals' ids and what an agent sent from a faulted model call: a message handled with one
     of them as its cause answers the fault."""
+    on_course: dict[str, set[str]] = field(default_factory=dict)
+    """Per message a fault sent out, the ids of that fault's messages that went where its original was going (the
+    original rewritten or let through, a storm's duplicates); none for a fault that sent the message elsewhere
+    (a cycle's echo to its sender), whose recipient never gets it."""
     removed: list[str] = field(default_factory=list)
     """Text the faults took out of the messages they rewrote (turns dropped or cut from a transcript)."""
     by_id: dict[str, Envelope] = field(default_factory=dict)
@@ -100,6 +104,11 @@ class EpisodeTrace:
                 results = {str(r.get("id", "")) for r in env.body.results}
                 trace.faulted_ids |= results
                 trace.copy_ids |= results - {original}
+                course = {
+                    str(r.get("id", "")) for r in env.body.results if _destination(r) == _destination(env.body.original)
+                }
+                for result in results:
+                    trace.on_course[result] = course
                 trace.touched_ids.add(original)
                 trace.removed += removed_texts(env.body)
                 if env.body.model_call >= 0:
@@ -178,6 +187,11 @@ class EpisodeTrace:
         return False
 
 
+def _destination(message: Mapping[str, Any]) -> tuple[str, str]:
+    """Where a message a fault event records was addressed: its recipient and topic."""
+    return str(message.get("recipient", "")), str(message.get("topic", ""))
+
+
 def message_act(env: Envelope) -> str:
     """Who sent what kind of message to whom on which topic, with its body's digest: ids and times left out, so the
     same message of two runs of a unit reads the same."""
@@ -219,17 +233,26 @@ class Detector:
 
 
 def _defense_filtered(trace: EpisodeTrace) -> list[Sighting]:
-    """A defense dropped a delivery; it repaired the fault when the drop was a message the fault sent."""
+    """A defense dropped a delivery; it repaired the fault when the drop was a message the fault sent and the
+    message still reached the agent it was meant for: another of the fault's messages on its course got through
+    there (a storm's duplicate dropped, its original delivered; a broadcast's stray delivery dropped). Dropping
+    what a fault sent elsewhere (a cycle's echo) stops the echo but leaves the recipient without the message: the
+    defense fired and did not resolve the fault (MAS-FIRE's ✗)."""
+    drops = [(pos, env.body) for pos, env in trace.after_fault() if isinstance(env.body, DefenseFired)]
+    dropped = {(drop.message_id, drop.agent) for _, drop in drops}
     return [
-        (pos, env.body.message_id in trace.faulted_ids)
-        for pos, env in trace.after_fault()
-        if isinstance(env.body, DefenseFired)
+        (pos, any((i, drop.agent) not in dropped for i in trace.on_course.get(drop.message_id, ())))
+        for pos, drop in drops
     ]
 
 
 def cancelled_by_defense(steps: Sequence[tuple[int, Envelope]]) -> bool:
-    """Whether a defense dropped a message the faults sent (`defense_filtered`, repaired): the fault met a defense."""
-    return any(repaired for _, repaired in _defense_filtered(EpisodeTrace.of(steps)))
+    """Whether a defense dropped a message the faults sent (`defense_filtered`, repaired or not): the fault met a
+    defense."""
+    trace = EpisodeTrace.of(steps)
+    return any(
+        isinstance(env.body, DefenseFired) and env.body.message_id in trace.faulted_ids for _, env in trace.steps
+    )
 
 
 def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
@@ -305,7 +328,11 @@ DETECTORS: dict[str, Detector] = {
     d.name: d
     for d in (
         Detector(
-            "defense_filtered", "rule", "a defense dropped a delivery (a faulted one: repaired)", _defense_filtered
+            "defense_filtered",
+            "rule",
+            "a defense dropped a delivery (a faulted one, with the message still delivered where it was going:"
+            " repaired; a cycle's echo dropped leaves the recipient without it: not repaired)",
+            _defense_filtered,
         ),
         Detector(
             "tool_error_corrected",

@@ -8,6 +8,10 @@ episode reaches it, neither the simulator's mistake labels nor the grader's outc
 
     evidence                      behaviour (tiers)                                    succeeded when
     defense_filtered              system filters the faulted message (rule)            the drop was a faulted one
+                                                                                       whose message still arrived;
+                                                                                       a faulted one it did not:
+                                                                                       "drops the faulted message,
+                                                                                       which never arrives"
     tool_error_corrected          agent identifies and corrects the call               the next call succeeded;
                                   (mechanism, reasoning)                               else mechanism succeeded
                                                                                        (the retry ran), reasoning
@@ -63,6 +67,9 @@ FROM_EVIDENCE: dict[str, tuple[str, str, list[str], list[str]]] = {
 """Per rule detector: the behaviour's name when it succeeded, when it failed, its tiers, and those of its tiers
 that still succeed when it fails (MAS-FIRE's "responds to the error but ultimately fails": ✓ mechanism,
 ✗ reasoning)."""
+LOST_IN_DROP = "system drops the faulted message, which never arrives"
+"""`defense_filtered` not repaired on a message a fault sent: the defense dropped what the fault sent elsewhere (a
+cycle's echo), and the recipient never got the message."""
 
 
 def respond_annotator(request: LlmRequest, words: int) -> LlmResponse:
@@ -71,7 +78,8 @@ def respond_annotator(request: LlmRequest, words: int) -> LlmResponse:
     trajectory: list[dict[str, Any]] = list(meta.get("trajectory") or [])
     faults: list[dict[str, Any]] = list(meta.get("faults") or [])
     evidence: list[dict[str, Any]] = list(meta.get("evidence") or [])
-    behaviours = [_from_evidence(e) for e in evidence]
+    lost = {e["n"] for e in trajectory if e.get("kind") == "defense_fired" and e.get("dropped_faulted")}
+    behaviours = [_from_evidence(e, lost) for e in evidence]
     if not any(e.get("behaviour") == "acted_on_copy" for e in evidence):
         behaviours += _unaffected(trajectory, faults)
     behaviours += _prompts(trajectory, faults)
@@ -85,11 +93,16 @@ def _behaviour(name: str, tiers: list[str], succeeded: bool, step: int, kept: Co
     return {"name": name, "tiers": outcomes, "step": step}
 
 
-def _from_evidence(sighting: dict[str, Any]) -> dict[str, Any]:
+def _from_evidence(sighting: dict[str, Any], lost: Collection[int] = ()) -> dict[str, Any]:
+    """The behaviour one sighting stands for; `lost`: the trajectory's [numbers] of defense drops of a faulted
+    message, which, when the sighting says it repaired nothing, left its recipient without the message."""
+    behaviour = str(sighting.get("behaviour"))
     good, bad, tiers, kept = FROM_EVIDENCE.get(
-        str(sighting.get("behaviour")), ("responds to the fault", "responds to the fault", ["mechanism"], [])
+        behaviour, ("responds to the fault", "responds to the fault", ["mechanism"], [])
     )
     repaired = bool(sighting.get("repaired"))
+    if behaviour == "defense_filtered" and sighting.get("n") in lost:
+        bad = LOST_IN_DROP
     return _behaviour(good if repaired else bad, tiers, repaired, int(sighting.get("n", -1)), kept)
 
 
