@@ -130,6 +130,7 @@ PUBLIC = {
         "start_envelopes",
         "stop_on_signal",
         "summarize",
+        "tasks_taken",
         "token_overhead",
         "uses_sim",
         "wait_for_journal",

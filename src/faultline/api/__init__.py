@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         repeated,
         run_plan,
         start_envelopes,
+        tasks_taken,
         wait_for_journal,
     )
     from faultline.api._run import (
@@ -98,6 +99,7 @@ __all__ = [
     "start_envelopes",
     "stop_on_signal",
     "summarize",
+    "tasks_taken",
     "token_overhead",
     "uses_sim",
     "wait_for_journal",
@@ -125,6 +127,7 @@ __getattr__, __dir__ = lazy_exports(
             "repeated",
             "run_plan",
             "start_envelopes",
+            "tasks_taken",
             "wait_for_journal",
         ),
         "faultline.api._summary": ("Summary", "costed", "pass_hat_k", "summarize", "with_costs"),

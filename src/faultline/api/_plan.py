@@ -126,6 +126,15 @@ def repeated(task_ids: Sequence[str]) -> str | None:
     return None
 
 
+def tasks_taken(asked: int, held: int, source: str, *, named: str = "tasks={}") -> tuple[int, str]:
+    """How many tasks (input records) a run asked for the first `asked` of takes, where `source` holds `held`, and
+    what it says of them: all `held` where that is fewer, with a note saying so (the results would not), else
+    `asked` and "". `named` writes the request as its caller gave it (`--tasks {}` on the command line)."""
+    if asked <= held:
+        return asked, ""
+    return held, f"{source} has {held} tasks, so {named.format(asked)} takes all {held}"
+
+
 def plan_episodes(plan: RunPlan, domain: Domain) -> list[PlannedEpisode]:
     tasks = [domain.task(i) for i in plan.task_ids] if plan.task_ids else domain.checked_tasks()[: plan.tasks]
     return _planned(plan, [(task.id, None) for task in tasks])

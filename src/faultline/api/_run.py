@@ -9,6 +9,7 @@ running at `RunSpec.nats`. Every message goes to the journal file the report nam
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import tempfile
@@ -37,6 +38,7 @@ from faultline.api._plan import (
     repeated,
     resumed,
     run_plan,
+    tasks_taken,
 )
 from faultline.api._summary import Summary, summarize, with_costs, with_model_tokens
 from faultline.api._system import (
@@ -89,6 +91,8 @@ from faultline.runtime import (
     worker_statuses,
 )
 
+log = logging.getLogger(__name__)
+
 SIM_NOTE = (
     "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime,"
     " they say nothing about models"
@@ -129,7 +133,8 @@ class RunSpec:
     inputs: Path | None = None
     """Its input records, a JSON-lines file (default: the configuration's `[system] inputs`)."""
     tasks: int = 0
-    """The first this many tasks of the domain (0: 10) or input records (0: all)."""
+    """The first this many tasks of the domain (0: 10) or input records (0: all); all of them where there are fewer,
+    which the report says (`RunReport.tasks_note`)."""
     task_ids: Sequence[str] = ()
     trials: int = 1
     seed: int = 0
@@ -182,6 +187,12 @@ class RunReport:
     episodes it did not complete are not counted; `resume` runs them once the journal writes again."""
     plan: RunPlan | None = None
     """What ran: the domain or system, the selection, the settings every episode took."""
+    tasks_asked: int = 0
+    """The tasks (input records) `RunSpec.tasks` asked for (0: none by number). More than `plan.tasks` where the
+    domain (the inputs) holds fewer: the run took all of them, and `tasks_note` says so."""
+    tasks_note: str = ""
+    """Where the run took fewer tasks than `RunSpec.tasks` asked for, that it took all there are, in words (also
+    logged as a warning under `faultline.api`, before the run starts); "" otherwise."""
 
     @property
     def ran_on(self) -> str:
@@ -245,11 +256,12 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     roster = list(spec.helpers) if spec.helpers is not None else parse_roster(config.helpers.roster)
     if spec.nats and spec.helpers is None:
         roster = anyio.run(_live_roster, spec.nats, config, spec.domain, connect_as)
+    tasks, note = _tasks(spec, len(domain.checked_tasks()), f"domain {spec.domain!r}", DOMAIN_TASKS)
     plan = _plan(
         spec,
         config,
         domain=spec.domain,
-        tasks=spec.tasks or DOMAIN_TASKS,
+        tasks=tasks,
         max_turns=spec.max_turns or domain.budgets.user_turns,
         max_steps=spec.max_steps or domain.budgets.agent_steps,
         error_rates=dict(spec.error_rates),
@@ -264,7 +276,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
         tool_calls=config.model(config.role_of("tool")).tool_calls,
         reflection=config.model(config.role_of("tool")).reflection,
     )
-    return _run_planned(spec, config, journal, plan, RunResult(plan_episodes(plan, domain)), watcher)
+    return _run_planned(spec, config, journal, plan, RunResult(plan_episodes(plan, domain)), watcher, note)
 
 
 def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord] | None]:
@@ -306,8 +318,20 @@ def with_system(config: Config, spec: RunSpec) -> tuple[Config, list[InputRecord
 def _run_system(
     spec: RunSpec, config: Config, journal: Path, records: list[InputRecord], watcher: RunProgress
 ) -> RunReport:
-    plan = _plan(spec, config, domain="", system=config.system.class_, tasks=spec.tasks or len(records))
-    return _run_planned(spec, config, journal, plan, RunResult(plan_records(plan, records)), watcher)
+    tasks, note = _tasks(spec, len(records), f"inputs {config.system.inputs}", len(records))
+    plan = _plan(spec, config, domain="", system=config.system.class_, tasks=tasks)
+    return _run_planned(spec, config, journal, plan, RunResult(plan_records(plan, records)), watcher, note)
+
+
+def _tasks(spec: RunSpec, held: int, source: str, default: int) -> tuple[int, str]:
+    """How many of the `held` tasks of `source` the run takes (`default` where `spec` asks for none by number), and
+    the note, logged as a warning, where it asked for more than there are (`tasks_taken`)."""
+    tasks, note = tasks_taken(spec.tasks or default, held, source)
+    if spec.task_ids or not spec.tasks:
+        return tasks, ""
+    if note:
+        log.warning(note)
+    return tasks, note
 
 
 def _plan(spec: RunSpec, config: Config, **system: Any) -> RunPlan:
@@ -326,7 +350,13 @@ def _plan(spec: RunSpec, config: Config, **system: Any) -> RunPlan:
 
 
 def _run_planned(
-    spec: RunSpec, config: Config, journal: Path, plan: RunPlan, result: RunResult, watcher: RunProgress
+    spec: RunSpec,
+    config: Config,
+    journal: Path,
+    plan: RunPlan,
+    result: RunResult,
+    watcher: RunProgress,
+    tasks_note: str = "",
 ) -> RunReport:
     if spec.resume:
         if not spec.run_id:
@@ -390,7 +420,17 @@ def _run_planned(
         if plan.system:
             summary = with_model_tokens(summary, held, plan.run_id)
     return RunReport(
-        summary, result, journal, plan.run_id, uses_sim(config), request.signum, problem, result.refused, plan
+        summary,
+        result,
+        journal,
+        plan.run_id,
+        uses_sim(config),
+        request.signum,
+        problem,
+        result.refused,
+        plan,
+        tasks_asked=0 if spec.task_ids else spec.tasks,
+        tasks_note=tasks_note,
     )
 
 

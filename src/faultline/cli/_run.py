@@ -34,6 +34,7 @@ from faultline.api import (
     memory_mode,
     repeated,
     run,
+    tasks_taken,
     uses_sim,
     with_system,
 )
@@ -332,12 +333,11 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
                 highlight=False,
             )
     ids, source = selectable_ids(args, config)
-    note_all_tasks(args, ids, source)
     spec = RunSpec(
         domain=chosen_domain(args),
         system=args.system or "",
         inputs=args.inputs,
-        tasks=args.tasks or 0,
+        tasks=note_all_tasks(args, ids, source),  # the count it takes: the API then has no note of its own to log
         task_ids=task_ids(args, ids, source),
         trials=args.trials,
         seed=args.seed,
@@ -394,15 +394,15 @@ def selectable_ids(args: argparse.Namespace, config: Config) -> tuple[list[str],
     return [task.id for task in load_domain(domain).checked_tasks()], f"domain {domain!r}"
 
 
-def note_all_tasks(args: argparse.Namespace, ids: Sequence[str], source: str) -> None:
-    """Say on stderr when `--tasks N` asks for more tasks than `source` holds (`ids`): the first N are then all of
-    them, fewer than asked for, which the results would not say."""
-    if args.tasks is not None and args.tasks > len(ids):
-        Console(stderr=True).print(
-            f"note: {source} has {len(ids)} tasks, so --tasks {args.tasks} takes all {len(ids)}",
-            soft_wrap=True,
-            highlight=False,
-        )
+def note_all_tasks(args: argparse.Namespace, ids: Sequence[str], source: str) -> int:
+    """How many tasks `--tasks N` takes of those `source` holds (`ids`), 0 without it; said on stderr where N is more
+    than there are: the first N are then all of them, fewer than asked for, which the results would not say."""
+    if args.tasks is None:
+        return 0
+    tasks, note = tasks_taken(args.tasks, len(ids), source, named="--tasks {}")
+    if note:
+        Console(stderr=True).print(f"note: {note}", soft_wrap=True, highlight=False)
+    return tasks
 
 
 class _Display:
