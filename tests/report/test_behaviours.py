@@ -67,10 +67,14 @@ FIRES: dict[str, list[Step]] = {
         ("tool", "user", AssistantTurn(text="Which order do you mean?"), "m9-copy"),
         ("user", "tool", UserTurn(text="Order A1.")),
     ],
+    "echo_received": [  # a cycle sent the user's turn back to the user, who sent nothing on: the tool never got it
+        ("user", "user", UserTurn(text="Order A1, please.")),
+        ("user", "", addressed("m1", "user", "tool", ("m1", "user"), fault="cycle")),
+    ],
 }
 """For each detector, an episode where it must fire (and repair, but for `NEVER_REPAIRS`)."""
-NEVER_REPAIRS = {"acted_on_copy"}
-"""Detectors of a fault's effect: what they see failed in every tier it counts in."""
+NEVER_REPAIRS = {"acted_on_copy", "echo_received"}
+"""Detectors whose case here failed in every tier it counts in: a fault's effect, or an echo never passed on."""
 
 QUIET: dict[str, list[Step]] = {
     "defense_filtered": [  # the defense fired before any fault: no response to one
@@ -100,6 +104,11 @@ QUIET: dict[str, list[Step]] = {
         ("user", "tool", faulted("m9", "m9", "m9-copy")),
         ("tool", "", DefenseFired(defense="dedup", agent="tool", message_id="m9-copy")),
         ("tool", "user", AssistantTurn(text="Which order do you mean?"), "m9"),
+    ],
+    "echo_received": [  # the cycle breaker dropped the echo at the user
+        ("user", "user", UserTurn(text="Order A1, please.")),
+        ("user", "", addressed("m1", "user", "tool", ("m1", "user"), fault="cycle")),
+        ("user", "", DefenseFired(defense="cycle", agent="user", message_id="m1")),
     ],
 }
 """For each detector, an episode with a fault where it must not fire."""
@@ -390,3 +399,38 @@ def test_a_detector_of_several_tiers_gives_its_behaviour_every_one_with_one_outc
         False,
         [False, False],
     )
+
+
+def test_a_cycles_echo_passed_on_is_received_without_impact(tmp_path: Path) -> None:
+    """A cycle sent the user's turn m1 back to the user, who sent it on to the tool (as it was, or saying it again
+    with a word before it), and the tool then did what it does without the fault: MAS-FIRE's "receives cyclic
+    messages without impact", failed in rule (nothing filtered it) and repaired in reasoning. Had the user said
+    something else, or the tool answered otherwise, the echo changed what they did: acted_on_copy, failed in both;
+    had the user said nothing, the tool never got the turn: echo_received failed in both."""
+    turn = UserTurn(text="Order A1, please.")
+    cycle = addressed("m1", "user", "tool", ("m1", "user"), fault="cycle")
+    shipped = AssistantTurn(text="It has shipped.")
+    plain: list[Step] = [("user", "tool", turn), ("tool", "user", shipped, "m1")]
+    echoed: list[Step] = [("user", "user", turn), ("user", "", cycle)]
+
+    def passed_on(said: UserTurn, answer: AssistantTurn = shipped) -> list[Step]:
+        return [*echoed, ("user", "tool", said, "m1"), ("tool", "user", answer, "m3")]
+
+    again = UserTurn(text="To repeat: Order A1, please.")
+    cases = {
+        "as it was": (passed_on(turn), [("echo_received", False, ["rule"])]),
+        "said again": (passed_on(again), [("echo_received", False, ["rule"])]),
+        "something else": (passed_on(UserTurn(text="Why did I hear myself?")), [("acted_on_copy", False, [])]),
+        "answered otherwise": (passed_on(again, AssistantTurn(text="Which order?")), [("acted_on_copy", False, [])]),
+        "said nothing": (echoed, [("echo_received", False, [])]),
+    }
+    base = read_cell(write_journal(tmp_path / "b.sqlite", *(episode(f"b{i}", c, plain) for i, c in enumerate(cases))))
+    journal = write_journal(
+        tmp_path / "c.sqlite", *(episode(f"e{i}", c, s) for i, (c, (s, _)) in enumerate(cases.items()))
+    )
+    cell, _ = read_cell(journal, baseline=base[0].acts)
+    for case, (_, expected) in cases.items():
+        seen = cell.behaviours[(case, 0)]
+        assert [(b.name, b.repaired, b.failed_in) for b in seen] == expected, case
+    [received] = cell.behaviours[("said again", 0)]
+    assert [received.repaired_in(t) for t in ("rule", "reasoning")] == [False, True]

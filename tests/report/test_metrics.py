@@ -353,7 +353,13 @@ def test_a_cycle_breaker_that_drops_the_echo_is_no_repair_when_the_message_is_lo
         domain="retail", model="sim", tasks=["t1", "t2"], trials=1, seed=0, faults=["cycle"], defenses=["cycle"]
     )
     cycle = addressed("m1", "user", "tool", ("m1", "user"), fault="cycle")
-    heard: list[Step] = [("user", "user", TURN), ("user", "", cycle), *[(s[0], s[1], s[2]) for s in ASKED_ANYWAY]]
+    heard: list[Step] = [
+        ("user", "user", TURN),
+        ("user", "", cycle),
+        ("user", "tool", TURN, "m1"),
+        ("tool", "user", QUESTION, "m3"),
+        ("user", "tool", ANSWER, "m4"),
+    ]
     dropped: list[Step] = [
         ("user", "user", TURN),
         ("user", "", cycle),
@@ -366,18 +372,29 @@ def test_a_cycle_breaker_that_drops_the_echo_is_no_repair_when_the_message_is_lo
         "cycle+cycle": [(t, dropped, "timeout") for t in settings.tasks],
     }
     report = campaign_report(_write(tmp_path, settings, outcomes))
-    _, defended = report.faults
+    plain, defended = report.faults
+    # without the breaker the user passed its echoed turn on as it was: MAS-FIRE's "receives cyclic messages without
+    # impact", failed in rule (nothing filtered it), repaired in reasoning
+    assert (plain.injected, plain.triggered, plain.fixed, plain.final_success) == (2, 2, 0, 2)
+    tiers = {(t.defense, t.tier): (t.triggered, t.fixed) for t in report.tiers}
+    assert (tiers[("", "rule")], tiers[("", "reasoning")]) == ((2, 0), (2, 2))
     assert (defended.injected, defended.triggered, defended.fixed, defended.final_success) == (2, 2, 0, 0)
     assert (defended.o, defended.l, defended.s, defended.rs) == (1.0, 0.0, 0.0, 0.0)
     rule = next(t for t in report.tiers if (t.defense, t.tier) == ("cycle", "rule"))
     assert (rule.triggered, rule.fixed, rule.l) == (2, 0, 0.0)
     [filtered] = [b for b in report.behaviours if b.defense == "cycle"]
     assert (filtered.behaviour, filtered.units, filtered.repaired, filtered.failed) == ("defense_filtered", 2, 0, 2)
+    [received] = [b for b in report.behaviours if b.defense == ""]
+    assert (received.behaviour, received.units, received.repaired, received.failed) == ("echo_received", 2, 0, 2)
     monkeypatch.delenv("COLUMNS", raising=False)
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "✗ 2" in out and "✓" not in out
+    [breaker] = [line for line in out.splitlines() if "│ defense_filtered" in line]
+    assert "✗ 2" in breaker and "✓" not in breaker
     assert main(["report", str(tmp_path), "--behaviours", "judged", "--model", "sim", "--json"]) == 0
     judged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     rows = {(r["defense"], r["behaviour"]): (r["repaired"], r["failed"]) for r in judged if r["type"] == "behaviour"}
-    assert rows == {("cycle", "system drops the faulted message, which never arrives"): (0, 2)}
+    assert rows == {
+        ("cycle", "system drops the faulted message, which never arrives"): (0, 2),
+        ("", "receives cyclic messages without impact"): (0, 2),
+    }

@@ -170,7 +170,7 @@ class EpisodeCase(msgspec.Struct, frozen=True, kw_only=True):
     or model call it changed, `on_model_call`, `removed` (text it took out of a conversation)."""
     evidence: list[dict[str, Any]]
     """The rule detectors' sightings: behaviour, tier (its tiers, comma-separated, when more than one), `n`,
-    repaired."""
+    repaired, and `failed_in`: the tiers it failed in where it repaired the fault in the others."""
     positions: list[int]
     """The journal position of each [number], from 1."""
 
@@ -233,7 +233,13 @@ def episode_case(
             trajectory.append(_entry(n, env, numbers, made, made))
     position = {pos: n for n, (pos, _) in enumerate(shown, 1)}
     evidence = [
-        {"behaviour": b.name, "tier": ", ".join(b.all_tiers), "n": _line_at(position, b.pos), "repaired": b.repaired}
+        {
+            "behaviour": b.name,
+            "tier": ", ".join(b.all_tiers),
+            "n": _line_at(position, b.pos),
+            "repaired": b.repaired,
+            "failed_in": b.failed_in,
+        }
         for b in detect(steps, baseline=baseline)
     ]
     return EpisodeCase(
@@ -245,6 +251,13 @@ def episode_case(
         evidence=evidence,
         positions=[pos for pos, _ in shown],
     )
+
+
+def _outcome(sighting: dict[str, Any]) -> str:
+    if sighting["repaired"]:
+        return "repaired"
+    failed_in = sighting.get("failed_in") or []
+    return f"not repaired in {', '.join(failed_in)}, repaired in the others" if failed_in else "not repaired"
 
 
 def _line_at(position: Mapping[int, int], pos: int) -> int:
@@ -268,10 +281,7 @@ def trajectory_text(case: EpisodeCase) -> str:
         + (f"; removed: {' | '.join(f['removed'])}" if f["removed"] else "")
         for f in case.faults
     ]
-    evidence = [
-        f"- [{v['n']}] {v['behaviour']} ({v['tier']}, {'repaired' if v['repaired'] else 'not repaired'})"
-        for v in case.evidence
-    ]
+    evidence = [f"- [{v['n']}] {v['behaviour']} ({v['tier']}, {_outcome(v)})" for v in case.evidence]
     return (
         "# Trajectory\n" + "\n".join(lines) + "\n\n# Faults injected\n" + ("\n".join(faults) or "- (none)")
         + "\n\n# Rule detectors' sightings (cheap evidence; may miss behaviours or be wrong)\n"

@@ -78,6 +78,13 @@ class EpisodeTrace:
     copy_ids: set[str] = field(default_factory=set)
     """Of those, the ones with an id of their own: copies delivered beside the original (a storm's duplicates, a
     broadcast's deliveries to other agents), not the original rewritten or rerouted."""
+    echo_ids: set[str] = field(default_factory=set)
+    """Of those, the ones that kept the original's id and went elsewhere: a cycle's echo back to its sender."""
+    echo_going: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Per echo, where its original was going (recipient, topic)."""
+    strays: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Every copy and echo (`copy_ids`, `echo_ids`): where the journal holds it as delivered (its fault's position
+    where it does not) and the agent it went to ("" where the fault event does not say)."""
     touched_ids: set[str] = field(default_factory=set)
     """Those, the originals' ids and what an agent sent from a faulted model call: a message handled with one
     of them as its cause answers the fault."""
@@ -104,11 +111,17 @@ class EpisodeTrace:
                 results = {str(r.get("id", "")) for r in env.body.results}
                 trace.faulted_ids |= results
                 trace.copy_ids |= results - {original}
-                course = {
-                    str(r.get("id", "")) for r in env.body.results if _destination(r) == _destination(env.body.original)
-                }
+                going = _destination(env.body.original)
+                course = {str(r.get("id", "")) for r in env.body.results if _destination(r) == going}
                 for result in results:
                     trace.on_course[result] = course
+                for r in env.body.results:
+                    rid = str(r.get("id", ""))
+                    if rid == original and _destination(r) != going:
+                        trace.echo_ids.add(rid)
+                        trace.echo_going[rid] = going
+                    if rid and (rid != original or _destination(r) != going):
+                        trace.strays.setdefault(rid, (pos, str(r.get("recipient", ""))))
                 trace.touched_ids.add(original)
                 trace.removed += removed_texts(env.body)
                 if env.body.model_call >= 0:
@@ -121,6 +134,9 @@ class EpisodeTrace:
         }
         trace.touched_ids.discard("")
         trace.copy_ids.discard("")
+        delivered = {(env.id, env.recipient): pos for pos, env in trace.steps}
+        for rid, (at, agent) in trace.strays.items():
+            trace.strays[rid] = (delivered.get((rid, agent), at), agent)
         return trace
 
     def act(self, env: Envelope) -> str:
@@ -165,10 +181,24 @@ class EpisodeTrace:
                 return
             message_id = env.causation
 
-    def copy_on_chain(self, message_id: str) -> str:
-        """The first copy a fault delivered (`copy_ids`) that the causal chain back from `message_id` meets; "" when
-        it meets none: what was sent in answer to a copy, or to what one set off, is the copy's doing."""
-        return next((c for c in self.chain(message_id) if c in self.copy_ids), "")
+    def passes_on(self, env: Envelope) -> bool:
+        """Whether `env` passes a cycle's echo on: sent in answer to the echo, of its kind, to where its original was
+        going, carrying its text (its body, where it has none): the sender sent its message again, as the fault-free
+        run sent it once."""
+        echo = self.by_id.get(env.causation)
+        if echo is None or env.causation not in self.echo_ids or env.kind != echo.kind:
+            return False
+        if self.echo_going[env.causation] != (env.recipient, env.topic):
+            return False
+        said, says = getattr(echo.body, "text", None), getattr(env.body, "text", None)
+        if isinstance(said, str) and isinstance(says, str):
+            return said.strip() in says
+        return body_digest(echo.body) == body_digest(env.body)
+
+    def stray_on_chain(self, message_id: str) -> str:
+        """The first copy or echo a fault delivered (`strays`) that the causal chain back from `message_id` meets; ""
+        when it meets none: what was sent in answer to a misrouted message, or to what one set off, is its doing."""
+        return next((c for c in self.chain(message_id) if c in self.strays), "")
 
     def caused_by_fault(self, message_id: str) -> bool:
         """Whether the causal chain back from `message_id` passes through a message the faults touched."""
@@ -225,7 +255,11 @@ class Detector:
     summary: str
     detect: Detect
     tiers: tuple[Tier, ...] = ()
-    """Every tier its behaviour counts in when more than `tier` (the first of them), with one outcome in all."""
+    """Every tier its behaviour counts in when more than `tier` (the first of them), with one outcome in all but
+    `failed_in`."""
+    failed_in: tuple[Tier, ...] = ()
+    """Tiers its behaviour fails in whatever a sighting says; a repaired sighting succeeds in the others (MAS-FIRE's
+    "fails to filter, and it does not affect behaviour": ✗ rule, ✓ reasoning), a failed one fails in all."""
 
     @property
     def all_tiers(self) -> tuple[Tier, ...]:
@@ -263,7 +297,7 @@ def _tool_error_corrected(trace: EpisodeTrace) -> list[Sighting]:
     found = []
     for i, (pos, env) in enumerate(steps):
         failed = isinstance(env.body, ToolResult) and env.body.error
-        if failed and trace.caused_by_fault(env.causation) and not trace.copy_on_chain(env.causation):
+        if failed and trace.caused_by_fault(env.causation) and not trace.stray_on_chain(env.causation):
             after = next((e.body for _, e in steps[i + 1 :] if isinstance(e.body, ToolResult)), None)
             if after is not None:
                 found.append((pos, not after.error))
@@ -280,7 +314,7 @@ def _asked_user(trace: EpisodeTrace) -> list[Sighting]:
     for i, (pos, env) in enumerate(steps):
         body = env.body
         question = isinstance(body, AssistantTurn) and "?" in body.text
-        if question and trace.answers_faulted_turn(env) and not trace.copy_on_chain(env.causation):
+        if question and trace.answers_faulted_turn(env) and not trace.stray_on_chain(env.causation):
             answered = any(isinstance(e.body, UserTurn) and e.sender == "user" for _, e in steps[i + 1 :])
             found.append((pos, answered))
     return found
@@ -302,17 +336,38 @@ def _verifier_recheck(trace: EpisodeTrace) -> list[Sighting]:
 
 
 def _acted_on_copy(trace: EpisodeTrace) -> list[Sighting]:
-    """An agent acted on a copy the fault delivered beside the message and no defense dropped: of what was sent in
-    answer to the copy or to what it set off, the first message the fault-free run did not send too (`ordinary`).
-    The fault's effect, never a repair: the copy got through (rule failed) and changed what the agents did
-    (reasoning failed). One sighting per copy."""
+    """An agent acted on a copy the fault delivered beside the message, or on a cycle's echo, that no defense
+    dropped: of what was sent in answer to it or to what it set off, the first message the fault-free run did not
+    send too (`ordinary`). The fault's effect, never a repair: the message got through (rule failed) and changed
+    what the agents did (reasoning failed). One sighting per copy or echo."""
     first: dict[str, int] = {}
     for pos, env in trace.after_fault():
-        if pos in trace.ordinary or isinstance(env.body, (FaultApplied, DefenseFired)):
+        if pos in trace.ordinary or isinstance(env.body, (FaultApplied, DefenseFired)) or trace.passes_on(env):
             continue
-        if copy := trace.copy_on_chain(env.causation):
-            first.setdefault(copy, pos)
+        if stray := trace.stray_on_chain(env.causation):
+            first.setdefault(stray, pos)
     return [(pos, False) for pos in sorted(first.values())]
+
+
+def _echo_received(trace: EpisodeTrace) -> list[Sighting]:
+    """A cycle's echo (`echo_ids`) got through: no defense dropped it at the sender it went back to. Where its sender
+    passed it on (`passes_on`) and everything else sent in answer to it the fault-free run sent too (`ordinary`), it
+    did not affect behaviour: MAS-FIRE's "receives cyclic messages without impact", failed in the rule tier (nothing
+    filtered it) and repaired in reasoning. Where nothing was sent in answer, the message never reached where it was
+    going: failed in both. What was sent in answer that the fault-free run did not send is `acted_on_copy`'s. (A
+    copy its recipient ignored is no behaviour: its original got through, and the unit is one of no effect.)"""
+    dropped = {
+        (env.body.message_id, env.body.agent) for _, env in trace.after_fault() if isinstance(env.body, DefenseFired)
+    }
+    answered: dict[str, bool] = {}
+    for pos, env in trace.after_fault():
+        if not isinstance(env.body, (FaultApplied, DefenseFired)) and (stray := trace.stray_on_chain(env.causation)):
+            answered[stray] = answered.get(stray, True) and (pos in trace.ordinary or trace.passes_on(env))
+    return [
+        (trace.strays[echo][0], echo in answered)
+        for echo in sorted(trace.echo_ids)
+        if (echo, trace.strays[echo][1]) not in dropped and answered.get(echo, True)
+    ]
 
 
 def _helper_restored(trace: EpisodeTrace) -> list[Sighting]:
@@ -363,10 +418,20 @@ DETECTORS: dict[str, Detector] = {
         Detector(
             "acted_on_copy",
             "rule",
-            "an agent acted on a copy the fault delivered (a storm's duplicate, a broadcast's stray delivery) and did"
-            " what the fault-free run did not: the fault's effect (failed in rule and reasoning, never repaired)",
+            "an agent acted on a copy the fault delivered (a storm's duplicate, a broadcast's stray delivery) or on a"
+            " cycle's echo, and did what the fault-free run did not: the fault's effect (failed in rule and reasoning,"
+            " never repaired)",
             _acted_on_copy,
             tiers=("rule", "reasoning"),
+        ),
+        Detector(
+            "echo_received",
+            "rule",
+            "a cycle's echo got through and its sender passed the message on as the fault-free run sent it (failed in"
+            " rule, repaired in reasoning), or sent nothing and the message never arrived (failed in both)",
+            _echo_received,
+            tiers=("rule", "reasoning"),
+            failed_in=("rule",),
         ),
     )
 }
@@ -384,7 +449,14 @@ def detect(
         return []
     trace.ordinary = trace.also_in(baseline)
     found = [
-        Behaviour(name=d.name, tier=d.tier, tiers=list(d.tiers), pos=pos, repaired=repaired)
+        Behaviour(
+            name=d.name,
+            tier=d.tier,
+            tiers=list(d.tiers),
+            pos=pos,
+            repaired=repaired and not d.failed_in,
+            failed_in=list(d.failed_in) if repaired else [],
+        )
         for d in (DETECTORS.values() if detectors is None else detectors)
         for pos, repaired in d.detect(trace)
         if pos not in trace.ordinary

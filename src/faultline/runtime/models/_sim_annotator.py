@@ -22,6 +22,10 @@ episode reaches it, neither the simulator's mistake labels nor the grader's outc
     helper_restored               helper restores the missing context (mechanism)     always
     acted_on_copy                 duplicates cause abnormal behaviour                  never
                                   (rule, reasoning)
+    echo_received                 receives cyclic messages without impact              in reasoning, where the
+                                  (rule, reasoning)                                    sighting repaired there;
+                                                                                       else "cyclic message stalls
+                                                                                       the conversation"
     trajectory: a fault delivered copies no defense dropped and no agent acted on (no acted_on_copy sighting):
       "duplicates do not affect behaviour" (reasoning, succeeded)
     trajectory: a fault changed an agent's start (its prompt): "follows its original role" (prompt),
@@ -60,6 +64,12 @@ FROM_EVIDENCE: dict[str, tuple[str, str, list[str], list[str]]] = {
     "acted_on_copy": (
         "duplicates cause abnormal behaviour",
         "duplicates cause abnormal behaviour",
+        ["rule", "reasoning"],
+        [],
+    ),
+    "echo_received": (
+        "receives cyclic messages without impact",
+        "cyclic message stalls the conversation",
         ["rule", "reasoning"],
         [],
     ),
@@ -103,6 +113,8 @@ def _from_evidence(sighting: dict[str, Any], lost: Collection[int] = ()) -> dict
     repaired = bool(sighting.get("repaired"))
     if behaviour == "defense_filtered" and sighting.get("n") in lost:
         bad = LOST_IN_DROP
+    if failed_in := sighting.get("failed_in"):  # repaired in the tiers it did not fail in
+        return _behaviour(good, tiers, False, int(sighting.get("n", -1)), [t for t in tiers if t not in failed_in])
     return _behaviour(good if repaired else bad, tiers, repaired, int(sighting.get("n", -1)), kept)
 
 
