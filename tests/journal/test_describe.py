@@ -90,6 +90,7 @@ from faultline.journal import describe_body
             EpisodeStarted(domain="airline", task="t1", forked_from="ep-a", forked_at=12),
             "airline/t1 trial 0 seed 0 forked from ep-a@12",
         ),
+        (EpisodeStarted(domain="retail", task="t2", trial=1, run="c1-1"), "retail/t2 trial 1 seed 0 run c1-1"),
         (ErrorRaised(agent="env", input_id="i", error_type="KeyError", message="'x'"), "env raised KeyError: 'x'"),
         (
             FaultSkipped(rule_id="r1", fault="hallucination", reason="the injector returned the message unchanged"),

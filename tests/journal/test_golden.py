@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from faultline.core import EpisodeStarted, encode
 from faultline.journal import JournalReader, export_jsonl, import_jsonl, verify
 from faultline.replay import Replayer
 from faultline.runtime import Config, agent_lookup
@@ -52,6 +53,22 @@ def test_the_golden_export_rebuilds_the_golden_journal(tmp_path: Path) -> None:
         assert import_jsonl(lines, rebuilt) == 18
     with JournalReader(rebuilt) as a, JournalReader(golden_copy(tmp_path)) as b:
         assert list(a.rows()) == list(b.rows())
+
+
+@pytest.mark.parametrize("name", ["two_episodes.db", "two_episodes_v2.db"])
+def test_starts_journaled_before_they_recorded_a_run_decode_with_none(name: str, tmp_path: Path) -> None:
+    with JournalReader(shutil.copy(GOLDEN / name, tmp_path / name)) as reader:
+        starts = [row.decoded_body() for row in reader.rows() if row.kind == "episode_started"]
+    assert [(type(s), s.run) for s in starts if isinstance(s, EpisodeStarted)] == [(EpisodeStarted, "")] * 2
+
+
+def test_a_start_of_no_run_encodes_as_it_was_journaled_before_starts_recorded_one(tmp_path: Path) -> None:
+    """`EpisodeStarted.run` is left out of the encoding where it is empty: such a start keeps its bytes, so its
+    digest (`golden/two_episodes_v2.db` was written with defaults left out, the first golden journal before)."""
+    with JournalReader(golden_v2_copy(tmp_path)) as reader:
+        starts = [row for row in reader.rows() if row.kind == "episode_started"]
+    assert len(starts) == 2
+    assert [encode(row.decoded_body()) for row in starts] == [row.body for row in starts]
 
 
 def golden_v2_copy(tmp_path: Path) -> Path:

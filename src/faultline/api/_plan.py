@@ -186,8 +186,8 @@ def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
 
 
 def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
-    """The episode-started event and one Start per agent: on a system of one's own, the entry's and the
-    scorer's; on the tool-use system, every agent's and each helper's."""
+    """The episode-started event, which records the run, and one Start per agent: on a system of one's own, the
+    entry's and the scorer's; on the tool-use system, every agent's and each helper's."""
     if planned.record is not None:
         return system_start_envelopes(plan, planned, planned.record)
     spec = EpisodeSpec(
@@ -211,6 +211,7 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
         protocol=PROTOCOL,
     )
     started = EpisodeStarted(
+        run=plan.run_id,
         domain=plan.domain,
         task=planned.task,
         trial=planned.trial,
@@ -229,7 +230,12 @@ def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:
 def system_start_envelopes(plan: RunPlan, planned: PlannedEpisode, record: InputRecord) -> list[Envelope]:
     ref = load_system(plan.system)
     started = EpisodeStarted(
-        task=planned.task, trial=planned.trial, seed=planned.seed, system=plan.system, settings={"input": record.data}
+        run=plan.run_id,
+        task=planned.task,
+        trial=planned.trial,
+        seed=planned.seed,
+        system=plan.system,
+        settings={"input": record.data},
     )
     e = planned.episode
     starts = [

@@ -263,6 +263,10 @@ class EpisodeStarted(Body, frozen=True, tag="episode_started"):
     """For a fork: the fault rules in force in its live part (those of its source, and the one it injected)."""
     system: str = ""
     """The system of one's own the episode ran on (`package.module:Class`); empty for the built-in tool-use system."""
+    run: str = ""
+    """The run the episode is one of (`faultline run --run-id`; a resumed run's retries name the run they resume);
+    a fork keeps its source's. Empty where no run started it, and in every start journaled before runs were
+    recorded: readers then go by the episode id's prefix (`JournalReader.of_run`)."""
 
     def __post_init__(self) -> None:
         """A roster of helpers there are not is refused when decoded (dead-lettered): the helper pool that reads

@@ -132,6 +132,8 @@ def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
             line = _recording(body)
         case EpisodeStarted():
             line = f"{body.domain or '-'}/{body.task or '-'} trial {body.trial} seed {body.seed}"
+            if body.run:
+                line += f" run {body.run}"
             if body.roster:
                 line += f" roster {','.join(body.roster)}"
             if body.forked_from:
