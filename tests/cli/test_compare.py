@@ -14,14 +14,18 @@ from faultline.journal import Incoming, Journal
 TURN_LIMIT = "turn limit reached (30 user turns)"
 
 
-def _episode(name: str, task: str, trial: int, done: EpisodeCompleted, roster: list[str]) -> list[Envelope]:
-    """An episode with one model call per agent (the tool agent and each helper, 100 + 10 tokens each)."""
+def _episode(
+    name: str, task: str, trial: int, done: EpisodeCompleted, roster: list[str], run: str = ""
+) -> list[Envelope]:
+    """An episode with one model call per agent (the tool agent and each helper, 100 + 10 tokens each); its start
+    records `run`."""
     usage = {"prompt_tokens": 100, "completion_tokens": 10}
     calls: list[tuple[str, MessageBody]] = [
         (agent, Recording(call="llm", index=0, request_digest="d", response={"usage": usage, "model": "m"}))
         for agent in ("tool", *roster)
     ]
-    bodies = [("runner", EpisodeStarted(domain="retail", task=task, trial=trial, roster=roster)), *calls, ("env", done)]
+    started = EpisodeStarted(domain="retail", task=task, trial=trial, roster=roster, run=run)
+    bodies = [("runner", started), *calls, ("env", done)]
     return [
         Envelope(id=derive_id(name, i), episode=name, sender=sender, body=body, ts=1.0 + i)
         for i, (sender, body) in enumerate(bodies)
@@ -32,11 +36,14 @@ Episodes = list[tuple[str, int, EpisodeCompleted]]
 """(task, trial, how it completed)."""
 
 
-def _run(episodes: Episodes, roster: list[str], run: str = "") -> list[Envelope]:
-    """The episodes of a run: ids `<run>-<task>-t<trial>`, as `faultline run` names them (no run: `<task>-t<trial>`)."""
+def _run(episodes: Episodes, roster: list[str], run: str = "", *, recorded: bool = False) -> list[Envelope]:
+    """The episodes of a run: ids `<run>-<task>-t<trial>`, as `faultline run` names them (no run: `<task>-t<trial>`);
+    `recorded`: their starts record the run, as `faultline run`'s do (else as they did not before)."""
     prefix = f"{run}-" if run else ""
     return [
-        e for task, trial, done in episodes for e in _episode(f"{prefix}{task}-t{trial}", task, trial, done, roster)
+        e
+        for task, trial, done in episodes
+        for e in _episode(f"{prefix}{task}-t{trial}", task, trial, done, roster, run if recorded else "")
     ]
 
 
@@ -130,6 +137,25 @@ def test_compare_takes_each_run_of_one_journal_as_a_side(tmp_path: Path, capsys:
     assert summary["journals"] == {"c1-0-baseline-1": str(shared), "c1-1-storm-1": str(shared)}
 
 
+def test_compare_takes_a_run_by_what_its_starts_record_not_by_how_its_ids_begin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run c1-1's episode ids begin as every one of run c1-1-x's does: `--run c1-1` took both runs."""
+    shared = _write(
+        tmp_path / "shared.sqlite",
+        [
+            *_run([("t1", 0, OK), ("t2", 0, OK)], [], "c1-1", recorded=True),
+            *_run([("t1", 0, FAILED), ("t2", 0, FAILED), ("t3", 0, FAILED)], [], "c1-1-x", recorded=True),
+        ],
+    )
+    assert main(["compare", str(shared), "--run", "c1-1", "--run", "c1-1-x", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = {(row["type"], row["name"]): row["values"] for row in lines if row["type"] != "summary"}
+    assert rows["episodes", "episodes"] == {"c1-1": 2.0, "c1-1-x": 2.0}
+    assert rows["pass_k", "pass^1"] == {"c1-1": 1.0, "c1-1-x": 0.0}
+    assert lines[-1]["left_out"] == {"c1-1": [], "c1-1-x": ["t3"]}
+
+
 def test_compare_takes_a_run_in_each_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = _shared(tmp_path / "a.sqlite")
     b = _write(tmp_path / "b.sqlite", _run([("t1", 0, OK), ("t2", 0, OK)], [], "c1-1-storm-1"))
@@ -145,8 +171,8 @@ def test_compare_of_a_run_the_journal_does_not_hold_is_one_line(
     shared = _shared(tmp_path / "shared.sqlite")
     assert main(["compare", str(shared), "--run", "c1-0-baseline-1", "--run", "c1-2"]) == 1
     assert capsys.readouterr().err == (
-        f"faultline: error: {shared}: no episode of run 'c1-2' (a run's episode ids begin with its id and '-');"
-        f" `faultline journal episodes {shared}` lists them\n"
+        f"faultline: error: {shared}: no episode of run 'c1-2' (the run an episode's start records; for one journaled"
+        f" before starts recorded it, the run its id begins with); `faultline journal episodes {shared}` lists them\n"
     )
     assert main(["compare", str(shared), "--run", "c1-0-baseline-1"]) == 2
     assert capsys.readouterr().err == (

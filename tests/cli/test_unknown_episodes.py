@@ -64,4 +64,21 @@ def test_run_narrows_every_filtering_command_to_one_runs_episodes_and_an_unknown
     assert {row["episode"] for row in exported if "episode" in row} == {"c1-baseline-1"}
     assert main(["journal", "episodes", str(journal), "--run", "c2"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"faultline: error: {journal}: no episode of run 'c2' (a run's episode ids begin with")
+    assert err.startswith(f"faultline: error: {journal}: no episode of run 'c2' (the run an episode's start records;")
+
+
+def test_run_takes_the_episodes_whose_starts_record_it_not_every_one_whose_id_begins_with_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = tmp_path / "shared.db"
+    recorded = {"c1-1-t1": "c1-1", "c1-1-r1-t2": "c1-1", "c1-1-x-t1": "c1-1-x"}
+    with Journal.open(journal) as writer:
+        writer.append(incoming([env for e, run in recorded.items() for env in episode_envelopes(e, run=run)]))
+    assert main(["journal", "episodes", str(journal), "--run", "c1-1", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(row["episode"] for row in rows if row["type"] == "episode") == ["c1-1-r1-t2", "c1-1-t1"]
+    assert main(["journal", "export", str(journal), "--run", "c1-1-x", "-o", str(tmp_path / "x.jsonl")]) == 0
+    exported = [json.loads(line) for line in (tmp_path / "x.jsonl").read_text().splitlines()]
+    assert {row["episode"] for row in exported if "episode" in row} == {"c1-1-x-t1"}
+    assert main(["journal", "episodes", str(journal), "--run", "c1-1-r1"]) == 1
+    assert "no episode of run 'c1-1-r1'" in capsys.readouterr().err

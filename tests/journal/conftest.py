@@ -34,8 +34,11 @@ STREAM = "FL_JOURNAL@2026-01-01T00:00:00Z"
 Outcome = Literal["success", "failure", "error", "timeout"]
 
 
-def episode_envelopes(episode: str, *, outcome: Outcome = "success", t0: float = 1_767_225_600.0) -> list[Envelope]:
-    """One small episode with every kind the views care about: 9 messages."""
+def episode_envelopes(
+    episode: str, *, outcome: Outcome = "success", t0: float = 1_767_225_600.0, run: str = ""
+) -> list[Envelope]:
+    """One small episode with every kind the views care about: 9 messages. Its start records `run`; with none, it
+    is as journals had it before starts recorded their run."""
     root = f"{episode}-root"
     llm_response = {
         "content": "",
@@ -45,7 +48,7 @@ def episode_envelopes(episode: str, *, outcome: Outcome = "success", t0: float =
         "latency_s": 0.25,
     }
     bodies_and_routes: list[tuple[str, str, MessageBody]] = [
-        ("env", "", EpisodeStarted(domain="retail", task="t7", trial=2, seed=11, roster=["verifier"])),
+        ("env", "", EpisodeStarted(domain="retail", task="t7", trial=2, seed=11, roster=["verifier"], run=run)),
         ("user", "tool_agent", UserTurn(text="Where is my order A1?")),
         (
             "tool_agent",

@@ -35,10 +35,13 @@ def addressed(original: str, sender: str, recipient: str, *results: tuple[str, s
     return FaultApplied(rule_id="r1", fault=fault, original=msgspec.to_builtins(sent), results=out)
 
 
-def episode(name: str, task: str, steps: list[Step], *, outcome: str = "success", trial: int = 0) -> list[Envelope]:
-    """An episode: started, `steps` (ids m1, m2, ... in order), completed with `outcome`."""
+def episode(
+    name: str, task: str, steps: list[Step], *, outcome: str = "success", trial: int = 0, run: str = ""
+) -> list[Envelope]:
+    """An episode: started (its start recording `run`), `steps` (ids m1, m2, ... in order), completed with
+    `outcome`."""
     bodies: list[Step] = [
-        ("runner", "", EpisodeStarted(domain="retail", task=task, trial=trial)),
+        ("runner", "", EpisodeStarted(domain="retail", task=task, trial=trial, run=run)),
         *steps,
         ("runner", "", EpisodeCompleted(outcome=outcome)),  # type: ignore[arg-type]
     ]

@@ -19,6 +19,7 @@ from faultline.report import (
     SkipReason,
     campaign_report,
     plan_cells,
+    read_cell,
     write_manifest,
 )
 
@@ -398,3 +399,30 @@ def test_a_cycle_breaker_that_drops_the_echo_is_no_repair_when_the_message_is_lo
         ("cycle", "system drops the faulted message, which never arrives"): (0, 2),
         ("", "receives cyclic messages without impact"): (0, 2),
     }
+
+
+@pytest.mark.parametrize(
+    ("recorded", "completed", "injected"),
+    [
+        (True, 2, set()),
+        (False, 4, {("t1", 0), ("t3", 0)}),  # journaled before starts recorded their run: by the ids, both runs
+    ],
+    ids=["runs recorded", "runs not recorded"],
+)
+def test_a_cell_is_read_from_its_runs_episodes_only(
+    tmp_path: Path, recorded: bool, completed: int, injected: set[tuple[str, int]]
+) -> None:
+    """Run c1-1 solved t1 and t2; run c1-1-x, whose ids all begin with c1-1's, failed t1 and t3 under a fault."""
+    run, other = ("c1-1", "c1-1-x") if recorded else ("", "")
+    journal = write_journal(
+        tmp_path / "shared.sqlite",
+        episode("c1-1-t1-t0", "t1", [], run=run),
+        episode("c1-1-t2-t0", "t2", [], run=run),
+        episode("c1-1-x-t1-t0", "t1", GAVE_UP, outcome="failure", run=other),
+        episode("c1-1-x-t3-t0", "t3", SILENT, outcome="failure", run=other),
+    )
+    cell, count = read_cell(journal, "c1-1")
+    assert (count, cell.solved, cell.injected) == (completed, {("t1", 0), ("t2", 0)}, injected)
+    if recorded:
+        other_cell, other_count = read_cell(journal, "c1-1-x")
+        assert (other_count, other_cell.solved, other_cell.injected) == (2, set(), {("t1", 0), ("t3", 0)})

@@ -93,7 +93,7 @@ class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
     `status`: "passed" (success), "failed" (failure or timeout), "errored" (error) or
     "incomplete" (no completion journaled). `fault`: a fault type applied in the episode.
     `since`: episodes whose first message is at or after this time (seconds since the epoch).
-    `run`: the episodes of that run, whose ids begin with its id and "-" (`run_prefix`).
+    `run`: the episodes of that run, as `JournalReader.of_run` finds them.
     """
 
     status: Literal["passed", "failed", "errored", "incomplete"] | None = None
@@ -107,6 +107,24 @@ class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
 def run_prefix(run: str) -> str:
     """How the ids of run `run`'s episodes begin (`faultline run --run-id`); a resumed run's retries' too."""
     return f"{run}-"
+
+
+def in_run(episode: str, recorded: str, run: str) -> bool:
+    """Whether `episode`, whose start recorded run `recorded` ("" for none), is one of run `run`'s episodes.
+
+    By the recorded run where there is one, so run `c1-1` is not also every episode of a run `c1-1-x`; by the
+    id's prefix (`run_prefix`) where there is none: starts journaled before runs were recorded.
+    """
+    return recorded == run if recorded else episode.startswith(run_prefix(run))
+
+
+class _RecordedRun(msgspec.Struct):
+    """Only the run of an episode-started body; its other fields are skipped unread."""
+
+    run: str = ""
+
+
+_recorded_run = msgspec.msgpack.Decoder(_RecordedRun)
 
 
 _STATUS_OUTCOMES: dict[str, tuple[str | None, ...]] = {
@@ -240,6 +258,16 @@ class _FileReader:
             " WHERE kind IN ('episode_started', 'episode_completed') GROUP BY episode"
         )
         return dict(cursor.fetchall())
+
+    def runs(self) -> dict[str, str]:
+        """Each episode whose first start records its run, with that run; from the kind index."""
+        found: dict[str, str] = {}
+        for episode, body in self._query(
+            "SELECT episode, body FROM messages WHERE kind = 'episode_started' ORDER BY pos"
+        ):
+            if episode not in found:
+                found[episode] = _run_of(body)
+        return {episode: run for episode, run in found.items() if run}
 
     def faulted(self, fault: str) -> set[str]:
         """The episodes in which `fault` was applied."""
@@ -384,14 +412,14 @@ class JournalReader:
             raise JournalError(f"{self.path}: no episode {names}; `faultline journal episodes {self.path}` lists them")
 
     def check_runs(self, runs: Iterable[str]) -> None:
-        """JournalError, naming each, where the journal holds no episode of some of `runs` (`run_prefix`)."""
-        held = self.domains()
-        missing = [run for run in dict.fromkeys(runs) if not any(e.startswith(run_prefix(run)) for e in held)]
+        """JournalError, naming each, where the journal holds no episode of some of `runs` (`of_run`)."""
+        missing = [run for run in dict.fromkeys(runs) if not self.of_run(run)]
         if missing:
             names = ", ".join(repr(run) for run in missing)
             raise JournalError(
-                f"{self.path}: no episode of run {names} (a run's episode ids begin with its id and '-');"
-                f" `faultline journal episodes {self.path}` lists them"
+                f"{self.path}: no episode of run {names} (the run an episode's start records; for one journaled"
+                f" before starts recorded it, the run its id begins with); `faultline journal episodes {self.path}`"
+                " lists them"
             )
 
     def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
@@ -426,11 +454,27 @@ class JournalReader:
             found.update(file.domains())
         return dict(sorted(found.items()))
 
+    def runs(self) -> dict[str, str]:
+        """Each episode whose start records its run (`EpisodeStarted.run`), with that run, by id: those journaled
+        before starts recorded their run are not in it."""
+        found: dict[str, str] = {}
+        for file in self._files:
+            found.update(file.runs())
+        return dict(sorted(found.items()))
+
+    def of_run(self, run: str) -> list[str]:
+        """The ids of run `run`'s episodes among those `episodes()` lists, sorted: each whose start records that
+        run, a resumed run's retries included (they record the run they resume), and, where a start records no run
+        (journaled before starts did), each whose id begins with `run`'s and "-" (`in_run`)."""
+        recorded = self.runs()
+        return [e for e in self.domains() if in_run(e, recorded.get(e, ""), run)]
+
     def select(self, wanted: EpisodeFilter) -> list[EpisodeSummary]:
         """The episodes `wanted` matches, in order of first appearance."""
         faulted: set[str] | None = None
         if wanted.fault is not None:
             faulted = set().union(*(file.faulted(wanted.fault) for file in self._files))
+        members = None if wanted.run is None else set(self.of_run(wanted.run))
         return [
             e
             for e in self.episodes()
@@ -439,7 +483,7 @@ class JournalReader:
             and (wanted.domain is None or e.domain == wanted.domain)
             and (faulted is None or e.episode in faulted)
             and (wanted.since is None or e.first_ts >= wanted.since)
-            and (wanted.run is None or e.episode.startswith(run_prefix(wanted.run)))
+            and (members is None or e.episode in members)
         ]
 
     def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
@@ -479,6 +523,14 @@ class JournalReader:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _run_of(body: bytes) -> str:
+    """The run an episode-started body records; "" for none, and for a body this version cannot read."""
+    try:
+        return _recorded_run.decode(body).run
+    except msgspec.DecodeError:  # a ValidationError too
+        return ""
 
 
 def _stream_order(row: JournalRow) -> int:
