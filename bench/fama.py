@@ -84,11 +84,11 @@ def controller_cost(journal: Path, analysts: Literal["trajectory", "informed"]) 
     }
 
 
-def tokens_per_episode(journal: str, prefix: str) -> float:
+def tokens_per_episode(journal: str, run: str) -> float:
     with JournalReader(journal) as reader:
-        costs = reader.agent_costs(prefix)
-        episodes = len({s.episode for s in reader.episodes() if s.episode.startswith(prefix)})
-    return sum(c.prompt_tokens + c.completion_tokens for c in costs) / max(episodes, 1)
+        episodes = reader.of_run(run)
+        costs = reader.agent_costs(episodes=episodes)
+    return sum(c.prompt_tokens + c.completion_tokens for c in costs) / max(len(episodes), 1)
 
 
 def main() -> int:
@@ -121,7 +121,7 @@ def main() -> int:
         all_row = {
             "roster": ALL_HELPERS.split(","),
             "pass_1": everything["pass_k"]["1"],
-            "tokens": tokens_per_episode(str(all_journal), "all-"),
+            "tokens": tokens_per_episode(str(all_journal), "all"),
             "latency_s": everything["avg_latency_s"],
         }
         all_row["token_overhead"] = all_row["tokens"] / base["tokens"] - 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from faultline.api import PlannedEpisode, RunResult, summarize, token_overhead, with_costs
-from faultline.core import Envelope, EpisodeCompleted, Recording, derive_id
+from faultline.core import Envelope, EpisodeCompleted, EpisodeStarted, Recording, derive_id
 from faultline.journal import Journal
 from tests.journal.conftest import incoming
 
@@ -54,9 +54,22 @@ def _recording(episode: str, agent: str, index: int, prompt: int, completion: in
     )
 
 
+def _started(episode: str, run: str) -> Envelope:
+    return Envelope(
+        id=derive_id(episode, 0, "s"),
+        episode=episode,
+        sender="runner",
+        body=EpisodeStarted(run=run),
+        ts=1_767_225_600.0,
+    )
+
+
 def test_a_run_summary_reports_both_overheads_from_its_journal(tmp_path: Path) -> None:
-    rows = [_recording(e, agent, 0, 1000, n) for e, agents in GENERATED.items() for agent, n in agents.items()]
+    """Over run r's episodes: not over those of run r-x, whose ids begin with r's, in the same journal."""
+    rows = [_started(e, "r") for e in [*GENERATED, "r-d-t0"]] + [_started("r-x-a-t0", "r-x")]
+    rows += [_recording(e, agent, 0, 1000, n) for e, agents in GENERATED.items() for agent, n in agents.items()]
     rows.append(_recording("r-d-t0", "tool", 0, 1000, 5000))  # never completed: not in the paper's row
+    rows += [_recording("r-x-a-t0", "tool", 0, 1000, 7000), _recording("r-x-a-t0", "dce", 0, 1000, 9000)]
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as journal:
         journal.append(incoming(rows))

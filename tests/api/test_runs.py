@@ -3,12 +3,19 @@ their ids begin with; a resumed run's retries record the run they resume."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Start, System
-from faultline.api import RunPlan, plan_episodes, plan_records, start_envelopes
+from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, plan_records, start_envelopes
+from faultline.api._plan import episode_id, resumed
 from faultline.core import EpisodeStarted, record_of, system_path
 from faultline.envs import load_domain
+from faultline.journal import Journal, JournalReader
+from tests.journal.conftest import episode_envelopes, incoming
+from tests.journal.test_diff import journal_of
 
 
 class Echo(Agent):
@@ -49,3 +56,44 @@ def runs_started(plan: RunPlan) -> list[str]:
 def test_each_start_of_a_run_records_the_run_on_the_tool_use_system_and_on_ones_own() -> None:
     assert runs_started(RunPlan(tasks=2, trials=2, run_id="c1-1")) == ["c1-1"] * 4
     assert runs_started(RunPlan(domain="", system=system_path(Echoing), trials=2, run_id="c1-1-x")) == ["c1-1-x"] * 4
+
+
+def attempt(episode: str, run: str, *, completed: bool) -> list[Envelope]:
+    """An episode whose start records `run` ("" as before starts did), completed or cut short after its start."""
+    envelopes = episode_envelopes(episode, run=run)
+    return envelopes if completed else envelopes[:1]
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["runs recorded", "runs not recorded"])
+def test_a_resumed_run_counts_its_own_retries_and_gives_a_new_one_an_id_no_episode_has(
+    tmp_path: Path, recorded: bool
+) -> None:
+    """Run c1-1 planned tasks a, b and c. a completed; b was cut short and completed when retried; c was cut short,
+    and a run named c1-1-r1 completed a task c of its own, whose id is the one c1-1's first retry of c would have."""
+    ran = {
+        episode_id("c1-1", "a", 0): ("c1-1", True),
+        episode_id("c1-1", "b", 0): ("c1-1", False),
+        episode_id("c1-1-r1", "b", 0): ("c1-1", True),
+        episode_id("c1-1", "c", 0): ("c1-1", False),
+        episode_id("c1-1-r1", "c", 0): ("c1-1-r1", True),
+    }
+    journal = journal_of(
+        tmp_path / "j.sqlite",
+        *(attempt(e, run if recorded else "", completed=done) for e, (run, done) in ran.items()),
+    )
+    plan = RunPlan(run_id="c1-1", task_ids=["a", "b", "c"])
+    planned = [PlannedEpisode(episode=episode_id("c1-1", t, 0), task=t, trial=0, seed=0) for t in plan.task_ids]
+    result = resumed(RunResult(planned), journal, "c1-1")
+    if not recorded:  # as before starts recorded their run: c1-1-r1's episode is taken for c1-1's retry, by its id
+        assert [p.episode for p in result.planned] == ["c1-1-a-t0", "c1-1-r1-b-t0", "c1-1-r1-c-t0"]
+        assert sorted(result.completed) == ["c1-1-a-t0", "c1-1-r1-b-t0", "c1-1-r1-c-t0"]
+        return
+    assert [p.episode for p in result.planned] == ["c1-1-a-t0", "c1-1-r1-b-t0", "c1-1-r2-c-t0"]
+    assert sorted(result.completed) == ["c1-1-a-t0", "c1-1-r1-b-t0"]
+    with JournalReader(journal) as reader:
+        rows = reader.last_pos
+    with Journal.open(journal) as writer:  # the retry starts
+        writer.append(incoming(start_envelopes(plan, result.planned[-1]), first_seq=rows + 1))
+    with JournalReader(journal) as reader:
+        assert reader.of_run("c1-1") == sorted([*(e for e, (run, _) in ran.items() if run == "c1-1"), "c1-1-r2-c-t0"])
+        assert reader.of_run("c1-1-r1") == ["c1-1-r1-c-t0"]

@@ -8,9 +8,10 @@ episode that runs past its time limit is completed by the runner as `timeout`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,26 +164,36 @@ def _planned(plan: RunPlan, units: Sequence[tuple[str, InputRecord | None]]) -> 
 
 
 def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
-    """`result`'s plan for run `run_id`, resumed from what `journal` holds of it: its completed episodes count as
-    they ended, and each one that started but never completed runs again under a new id (that of run
-    `<run_id>-r<k>`), so no message of the interrupted attempt is taken for one of the new."""
-    from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
+    """`result`'s plan for run `run_id`, resumed from what `journal` holds of it (`JournalReader.of_run`): its
+    completed episodes count as they ended, and each one that started but never completed runs again under a new
+    id (that of run `<run_id>-r<k>`, its start recording run `run_id`) that no episode in the journal has, so no
+    message of the interrupted attempt, nor of another run, is taken for one of the new."""
+    from faultline.journal import EpisodeFilter, JournalReader  # SQLite tooling stays out of the run's hot path
 
     with JournalReader(journal) as reader:
-        held = {e.episode: e for e in reader.episodes() if e.episode.startswith(f"{run_id}-")}
+        held = {e.episode: e for e in reader.select(EpisodeFilter(run=run_id))}
+        taken = set(reader.domains())
     planned: list[PlannedEpisode] = []
     completed: dict[str, EpisodeCompleted] = {}
     for p in result.planned:
-        retries = (episode_id(f"{run_id}-r{k}", p.task, p.trial) for k in range(1, len(held) + 2))
-        attempts = [p.episode, *retries]
-        done = next(((a, c) for a in attempts if a in held and (c := held[a].completion()) is not None), None)
-        if done is not None:
-            episode, completed[episode] = done
-            planned.append(dataclasses.replace(p, episode=episode))
-        else:
-            fresh = next(a for a in attempts if a not in held)
-            planned.append(dataclasses.replace(p, episode=fresh))
+        # Each attempt was made where every one before it was taken, so the first free id ends the attempts there are.
+        for attempt in _attempts(p, run_id):
+            if attempt not in taken:
+                planned.append(dataclasses.replace(p, episode=attempt))
+                break
+            if attempt in held and (done := held[attempt].completion()) is not None:
+                completed[attempt] = done
+                planned.append(dataclasses.replace(p, episode=attempt))
+                break
     return RunResult(planned, completed)
+
+
+def _attempts(planned: PlannedEpisode, run_id: str) -> Iterator[str]:
+    """The ids of a planned episode of run `run_id`, in the order a resumed run tries them: its own, then its
+    retries' (`<run_id>-r1-...`, `<run_id>-r2-...` ...)."""
+    yield planned.episode
+    for k in itertools.count(1):
+        yield episode_id(f"{run_id}-r{k}", planned.task, planned.trial)
 
 
 def start_envelopes(plan: RunPlan, planned: PlannedEpisode) -> list[Envelope]:

@@ -123,8 +123,9 @@ def with_costs(
     from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
 
     with JournalReader(journal) as reader:
-        costs = reader.agent_costs(f"{run_id}-")
-        by_episode = reader.episode_costs(f"{run_id}-", episodes)
+        members = reader.of_run(run_id)
+        costs = reader.agent_costs(episodes=members)
+        by_episode = reader.episode_costs(episodes=members if episodes is None else set(members) & set(episodes))
     generated = {
         e: {c.agent: c.completion_tokens for c in by_episode.get(e, [])}
         for e in (by_episode if episodes is None else episodes)
@@ -139,7 +140,7 @@ def with_model_tokens(summary: Summary, journal: Path, run_id: str) -> Summary:
     from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
 
     with JournalReader(journal) as reader:
-        costs = reader.agent_costs(f"{run_id}-")
+        costs = reader.agent_costs(episodes=reader.of_run(run_id))
     return msgspec.structs.replace(summary, avg_tokens=_all_agents_tokens(summary, costs), tokens_from_calls=True)
 
 

@@ -39,7 +39,7 @@ from faultline.cli._models import add_model_flags, effective_config, model_label
 from faultline.cli._plots import count_axis, png
 from faultline.cli._text import table_console
 from faultline.core import HELPERS, helper_agent, helper_name, memory_turns
-from faultline.journal import JournalReader
+from faultline.journal import EpisodeFilter, JournalReader
 from faultline.runtime import Config, make_backend
 from faultline.services.fama import (
     CATEGORIES,
@@ -341,11 +341,11 @@ def _round(
     recommended: dict[str, int],
 ) -> Round:
     episodes = int(summary["episodes"])
-    prefix = f"round{number}-"
+    run = f"round{number}"
     with JournalReader(journal) as reader:
-        costs = reader.agent_costs(prefix)
-        completed = [e.episode for e in reader.episodes() if e.outcome is not None and e.episode.startswith(prefix)]
-        by_episode = reader.episode_costs(prefix, completed)
+        costs = reader.agent_costs(episodes=reader.of_run(run))
+        completed = [e.episode for e in reader.select(EpisodeFilter(run=run)) if e.outcome is not None]
+        by_episode = reader.episode_costs(episodes=completed)
     generated = {e: {c.agent: c.completion_tokens for c in by_episode.get(e, [])} for e in completed}
     tokens = sum(c.tokens for c in costs) / max(episodes, 1)
     latency = float(summary["avg_latency_s"])
