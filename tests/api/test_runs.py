@@ -3,19 +3,25 @@ their ids begin with; a resumed run's retries record the run they resume."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Start, System
 from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, plan_records, start_envelopes
 from faultline.api._plan import episode_id, resumed
+from faultline.bus import EmbeddedServer
+from faultline.cli import main
 from faultline.core import EpisodeStarted, record_of, system_path
 from faultline.envs import load_domain
-from faultline.journal import Journal, JournalReader
+from faultline.journal import EpisodeFilter, Journal, JournalReader
+from faultline.testing import run_system
 from tests.journal.conftest import episode_envelopes, incoming
 from tests.journal.test_diff import journal_of
+from tests.replay.test_concurrent_calls import Unasked
 
 
 class Echo(Agent):
@@ -56,6 +62,31 @@ def runs_started(plan: RunPlan) -> list[str]:
 def test_each_start_of_a_run_records_the_run_on_the_tool_use_system_and_on_ones_own() -> None:
     assert runs_started(RunPlan(tasks=2, trials=2, run_id="c1-1")) == ["c1-1"] * 4
     assert runs_started(RunPlan(domain="", system=system_path(Echoing), trials=2, run_id="c1-1-x")) == ["c1-1-x"] * 4
+
+
+async def test_two_runs_in_one_journal_whose_ids_begin_alike_are_told_apart_live(
+    nats_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Runs c1-1 and c1-1-x of the same inputs on one nats-server into one journal: every episode id of c1-1-x
+    begins as c1-1's do. Each run is its own episodes, and both replay identical."""
+    journal = tmp_path / "j.sqlite"
+    inputs = [{"id": "a", "word": "one"}, {"id": "b", "word": "two"}]
+    runs = {}
+    for run in ("c1-1", "c1-1-x"):
+        runs[run] = await run_system(
+            Echoing, inputs, nats_url=nats_server.url, journal=journal, models=Unasked(), run_id=run
+        )
+    assert sorted(runs["c1-1-x"].completed) == ["c1-1-x-a-t0", "c1-1-x-b-t0"]
+    assert all(done.outcome == "success" for run in runs.values() for done in run.completed.values())
+    with JournalReader(journal) as reader:
+        for run, ran in runs.items():
+            assert reader.of_run(run) == sorted(ran.completed)
+            assert sorted(e.episode for e in reader.select(EpisodeFilter(run=run))) == sorted(ran.completed)
+    assert main(["journal", "episodes", str(journal), "--run", "c1-1", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(row["episode"] for row in rows if row["type"] == "episode") == ["c1-1-a-t0", "c1-1-b-t0"]
+    report = await anyio.to_thread.run_sync(runs["c1-1"].replay)
+    assert report.identical and report.episodes == 4
 
 
 def attempt(episode: str, run: str, *, completed: bool) -> list[Envelope]:
