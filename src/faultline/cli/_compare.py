@@ -76,9 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="append",
         default=[],
         metavar="RUN_ID",
-        help="compare this run's episodes (ids RUN_ID-..., as `run --run-id` and a campaign's cells name them) as a"
-        " column of its own, in each journal (repeatable): one journal and two runs compare two cells of a campaign"
-        " that shared it",
+        help="compare this run's episodes (`run --run-id`, a campaign's cells, as their starts record it; in a journal"
+        " written before starts did, those whose ids begin RUN_ID-) as a column of its own, in each journal"
+        " (repeatable): one journal and two runs compare two cells of a campaign that shared it",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per row, then one with type 'summary'")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="also draw the comparison as grouped bars")

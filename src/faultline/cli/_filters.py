@@ -28,7 +28,8 @@ def add_episode_filters(
             "--run",
             dest="run_filter",
             metavar="RUN_ID",
-            help="only this run's episodes (ids RUN_ID-..., as `run --run-id` and a campaign's cells name them)",
+            help="only this run's episodes (`run --run-id`, a campaign's cells), as their starts record it; in a"
+            " journal written before starts did, those whose ids begin RUN_ID-",
         )
     group.add_argument("--status", choices=STATUSES, help="passed, failed (failure or timeout), errored, incomplete")
     group.add_argument("--task", help="only this task id")
