@@ -135,7 +135,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument(
         "--rounds", type=whole_number(1), default=2, metavar="R", help="rounds after the baseline (default 2)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of every round's run, as for `run` (default 0)")
     p.add_argument("--error-rates", default=None, metavar="P", help="sim: every category's mistake rate (as for run)")
     p.add_argument("--error-rate", action="append", default=[], metavar="CATEGORY=P", help="sim: one category's rate")
     p.add_argument("--out", type=Path, default=Path("runs/fama-loop"), help="folder of the rounds' journals")

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     commands.required = True
     listing = commands.add_parser("list", help="the rules in force, with how often each was applied")
     connection_flags(listing)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     listing.set_defaults(handler=_list)
     clear = commands.add_parser("clear", help="remove one rule, or every rule")
     connection_flags(clear)

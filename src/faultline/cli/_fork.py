@@ -48,8 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "all at once when it ends, to JOURNAL's forks file (JOURNAL with the suffix .forks.sqlite) "
         "or --out, never to JOURNAL unless --into-source; a fork already there is reported, not run again.",
     )
-    p.add_argument("journal", type=Path)
-    p.add_argument("--episode", "-e", required=True)
+    p.add_argument("journal", type=Path, help="the journal file (or journal set) that holds the episode")
+    p.add_argument(
+        "--episode", "-e", required=True, help="the episode to fork (`faultline journal episodes` lists them)"
+    )
     p.add_argument("--at", type=int, required=True, metavar="POS", help="journal position of the message to change")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--drop", action="store_true", help="the message never arrives")
@@ -62,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=JSON", help="override an episode setting in the fork"
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     add_model_flags(p)
     p.set_defaults(handler=_fork)
 
@@ -75,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--samples live continuations from before a step and estimate the chance of success with a "
         "Wilson interval. auto tries them in that order. Every agent's steps are candidates.",
     )
-    p.add_argument("journal", type=Path)
+    p.add_argument("journal", type=Path, help="the journal file (or journal set) that holds the failed episodes")
     p.add_argument("--episode", "-e", action="append", default=[], help="episode to attribute (repeatable)")
     p.add_argument("--all-failed", action="store_true", help="every failed episode of the journal")
     p.add_argument("--method", choices=sorted(_METHODS), default="auto", help="default: auto")

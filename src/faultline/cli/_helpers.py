@@ -37,18 +37,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("domain", help="retail, phone, or package.module:Class")
     s.add_argument("helpers", help="dce,tsa,tor,planner,verifier,memory:K (comma-separated), or none")
     s.add_argument("--model", default="", metavar="NAME", help="only for episodes whose tool agent uses this model")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     s.set_defaults(handler=_set)
 
     listing = commands.add_parser("list", help="the rosters in force, and the helpers the system runs now")
     connection_flags(listing)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     listing.set_defaults(handler=_list)
 
     clear = commands.add_parser("clear", help="remove the roster of one domain, or every roster")
     connection_flags(clear)
     clear.add_argument("domain", nargs="?", default="", help="the domain (default: all)")
-    clear.add_argument("--json", action="store_true")
+    clear.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     clear.set_defaults(handler=_clear)
 
 

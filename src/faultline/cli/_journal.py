@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "writer keeps beside the file (FILE.head), rows cut from the end. Someone who rewrites the rows and the "
         "head record together is caught only by a head value saved elsewhere: pass it with --anchor.",
     )
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="the journal file (or journal set)")
     p.add_argument(
         "--anchor", default="", metavar="HEX", help="a head value saved earlier that must still be in the chain"
     )
@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "and an execute_tool span per tool call (OpenTelemetry GenAI conventions), injected faults as events. Ids "
         "derive from the journal, so sending twice sends the same spans.",
     )
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="the journal file (or journal set)")
     p.add_argument(
         "--endpoint", required=True, metavar="URL", help="the traces endpoint, e.g. http://localhost:4318/v1/traces"
     )
@@ -109,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_otel)
 
     p = commands.add_parser("tail", help="print the last rows, optionally following new ones")
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="the journal file (or journal set)")
     p.add_argument(
         "-n", type=whole_number(0), default=TAIL_ROWS, metavar="N", help=f"rows to print (default {TAIL_ROWS})"
     )
@@ -120,8 +120,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_tail)
 
     p = commands.add_parser("show", help="an episode's timeline")
-    p.add_argument("file", type=Path)
-    p.add_argument("--episode", "-e", required=True)
+    p.add_argument("file", type=Path, help="the journal file (or journal set)")
+    p.add_argument("--episode", "-e", required=True, help="the episode (`faultline journal episodes` lists them)")
     p.add_argument("--json", action="store_true", help="the episode's rows as JSON lines")
     p.set_defaults(handler=_show)
 
@@ -131,7 +131,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="One JSON object per row: every column, the body decoded, and the stored body bytes "
         "(base64) that rebuild the row exactly.",
     )
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="the journal file (or journal set)")
     p.add_argument(
         "--json",
         action="store_true",
@@ -159,7 +159,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _add_health(commands)
 
     p = commands.add_parser("episodes", help="episodes with outcome, reward and counts")
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="the journal file (or journal set)")
     p.add_argument("--json", action="store_true", help="one JSON object per episode")
     add_episode_filters(p)
     p.set_defaults(handler=_episodes)

@@ -43,21 +43,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     commands.required = True
 
     p = commands.add_parser("rebuild", help="add every completed episode of a journal to a memory store")
-    p.add_argument("journal", type=Path)
+    p.add_argument("journal", type=Path, help="the journal file (or journal set) to learn from")
     p.add_argument("--out", type=Path, help="memory store file (default from config: runs/memory.sqlite)")
     add_config_flag(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     add_episode_filters(p)
     p.set_defaults(handler=_rebuild)
 
     p = commands.add_parser("stats", help="entries, outcomes and index kind per domain")
     p.add_argument("--store", type=Path, help="memory store file (default from config)")
     add_config_flag(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_stats)
 
     p = commands.add_parser("search", help="the entries the tool agent would be shown for a request")
-    p.add_argument("text")
+    p.add_argument("text", help="the request to find similar entries for")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--k", type=int, metavar="N", help="the N most similar entries")
     how.add_argument("--dynamic", action="store_true", help="dynamic n with the config's parameters")
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--user", default="", help="also name the tools this user's entries rule out")
     p.add_argument("--store", type=Path, help="memory store file (default from config)")
     add_config_flag(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_search)
 
     p = commands.add_parser("serve", help="run the memory service against a running NATS server until stopped")

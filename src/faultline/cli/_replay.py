@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "first time, then only the rows appended since the last check that held (JOURNAL.verified); "
         "`faultline journal verify` checks every row again.",
     )
-    p.add_argument("journal", type=Path)
+    p.add_argument("journal", type=Path, help="the journal file (or journal set) to replay")
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
     p.add_argument("--config", type=Path, help="faultline.toml naming custom agent classes")
     add_plugin_flag(p)

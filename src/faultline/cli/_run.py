@@ -100,7 +100,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     add_model_flags(p)
     p.add_argument("--journal", type=Path, help="journal file (default from config: runs/journal.sqlite)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="each episode's seed derives from it, its task and its trial; the sim model draws its mistakes from"
+        " that seed (default 0)",
+    )
     p.add_argument(
         "--error-rates",
         type=rate,

@@ -132,7 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("status", help="the workers of a running system, their agents and episodes in flight")
     connection_flags(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_status)
 
 

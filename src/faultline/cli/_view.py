@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "a handler that raised, a fork beside its original, and the decisive step of an attribution (read from the "
         "forks journal). Prints its path.",
     )
-    p.add_argument("journal", type=Path)
+    p.add_argument("journal", type=Path, help="the journal file (or journal set) to show")
     p.add_argument(
         "--episode", "-e", action="append", default=[], help="only these episodes (repeatable); the first opens"
     )
