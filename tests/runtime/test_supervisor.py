@@ -219,7 +219,7 @@ async def test_a_run_the_full_journal_cuts_short_counts_what_completed_and_says_
             assert cut.returncode == 1 and err.count("\n") == 1, err
             assert err.startswith("faultline: error: new episodes are refused while the journal cannot write (")
             line = re.search(
-                r"; (\d+) of 100 episodes completed, (\d+) were running, (\d+) never started \(pass\^k counts the"
+                r"; (\d+) of 100 episodes completed, (\d+) (?:was|were) running, (\d+) never started \(pass\^k counts the"
                 r" completed\); to run the other (\d+) into the same journal once the journal writes again: (.*)$",
                 err.strip(),
             )

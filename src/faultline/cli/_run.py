@@ -506,9 +506,11 @@ def _never_started(report: RunReport) -> int:
 def _how_far(report: RunReport) -> str:
     """How far a run cut short got."""
     episodes = report.episodes
+    running = len(episodes.running)
     return (
-        f"{len(episodes.completed)} of {len(episodes.planned)} episodes completed, {len(episodes.running)} were"
-        f" running, {_never_started(report)} never started (pass^k counts the completed)"
+        f"{len(episodes.completed)} of {len(episodes.planned)} episodes completed, {running}"
+        f" {'was' if running == 1 else 'were'} running, {_never_started(report)} never started (pass^k counts the"
+        " completed)"
     )
 
 
