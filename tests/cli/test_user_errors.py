@@ -53,6 +53,18 @@ def journal(tmp_path: Path) -> Path:
         ),
         (["inject", "storm", "--probability", "2", "--nats", "nats://127.0.0.1:9"], 2, "storm: probability 2.0 is"),
         (
+            ["run", "--fault", "storm:copies=3,frm=tool", "--journal", "{tmp}/j.sqlite"],
+            2,
+            "--fault 'storm:copies=3,frm=tool': unknown key 'frm' (did you mean 'from'?); a rule takes to, from,"
+            " kind, episode, topic, probability, budget, for, id; storm's own: copies",
+        ),
+        (
+            ["run", "--fault", "cycle:sender=tool", "--journal", "{tmp}/j.sqlite"],
+            2,
+            "--fault 'cycle:sender=tool': unknown key 'sender'; a rule takes to, from, kind, episode, topic,"
+            " probability, budget, for, id; cycle has no parameters of its own",
+        ),
+        (
             ["run", "--fault", "role_ambiguity:agents=tol", "--tasks", "1", "--journal", "{tmp}/j.sqlite"],
             1,
             "--fault 'role_ambiguity:agents=tol': the system has no agent 'tol' (its agents: env, tool, user), so the"

@@ -9,6 +9,7 @@ through `DomainCatalog`.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import time
@@ -266,6 +267,7 @@ def parse_fault_spec(spec: str) -> FaultRule:
             options[key] = value
         else:
             params[key] = value.split("+") if _is_list_param(fault, key) else value
+    _check_param_keys(spec, fault, params)
     try:
         probability = float(options.get("probability", 1.0))
         budget = int(options.get("budget", 0))
@@ -276,6 +278,22 @@ def parse_fault_spec(spec: str) -> FaultRule:
         fault, match=match, params=params, probability=probability, budget=budget, duration_s=duration,
         rule_id=options.get("id", ""), named=f"--fault {spec!r}",
     )  # fmt: skip
+
+
+def _check_param_keys(spec: str, fault: str, params: Mapping[str, Any]) -> None:
+    """A UsageError naming every key a rule of `fault` takes, where `params` holds one it does not (a misspelt
+    `from` reads as a parameter); an unknown fault type is left to `make_rule`, which names the known ones."""
+    try:
+        own = [f.name for f in msgspec.structs.fields(fault_type(fault).Params)]
+    except FaultRuleError:
+        return
+    unknown = next((key for key in params if key not in own), None)
+    if unknown is not None:
+        keys = [*_MATCH_KEYS, "probability", "budget", "for", "id"]
+        close = difflib.get_close_matches(unknown, [*keys, *own], n=1)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        of_type = f"; {fault}'s own: {', '.join(own)}" if own else f"; {fault} has no parameters of its own"
+        raise UsageError(f"--fault {spec!r}: unknown key {unknown!r}{meant}; a rule takes {', '.join(keys)}{of_type}")
 
 
 def _is_list_param(fault: str, key: str) -> bool:
