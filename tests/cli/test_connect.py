@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from faultline.bus import Login
 from faultline.cli import main
 from faultline.cli._connect import STATE_FILE, login, nats_url, subject_prefix
 from faultline.runtime import Config
@@ -93,3 +95,34 @@ def test_a_stopped_up_gives_nothing() -> None:
     config = Config()
     assert subject_prefix(_flags(), config, "nats://up:4222") == config.nats.prefix
     assert login(_flags(), config, "nats://up:4222").tls_ca is None
+
+
+def test_a_service_takes_the_running_ups_ca_but_never_its_operators_credential() -> None:
+    """A worker, journal or memory service started by hand speaks as an identity of its own: given the operator's
+    credential it would run with every permission, so it takes only the CA."""
+    _write_state(os.getpid(), url="nats://up:4222", tls_ca="/up/ca.pem", credentials="/up/operator.json")
+    service = login(_flags(), Config(), "nats://up:4222", operator=False)
+    assert service.credential is None and service.tls_ca == Path("/up/ca.pem")
+
+
+@pytest.mark.parametrize(
+    ("argv", "module", "runner"),
+    [
+        (["worker", "--agents", "tool"], "faultline.cli._system", "run_worker"),
+        (["journal", "serve", "j.sqlite", "--completers", "env"], "faultline.cli._system", "run_journal"),
+        (["memory", "serve"], "faultline.cli._memory", "serve_memory"),
+    ],
+)
+def test_a_service_started_by_hand_trusts_the_running_ups_ca(
+    argv: list[str], module: str, runner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was given neither, so against an `up --tls` it could not verify the server unless told --tls-ca."""
+    _write_state(os.getpid(), url="nats://up:4222", tls_ca="/up/ca.pem", credentials="/up/operator.json")
+    logins: list[Login] = []
+
+    async def serve(*args: object, **kwargs: object) -> None:
+        logins.extend(a for a in args if isinstance(a, Login))
+
+    monkeypatch.setattr(importlib.import_module(module), runner, serve)
+    assert main(argv) == 0
+    assert logins == [Login(None, Path("/up/ca.pem"))]

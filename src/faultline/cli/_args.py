@@ -73,8 +73,9 @@ def add_config_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="faultline.toml (default: ./faultline.toml if present)")
 
 
-def connection_flags(parser: argparse.ArgumentParser, *, starts_nats: bool = False) -> None:
-    """The flags of every command that talks to a system: where its NATS is, how to connect, its config."""
+def connection_flags(parser: argparse.ArgumentParser, *, starts_nats: bool = False, service: str = "") -> None:
+    """The flags of every command that talks to a system: where its NATS is, how to connect, its config. `service`:
+    the command runs a service with an identity of its own, whose credential file this names."""
     nats_help = (
         "use this NATS server instead of starting one (default: nats.url)"
         if starts_nats
@@ -92,7 +93,12 @@ def connection_flags(parser: argparse.ArgumentParser, *, starts_nats: bool = Fal
         "--creds",
         type=Path,
         metavar="FILE",
-        help="NATS credential to connect with (default: nats.credentials, else the operator's of the `up` running here)",
+        help=f"NATS credential of the identity this service speaks as ({service}; `faultline up` and `faultline"
+        " credentials` write them), which a system with access control wants (default: nats.credentials; never the"
+        " operator's of the `up` running here)"
+        if service
+        else "NATS credential to connect with (default: nats.credentials, else the operator's of the `up` running"
+        " here)",
     )
     parser.add_argument(
         "--tls-ca",

@@ -80,10 +80,14 @@ def subject_prefix(args: argparse.Namespace, config: Config, url: str = "") -> s
     return args.prefix or _up_at(url).get("prefix", "") or config.nats.prefix
 
 
-def login(args: argparse.Namespace, config: Config, url: str = "") -> Login:
+def login(args: argparse.Namespace, config: Config, url: str = "", *, operator: bool = True) -> Login:
     """How a command connects: its flags (--creds, --tls-ca), else the `[nats]` keys, else what the `faultline up`
-    running here wrote when `url` is its server (its operator's credential and its CA)."""
+    running here wrote when `url` is its server: its CA, and its operator's credential for a command that speaks
+    as the operator. A service started by hand (`operator` false: a worker, a journal, memory or FAMA service)
+    speaks as an identity of its own, so it never takes the operator's."""
     up = _up_at(url)
+    if not operator:
+        up.pop("credentials", None)
 
     def file(flag: Path | None, key: str) -> Path | None:
         value = flag or getattr(config.nats, key) or up.get(key, "")

@@ -89,7 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = msgspec.structs.replace(config, fama=msgspec.structs.replace(config.fama, dry_run=True))
     url = nats_url(args, config)
     prefix = subject_prefix(args, config, url)
-    anyio.run(serve_fama, config, url, prefix, args.name, login(args, config), args.journal)
+    anyio.run(serve_fama, config, url, prefix, args.name, login(args, config, url), args.journal)
     return 0
 
 

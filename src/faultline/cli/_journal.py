@@ -170,7 +170,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "serve", help="copy the stream into a journal file (or a shard of a journal set) until stopped"
     )
     p.add_argument("file", type=Path, help="the journal file; with --shards, the journal set's folder")
-    connection_flags(p)
+    connection_flags(p, service="journal.json, or its shard's with --shards")
     p.add_argument("--name", default="journal", help="process name announced to the supervisor")
     p.add_argument(
         "--shards",

@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_search)
 
     p = commands.add_parser("serve", help="run the memory service against a running NATS server until stopped")
-    connection_flags(p)
+    connection_flags(p, service="memory.json")
     p.add_argument("--store", type=Path, help="memory store file (default from config)")
     p.add_argument("--name", default="memory", help="process name announced to the supervisor")
     p.set_defaults(handler=_serve)
@@ -231,5 +231,13 @@ def _search(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     url = nats_url(args, config)
-    anyio.run(serve_memory, config, url, subject_prefix(args, config, url), args.name, args.store, login(args, config))
+    anyio.run(
+        serve_memory,
+        config,
+        url,
+        subject_prefix(args, config, url),
+        args.name,
+        args.store,
+        login(args, config, url, operator=False),
+    )
     return 0

@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=_up)
 
     p = sub.add_parser("worker", help="run agents in this process, against a running NATS server")
-    connection_flags(p)
+    connection_flags(p, service="worker-<group>.json of the group that runs the agents")
     p.add_argument("--agents", default="", help="agent names or package.module:Class, comma-separated")
     p.add_argument(
         "--follow-roster",
@@ -192,7 +192,14 @@ def _worker(args: argparse.Namespace) -> int:
     ready = _saying(f"worker {name} serves {serves} on {url}; Ctrl-C drains it and stops")
     run = functools.partial(run_worker, follow_roster=args.follow_roster, on_ready=ready)
     anyio.run(
-        run, config, url, subject_prefix(args, config, url), agents, name, _shard(args.shard), login(args, config)
+        run,
+        config,
+        url,
+        subject_prefix(args, config, url),
+        agents,
+        name,
+        _shard(args.shard),
+        login(args, config, url, operator=False),
     )
     return 0
 
@@ -231,7 +238,8 @@ def journal_serve(args: argparse.Namespace) -> int:
         trim_after_s=trim_after_s,
         on_ready=ready,
     )
-    anyio.run(serve, url, subject_prefix(args, config, url), args.file, args.name, settings, login(args, config), otel)
+    connect_as = login(args, config, url, operator=False)
+    anyio.run(serve, url, subject_prefix(args, config, url), args.file, args.name, settings, connect_as, otel)
     return 0
 
 
