@@ -48,6 +48,7 @@ def test_the_built_ins_are_registered_like_any_package() -> None:
         ("no_such_package.module:Thing", "no module named 'no_such_package' (is it installed, or in a --plugin-path"),
         ("faultline.core:Nothing", "module 'faultline.core' has no attribute 'Nothing'"),
         ("faultline.core:", "not a registered name"),
+        ("mypackage.desk.HelpDesk", "nor a package.module:Name path; did you mean 'mypackage.desk:HelpDesk'?"),
     ],
 )
 def test_a_name_that_does_not_load_is_one_line_that_says_which_and_why(kind: PluginKind, name: str, why: str) -> None:

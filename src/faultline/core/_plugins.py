@@ -47,7 +47,9 @@ def load_plugin(kind: PluginKind, name: str) -> object:
     target = _registered(ENTRY_POINT_GROUPS[kind]).get(name, name)
     parts = _split(target)
     if parts is None:
-        raise plugin_error(kind, name, f"not a registered name ({_known(kind)}) nor a package.module:Name path")
+        raise plugin_error(
+            kind, name, f"not a registered name ({_known(kind)}) nor a package.module:Name path{_meant(name)}"
+        )
     module_name, attribute = parts
     try:
         module = importlib.import_module(module_name)
@@ -84,6 +86,12 @@ def _split(target: str) -> tuple[str, str] | None:
     if not colon or not all(part.isidentifier() for part in (*module_name.split("."), *attribute.split("."))):
         return None
     return module_name, attribute
+
+
+def _meant(name: str) -> str:
+    """The path `name` may have meant, written with a dot before its class (`desk.HelpDesk`), else ""."""
+    module_name, dot, attribute = name.rpartition(".")
+    return f"; did you mean '{module_name}:{attribute}'?" if dot and _split(f"{module_name}:{attribute}") else ""
 
 
 def _known(kind: PluginKind) -> str:
