@@ -278,6 +278,18 @@ def test_a_run_the_model_server_refuses_exits_1_with_status_and_message(
     assert summary["outcomes"] == {"error": 2}
 
 
+def test_a_run_of_one_episode_that_ended_in_error_says_so_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with OpenAIServer() as server:
+        server.reply(*[Status(404, "The model `m` does not exist")] * 5)
+        summary, line = run_failing(
+            capsys, "--tasks", "1", "--base-url", server.url, "--journal", str(tmp_path / "j.sqlite")
+        )
+    assert summary["outcomes"] == {"error": 1}
+    assert line.startswith("faultline: error: the 1 episode ended in error: ModelError in user: "), line
+
+
 def test_a_slow_run_says_what_it_is_waiting_for(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,7 +17,7 @@ from faultline.cli import _jsonl
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._progress import progress_shown
-from faultline.cli._text import clip, table_console
+from faultline.cli._text import clip, counted, table_console
 from faultline.core import EpisodeCompleted, MessageBody
 from faultline.replay import (
     DEFAULT_SAMPLES,
@@ -248,7 +248,8 @@ def _attribute_with(args: argparse.Namespace) -> int:
     console.print(attribution_table(results, scratch))
     console.print(
         f"decided {summary['decided']}/{summary['episodes']}, flip rate {summary['flip_rate']:.0%}, "
-        f"{summary['forks']} forks, {summary['model_calls']} model calls, {summary['seconds']:.1f}s",
+        f"{counted(summary['forks'], 'fork')}, {counted(summary['model_calls'], 'model call')},"
+        f" {summary['seconds']:.1f}s",
         soft_wrap=True,
     )
     return 0
@@ -256,7 +257,9 @@ def _attribute_with(args: argparse.Namespace) -> int:
 
 def attribution_table(results: list[Attribution], scratch: Path | str) -> Table:
     """One row per episode that reads at 80 columns: ids whole, the rest wrapped at word boundaries."""
-    table = Table(title=f"attribution of {len(results)} failed episodes (forks in {scratch})", show_lines=True)
+    table = Table(
+        title=f"attribution of {counted(len(results), 'failed episode')} (forks in {scratch})", show_lines=True
+    )
     table.add_column("episode", no_wrap=True, min_width=max((len(r.episode) for r in results), default=7))
     table.add_column("decisive step, and the forks that show it", ratio=1, overflow="fold")
     table.add_column("what went wrong", ratio=1, overflow="fold")
@@ -284,7 +287,7 @@ def _evidence(r: Attribution) -> str:
     for label, probe in compared:
         if probe is not None:
             lines.append(label + _rate(probe))
-    return "\n".join(lines) or f"{r.method}: {r.forks} forks"
+    return "\n".join(lines) or f"{r.method}: {counted(r.forks, 'fork')}"
 
 
 def _probe(r: Attribution, step: int | None, of: tuple[str, ...] = (), not_of: tuple[str, ...] = ()) -> Probe | None:

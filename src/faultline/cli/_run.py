@@ -43,7 +43,7 @@ from faultline.cli._args import seconds, whole_number
 from faultline.cli._connect import login, running_up, running_url
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import add_defense_flag, add_insecure_flag, warn_insecure
-from faultline.cli._text import PROGRESS_LINE_S, table_console
+from faultline.cli._text import PROGRESS_LINE_S, counted, table_console
 from faultline.core import BUILTIN_SYSTEM, parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime import Config, tune_collector
@@ -302,7 +302,8 @@ def _run(args: argparse.Namespace) -> int:
         raise JournalError(f"the run ended, but the journal did not catch up: {report.journal_problem}")
     errors = sum(summary.errors.values())
     if errors and errors == summary.episodes:
-        raise RunError(f"all {errors} episodes ended in error: {_causes(summary.errors)}")
+        every = f"all {errors} episodes" if errors > 1 else "the 1 episode"
+        raise RunError(f"{every} ended in error: {_causes(summary.errors)}")
     if errors:
         note = f"note: {errors} of {summary.episodes} episodes ended in error: {_causes(summary.errors)}"
         console.print(note, soft_wrap=True, highlight=False)
@@ -574,7 +575,10 @@ def _table(report: RunReport, domain: str) -> Table:
     """The results table; of a run cut short, it says what did not complete and the command that runs it, and
     leaves out the numbers that only completions give: a rate up to a stop, an average over no episode."""
     summary = report.summary
-    table = Table(title=f"faultline run {report.run_id} — {domain}, {summary.tasks} tasks x {summary.trials} trials")
+    table = Table(
+        title=f"faultline run {report.run_id} — {domain}, {counted(summary.tasks, 'task')} x"
+        f" {counted(summary.trials, 'trial')}"
+    )
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, value in summary.pass_k.items():

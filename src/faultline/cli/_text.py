@@ -23,6 +23,11 @@ def table_console() -> Console:
     return Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPE_WIDTH, highlight=False)
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and `noun`, with an s unless `n` is 1: "1 fork", "3 forks"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def clip(text: str, width: int) -> str:
     """`text` on one line, cut to `width` characters with an ellipsis."""
     flat = " ".join(text.split())
