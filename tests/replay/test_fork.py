@@ -125,6 +125,23 @@ def test_a_fork_at_a_row_no_agent_receives_is_refused(journal_copy: Path, capsys
     assert f"position {recording.pos} holds a recording, which no agent receives" in err
 
 
+def test_a_refused_fork_names_the_kinds_with_their_articles(
+    journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with JournalReader(journal_copy) as reader:
+        started = next(r for r in reader.rows() if r.kind == "episode_started")
+        turn = next(r for r in reader.rows() if r.kind == "assistant_turn")
+    note = tmp_path / "note.json"
+    note.write_text('{"kind": "note", "text": "hello"}')
+    assert main(["fork", str(journal_copy), "--episode", started.episode, "--at", str(started.pos), "--keep"]) == 1
+    assert main(["fork", str(journal_copy), "-e", turn.episode, "--at", str(turn.pos), "--replace", str(note)]) == 1
+    assert main(["fork", str(journal_copy), "-e", turn.episode, "--at", str(turn.pos), "--undo-fault"]) == 1
+    refused, replaced, undone = capsys.readouterr().err.strip().splitlines()
+    assert f"position {started.pos} holds an episode_started, which no agent receives" in refused
+    assert replaced.endswith(f"position {turn.pos} holds an assistant_turn; the replacement is a note")
+    assert undone.endswith(f"position {turn.pos} holds an assistant_turn, not a fault event: nothing to undo")
+
+
 def test_undoing_a_fault_delivers_the_original_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     journal = tmp_path / "faulted.sqlite"
     fault = "parameter_format_error:probability=1,budget=1"

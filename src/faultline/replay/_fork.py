@@ -321,6 +321,11 @@ def _undone(row: JournalRow, change: Change) -> set[str]:
     return {str(result.get("id", "")) for result in body.results}
 
 
+def _a(kind: str) -> str:
+    """A message kind with its article: "a note", "an episode_started"."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def _delivered(row: JournalRow, change: Change, episode: str) -> Envelope | None:
     """The message the fork delivers at its position, after the change."""
     env = row.envelope()
@@ -331,11 +336,12 @@ def _delivered(row: JournalRow, change: Change, episode: str) -> Envelope | None
     if isinstance(change, Replace):
         if type(change.body) is not type(env.body):
             raise FaultlineError(
-                f"position {row.pos} holds a {row.kind}; the replacement is a {type(change.body).__name__}"
+                f"position {row.pos} holds {_a(row.kind)}; the replacement is"
+                f" {_a(str(type(change.body).__struct_config__.tag))}"
             )
         return msgspec.structs.replace(env, episode=episode, id=derive_id(env.id, 0, "f"), body=change.body)
     if not isinstance(env.body, FaultApplied):
-        raise FaultlineError(f"position {row.pos} holds a {row.kind}, not a fault event: nothing to undo")
+        raise FaultlineError(f"position {row.pos} holds {_a(row.kind)}, not a fault event: nothing to undo")
     if env.body.model_call >= 0:
         raise FaultlineError(f"position {row.pos} holds a fault on a model request: no message to deliver instead")
     original = msgspec.convert(env.body.original, Envelope)
@@ -382,7 +388,7 @@ async def fork_episode(
         )
     if not (target.recipient or target.topic or isinstance(change, UndoFault)):
         raise FaultlineError(
-            f"position {at} holds a {target.kind}, which no agent receives: fork at a message "
+            f"position {at} holds {_a(target.kind)}, which no agent receives: fork at a message "
             "(`faultline journal show` lists an episode's messages with their positions)"
         )
     new = fork_id(episode, at, change, settings, answer)
