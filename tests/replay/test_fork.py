@@ -142,6 +142,18 @@ def test_a_refused_fork_names_the_kinds_with_their_articles(
     assert undone.endswith(f"position {turn.pos} holds an assistant_turn, not a fault event: nothing to undo")
 
 
+def test_a_replacement_that_is_no_body_says_where_to_find_one(
+    journal_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "nope", "text": "hello"}')
+    assert main(["fork", str(journal_copy), "-e", "E", "--at", "7", "--replace", str(bad)]) == 2
+    assert capsys.readouterr().err == (
+        f"faultline: usage error: --replace {bad}: not a message body (Invalid value 'nope' - at $.kind); write the"
+        f' "body" of the row at --at, changed, from `faultline journal show {journal_copy} --episode E --json`\n'
+    )
+
+
 def test_undoing_a_fault_delivers_the_original_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     journal = tmp_path / "faulted.sqlite"
     fault = "parameter_format_error:probability=1,budget=1"

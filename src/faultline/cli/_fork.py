@@ -133,7 +133,11 @@ def _change(args: argparse.Namespace) -> Change:
     except FileNotFoundError:
         raise UsageError(f"--replace {args.replace}: no such file") from None
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise UsageError(f"--replace {args.replace}: not a message body ({exc})") from None
+        why = str(exc).replace("`", "")
+        raise UsageError(
+            f'--replace {args.replace}: not a message body ({why}); write the "body" of the row at --at, changed,'
+            f" from `faultline journal show {args.journal} --episode {args.episode} --json`"
+        ) from None
 
 
 def _settings(items: list[str]) -> dict[str, Any]:
