@@ -78,6 +78,19 @@ class Misgraded(Echo):
         return 1.0  # type: ignore[return-value]
 
 
+class Nameless(Agent):
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        pass
+
+
+class WithNameless(Echo):
+    agents = (Solo, Nameless)
+
+
+class WithNotAnAgent(Echo):
+    agents = (Solo, Echo)  # type: ignore[assignment]
+
+
 NotASystem = Solo
 
 
@@ -94,6 +107,8 @@ def path(cls: type) -> str:
         (Twice, "two of its agents are named 'solo'"),
         (NamedScorer, "'scorer' is the runtime's own agent, which grades episodes"),
         (NotASystem, "class Solo is not a faultline System subclass"),
+        (WithNameless, "its agent Nameless has no name: set name = '...' on the class"),
+        (WithNotAnAgent, "its agents must be Agent subclasses with a name, not <class 'tests.core.test_system.Echo'>"),
     ],
 )
 def test_a_system_that_cannot_run_is_one_line_naming_why(cls: type, why: str) -> None:

@@ -137,8 +137,8 @@ def load_system(path: str) -> SystemRef:
 def _problem(system: System) -> str:
     agents = system.agents
     for cls in agents:
-        if not (isinstance(cls, type) and issubclass(cls, Agent) and hasattr(cls, "name")):
-            return f"its agents must be Agent subclasses with a name, not {cls!r}"
+        if problem := _agent_problem(cls):
+            return problem
     names = [cls.name for cls in agents]
     if not names:
         return "it names no agents: set agents = (MyAgent, ...)"
@@ -156,6 +156,15 @@ def _problem(system: System) -> str:
     stray = [name for name in system.finishers if name not in names]
     if stray:
         return f"its finisher {stray[0]!r} is not one of its agents ({', '.join(names)})"
+    return ""
+
+
+def _agent_problem(cls: object) -> str:
+    """What keeps `cls` from being one of a system's agents, "" if nothing (a user's system is not type-checked)."""
+    if not (isinstance(cls, type) and issubclass(cls, Agent)):
+        return f"its agents must be Agent subclasses with a name, not {cls!r}"
+    if not getattr(cls, "name", None):
+        return f"its agent {cls.__qualname__} has no name: set name = '...' on the class"
     return ""
 
 
