@@ -198,6 +198,8 @@ def test_episodes_table_and_json(journal_file: Path, capsys: Capsys) -> None:
         ("ep-b", "failure", 0.0, 2, 9),
     ]
     assert episodes[0]["duration_s"] == 4.0
+    code, out, _ = run(capsys, "episodes", str(journal_file), "--status", "failed")
+    assert code == 0 and "1 episode of retail" in out
 
 
 @pytest.mark.parametrize("command", [["journal", "export", "{journal}"], ["config", "check"]])

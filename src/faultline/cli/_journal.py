@@ -21,7 +21,7 @@ from faultline.cli import _jsonl
 from faultline.cli._args import connection_flags, otel_flags, otel_headers, seconds, whole_number
 from faultline.cli._filters import add_episode_filters, filtered_episodes, journal_filter
 from faultline.cli._progress import progress_shown
-from faultline.cli._text import Column, fitted_table, table_console
+from faultline.cli._text import Column, counted, fitted_table, table_console
 from faultline.core import EpisodeCompleted, ToolResult
 from faultline.journal import (
     EpisodeSummary,
@@ -461,7 +461,7 @@ def _task(e: EpisodeSummary) -> str:
 
 def _episodes_caption(episodes: list[EpisodeSummary], blamed: dict[str, tuple[str, int]], journal: Path) -> str:
     domains = sorted({e.domain for e in episodes if e.domain})
-    counts = f"{len(episodes)} episodes" + (f" of {', '.join(domains)}" if domains else "")
+    counts = counted(len(episodes), "episode") + (f" of {', '.join(domains)}" if domains else "")
     if blamed:
         return f"{counts}; attributed from the forks in {forks_path(journal).name} (faultline attribute)"
     return counts
