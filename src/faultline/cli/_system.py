@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,11 +31,11 @@ from faultline.api import (
     with_helpers,
     worker_specs,
 )
-from faultline.bus import OPERATOR, Bus, Login, StreamState, TLSFiles
+from faultline.bus import OPERATOR, Bus, FollowSettings, Login, StreamState, TLSFiles, read_rules
 from faultline.cli import _jsonl
 from faultline.cli._args import add_config_flag, connection_flags, otel_flags, otel_headers
 from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix, up_workers
-from faultline.cli._text import table_console
+from faultline.cli._text import counted, table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
@@ -53,6 +54,7 @@ from faultline.runtime import (
     bus_settings,
     check_system,
     completing_agents,
+    follow_settings,
     hold_directories,
     journal_backlog,
     read_rosters,
@@ -311,6 +313,8 @@ def _up(args: argparse.Namespace) -> int:
         write_atomically(STATE_FILE, json.dumps(state).encode())  # tests and scripts wait for this file
         try:
             console.print(_process_table(supervisor.status(), supervisor.url, journal))
+            if supervisor.bus is not None and (left := await rules_left(supervisor.bus, follow_settings(config))):
+                console.print(left, soft_wrap=True, highlight=False)
             console.print("running; Ctrl-C drains the workers and stops")
             await anyio.sleep_forever()
         finally:
@@ -333,6 +337,20 @@ def _up(args: argparse.Namespace) -> int:
         highlight=False,
     )
     return 0
+
+
+async def rules_left(bus: Bus, settings: FollowSettings) -> str:
+    """What `up` says of the fault rules its stream still holds from before it started ("" when none): they apply
+    to its episodes from the first, and nothing else would tell."""
+    now = time.time()
+    rules = [r for r in (await read_rules(bus, settings)).rules if not (r.expires_at and now >= r.expires_at)]
+    if not rules:
+        return ""
+    listed = "; ".join(f"{rule.id}: {rule.fault} on {rule.matches()}" for rule in rules)
+    return (
+        f"{counted(len(rules), 'fault rule')} in force from before this start, on the episodes they match: {listed}"
+        " (`faultline faults clear` removes them)"
+    )
 
 
 def _up_groups(config: Config, groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
