@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faultline.bus import Login
+from faultline.bus import Credential, Login
 from faultline.cli import main
 from faultline.cli._connect import STATE_FILE, login, nats_url, subject_prefix
 from faultline.runtime import Config
@@ -126,3 +126,20 @@ def test_a_service_started_by_hand_trusts_the_running_ups_ca(
     monkeypatch.setattr(importlib.import_module(module), runner, serve)
     assert main(argv) == 0
     assert logins == [Login(None, Path("/up/ca.pem"))]
+
+
+def test_the_fama_service_started_by_hand_speaks_as_the_running_ups_operator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It publishes rosters, which only the operator may; it was given neither the credential nor the CA."""
+    operator = tmp_path / "operator.json"
+    operator.write_text('{"user": "operator", "password": "secret"}')
+    _write_state(os.getpid(), url="nats://up:4222", tls_ca="/up/ca.pem", credentials=str(operator))
+    logins: list[Login] = []
+
+    async def serve(*args: object, **kwargs: object) -> None:
+        logins.extend(a for a in args if isinstance(a, Login))
+
+    monkeypatch.setattr(importlib.import_module("faultline.cli._fama"), "serve_fama", serve)
+    assert main(["fama", "serve"]) == 0
+    assert logins == [Login(Credential("operator", "secret"), Path("/up/ca.pem"))]
