@@ -261,6 +261,10 @@ class EpisodeStarted(Body, frozen=True, tag="episode_started"):
     """For a fork: the change, the id of the message it changed and the id delivered instead."""
     fault_rules: list[dict[str, Any]] = []
     """For a fork: the fault rules in force in its live part (those of its source, and the one it injected)."""
+    copied: int = 0
+    """For a fork: how many of its first rows are its source's history before the fork point, copied with their
+    times (this start among them). The rows after them are what the fork wrote when it ran, its live part, which
+    its duration times. 0 in a fork journaled before forks recorded it."""
     system: str = ""
     """The system of one's own the episode ran on (`package.module:Class`); empty for the built-in tool-use system."""
     run: str = ""

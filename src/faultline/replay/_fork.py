@@ -445,6 +445,8 @@ async def fork_episode(
     fork.timers.extend(t for t in history if isinstance(t.body, Timer) and timer_fired(t).id not in skip)
     if delivered is not None and answer is not None:
         fork.answers[(answer.agent, delivered.id)] = answer.response
+    if delivered is not None:  # sent now, as all that follows: the live part is timed from the fork's own clock
+        delivered = msgspec.structs.replace(delivered, ts=time.time())
     if delivered is not None and isinstance(change, Inject):
         results, event = await _inject(change, delivered, prefix, list(classes), fork.faults.injector)
         fork.record([event])
@@ -598,10 +600,17 @@ def _history(
     prefix: list[JournalRow], new: str, started: EpisodeStarted, settings: Mapping[str, Any] | None
 ) -> tuple[list[Envelope], list[bytes | None]]:
     """The fork's copy of the history before the fork point, with `started` as its start, and the bodies to keep
-    as journaled (None: encoded afresh, where the fork changed the message)."""
+    as journaled (None: encoded afresh, where the fork changed the message).
+
+    Every message keeps its time (replay and diff read the history as the source had it); the start records how
+    many rows the copy is (`EpisodeStarted.copied`), so that readers time the fork by what it ran.
+    """
     history = [_copy(r.envelope(), new, settings) for r in prefix]
     bodies: list[bytes | None] = [r.body for r in prefix]
     start = started_envelope(new, started)
+    if not any(isinstance(e.body, EpisodeStarted) for e in history):
+        history.insert(0, start)
+        bodies.insert(0, None)
     for i, env in enumerate(history):
         if isinstance(env.body, EpisodeStarted):
             recorded = msgspec.structs.replace(
@@ -610,13 +619,11 @@ def _history(
                 forked_at=started.forked_at,
                 fork=started.fork,
                 fault_rules=started.fault_rules,
+                copied=len(history),
             )
             history[i], bodies[i] = msgspec.structs.replace(env, id=start.id, body=recorded), None
         elif settings and isinstance(env.body, Start):
             bodies[i] = None
-    if not any(isinstance(e.body, EpisodeStarted) for e in history):
-        history.insert(0, start)
-        bodies.insert(0, None)
     return history, bodies
 
 
