@@ -36,6 +36,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "shard_path",
             "describe_body",
             "diff_episodes",
+            "elapsed",
             "export_jsonl",
             "export_row",
             "forked_from",

@@ -1,11 +1,18 @@
-"""A fork is timed by what it ran: its copied history keeps its source's times, and what it wrote itself is stamped
-when it ran."""
+"""A fork is timed by what it ran: its copied history keeps its source's times, and the time between the
+source's run and the fork's counts in no duration, start, filter or timeline."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import gzip
 import io
+import json
+import re
+import shutil
+import sqlite3
 import time
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
@@ -13,8 +20,9 @@ import pytest
 
 from faultline.cli import main
 from faultline.core import EpisodeStarted
-from faultline.journal import JournalReader, JournalRow
+from faultline.journal import JournalReader, JournalRow, elapsed, verify, write_view
 from faultline.replay import forks_path
+from tests import jsonl
 
 GAP_S = 2.0
 """How long after its source each fork is made; every duration of a fork here takes a small part of it."""
@@ -27,6 +35,14 @@ class Forked(msgspec.Struct, frozen=True, kw_only=True):
     fork_of_fork: str
     made_at: float
     """A moment after the source ran and before the fork did."""
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict]:  # type: ignore[type-arg]
+    code = main([*args, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows, _ = jsonl.read(out)
+    return rows
 
 
 def _quietly(*args: str) -> None:
@@ -89,3 +105,99 @@ def test_a_fork_of_a_fork_records_its_own_copy_not_its_sources(forked: Forked) -
     first, second = _started(_rows(forks, forked.fork)), _started(_rows(forks, forked.fork_of_fork))
     assert second.copied == len([r for r in _rows(forks, forked.fork) if r.pos < second.forked_at])
     assert second.copied > first.copied
+
+
+def test_journal_episodes_times_a_fork_by_its_live_part(forked: Forked, capsys: pytest.CaptureFixture[str]) -> None:
+    [source] = _run(capsys, "journal", "episodes", str(forked.journal))
+    fork, fork_of_fork = _run(capsys, "journal", "episodes", str(forks_path(forked.journal)))
+    assert (fork["episode"], fork_of_fork["episode"]) == (forked.fork, forked.fork_of_fork)
+    for episode in (fork, fork_of_fork):
+        assert 0 < episode["duration_s"] < GAP_S / 2
+        assert episode["first_ts"] >= forked.made_at > source["last_ts"]
+        assert episode["duration_s"] == episode["last_ts"] - episode["first_ts"]
+    assert fork_of_fork["first_ts"] >= fork["last_ts"] + GAP_S
+    with JournalReader(forks_path(forked.journal)) as reader:
+        summary = reader.episode(forked.fork)
+    assert summary is not None and summary.first_ts == fork["first_ts"] and summary.duration_s < GAP_S / 2
+
+
+def test_the_table_and_the_header_of_show_give_a_fork_its_own_seconds(
+    forked: Forked, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forks = str(forks_path(forked.journal))
+    assert main(["journal", "episodes", forks]) == 0
+    table = capsys.readouterr().out
+    seconds = [float(line.split("│")[-2]) for line in table.splitlines() if f"│ {forked.fork} " in line]
+    assert len(seconds) == 1 and seconds[0] < GAP_S / 2
+    assert main(["journal", "show", forks, "-e", forked.fork]) == 0
+    shown = capsys.readouterr().out
+    header = re.search(r"defenses, ([0-9.]+)s", shown)
+    assert header and float(header.group(1)) < GAP_S / 2
+    rows = _rows(forks_path(forked.journal), forked.fork)
+    last = re.search(rf"^ *{rows[-1].pos} +([0-9.]+) ", shown, re.M)
+    assert last and float(last.group(1)) < _history_span(rows) + GAP_S / 2
+
+
+def _history_span(rows: list[JournalRow]) -> float:
+    copied = _started(rows).copied
+    return max(r.ts for r in rows[:copied]) - rows[0].ts
+
+
+def test_since_takes_a_fork_by_when_it_ran(forked: Forked, capsys: pytest.CaptureFixture[str]) -> None:
+    between = datetime.fromtimestamp(forked.made_at).isoformat()
+    forks = str(forks_path(forked.journal))
+    assert [e["episode"] for e in _run(capsys, "journal", "episodes", forks, "--since", between)] == [
+        forked.fork,
+        forked.fork_of_fork,
+    ]
+    assert _run(capsys, "journal", "episodes", str(forked.journal), "--since", between) == []
+
+
+def test_elapsed_leaves_out_the_time_between_a_source_and_its_fork(forked: Forked) -> None:
+    source = _rows(forked.journal, forked.source)
+    fork = _rows(forks_path(forked.journal), forked.fork)
+    copied = _started(fork).copied
+    offsets = elapsed(fork)
+    assert offsets[:copied] == [r.ts - fork[0].ts for r in fork[:copied]]  # the history's, as in its source
+    assert min(offsets[copied:]) == _history_span(fork)  # the live part follows on from the history's last time
+    assert max(offsets) < _history_span(fork) + GAP_S / 2
+    assert elapsed(source) == [r.ts - source[0].ts for r in source]
+
+
+def test_the_view_gives_a_fork_its_own_seconds_and_a_timeline_without_the_gap(forked: Forked, tmp_path: Path) -> None:
+    page = tmp_path / "view.html"
+    write_view(forked.journal, page, forks=forks_path(forked.journal))
+    text = page.read_text()
+    [fork] = [e for e in json.loads(_tag(text, "index")) if e["id"] == forked.fork]
+    assert 0 < fork["seconds"] < GAP_S / 2 and fork["first_ts"] >= forked.made_at
+    chunk = json.loads(gzip.decompress(base64.b64decode(_tag(text, f"c{fork['chunk']}"))))
+    rows = _rows(forks_path(forked.journal), forked.fork)
+    offsets = elapsed(rows)
+    assert [r[1] for r in chunk["rows"]] == [round(offset, 3) for offset in offsets]
+    at = {row.id: offset for row, offset in zip(rows, offsets, strict=True)}
+    assert [r[8] for r in chunk["rows"]] == [  # seconds after the message that caused each, on that timeline too
+        round(at[row.id] - at[row.causation], 3) if row.causation in at else None for row in rows
+    ]
+
+
+def _tag(text: str, tag_id: str) -> str:
+    found = re.search(rf'<script type="[^"]+" id="{tag_id}">(.*?)</script>', text, re.S)
+    assert found, tag_id
+    return found.group(1).replace("<\\/", "</")
+
+
+def test_a_fork_journaled_before_forks_recorded_their_copy_is_read_as_then(tmp_path: Path) -> None:
+    """The golden run journal holds a fork an earlier version wrote: it opens, verifies, and keeps the times of all
+    its rows."""
+    path = Path(shutil.copy(Path(__file__).parents[1] / "replay" / "golden" / "runs.db", tmp_path / "runs.db"))
+    assert verify(path).ok
+    with JournalReader(path) as reader:
+        [fork] = [e for e in reader.episodes() if e.forked_from]
+        rows = list(reader.episode_rows(fork.episode))
+    assert _started(rows).copied == 0
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        first, last = conn.execute(
+            "SELECT first_ts, last_ts FROM episodes WHERE episode = ?", (fork.episode,)
+        ).fetchone()
+    assert (fork.first_ts, fork.last_ts) == (first, last)
+    assert elapsed(rows) == [r.ts - rows[0].ts for r in rows]

@@ -38,7 +38,8 @@ def add_episode_filters(
     group.add_argument(
         "--since",
         metavar="TIME",
-        help="only episodes begun at or after TIME (ISO 8601, e.g. 2026-11-23T10:00; local time)",
+        help="only episodes begun at or after TIME (ISO 8601, e.g. 2026-11-23T10:00; local time); a fork begins when"
+        " it ran, not when the episode it copies did",
     )
 
 

@@ -29,6 +29,7 @@ from faultline.journal import (
     JournalRow,
     attributed_steps,
     describe_body,
+    elapsed,
     export_jsonl,
     export_row,
     import_jsonl,
@@ -119,7 +120,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(handler=_tail)
 
-    p = commands.add_parser("show", help="an episode's timeline")
+    p = commands.add_parser(
+        "show",
+        help="an episode's timeline",
+        description="An episode's messages with the seconds since it began (+s). A fork's live part follows its"
+        " copied history on: the time between its source's run and its own is left out, and its seconds are those of"
+        " its live part.",
+    )
     p.add_argument("file", type=Path, help="the journal file (or journal set)")
     p.add_argument("--episode", "-e", required=True, help="the episode (`faultline journal episodes` lists them)")
     p.add_argument("--json", action="store_true", help="the episode's rows as JSON lines")
@@ -158,7 +165,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _add_serve(commands)
     _add_health(commands)
 
-    p = commands.add_parser("episodes", help="episodes with outcome, reward and counts")
+    p = commands.add_parser(
+        "episodes",
+        help="episodes with outcome, reward, counts and seconds",
+        description="Episodes with their outcome, reward, counts and seconds: from an episode's first message to its"
+        " last; for a fork, from the first to the last message of its live part (what it ran after the copy of its"
+        " source's history, which keeps its source's times).",
+    )
     p.add_argument("file", type=Path, help="the journal file (or journal set)")
     p.add_argument("--json", action="store_true", help="one JSON object per episode")
     add_episode_filters(p)
@@ -361,12 +374,11 @@ def _show(args: argparse.Namespace) -> int:
     table.add_column("route")
     table.add_column("kind")
     table.add_column("body", overflow="fold")
-    start = rows[0].ts
-    for row in rows:
+    for row, offset in zip(rows, elapsed(rows), strict=True):
         summary_text, style = _summary(row, 400)
         table.add_row(
             str(row.pos),
-            _seconds(row.ts - start),
+            _seconds(offset),
             _route(row),
             Text(row.kind, style=style),
             Text(summary_text, style=style),

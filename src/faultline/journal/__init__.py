@@ -2,7 +2,8 @@
 
 `Journal` appends (one writer per file), `JournalReader` reads (any number, read-only),
 `verify` recomputes the chain, `export_jsonl` / `import_jsonl` move a journal as text,
-`diff_episodes` aligns two episodes and finds where they part ways, `write_view` writes the
+`diff_episodes` aligns two episodes and finds where they part ways, `elapsed` times an
+episode's rows (a fork's live part without the time since its source ran), `write_view` writes the
 HTML viewer. A journal set (`create_set`) is one journal written as a file per shard; every
 reader here takes it wherever it takes a file."""
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         journal_files,
         shard_path,
     )
+    from faultline.journal._timing import elapsed
     from faultline.journal._verify import VerifyReport, verify
     from faultline.journal._view import ViewStats, attributed_steps, write_view
     from faultline.journal._view_server import ViewServer
@@ -61,6 +63,7 @@ __all__ = [
     "ViewStats",
     "describe_body",
     "diff_episodes",
+    "elapsed",
     "export_jsonl",
     "export_row",
     "forked_from",
@@ -95,6 +98,7 @@ __getattr__, __dir__ = lazy_exports(
             "journal_files",
             "shard_path",
         ),
+        "faultline.journal._timing": ("elapsed",),
         "faultline.journal._verify": ("VerifyReport", "verify"),
         "faultline.journal._view": ("ViewStats", "attributed_steps", "write_view"),
         "faultline.journal._view_server": ("ViewServer",),

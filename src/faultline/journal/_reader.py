@@ -25,12 +25,16 @@ from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
 from faultline.journal._set import is_journal_set, journal_files, set_of
+from faultline.journal._timing import copied_rows
 
 
 class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One row of the `episodes` view: an episode's start, outcome and counts.
 
-    `outcome` and `reward` are None while the episode has no completed event.
+    `outcome` and `reward` are None while the episode has no completed event. `first_ts` and `last_ts` are the
+    times of its first and last rows; a fork's, of its live part, the rows after its copied history
+    (`EpisodeStarted.copied`), which keeps its source's times. The `episodes` view in the file gives the times of
+    all its rows: a view is part of the file as it was created, and this reading holds for files of every version.
     """
 
     episode: str
@@ -55,6 +59,7 @@ class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def duration_s(self) -> float:
+        """How long the episode ran; a fork, from the first to the last message of its live part."""
         return self.last_ts - self.first_ts
 
     def completion(self) -> EpisodeCompleted | None:
@@ -92,7 +97,8 @@ class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
 
     `status`: "passed" (success), "failed" (failure or timeout), "errored" (error) or
     "incomplete" (no completion journaled). `fault`: a fault type applied in the episode.
-    `since`: episodes whose first message is at or after this time (seconds since the epoch).
+    `since`: episodes whose first message is at or after this time (seconds since the epoch); a fork's first is
+    that of its live part (`EpisodeSummary.first_ts`), so a fork made today of last week's episode is today's.
     `run`: the episodes of that run, as `JournalReader.of_run` finds them.
     """
 
@@ -239,7 +245,31 @@ class _FileReader:
         """Every episode that has a started or completed event, in order of first appearance."""
         cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes ORDER BY coalesce(started_pos, completed_pos)")
         names = EpisodeSummary.__struct_fields__
-        return self._with_model_tokens([EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor])
+        summaries = [EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor]
+        return self._with_model_tokens(self._timed_live(summaries))
+
+    def _timed_live(self, summaries: list[EpisodeSummary]) -> list[EpisodeSummary]:
+        """`summaries`, each fork's timed by its live part (`live_part`): the first and last times the view gives
+        are its copied history's first and its own last, and the copy keeps its source's times."""
+        timed = []
+        for s in summaries:
+            copied = self._copied(s) if s.forked_from else 0
+            if copied:
+                span = self._query(
+                    "SELECT min(ts), max(ts) FROM"
+                    " (SELECT ts FROM messages WHERE episode = ? ORDER BY pos LIMIT -1 OFFSET ?)",
+                    (s.episode, copied),
+                ).fetchone()
+                if span[0] is not None:
+                    s = msgspec.structs.replace(s, first_ts=span[0], last_ts=span[1])
+            timed.append(s)
+        return timed
+
+    def _copied(self, summary: EpisodeSummary) -> int:
+        if summary.started_pos is None:
+            return 0
+        found = self._query("SELECT body FROM messages WHERE pos = ?", (summary.started_pos,)).fetchone()
+        return copied_rows(found[0]) if found else 0
 
     def _with_model_tokens(self, summaries: list[EpisodeSummary]) -> list[EpisodeSummary]:
         """`summaries`, each whose completion reports no tokens given those of the model calls journaled in it: the
@@ -311,9 +341,8 @@ class _FileReader:
         values = cursor.fetchone()
         if values is None:
             return None
-        return self._with_model_tokens(
-            [EpisodeSummary(**dict(zip(EpisodeSummary.__struct_fields__, values, strict=True)))]
-        )[0]
+        summary = EpisodeSummary(**dict(zip(EpisodeSummary.__struct_fields__, values, strict=True)))
+        return self._with_model_tokens(self._timed_live([summary]))[0]
 
     # -- lifetime ------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from faultline.core import (
 from faultline.journal._describe import describe_body
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import JournalRow
+from faultline.journal._timing import elapsed, live_part
 from faultline.journal._view_page import PAGE
 
 SUMMARY_WIDTH = 160
@@ -71,6 +72,7 @@ class _Episode(msgspec.Struct, kw_only=True):
     faults: list[str] = []
     first_ts: float = 0.0
     seconds: float = 0.0
+    """From its first message to its last; a fork's, those of its live part (`live_part`), as `journal episodes`."""
     forked_from: str = ""
     forked_at: int = 0
     fork_change: str = ""
@@ -93,7 +95,7 @@ def _builtins(value: Any) -> Any:
 class _Chunk:
     """One episode's messages as the page reads them: rows of arrays and a table of prompt messages.
 
-    A row is [position, seconds since the episode began, sender, receiver, kind, summary, detail,
+    A row is [position, seconds since the episode began (`elapsed`), sender, receiver, kind, summary, detail,
     flags, seconds since the message that caused it (None: no cause in the episode), for a recording
     the position of the message its handling sent (None: it sent none)].
     """
@@ -162,10 +164,10 @@ def _is_sim(body: Any) -> bool:
 def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chunk) -> _Episode:
     """The list entry of one episode, its rows added to `chunk`."""
     entry = _Episode(id=episode, source=source)
-    t0 = rows[0].ts if rows else 0.0
-    sent_at = {row.id: row.ts for row in rows}
+    offsets = elapsed(rows)
+    sent_at = {row.id: offset for row, offset in zip(rows, offsets, strict=True)}
     made = _made_by_call(rows)
-    for row in rows:
+    for row, offset in zip(rows, offsets, strict=True):
         body = row.decoded_body()
         flags = 0
         if isinstance(body, EpisodeStarted):
@@ -185,16 +187,18 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
             _count_call(entry.agents.setdefault(row.sender, {"calls": 0, "tokens": 0, "latency_s": 0.0}), body)
         to = row.recipient or (f"#{row.topic}" if row.topic else "")
         summary = describe_body(body, SUMMARY_WIDTH)
-        after = round(row.ts - sent_at[row.causation], 3) if row.causation in sent_at else None
+        after = round(offset - sent_at[row.causation], 3) if row.causation in sent_at else None
         chunk.rows.append(
             [
-                *(row.pos, round(row.ts - t0, 3), row.sender, to, row.kind, summary, _detail(body, chunk), flags),
+                *(row.pos, round(offset, 3), row.sender, to, row.kind, summary, _detail(body, chunk), flags),
                 *(after, made.get(row.pos)),
             ]
         )
     entry.messages = len(rows)
-    if rows:
-        entry.first_ts, entry.seconds = rows[0].ts, round(rows[-1].ts - t0, 3)
+    live = live_part(rows)
+    if live:
+        entry.first_ts = min(row.ts for row in live)
+        entry.seconds = round(max(row.ts for row in live) - entry.first_ts, 3)
     return entry
 
 
