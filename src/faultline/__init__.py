@@ -35,6 +35,7 @@ from faultline._errors import (
     SubjectError,
     SubscribeRefusedError,
     ToolError,
+    UnknownRecipientError,
     UsageError,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "SubjectError",
     "SubscribeRefusedError",
     "ToolError",
+    "UnknownRecipientError",
     "UsageError",
 ]
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ FaultlineError
  │    └── ToolError           a domain tool refused an action (returned as the call's error, never raised to callers)
  ├── NonDeterminismError      replayed code asked for something the journal does not hold
  ├── HandlerTimeoutError      a handler ran past its time limit (names the model call it waited on)
+ ├── UnknownRecipientError    a handler sent a direct message to an agent its system does not have
  ├── DirectoryBusyError       another running process holds a state directory (names its pid)
  ├── RunError                 every episode of a run ended in error (names the causes)
  ├── CampaignError            a folder is not a campaign, or holds one of other settings
@@ -150,6 +151,18 @@ class NonDeterminismError(FaultlineError):
 
 class HandlerTimeoutError(FaultlineError):
     """A handler ran past its time limit and was cancelled; its episode fails with this cause."""
+
+
+class UnknownRecipientError(FaultlineError):
+    """A handler sent a direct message to an agent its system does not have (`ctx.send("mth", ...)`): raised by the
+    send, so its episode fails at once with this cause. `recipient` is the name sent to, `agents` those it may
+    send to, `closest` the one it most likely meant ("" if none is close)."""
+
+    def __init__(self, message: str, *, recipient: str, agents: tuple[str, ...], closest: str = "") -> None:
+        super().__init__(message)
+        self.recipient = recipient
+        self.agents = agents
+        self.closest = closest
 
 
 class DirectoryBusyError(FaultlineError):

@@ -15,7 +15,7 @@ What is not named here is Faultline's own machinery, free to change between vers
 `docs/api.md` documents each name.
 """
 
-from faultline._errors import DomainError, FaultlineError, NonDeterminismError, ToolError
+from faultline._errors import DomainError, FaultlineError, NonDeterminismError, ToolError, UnknownRecipientError
 from faultline.agents import UserSimulator
 from faultline.core import (
     Agent,
@@ -120,6 +120,7 @@ __all__ = [
     "ToolOutcome",
     "ToolResult",
     "ToolSpec",
+    "UnknownRecipientError",
     "Usage",
     "UserSimulator",
     "UserTurn",

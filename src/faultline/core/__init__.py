@@ -6,6 +6,7 @@ Every other package may import it; it imports none of them and never loads NATS.
 from faultline.core._agent import Agent, load_agent_class
 from faultline.core._context import (
     Context,
+    Recipients,
     Recorder,
     RequestFault,
     Services,
@@ -180,6 +181,7 @@ __all__ = [
     "CONTROL_EPISODE",
     "DLQ_SENDER",
     "NON_AGENT_SENDERS",
+    "Recipients",
     "Recorder",
     "RequestFault",
     "Recording",

@@ -11,6 +11,7 @@ serves the journaled answer after checking that the request digest matches.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import random as _random
 import time
@@ -21,8 +22,9 @@ from typing import Any, Protocol, cast
 
 import msgspec
 
-from faultline._errors import FaultlineError, ModelError, NonDeterminismError
+from faultline._errors import FaultlineError, ModelError, NonDeterminismError, UnknownRecipientError
 from faultline.core._messages import (
+    RUNNER,
     SCORER,
     Body,
     Envelope,
@@ -204,6 +206,33 @@ def _error_from(text: str) -> FaultlineError:
     return ModelError(message) if kind == "ModelError" else FaultlineError(text)
 
 
+@dataclass(frozen=True, slots=True)
+class Recipients:
+    """The agents a handler may send direct messages to: those of its system (`SystemRef.recipients`).
+
+    A function of the system's code alone, never of what runs where, so a send to a name outside them fails
+    alike live, in replay and in a fork. `system` names the system in the error."""
+
+    system: str
+    agents: frozenset[str]
+
+    def check(self, to: str) -> None:
+        """Raise `UnknownRecipientError` where `to` is none of `agents`. The runner is let by, as ever: an agent that
+        answers whoever sent it a message answers the runner for a Start, and under a `broadcast` of the entry's
+        Start, the runtime's doing, agents that never expected one do; the answer reaches no one, and ends nothing."""
+        if to in self.agents or to == RUNNER:
+            return
+        agents = tuple(sorted(self.agents))
+        close = difflib.get_close_matches(to, agents, n=1)
+        meant = f": did you mean {close[0]!r}?" if close else ""
+        raise UnknownRecipientError(
+            f"system {self.system} has no agent {to!r} to send to{meant} (its agents: {', '.join(agents)})",
+            recipient=to,
+            agents=agents,
+            closest=close[0] if close else "",
+        )
+
+
 class Context:
     """What a handler may do: send, publish, emit events, and make recorded calls."""
 
@@ -215,10 +244,13 @@ class Context:
         recorder: Recorder,
         services: Services | None = None,
         settings: Mapping[str, Any] | None = None,
+        recipients: Recipients | None = None,
     ) -> None:
         self.agent = agent
         self.message = message
         self.settings: Mapping[str, Any] = settings or {}
+        self.recipients = recipients
+        """Whom `send` may address (None: anyone, as for an agent outside a system of one's own)."""
         self.outputs: list[Envelope] = []
         self.model_calls: list[ModelCall] = []
         """The model calls being made now, in the order they began (for the cause of a handler timeout): a handler's
@@ -253,7 +285,10 @@ class Context:
         return env
 
     def send(self, to: str, body: Body) -> Envelope:
-        """A direct message to agent `to` in this episode."""
+        """A direct message to agent `to` in this episode; `UnknownRecipientError` where the agent's system has no
+        agent `to` (a typo): the handler, and its episode, fail at once, naming it and the agents there are."""
+        if self.recipients is not None:
+            self.recipients.check(to)
         return self._output(body, recipient=to)
 
     def publish(self, topic: str, body: Body) -> Envelope:

@@ -29,7 +29,7 @@ import anyio
 
 from faultline._errors import HandlerTimeoutError, NonDeterminismError
 from faultline.core._agent import Agent
-from faultline.core._context import Context, Recorder, Services, failure_envelopes
+from faultline.core._context import Context, Recipients, Recorder, Services, failure_envelopes
 from faultline.core._loops import NO_LOOP, LoopNeeded, OfflineLoop
 from faultline.core._messages import Envelope, NoOutput, derive_id, handling_id
 
@@ -71,12 +71,15 @@ class Handling:
         *,
         services: Services | None = None,
         settings: Mapping[str, Any] | None = None,
+        recipients: Recipients | None = None,
     ) -> None:
         self.agent = agent
         self.name = name
         self.message = message
         self.recorder = recorder
-        self.ctx = Context(agent=name, message=message, recorder=recorder, services=services, settings=settings)
+        self.ctx = Context(
+            agent=name, message=message, recorder=recorder, services=services, settings=settings, recipients=recipients
+        )
 
     async def run(self, timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S) -> list[Envelope]:
         """Run the handler on the event loop; return what it leaves behind, in publishing order.

@@ -21,6 +21,7 @@ import msgspec
 
 from faultline._errors import ConfigError
 from faultline.core._agent import Agent
+from faultline.core._context import Recipients
 from faultline.core._messages import SCORER, Start
 from faultline.core._plugins import load_plugin, plugin_error
 
@@ -106,6 +107,23 @@ class SystemRef:
 
     def agent(self, name: str) -> type[Agent] | None:
         return next((cls for cls in self.system.agents if cls.name == name), None)
+
+    def recipients(self, agent: str) -> Recipients | None:
+        """Whom agent `agent` may send direct messages to in this system's episodes: on a system of one's own, its
+        agents and the scorer; None (anyone) for an agent that is not one of them, and on the built-in tool-use
+        system, whose helpers join by roster and which agents of one's configuration may join (README).
+
+        The system's code decides, which a worker and a replay of its episodes load alike, so the answer is the
+        same live and in replay."""
+        if not self.is_user_system or self.agent(agent) is None:
+            return None
+        return _recipients(self)
+
+
+@functools.cache
+def _recipients(ref: SystemRef) -> Recipients:
+    named = ref.system.name != System.name  # a system that sets no name goes by its class's
+    return Recipients(ref.system.name if named else type(ref.system).__qualname__, frozenset(ref.agent_names))
 
 
 def system_path(system: str | type[System]) -> str:

@@ -50,7 +50,7 @@ class SystemHarness:
     A direct message goes to its recipient, a topic message to every agent subscribed to the topic;
     each agent has one instance for the episode, as in a worker. Model calls go to `models` (one
     backend, or a function of the role); service requests fail. A handler that raises ends the
-    episode as `error`, as the runtime does. What NATS adds (redelivery, faults, defenses, the
+    episode as `error`, as the runtime does, and so does a send to an agent the system does not have. What NATS adds (redelivery, faults, defenses, the
     journal) is not here: `run_system` has it.
     """
 
@@ -100,7 +100,9 @@ class SystemHarness:
             for name in self._recipients(message):
                 agent = instances.setdefault(name, self._classes[name]())
                 recorder = Recorder(services=self)
-                ctx = Context(agent=name, message=message, recorder=recorder, services=self)
+                ctx = Context(
+                    agent=name, message=message, recorder=recorder, services=self, recipients=self.ref.recipients(name)
+                )
                 try:
                     await agent.on_message(message, ctx)
                     outputs = ctx.outputs
