@@ -65,6 +65,7 @@ from faultline.core import (
     Recording,
     Start,
     Subjects,
+    SystemRef,
     Timer,
     ToolCall,
     derive_id,
@@ -87,7 +88,7 @@ from faultline.faults import (
     fault_event,
 )
 from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
-from faultline.replay._replay import AgentLookup, agent_tracks, episode_lookup, participants
+from faultline.replay._replay import AgentLookup, agent_tracks, episode_lookup, episode_system, participants
 
 MAX_FORK_MESSAGES = 5_000
 """A fork that handles more messages than this is stopped and failed (a loop)."""
@@ -244,6 +245,8 @@ class _Fork:
     """The source's fault rules, applied to what the fork's handlers send as a worker's interceptor would."""
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
     """How long each handler may run, history and live part alike: past it, it fails as a worker's would."""
+    system: SystemRef | None = None
+    """The system of one's own the source ran on: its agents send only to its agents, as on a worker."""
 
     async def keep(self, env: Envelope) -> None:
         self.record([env])
@@ -281,7 +284,8 @@ class _Fork:
         services = self.services if answer is None else _Answered(self.services, answer)
         faults = self.faults.request_fault(self.keep)
         recorder = Recorder(recorded=recorded or {}, services=services, store=self.keep, faults=faults)
-        handling = Handling(self.instances[name], name, env, recorder, services=services)
+        recipients = self.system.recipients(name) if self.system is not None else None
+        handling = Handling(self.instances[name], name, env, recorder, services=services, recipients=recipients)
         outputs = await handling.run(self.handler_timeout_s)
         for output in outputs:
             if not skip or output.id not in skip:
@@ -433,7 +437,14 @@ async def fork_episode(
 
     # Outputs that already exist (or that the change governs) are not sent again.
     skip = {r.id for r in prefix} | {target.id} | ({delivered.id} if delivered else set())
-    fork = _Fork(new, classes, _LiveServices(backends), stream=f"fork:{new}", handler_timeout_s=handler_timeout_s)
+    fork = _Fork(
+        new,
+        classes,
+        _LiveServices(backends),
+        stream=f"fork:{new}",
+        handler_timeout_s=handler_timeout_s,
+        system=episode_system(rows),
+    )
     injector = context_injector(fork.services, fork.keep)
     fork.faults = _interceptor(rules, [*prefix, target], new, list(classes), injector)
     fork.record(history, bodies)

@@ -44,8 +44,10 @@ from faultline.core import (
     FaultApplied,
     Handling,
     NoOutput,
+    Recipients,
     Recorder,
     Recording,
+    SystemRef,
     failed_by_agent,
     load_system,
 )
@@ -233,16 +235,18 @@ def replay_agent(
     injected: frozenset[str] = frozenset(),
     *,
     served: bool = False,
+    recipients: Recipients | None = None,
 ) -> tuple[int, Divergence | None]:
     """Feed one agent the inputs it reached live; return how many were handled and the first divergence.
 
     `injected` are ids of messages a fork changed: the one the agent had produced and the
     one delivered instead; neither counts as an output of the agent. A `served` agent's
-    outputs are taken from the journal: only the defenses in front of it run again.
+    outputs are taken from the journal: only the defenses in front of it run again. `recipients` are those
+    the agent may send to, as live (`SystemRef.recipients` of the episode's system).
     Handlers are driven by hand; an agent one of whose handlers only an event loop decides
     (`Handling.run_served`) is replayed again from a fresh instance, each handler on a loop.
     """
-    args = (episode, name, cls, track, settings, injected)
+    args = (episode, name, cls, track, settings, injected, recipients)
     try:
         with Handling.by_hand():
             return _replay_inputs(*args, served=served, loop=None)
@@ -262,6 +266,7 @@ def _replay_inputs(
     track: _AgentTrack,
     settings: Mapping[str, Any] | None,
     injected: frozenset[str],
+    recipients: Recipients | None,
     *,
     served: bool,
     loop: ThreadPoolExecutor | None,
@@ -300,7 +305,7 @@ def _replay_inputs(
             continue
         recorded = track.recordings.get(message.id, {})
         recorder = Recorder(recorded=recorded)
-        handling = Handling(agent, name, message, recorder, settings=settings)
+        handling = Handling(agent, name, message, recorder, settings=settings, recipients=recipients)
         try:
             if loop is None:
                 produced = handling.run_served()
@@ -484,6 +489,7 @@ class Replayer:
                 report.episodes += 1
                 injected = _fork_changes(rows)
                 classes = episode_lookup(rows, self.lookup)
+                system = episode_system(rows)
 
                 def lookup(name: str, classes: AgentLookup = classes) -> type[Agent] | None:
                     cls = classes(name)
@@ -501,7 +507,14 @@ class Replayer:
                         report.agents += 1
                         report.unhandled += len(track.received) - track.reached()
                     handled, divergence = replay_agent(
-                        episode, name, cls, track, self.settings.get(name), injected, served=serve
+                        episode,
+                        name,
+                        cls,
+                        track,
+                        self.settings.get(name),
+                        injected,
+                        served=serve,
+                        recipients=system.recipients(name) if system is not None else None,
                     )
                     report.messages += handled
                     if divergence is not None:
@@ -516,22 +529,30 @@ class Replayer:
 
 def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLookup:
     """`lookup`, but for an episode of a system of one's own, that system's agents first: the journal names its
-    system, so it replays, forks and is attributed with no configuration.
+    system, so it replays, forks and is attributed with no configuration (`episode_system`)."""
+    ref = episode_system(rows)
+    if ref is None:
+        return lookup
+    return lambda name: ref.agent(name) or lookup(name)
 
-    A system that cannot be loaded here is a PluginError that says so: without its agents the episode
-    would replay as diverged and fork as stalled, for a reason that is not the episode's."""
+
+def episode_system(rows: Sequence[JournalRow]) -> SystemRef | None:
+    """The system of one's own an episode ran on, as its start names it; None for the built-in tool-use system.
+
+    Its agents' sends are checked against it (`SystemRef.recipients`) as they were live. A system that cannot
+    be loaded here is a PluginError that says so: without its agents the episode would replay as diverged and
+    fork as stalled, for a reason that is not the episode's."""
     started = next((row for row in rows if row.kind == "episode_started"), None)
     body = started.envelope().body if started is not None else None
     if not (isinstance(body, EpisodeStarted) and body.system):
-        return lookup
+        return None
     try:
-        ref = load_system(body.system)
+        return load_system(body.system)
     except PluginError as exc:
         raise PluginError(
             f"episode {rows[0].episode!r} ran on a system of its own, and {exc}: install its package, or name the"
             " folder that holds it with --plugin-path (plugins.path in the configuration)"
         ) from None
-    return lambda name: ref.agent(name) or lookup(name)
 
 
 def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> list[str]:

@@ -68,7 +68,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError
+from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError, PluginError
 from faultline.bus import Bus, Consumer, Delivery, Message, asked_again, decode_notice, tell
 from faultline.core import (
     DEFAULT_HANDLER_TIMEOUT_S,
@@ -81,6 +81,7 @@ from faultline.core import (
     ModelBackend,
     ModelCall,
     NoOutput,
+    Recipients,
     Recorder,
     Recording,
     RequestFault,
@@ -88,6 +89,7 @@ from faultline.core import (
     Timer,
     episode_shard,
     failure_envelopes,
+    load_system,
     timer_fired,
 )
 from faultline.runtime._config import RuntimeConfig
@@ -118,7 +120,7 @@ class WorkerSettings:
     reading through a consumer of its own, would have the server time the consumers out."""
     system: str = ""
     """The system its agents are of (`[system] class`), which its status tells: a run on a system already up
-    refuses one of another (`faultline.api.run`)."""
+    refuses one of another (`faultline.api.run`). Its agents may send only to its agents (`SystemRef.recipients`)."""
 
 
 EVICTED_KEPT = 65_536
@@ -323,6 +325,8 @@ class Worker:
     _opened: set[str] = field(default_factory=set)
     """Agents whose consumer this worker opened before: the timers set since are held here, none to rearm."""
     _idle: _IdleServers = field(default_factory=_IdleServers)
+    _recipients: dict[str, Recipients | None] = field(default_factory=dict)
+    """Whom each agent may send to (`_recipients_of`), by agent."""
 
     # -- Services, for the contexts ---------------------------------------------------------
 
@@ -597,7 +601,27 @@ class Worker:
 
     def _handling(self, cls: type[Agent], instance: _Instance, message: Envelope, recorder: Recorder) -> Handling:
         settings = self.agent_settings.get(cls.name, {})
-        return Handling(instance.agent, cls.name, message, recorder, services=self, settings=settings)
+        recipients = self._recipients_of(cls.name)
+        return Handling(
+            instance.agent, cls.name, message, recorder, services=self, settings=settings, recipients=recipients
+        )
+
+    def _recipients_of(self, agent: str) -> Recipients | None:
+        """Whom `agent` may send to: on a system of one's own, its agents (`SystemRef.recipients`), as replay of
+        the episode, which names that system, finds them; anyone where the worker runs no such system."""
+        if agent not in self._recipients:
+            self._recipients[agent] = None
+            if self.settings.system:
+                try:
+                    self._recipients[agent] = load_system(self.settings.system).recipients(agent)
+                except PluginError as exc:  # its agents cannot run here either (they are found through it)
+                    log.warning(
+                        "system %s does not load here (%s): %s's messages go unchecked",
+                        self.settings.system,
+                        exc,
+                        agent,
+                    )
+        return self._recipients[agent]
 
     async def _handle(
         self, cls: type[Agent], instance: _Instance, env: Envelope, seq: int, slot: _Slot

@@ -24,7 +24,7 @@ from faultline.core import (
 )
 from faultline.journal import JournalReader
 from faultline.replay import Replayer, ReplayReport
-from faultline.runtime import JournalService, Worker
+from faultline.runtime import JournalService, Worker, WorkerSettings
 
 Models = ModelBackend | Callable[[str], ModelBackend]
 """One backend for every model role, or a function of the role."""
@@ -95,7 +95,7 @@ async def run_system(
     try:
         await bus.ensure_stream()
         journal_service = JournalService(bus, journal, completers=(ref.system.completer,))
-        worker = Worker(bus, [*ref.system.agents, Scorer], backends=backends)
+        worker = Worker(bus, [*ref.system.agents, Scorer], backends=backends, settings=WorkerSettings(system=path))
         async with anyio.create_task_group() as tg:
             tg.start_soon(journal_service.run)
             tg.start_soon(worker.run)
