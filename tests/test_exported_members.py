@@ -220,6 +220,8 @@ PUBLIC = {
         "digest",
         "encode",
         "error_completion",
+        "in_run",
+        "run_prefix",
         "runner_completion",
         "start_envelope",
         "started_envelope",

@@ -92,7 +92,14 @@ from faultline.core._reflection import (
     render_verdict,
 )
 from faultline.core._roster import HELPERS, helper_agent, helper_name, memory_turns, parse_roster
-from faultline.core._runner import error_completion, runner_completion, start_envelope, started_envelope
+from faultline.core._runner import (
+    error_completion,
+    in_run,
+    run_prefix,
+    runner_completion,
+    start_envelope,
+    started_envelope,
+)
 from faultline.core._subjects import (
     DEFAULT_PREFIX,
     MAX_PARTITIONS,
@@ -210,6 +217,8 @@ __all__ = [
     "digest",
     "encode",
     "error_completion",
+    "in_run",
+    "run_prefix",
     "runner_completion",
     "start_envelope",
     "started_envelope",

@@ -20,6 +20,21 @@ from faultline.core._messages import (
     derive_id,
 )
 
+
+def run_prefix(run: str) -> str:
+    """How the ids of run `run`'s episodes begin (`faultline run --run-id`); a resumed run's retries' too."""
+    return f"{run}-"
+
+
+def in_run(episode: str, recorded: str, run: str) -> bool:
+    """Whether `episode`, whose start recorded run `recorded` ("" for none), is one of run `run`'s episodes.
+
+    By the recorded run where there is one, so run `c1-1` is not also every episode of a run `c1-1-x`; by the
+    id's prefix (`run_prefix`) where there is none: starts journaled before runs were recorded.
+    """
+    return recorded == run if recorded else episode.startswith(run_prefix(run))
+
+
 MAX_CAUSE_CHARS = 2000
 """The longest cause the runner writes into a completion of its own."""
 

@@ -20,7 +20,7 @@ import msgspec
 
 from faultline._errors import JournalError
 from faultline._files import not_a_file
-from faultline.core import EpisodeCompleted, digest, episode_shard
+from faultline.core import EpisodeCompleted, digest, episode_shard, in_run
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
@@ -108,20 +108,6 @@ class EpisodeFilter(msgspec.Struct, frozen=True, kw_only=True):
     fault: str | None = None
     since: float | None = None
     run: str | None = None
-
-
-def run_prefix(run: str) -> str:
-    """How the ids of run `run`'s episodes begin (`faultline run --run-id`); a resumed run's retries' too."""
-    return f"{run}-"
-
-
-def in_run(episode: str, recorded: str, run: str) -> bool:
-    """Whether `episode`, whose start recorded run `recorded` ("" for none), is one of run `run`'s episodes.
-
-    By the recorded run where there is one, so run `c1-1` is not also every episode of a run `c1-1-x`; by the
-    id's prefix (`run_prefix`) where there is none: starts journaled before runs were recorded.
-    """
-    return recorded == run if recorded else episode.startswith(run_prefix(run))
 
 
 class _RecordedRun(msgspec.Struct):
