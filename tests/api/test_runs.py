@@ -11,17 +11,29 @@ import anyio
 import pytest
 
 from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Start, System
-from faultline.api import PlannedEpisode, RunPlan, RunResult, plan_episodes, plan_records, start_envelopes
+from faultline.api import (
+    PlannedEpisode,
+    RunPlan,
+    RunResult,
+    plan_episodes,
+    plan_records,
+    run_plan,
+    start_envelopes,
+    wait_for_journal,
+)
 from faultline.api._plan import episode_id, resumed
-from faultline.bus import EmbeddedServer
+from faultline.bus import EmbeddedServer, FollowSettings
 from faultline.cli import main
 from faultline.core import EpisodeStarted, record_of, system_path
 from faultline.envs import load_domain
 from faultline.journal import EpisodeFilter, Journal, JournalReader
+from faultline.replay import Replayer
+from faultline.runtime import Config, agent_lookup, parse_fault_spec, rules_in_force, scoped_to_run
 from faultline.testing import run_system
 from tests.journal.conftest import episode_envelopes, incoming
 from tests.journal.test_diff import journal_of
 from tests.replay.test_concurrent_calls import Unasked
+from tests.runtime.live import live_system
 
 
 class Echo(Agent):
@@ -86,6 +98,30 @@ async def test_two_runs_in_one_journal_whose_ids_begin_alike_are_told_apart_live
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(row["episode"] for row in rows if row["type"] == "episode") == ["c1-1-a-t0", "c1-1-b-t0"]
     report = await anyio.to_thread.run_sync(runs["c1-1"].replay)
+    assert report.identical and report.episodes == 4
+
+
+async def test_a_runs_fault_never_faults_a_concurrent_run_whose_ids_begin_as_its_own(tmp_path: Path) -> None:
+    """Runs c1-1, under a storm of its tool calls as `run --fault` scopes it, and c1-1-x, fault-free, at once on one
+    live system (worker processes, access control): every episode id of c1-1-x begins as c1-1's do. The rule
+    faults each episode of c1-1 and none of c1-1-x, and the journal replays identical."""
+    journal = tmp_path / "j.sqlite"
+    rule = scoped_to_run(parse_fault_spec("storm:copies=2,kind=tool_call"), "c1-1")
+    plans = [RunPlan(tasks=2, run_id=run) for run in ("c1-1", "c1-1-x")]
+    results = {plan.run_id: RunResult(plan_episodes(plan, load_domain("retail"))) for plan in plans}
+    async with live_system(tmp_path, journal) as supervisor:
+        bus = supervisor.bus
+        assert bus is not None
+        async with rules_in_force(bus, [rule], workers=supervisor.worker_ids, settings=FollowSettings()):
+            async with anyio.create_task_group() as tg:
+                for plan in plans:
+                    tg.start_soon(run_plan, bus, plan, results[plan.run_id], lambda _episode, _done: None)
+        await wait_for_journal(bus)
+    assert sorted(results["c1-1-x"].completed) == ["c1-1-x-cancel-00-t0", "c1-1-x-cancel-01-t0"]
+    with JournalReader(journal) as reader:
+        faulted = {e.episode for e in reader.episodes() if e.faults}
+    assert faulted == set(results["c1-1"].completed) == {"c1-1-cancel-00-t0", "c1-1-cancel-01-t0"}
+    report = await anyio.to_thread.run_sync(Replayer(agent_lookup(Config())).replay, journal)
     assert report.identical and report.episodes == 4
 
 

@@ -31,6 +31,7 @@ from faultline.core import (
     Start,
     ToolCall,
     derive_id,
+    in_run,
 )
 from faultline.faults._registry import (
     REQUEST_KIND,
@@ -158,6 +159,10 @@ class FaultInterceptor(Interceptor):
 
     It also watches inbound Start messages for the episode's Start data and outbound tool
     calls for each sender's call history, which some fault types consult.
+
+    A rule scoped to a run (`FaultRule.run`) faults only that run's episodes (`in_run`): `runs` gives the run an
+    episode's start records ("" for none, None when it cannot be told now), asked once per episode, and only for
+    an episode some such rule matches otherwise. Without `runs`, or where it cannot tell, the id's prefix decides.
     """
 
     def __init__(
@@ -167,6 +172,7 @@ class FaultInterceptor(Interceptor):
         agents: Sequence[str] = (),
         catalog: EpisodeCatalog | None = None,
         injector: Injector | None = None,
+        runs: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.rules = rules
         self.agents = tuple(agents)
@@ -175,6 +181,18 @@ class FaultInterceptor(Interceptor):
         self._starts: dict[str, Mapping[str, Any]] = {}
         self._calls: dict[str, dict[str, list[ToolCall]]] = {}
         """Each episode's tool calls so far, by sender: an episode is forgotten in one step, however many run."""
+        self.runs = runs
+        self._runs: dict[str, str] = {}
+        """The run each episode's start records, as `runs` told it."""
+
+    async def _of_run(self, episode: str, run: str) -> bool:
+        """Whether `episode` is one of run `run`'s (`in_run`), by what its start records, where that can be told."""
+        recorded = self._runs.get(episode)
+        if recorded is None and self.runs is not None:
+            recorded = await self.runs(episode)
+            if recorded is not None:
+                self._runs[episode] = recorded
+        return in_run(episode, recorded or "", run)
 
     def observe(self, env: Envelope) -> None:
         """Take in a message of an episode without faulting it: a Start's data, a sender's tool call."""
@@ -210,6 +228,8 @@ class FaultInterceptor(Interceptor):
         if not self.rules.in_force:
             return (env,)
         for active in self.rules.candidates(env, time.time()):
+            if active.rule.run and not await self._of_run(env.episode, active.rule.run):
+                continue
             try:
                 results = await apply_fault(
                     active.rule,
@@ -233,10 +253,11 @@ class FaultInterceptor(Interceptor):
         return (env,)
 
     def request(
-        self, message: Envelope, agent: str, index: int, request: LlmRequest
+        self, message: Envelope, agent: str, index: int, request: LlmRequest, *, recorded: str = ""
     ) -> tuple[LlmRequest, Envelope | None]:
         """What model call `index` of `agent` handling `message` sends: `request`, or what the first
-        rule on model requests that applies makes of it, with that fault's event."""
+        rule on model requests that applies makes of it, with that fault's event. `recorded` is the run the
+        episode's start records (for rules scoped to a run; "": by the id's prefix)."""
         if not self.rules.in_force:
             return request, None
         call_id = derive_id(message.id, index, REQUEST_KIND)
@@ -244,6 +265,8 @@ class FaultInterceptor(Interceptor):
         messages: list[dict[str, Any]] | None = None
         for active in self.rules.matching(values, call_id, time.time()):
             if REQUEST_KIND not in active.type.kinds:
+                continue
+            if active.rule.run and not in_run(message.episode, recorded, active.rule.run):
                 continue
             messages = messages or [msgspec.to_builtins(m) for m in request.messages]
             faulted = active.type.apply_request(messages, active.params)
@@ -259,7 +282,14 @@ class FaultInterceptor(Interceptor):
         request goes out, its fault event handed to `store` before the call."""
 
         async def fault(ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
-            sent, event = self.request(ctx.message, ctx.agent, index, request)
+            episode = ctx.message.episode
+            if self.rules.in_force and episode not in self._runs:
+                values = (episode, ctx.agent, "", REQUEST_KIND, "")
+                call_id = derive_id(ctx.message.id, index, REQUEST_KIND)
+                scoped = next((a.rule.run for a in self.rules.matching(values, call_id, time.time()) if a.rule.run), "")
+                if scoped:
+                    await self._of_run(episode, scoped)  # learns the run the episode's start records, where it can
+            sent, event = self.request(ctx.message, ctx.agent, index, request, recorded=self._runs.get(episode, ""))
             if event is not None:
                 await store(event)
             return sent
@@ -269,3 +299,4 @@ class FaultInterceptor(Interceptor):
     def forget(self, episode: str) -> None:
         self._starts.pop(episode, None)
         self._calls.pop(episode, None)
+        self._runs.pop(episode, None)

@@ -54,6 +54,10 @@ class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
     """Only the message (or model call) of this id: a fault injected into one known message."""
     spare: list[str] = []
     """Ids of messages this rule leaves alone: faults a fork undid."""
+    run: str = ""
+    """Only the episodes of this run (`in_run`: those whose start records it, or, where a start records none, whose
+    id begins with it and "-"), besides what `episode` matches: `run --fault` scopes its rules so, since an id that
+    begins with a run's may be another run's (`c1-1-x-...` of run `c1-1-x`)."""
 
     def validated(self, named: str = "") -> FaultRule:
         """This rule with its parameters in canonical form, if its fault type exists and its
@@ -78,7 +82,8 @@ class FaultRule(msgspec.Struct, frozen=True, kw_only=True):
 
     def matches(self) -> str:
         """The match fields that are set, as `field=pattern` words (for listings)."""
-        return " ".join(f"{name}={getattr(self, name)}" for name in MATCH_FIELDS if getattr(self, name)) or "*"
+        words = [f"{name}={getattr(self, name)}" for name in MATCH_FIELDS if getattr(self, name)]
+        return " ".join([*words, *([f"run={self.run}"] if self.run else [])]) or "*"
 
 
 class EpisodeCatalog(Protocol):

@@ -70,6 +70,7 @@ from faultline.core import (
     ToolCall,
     derive_id,
     error_completion,
+    in_run,
     runner_completion,
     started_envelope,
     timer_fired,
@@ -525,9 +526,11 @@ def _rules_in_force(
         body = row.envelope().body
         if isinstance(body, Control) and body.name == FAULTS_CONTROL:
             live.control(body)
+    recorded = started.run if isinstance(started, EpisodeStarted) else ""
     for rule in live.rules:
         expired = rule.expires_at and target.ts >= rule.expires_at
-        if not expired and fnmatch.fnmatchcase(target.episode, rule.episode or "*"):
+        of_run = not rule.run or in_run(target.episode, recorded, rule.run)
+        if not expired and of_run and fnmatch.fnmatchcase(target.episode, rule.episode or "*"):
             found[rule.id] = msgspec.structs.replace(rule, expires_at=0.0)
     if isinstance(change, Inject):
         found[change.rule_id] = _injected(change, fork, target.id)
@@ -536,7 +539,7 @@ def _rules_in_force(
         if spared is not None:
             original = str(undone.original.get("id", ""))
             found[spared.id] = msgspec.structs.replace(spared, spare=[*spared.spare, original])
-    return [msgspec.structs.replace(rule, episode=fork) for rule in found.values()]
+    return [msgspec.structs.replace(rule, episode=fork, run="") for rule in found.values()]  # the fork alone
 
 
 def _builtins(rules: list[FaultRule]) -> list[dict[str, Any]]:

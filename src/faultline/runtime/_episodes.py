@@ -332,6 +332,17 @@ async def episode_started(bus: Bus, episode: str, timeout_s: float = STORED_READ
     return bool(await bus.read_envelopes([bus.subjects.event("started", episode)], timeout_s))
 
 
+async def recorded_run(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIMEOUT_S) -> str | None:
+    """The run `episode`'s start records ("" for none), read from the stream; None where the stream holds no start
+    of it (not yet, or no more) or cannot be read now. What a worker scopes a run's fault rules by."""
+    try:
+        stored = await bus.read_envelopes([bus.subjects.event("started", episode)], timeout_s)
+    except BusError as exc:
+        log.debug("cannot read the start of episode %s: %s", episode, exc)
+        return None
+    return next((env.body.run for _, env in stored if isinstance(env.body, EpisodeStarted)), None)
+
+
 DAY_S = 86_400.0
 """The oldest a timed-out episode's last message may be said to be: a sender's clock past that is not believed."""
 

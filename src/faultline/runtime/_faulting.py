@@ -10,6 +10,7 @@ through `DomainCatalog`.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import time
@@ -49,6 +50,7 @@ from faultline.faults import (
     remove_rule_control,
 )
 from faultline.runtime._config import Config, DefensesConfig
+from faultline.runtime._episodes import recorded_run
 
 
 def defense_settings(config: DefensesConfig) -> DefenseSettings:
@@ -76,7 +78,9 @@ async def faults_and_defenses(
     per_agent: dict[str, Sequence[str]] = {ALL_AGENTS: d.enabled, **d.agents}
     if any(per_agent.values()):
         bus.interceptors.add(DefenseInterceptor(per_agent, defense_settings(d)))
-    faults = FaultInterceptor(RuleSet(), agents=agents, catalog=DomainCatalog())
+    faults = FaultInterceptor(
+        RuleSet(), agents=agents, catalog=DomainCatalog(), runs=functools.partial(recorded_run, bus)
+    )
     bus.interceptors.add(faults)
     async with follow_rules(bus, faults.rules, name=name, settings=follow_settings(config)):
         yield faults
@@ -175,8 +179,10 @@ def entry_faults(adds: Sequence[Envelope]) -> FaultInterceptor | None:
 
 
 def scoped_to_run(rule: FaultRule, run_id: str) -> FaultRule:
-    """A rule of `run --fault` matches that run's episodes only, unless it names episodes itself."""
-    return rule if rule.episode else msgspec.structs.replace(rule, episode=f"{run_id}-*")
+    """A rule of `run --fault` matches that run's episodes only, unless it names episodes itself: those whose start
+    records the run (`FaultRule.run`), since another run's ids may begin as its own do. Its episode pattern
+    `<run>-*` keeps the rule off every other episode at no cost, and is what a worker without `FaultRule.run` reads."""
+    return rule if rule.episode else msgspec.structs.replace(rule, episode=f"{run_id}-*", run=run_id)
 
 
 # -- command-line forms ----------------------------------------------------------------------------
