@@ -391,6 +391,7 @@ PUBLIC = {
         "bus_settings",
         "check_journal",
         "episode_started",
+        "recorded_run",
         "last_words",
         "check_system",
         "completing_agents",

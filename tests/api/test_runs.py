@@ -10,18 +10,21 @@ from typing import Any
 import anyio
 import pytest
 
+from faultline import api
+from faultline._errors import ConfigError
 from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Start, System
 from faultline.api import (
     PlannedEpisode,
     RunPlan,
     RunResult,
+    RunSpec,
     plan_episodes,
     plan_records,
     run_plan,
     start_envelopes,
     wait_for_journal,
 )
-from faultline.api._plan import episode_id, resumed
+from faultline.api._plan import check_unheld, episode_id, held_episodes, resumed
 from faultline.bus import EmbeddedServer, FollowSettings
 from faultline.cli import main
 from faultline.core import EpisodeStarted, record_of, system_path
@@ -164,3 +167,56 @@ def test_a_resumed_run_counts_its_own_retries_and_gives_a_new_one_an_id_no_episo
     with JournalReader(journal) as reader:
         assert reader.of_run("c1-1") == sorted([*(e for e, (run, _) in ran.items() if run == "c1-1"), "c1-1-r2-c-t0"])
         assert reader.of_run("c1-1-r1") == ["c1-1-r1-c-t0"]
+
+
+CLASHES = [
+    (
+        "c1",
+        "run 'c1' ran already ({journal} holds its episode 'c1-cancel-00-t0'): give another run id, or none for a"
+        " fresh one; to run what it left undone, resume it (--resume, RunSpec.resume)",
+    ),
+    (
+        "",  # journaled before starts recorded their run: of the run its id begins with, as --resume takes it
+        "run 'c1' ran already ({journal} holds its episode 'c1-cancel-00-t0'): give another run id, or none for a"
+        " fresh one; to run what it left undone, resume it (--resume, RunSpec.resume)",
+    ),
+    (
+        "c1-cancel",  # a run c1-cancel with a task 00
+        "run 'c1' would start episode 'c1-cancel-00-t0' of its task 'cancel-00', which {journal} holds of run"
+        " 'c1-cancel' (whose run id and task make the same id): give another run id, or none for a fresh one",
+    ),
+]
+
+
+@pytest.mark.parametrize(("held_by", "said"), CLASHES, ids=["its own", "unrecorded", "another run's"])
+def test_a_run_whose_episode_ids_the_journal_holds_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], held_by: str, said: str
+) -> None:
+    """Its episodes and those held would be taken for one episode's each (and replay would diverge): the command
+    line and the API refuse it in the same line, naming the episode, whose it is and what to do."""
+    journal = journal_of(tmp_path / "j.sqlite", episode_envelopes("c1-cancel-00-t0", run=held_by))
+    before = journal.read_bytes()
+    with pytest.raises(ConfigError) as refused:
+        api.run(RunSpec(run_id="c1", tasks=1, journal=journal))
+    assert str(refused.value) == said.format(journal=journal)
+    assert main(["run", "--run-id", "c1", "--tasks", "1", "--journal", str(journal)]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == f"faultline: error: {said.format(journal=journal)}"
+    assert journal.read_bytes() == before
+    assert not (tmp_path / ".faultline").exists()
+
+
+def test_a_run_whose_episode_ids_no_journaled_episode_has_passes_the_check_and_a_resumed_one_too(
+    tmp_path: Path,
+) -> None:
+    """Another task of the same run ids, or the run resumed: what it starts is no episode the journal holds."""
+    journal = journal_of(tmp_path / "j.sqlite", episode_envelopes("c1-cancel-00-t0", run="c1-cancel"))
+    check_unheld(
+        "c1",
+        plan_episodes(RunPlan(run_id="c1", task_ids=["cancel-01"]), load_domain("retail")),
+        held_episodes(journal),
+        "j",
+    )
+    planned = plan_episodes(RunPlan(run_id="c1", tasks=1), load_domain("retail"))
+    result = resumed(RunResult(planned), journal, "c1")
+    assert [p.episode for p in result.planned] == ["c1-r1-cancel-00-t0"]  # a retry's id: none the journal holds
+    check_unheld("c1", result.planned, held_episodes(journal), "j")

@@ -373,13 +373,15 @@ async def test_a_run_on_a_running_system_returns_once_its_journal_holds_the_whol
         with JournalReader(journal) as reader:
             outcomes = {e.episode: e.outcome for e in reader.episodes() if e.episode.startswith("held-")}
         assert len(outcomes) == 3 and all(outcomes.values()), outcomes
-        # Its id again: the starts would be dropped as copies of these, and these runs' completions reported.
+        # Its id again: the starts would be dropped as copies of these, and these runs' completions reported. The
+        # system's journal, on this host, says so; the stream would where it had not copied them yet.
         again = faultline("run", "--nats", up.url, "--tasks", "3", "--run-id", "held", cwd=tmp_path)
         err = await finish(again)
         assert again.returncode == 1, err[-2000:]
         assert err.strip().splitlines()[-1] == (
-            "faultline: error: run 'held' ran on this system already (its episode 'held-cancel-00-t0' started"
-            " there): give another run id, or none for a fresh one"
+            f"faultline: error: run 'held' ran already ({journal.resolve()} holds its episode 'held-cancel-00-t0'):"
+            " give another run id, or none for a fresh one; to run what it left undone, resume it (--resume,"
+            " RunSpec.resume)"
         ), err[-2000:]
     finally:
         process.terminate()

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import re
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import anyio
 import msgspec
 from anyio import sleep_until
 
-from faultline._errors import JournalError
+from faultline._errors import ConfigError, JournalError
 from faultline.agents import PROTOCOL, EpisodeSpec, ScorerStart
 from faultline.bus import Bus
 from faultline.core import (
@@ -32,6 +32,7 @@ from faultline.core import (
     InputRecord,
     Start,
     helper_agent,
+    in_run,
     load_system,
     runner_completion,
     start_envelope,
@@ -186,6 +187,37 @@ def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
                 planned.append(dataclasses.replace(p, episode=attempt))
                 break
     return RunResult(planned, completed)
+
+
+def held_episodes(journal: Path) -> dict[str, str]:
+    """Each episode `journal` holds, with the run its start records ("" for none); empty where there is no journal."""
+    from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
+
+    if not journal.exists() or (journal.is_file() and not journal.stat().st_size):
+        return {}
+    with JournalReader(journal) as reader:
+        return {episode: "" for episode in reader.domains()} | reader.runs()
+
+
+def check_unheld(run_id: str, planned: Sequence[PlannedEpisode], held: Mapping[str, str], where: str) -> None:
+    """ConfigError, before anything starts, for the first of `planned` that `where` (a journal, a running system)
+    holds already, `held` naming the run each episode there is of ("" for none recorded): its messages and the new
+    episode's would be taken for one episode's. Its own run's (`in_run`) is resumed, never run again; another run's
+    is one whose id and task make the same id as this one's (`c1-1` with a task `x-a`, `c1-1-x` with a task `a`)."""
+    for p in planned:
+        if p.episode not in held:
+            continue
+        other = held[p.episode]
+        if in_run(p.episode, other, run_id):
+            raise ConfigError(
+                f"run {run_id!r} ran already ({where} holds its episode {p.episode!r}): give another run id, or none"
+                " for a fresh one; to run what it left undone, resume it (--resume, RunSpec.resume)"
+            )
+        raise ConfigError(
+            f"run {run_id!r} would start episode {p.episode!r} of its task {p.task!r}, which {where} holds of"
+            f" {f'run {other!r}' if other else 'another run'} (whose run id and task make the same id): give another"
+            " run id, or none for a fresh one"
+        )
 
 
 def _attempts(planned: PlannedEpisode, run_id: str) -> Iterator[str]:

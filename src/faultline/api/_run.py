@@ -33,6 +33,8 @@ from faultline.api._plan import (
     RunPlan,
     RunResult,
     caught_up_journal,
+    check_unheld,
+    held_episodes,
     plan_episodes,
     plan_records,
     repeated,
@@ -73,16 +75,17 @@ from faultline.runtime import (
     Supervisor,
     WorkerStatus,
     apply_defense_flags,
+    ask_journal,
     bus_settings,
     check_system,
     completing_agents,
     connect,
-    episode_started,
     follow_settings,
     hold_directories,
     make_backend,
     parse_fault_spec,
     read_rosters,
+    recorded_run,
     rules_in_force,
     scoped_to_run,
     state_dir,
@@ -107,6 +110,8 @@ OPENAI_CONCURRENCY, OPENAI_EPISODE_TIMEOUT_S = 2, 600.0
 """The defaults with an openai role: a model server, often a small local one, answers slowly."""
 PROGRESS_TICK_S = 1.0
 """How often a run tells its watcher what it is waiting for."""
+JOURNAL_ASK_S = 5.0
+"""How long a run on a running system waits for its journal service to say which journal it writes."""
 DOMAIN_TASKS = 10
 """The tasks of a domain a run takes when it is not told how many."""
 
@@ -370,6 +375,8 @@ def _run_planned(
         from faultline.journal import check_journal_target  # SQLite tooling stays out of start-up
 
         check_journal_target(journal, config.journal.shards)
+        todo = [p for p in result.planned if p.episode not in result.completed]
+        check_unheld(plan.run_id, todo, held_episodes(journal), str(journal))
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"
     groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), plan.helpers)
@@ -626,16 +633,22 @@ def _check_agents(specs: Sequence[str], rules: Sequence[FaultRule], agents: Coll
 
 
 async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:
-    """ConfigError when the running system started the run's first episode already: run again under its id, its
-    starts would be dropped as copies of the first run's, and the first run's completions reported as this one's."""
-    first = next((p.episode for p in result.planned if p.episode not in result.completed), None)
-    if first is None:
+    """ConfigError when the running system holds an episode the run would start (`check_unheld`): its journal,
+    where this host holds it, or its stream the start of the run's first episode (what the journal may not hold
+    yet). The starts would be dropped as copies of those, and their completions reported as the run's own."""
+    todo = [p for p in result.planned if p.episode not in result.completed]
+    if not todo:
         return
-    if await episode_started(bus, first):
-        raise ConfigError(
-            f"run {plan.run_id!r} ran on this system already (its episode {first!r} started there): give another"
-            " run id, or none for a fresh one"
-        )
+    try:
+        journal = (await ask_journal(bus, JOURNAL_ASK_S)).journal
+    except (NoResponderError, ReplyTimeoutError):
+        journal = ""
+    if journal:  # where this host holds it (a `faultline up` here): the stream holds only its last hours
+        check_unheld(plan.run_id, todo, await anyio.to_thread.run_sync(held_episodes, Path(journal)), journal)
+    first = todo[0]
+    run = await recorded_run(bus, first.episode)
+    if run is not None:
+        check_unheld(plan.run_id, [first], {first.episode: run}, "this system")
 
 
 async def _wait_for_journal(bus: Bus, result: RunResult, ticker: _Ticker) -> None:
