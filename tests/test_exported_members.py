@@ -390,7 +390,6 @@ PUBLIC = {
         "apply_defense_flags",
         "bus_settings",
         "check_journal",
-        "episode_started",
         "recorded_run",
         "last_words",
         "check_system",

@@ -327,11 +327,6 @@ class _Ask:
     refusal: str = ""
 
 
-async def episode_started(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIMEOUT_S) -> bool:
-    """Whether the stream holds `episode`'s start: a run under an id that ran on the system already."""
-    return bool(await bus.read_envelopes([bus.subjects.event("started", episode)], timeout_s))
-
-
 async def recorded_run(bus: Bus, episode: str, timeout_s: float = STORED_READ_TIMEOUT_S) -> str | None:
     """The run `episode`'s start records ("" for none), read from the stream; None where the stream holds no start
     of it (not yet, or no more) or cannot be read now. What a worker scopes a run's fault rules by."""
