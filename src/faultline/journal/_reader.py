@@ -264,7 +264,7 @@ class _FileReader:
         lacking = [s.episode for s in summaries if not s.tokens]
         if not lacking:
             return summaries
-        spent = {episode: sum(c.tokens for c in costs) for episode, costs in self.episode_costs("", lacking).items()}
+        spent = {episode: sum(c.tokens for c in costs) for episode, costs in self.episode_costs(lacking).items()}
         return [msgspec.structs.replace(s, tokens=spent[s.episode]) if spent.get(s.episode) else s for s in summaries]
 
     def domains(self) -> dict[str, str]:
@@ -289,33 +289,27 @@ class _FileReader:
         """The episodes in which `fault` was applied."""
         return {e for (e,) in self._query("SELECT DISTINCT episode FROM faults WHERE fault = ?", (fault,))}
 
-    def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
-        """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`
-        (and, given `episodes`, is one of them)."""
-        return [cost for _, cost in self._costs("agent", episode_prefix, episodes)]
+    def agent_costs(self, episodes: Collection[str] | None = None) -> list[AgentCost]:
+        """Model calls, tokens and latency per agent, over every episode or, given `episodes`, over those."""
+        return [cost for _, cost in self._costs("agent", episodes)]
 
-    def episode_costs(
-        self, episode_prefix: str = "", episodes: Collection[str] | None = None
-    ) -> dict[str, list[AgentCost]]:
+    def episode_costs(self, episodes: Collection[str] | None = None) -> dict[str, list[AgentCost]]:
         """As `agent_costs`, for each episode apart (by episode id, then agent): what spreads over episodes
         (FAMA's tokens per episode) needs each one's."""
         found: dict[str, list[AgentCost]] = {}
-        for episode, cost in self._costs("episode, agent", episode_prefix, episodes):
+        for episode, cost in self._costs("episode, agent", episodes):
             found.setdefault(episode, []).append(cost)
         return found
 
     def _costs(
-        self, group: Literal["agent", "episode, agent"], episode_prefix: str, episodes: Collection[str] | None
+        self, group: Literal["agent", "episode, agent"], episodes: Collection[str] | None
     ) -> Iterator[tuple[str, AgentCost]]:
-        named = "" if episodes is None else " AND episode IN (SELECT value FROM json_each(?))"
-        params: tuple[object, ...] = (episode_prefix, episode_prefix)
-        if episodes is not None:
-            params += (msgspec.json.encode(sorted(episodes)).decode(),)
+        named = "" if episodes is None else " WHERE episode IN (SELECT value FROM json_each(?))"
+        params = () if episodes is None else (msgspec.json.encode(sorted(episodes)).decode(),)
         cursor = self._query(
             "SELECT min(episode), agent, count(DISTINCT episode), count(*), coalesce(sum(prompt_tokens), 0),"
             " coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0.0), coalesce(group_concat(DISTINCT model), '')"
-            " FROM model_calls"
-            f" WHERE substr(episode, 1, length(?)) = ?{named} GROUP BY {group} ORDER BY {group}",
+            f" FROM model_calls{named} GROUP BY {group} ORDER BY {group}",
             params,
         )
         names = AgentCost.__struct_fields__
@@ -501,25 +495,23 @@ class JournalReader:
             and (members is None or e.episode in members)
         ]
 
-    def agent_costs(self, episode_prefix: str = "", episodes: Collection[str] | None = None) -> list[AgentCost]:
-        """Model calls, tokens and latency per agent, over the episodes whose id starts with `episode_prefix`
-        (and, given `episodes`, is one of them)."""
+    def agent_costs(self, episodes: Collection[str] | None = None) -> list[AgentCost]:
+        """Model calls, tokens and latency per agent, over every episode or, given `episodes`, over those (a run's:
+        `of_run`)."""
         if len(self._files) == 1:
-            return self._files[0].agent_costs(episode_prefix, episodes)
+            return self._files[0].agent_costs(episodes)
         by_agent: dict[str, list[AgentCost]] = {}
         for file in self._files:
-            for cost in file.agent_costs(episode_prefix, episodes):
+            for cost in file.agent_costs(episodes):
                 by_agent.setdefault(cost.agent, []).append(cost)
         return [_summed(agent, costs) for agent, costs in sorted(by_agent.items())]
 
-    def episode_costs(
-        self, episode_prefix: str = "", episodes: Collection[str] | None = None
-    ) -> dict[str, list[AgentCost]]:
+    def episode_costs(self, episodes: Collection[str] | None = None) -> dict[str, list[AgentCost]]:
         """As `agent_costs`, for each episode apart (by episode id, then agent): what spreads over episodes
         (FAMA's tokens per episode) needs each one's."""
         found: dict[str, list[AgentCost]] = {}
         for file in self._files:
-            found.update(file.episode_costs(episode_prefix, episodes))
+            found.update(file.episode_costs(episodes))
         return dict(sorted(found.items()))
 
     def episode(self, episode: str) -> EpisodeSummary | None:
