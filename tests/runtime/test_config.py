@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -405,3 +408,82 @@ def test_a_malformed_model_setting_is_one_line(capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().err == (
         "faultline: usage error: --model-setting 'max_tokens': expected [ROLE.]KEY=VALUE, e.g. tool.max_tokens=256\n"
     )
+
+
+def _commands_with_model_flags(parser: argparse.ArgumentParser, command: tuple[str, ...] = ()) -> Iterator[
+    tuple[tuple[str, ...], argparse.ArgumentParser]
+]:  # fmt: skip
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands_with_model_flags(sub, (*command, name))
+    if "--model-name" in parser._option_string_actions:
+        yield command, parser
+
+
+MODEL_FLAG_COMMANDS = dict(_commands_with_model_flags(build_parser()))
+NO_MODEL_NAME = '[models.tool]\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+
+
+REQUIRED = {
+    ("attribute",): ["j.sqlite"],
+    ("campaign",): ["--out", "c"],
+    ("fama", "analyze"): ["j.sqlite"],
+    ("fork",): ["j.sqlite", "--episode", "e", "--at", "1", "--drop"],
+    ("report",): ["c"],
+}
+"""What each command needs besides the model flags: never read, as the config is resolved before."""
+
+
+def _flags_of(command: tuple[str, ...], config: Path, *flags: str) -> argparse.Namespace:
+    return MODEL_FLAG_COMMANDS[command].parse_args([*REQUIRED.get(command, []), "--config", str(config), *flags])
+
+
+def test_every_command_that_calls_models_takes_the_model_flags() -> None:
+    wanted = {("run",), ("campaign",), ("fama", "loop"), ("fama", "analyze"), ("report",), ("attribute",), ("fork",)}
+    assert wanted <= MODEL_FLAG_COMMANDS.keys()
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_FLAG_COMMANDS), ids=" ".join)
+def test_the_command_line_model_flags_make_a_config_whole_before_it_is_checked(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    path = write(tmp_path, NO_MODEL_NAME)
+    refused = f'{path}: a model name is needed with backend = "openai" - at $.models.tool.model'
+    with pytest.raises(ConfigError) as alone:
+        effective_config(_flags_of(command, path))
+    assert str(alone.value) == refused
+    tool = effective_config(_flags_of(command, path, "--model-name", "m")).model("tool")
+    assert (tool.backend, tool.model, tool.base_url) == ("openai", "m", "http://127.0.0.1:9/v1")
+    tool = effective_config(_flags_of(command, path, "--model-name", "m", "--base-url", "http://h/v1")).model("tool")
+    assert (tool.model, tool.base_url) == ("m", "http://h/v1")
+    assert effective_config(_flags_of(command, path, "--model", "sim")).model("tool").backend == "sim"
+    set_on_line = _flags_of(command, write(tmp_path, ""), "--model-setting", "tool.backend=openai", "--model-name", "m")
+    assert effective_config(set_on_line).model("tool").model == "m"
+
+
+def test_model_flags_over_a_sim_role_leave_its_emulated_latency_behind(tmp_path: Path) -> None:
+    path = write(tmp_path, '[models.tool.latency]\ndistribution = "fixed"\nseconds = 0.5\n')
+    assert load_config(path).model("tool").latency.emulated
+    args = build_parser("run").parse_args(["run", "--config", str(path), "--model", "openai", "--model-name", "m"])
+    assert not effective_config(args).model("tool").latency.emulated, "the endpoint answers at its own pace"
+
+
+def test_run_with_a_config_that_needs_the_model_name_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the run's processes read the run's settings, not this folder's faultline.toml
+    with OpenAIServer() as server:
+        write(tmp_path, f'[models.default]\nbackend = "openai"\nbase_url = "{server.url}"\n')
+        journal = ["--journal", str(tmp_path / "j.sqlite"), "--tasks", "1", "--max-turns", "1", "--json"]
+        assert main(["run", *journal]) == 1
+        assert capsys.readouterr().err == (
+            'faultline: error: faultline.toml: a model name is needed with backend = "openai"'
+            " - at $.models.default.model\n"
+        )
+        code = main(["run", *journal, "--model-name", "m"])
+        out, err = capsys.readouterr()
+        assert code in (0, 1), err
+        assert out, err
+        assert "error" not in json.loads(out)["outcomes"], err
+        assert server.chat_requests and {body["model"] for body in server.chat_requests} == {"m"}

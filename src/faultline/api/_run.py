@@ -405,6 +405,7 @@ def _run_planned(
                     log_dir=run_dir / "logs",
                     access=access,
                     completers=completing_agents(config, groups),
+                    journal_args=("--config", str(effective)),  # the run's settings, not the folder's faultline.toml
                     bus_settings=bus_settings(config),
                     server_tls=tls,
                     tls_ca=tls.ca if tls else None,

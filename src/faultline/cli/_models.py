@@ -16,6 +16,7 @@ import msgspec
 from faultline._errors import ConfigError, UsageError
 from faultline.cli._args import add_config_flag, add_plugin_flag, with_plugin_path
 from faultline.runtime import ALL_ROLES, LOCAL_SETTINGS, MODEL_NAME, Config, load_config, local_model_server
+from faultline.runtime.models import SimLatency
 
 T = TypeVar("T")
 
@@ -105,11 +106,19 @@ def model_label(config: Config, role: str) -> str:
 
 
 def effective_config(args: argparse.Namespace) -> Config:
-    """The config file with the command line's model and worker choices applied."""
+    """The config file with the command line's model and worker choices applied, then checked: a file that
+    names no model for an `openai` role is whole with `--model-name`, and is refused without it."""
     if args.model == "local":
         raise UsageError("this command does not start a server for --model local: start one yourself and use "
                          "--model openai --base-url URL")  # fmt: skip
-    config = with_plugin_path(load_config(args.config, models=model_settings(args.model_setting)), args.plugin_path)
+    config = load_config(
+        args.config, models=model_settings(args.model_setting), overrides=functools.partial(_command_line, args)
+    )
+    return with_plugin_path(config, args.plugin_path)
+
+
+def _command_line(args: argparse.Namespace, config: Config) -> Config:
+    """`config` with `--model`, `--base-url`, `--model-name` and `--workers` applied, before it is checked."""
     endpoint = bool(args.base_url or args.model_name)
     if args.model == "sim":
         if endpoint:
@@ -123,11 +132,14 @@ def effective_config(args: argparse.Namespace) -> Config:
                              " add --model openai")  # fmt: skip
         models = dict(config.models)
         for role in chosen:
+            m = models[role]
             m = msgspec.structs.replace(
-                models[role],
+                m,
                 backend="openai",
-                base_url=args.base_url or models[role].base_url,
-                model=args.model_name or models[role].model,
+                base_url=args.base_url or m.base_url,
+                model=args.model_name or m.model,
+                # a sim role's emulated latency is the simulator's; the endpoint answers at its own pace
+                latency=m.latency if m.backend == "openai" else SimLatency(),
             )
             if not m.model:
                 raise ConfigError(f"--model openai needs a model name: pass --model-name or set models.{role}.model")

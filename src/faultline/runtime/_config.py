@@ -386,7 +386,12 @@ class Config(_Section, frozen=True):
         return settings.model_role if settings and settings.model_role else agent
 
 
-def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
+def load_config(
+    path: Path | None = None,
+    *,
+    models: Mapping[str, Mapping[str, Any]] | None = None,
+    overrides: Callable[[Config], Config] | None = None,
+) -> Config:
     """Read a config file; with no path, `./faultline.toml` if it exists, else the defaults.
 
     Relative paths in the file (journal, NATS store, plugins) are taken relative to the file's
@@ -394,10 +399,16 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
     already (relative to the folder they share with the run); the plugin folders are put on the
     import path at once. `models` are settings per model role laid over the file's
     `[models.<role>]` tables (the command line's); role `*` sets a key for every role.
+    `overrides` makes the command line's other choices (`--model`, `--base-url` ...) on the parsed
+    settings before they are checked, so that the check judges the configuration the command uses.
     """
     if path is None:
         if not DEFAULT_CONFIG_FILE.is_file():
-            config = parse_config(with_model_settings({}, models), source="--model-setting") if models else Config()
+            if models or overrides:
+                source = "--model-setting" if models else "the command line"
+                config = parse_config(with_model_settings({}, models or {}), source=source, overrides=overrides)
+            else:
+                config = Config()
             use_plugin_path(config.plugins.path)
             return config
         path = DEFAULT_CONFIG_FILE
@@ -415,7 +426,7 @@ def load_config(path: Path | None = None, *, models: Mapping[str, Mapping[str, A
         raise ConfigError(f"{source}: invalid {'JSON' if handed else 'TOML'}: {exc}") from None
     if models:
         raw, source = with_model_settings(raw, models), f"{source} with --model-setting"
-    config = parse_config(raw, source=source)
+    config = parse_config(raw, source=source, overrides=overrides)
     if not handed:
         config = _relative_to(config, path.parent)
     use_plugin_path(config.plugins.path)
@@ -452,8 +463,11 @@ def with_model_settings(raw: dict[str, Any], models: Mapping[str, Mapping[str, A
     return {**raw, "models": merged}
 
 
-def parse_config(raw: dict[str, Any], *, source: str = "faultline.toml") -> Config:
-    """A Config from already-parsed TOML; errors start with `source` and name the key's path."""
+def parse_config(
+    raw: dict[str, Any], *, source: str = "faultline.toml", overrides: Callable[[Config], Config] | None = None
+) -> Config:
+    """A Config from already-parsed TOML; errors start with `source` and name the key's path. `overrides`
+    changes the settings before they are checked (see `load_config`)."""
     document = dict(raw)
     named = _named_tables()
     tables = {name: document.pop(name) for name in named if name in document}
@@ -468,9 +482,11 @@ def parse_config(raw: dict[str, Any], *, source: str = "faultline.toml") -> Conf
             _check_token(key, f"$.{name}", source, "table name")
         converted = {key: _convert(value, entry_type, f"$.{name}.{key}", source) for key, value in entries.items()}
         config = msgspec.structs.replace(config, **{name: converted})
-    _check(config, source)
     if DEFAULT_MODEL_ROLE not in config.models:
         config = msgspec.structs.replace(config, models={DEFAULT_MODEL_ROLE: ModelConfig(), **config.models})
+    if overrides is not None:
+        config = overrides(config)
+    _check(config, source)
     return config
 
 
