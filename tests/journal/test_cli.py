@@ -12,6 +12,8 @@ import pytest
 
 from faultline.cli import _text as cli_text
 from faultline.cli import main
+from faultline.core import Envelope, Recording, UserTurn
+from faultline.faults import INJECTOR_ROLE
 from faultline.journal import Journal, JournalReader
 from tests import jsonl
 
@@ -131,6 +133,29 @@ def test_show_renders_an_episode_timeline(journal_file: Path, capsys: Capsys) ->
         assert expected in out
     assert "ep-a" not in out
     assert out.index("user_turn") < out.index("tool_call") < out.index("episode_completed")
+
+
+def test_show_tells_the_fault_injectors_model_calls_from_the_faulted_agents_own(tmp_path: Path, capsys: Capsys) -> None:
+    """The injector's call is recorded under the agent whose message it rewrites, numbered from 0 as that agent's
+    own first call is: the line says whose it is."""
+    said = {"content": "Where is my order A1?", "model": "m"}
+    rewritten = {"content": "<rewrite>Where is my order A7?</rewrite>", "model": "m"}
+    own = Recording(call="llm", index=0, request_digest="a", request={"role": "user", "messages": []}, response=said)
+    turn = UserTurn(text="Where is my order A7?")
+    asked = {"role": INJECTOR_ROLE, "messages": []}
+    injector = Recording(call="llm", index=0, request_digest="b", request=asked, response=rewritten)
+    envelopes = [
+        Envelope(id="own", episode="ep-i", sender="user", causation="start", body=own),
+        Envelope(id="inj", episode="ep-i", sender="user", causation="turn", body=injector),
+        Envelope(id="turn", episode="ep-i", sender="user", recipient="tool", causation="start", body=turn),
+    ]
+    with Journal.open(tmp_path / "j.db") as journal:
+        journal.append(incoming(envelopes))
+    code, out, _ = run(capsys, "show", str(tmp_path / "j.db"), "--episode", "ep-i")
+    assert code == 0
+    lines = [line for line in out.splitlines() if "recording" in line]
+    assert "recording  llm#0 m 0+0 tok → 'Where is my order A1?'" in lines[0]
+    assert "recording  fault injector llm#0 m 0+0 tok → '<rewrite>Where is my order A7?</rewrite>'" in lines[1]
 
 
 def test_show_json_prints_the_episode_rows(journal_file: Path, capsys: Capsys) -> None:

@@ -13,6 +13,7 @@ from faultline.core import (
     EpisodeStarted,
     ErrorRaised,
     FaultSkipped,
+    LlmRequest,
     ModelAttempt,
     Recording,
     Start,
@@ -20,6 +21,7 @@ from faultline.core import (
     ToolResult,
     UserTurn,
 )
+from faultline.faults import INJECTOR_ROLE
 from faultline.journal import describe_body
 
 
@@ -43,6 +45,15 @@ from faultline.journal import describe_body
             "step 3 verifier RECHECK: 'wrong id'",
         ),
         (Recording(call="now", index=4, request_digest="d", response=1767225600.5), "now#4 → 1767225600.5"),
+        (
+            Recording(call="llm", index=0, request_digest="d", request=LlmRequest(role=INJECTOR_ROLE, messages=[])),
+            "fault injector llm#0 → null",
+        ),
+        (
+            Recording(call="llm", index=0, request_digest="d", request={"role": "injector"}, error="timeout"),
+            "fault injector llm#0 error: timeout",
+        ),
+        (Recording(call="llm", index=0, request_digest="d", request={"role": "tool"}, error="x"), "llm#0 error: x"),
         (Recording(call="llm", index=1, request_digest="d", error="timeout"), "llm#1 error: timeout"),
         (
             Recording(

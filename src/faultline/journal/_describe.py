@@ -29,6 +29,7 @@ from faultline.core import (
     ToolResult,
     UserTurn,
 )
+from faultline.faults import INJECTOR_ROLE
 
 DESCRIBE_WIDTH = 160
 """Default longest rendering, in characters; longer ones end in an ellipsis."""
@@ -72,8 +73,16 @@ def _tool_call(call: dict[str, Any]) -> str:
     return f"{call.get('name')}({_args(arguments) if isinstance(arguments, dict) else ''})"
 
 
+def _asked_role(request: Any) -> Any:
+    """The model role an `llm` recording's request asked: a dict as decoded from the journal, else the request."""
+    return request.get("role") if isinstance(request, dict) else getattr(request, "role", None)
+
+
 def _recording(body: Recording) -> str:
     head = f"{body.call}#{body.index}"
+    if body.call == "llm" and _asked_role(body.request) == INJECTOR_ROLE:
+        # recorded under the faulted message's sender, numbered from 0 like that agent's own calls
+        head = f"fault injector {head}"
     failed = [f"#{attempt.number} {attempt.error}" for attempt in body.attempts if attempt.error]
     if failed:
         head += f" [{len(body.attempts)} attempts; {'; '.join(failed)}]"
