@@ -3,11 +3,13 @@ read where the user pointed, folders where files go, numbers out of range."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from faultline.cli import main
+from faultline.cli import build_parser, main
 from tests.journal.conftest import two_episode_journal
 
 OWN_SYSTEM = ["--system", "tests.replay.test_fork_topics:Gossip", "--inputs", "{tmp}/in.jsonl"]
@@ -112,3 +114,46 @@ def test_a_mistake_is_one_line_and_a_failing_status(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and said.format(tmp=tmp_path) in err, err
     assert err.startswith("faultline: ")
+
+
+def _numeric_arguments(parser: argparse.ArgumentParser, command: str) -> Iterator[tuple[str, object]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _numeric_arguments(sub, f"{command} {name}")
+        elif action.type in (int, float):
+            yield f"{command} {'/'.join(action.option_strings) or action.dest}", action.type
+
+
+def test_no_argument_reads_a_number_with_argparse_s_own_words() -> None:
+    """`type=int` says "invalid int value: 'abc'"; the shared parsers (cli/_args.py) say "expected a whole number"."""
+    assert list(_numeric_arguments(build_parser(), "faultline")) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["run", "--trials", "abc"], "run: argument --trials: expected a whole number, got 'abc'"),
+        (["inject", "storm", "--copies", "abc"], "inject storm: argument --copies: expected a whole number, got 'abc'"),
+        (["inject", "storm", "--budget", "abc"], "inject storm: argument --budget: expected a whole number, got 'abc'"),
+        (["run", "--seed", "abc"], "run: argument --seed: expected a whole number, got 'abc'"),
+        (["fork", "{j}", "-e", "ep-a", "--at", "abc", "--drop"], "fork: argument --at: expected a whole number"),
+        (["attribute", "{j}", "--samples", "abc"], "attribute: argument --samples: expected a whole number, got 'abc'"),
+        (["journal", "serve", "{j}", "--shards", "abc"], "journal serve: argument --shards: expected a whole number"),
+        (["inject", "storm", "--copies", "0"], "inject storm: argument --copies: must be at least 1, got 0"),
+        (["inject", "storm", "--copies", "101"], "inject storm: argument --copies: must be at most 100, got 101"),
+        (["inject", "storm", "--probability", "abc"], "inject storm: argument --probability: expected a number, got"),
+        (["run", "--error-rates", "abc"], "run: argument --error-rates: expected a number, got 'abc'"),
+        (["fama", "loop", "--error-rates", "2"], "fama loop: argument --error-rates: must be at most 1, got 2"),
+        (
+            ["journal", "serve", "{j}", "--trim-after-s", "nan"],
+            "journal serve: argument --trim-after-s: expected a finite number",
+        ),
+    ],
+)
+def test_a_number_that_is_none_reads_the_same_in_every_command(
+    argv: list[str], said: str, journal: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([a.format(j=journal) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"faultline: usage error: {said}") and len(err.splitlines()) == 1, err

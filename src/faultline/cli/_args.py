@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -19,21 +19,56 @@ if TYPE_CHECKING:
     from faultline.runtime import Config
 
 
-def whole_number(minimum: int, maximum: int = 2**62) -> Callable[[str], int]:
-    """An argparse type: an integer from `minimum` to `maximum` (by default, far inside what SQLite stores)."""
+LARGEST = 2**62
+"""The largest whole number an argument takes unless it says otherwise: far inside what SQLite stores."""
+
+
+def whole_number(minimum: int, maximum: int = LARGEST) -> Callable[[str], int]:
+    """An argparse type: an integer from `minimum` to `maximum`; every whole-number argument of the CLI takes one,
+    so that each mistake reads the same wherever it is made."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
-        return value
+        return _within(value, minimum, maximum)
 
     return parse
+
+
+def number(minimum: float = -math.inf, maximum: float = math.inf) -> Callable[[str], float]:
+    """An argparse type: a finite number from `minimum` to `maximum`, as `whole_number` is for integers."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        return _within(value, minimum, maximum)
+
+    return parse
+
+
+N = TypeVar("N", int, float)
+
+
+def _within(value: N, minimum: float, maximum: float) -> N:
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {_shown(minimum)}, got {_shown(value)}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be at most {_shown(maximum)}, got {_shown(value)}")
+    return value
+
+
+def _shown(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+rate = number(0.0, 1.0)
+"""An argparse type: a probability, from 0 to 1."""
 
 
 def seconds(text: str) -> float:

@@ -89,7 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--inputs", type=Path, metavar="FILE.jsonl", help="the system's input records (see `run`)")
     add_task_flags(p, f"the first N tasks or input records (default {TASKS}); all, with a note, where there are fewer")
     p.add_argument("--trials", type=whole_number(1), default=1, metavar="K", help="runs per task (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of every cell's run, as for `run` (default 0)")
+    p.add_argument(
+        "--seed", type=whole_number(0), default=0, help="the seed of every cell's run, as for `run` (default 0)"
+    )
     p.add_argument(
         "--defenses",
         default="",

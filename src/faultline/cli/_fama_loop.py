@@ -33,7 +33,7 @@ from faultline._errors import RunError, UsageError
 from faultline._files import write_atomically
 from faultline.api import TokenOverhead, token_overhead
 from faultline.cli import _jsonl
-from faultline.cli._args import whole_number
+from faultline.cli._args import rate, whole_number
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
 from faultline.cli._models import add_model_flags, effective_config, model_label, serving_local_model
 from faultline.cli._plots import count_axis, png
@@ -135,8 +135,12 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument(
         "--rounds", type=whole_number(1), default=2, metavar="R", help="rounds after the baseline (default 2)"
     )
-    p.add_argument("--seed", type=int, default=0, help="the seed of every round's run, as for `run` (default 0)")
-    p.add_argument("--error-rates", default=None, metavar="P", help="sim: every category's mistake rate (as for run)")
+    p.add_argument(
+        "--seed", type=whole_number(0), default=0, help="the seed of every round's run, as for `run` (default 0)"
+    )
+    p.add_argument(
+        "--error-rates", type=rate, default=None, metavar="P", help="sim: every category's mistake rate (as for run)"
+    )
     p.add_argument("--error-rate", action="append", default=[], metavar="CATEGORY=P", help="sim: one category's rate")
     p.add_argument("--out", type=Path, default=Path("runs/fama-loop"), help="folder of the rounds' journals")
     p.add_argument("--json", action="store_true", help="JSON lines: one per round, then a summary")
@@ -290,7 +294,7 @@ def _run_round(
     command += ["--trials", str(args.trials), "--seed", str(args.seed), "--journal", str(journal), "--json"]
     command += ["--run-id", f"round{number}", "--helpers", ",".join(roster) or "none"]
     if args.error_rates is not None:
-        command += ["--error-rates", args.error_rates]
+        command += ["--error-rates", repr(args.error_rates)]
     for item in args.error_rate:
         command += ["--error-rate", item]
     for flag, value in (("--model", args.model), ("--base-url", args.base_url), ("--model-name", args.model_name)):

@@ -8,6 +8,7 @@ docs/faults.md.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 import typing
@@ -19,7 +20,7 @@ from rich.table import Table
 from faultline._errors import FaultRuleError, PluginError, SubscribeRefusedError, UsageError
 from faultline.bus import Bus, publish_controls, read_rules
 from faultline.cli import _jsonl
-from faultline.cli._args import connection_flags
+from faultline.cli._args import LARGEST, connection_flags, number, whole_number
 from faultline.cli._connect import config_of, nats_url, run_on_system, up_workers
 from faultline.cli._text import table_console
 from faultline.core import Envelope
@@ -80,8 +81,10 @@ def _match_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default="", help="messages of this kind (user_turn, tool_call, ...)")
     p.add_argument("--topic", default="", help="messages on this topic")
     p.add_argument("--episode", default="", metavar="E", help="messages of these episodes (a pattern: r12-*)")
-    p.add_argument("--probability", type=float, default=1.0, metavar="P", help="chance per message (default 1)")
-    p.add_argument("--budget", type=int, default=0, metavar="N", help="apply at most N times (default: no limit)")
+    p.add_argument("--probability", type=number(), default=1.0, metavar="P", help="chance per message (default 1)")
+    p.add_argument(
+        "--budget", type=whole_number(0), default=0, metavar="N", help="apply at most N times (default: no limit)"
+    )
     p.add_argument("--for", dest="duration", default="", metavar="DURATION", help="expire after this long (30s, 5m)")
     p.add_argument("--id", default="", help="the rule's id (default: a new one)")
     p.add_argument("--json", action="store_true", help="print the rule and the confirmation as JSON")
@@ -98,7 +101,19 @@ def _param_flags(p: argparse.ArgumentParser, params: type[msgspec.Struct]) -> No
         elif typing.get_origin(hint) is list:
             p.add_argument(flag, dest=dest, default=None, metavar="A,B", help=f"comma-separated; {shown}")
         else:
-            p.add_argument(flag, dest=dest, type=hint, default=None, metavar=f.name.upper(), help=shown)
+            p.add_argument(flag, dest=dest, type=_parser(f.type), default=None, metavar=f.name.upper(), help=shown)
+
+
+def _parser(annotation: Any) -> Any:
+    """How a parameter's flag reads its value: a number as every numeric argument of the CLI does, within the
+    bounds (`ge`, `le`) of its `msgspec.Meta`; anything else by its type."""
+    hint, *metas = typing.get_args(annotation) if typing.get_origin(annotation) is typing.Annotated else (annotation,)
+    meta = next((m for m in metas if isinstance(m, msgspec.Meta)), msgspec.Meta())
+    if hint is int:
+        return whole_number(-LARGEST if meta.ge is None else int(meta.ge), LARGEST if meta.le is None else int(meta.le))
+    if hint is float:
+        return number(-math.inf if meta.ge is None else meta.ge, math.inf if meta.le is None else meta.le)
+    return hint
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
@@ -120,8 +135,6 @@ def _confirmation(result: dict[str, Any]) -> str:
 
 
 def _inject(args: argparse.Namespace) -> int:
-    if args.budget < 0:
-        raise UsageError("--budget must be at least 0")
     rule = make_rule(
         args.fault,
         match={"to": args.to, "from": args.sender, "kind": args.kind, "topic": args.topic, "episode": args.episode},

@@ -14,6 +14,7 @@ from rich.table import Table
 from faultline._errors import UsageError
 from faultline.api import attribute, failed_episodes
 from faultline.cli import _jsonl
+from faultline.cli._args import whole_number
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._progress import progress_shown
@@ -52,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--episode", "-e", required=True, help="the episode to fork (`faultline journal episodes` lists them)"
     )
-    p.add_argument("--at", type=int, required=True, metavar="POS", help="journal position of the message to change")
+    p.add_argument(
+        "--at", type=whole_number(1), required=True, metavar="POS", help="journal position of the message to change"
+    )
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--drop", action="store_true", help="the message never arrives")
     how.add_argument(
@@ -83,11 +86,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--method", choices=sorted(_METHODS), default="auto", help="default: auto")
     p.add_argument(
         "--samples",
-        type=int,
+        type=whole_number(1),
         default=DEFAULT_SAMPLES,
         help=f"continuations per step, sampled (default {DEFAULT_SAMPLES})",
     )
-    p.add_argument("--workers", type=int, default=DEFAULT_SAMPLES, help="forks run side by side (default: --samples)")
+    p.add_argument(
+        "--workers", type=whole_number(1), default=DEFAULT_SAMPLES, help="forks run side by side (default: --samples)"
+    )
     _add_destination(p, "the forks", "--scratch")
     p.add_argument("--json", action="store_true", help="one JSON line per episode, then a summary line")
     add_model_flags(p)
@@ -228,8 +233,6 @@ def _attribute_with(args: argparse.Namespace) -> int:
     if not episodes:
         raise UsageError("name an episode with --episode E, pass --all-failed, or filter episodes (--status ...)")
     episodes = filtered_episodes(args.journal, args, episodes) or episodes
-    if args.samples < 1 or args.workers < 1:
-        raise UsageError("--samples and --workers must be at least 1")
     scratch = _destination(args)
     with progress_shown("attributing", "episodes attributed", quiet=args.json) as progress:
         results = attribute(

@@ -18,7 +18,7 @@ from rich.text import Text
 from faultline._errors import DecodeError, JournalError
 from faultline._files import not_a_file
 from faultline.cli import _jsonl
-from faultline.cli._args import connection_flags, otel_flags, otel_headers, seconds, whole_number
+from faultline.cli._args import connection_flags, number, otel_flags, otel_headers, seconds, whole_number
 from faultline.cli._filters import add_episode_filters, filtered_episodes, journal_filter
 from faultline.cli._progress import progress_shown
 from faultline.cli._text import Column, counted, fitted_table, table_console
@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--episode", "-e", action="append", default=[], help="only these episodes (repeatable)")
     p.add_argument("--header", action="append", default=[], metavar="K=V", help="an HTTP header to send (repeatable)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="give up on the endpoint after S seconds")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="S", help="give up on the endpoint after S seconds")
     add_episode_filters(p)
     p.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     p.set_defaults(handler=_otel)
@@ -187,15 +187,17 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--name", default="journal", help="process name announced to the supervisor")
     p.add_argument(
         "--shards",
-        type=int,
+        type=whole_number(1),
         default=1,
         metavar="N",
         help="write shard --shard of a journal set of N shards at FILE (a folder): the episodes that hash to it",
     )
-    p.add_argument("--shard", type=int, default=0, metavar="K", help="which shard of --shards this service writes")
+    p.add_argument(
+        "--shard", type=whole_number(0), default=0, metavar="K", help="which shard of --shards this service writes"
+    )
     p.add_argument(
         "--partitions",
-        type=int,
+        type=whole_number(1),
         metavar="P",
         help="into how many partitions the system's subjects divide its episodes (`up` and `run` pass the"
         " configuration's; default: from the configuration, the least common multiple of [journal] shards and every"
@@ -203,7 +205,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument(
         "--trim-after-s",
-        type=float,
+        type=number(),
         metavar="SECONDS",
         help="trim from the stream what the journal holds of episodes silent this long; 0: never (default:"
         " [journal] trim_after_s, which `up` and `run` pass too)",

@@ -12,9 +12,8 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from faultline._errors import UsageError
 from faultline.cli import _jsonl
-from faultline.cli._args import add_config_flag, connection_flags
+from faultline.cli._args import add_config_flag, connection_flags, whole_number
 from faultline.cli._connect import login, nats_url, subject_prefix
 from faultline.cli._filters import add_episode_filters, filtered_episodes
 from faultline.cli._text import clip, table_console
@@ -59,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser("search", help="the entries the tool agent would be shown for a request")
     p.add_argument("text", help="the request to find similar entries for")
     how = p.add_mutually_exclusive_group()
-    how.add_argument("--k", type=int, metavar="N", help="the N most similar entries")
+    how.add_argument("--k", type=whole_number(1), metavar="N", help="the N most similar entries")
     how.add_argument("--dynamic", action="store_true", help="dynamic n with the config's parameters")
     p.add_argument("--domain", default="", help="search one domain's entries (default: all)")
     p.add_argument("--user", default="", help="also name the tools this user's entries rule out")
@@ -164,8 +163,6 @@ def _stats_data(store: MemoryStore) -> dict[str, Any]:
 
 def _mode(args: argparse.Namespace, config: Config) -> RetrievalMode:
     if args.k is not None:
-        if args.k < 1:
-            raise UsageError("--k must be at least 1")
         return TopK(k=args.k)
     settings = msgspec.to_builtins(config.memory)
     if args.dynamic:

@@ -39,7 +39,7 @@ from faultline.api import (
     with_system,
 )
 from faultline.cli import _jsonl
-from faultline.cli._args import seconds, whole_number
+from faultline.cli._args import rate, seconds, whole_number
 from faultline.cli._connect import login, running_up, running_url
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import add_defense_flag, add_insecure_flag, warn_insecure
@@ -52,17 +52,6 @@ from faultline.runtime.models import sim_metadata
 MAX_RATE = 1.0 / len(ERROR_CATEGORIES)
 JOURNAL_LAG_SHOWN_S = 1.0
 """The journal's lag after a run that the results table names: below it, the journal kept up."""
-
-
-def rate(text: str) -> float:
-    """An argparse type: a probability in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a rate between 0 and 1, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -102,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--journal", type=Path, help="journal file (default from config: runs/journal.sqlite)")
     p.add_argument(
         "--seed",
-        type=int,
+        type=whole_number(0),
         default=0,
         help="each episode's seed derives from it, its task and its trial; the sim model draws its mistakes from"
         " that seed (default 0)",

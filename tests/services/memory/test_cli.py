@@ -100,7 +100,7 @@ def test_search_shows_the_entries_the_agent_would_get(filled: Path, capsys: pyte
         (["memory", "rebuild", "missing.sqlite"], 1, "missing.sqlite: no such journal file"),
         (["memory", "stats", "--store", "none.sqlite"], 1, "none.sqlite: no memory store here"),
         (["memory", "search", "x", "--store", "none.sqlite"], 1, "no memory store here"),
-        (["memory", "search", "x", "--k", "0"], 2, "--k must be at least 1"),
+        (["memory", "search", "x", "--k", "0"], 2, "argument --k: must be at least 1, got 0"),
         (["memory", "search", "x", "--k", "2", "--dynamic"], 2, "not allowed with argument"),
         (["memory", "serve"], 2, "no NATS server given"),
     ],
