@@ -112,6 +112,7 @@ PUBLIC = {
         "Summary",
         "TokenOverhead",
         "attribute",
+        "config_flag",
         "config_source",
         "costed",
         "episode_id",

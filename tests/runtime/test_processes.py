@@ -296,6 +296,14 @@ def first_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     assert process.returncode == 0 and "journal caught up" in err.splitlines()[-1], err[-2000:]
 
 
+def test_every_process_of_an_up_reads_the_configuration_it_was_given(first_up: Running) -> None:
+    """`up --config FILE` passed FILE to its workers but not to its journal service, which read the faultline.toml
+    of the folder it ran in: a configuration of another name gave the journal the folder's settings."""
+    started = [command for command in children(first_up.process.pid).values() if "faultline.cli" in command]
+    assert any(" journal serve " in command for command in started), started
+    assert all(f"--config {first_up.config}" in command for command in started), started
+
+
 async def test_status_names_a_worker_of_the_up_here_that_does_not_answer(first_up: Running) -> None:
     """A stopped or stuck worker said nothing, and `status` listed the others as if they were all."""
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from faultline.api._system import (
         STOP_SIGNALS,
         StopRequest,
+        config_flag,
         config_source,
         fama_service,
         journal_problem,
@@ -78,6 +79,7 @@ __all__ = [
     "Summary",
     "TokenOverhead",
     "attribute",
+    "config_flag",
     "config_source",
     "costed",
     "episode_id",
@@ -147,6 +149,7 @@ __getattr__, __dir__ = lazy_exports(
         "faultline.api._system": (
             "STOP_SIGNALS",
             "StopRequest",
+            "config_flag",
             "config_source",
             "fama_service",
             "journal_problem",

@@ -51,15 +51,20 @@ def config_source(path: Path | None) -> str:
     return str(path) if path else "built-in defaults"
 
 
+def config_flag(config_path: Path | None) -> tuple[str, ...]:
+    """`--config PATH` for a process a system starts, so it reads the file its starter read; none for the default
+    (`./faultline.toml` where it exists: the processes start in the starter's folder)."""
+    return ("--config", str(config_path)) if config_path else ()
+
+
 def worker_specs(config: Config, groups: dict[str, tuple[str, ...]], config_path: Path | None) -> list[ProcessSpec]:
     """One process per worker instance of `groups` (what `check_system` accepted, and `with_helpers`);
     a group the config does not declare runs one process."""
     specs = []
     for group, names in groups.items():
         count = config.workers.get(group, WorkerConfig()).count
-        extra = ("--config", str(config_path)) if config_path else ()
         for i in range(count if names else 0):
-            args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *extra)
+            args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *config_flag(config_path))
             specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group, i, count, config.partitions)))
     return specs
 
@@ -76,14 +81,14 @@ def fama_service(config: Config, config_path: Path | None, journal: Path) -> lis
     """
     if not config.fama.enabled:
         return []
-    extra = ("--config", str(config_path)) if config_path else ()
-    return [ProcessSpec("fama", ("fama", "serve", *extra, "--journal", str(journal)), OPERATOR)]
+    return [ProcessSpec("fama", ("fama", "serve", *config_flag(config_path), "--journal", str(journal)), OPERATOR)]
 
 
 def roster_worker(config_path: Path | None) -> ProcessSpec:
     """The worker of a long-running system that serves the helpers the live roster asks for."""
-    extra = ("--config", str(config_path)) if config_path else ()
-    return ProcessSpec(HELPER_GROUP, ("worker", "--follow-roster", *extra), worker_identity(HELPER_GROUP))
+    return ProcessSpec(
+        HELPER_GROUP, ("worker", "--follow-roster", *config_flag(config_path)), worker_identity(HELPER_GROUP)
+    )
 
 
 @dataclass

@@ -22,6 +22,7 @@ from rich.table import Table
 from faultline._errors import ConfigError, JournalError, NoResponderError, ReplyTimeoutError, UsageError
 from faultline._files import write_atomically
 from faultline.api import (
+    config_flag,
     config_source,
     fama_service,
     journal_problem,
@@ -295,7 +296,7 @@ def _up(args: argparse.Namespace) -> int:
         completers=completing_agents(config, groups),
         server_tls=tls,
         tls_ca=tls.ca if tls else login(args, config).tls_ca,
-        journal_args=_otel_args(args),
+        journal_args=(*config_flag(args.config), *_otel_args(args)),
         sync_interval=config.nats.sync_interval,
         server_cores=config.nats.server_cores,
     )
