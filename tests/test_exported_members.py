@@ -467,6 +467,7 @@ PUBLIC = {
         "fork_id",
         "forks_path",
         "gold_action",
+        "tool_agents",
         "replay_agent",
         "steps",
         "wilson",

@@ -27,7 +27,7 @@ from faultline.cli._text import table_console
 from faultline.core import PASS, EpisodeStarted, Recording, Turn, parse_turn, parse_verdict
 from faultline.envs import Domain, Task, known_domain
 from faultline.journal import JournalReader, JournalRow
-from faultline.replay import Step, gold_action
+from faultline.replay import Step, gold_action, tool_agents
 from faultline.report import SIM_NOTE, ComponentStats, TurnReward, reward_stats, turn_reward
 
 TOOL_AGENT = "tool"
@@ -73,12 +73,13 @@ def score_journal(path: Path) -> tuple[list[ScoredTurn], int, int]:
         for episode, rows in reader.by_episode(reader.domains()):  # episodes: not the controls and dead letters
             episodes += 1
             task, tools = _task(rows, domains)
+            agents = tool_agents(rows, tools) if task is not None else set()
             for row, model, turn in _turns(rows):
                 gold = None
                 if task is not None:
                     agent = _acting(rows, row)
                     step = Step(index=0, agent=agent, input_pos=row.pos, input_id="", position=row.pos, action={})
-                    gold = gold_action(rows, step, task, tools)
+                    gold = gold_action(rows, step, task, tools, agents)
                 if gold is None:
                     skipped += 1
                     continue

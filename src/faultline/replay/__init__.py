@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         gold_action,
         largest_rise,
         steps,
+        tool_agents,
         wilson,
     )
     from faultline.replay._categorize import categorize
@@ -76,6 +77,7 @@ __all__ = [
     "fork_id",
     "forks_path",
     "gold_action",
+    "tool_agents",
     "replay_agent",
     "largest_rise",
     "steps",
@@ -99,6 +101,7 @@ __getattr__, __dir__ = lazy_exports(
             "Step",
             "attribute_episode",
             "gold_action",
+            "tool_agents",
             "largest_rise",
             "steps",
             "wilson",

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -223,11 +223,14 @@ def _action(row: JournalRow) -> dict[str, Any]:
     return {"name": row.kind}
 
 
-def gold_action(rows: list[JournalRow], step: Step, task: Task, tools: list[str]) -> dict[str, Any] | None:
+def gold_action(
+    rows: list[JournalRow], step: Step, task: Task, tools: list[str], agents: Collection[str] | None = None
+) -> dict[str, Any] | None:
     """The task's gold action at `step`: the first ground-truth call its agent has not yet
     made successfully before it, else the final answer. None for an agent that neither calls
-    tools nor is offered the domain's `tools` by its model requests."""
-    if step.agent not in _tool_agents(rows, tools):
+    tools nor is offered the domain's `tools` by its model requests (`tool_agents`; pass them as `agents` when
+    asking of many steps of one episode: finding them reads every model request)."""
+    if step.agent not in (tool_agents(rows, tools) if agents is None else agents):
         return None
     calls = {r.id: r for r in rows if r.kind == "tool_call" and r.sender == step.agent}
     done: list[dict[str, Any]] = []
@@ -245,7 +248,7 @@ def gold_action(rows: list[JournalRow], step: Step, task: Task, tools: list[str]
     return {"name": "reply", "text": _final_text(task), "done": True}
 
 
-def _tool_agents(rows: list[JournalRow], tools: list[str]) -> set[str]:
+def tool_agents(rows: list[JournalRow], tools: list[str]) -> set[str]:
     """Agents that call tools, or whose model requests offer the domain's `tools` (natively or in the prompt)."""
     found = {r.sender for r in rows if r.kind == "tool_call"}
     for row in rows:
@@ -652,10 +655,11 @@ async def _oracle_repair(forks: _Forks, task: Task | None, domain: Domain | None
     if task is None or domain is None:
         return None
     tools = [spec.name for spec in domain.tools()]
+    agents = tool_agents(forks.rows, tools)
     candidates = [
         (s, gold)
         for s in forks.made
-        if s.model_call is not None and (gold := gold_action(forks.rows, s, task, tools)) is not None
+        if s.model_call is not None and (gold := gold_action(forks.rows, s, task, tools, agents)) is not None
     ]
     if not candidates:
         return None
