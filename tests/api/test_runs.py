@@ -4,6 +4,7 @@ their ids begin with; a resumed run's retries record the run they resume."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +221,21 @@ def test_a_run_whose_episode_ids_no_journaled_episode_has_passes_the_check_and_a
     result = resumed(RunResult(planned), journal, "c1")
     assert [p.episode for p in result.planned] == ["c1-r1-cancel-00-t0"]  # a retry's id: none the journal holds
     check_unheld("c1", result.planned, held_episodes(journal), "j")
+
+
+def test_two_tasks_whose_ids_make_one_episode_id_are_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An episode id keeps the letters, digits, '_' and '-' of a task's id, so input records 'a.b' and 'a_b' of one
+    run made one episode, and their messages would have been taken for one episode's: the plan, and so the API and
+    the command line alike, refuse it in one line."""
+    records = [record_of({"word": "hi", "id": rid}, i) for i, rid in enumerate(("a.b", "a_b"), 1)]
+    said = "tasks 'a.b' and 'a_b' make one episode id, 'r1-a_b-t0' (an id keeps the letters, digits, '_' and '-' of a"
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        plan_records(RunPlan(run_id="r1", system="tests.api.test_runs:Echoing"), records)
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text('{"id": "a.b", "word": "hi"}\n{"id": "a_b", "word": "hi"}\n')
+    argv = ["run", "--system", "tests.api.test_runs:Echoing", "--inputs", str(inputs), "--run-id", "r1"]
+    assert main([*argv, "--journal", str(tmp_path / "j.sqlite")]) == 1
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"faultline: error: {said}")
+    assert not (tmp_path / "j.sqlite").exists()

@@ -150,8 +150,10 @@ def plan_records(plan: RunPlan, records: Sequence[InputRecord]) -> list[PlannedE
 
 
 def _planned(plan: RunPlan, units: Sequence[tuple[str, InputRecord | None]]) -> list[PlannedEpisode]:
-    """Each (task id, input record) `plan.trials` times, trial by trial, with a seed of its own."""
-    return [
+    """Each (task id, input record) `plan.trials` times, trial by trial, with a seed of its own. ConfigError where
+    two tasks make one episode id (`episode_id` keeps letters, digits, '_' and '-' of a task id: `a.b` and `a_b`),
+    whose messages would be taken for one episode's."""
+    planned = [
         PlannedEpisode(
             episode=episode_id(plan.run_id, task, trial),
             task=task,
@@ -162,6 +164,15 @@ def _planned(plan: RunPlan, units: Sequence[tuple[str, InputRecord | None]]) -> 
         for trial in range(plan.trials)
         for task, record in units
     ]
+    tasks: dict[str, str] = {}
+    for p in planned:
+        other = tasks.setdefault(p.episode, p.task)
+        if other != p.task:
+            raise ConfigError(
+                f"tasks {other!r} and {p.task!r} make one episode id, {p.episode!r} (an id keeps the letters,"
+                " digits, '_' and '-' of a task's): rename one of them"
+            )
+    return planned
 
 
 def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
