@@ -34,6 +34,7 @@ from faultline.runtime import (
 
 EPISODE_TIMEOUT_S = 30.0
 JOURNAL_TIMEOUT_S = 30.0
+RESUBSCRIBE_POLL_S = 0.05
 
 T = TypeVar("T")
 
@@ -155,10 +156,22 @@ async def journal_everything(bus: Bus) -> None:
     """
     for _ in range(2):
         info = await bus.js.stream_info(bus.subjects.stream)
-        ask = msgspec.json.encode({"until": info.state.last_seq})
-        reply = await bus.nc.request(bus.subjects.svc(JOURNAL_SERVICE), ask, timeout=JOURNAL_TIMEOUT_S)
-        answer = msgspec.json.decode(reply.data)
+        answer = msgspec.json.decode(await _ask_journal(bus, msgspec.json.encode({"until": info.state.last_seq})))
         assert answer["last_seq"] >= info.state.last_seq and not answer["stuck"], answer
+
+
+async def _ask_journal(bus: Bus, ask: bytes) -> bytes:
+    """The journal service's answer to `ask`. After nats-server restarts, the journal's connection comes back and
+    subscribes again on its own schedule, maybe after the test's: until it has, nobody answers, and it is asked again
+    (a poll of its subscription, within the same time limit)."""
+    with anyio.fail_after(JOURNAL_TIMEOUT_S):
+        while True:
+            try:
+                reply = await bus.nc.request(bus.subjects.svc(JOURNAL_SERVICE), ask, timeout=JOURNAL_TIMEOUT_S)
+            except nats.errors.NoRespondersError:
+                await anyio.sleep(RESUBSCRIBE_POLL_S)
+                continue
+            return reply.data
 
 
 async def worker_status(url: str, prefix: str) -> list[WorkerStatus]:
