@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -221,6 +222,24 @@ async def test_unreachable_server_is_one_clear_error() -> None:
 def test_occupied_port_is_one_clear_error(nats_server: EmbeddedServer) -> None:
     with pytest.raises(ServerError, match=f"port {nats_server.port} on 127.0.0.1 is already in use"):
         EmbeddedServer(port=nats_server.port).start()
+
+
+def test_a_free_port_taken_before_the_server_binds_it_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Between finding a port free and the server binding it, another process may take it (parallel tests did): a
+    server of its own port tries another, where one given its port says so at once."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = iter([port, _server.free_port("127.0.0.1")])
+        monkeypatch.setattr(_server, "free_port", lambda host: next(ports))
+        server = EmbeddedServer(store_dir=tmp_path / "s").start()
+        try:
+            assert server.port != port and server.pid is not None
+        finally:
+            server.stop()
 
 
 def test_missing_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

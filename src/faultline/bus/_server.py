@@ -25,6 +25,9 @@ SERVER_CONFIG = "faultline-server.conf"
 """Written into the store when the server needs settings beyond its command line."""
 
 READY_TIMEOUT_S = 10.0
+PORT_ATTEMPTS = 3
+"""Free ports a server of its own port tries: another process may bind the one found free before the server does."""
+_PORT_TAKEN = "address already in use"
 STOP_TIMEOUT_S = 5.0
 _READY_LINE = "Server is ready"
 _LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nats-launcher")
@@ -109,20 +112,28 @@ class EmbeddedServer:
         return self._process.pid if self._process else None
 
     def start(self) -> EmbeddedServer:
+        """Start the server; on a port of its choosing (`port` 0), another when a process took the free port it
+        found before the server could bind it (each try: `free_port`)."""
         binary = find_nats_server()
-        if self.port:
+        chosen = not self.port
+        if not chosen:
             _check_port_free(self.host, self.port)
-        else:
-            self.port = free_port(self.host)
         if self.store_dir is None:
             self._tmp = self.store_dir = Path(tempfile.mkdtemp(prefix="faultline-nats-"))
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._launch(binary)
-        except ServerError:
-            self.stop()
-            raise
-        return self
+        attempt = 1
+        while True:
+            if chosen:
+                self.port = free_port(self.host)
+            try:
+                self._launch(binary)
+            except ServerError as exc:
+                if chosen and _PORT_TAKEN in str(exc) and attempt < PORT_ATTEMPTS:
+                    attempt += 1
+                    continue
+                self.stop()
+                raise
+            return self
 
     def restart(self) -> EmbeddedServer:
         """Start again after the process died, on the same port and store.
