@@ -242,6 +242,21 @@ def test_a_free_port_taken_before_the_server_binds_it_is_passed_over(
             server.stop()
 
 
+def test_a_server_whose_output_ends_before_it_is_ready_did_not_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A server that cannot listen says so and exits, and its output may end before its exit can be seen: that is no
+    server started, whatever the order (a start that took it for one ran on a port another process held)."""
+    binary = tmp_path / "nats-server"
+    binary.write_text("#!/bin/sh\necho '[FTL] Error listening on port: it failed' >&2\nexec 2>&-\nexec sleep 30\n")
+    binary.chmod(0o755)
+    monkeypatch.setattr(_server, "find_nats_server", lambda: binary)
+    server = EmbeddedServer(store_dir=tmp_path / "s")
+    with pytest.raises(ServerError, match="did not start on 127.0.0.1:.*: Error listening on port: it failed"):
+        server.start()
+    assert server.pid is None
+
+
 def test_missing_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(_server.sysconfig, "get_path", lambda _name: str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))

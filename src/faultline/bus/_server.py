@@ -101,6 +101,9 @@ class EmbeddedServer:
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log: deque[str] = field(default_factory=lambda: deque(maxlen=50), init=False, repr=False)
     _reader: threading.Thread | None = field(default=None, init=False, repr=False)
+    _ready_seen: bool = field(default=False, init=False, repr=False)
+    """Whether the process said it is ready: one whose output ended first did not start, though it may not have
+    exited yet when its output ends."""
     _tmp: Path | None = field(default=None, init=False, repr=False)
 
     @property
@@ -167,10 +170,10 @@ class EmbeddedServer:
             start_new_session=True,
             preexec_fn=ending_with_this_process(),
         ).result()
-        ready = threading.Event()
+        ready, self._ready_seen = threading.Event(), False
         self._reader = threading.Thread(target=self._read_log, args=(self._process, ready), daemon=True)
         self._reader.start()
-        if not ready.wait(self.ready_timeout_s) or self._process.poll() is not None:
+        if not ready.wait(self.ready_timeout_s) or not self._ready_seen or self._process.poll() is not None:
             reason = self._last_error()
             self._release()
             raise ServerError(f"nats-server did not start on {self.host}:{self.port}: {reason}")
@@ -203,8 +206,9 @@ class EmbeddedServer:
             line = raw.decode(errors="replace").rstrip()
             self._log.append(line)
             if _READY_LINE in line:
+                self._ready_seen = True
                 ready.set()
-        ready.set()
+        ready.set()  # its output ended, ready or not: an exit's last line may come before the exit can be seen
 
     def _last_error(self) -> str:
         errors = [line for line in self._log if "[ERR]" in line or "[FTL]" in line]
