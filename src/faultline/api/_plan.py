@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import re
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,14 +200,18 @@ def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
     return RunResult(planned, completed)
 
 
-def held_episodes(journal: Path) -> dict[str, str]:
-    """Each episode `journal` holds, with the run its start records ("" for none); empty where there is no journal."""
+def held_episodes(journal: Path, episodes: Collection[str] | None = None) -> dict[str, str]:
+    """Each episode `journal` holds (of `episodes`, where given), with the run its start records ("" for none);
+    empty where there is no journal. The starts are read only where one of them is held: a run's check before it
+    starts costs a look at the episode index, not a decoding of every start the journal holds."""
     from faultline.journal import JournalReader  # SQLite tooling stays out of the run's hot path
 
     if not journal.exists() or (journal.is_file() and not journal.stat().st_size):
         return {}
     with JournalReader(journal) as reader:
-        return {episode: "" for episode in reader.domains()} | reader.runs()
+        held = set(reader.domains()) if episodes is None else set(episodes) & set(reader.domains())
+        runs = reader.runs() if held else {}
+    return {episode: runs.get(episode, "") for episode in sorted(held)}
 
 
 def check_unheld(run_id: str, planned: Sequence[PlannedEpisode], held: Mapping[str, str], where: str) -> None:

@@ -376,7 +376,7 @@ def _run_planned(
 
         check_journal_target(journal, config.journal.shards)
         todo = [p for p in result.planned if p.episode not in result.completed]
-        check_unheld(plan.run_id, todo, held_episodes(journal), str(journal))
+        check_unheld(plan.run_id, todo, held_episodes(journal, [p.episode for p in todo]), str(journal))
     run_dir = state_dir(journal)
     effective = run_dir / "effective-config.json"
     groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), plan.helpers)
@@ -645,7 +645,12 @@ async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:
     except (NoResponderError, ReplyTimeoutError):
         journal = ""
     if journal:  # where this host holds it (a `faultline up` here): the stream holds only its last hours
-        check_unheld(plan.run_id, todo, await anyio.to_thread.run_sync(held_episodes, Path(journal)), journal)
+        check_unheld(
+            plan.run_id,
+            todo,
+            await anyio.to_thread.run_sync(held_episodes, Path(journal), [p.episode for p in todo]),
+            journal,
+        )
     first = todo[0]
     run = await recorded_run(bus, first.episode)
     if run is not None:
