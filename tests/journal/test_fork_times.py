@@ -1,5 +1,6 @@
-"""A fork is timed by what it ran: its copied history keeps its source's times, and the time between the
-source's run and the fork's counts in no duration, start, filter or timeline."""
+"""A fork's numbers are those of what it ran: its copied history keeps its source's times, and the time between the
+source's run and the fork's counts in no duration, start, filter, timeline or latency; its tokens and model
+costs are those of the calls it made, not of the history it copied."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import msgspec
 import pytest
 
 from faultline.cli import main
-from faultline.core import EpisodeStarted
+from faultline.core import EpisodeCompleted, EpisodeStarted, Recording
 from faultline.journal import JournalReader, JournalRow, elapsed, verify, write_view
 from faultline.replay import forks_path
 from tests import jsonl
@@ -35,6 +36,8 @@ class Forked(msgspec.Struct, frozen=True, kw_only=True):
     fork_of_fork: str
     made_at: float
     """A moment after the source ran and before the fork did."""
+    result: dict  # type: ignore[type-arg]
+    """What `fork --json` said of the fork."""
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict]:  # type: ignore[type-arg]
@@ -45,16 +48,21 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict]:  # type:
     return rows
 
 
-def _quietly(*args: str) -> None:
-    with contextlib.redirect_stdout(io.StringIO()):
+def _quietly(*args: str) -> list[dict]:  # type: ignore[type-arg]
+    """The rows a command's `--json` gives, kept from the tests' output."""
+    with contextlib.redirect_stdout(io.StringIO()) as out:
         assert main([*args, "--json"]) == 0, args
+    rows, _ = jsonl.read(out.getvalue())
+    return rows
 
 
 def _late_user_turn(journal: Path, episode: str) -> int:
+    """The last user turn but one: after it the agents still call the model (none answers the last, which ends
+    the conversation), so the fork makes calls of its own beside those of the history it copies."""
     with JournalReader(journal) as reader:
         turns = [r.pos for r in reader.episode_rows(episode) if r.kind == "user_turn"]
-    assert len(turns) >= 2
-    return turns[-1]
+    assert len(turns) >= 3
+    return turns[-2]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +74,7 @@ def forked(tmp_path_factory: pytest.TempPathFactory) -> Forked:
         [source] = [e.episode for e in reader.episodes()]
     time.sleep(GAP_S)
     made_at = time.time()
-    _quietly("fork", str(journal), "-e", source, "--at", str(_late_user_turn(journal, source)), "--keep")
+    [result] = _quietly("fork", str(journal), "-e", source, "--at", str(_late_user_turn(journal, source)), "--keep")
     forks = forks_path(journal)
     with JournalReader(forks) as reader:
         [fork] = [e.episode for e in reader.episodes()]
@@ -74,7 +82,7 @@ def forked(tmp_path_factory: pytest.TempPathFactory) -> Forked:
     _quietly("fork", str(forks), "-e", fork, "--at", str(_late_user_turn(forks, fork)), "--keep", "--into-source")
     with JournalReader(forks) as reader:
         [fork_of_fork] = [e.episode for e in reader.episodes() if e.forked_from == fork]
-    return Forked(journal=journal, source=source, fork=fork, fork_of_fork=fork_of_fork, made_at=made_at)
+    return Forked(journal=journal, source=source, fork=fork, fork_of_fork=fork_of_fork, made_at=made_at, result=result)
 
 
 def _rows(journal: Path, episode: str) -> list[JournalRow]:
@@ -184,6 +192,74 @@ def _tag(text: str, tag_id: str) -> str:
     found = re.search(rf'<script type="[^"]+" id="{tag_id}">(.*?)</script>', text, re.S)
     assert found, tag_id
     return found.group(1).replace("<\\/", "</")
+
+
+def _model_calls(rows: list[JournalRow]) -> list[Recording]:
+    calls = [r.decoded_body() for r in rows if r.kind == "recording"]
+    return [c for c in calls if isinstance(c, Recording) and c.call == "llm"]
+
+
+def _tokens(calls: list[Recording]) -> int:
+    return sum(c.response["usage"]["prompt_tokens"] + c.response["usage"]["completion_tokens"] for c in calls)
+
+
+def _made(rows: list[JournalRow]) -> list[Recording]:
+    """The model calls a fork made: those of its live part."""
+    return _model_calls(rows[_started(rows).copied :])
+
+
+def test_a_forks_tokens_and_model_costs_are_those_of_the_calls_it_made(
+    forked: Forked, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forks = forks_path(forked.journal)
+    listed = {e["episode"]: e for e in _run(capsys, "journal", "episodes", str(forks))}
+    for episode in (forked.fork, forked.fork_of_fork):
+        rows = _rows(forks, episode)
+        made = _made(rows)
+        assert 0 < len(made) < len(_model_calls(rows))  # the history it copied holds calls of its source's
+        assert listed[episode]["tokens"] == _tokens(made)
+        with JournalReader(forks) as reader:
+            costs = reader.agent_costs([episode])
+            [by_episode] = reader.episode_costs([episode]).values()
+        assert sum(c.calls for c in costs) == sum(c.calls for c in by_episode) == len(made)
+        assert sum(c.tokens for c in costs) == sum(c.tokens for c in by_episode) == _tokens(made)
+    with JournalReader(forks) as reader:  # over every episode of the file, each fork counts what it made
+        assert sum(c.calls for c in reader.agent_costs()) == sum(len(_made(_rows(forks, e))) for e in listed)
+    source = _rows(forked.journal, forked.source)
+    [source_listed] = _run(capsys, "journal", "episodes", str(forked.journal))
+    with JournalReader(forked.journal) as reader:
+        assert sum(c.calls for c in reader.agent_costs()) == len(_model_calls(source))
+    assert source_listed["tokens"] == _tokens(_model_calls(source))
+
+
+def test_the_fork_command_gives_the_forks_completion_the_seconds_and_tokens_it_ran(
+    forked: Forked, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forks = forks_path(forked.journal)
+    rows = _rows(forks, forked.fork)
+    journaled = next(r for r in rows if r.kind == "episode_completed").decoded_body()
+    assert isinstance(journaled, EpisodeCompleted)
+    assert journaled.latency_s > GAP_S  # as its agent measured it: from the episode's start in the source
+    [listed] = [e for e in _run(capsys, "journal", "episodes", str(forks)) if e["episode"] == forked.fork]
+    again = _run(capsys, "fork", str(forked.journal), "-e", forked.source, "--at", str(forked.result["at"]), "--keep")
+    assert again[0]["existing"] and not forked.result["existing"]
+    for result in (forked.result, again[0]):
+        outcome = result["outcome"]
+        assert outcome["latency_s"] == listed["duration_s"] < GAP_S / 2
+        assert outcome["tokens"] == listed["tokens"] == _tokens(_made(rows))
+        assert (outcome["outcome"], outcome["turns"]) == (journaled.outcome, journaled.turns)
+
+
+def test_the_view_counts_a_forks_model_use_by_the_calls_it_made(forked: Forked, tmp_path: Path) -> None:
+    page = tmp_path / "view.html"
+    write_view(forked.journal, page, forks=forks_path(forked.journal))
+    index = {e["id"]: e for e in json.loads(_tag(page.read_text(), "index"))}
+    made = _made(_rows(forks_path(forked.journal), forked.fork))
+    agents = index[forked.fork]["agents"]
+    assert sum(a["calls"] for a in agents.values()) == len(made)
+    assert sum(a["tokens"] for a in agents.values()) == _tokens(made)
+    source = index[forked.source]["agents"]
+    assert sum(a["calls"] for a in source.values()) == len(_model_calls(_rows(forked.journal, forked.source)))
 
 
 def test_a_fork_journaled_before_forks_recorded_their_copy_is_read_as_then(tmp_path: Path) -> None:

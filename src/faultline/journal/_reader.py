@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -32,9 +32,12 @@ class EpisodeSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One row of the `episodes` view: an episode's start, outcome and counts.
 
     `outcome` and `reward` are None while the episode has no completed event. `first_ts` and `last_ts` are the
-    times of its first and last rows; a fork's, of its live part, the rows after its copied history
-    (`EpisodeStarted.copied`), which keeps its source's times. The `episodes` view in the file gives the times of
-    all its rows: a view is part of the file as it was created, and this reading holds for files of every version.
+    times of its first and last rows, and `tokens` what its completion tallied (every agent's model calls where
+    it tallied none). A fork's numbers are those of its live part, the rows after its copied history
+    (`EpisodeStarted.copied`): its times, since the copy keeps its source's, and its `tokens`, those of the model
+    calls it made, every agent's; its `turns` are those of the conversation it ended with. The `episodes` view in
+    the file counts all its rows: a view is part of the file as it was created, and this reading holds for files of
+    every version.
     """
 
     episode: str
@@ -231,41 +234,64 @@ class _FileReader:
         """Every episode that has a started or completed event, in order of first appearance."""
         cursor = self._query(f"SELECT {_EPISODE_SELECT} FROM episodes ORDER BY coalesce(started_pos, completed_pos)")
         names = EpisodeSummary.__struct_fields__
-        summaries = [EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor]
-        return self._with_model_tokens(self._timed_live(summaries))
+        return self._as_ran([EpisodeSummary(**dict(zip(names, values, strict=True))) for values in cursor])
 
-    def _timed_live(self, summaries: list[EpisodeSummary]) -> list[EpisodeSummary]:
-        """`summaries`, each fork's timed by its live part (`live_part`): the first and last times the view gives
-        are its copied history's first and its own last, and the copy keeps its source's times."""
+    def _as_ran(self, summaries: list[EpisodeSummary]) -> list[EpisodeSummary]:
+        """`summaries` with the numbers of what each ran: a fork's times and tokens are its live part's."""
+        live = self._live_starts([s.episode for s in summaries if s.forked_from])
+        return self._with_model_tokens(self._timed_live(summaries, live), live)
+
+    def _live_starts(self, episodes: Collection[str] | None = None) -> dict[str, int]:
+        """Where the live part (`live_part`) of each fork among `episodes` (default: all) begins, by position: the
+        forks whose start records the history they copied, and that ran something after it."""
+        if episodes is not None and not episodes:
+            return {}
+        named = "" if episodes is None else " AND episode IN (SELECT value FROM json_each(?))"
+        params = () if episodes is None else (msgspec.json.encode(sorted(episodes)).decode(),)
+        starts: dict[str, bytes] = {}
+        for episode, body in self._query(
+            "SELECT episode, body FROM messages WHERE kind = 'episode_started'"
+            f" AND json_extract(facts, '$.forked_from') != ''{named} ORDER BY pos",
+            params,
+        ):
+            starts.setdefault(episode, body)
+        found: dict[str, int] = {}
+        for episode, body in starts.items():
+            copied = copied_rows(body)
+            query = "SELECT pos FROM messages WHERE episode = ? ORDER BY pos LIMIT 1 OFFSET ?"
+            first = self._query(query, (episode, copied)).fetchone() if copied else None
+            if first is not None:
+                found[episode] = first[0]
+        return found
+
+    def _timed_live(self, summaries: list[EpisodeSummary], live: Mapping[str, int]) -> list[EpisodeSummary]:
+        """`summaries`, each fork's timed by its live part (from its position in `live`): the first and last times
+        the view gives are its copied history's first and its own last, and the copy keeps its source's times."""
         timed = []
         for s in summaries:
-            copied = self._copied(s) if s.forked_from else 0
-            if copied:
+            if s.episode in live:
                 span = self._query(
-                    "SELECT min(ts), max(ts) FROM"
-                    " (SELECT ts FROM messages WHERE episode = ? ORDER BY pos LIMIT -1 OFFSET ?)",
-                    (s.episode, copied),
+                    "SELECT min(ts), max(ts) FROM messages WHERE episode = ? AND pos >= ?", (s.episode, live[s.episode])
                 ).fetchone()
-                if span[0] is not None:
-                    s = msgspec.structs.replace(s, first_ts=span[0], last_ts=span[1])
+                s = msgspec.structs.replace(s, first_ts=span[0], last_ts=span[1])
             timed.append(s)
         return timed
 
-    def _copied(self, summary: EpisodeSummary) -> int:
-        if summary.started_pos is None:
-            return 0
-        found = self._query("SELECT body FROM messages WHERE pos = ?", (summary.started_pos,)).fetchone()
-        return copied_rows(found[0]) if found else 0
-
-    def _with_model_tokens(self, summaries: list[EpisodeSummary]) -> list[EpisodeSummary]:
+    def _with_model_tokens(self, summaries: list[EpisodeSummary], live: Mapping[str, int]) -> list[EpisodeSummary]:
         """`summaries`, each whose completion reports no tokens given those of the model calls journaled in it: the
         scorer that grades a system of one's own sees none of its agents' calls, nor does the runner that ends an
-        episode at its timeout."""
-        lacking = [s.episode for s in summaries if not s.tokens]
+        episode at its timeout. A fork's (in `live`) are always those of the calls it made: its agents' tallies go
+        on from the history they rebuilt, and count its source's calls too."""
+        lacking = [s.episode for s in summaries if not s.tokens or s.episode in live]
         if not lacking:
             return summaries
-        spent = {episode: sum(c.tokens for c in costs) for episode, costs in self.episode_costs(lacking).items()}
-        return [msgspec.structs.replace(s, tokens=spent[s.episode]) if spent.get(s.episode) else s for s in summaries]
+        spent = {episode: sum(c.tokens for c in costs) for episode, costs in self._episode_costs(lacking, live).items()}
+        return [
+            msgspec.structs.replace(s, tokens=spent.get(s.episode, 0))
+            if s.episode in live or spent.get(s.episode)
+            else s
+            for s in summaries
+        ]
 
     def domains(self) -> dict[str, str]:
         """Each episode with a started or completed event and its domain ("" for none), from the kind index."""
@@ -290,26 +316,35 @@ class _FileReader:
         return {e for (e,) in self._query("SELECT DISTINCT episode FROM faults WHERE fault = ?", (fault,))}
 
     def agent_costs(self, episodes: Collection[str] | None = None) -> list[AgentCost]:
-        """Model calls, tokens and latency per agent, over every episode or, given `episodes`, over those."""
-        return [cost for _, cost in self._costs("agent", episodes)]
+        """Model calls, tokens and latency per agent, over every episode or, given `episodes`, over those; a fork's,
+        the calls it made (its live part), not those of the history it copied."""
+        return [cost for _, cost in self._costs("agent", episodes, self._live_starts(episodes))]
 
     def episode_costs(self, episodes: Collection[str] | None = None) -> dict[str, list[AgentCost]]:
         """As `agent_costs`, for each episode apart (by episode id, then agent): what spreads over episodes
         (FAMA's tokens per episode) needs each one's."""
+        return self._episode_costs(episodes, self._live_starts(episodes))
+
+    def _episode_costs(self, episodes: Collection[str] | None, live: Mapping[str, int]) -> dict[str, list[AgentCost]]:
         found: dict[str, list[AgentCost]] = {}
-        for episode, cost in self._costs("episode, agent", episodes):
+        for episode, cost in self._costs("episode, agent", episodes, live):
             found.setdefault(episode, []).append(cost)
         return found
 
     def _costs(
-        self, group: Literal["agent", "episode, agent"], episodes: Collection[str] | None
+        self, group: Literal["agent", "episode, agent"], episodes: Collection[str] | None, live: Mapping[str, int]
     ) -> Iterator[tuple[str, AgentCost]]:
-        named = "" if episodes is None else " WHERE episode IN (SELECT value FROM json_each(?))"
-        params = () if episodes is None else (msgspec.json.encode(sorted(episodes)).decode(),)
+        """The model calls of `episodes` summed by `group`; a fork's from where its live part begins (`live`)."""
+        named = "" if episodes is None else " AND episode IN (SELECT value FROM json_each(?))"
+        params: tuple[str, ...] = (msgspec.json.encode(live).decode(),)
+        if episodes is not None:
+            params += (msgspec.json.encode(sorted(episodes)).decode(),)
         cursor = self._query(
-            "SELECT min(episode), agent, count(DISTINCT episode), count(*), coalesce(sum(prompt_tokens), 0),"
+            "WITH live(episode, start) AS (SELECT key, value FROM json_each(?))"
+            " SELECT min(episode), agent, count(DISTINCT episode), count(*), coalesce(sum(prompt_tokens), 0),"
             " coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0.0), coalesce(group_concat(DISTINCT model), '')"
-            f" FROM model_calls{named} GROUP BY {group} ORDER BY {group}",
+            f" FROM model_calls LEFT JOIN live USING (episode) WHERE pos >= coalesce(live.start, 0){named}"
+            f" GROUP BY {group} ORDER BY {group}",
             params,
         )
         names = AgentCost.__struct_fields__
@@ -321,8 +356,7 @@ class _FileReader:
         values = cursor.fetchone()
         if values is None:
             return None
-        summary = EpisodeSummary(**dict(zip(EpisodeSummary.__struct_fields__, values, strict=True)))
-        return self._with_model_tokens(self._timed_live([summary]))[0]
+        return self._as_ran([EpisodeSummary(**dict(zip(EpisodeSummary.__struct_fields__, values, strict=True)))])[0]
 
     # -- lifetime ------------------------------------------------------------------------------
 
@@ -497,7 +531,7 @@ class JournalReader:
 
     def agent_costs(self, episodes: Collection[str] | None = None) -> list[AgentCost]:
         """Model calls, tokens and latency per agent, over every episode or, given `episodes`, over those (a run's:
-        `of_run`)."""
+        `of_run`); a fork's are the calls it made, its live part's, not those of the history it copied."""
         if len(self._files) == 1:
             return self._files[0].agent_costs(episodes)
         by_agent: dict[str, list[AgentCost]] = {}

@@ -80,7 +80,8 @@ class _Episode(msgspec.Struct, kw_only=True):
     """Index of the first message after the copied history (a fork) or of the forked one (an original)."""
     attribution: dict[str, Any] = {}
     agents: dict[str, dict[str, float]] = {}
-    """Per agent, its model use in the episode: calls, tokens, seconds waiting for the model."""
+    """Per agent, its model use in the episode: calls, tokens, seconds waiting for the model; a fork's, the calls it
+    made (its live part), as `JournalReader.agent_costs` counts them."""
     sim: bool = False
     chunk: int = 0
 
@@ -167,7 +168,9 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
     offsets = elapsed(rows)
     sent_at = {row.id: offset for row, offset in zip(rows, offsets, strict=True)}
     made = _made_by_call(rows)
-    for row, offset in zip(rows, offsets, strict=True):
+    live = live_part(rows)
+    ran_from = len(rows) - len(live)
+    for i, (row, offset) in enumerate(zip(rows, offsets, strict=True)):
         body = row.decoded_body()
         flags = 0
         if isinstance(body, EpisodeStarted):
@@ -183,7 +186,7 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
             if body.fault not in entry.faults:
                 entry.faults.append(body.fault)
         entry.sim = entry.sim or _is_sim(body)
-        if isinstance(body, Recording) and body.call == "llm":
+        if isinstance(body, Recording) and body.call == "llm" and i >= ran_from:
             _count_call(entry.agents.setdefault(row.sender, {"calls": 0, "tokens": 0, "latency_s": 0.0}), body)
         to = row.recipient or (f"#{row.topic}" if row.topic else "")
         summary = describe_body(body, SUMMARY_WIDTH)
@@ -195,7 +198,6 @@ def _episode(episode: str, rows: Sequence[JournalRow], source: str, chunk: _Chun
             ]
         )
     entry.messages = len(rows)
-    live = live_part(rows)
     if live:
         entry.first_ts = min(row.ts for row in live)
         entry.seconds = round(max(row.ts for row in live) - entry.first_ts, 3)

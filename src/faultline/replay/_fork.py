@@ -88,7 +88,7 @@ from faultline.faults import (
     context_injector,
     fault_event,
 )
-from faultline.journal import Incoming, Journal, JournalReader, JournalRow, verify
+from faultline.journal import EpisodeSummary, Incoming, Journal, JournalReader, JournalRow, verify
 from faultline.replay._replay import AgentLookup, agent_tracks, episode_lookup, episode_system, participants
 
 MAX_FORK_MESSAGES = 5_000
@@ -136,7 +136,12 @@ class Answer(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
-    """How a fork ended, and where its rows are; `existing`: it was there already, nothing ran."""
+    """How a fork ended, and where its rows are; `existing`: it was there already, nothing ran.
+
+    `outcome` is the fork's completion with the numbers of what it ran, as `journal episodes` reads them: its
+    `latency_s` is its live part's seconds and its `tokens` those of the model calls it made. The completion its
+    agents journaled counts from the episode's start in its source, and their tallies count the history's calls.
+    """
 
     episode: str
     forked_from: str
@@ -473,7 +478,16 @@ async def fork_episode(
     with Journal.open(destination) as journal:  # opened only now: no await between its tail and the append
         written = journal.append(fork.pending, new_episode=new)
     assert fork.completed is not None
-    return result(fork.completed, written, fork.handled, model_calls=fork.services.made)
+    with JournalReader(destination) as reader:
+        outcome = _as_ran(fork.completed, reader.episode(new))
+    return result(outcome, written, fork.handled, model_calls=fork.services.made)
+
+
+def _as_ran(completed: EpisodeCompleted, summary: EpisodeSummary | None) -> EpisodeCompleted:
+    """A fork's completion with the seconds and tokens of what it ran (see `ForkResult`), from its summary."""
+    if summary is None:
+        return completed
+    return msgspec.structs.replace(completed, latency_s=summary.duration_s, tokens=summary.tokens)
 
 
 async def _inject(
@@ -575,7 +589,7 @@ def _interceptor(
 
 
 def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, EpisodeCompleted] | None:
-    """(rows, outcome) of fork `fork` when `destination` holds it already, else None.
+    """(rows, outcome as `ForkResult` gives it) of fork `fork` when `destination` holds it already, else None.
 
     Raises JournalError when an episode of that id is there but is not this fork, or never completed.
     """
@@ -585,6 +599,7 @@ def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, Ep
         if not reader.has_episode(fork):
             return None
         rows = list(reader.episode_rows(fork))
+        summary = reader.episode(fork)
     started = next((r.envelope().body for r in rows if r.kind == "episode_started"), None)
     outcome = next((r.envelope().body for r in rows if r.kind == "episode_completed"), None)
     if not isinstance(started, EpisodeStarted) or started.fork.get("target") != target.id:
@@ -597,7 +612,7 @@ def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, Ep
             f"{destination}: holds fork {fork!r} without its end (written by an earlier version);"
             " write the fork to another journal"
         )
-    return len(rows), outcome
+    return len(rows), _as_ran(outcome, summary)
 
 
 def _agent_classes(rows: list[JournalRow], lookup: AgentLookup) -> dict[str, type[Agent]]:
