@@ -1,5 +1,5 @@
 """A fork's numbers are those of what it ran: its copied history keeps its source's times, and the time between the
-source's run and the fork's counts in no duration, start, filter, timeline or latency; its tokens and model
+source's run and the fork's counts in no duration, start, filter, timeline, latency or trace; its tokens and model
 costs are those of the calls it made, not of the history it copied."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 from faultline.cli import main
 from faultline.core import EpisodeCompleted, EpisodeStarted, Recording
 from faultline.journal import JournalReader, JournalRow, elapsed, verify, write_view
+from faultline.journal.otel import episode_spans
 from faultline.replay import forks_path
 from tests import jsonl
 
@@ -260,6 +261,26 @@ def test_the_view_counts_a_forks_model_use_by_the_calls_it_made(forked: Forked, 
     assert sum(a["tokens"] for a in agents.values()) == _tokens(made)
     source = index[forked.source]["agents"]
     assert sum(a["calls"] for a in source.values()) == len(_model_calls(_rows(forked.journal, forked.source)))
+
+
+def test_a_forks_trace_holds_what_it_ran_and_links_to_its_sources(forked: Forked) -> None:
+    rows = _rows(forks_path(forked.journal), forked.fork)
+    spans = episode_spans(forked.fork, rows)
+    [root] = [s for s in spans if s.parent is None]
+    live = rows[_started(rows).copied :]
+    assert (root.start_time, root.end_time) == (int(live[0].ts * 1e9), int(live[-1].ts * 1e9))
+    assert all(s.start_time is not None and s.start_time >= int(forked.made_at * 1e9) for s in spans)
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert len(chats) == len(_made(rows))
+    used = [dict(s.attributes or {}) for s in chats]
+    assert sum(u["gen_ai.usage.input_tokens"] + u["gen_ai.usage.output_tokens"] for u in used) == _tokens(_made(rows))
+    assert dict(root.attributes or {})["faultline.forked_at"] == forked.result["at"]
+    source_rows = _rows(forked.journal, forked.source)
+    source = episode_spans(forked.source, source_rows)
+    [source_root] = [s for s in source if s.parent is None]
+    assert [link.context for link in root.links] == [source_root.context]
+    assert not source_root.links
+    assert len([s for s in source if s.name.startswith("chat ")]) == len(_model_calls(source_rows))
 
 
 def test_a_fork_journaled_before_forks_recorded_their_copy_is_read_as_then(tmp_path: Path) -> None:

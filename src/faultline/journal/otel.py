@@ -5,7 +5,8 @@ span per agent, from its first message to its last, and under those a `chat {mod
 span per model call and an `execute_tool {tool}` span per tool call (from the call to
 its result). Names and `gen_ai.*` attributes follow the OpenTelemetry GenAI semantic
 conventions; Faultline's own are under `faultline.*`, and injected faults are events
-of the root span.
+of the root span. A fork's trace holds what it ran, its live part (`live_part`): the
+history it copied is its source's, in its source's trace, to which its root span links.
 
 Trace and span ids are digests of the episode and the journal rows, so exporting a
 journal twice sends the same ids and a backend can deduplicate them. A public module
@@ -27,7 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from faultline._errors import JournalError
 from faultline.core import (
@@ -41,6 +42,7 @@ from faultline.core import (
 )
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import JournalRow
+from faultline.journal._timing import live_part
 
 _SAID_CHARS = 300
 """How much of what the OTLP exporter logged an error line keeps."""
@@ -64,14 +66,20 @@ def _ns(ts: float) -> int:
     return int(ts * 1e9)
 
 
+def _root(episode: str) -> SpanContext:
+    """The context of an episode's root span: the trace is the episode's."""
+    return _context(_id(f"trace/{episode}", 16), f"{episode}/episode")
+
+
 def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -> list[ReadableSpan]:
-    """The spans of one episode, from its rows in position order."""
+    """The spans of one episode, from its rows in position order; a fork's, of what it ran (`live_part`)."""
     if not rows:
         return []
-    trace_id = _id(f"trace/{episode}", 16)
-    root = _context(trace_id, f"{episode}/episode")
+    root = _root(episode)
+    trace_id = root.trace_id
     spans: list[ReadableSpan] = []
-    started: EpisodeStarted | None = None
+    started = _started(rows)
+    ran = live_part(rows)
     completed: EpisodeCompleted | None = None
     faults: list[Event] = []
     agents: dict[str, list[float]] = {}
@@ -97,11 +105,10 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
             )
         )
 
-    for row in rows:
+    for row in ran:
         if row.sender not in NON_AGENT_SENDERS:
             agents.setdefault(row.sender, [row.ts, row.ts])[1] = row.ts
         if row.kind not in (
-            "episode_started",
             "episode_completed",
             "fault_applied",
             "recording",
@@ -111,9 +118,7 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
             continue
         body = row.decoded_body()
         where: Attributes = {"faultline.journal.pos": row.pos, "faultline.agent": row.sender}
-        if isinstance(body, EpisodeStarted):
-            started = body
-        elif isinstance(body, EpisodeCompleted):
+        if isinstance(body, EpisodeCompleted):
             completed = body
         elif isinstance(body, FaultApplied):
             faults.append(
@@ -142,7 +147,7 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
             add(f"execute_tool {call.name}", _context(trace_id, call_row.id), agent_context(call_row.sender),
                 call_row.ts, row.ts, tool, status=failed)  # fmt: skip
 
-    first, last = rows[0].ts, rows[-1].ts
+    first, last = ran[0].ts, ran[-1].ts
     for agent, (begin, end) in agents.items():
         agent_attributes: Attributes = {
             "gen_ai.operation.name": "invoke_agent",
@@ -160,7 +165,7 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
         if started.system:
             attributes["faultline.system"] = started.system
         if started.forked_from:
-            attributes["faultline.forked_from"] = started.forked_from
+            attributes |= {"faultline.forked_from": started.forked_from, "faultline.forked_at": started.forked_at}
     status = None
     if completed is not None:
         attributes |= {"faultline.outcome": completed.outcome, "faultline.reward": completed.reward}
@@ -177,6 +182,7 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
             resource=_RESOURCE,
             attributes=attributes,
             events=faults,
+            links=[Link(_root(started.forked_from))] if started is not None and started.forked_from else [],
             kind=SpanKind.INTERNAL,
             instrumentation_scope=_SCOPE,
             status=status or Status(StatusCode.UNSET),
@@ -185,6 +191,13 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
         )
     )
     return spans
+
+
+def _started(rows: Sequence[JournalRow]) -> EpisodeStarted | None:
+    """How the episode started (its first start), where it has a start this version reads."""
+    row = next((row for row in rows if row.kind == "episode_started"), None)
+    body = row.decoded_body() if row is not None else None
+    return body if isinstance(body, EpisodeStarted) else None
 
 
 def _chat(
