@@ -298,3 +298,16 @@ def test_a_fork_journaled_before_forks_recorded_their_copy_is_read_as_then(tmp_p
         ).fetchone()
     assert (fork.first_ts, fork.last_ts) == (first, last)
     assert elapsed(rows) == [r.ts - rows[0].ts for r in rows]
+
+
+def test_a_fork_is_of_no_run_though_its_start_keeps_its_sources(forked: Forked) -> None:
+    """A fork into a journal with its source's run (here a fork of a fork, into its source's file) is not one of
+    that run's trials: pass^k, costs and `--run` count the episodes the run started."""
+    with JournalReader(forked.journal) as reader:
+        run = reader.runs()[forked.source]
+        assert reader.of_run(run) == [forked.source]
+        assert reader.forks() == set()
+    with JournalReader(forks_path(forked.journal)) as reader:
+        assert reader.runs() == {forked.fork: run, forked.fork_of_fork: run}
+        assert reader.forks() == {forked.fork, forked.fork_of_fork}
+        assert reader.of_run(run) == []

@@ -244,6 +244,18 @@ class _FileReader:
     def _live_starts(self, episodes: Collection[str] | None = None) -> dict[str, int]:
         """Where the live part (`live_part`) of each fork among `episodes` (default: all) begins, by position: the
         forks whose start records the history they copied, and that ran something after it."""
+        found: dict[str, int] = {}
+        for episode, body in self._fork_starts(episodes).items():
+            copied = copied_rows(body)
+            query = "SELECT pos FROM messages WHERE episode = ? ORDER BY pos LIMIT 1 OFFSET ?"
+            first = self._query(query, (episode, copied)).fetchone() if copied else None
+            if first is not None:
+                found[episode] = first[0]
+        return found
+
+    def _fork_starts(self, episodes: Collection[str] | None = None) -> dict[str, bytes]:
+        """The body of each fork's start among `episodes` (default: all), by episode: each episode whose start
+        names the episode it was forked from."""
         if episodes is not None and not episodes:
             return {}
         named = "" if episodes is None else " AND episode IN (SELECT value FROM json_each(?))"
@@ -255,14 +267,11 @@ class _FileReader:
             params,
         ):
             starts.setdefault(episode, body)
-        found: dict[str, int] = {}
-        for episode, body in starts.items():
-            copied = copied_rows(body)
-            query = "SELECT pos FROM messages WHERE episode = ? ORDER BY pos LIMIT 1 OFFSET ?"
-            first = self._query(query, (episode, copied)).fetchone() if copied else None
-            if first is not None:
-                found[episode] = first[0]
-        return found
+        return starts
+
+    def forks(self) -> set[str]:
+        """Every fork: each episode whose start names the episode it was forked from."""
+        return set(self._fork_starts())
 
     def _timed_live(self, summaries: list[EpisodeSummary], live: Mapping[str, int]) -> list[EpisodeSummary]:
         """`summaries`, each fork's timed by its live part (from its position in `live`): the first and last times
@@ -505,12 +514,17 @@ class JournalReader:
             found.update(file.runs())
         return dict(sorted(found.items()))
 
+    def forks(self) -> set[str]:
+        """Every fork (`fork`): each episode whose start names the episode it was forked from."""
+        return set().union(*(file.forks() for file in self._files))
+
     def of_run(self, run: str) -> list[str]:
         """The ids of run `run`'s episodes among those `episodes()` lists, sorted: each whose start records that
         run, a resumed run's retries included (they record the run they resume), and, where a start records no run
-        (journaled before starts did), each whose id begins with `run`'s and "-" (`in_run`)."""
-        recorded = self.runs()
-        return [e for e in self.domains() if in_run(e, recorded.get(e, ""), run)]
+        (journaled before starts did), each whose id begins with `run`'s and "-" (`in_run`). A fork is of no run:
+        its start keeps its source's run, and a fork into its source's journal is not one of the run's trials."""
+        recorded, forks = self.runs(), self.forks()
+        return [e for e in self.domains() if e not in forks and in_run(e, recorded.get(e, ""), run)]
 
     def select(self, wanted: EpisodeFilter) -> list[EpisodeSummary]:
         """The episodes `wanted` matches, in order of first appearance."""
