@@ -3,8 +3,10 @@ start records it, where another run's ids begin as its own do; by the id's prefi
 
 from __future__ import annotations
 
+from typing import Any
+
 from faultline.core import FaultApplied
-from faultline.faults import FaultInterceptor, FaultRule
+from faultline.faults import FaultInterceptor, FaultRule, RuleSet, add_rule_control
 from tests.faults.test_faults import env, rules, through
 from tests.faults.test_masfire import CONVERSATION
 
@@ -72,6 +74,47 @@ async def test_a_run_scoped_rule_on_model_requests_changes_those_of_the_runs_epi
     for episode in ("c1-1-a-t0", "c1-1-x-a-t0"):
         await fault(_Ctx(env(1, episode=episode)), 0, CONVERSATION)  # type: ignore[arg-type]
     assert [e.episode for e in _kept.events] == ["c1-1-a-t0"]
+    assert starts.asked == ["c1-1-a-t0", "c1-1-x-a-t0"]
+
+
+class _CountedRules(RuleSet):
+    """A rule set that counts how often its rules are matched."""
+
+    def __init__(self, *specs: FaultRule) -> None:
+        super().__init__()
+        self.matched = 0
+        for rule in specs:
+            self.control(add_rule_control(rule, "n").body)  # type: ignore[arg-type]
+
+    def matching(self, values: tuple[str, ...], message_id: str, now: float) -> Any:
+        self.matched += 1
+        return super().matching(values, message_id, now)
+
+
+async def test_a_model_request_matches_the_rules_once_and_faults_as_the_request_with_its_recorded_run_does() -> None:
+    starts = Starts()
+    specs = (
+        storm(run="c1-1"),  # no rule on model requests: never makes one ask the run
+        FaultRule(id="m", fault="memory_loss", params={"turns": 1}, episode="c1-1-*", run="c1-1", probability=0.5),
+    )
+    counted = _CountedRules(*specs)
+    fault = FaultInterceptor(counted, runs=starts).request_fault(kept := _Store())
+    reference = FaultInterceptor(rules(*specs))
+    faulted = 0
+    for index in range(8):
+        for episode in ("c1-1-a-t0", "c1-1-x-a-t0"):
+            handling = env(1, episode=episode)
+            sent = await fault(_Ctx(handling), index, CONVERSATION)  # type: ignore[arg-type]
+            expected, event = reference.request(handling, "tool", index, CONVERSATION, recorded=RECORDED[episode])
+            assert sent == expected
+            if event is not None:
+                faulted += 1
+                assert kept.events[-1].body == event.body  # type: ignore[attr-defined]
+    assert 0 < faulted == len(kept.events) < 8  # seeded draws: some of c1-1-a-t0's calls, none of c1-1-x's
+    assert counted.matched == 16
+    assert starts.asked == ["c1-1-a-t0", "c1-1-x-a-t0"]
+    only_storm = FaultInterceptor(rules(specs[0]), runs=starts).request_fault(_Store())
+    await only_storm(_Ctx(env(2, episode="c1-1-b-t0")), 0, CONVERSATION)  # type: ignore[arg-type]
     assert starts.asked == ["c1-1-a-t0", "c1-1-x-a-t0"]
 
 

@@ -42,7 +42,7 @@ from faultline.faults._registry import (
     Injector,
     fault_type,
 )
-from faultline.faults._rules import RuleSet
+from faultline.faults._rules import ActiveRule, RuleSet
 
 
 def context_injector(
@@ -185,14 +185,18 @@ class FaultInterceptor(Interceptor):
         self._runs: dict[str, str] = {}
         """The run each episode's start records, as `runs` told it."""
 
-    async def _of_run(self, episode: str, run: str) -> bool:
-        """Whether `episode` is one of run `run`'s (`in_run`), by what its start records, where that can be told."""
+    async def _recorded(self, episode: str) -> str:
+        """The run `episode`'s start records, asked of `runs` until it can tell ("" for none, or while it cannot)."""
         recorded = self._runs.get(episode)
         if recorded is None and self.runs is not None:
             recorded = await self.runs(episode)
             if recorded is not None:
                 self._runs[episode] = recorded
-        return in_run(episode, recorded or "", run)
+        return recorded or ""
+
+    async def _of_run(self, episode: str, run: str) -> bool:
+        """Whether `episode` is one of run `run`'s (`in_run`), by what its start records, where that can be told."""
+        return in_run(episode, await self._recorded(episode), run)
 
     def observe(self, env: Envelope) -> None:
         """Take in a message of an episode without faulting it: a Start's data, a sender's tool call."""
@@ -260,36 +264,48 @@ class FaultInterceptor(Interceptor):
         episode's start records (for rules scoped to a run; "": by the id's prefix)."""
         if not self.rules.in_force:
             return request, None
-        call_id = derive_id(message.id, index, REQUEST_KIND)
+        return self._request(self._request_rules(message, agent, index), message, agent, index, request, recorded)
+
+    def _request_rules(self, message: Envelope, agent: str, index: int) -> list[ActiveRule]:
+        """The rules on model requests that match model call `index` of `agent` handling `message`, in order."""
         values = (message.episode, agent, "", REQUEST_KIND, "")
+        call_id = derive_id(message.id, index, REQUEST_KIND)
+        return [a for a in self.rules.matching(values, call_id, time.time()) if REQUEST_KIND in a.type.kinds]
+
+    def _request(
+        self,
+        matching: Sequence[ActiveRule],
+        message: Envelope,
+        agent: str,
+        index: int,
+        request: LlmRequest,
+        recorded: str,
+    ) -> tuple[LlmRequest, Envelope | None]:
+        """`request` with the first of `matching` that applies to it (see `request`)."""
         messages: list[dict[str, Any]] | None = None
-        for active in self.rules.matching(values, call_id, time.time()):
-            if REQUEST_KIND not in active.type.kinds:
-                continue
+        for active in matching:
             if active.rule.run and not in_run(message.episode, recorded, active.rule.run):
                 continue
             messages = messages or [msgspec.to_builtins(m) for m in request.messages]
             faulted = active.type.apply_request(messages, active.params)
             if faulted is None:
                 continue
-            self.rules.use(active.rule.id, call_id)
+            self.rules.use(active.rule.id, derive_id(message.id, index, REQUEST_KIND))
             event = request_fault_event(active.rule, message, agent, index, messages, faulted)
             return msgspec.structs.replace(request, messages=msgspec.convert(faulted, list[ChatMessage])), event
         return request, None
 
     def request_fault(self, store: Callable[[Envelope], Awaitable[None]]) -> RequestFault:
         """These rules on an agent's own model requests, as a `Recorder` applies them: a faulted
-        request goes out, its fault event handed to `store` before the call."""
+        request goes out, its fault event handed to `store` before the call. The run an episode's start
+        records is asked for only where a rule scoped to a run matches the request."""
 
         async def fault(ctx: Context, index: int, request: LlmRequest) -> LlmRequest:
-            episode = ctx.message.episode
-            if self.rules.in_force and episode not in self._runs:
-                values = (episode, ctx.agent, "", REQUEST_KIND, "")
-                call_id = derive_id(ctx.message.id, index, REQUEST_KIND)
-                scoped = next((a.rule.run for a in self.rules.matching(values, call_id, time.time()) if a.rule.run), "")
-                if scoped:
-                    await self._of_run(episode, scoped)  # learns the run the episode's start records, where it can
-            sent, event = self.request(ctx.message, ctx.agent, index, request, recorded=self._runs.get(episode, ""))
+            if not self.rules.in_force:
+                return request
+            matching = self._request_rules(ctx.message, ctx.agent, index)
+            recorded = await self._recorded(ctx.message.episode) if any(a.rule.run for a in matching) else ""
+            sent, event = self._request(matching, ctx.message, ctx.agent, index, request, recorded)
             if event is not None:
                 await store(event)
             return sent

@@ -35,7 +35,7 @@ def _pattern(text: str) -> Callable[[str], bool] | None:
 
 
 @dataclass
-class _Active:
+class ActiveRule:
     """A rule in force, with its parameters converted and its match compiled.
 
     `checks` are (index into `_match_values`, predicate) pairs, the fault type's
@@ -49,7 +49,7 @@ class _Active:
     checks: tuple[tuple[int, Callable[[str], bool]], ...]
 
     @classmethod
-    def of(cls, rule: FaultRule) -> _Active:
+    def of(cls, rule: FaultRule) -> ActiveRule:
         kind = fault_type(rule.fault)
         checks = [(i, check) for i, name in enumerate(MATCH_FIELDS) if (check := _pattern(getattr(rule, name)))]
         if kind.kinds:
@@ -98,10 +98,10 @@ class RuleSet:
     """
 
     def __init__(self) -> None:
-        self._active: dict[str, _Active] = {}
-        self.in_force: tuple[_Active, ...] = ()
+        self._active: dict[str, ActiveRule] = {}
+        self.in_force: tuple[ActiveRule, ...] = ()
         """The rules in force in the order they were added (empty: nothing to do)."""
-        self._matching: dict[tuple[str, ...], tuple[_Active, ...]] = {}
+        self._matching: dict[tuple[str, ...], tuple[ActiveRule, ...]] = {}
         self._applied: dict[str, set[str]] = {}
         self.seen: dict[str, int] = {}
         """Fault events seen per rule id (what `faults list` reports)."""
@@ -121,7 +121,7 @@ class RuleSet:
         if op == "add":
             try:
                 rule = msgspec.convert(body.data.get("rule"), FaultRule)
-                active = _Active.of(rule.validated())
+                active = ActiveRule.of(rule.validated())
             except (msgspec.ValidationError, FaultRuleError):
                 return
             self._active.pop(rule.id, None)  # re-adding moves it to the end and resets its budget
@@ -149,11 +149,11 @@ class RuleSet:
     def applied(self, rule_id: str) -> int:
         return len(self._applied.get(rule_id, ()))
 
-    def candidates(self, env: Envelope, now: float) -> list[_Active]:
+    def candidates(self, env: Envelope, now: float) -> list[ActiveRule]:
         """Rules that match `env`, are in force at `now`, draw under their probability and have budget."""
         return self.matching(_match_values(env), env.id, now)
 
-    def matching(self, values: tuple[str, ...], message_id: str, now: float) -> list[_Active]:
+    def matching(self, values: tuple[str, ...], message_id: str, now: float) -> list[ActiveRule]:
         """`candidates` for what has the match `values` (in `MATCH_FIELDS` order) and id `message_id`."""
         matching = self._matching.get(values)
         if matching is None:
