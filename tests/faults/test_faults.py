@@ -120,8 +120,8 @@ def test_a_wrong_rule_is_named_as_its_user_wrote_it_never_by_an_id_made_for_it()
         with pytest.raises(FaultRuleError) as caught:
             bad.validated()
         assert str(caught.value).startswith(said) and "f-1a2b3c4d" not in str(caught.value)
-    with pytest.raises(FaultRuleError, match=r"^--fault 'storm:copies=0': Expected int >= 1"):
-        FaultRule(id="f-1a2b3c4d", fault="storm", params={"copies": 0}).validated("--fault 'storm:copies=0'")
+    with pytest.raises(FaultRuleError, match=r"^--fault 'storm:copies=0': copies: must be at least 1, got 0$"):
+        FaultRule(id="f-1a2b3c4d", fault="storm", params={"copies": "0"}).validated("--fault 'storm:copies=0'")
 
 
 def test_a_rule_naming_an_agent_the_system_lacks_is_refused_naming_it_and_the_agents_there_are() -> None:

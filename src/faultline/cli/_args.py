@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
+from faultline import _numbers as numbers
 from faultline._errors import UsageError
+from faultline._numbers import LARGEST
 from faultline.envs import use_plugin_path
 from faultline.runtime import MAX_SECONDS
 
@@ -19,52 +21,30 @@ if TYPE_CHECKING:
     from faultline.runtime import Config
 
 
-LARGEST = 2**62
-"""The largest whole number an argument takes unless it says otherwise: far inside what SQLite stores."""
-
-
 def whole_number(minimum: int, maximum: int = LARGEST) -> Callable[[str], int]:
     """An argparse type: an integer from `minimum` to `maximum`; every whole-number argument of the CLI takes one,
     so that each mistake reads the same wherever it is made."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        return _within(value, minimum, maximum)
-
-    return parse
+    return argument(lambda text: numbers.whole_number(text, minimum, maximum))
 
 
 def number(minimum: float = -math.inf, maximum: float = math.inf) -> Callable[[str], float]:
     """An argparse type: a finite number from `minimum` to `maximum`, as `whole_number` is for integers."""
+    return argument(lambda text: numbers.number(text, minimum, maximum))
 
-    def parse(text: str) -> float:
+
+T = TypeVar("T")
+
+
+def argument(read: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type that reads its value with `read`, whose ValueError is the one line the user sees."""
+
+    def parse(text: str) -> T:
         try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-        return _within(value, minimum, maximum)
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
-
-
-N = TypeVar("N", int, float)
-
-
-def _within(value: N, minimum: float, maximum: float) -> N:
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be at least {_shown(minimum)}, got {_shown(value)}")
-    if value > maximum:
-        raise argparse.ArgumentTypeError(f"must be at most {_shown(maximum)}, got {_shown(value)}")
-    return value
-
-
-def _shown(value: float) -> str:
-    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 rate = number(0.0, 1.0)

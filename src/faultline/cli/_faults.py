@@ -8,7 +8,6 @@ docs/faults.md.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 import typing
@@ -17,10 +16,11 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
+from faultline import _numbers as numbers
 from faultline._errors import FaultRuleError, PluginError, SubscribeRefusedError, UsageError
 from faultline.bus import Bus, publish_controls, read_rules
 from faultline.cli import _jsonl
-from faultline.cli._args import LARGEST, connection_flags, number, whole_number
+from faultline.cli._args import argument, connection_flags, rate, whole_number
 from faultline.cli._connect import config_of, nats_url, run_on_system, up_workers
 from faultline.cli._text import table_console
 from faultline.core import Envelope
@@ -81,7 +81,7 @@ def _match_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default="", help="messages of this kind (user_turn, tool_call, ...)")
     p.add_argument("--topic", default="", help="messages on this topic")
     p.add_argument("--episode", default="", metavar="E", help="messages of these episodes (a pattern: r12-*)")
-    p.add_argument("--probability", type=number(), default=1.0, metavar="P", help="chance per message (default 1)")
+    p.add_argument("--probability", type=rate, default=1.0, metavar="P", help="chance per message (default 1)")
     p.add_argument(
         "--budget", type=whole_number(0), default=0, metavar="N", help="apply at most N times (default: no limit)"
     )
@@ -101,19 +101,9 @@ def _param_flags(p: argparse.ArgumentParser, params: type[msgspec.Struct]) -> No
         elif typing.get_origin(hint) is list:
             p.add_argument(flag, dest=dest, default=None, metavar="A,B", help=f"comma-separated; {shown}")
         else:
-            p.add_argument(flag, dest=dest, type=_parser(f.type), default=None, metavar=f.name.upper(), help=shown)
-
-
-def _parser(annotation: Any) -> Any:
-    """How a parameter's flag reads its value: a number as every numeric argument of the CLI does, within the
-    bounds (`ge`, `le`) of its `msgspec.Meta`; anything else by its type."""
-    hint, *metas = typing.get_args(annotation) if typing.get_origin(annotation) is typing.Annotated else (annotation,)
-    meta = next((m for m in metas if isinstance(m, msgspec.Meta)), msgspec.Meta())
-    if hint is int:
-        return whole_number(-LARGEST if meta.ge is None else int(meta.ge), LARGEST if meta.le is None else int(meta.le))
-    if hint is float:
-        return number(-math.inf if meta.ge is None else meta.ge, math.inf if meta.le is None else meta.le)
-    return hint
+            read = numbers.reader(f.type)  # a number as every numeric argument of the CLI reads one
+            parse = argument(read) if read is not None else hint
+            p.add_argument(flag, dest=dest, type=parse, default=None, metavar=f.name.upper(), help=shown)
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 
+from faultline import _numbers as numbers
 from faultline._errors import FaultRuleError, ModelError
 from faultline.core import Envelope, LlmRequest, LlmResponse, System, ToolCall, derive_id
 
@@ -157,9 +158,21 @@ class FaultType:
     system it is for (`check_agents`): a name none of them has would leave the rule without effect."""
 
     def params(self, raw: Mapping[str, Any], named: str = "") -> Any:
-        """`raw` as this type's `Params`; else FaultRuleError, naming the rule `named` (default: this type)."""
+        """`raw` as this type's `Params`; else FaultRuleError, naming the rule `named` (default: this type).
+
+        A number given as text (`run --fault storm:copies=3`) is read as the CLI reads its numeric flags, so a
+        wrong one names the parameter, the value and what it takes."""
+        given = dict(raw)
+        for f in msgspec.structs.fields(self.Params):
+            value = given.get(f.name)
+            read = numbers.reader(f.type)
+            if isinstance(value, str) and read is not None:
+                try:
+                    given[f.name] = read(value)
+                except ValueError as exc:
+                    raise FaultRuleError(f"{named or self.name}: {f.name}: {exc}") from None
         try:
-            return msgspec.convert(dict(raw), self.Params, strict=False)
+            return msgspec.convert(given, self.Params, strict=False)
         except msgspec.ValidationError as exc:
             raise FaultRuleError(f"{named or self.name}: {str(exc).replace('`', '')}") from None
 

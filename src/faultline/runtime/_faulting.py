@@ -18,11 +18,12 @@ import typing
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
 
+from faultline import _numbers as numbers
 from faultline._errors import BusError, FaultlineError, FaultRuleError, UsageError
 from faultline.bus import Bus, FollowSettings, WorkerId, follow_rules, publish_controls
 from faultline.core import (
@@ -274,16 +275,26 @@ def parse_fault_spec(spec: str) -> FaultRule:
         else:
             params[key] = value.split("+") if _is_list_param(fault, key) else value
     _check_param_keys(spec, fault, params)
-    try:
-        probability = float(options.get("probability", 1.0))
-        budget = int(options.get("budget", 0))
-    except ValueError:
-        raise UsageError(f"--fault {spec!r}: probability must be a number and budget an integer") from None
+    probability = _option(spec, options, "probability", lambda text: numbers.number(text, 0.0, 1.0), 1.0)
+    budget = _option(spec, options, "budget", lambda text: numbers.whole_number(text, 0), 0)
     duration = parse_duration(options["for"]) if "for" in options else 0.0
     return make_rule(
         fault, match=match, params=params, probability=probability, budget=budget, duration_s=duration,
         rule_id=options.get("id", ""), named=f"--fault {spec!r}",
     )  # fmt: skip
+
+
+T = TypeVar("T")
+
+
+def _option(spec: str, options: Mapping[str, str], key: str, read: Callable[[str], T], default: T) -> T:
+    """Option `key` of a `--fault` spec read with `read` (as the CLI reads its numeric flags), else `default`."""
+    if key not in options:
+        return default
+    try:
+        return read(options[key])
+    except ValueError as exc:
+        raise UsageError(f"--fault {spec!r}: {key}: {exc}") from None
 
 
 def _check_param_keys(spec: str, fault: str, params: Mapping[str, Any]) -> None:
