@@ -246,6 +246,26 @@ def test_config_check_on_a_bad_or_missing_file_is_one_line_and_exit_1(
     assert expected in err
 
 
+def test_config_check_takes_runs_model_flags_and_checks_the_configuration_they_make(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, '[models.default]\nbackend = "sim"\n[models.tool]\nmax_tokens = 50\n')
+    flags = ["--model", "openai", "--model-name", "qwen", "--base-url", "http://127.0.0.1:9/v1"]
+    assert main(["config", "check", "--config", str(path), *flags, "--model-setting", "tool.max_tokens=64"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{path} with the command line's model flags: ok"
+    assert "default: openai qwen at http://127.0.0.1:9/v1" in out and "tool: openai qwen at" in out
+    assert main(["config", "check", "--config", str(path), "--json", *flags]) == 0
+    assert '"models":{"default":"openai","tool":"openai"}' in capsys.readouterr().out.replace(" ", "")
+    for wrong in (["--model", "openai"], ["--model-setting", "tool.max_tokens=-1"], ["--model", "sim", *flags[2:4]]):
+        assert main(["config", "check", "--config", str(path), *wrong]) != 0
+        assert main(["run", "--config", str(path), "--journal", str(tmp_path / "j.sqlite"), *wrong]) != 0
+        out, err = capsys.readouterr()
+        check, run = err.splitlines()
+        assert out == "" and check == run, "the same line as run's"
+    assert not (tmp_path / ".faultline").exists(), "run refused before it started anything"
+
+
 def test_a_star_group_takes_every_agent_no_other_group_names() -> None:
     config = parse_config(
         {

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from faultline.api import config_source
 from faultline.cli import _jsonl
+from faultline.cli._models import add_model_flags, effective_config
 from faultline.runtime import (
     ALL_AGENTS,
     DEFAULT_CONFIG_FILE,
     Config,
     ModelConfig,
     check_system,
-    load_config,
     system_of,
 )
 
@@ -28,9 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="validate a config file and print the effective settings",
         description=f"Validate a config file (default ./{DEFAULT_CONFIG_FILE} if present, else the built-in"
         " defaults) as `run` and `up` do, importing every agent class, and print the effective settings."
-        " Exit 1 with one line naming the bad key.",
+        " The model flags lie over the file as they do for `run`, so a run's command line checks the"
+        " configuration that run uses. Exit 1 with one line naming the bad key.",
     )
-    check.add_argument("--config", type=Path, default=None, metavar="PATH", help="the faultline.toml to check")
+    add_model_flags(check)
     check.add_argument("--json", action="store_true", help="JSON lines (docs/json.md)")
     check.set_defaults(handler=_check)
 
@@ -39,14 +40,16 @@ def _check(args: argparse.Namespace) -> int:
     path: Path | None = args.config
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
-    config = load_config(path)
+    config = effective_config(args)
     groups = check_system(config, config_source(path))
     if args.json:
         _jsonl.rows("worker_group", ({"group": g, "agents": list(a)} for g, a in groups.items()))
         models = {role: m.backend for role, m in config.models.items()}
         _jsonl.summary({"config": str(path or ""), "ok": True, "journal": config.journal.path, "models": models})
         return 0
-    print(f"{path}: ok" if path else "no config file: built-in defaults")
+    given = any((args.model, args.base_url, args.model_name, args.model_setting))
+    flags = " with the command line's model flags" if given else ""
+    print(f"{path}{flags}: ok" if path else f"no config file: built-in defaults{flags}")
     for line in summary(config, groups):
         print(line)
     return 0
