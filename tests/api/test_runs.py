@@ -3,6 +3,7 @@ their ids begin with; a resumed run's retries record the run they resume."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ import anyio
 import pytest
 
 from faultline import api
-from faultline._errors import ConfigError
+from faultline._errors import ConfigError, SubjectError
 from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Start, System
 from faultline.api import (
     PlannedEpisode,
@@ -28,7 +29,7 @@ from faultline.api import (
 from faultline.api._plan import check_unheld, episode_id, held_episodes, resumed
 from faultline.bus import EmbeddedServer, FollowSettings
 from faultline.cli import main
-from faultline.core import EpisodeStarted, record_of, system_path
+from faultline.core import EpisodeStarted, check_token, in_run, record_of, system_path
 from faultline.envs import load_domain
 from faultline.journal import EpisodeFilter, Journal, JournalReader
 from faultline.replay import Replayer
@@ -221,6 +222,43 @@ def test_a_run_whose_episode_ids_no_journaled_episode_has_passes_the_check_and_a
     result = resumed(RunResult(planned), journal, "c1")
     assert [p.episode for p in result.planned] == ["c1-r1-cancel-00-t0"]  # a retry's id: none the journal holds
     check_unheld("c1", result.planned, held_episodes(journal), "j")
+
+
+def test_a_long_task_id_makes_an_episode_id_that_begins_with_its_run_and_no_other_task_makes() -> None:
+    """An id over 64 characters kept neither its run id (so a `run --fault` rule, `<run>-*`, faulted none of its
+    episodes) nor its trial: it keeps both now, and a digest of the whole task id tells apart tasks whose ids begin
+    alike or differ where an id keeps '_' for another character."""
+    run, long = "c" * 47, "x" * 50
+    tasks = [f"{long}.a", f"{long}_a", f"{long}.b", "short"]
+    plan = RunPlan(run_id=run, system="tests.api.test_runs:Echoing", trials=2)
+    planned = plan_records(plan, [record_of({"word": "hi", "id": task}, i) for i, task in enumerate(tasks, 1)])
+    ids = [p.episode for p in planned]
+    assert len(set(ids)) == len(ids) == 8
+    assert ids[3] == f"{run}-short-t0" and episode_id("c1", "cancel-00", 0) == "c1-cancel-00-t0"  # as they were
+    rule = scoped_to_run(parse_fault_spec("storm"), run)
+    for p in planned:
+        assert check_token(p.episode) and len(p.episode) <= 64
+        assert p.episode.startswith(f"{run}-x") and p.episode.endswith(f"-t{p.trial}") or p.task == "short"
+        assert in_run(p.episode, "", run) and fnmatch.fnmatchcase(p.episode, rule.episode)
+
+
+@pytest.mark.parametrize(
+    ("run_id", "said"),
+    [
+        ("c" * 52, f"run id {'c' * 52!r} is too long for the ids of its episodes, which begin with it and end with a"
+         " task's digest and trial (64 characters in all): give one of at most 48 characters"),
+        ("c1.a", "run id 'c1.a' is not a valid subject token: use 1-64 letters, digits, '-' or '_'"),
+    ],
+)  # fmt: skip
+def test_a_run_id_its_episode_ids_cannot_begin_with_is_refused_in_one_line_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_id: str, said: str
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    with pytest.raises((ConfigError, SubjectError), match=f"^{re.escape(said)}$"):
+        api.run(RunSpec(run_id=run_id, tasks=1, journal=journal))
+    assert main(["run", "--run-id", run_id, "--tasks", "1", "--journal", str(journal), "--fault", "storm"]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"faultline: error: {said}"]
+    assert not journal.exists() and not (tmp_path / ".faultline").exists()
 
 
 def test_two_tasks_whose_ids_make_one_episode_id_are_refused_before_anything_starts(

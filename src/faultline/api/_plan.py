@@ -8,6 +8,7 @@ episode that runs past its time limit is completed by the runner as `timeout`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import re
 import zlib
@@ -31,6 +32,7 @@ from faultline.core import (
     EpisodeStarted,
     InputRecord,
     Start,
+    check_token,
     helper_agent,
     in_run,
     load_system,
@@ -112,10 +114,34 @@ class PlannedEpisode:
     """The input record the episode begins from, on a system of one's own."""
 
 
+EPISODE_ID_CHARS = 64
+"""The longest episode id: a subject token (`check_token`)."""
+
+TASK_DIGEST_BYTES = 5
+"""The digest of a task id that tells apart the tasks an episode id shortens (10 hex digits)."""
+
+
 def episode_id(run_id: str, task: str, trial: int) -> str:
-    """A subject-safe episode id, unique within a run."""
-    safe = re.sub(r"[^A-Za-z0-9_-]", "_", f"{run_id}-{task}-t{trial}")
-    return safe if len(safe) <= 64 else f"{safe[:47]}-{zlib.crc32(safe.encode()):08x}"
+    """A subject-safe episode id, `<run>-<task>-t<trial>`: a task id keeps its letters, digits, '_' and '-', the rest
+    made '_' (`_planned` refuses two tasks that make one id).
+
+    One that would be longer than `EPISODE_ID_CHARS` keeps the run id whole as its prefix and the trial as its end,
+    and shortens the task's part, which ends with a digest of the whole task id: `<run>-<task's start>-<digest>-t<trial>`.
+    SubjectError where the run id is no subject token, ConfigError where it leaves the task no room."""
+    check_token(run_id, "run id")
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", task)
+    whole = f"{run_id}-{safe}-t{trial}"
+    if len(whole) <= EPISODE_ID_CHARS:
+        return whole
+    tail = f"-{hashlib.blake2b(task.encode(), digest_size=TASK_DIGEST_BYTES).hexdigest()}-t{trial}"
+    room = EPISODE_ID_CHARS - len(run_id) - 1 - len(tail)
+    if room < 1:
+        raise ConfigError(
+            f"run id {run_id!r} is too long for the ids of its episodes, which begin with it and end with a task's"
+            f" digest and trial ({EPISODE_ID_CHARS} characters in all): give one of at most"
+            f" {EPISODE_ID_CHARS - len(tail) - 2} characters"
+        )
+    return f"{run_id}-{safe[:room]}{tail}"
 
 
 def repeated(task_ids: Sequence[str]) -> str | None:

@@ -148,7 +148,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--run-id",
         default="",
-        help="prefix of this run's episode ids (default: random); one a running system (--nats) ran already is refused",
+        help="prefix of this run's episode ids, of letters, digits, '-' and '_' (default: random); one a running system"
+        " (--nats) ran already is refused",
     )
     p.add_argument(
         "--resume",

@@ -83,8 +83,8 @@ class CampaignManifest(msgspec.Struct, frozen=True, kw_only=True):
         """This manifest with a new attempt at `cell` (a run id of its own), and that cell."""
         attempts = cell.attempts + 1
         index = next(i for i, c in enumerate(self.cells) if c.name == cell.name)
-        # Short enough that no episode id of the run is shortened (which keeps the run id its prefix),
-        # subject-safe (no "+"), unique by the cell's index; the rest is for a reader of the journal.
+        # Short enough that the run's episode ids keep their task ids whole (a long one is shortened after the
+        # run id), subject-safe (no "+"), unique by the cell's index; the rest is for a reader of the journal.
         name = cell.fault[:RUN_NAME_CHARS] + (f"-{cell.defense}" if cell.defense else "")
         run_id = f"{self.id}-{index}-{name}-{attempts}"
         started = msgspec.structs.replace(cell, attempts=attempts, run_id=run_id)
