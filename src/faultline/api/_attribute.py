@@ -52,6 +52,7 @@ def attribute(
                     workers=workers,
                     scratch=scratch,
                     handler_timeout_s=config.handler_timeout_s,
+                    system=config.system.class_,
                 )
             )
             if progress is not None:

@@ -32,5 +32,5 @@ def replay(
     `progress` is told (episodes replayed, episodes to replay) as they are done.
     """
     config = config or Config()
-    replayer = Replayer(agent_lookup(config), jobs=jobs, reexecute_tools=reexecute_tools)
+    replayer = Replayer(agent_lookup(config), jobs=jobs, reexecute_tools=reexecute_tools, system=config.system.class_)
     return replayer.replay(journal, list(episodes) or None, progress=progress)

@@ -175,6 +175,7 @@ def _fork_with(args: argparse.Namespace) -> int:
             out=_destination(args),
             settings=_settings(args.set) or None,
             handler_timeout_s=config.handler_timeout_s,
+            system=config.system.class_,
         )
     )
     if args.json:

@@ -210,17 +210,23 @@ def _error_from(text: str) -> FaultlineError:
 class Recipients:
     """The agents a handler may send direct messages to: those of its system (`SystemRef.recipients`).
 
-    A function of the system's code alone, never of what runs where, so a send to a name outside them fails
-    alike live, in replay and in a fork. `system` names the system in the error."""
+    They are a function of the system's code alone. A worker holds the agents of the system of its configuration to
+    them, and replay and a fork hold an agent to whom the journal shows its worker held it (`faultline.replay`'s
+    `held_to`), so a send to a name outside them fails alike live, in replay and in a fork. `system` names the
+    system in the error."""
 
     system: str
     agents: frozenset[str]
 
-    def check(self, to: str) -> None:
-        """Raise `UnknownRecipientError` where `to` is none of `agents`. The runner is let by, as ever: an agent that
+    def allows(self, to: str) -> bool:
+        """Whether a send to `to` passes: one of `agents`, or the runner, which is let by, as ever: an agent that
         answers whoever sent it a message answers the runner for a Start, and under a `broadcast` of the entry's
         Start, the runtime's doing, agents that never expected one do; the answer reaches no one, and ends nothing."""
-        if to in self.agents or to == RUNNER:
+        return to in self.agents or to == RUNNER
+
+    def check(self, to: str) -> None:
+        """Raise `UnknownRecipientError` where a send to `to` does not pass (`allows`)."""
+        if self.allows(to):
             return
         agents = tuple(sorted(self.agents))
         close = difflib.get_close_matches(to, agents, n=1)

@@ -303,10 +303,12 @@ class _Forks:
         out: Path,
         workers: int,
         handler_timeout_s: float,
+        system: str,
     ) -> None:
         self.journal, self.episode, self.rows, self.made = journal, episode, rows, made
         self.lookup, self.backends, self.out = lookup, backends, out
         self.handler_timeout_s = handler_timeout_s
+        self.system = system
         self.limiter = anyio.CapacityLimiter(max(1, workers))
         self.results: dict[str, ForkResult] = {}
         self.draws = 0
@@ -350,6 +352,7 @@ class _Forks:
                     verified=True,
                     answer=answer,
                     handler_timeout_s=self.handler_timeout_s,
+                    system=self.system,
                 )
 
         async with anyio.create_task_group() as group:
@@ -402,6 +405,7 @@ async def attribute_episode(
     workers: int = DEFAULT_SAMPLES,
     scratch: str | Path | None = None,
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S,
+    system: str = "",
 ) -> Attribution:
     """Attribute the failure of `episode` to an agent and a step (see the module docstring).
 
@@ -411,7 +415,8 @@ async def attribute_episode(
     `scratch` (default `forks_path(journal)`), never to the source unless it is
     named; forks already there are reused. `samples` is the number of live
     continuations per step of the sampled method, run `workers` at a time, each handler of theirs within
-    `handler_timeout_s` (`fork_episode`).
+    `handler_timeout_s`, its agents held to the recipients of `system` where the episode's start names no system
+    (`fork_episode`).
     """
     started = time.perf_counter()
     journal = Path(journal)
@@ -443,6 +448,7 @@ async def attribute_episode(
         out=Path(scratch) if scratch is not None else forks_path(journal),
         workers=workers,
         handler_timeout_s=handler_timeout_s,
+        system=system,
     )
     order: list[tuple[str, Callable[[], Awaitable[Attribution | None]]]] = [
         (FAULT_REPAIR, lambda: _fault_repair(forks, samples)),

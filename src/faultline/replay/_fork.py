@@ -61,6 +61,7 @@ from faultline.core import (
     ModelBackend,
     ModelCall,
     Outbound,
+    Recipients,
     Recorder,
     Recording,
     Start,
@@ -89,7 +90,15 @@ from faultline.faults import (
     fault_event,
 )
 from faultline.journal import EpisodeSummary, Incoming, Journal, JournalReader, JournalRow, verify
-from faultline.replay._replay import AgentLookup, agent_tracks, episode_lookup, episode_system, participants
+from faultline.replay._replay import (
+    AgentLookup,
+    agent_tracks,
+    episode_lookup,
+    episode_system,
+    fork_changes,
+    held_to,
+    participants,
+)
 
 MAX_FORK_MESSAGES = 5_000
 """A fork that handles more messages than this is stopped and failed (a loop)."""
@@ -251,8 +260,8 @@ class _Fork:
     """The source's fault rules, applied to what the fork's handlers send as a worker's interceptor would."""
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S
     """How long each handler may run, history and live part alike: past it, it fails as a worker's would."""
-    system: SystemRef | None = None
-    """The system of one's own the source ran on: its agents send only to its agents, as on a worker."""
+    held: dict[str, Recipients | None] = field(default_factory=dict)
+    """Whom each agent may send to: whom the source's workers held it to (`held_to`); anyone where none is given."""
 
     async def keep(self, env: Envelope) -> None:
         self.record([env])
@@ -290,7 +299,7 @@ class _Fork:
         services = self.services if answer is None else _Answered(self.services, answer)
         faults = self.faults.request_fault(self.keep)
         recorder = Recorder(recorded=recorded or {}, services=services, store=self.keep, faults=faults)
-        recipients = self.system.recipients(name) if self.system is not None else None
+        recipients = self.held.get(name)
         handling = Handling(self.instances[name], name, env, recorder, services=services, recipients=recipients)
         outputs = await handling.run(self.handler_timeout_s)
         for output in outputs:
@@ -371,6 +380,7 @@ async def fork_episode(
     verified: bool = False,
     answer: Answer | None = None,
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S,
+    system: str = "",
 ) -> ForkResult:
     """Fork `episode` at journal position `at`; see the module docstring.
 
@@ -380,7 +390,9 @@ async def fork_episode(
     simulator draws afresh from a decision on). `answer` gives one model call of the handler of the message at
     the position its output. The journal's chain is checked first unless the caller
     `verified` it already. A handler that runs past `handler_timeout_s` (a configuration's
-    `handler_timeout_s`, where there is one) fails, and the fork with it, as it would on a worker.
+    `handler_timeout_s`, where there is one) fails, and the fork with it, as it would on a worker. `system` is
+    the system of the configuration (`[system] class`), that of the workers that ran an episode started by hand,
+    whose start names none (`episode_system`): its agents send only to its agents, as they did there.
     """
     started = time.perf_counter()
     if not verified:
@@ -449,7 +461,7 @@ async def fork_episode(
         _LiveServices(backends),
         stream=f"fork:{new}",
         handler_timeout_s=handler_timeout_s,
-        system=episode_system(rows),
+        held=_held(rows, lookup, classes, episode_system(rows, system)),
     )
     injector = context_injector(fork.services, fork.keep)
     fork.faults = _interceptor(rules, [*prefix, target], new, list(classes), injector)
@@ -613,6 +625,18 @@ def _existing(destination: Path, fork: str, target: JournalRow) -> tuple[int, Ep
             " write the fork to another journal"
         )
     return len(rows), _as_ran(outcome, summary)
+
+
+def _held(
+    rows: list[JournalRow], lookup: AgentLookup, classes: Mapping[str, type[Agent]], system: SystemRef | None
+) -> dict[str, Recipients | None]:
+    """Whom each agent may send to in the fork: whom the source's workers held it to (`held_to`), as the whole
+    source episode shows it, also after the fork point."""
+    if system is None:
+        return {}
+    tracks = agent_tracks(rows, lookup)
+    injected = fork_changes(rows)
+    return {name: held_to(system, name, tracks.get(name), injected) for name in classes}
 
 
 def _agent_classes(rows: list[JournalRow], lookup: AgentLookup) -> dict[str, type[Agent]]:

@@ -15,6 +15,9 @@ are rebuilt and run over its inputs again: a dropped input is not handed to the
 agent, and a defense that decides otherwise than it did live is a divergence.
 Defenses that never fired passed every input, so leaving them out changes
 nothing; they run in a fixed order, so the ones that fired see what they saw live.
+
+Recipients. An agent of a system of one's own sends only to its system's agents
+(`held_to`): to those its worker held it to live, which the journal tells.
 """
 
 from __future__ import annotations
@@ -218,6 +221,24 @@ def agent_tracks(
     return tracks
 
 
+def held_to(
+    system: SystemRef | None, name: str, track: _AgentTrack | None, injected: frozenset[str] = frozenset()
+) -> Recipients | None:
+    """Whom agent `name` may send to in replay and in a fork: whom its worker held it to live.
+
+    A worker holds the agents of the system of its configuration to that system's agents (`SystemRef.recipients`);
+    `system` is that system, as the episode's start names it or, for an episode started by hand, as the
+    configuration does (`episode_system`). A worker that ran no such system (one built without it, one where it
+    did not load) let the agent send to any name, and the agent's `track` shows it: a message to a name outside
+    them. Replay and a fork then let it too. `injected` are the messages a fork changed, none of them the agent's.
+    """
+    recipients = system.recipients(name) if system is not None else None
+    if recipients is None or track is None:
+        return recipients
+    sent = (env for envs in track.outputs.values() for env in envs if env.recipient and env.id not in injected)
+    return recipients if all(recipients.allows(env.recipient) for env in sent) else None
+
+
 def _defenses_of(track: _AgentTrack) -> list[Defense]:
     """The defenses that dropped something of this agent's, rebuilt with their recorded settings."""
     recorded: dict[str, Any] = {}
@@ -350,7 +371,7 @@ def _with_requests(path: str | Path, divergence: Divergence) -> Divergence:
     return divergence
 
 
-def _fork_changes(rows: Sequence[JournalRow]) -> frozenset[str]:
+def fork_changes(rows: Sequence[JournalRow]) -> frozenset[str]:
     """The message ids a fork changed, from the fork's `episode started` event."""
     for row in rows:
         if row.kind == "episode_started":
@@ -396,11 +417,15 @@ class Replayer:
         *,
         jobs: int = 1,
         reexecute_tools: bool = False,
+        system: str = "",
     ) -> None:
         self.lookup = lookup
         self.settings = settings or {}
         self.jobs = max(1, jobs)
         self.reexecute_tools = reexecute_tools
+        self.system = system
+        """The system of the configuration that replays (`[system] class`): that of the workers that ran an
+        episode started by hand, whose start names none (`episode_system`)."""
 
     def replay(
         self, path: str | Path, episodes: Iterable[str] | None = None, *, progress: ReplayProgress | None = None
@@ -487,9 +512,9 @@ class Replayer:
                 if episode == CONTROL_EPISODE:
                     continue  # fault rules and other commands: no agent handles them
                 report.episodes += 1
-                injected = _fork_changes(rows)
+                injected = fork_changes(rows)
                 classes = episode_lookup(rows, self.lookup)
-                system = episode_system(rows)
+                system = episode_system(rows, self.system)
 
                 def lookup(name: str, classes: AgentLookup = classes) -> type[Agent] | None:
                     cls = classes(name)
@@ -514,7 +539,7 @@ class Replayer:
                         self.settings.get(name),
                         injected,
                         served=serve,
-                        recipients=system.recipients(name) if system is not None else None,
+                        recipients=held_to(system, name, track, injected),
                     )
                     report.messages += handled
                     if divergence is not None:
@@ -536,16 +561,19 @@ def episode_lookup(rows: Sequence[JournalRow], lookup: AgentLookup) -> AgentLook
     return lambda name: ref.agent(name) or lookup(name)
 
 
-def episode_system(rows: Sequence[JournalRow]) -> SystemRef | None:
+def episode_system(rows: Sequence[JournalRow], configured: str = "") -> SystemRef | None:
     """The system of one's own an episode ran on, as its start names it; None for the built-in tool-use system.
 
-    Its agents' sends are checked against it (`SystemRef.recipients`) as they were live. A system that cannot
+    An episode started by hand, whose start names none, ran on the system of its workers' configuration: that of
+    `configured` where given (the `[system] class` of the configuration that reads the journal), as the workers'.
+    Its agents' sends are checked against it (`held_to`) as they were live. A system that cannot
     be loaded here is a PluginError that says so: without its agents the episode would replay as diverged and
     fork as stalled, for a reason that is not the episode's."""
     started = next((row for row in rows if row.kind == "episode_started"), None)
     body = started.envelope().body if started is not None else None
     if not (isinstance(body, EpisodeStarted) and body.system):
-        return None
+        ref = load_system(configured) if configured else None
+        return ref if ref is not None and ref.is_user_system else None
     try:
         return load_system(body.system)
     except PluginError as exc:

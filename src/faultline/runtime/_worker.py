@@ -607,8 +607,10 @@ class Worker:
         )
 
     def _recipients_of(self, agent: str) -> Recipients | None:
-        """Whom `agent` may send to: on a system of one's own, its agents (`SystemRef.recipients`), as replay of
-        the episode, which names that system, finds them; anyone where the worker runs no such system."""
+        """Whom `agent` may send to: on a system of one's own, its agents (`SystemRef.recipients`), in every episode,
+        whether its start names that system or, started by hand, none: replay takes them from the start, else from
+        its configuration, as the worker does; anyone where the worker runs no such system, which the journal then
+        shows, and replay follows (`held_to`)."""
         if agent not in self._recipients:
             self._recipients[agent] = None
             if self.settings.system:

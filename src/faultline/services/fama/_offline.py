@@ -82,6 +82,7 @@ async def attribute_case(path: str | Path, case: FailureCase, config: Config) ->
         backends=lambda role: make_backend(config, role),
         method=ATTRIBUTION_METHODS[config.fama.attribution],
         handler_timeout_s=config.handler_timeout_s,
+        system=config.system.class_,
     )
     return with_attribution(case, found)
 
