@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from faultline.bus import Bus, EmbeddedServer
+from tests.disk import run_disk as run_disk
 from tests.disk import small_disk as small_disk
 
 # The suite runs on every core of a small machine beside nats-servers and worker processes: how long

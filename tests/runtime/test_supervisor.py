@@ -190,11 +190,11 @@ async def test_a_full_journal_disk_refuses_new_episodes_loses_nothing_and_catche
 
 
 async def test_a_run_the_full_journal_cuts_short_counts_what_completed_and_says_how_to_run_the_rest(
-    tmp_path: Path, small_disk: Path
+    tmp_path: Path, run_disk: Path
 ) -> None:
     """docs/reliability.md: a run stops starting episodes while the journal cannot write, and `faultline run` stops
     with one line that says how to resume; the command it names runs the rest once the journal writes again."""
-    journal = small_disk / "journal.sqlite"
+    journal = run_disk / "journal.sqlite"
     plan = RunPlan(tasks=2, trials=50, run_id="rfull")
     planned = plan_episodes(plan, retail())
     with supervisor_log() as said:
@@ -213,7 +213,7 @@ async def test_a_run_the_full_journal_cuts_short_counts_what_completed_and_says_
                 tg.start_soon(run, argv)
                 with anyio.fail_after(60):
                     await completions.wait([planned[0].episode])
-                filler = fill(small_disk)
+                filler = fill(run_disk)
             (cut,) = runs
             err = cut.stderr.decode()
             assert cut.returncode == 1 and err.count("\n") == 1, err
