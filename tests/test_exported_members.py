@@ -18,6 +18,7 @@ PUBLIC = {
         "DeliveriesLostError",
         "DirectoryBusyError",
         "DomainError",
+        "EpisodeHeldError",
         "FaultRuleError",
         "FaultlineError",
         "JournalError",

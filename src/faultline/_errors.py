@@ -2,7 +2,8 @@
 
 FaultlineError
  ├── ConfigError              a setting or config file is wrong
- │    └── PluginError         an agent class, domain or backend named by entry point or `module:attr` cannot be loaded
+ │    ├── PluginError         an agent class, domain or backend named by entry point or `module:attr` cannot be loaded
+ │    └── EpisodeHeldError    a run would start an episode id a journal holds, or another run started first
  ├── SubjectError             an episode id, agent or topic name is not a safe subject token
  ├── ServerError              the embedded nats-server could not be found or started
  ├── BusError                 a publish, subscribe or request on NATS failed
@@ -47,6 +48,17 @@ class ConfigError(FaultlineError):
 
 class PluginError(ConfigError):
     """An agent class, domain or model backend, named by entry point or `package.module:attr`, cannot be loaded."""
+
+
+class EpisodeHeldError(ConfigError):
+    """A run would start an episode whose id is taken: a journal holds it, or another process started it first on
+    the running system. `episode` is that id, `run` the run its start records ("" where none is recorded or
+    readable); nothing of the episode was published."""
+
+    def __init__(self, message: str, *, episode: str, run: str) -> None:
+        super().__init__(message)
+        self.episode = episode
+        self.run = run
 
 
 class SubjectError(FaultlineError):

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from faultline import api
-from faultline._errors import ConfigError, SubjectError
+from faultline._errors import ConfigError, EpisodeHeldError, SubjectError
 from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Start, System
 from faultline.api import (
     PlannedEpisode,
@@ -27,7 +27,7 @@ from faultline.api import (
     wait_for_journal,
 )
 from faultline.api._plan import check_unheld, episode_id, held_episodes, resumed
-from faultline.bus import EmbeddedServer, FollowSettings
+from faultline.bus import OPERATOR, Bus, EmbeddedServer, FollowSettings, Login
 from faultline.cli import main
 from faultline.core import EpisodeStarted, check_token, in_run, record_of, system_path
 from faultline.envs import load_domain
@@ -277,3 +277,118 @@ def test_two_tasks_whose_ids_make_one_episode_id_are_refused_before_anything_sta
     assert main([*argv, "--journal", str(tmp_path / "j.sqlite")]) == 1
     assert capsys.readouterr().err.splitlines()[-1].startswith(f"faultline: error: {said}")
     assert not (tmp_path / "j.sqlite").exists()
+
+
+RACES = {
+    "one run id": (RunPlan(tasks=2, run_id="r1", start_rate=0), RunPlan(tasks=2, run_id="r1", start_rate=0)),
+    "clashing ids": (  # both make episode c1-cancel-and-return-00-t0
+        RunPlan(run_id="c1", task_ids=["cancel-and-return-00"]),
+        RunPlan(run_id="c1-cancel-and", task_ids=["return-00"]),
+    ),
+}
+REFUSALS = {
+    ("r1", "r1"): "run 'r1' would start its episode 'r1-cancel-00-t0', which another process of run 'r1' started first"
+    " on this system: give another run id, or none for a fresh one; to resume the run, wait until that process has"
+    " ended",
+    ("c1", "c1-cancel-and"): "run 'c1' would start episode 'c1-cancel-and-return-00-t0' of its task"
+    " 'cancel-and-return-00', which run 'c1-cancel-and' started first on this system (whose run id and task make the"
+    " same id): give another run id, or none for a fresh one",
+    ("c1-cancel-and", "c1"): "run 'c1-cancel-and' would start episode 'c1-cancel-and-return-00-t0' of its task"
+    " 'return-00', which run 'c1' started first on this system (whose run id and task make the same id): give another"
+    " run id, or none for a fresh one",
+}
+
+
+@pytest.mark.parametrize("plans", RACES.values(), ids=RACES.keys())
+async def test_of_two_runs_that_would_start_one_episode_at_once_one_runs_it_and_the_other_is_refused_first(
+    tmp_path: Path, plans: tuple[RunPlan, RunPlan]
+) -> None:
+    """Two runners on one live system (access control on, each its own operator connection) plan their runs and
+    start them at the same moment, past every check of the journal: the stream stores the start of the episode they
+    share once, so one run starts it and the other is refused in one line, having published nothing."""
+    journal = tmp_path / "j.sqlite"
+    results = [RunResult(plan_episodes(plan, load_domain("retail"))) for plan in plans]
+    refused: dict[int, EpisodeHeldError] = {}
+
+    async def run(i: int, bus: Bus) -> None:
+        try:
+            await run_plan(bus, plans[i], results[i], lambda _episode, _done: None)
+        except EpisodeHeldError as exc:
+            refused[i] = exc
+
+    async with live_system(tmp_path, journal) as supervisor:
+        assert supervisor.bus is not None and supervisor.access is not None
+        other = await Bus.connect(supervisor.url, login=Login(supervisor.access.credential(OPERATOR)))
+        try:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for i, bus in enumerate((supervisor.bus, other)):
+                        tg.start_soon(run, i, bus)
+        finally:
+            await other.close()
+        await wait_for_journal(supervisor.bus)
+    ((lost, held),) = refused.items()
+    won, winner = 1 - lost, plans[1 - lost].run_id
+    assert str(held) == REFUSALS[plans[lost].run_id, winner]
+    assert (held.episode, held.run) == (results[lost].planned[0].episode, winner)
+    assert not results[lost].completed and not results[lost].running
+    assert sorted(results[won].completed) == sorted(p.episode for p in results[won].planned)
+    with JournalReader(journal) as reader:
+        for p in results[won].planned:
+            rows = [row.envelope() for row in reader.episode_rows(p.episode)]
+            (started,) = [env.body for env in rows if isinstance(env.body, EpisodeStarted)]
+            assert (started.run, started.task) == (winner, p.task)
+            assert sorted(env.recipient for env in rows if isinstance(env.body, Start)) == ["env", "tool", "user"]
+    report = await anyio.to_thread.run_sync(Replayer(agent_lookup(Config())).replay, journal)
+    assert report.identical and report.episodes == len(results[won].planned)
+
+
+async def test_a_run_cut_short_after_starting_an_episode_is_resumed_on_the_running_system(tmp_path: Path) -> None:
+    """Run r1 started its first episode and stopped before its Starts went out: resumed on the same system, the
+    episode it started runs again under a retry's id and the one it never started under its own, both started
+    by the resumed run."""
+    journal = tmp_path / "j.sqlite"
+    plan = RunPlan(tasks=2, run_id="r1")
+    first, _ = plan_episodes(plan, load_domain("retail"))
+    async with live_system(tmp_path, journal) as supervisor:
+        bus = supervisor.bus
+        assert bus is not None and supervisor.access is not None
+        assert await bus.publish_first(start_envelopes(plan, first)[0])
+        await wait_for_journal(bus)
+        login = Login(supervisor.access.credential(OPERATOR))
+        spec = RunSpec(tasks=2, run_id="r1", resume=True, journal=journal, nats=supervisor.url, login=login)
+        with anyio.fail_after(60):
+            report = await anyio.to_thread.run_sync(api.run, spec)
+    assert sorted(report.episodes.completed) == ["r1-cancel-01-t0", "r1-r1-cancel-00-t0"]
+    assert {done.outcome for done in report.episodes.completed.values()} == {"success"}
+    with JournalReader(journal) as reader:
+        assert reader.of_run("r1") == ["r1-cancel-00-t0", "r1-cancel-01-t0", "r1-r1-cancel-00-t0"]
+
+
+def test_a_run_whose_episode_another_run_started_first_is_refused_in_one_line_before_publishing_it(
+    nats_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run c1-cancel-and started c1-cancel-and-return-00-t0 after run c1's checks (no journal to read here, and the
+    stream held no start of c1's first episode): c1 starts its first episode, is refused at the second before
+    publishing anything of it, and the command line says so in one line."""
+    shared = "c1-cancel-and-return-00-t0"
+
+    async def start_other() -> None:
+        async with await Bus.connect(nats_server.url) as bus:
+            await bus.ensure_stream()
+            other = RunPlan(run_id="c1-cancel-and", task_ids=["return-00"])
+            assert await bus.publish_first(start_envelopes(other, plan_episodes(other, load_domain("retail"))[0])[0])
+
+    async def stored() -> list[Envelope]:
+        async with await Bus.connect(nats_server.url) as bus:
+            s = bus.subjects
+            return [env for _, env in await bus.read_envelopes([s.event("*", shared), s.direct(shared, "*")], 10)]
+
+    anyio.run(start_other)
+    argv = ["run", "--nats", nats_server.url, "--run-id", "c1", "--task-ids", f"cancel-00,{shared[3:-3]}"]
+    assert main([*argv, "--journal", str(tmp_path / "j.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == f"faultline: error: {REFUSALS['c1', 'c1-cancel-and']}"
+    (started,) = anyio.run(stored)  # the other run's start alone
+    assert isinstance(started.body, EpisodeStarted) and started.body.run == "c1-cancel-and"

@@ -36,6 +36,7 @@ async def test_a_refusal_is_sent_again_only_when_it_may_pass(
     assert publish.answered
     assert publish.failure == f"{error['description']} (code {error['code']})"
     assert publish.transient is transient
+    assert publish.held is (error["err_code"] == 10071)  # a subject taken (`Publish.first`): an answer to act on
 
 
 def note(i: int) -> Envelope:

@@ -30,6 +30,7 @@ from faultline.core import (
     Control,
     DeadLetter,
     Envelope,
+    EpisodeStarted,
     Interceptor,
     Note,
     Outbound,
@@ -66,6 +67,59 @@ async def test_same_id_is_stored_once(bus: Bus) -> None:
     await bus.publish(note(1))
     info = await bus.js.stream_info(bus.subjects.stream)
     assert info.state.messages == 1
+
+
+async def test_of_two_connections_that_publish_one_envelope_first_at_once_the_stream_stores_one(
+    bus: Bus, nats_server: EmbeddedServer
+) -> None:
+    """Two processes claim one subject with the same envelope (one id, one credential: a duplicate for the stream's
+    window otherwise): both publishes reach the server, one is stored and the other refused, whoever comes first."""
+    other = await Bus.connect(nats_server.url)
+    claim = Envelope(id="s1", episode="e1", sender="runner", body=EpisodeStarted(run="r1"))
+    won: dict[str, bool] = {}
+
+    async def publish_first(name: str, publisher: Bus) -> None:
+        won[name] = await publisher.publish_first(claim)
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(publish_first, "this", bus)
+                tg.start_soon(publish_first, "other", other)
+            assert sorted(won.values()) == [False, True]
+            assert not await bus.publish_first(claim)  # later too
+    finally:
+        await other.close()
+    stored = await bus.read_envelopes([bus.subjects.event("started", "e1")], 10)
+    assert [env.id for _, env in stored] == ["s1"]
+    assert (await bus.stream_state()).messages == 1
+
+
+async def test_a_first_publish_sent_again_after_its_answer_was_lost_is_found_to_be_its_own(
+    nats_server: EmbeddedServer,
+) -> None:
+    """The first copy was stored and its answer never came: the copy sent again finds the subject taken, by this
+    very publish, so the claim holds."""
+    bus = await Bus.connect(nats_server.url, settings=BusSettings(publish_timeout_s=0.1, publish_retry_s=5.0))
+    await bus.ensure_stream()
+    answers: list[Msg] = []
+    read = bus._acks._on_answer
+
+    async def lose_first(msg: Msg) -> None:
+        answers.append(msg)
+        if len(answers) > 1:
+            await read(msg)
+
+    bus._acks._on_answer = lose_first  # type: ignore[method-assign]
+    claim = Envelope(id="s1", episode="e1", sender="runner", body=EpisodeStarted(run="r1"))
+    try:
+        with anyio.fail_after(10):
+            assert await bus.publish_first(claim)
+        assert len(answers) == 2  # the copy sent again was answered, and not stored
+        assert (await bus.stream_state()).messages == 1
+        assert not await bus.publish_first(claim)  # another call's publish is another's
+    finally:
+        await bus.close()
 
 
 async def test_ensure_stream_is_idempotent(bus: Bus) -> None:

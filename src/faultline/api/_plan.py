@@ -21,7 +21,7 @@ import anyio
 import msgspec
 from anyio import sleep_until
 
-from faultline._errors import ConfigError, JournalError
+from faultline._errors import ConfigError, EpisodeHeldError, JournalError
 from faultline.agents import PROTOCOL, EpisodeSpec, ScorerStart
 from faultline.bus import Bus
 from faultline.core import (
@@ -50,6 +50,7 @@ from faultline.runtime import (
     ask_journal,
     last_words,
     model_calls_in_flight,
+    recorded_run,
 )
 
 AGENTS = ("env", "tool", "user")
@@ -241,24 +242,53 @@ def held_episodes(journal: Path, episodes: Collection[str] | None = None) -> dic
 
 
 def check_unheld(run_id: str, planned: Sequence[PlannedEpisode], held: Mapping[str, str], where: str) -> None:
-    """ConfigError, before anything starts, for the first of `planned` that `where` (a journal, a running system)
-    holds already, `held` naming the run each episode there is of ("" for none recorded): its messages and the new
-    episode's would be taken for one episode's. Its own run's (`in_run`) is resumed, never run again; another run's
-    is one whose id and task make the same id as this one's (`c1-1` with a task `x-a`, `c1-1-x` with a task `a`)."""
+    """EpisodeHeldError, before anything starts, for the first of `planned` that `where` (a journal, a running
+    system) holds already, `held` naming the run each episode there is of ("" for none recorded): its messages and
+    the new episode's would be taken for one episode's. Its own run's (`in_run`) is resumed, never run again;
+    another run's is one whose id and task make the same id as this one's (`c1-1` with a task `x-a`, `c1-1-x` with a
+    task `a`)."""
     for p in planned:
         if p.episode not in held:
             continue
         other = held[p.episode]
         if in_run(p.episode, other, run_id):
-            raise ConfigError(
+            raise EpisodeHeldError(
                 f"run {run_id!r} ran already ({where} holds its episode {p.episode!r}): give another run id, or none"
-                " for a fresh one; to run what it left undone, resume it (--resume, RunSpec.resume)"
+                " for a fresh one; to run what it left undone, resume it (--resume, RunSpec.resume)",
+                episode=p.episode,
+                run=other,
             )
-        raise ConfigError(
-            f"run {run_id!r} would start episode {p.episode!r} of its task {p.task!r}, which {where} holds of"
-            f" {f'run {other!r}' if other else 'another run'} (whose run id and task make the same id): give another"
-            " run id, or none for a fresh one"
+        raise _held(run_id, p, other, f"which {where} holds of {f'run {other!r}' if other else 'another run'}")
+
+
+def started_first(run_id: str, planned: PlannedEpisode, other: str | None) -> EpisodeHeldError:
+    """The refusal of run `run_id`, whose start of `planned` the stream refused: another process had started that
+    episode on the running system, of run `other` (None where its start cannot be read now), after the checks of
+    journal and stream before the run (two runs of one id, or of clashing ids, started at the same moment)."""
+    if other == run_id:
+        return EpisodeHeldError(
+            f"run {run_id!r} would start its episode {planned.episode!r}, which another process of run {run_id!r}"
+            " started first on this system: give another run id, or none for a fresh one; to resume the run, wait until"
+            " that process has ended",
+            episode=planned.episode,
+            run=run_id,
         )
+    return _held(
+        run_id,
+        planned,
+        other or "",
+        f"which {f'run {other!r}' if other else 'another run'} started first on this system",
+    )
+
+
+def _held(run_id: str, planned: PlannedEpisode, other: str, which: str) -> EpisodeHeldError:
+    """Run `run_id`'s refusal to start `planned`, an episode of run `other` ("" unknown) as `which` says."""
+    return EpisodeHeldError(
+        f"run {run_id!r} would start episode {planned.episode!r} of its task {planned.task!r}, {which} (whose run id"
+        " and task make the same id): give another run id, or none for a fresh one",
+        episode=planned.episode,
+        run=other,
+    )
 
 
 def _attempts(planned: PlannedEpisode, run_id: str) -> Iterator[str]:
@@ -387,7 +417,8 @@ async def run_plan(
 ) -> None:
     """Run every episode of `result.planned`, `plan.concurrency` at a time, recording them in `result`.
 
-    JournalError, and no further episode starts, once the journal reports it cannot write.
+    JournalError, and no further episode starts, once the journal reports it cannot write. EpisodeHeldError, before
+    anything of that episode is published, where another process started an episode of the plan first.
     """
     # A place is taken before an episode's task is made: the run holds a task per episode running, not one
     # per planned episode (15,000 tasks at once for a run of 15,000 at 5,000 in flight).
@@ -406,11 +437,20 @@ async def run_plan(
                         result.model_calls = await model_calls_in_flight(bus)
                         await anyio.sleep(MODEL_CALLS_POLL_S)
 
-            async def one(p: PlannedEpisode) -> None:
+            async def claim(p: PlannedEpisode) -> list[Envelope]:
+                """The episode's Starts, once its start event is stored as the first on its subject: of two runs
+                that would start one episode id, the stream lets one start it and this refuses the other."""
+                await gate.check()
+                started, *starts = start_envelopes(plan, p)
+                if not await bus.publish_first(started):
+                    raise started_first(plan.run_id, p, await recorded_run(bus, p.episode))
+                return starts
+
+            async def one(p: PlannedEpisode, starts: list[Envelope] | None) -> None:
                 try:
-                    await gate.check()
+                    starts = await claim(p) if starts is None else starts
                     result.running[p.episode] = anyio.current_time()
-                    await bus.publish_all(start_envelopes(plan, p))
+                    await bus.publish_all(starts)
                     with anyio.move_on_after(plan.episode_timeout_s) as scope:
                         done = await completions.wait([p.episode])
                     if scope.cancelled_caught:  # a completion the stream holds and core NATS never brought counts
@@ -436,8 +476,10 @@ async def run_plan(
                 await places.acquire()
                 if starts < plan.concurrency and plan.start_rate > 0:  # filling up: at `start_rate`
                     await sleep_until(started + starts / plan.start_rate)
-                tg.start_soon(one, p)
-    except* JournalError as refused:
+                # The first claim is settled before any other is made: of two runs of one plan started at once,
+                # the one refused it has started nothing, where claims made together could each win some.
+                tg.start_soon(one, p, await claim(p) if not starts else None)
+    except* (JournalError, EpisodeHeldError) as refused:
         raise refused.exceptions[0] from None
     finally:
         result.seconds = anyio.current_time() - started

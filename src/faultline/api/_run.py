@@ -243,7 +243,8 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     """Run `spec`'s episodes and report them; a signal (SIGINT, SIGTERM) ends the run early, in order.
 
     Raises FaultlineError subclasses for what is wrong before anything starts (a domain that does
-    not load, a bad fault rule, a configuration the system refuses).
+    not load, a bad fault rule, a configuration the system refuses), and EpisodeHeldError where an
+    episode it would start is taken: journaled already, or started first by another run on the system.
     """
     spec = spec or RunSpec()
     watcher = progress or _Quiet()
@@ -634,7 +635,7 @@ def _check_agents(specs: Sequence[str], rules: Sequence[FaultRule], agents: Coll
 
 
 async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:
-    """ConfigError when the running system holds an episode the run would start (`check_unheld`): its journal,
+    """EpisodeHeldError when the running system holds an episode the run would start (`check_unheld`): its journal,
     where this host holds it, or its stream the start of the run's first episode (what the journal may not hold
     yet). The starts would be dropped as copies of those, and their completions reported as the run's own."""
     todo = [p for p in result.planned if p.episode not in result.completed]

@@ -32,6 +32,9 @@ MSG_ID = "Nats-Msg-Id"
 SERVICE_UNAVAILABLE = 503
 DUPLICATE_IN_PROCESS = 10158
 """JetStream's error code for a message id whose first copy a stream leader is still storing."""
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code for a publish that expected another last sequence on its subject (`Publish.first`)."""
+EXPECTED_LAST_SUBJECT_SEQUENCE = api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
 _NO_RESPONDERS = str(SERVICE_UNAVAILABLE)
 
 
@@ -65,6 +68,10 @@ class Publish:
     """Why JetStream did not store it ("" if it did)."""
     transient: bool = False
     """Whether sending it again may succeed (no stream leader for now)."""
+    first: bool = False
+    """Stored only as the first message on its subject: the stream refuses it where the subject holds one."""
+    held: bool = False
+    """A `first` publish refused because its subject holds a message: an answer, not a failure to send again."""
     round: Round | None = None
     """The round whose waiter its next answer wakes."""
     token: int = 0
@@ -151,18 +158,16 @@ class Confirmations:
             self._awaited += 1
         self._count += 1
         token = str(self._count)
-        publish.answered, publish.failure, publish.transient = False, "", False
+        publish.answered, publish.failure, publish.transient, publish.held = False, "", False, False
         publish.round, publish.token = round_, self._count
         publish.tokens.append(token)
         self._waiting[token] = publish
         round_.sent()
+        headers = {MSG_ID: publish.msg_id} if publish.msg_id else None
+        if publish.first:
+            headers = {**(headers or {}), EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
         try:
-            await self._nc.publish(
-                publish.subject,
-                publish.data,
-                reply=self._prefix + token,
-                headers={MSG_ID: publish.msg_id} if publish.msg_id else None,
-            )
+            await self._nc.publish(publish.subject, publish.data, reply=self._prefix + token, headers=headers)
         except nats.errors.Error as exc:
             del self._waiting[token]
             publish.tokens.remove(token)
@@ -209,7 +214,7 @@ class Confirmations:
         if publish is None:
             return  # the answer to a publish confirmed already, or given up
         publish.tokens.remove(token)
-        seq, failure, transient = 0, "", False
+        seq, failure, transient, held = 0, "", False, False
         if msg.headers and msg.headers.get(api.Header.STATUS) == _NO_RESPONDERS:
             failure, transient = "no stream answered (none has a leader now)", True
         else:
@@ -225,15 +230,17 @@ class Confirmations:
                 # A retry whose first copy is still being stored (after a leader change) is answered
                 # "duplicate message id is in process": sent again, it is found a duplicate once stored.
                 transient = refusal.code == SERVICE_UNAVAILABLE or refusal.err_code == DUPLICATE_IN_PROCESS
+                held = refusal.err_code == WRONG_LAST_SEQUENCE
         if not failure:
             self.confirmed_token = max(self.confirmed_token, int(token))
             self.confirmed_at = asyncio.get_running_loop().time()
         if not publish.answered:
             publish.seq, publish.failure, publish.transient, publish.answered = seq, failure, transient, True
+            publish.held = held
             if publish.round is not None:
                 publish.round.answered()
         elif publish.failure and not failure:  # an earlier copy was stored after all
-            publish.seq, publish.failure, publish.transient = seq, "", False
+            publish.seq, publish.failure, publish.transient, publish.held = seq, "", False, False
         if not failure:
             for other in publish.tokens:  # its other copies' answers say nothing new
                 del self._waiting[other]

@@ -52,10 +52,17 @@ class Publisher:
         return f"{envelope_id}.{hashlib.blake2b(envelope_id.encode(), key=self._id_key, digest_size=8).hexdigest()}"
 
     async def publish_raw(self, subject: str, data: bytes, msg_id: str) -> int:
-        publish, round_ = Publish(subject, data, msg_id), Round()
+        return (await self._publish(Publish(subject, data, msg_id))).seq
+
+    async def publish_first(self, subject: str, data: bytes, msg_id: str) -> bool:
+        """Whether the stream stored `data` as the first message on `subject` (False: the subject held one)."""
+        return not (await self._publish(Publish(subject, data, msg_id, first=True))).held
+
+    async def _publish(self, publish: Publish) -> Publish:
+        round_ = Round()
         await self.acks.send(publish, round_)
         await self.settle([publish], round_)
-        return publish.seq
+        return publish
 
     async def settle(self, publishes: list[Publish], round_: Round) -> None:
         """Wait until JetStream confirmed every publish, sending the unconfirmed ones again with the same
@@ -143,7 +150,7 @@ class Publisher:
         for publish in publishes:
             if not publish.answered:
                 unconfirmed.append((publish, f"no answer within {self._settings.publish_timeout_s:g}s"))
-            elif publish.failure:
+            elif publish.failure and not publish.held:
                 if not publish.transient:
                     raise BusError(f"JetStream refused a publish to {publish.subject}: {publish.failure}")
                 unconfirmed.append((publish, publish.failure))

@@ -12,6 +12,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from faultline._errors import BusError
+from faultline.bus._acks import MSG_ID
 from faultline.bus._refusals import Refusals
 from faultline.bus._settings import BusSettings
 from faultline.core import Subjects
@@ -102,6 +103,17 @@ class Stream:
                     continue
                 firsts.append(first.seq or 0)
         return min(firsts, default=0)
+
+    async def last_msg_id(self, subject: str) -> str:
+        """The message id the last message stored on `subject` was published with; "" where none is stored."""
+        with self._refusals.asking_jetstream(
+            f"asking stream {self._subjects.stream} for its last message on {subject}"
+        ):
+            try:
+                last = await self._js.get_last_msg(self._subjects.stream, subject)
+            except nats.js.errors.NotFoundError:
+                return ""
+        return str((last.headers or {}).get(MSG_ID, ""))
 
     async def state(self) -> StreamState:
         info = await self._info()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 
@@ -39,9 +40,12 @@ from faultline.bus._refusals import Refusals
 from faultline.bus._requests import Requests
 from faultline.bus._settings import BusSettings
 from faultline.bus._stream import Stream, StreamState
-from faultline.core import DEFAULT_PREFIX, Envelope, InterceptorChain, Subjects, encode
+from faultline.core import DEFAULT_PREFIX, Envelope, InterceptorChain, Subjects, encode, validate_envelope
 
 log = logging.getLogger(__name__)
+
+CLAIM_BYTES = 8
+"""The random bytes that make the message id of a `publish_first` its call's own."""
 
 
 @dataclass
@@ -246,6 +250,23 @@ class Bus:
     async def publish_raw(self, subject: str, data: bytes, msg_id: str = "") -> int:
         """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
         return await self._publisher.publish_raw(subject, data, msg_id)
+
+    async def publish_first(self, envelope: Envelope) -> bool:
+        """Publish `envelope` only as the first message on its subject; False, storing nothing, where the stream
+        holds one there already.
+
+        Of two processes that publish on one subject at once, the stream stores one and refuses the other: a
+        claim that no look at the stream before publishing can make. The envelope goes out as it is, past the
+        outbound interceptors (one that made copies of it would claim its subject twice). Its message id is this
+        call's own, so that a copy sent again, after no answer came in time, is found to be this publish and not
+        another's, even another's of this credential and this envelope id.
+        """
+        validate_envelope(envelope)
+        subject = self.subjects.for_envelope(envelope)
+        msg_id = f"{self.dedup_id(envelope.id)}.{secrets.token_hex(CLAIM_BYTES)}"
+        if await self._publisher.publish_first(subject, encode(envelope), msg_id):
+            return True
+        return await self._stream.last_msg_id(subject) == msg_id  # an earlier copy of this one stored after all
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Send refused bytes to `fl.dlq` with the reason.
