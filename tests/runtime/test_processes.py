@@ -156,6 +156,9 @@ async def test_sigkilled_worker_recovers_by_replay_with_identical_journal(
 
 
 REPO = Path(__file__).resolve().parents[2]
+CODE = os.pathsep.join((str(REPO / "src"), str(REPO)))
+"""The PYTHONPATH of a child `faultline`: this tree's package (not another checkout's installed one), and the test
+agents, which import from the repository."""
 
 
 def write_up_config(tmp_path: Path) -> Path:
@@ -169,7 +172,7 @@ def write_up_config(tmp_path: Path) -> Path:
 
 def faultline(*args: str, cwd: Path, **popen: Any) -> subprocess.Popen[bytes]:
     """`faultline ARGS` as a child process in `cwd`; the test agents import from the repository."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), **popen.pop("env", {})}
+    env = {**os.environ, "PYTHONPATH": CODE, **popen.pop("env", {})}
     return subprocess.Popen(
         [sys.executable, "-m", "faultline.cli", *args],
         cwd=cwd,
@@ -395,7 +398,7 @@ async def test_up_on_a_server_configured_with_the_credentials_command_starts_eve
         [sys.executable, "-m", "faultline.cli", "credentials", "--config", str(config)],
         cwd=tmp_path,
         check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO)},  # the test agents import from the repository
+        env={**os.environ, "PYTHONPATH": CODE},
     )
     assert made.returncode == 0, made.stderr
     folder = tmp_path / ".faultline" / "credentials"
