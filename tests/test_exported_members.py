@@ -14,6 +14,7 @@ PUBLIC = {
         "CampaignError",
         "ChainError",
         "ConfigError",
+        "ConsumerInUseError",
         "DecodeError",
         "DeliveriesLostError",
         "DirectoryBusyError",

@@ -11,7 +11,8 @@ FaultlineError
  │    ├── ReplyTimeoutError   a request's answer did not come within its timeout
  │    ├── AccessError         NATS refused this process's credential, or it has none where one is needed
  │    ├── PublishRefusedError NATS refused a publish this identity has no permission for
- │    └── DeliveriesLostError deliveries a consumer sent never arrived (a server or route was lost)
+ │    ├── DeliveriesLostError deliveries a consumer sent never arrived (a server or route was lost)
+ │    └── ConsumerInUseError  a consumer one process reads alone has a reader already (names the consumer)
  ├── DecodeError              bytes on the wire are not a valid envelope (dead-lettered)
  ├── FaultRuleError           a fault rule names an unknown type or an agent the system lacks, or has bad parameters
  ├── JournalError             the journal file cannot be opened or written
@@ -95,6 +96,15 @@ class SubscribeRefusedError(BusError):
 
 class DeliveriesLostError(BusError):
     """A consumer's deliveries skipped ahead: those between were sent over core NATS and lost on the way."""
+
+
+class ConsumerInUseError(BusError):
+    """A durable consumer that one process reads alone (a worker's) has a reader already: both would be handed
+    every delivery. `consumer` is the one read, which may be another of the same inputs than the one asked for."""
+
+    def __init__(self, message: str, consumer: str) -> None:
+        super().__init__(message)
+        self.consumer = consumer
 
 
 class DecodeError(FaultlineError):

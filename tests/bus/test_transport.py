@@ -13,7 +13,7 @@ import anyio
 import pytest
 from nats.aio.msg import Msg
 
-from faultline._errors import BusError, DeliveriesLostError, ServerError
+from faultline._errors import BusError, ConsumerInUseError, DeliveriesLostError, ServerError
 from faultline.bus import (
     Access,
     Bus,
@@ -498,6 +498,48 @@ async def test_a_reset_consumer_sends_again_from_its_acknowledgement_floor(bus: 
     again = await drain(consumer, 3)
     assert [(d.envelope().id, d.consumer_seq) for d in again] == [("m1", 1), ("m2", 2), ("m3", 3)]
     await consumer.close(delete=True)
+
+
+async def test_a_consumer_another_process_reads_is_neither_opened_nor_reset_until_it_lets_go(
+    bus: Bus, nats_server: EmbeddedServer
+) -> None:
+    """Both would be handed every delivery; a reset would send the reader's unacknowledged ones again."""
+    name, filters = "alone", [bus.subjects.direct("*", "b")]
+    reader, _ = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
+    await bus.publish_all(note(i) for i in range(2))
+    await drain(reader, 2)
+    other = await Bus.connect(nats_server.url, settings=BusSettings(other_reader_wait_s=0.3))
+    try:
+        with pytest.raises(ConsumerInUseError, match="^consumer alone has a reader already$") as refused:
+            await other.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
+        assert refused.value.consumer == name
+        info = await bus.js.consumer_info(bus.subjects.stream, name)
+        assert (info.num_redelivered, info.num_ack_pending) == (0, 2)
+        await reader.close()
+        consumer, fresh = await other.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)  # the reader let go
+        assert not fresh
+        assert [d.envelope().id for d in await drain(consumer, 2)] == ["m0", "m1"]
+        await consumer.close(delete=True)
+    finally:
+        await other.close()
+
+
+async def test_on_an_open_server_a_consumer_is_not_made_while_a_rival_of_the_same_inputs_has_a_reader(
+    bus: Bus, nats_server: EmbeddedServer
+) -> None:
+    filters = [bus.subjects.direct("*", "b")]
+    reader, _ = await bus.own_consumer("rival", filters, ack_wait_s=ACK_WAIT_S)
+    other = await Bus.connect(nats_server.url, settings=BusSettings(other_reader_wait_s=0.3))
+    try:
+        with pytest.raises(ConsumerInUseError, match="^consumer rival of the same inputs has a reader$") as refused:
+            await other.own_consumer("mine", filters, ack_wait_s=ACK_WAIT_S, rivals=lambda name: name == "rival")
+        assert refused.value.consumer == "rival"
+        assert await bus.ack_floor("mine") is None  # not made
+        mine, _ = await other.own_consumer("mine", filters, ack_wait_s=ACK_WAIT_S, rivals=lambda name: name == "x")
+        await mine.close(delete=True)
+    finally:
+        await other.close()
+    await reader.close(delete=True)
 
 
 async def test_the_operator_makes_a_readers_consumer_and_keeps_its_place_when_its_filters_change(bus: Bus) -> None:

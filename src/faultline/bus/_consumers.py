@@ -7,18 +7,21 @@ removes once nobody reads it, and the durable ones other processes keep.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
+import anyio
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext, api
 
-from faultline._errors import BusError
+from faultline._errors import BusError, ConsumerInUseError
 from faultline.bus._access import INBOX, ConsumerSpec
 from faultline.bus._consumer import Consumer
 from faultline.bus._refusals import Refusals
+from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S, asked_again
 from faultline.bus._settings import BusSettings
 
 EPHEMERAL_INACTIVE_S = 5.0
@@ -27,6 +30,8 @@ identities may not)."""
 
 
 StartAt = Literal["all", "new"] | int
+
+log = logging.getLogger(__name__)
 
 
 class Consumers:
@@ -99,11 +104,16 @@ class Consumers:
             return await self._subscribe_to(info.name, deliver_subject, durable=durable, info=info)
 
     async def own(
-        self, name: str, filter_subjects: Sequence[str], *, ack_wait_s: float | None = None
+        self,
+        name: str,
+        filter_subjects: Sequence[str],
+        *,
+        ack_wait_s: float | None = None,
+        rivals: Callable[[str], bool] | None = None,
     ) -> tuple[Consumer, bool]:
         stream = self._stream
         try:
-            info = await self._info(name)
+            info = await self._alone(name, rivals)  # before the reset, which would send a reader's deliveries again
             if info is None:
                 deliver_subject = f"{self._inbox}.{name}"
                 config = _own_config(
@@ -116,6 +126,8 @@ class Consumers:
                     info = await self._js.add_consumer(
                         stream, info.config.evolve(max_ack_pending=self._settings.max_ack_pending)
                     )
+        except ConsumerInUseError:
+            raise
         except BusError as exc:
             if self._inbox == INBOX:
                 raise
@@ -133,6 +145,44 @@ class Consumers:
                 info = (await self._js.reset_consumer(stream, name)).info
         assert info.config.deliver_subject is not None
         return await self._subscribe_to(name, info.config.deliver_subject, durable=True, info=info), fresh
+
+    async def _alone(self, name: str, rivals: Callable[[str], bool] | None) -> api.ConsumerInfo | None:
+        """Consumer `name`'s state (None if there is none) once no other process reads it, nor, on an open server,
+        one of the consumers `rivals` names. A reader stopped or killed a moment ago is one until its server has
+        dropped it: that is waited for, up to `other_reader_wait_s`; ConsumerInUseError after."""
+        deadline = anyio.current_time() + self._settings.other_reader_wait_s
+
+        async def look() -> api.ConsumerInfo | None:
+            info = await self._info(name)
+            if info is not None and info.push_bound:
+                raise ConsumerInUseError(f"consumer {name} has a reader already", name)
+            if rivals is not None and self._inbox == INBOX:
+                await self._check_rivals(name, rivals)
+            return info
+
+        async def refuse_when_late(exc: Exception) -> None:
+            if anyio.current_time() >= deadline:
+                raise exc
+            log.debug("%s; asking again", exc)
+
+        return await asked_again(
+            look,
+            first_s=RETRY_BACKOFF_S,
+            max_s=RETRY_BACKOFF_MAX_S,
+            retried=ConsumerInUseError,
+            failed=refuse_when_late,
+        )
+
+    async def _check_rivals(self, name: str, rivals: Callable[[str], bool]) -> None:
+        """ConsumerInUseError if another consumer of the same inputs (one `rivals` names: on an open server any
+        process makes its own, so workers of two shard layouts would each make theirs) has a reader."""
+        with self._refusals.asking_jetstream(f"listing the consumers beside {name}"):
+            offset = 0
+            while page := await self._js.consumers_info(self._stream, offset):
+                for info in page:
+                    if info.push_bound and info.name != name and rivals(info.name):
+                        raise ConsumerInUseError(f"consumer {info.name} of the same inputs has a reader", info.name)
+                offset += len(page)
 
     async def ensure(self, specs: Iterable[ConsumerSpec]) -> None:
         for spec in specs:

@@ -31,6 +31,10 @@ class BusSettings:
     idle_heartbeat_s: float = 5.0
     """How long a long-lived consumer (a worker's, the journal's) may stay quiet before the server tells it the
     last delivery it sent: a delivery lost just before a quiet period is so found within this, not the ack wait."""
+    other_reader_wait_s: float = 5.0
+    """How long opening a consumer that one process reads alone (a worker's) waits for another reader of it to let
+    go before it is refused (ConsumerInUseError): a reader stopped or killed a moment ago is one until its server
+    has dropped it."""
     partitions: int = 1
     """Into how many partitions the system's subjects divide its episodes (`Subjects`): every process of a
     system must agree, and the stream records it."""

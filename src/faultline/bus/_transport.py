@@ -321,7 +321,12 @@ class Bus:
         )
 
     async def own_consumer(
-        self, name: str, filter_subjects: Sequence[str], *, ack_wait_s: float | None = None
+        self,
+        name: str,
+        filter_subjects: Sequence[str],
+        *,
+        ack_wait_s: float | None = None,
+        rivals: Callable[[str], bool] | None = None,
     ) -> tuple[Consumer, bool]:
         """Durable consumer `name`, read from its acknowledgement floor on; and whether it is fresh (it never
         delivered anything: nothing read before to recover).
@@ -329,8 +334,12 @@ class Bus:
         The operator makes it (`ensure_consumers`); a process alone on an open server makes it itself, from
         the next message on, and brings its limit of unacknowledged deliveries up to date. A consumer that delivered before is reset, which sends again at once what was
         sent and not acknowledged: what a process that stopped held, or what was lost on the way.
+
+        It is read alone: ConsumerInUseError, touching nothing, when another process reads it (each would be
+        handed every delivery), or, on an open server, one of the consumers `rivals` names, still after
+        `other_reader_wait_s` (a reader that has just stopped lets go meanwhile).
         """
-        return await self._consumers.own(name, filter_subjects, ack_wait_s=ack_wait_s)
+        return await self._consumers.own(name, filter_subjects, ack_wait_s=ack_wait_s, rivals=rivals)
 
     async def ensure_consumers(self, specs: Iterable[ConsumerSpec]) -> None:
         """Make the durable consumers the operator makes for other identities, or bring their filters,

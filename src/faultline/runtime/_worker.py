@@ -5,6 +5,9 @@ reads the agent's subjects through its own durable consumer and handles only the
 episodes whose id hashes to i (crc32 mod n), acknowledging the others unread. So
 each (episode, agent) belongs to exactly one worker, which handles its messages
 in stream order; a restarted worker resumes its consumer and finds its share.
+A worker reads its consumer alone: a second one of the same agent and shard (or,
+on an open server, of another shard count beside it) would be handed every input
+too, so it is refused (`Bus.own_consumer`, ConsumerInUseError).
 
 Timers. A handler that emits a `Timer` (a bounded wait) is sent `TimerFired`
 `after_s` seconds later by the worker that published the timer, unless the
@@ -58,6 +61,7 @@ import asyncio
 import functools
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -68,7 +72,14 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from faultline._errors import DecodeError, DeliveriesLostError, ModelError, NonDeterminismError, PluginError
+from faultline._errors import (
+    ConsumerInUseError,
+    DecodeError,
+    DeliveriesLostError,
+    ModelError,
+    NonDeterminismError,
+    PluginError,
+)
 from faultline.bus import Bus, Consumer, Delivery, Message, asked_again, decode_notice, tell
 from faultline.core import (
     DEFAULT_HANDLER_TIMEOUT_S,
@@ -133,6 +144,13 @@ SERVER_IDLE_S = 1.0
 def consumer_name(agent: str, shard: int, shards: int) -> str:
     """The durable consumer through which shard `shard` of `shards` reads `agent`'s inputs."""
     return f"agent-{agent}-{shard}of{shards}"
+
+
+def consumer_shards(agent: str, name: str) -> int:
+    """Into how many shards consumer `name` splits `agent`'s episodes (`consumer_name`); 0 if it is none of
+    `agent`'s."""
+    layout = re.fullmatch(rf"agent-{re.escape(agent)}-\d+of(\d+)", name)
+    return int(layout.group(1)) if layout else 0
 
 
 def agent_filters(subjects: Subjects, cls: type[Agent], shard: int = 0, shards: int = 1) -> list[str]:
@@ -426,11 +444,15 @@ class Worker:
     async def _open_consumer(self, cls: type[Agent]) -> Consumer:
         first = cls.name not in self._opened
         self._opened.add(cls.name)
-        consumer, fresh = await self.bus.own_consumer(
-            self._consumer_name(cls),
-            agent_filters(self.bus.subjects, cls, self.settings.shard, self.settings.shards),
-            ack_wait_s=self.settings.ack_wait_s,
-        )
+        try:
+            consumer, fresh = await self.bus.own_consumer(
+                self._consumer_name(cls),
+                agent_filters(self.bus.subjects, cls, self.settings.shard, self.settings.shards),
+                ack_wait_s=self.settings.ack_wait_s,
+                rivals=lambda name: consumer_shards(cls.name, name) not in (0, self.settings.shards),
+            )
+        except ConsumerInUseError as exc:
+            raise ConsumerInUseError(self._in_use(cls.name, exc.consumer), exc.consumer) from None
         if fresh:  # nothing read before: nothing to recover
             return consumer
         self._recovering.add(cls.name)
@@ -438,6 +460,26 @@ class Worker:
             self._inherited[cls.name] = (await self.bus.stream_state()).last_seq
             await self._rearm(cls.name)
         return consumer
+
+    def _in_use(self, agent: str, consumer: str) -> str:
+        """Why this worker may not serve `agent`, whose inputs another worker reads through `consumer` (and what
+        to do): both would be handed every input, and with configurations of their own, journal what each made
+        of it."""
+        shard, shards = self.settings.shard, self.settings.shards
+        theirs = consumer_shards(agent, consumer)
+        if consumer == consumer_name(agent, shard, shards):
+            return (
+                f"agent {agent}, shard {shard}/{shards}, is served by another worker already (its consumer"
+                f" {consumer} has a reader): two workers of one agent and shard would each handle every input."
+                f" Stop the other one first; to share {agent}'s load, raise its group's count ([workers.<group>]"
+                " count = N where `faultline up` runs) and give each worker its own --shard k/N"
+            )
+        return (
+            f"agent {agent} is served by another worker in {theirs} shard(s) (its consumer {consumer} has a"
+            f" reader), and this worker's --shard {shard}/{shards} splits its episodes into {shards}: both would"
+            f" handle the same inputs. Give every worker of {agent} the same shard count, each its own --shard"
+            f" k/{theirs}"
+        )
 
     async def _rearm(self, agent: str) -> None:
         """Fire the timers of this worker's share that a worker before it set and never fired.
