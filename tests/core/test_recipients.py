@@ -11,6 +11,7 @@ from faultline.core import (
     BUILTIN_SYSTEM,
     SCORER,
     Agent,
+    AgentHarness,
     Context,
     Envelope,
     Grade,
@@ -115,3 +116,18 @@ async def test_an_answer_to_the_runner_is_let_by_as_before() -> None:
     episode = await SystemHarness(Desk).run({"desk": "runner", "question": "2 plus 3?"})
     assert episode.completed is None
     assert [m.recipient for m in episode.sent_by("triage")] == ["runner"]
+
+
+async def test_an_agent_harness_told_the_agents_system_refuses_a_typo_as_its_worker_would() -> None:
+    """Without a system it lets any name by, as a worker that runs none; with one, by class or path, it holds the
+    agent to that system's agents."""
+    typo = Start(data={"desk": "mth", "question": "2 plus 3?"})
+    for system in (Desk, path(Desk)):
+        with pytest.raises(UnknownRecipientError) as raised:
+            await AgentHarness(Triage(), system=system).deliver(typo)
+        assert str(raised.value) == (
+            "system help-desk has no agent 'mth' to send to: did you mean 'math'? (its agents: math, scorer, triage)"
+        )
+    sent = await AgentHarness(Triage(), system=Desk).deliver(Start(data={"desk": "math", "question": "2 plus 3?"}))
+    assert [m.recipient for m in sent] == ["math"]
+    assert [m.recipient for m in await AgentHarness(Triage()).deliver(typo)] == ["mth"]
