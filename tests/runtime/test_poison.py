@@ -33,7 +33,7 @@ from faultline.core import (
 )
 from faultline.core._subjects import MAX_HOPS
 from faultline.journal import JournalReader, verify
-from faultline.runtime import Supervisor
+from faultline.runtime import Supervisor, worker_identity
 from tests.runtime.live import (
     episode_of,
     held,
@@ -43,6 +43,7 @@ from tests.runtime.live import (
     raw_client,
     run_episode,
 )
+from tests.wire import hpub, pub, publish_stored, send
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -170,6 +171,64 @@ async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: 
         assert (letter.subject, letter.size, letter.digest) == (subject, len(data), digest(data))
         assert letter.data == data[: len(letter.data)] and len(letter.data) <= 4096
     assert verify(journal).ok
+
+
+UNREADABLE = "\N{REPLACEMENT CHARACTER}"
+WIRE_INBOX = b"_INBOX.worker-main.wire"
+
+
+def _input(token: bytes, headers: bytes = b"") -> Callable[[str], tuple[bytes, str]]:
+    """An input to `env` on its episode's subject with `token` after the episode id, and the subject as read."""
+
+    def write(episode: str) -> tuple[bytes, str]:
+        subject = b"fl.ep.%s%s.env.tool" % (episode.encode(), token)
+        operation = hpub(subject, headers, b"\xc1", WIRE_INBOX) if headers else pub(subject, b"\xc1", WIRE_INBOX)
+        return operation, f"fl.ep.{episode}{UNREADABLE if token else ''}.env.tool"
+
+    return write
+
+
+WIRE: dict[str, Callable[[str], tuple[bytes, str]]] = {
+    "an-input-on-a-subject-that-is-not-utf-8": _input(b"\xff"),
+    "an-input-on-a-subject-with-a-vertical-tab": _input(b"\x0b"),
+    "an-input-with-headers-without-their-first-line": _input(b"", b"\r\n\r\n"),
+    "a-question-to-the-journal-with-a-reply-that-is-not-utf-8": lambda _: (pub(b"fl.svc.journal", b"{}", b"\xff"), ""),
+    "a-question-to-the-journal-with-a-status-that-is-not-utf-8": lambda _: (
+        hpub(b"fl.svc.journal", b"NATS/1.0 \xff\xff\r\n\r\n", b"{}"),
+        "",
+    ),
+}
+"""Bytes no NATS client library sends, from a worker's credential (episode -> what to send, and the subject its
+dead letters show, "" for a question, which nothing stores): each stopped the NATS client's reading."""
+
+
+@pytest.mark.parametrize("case", WIRE)
+async def test_a_message_the_nats_client_could_not_read_is_dead_lettered_and_the_system_runs_on(
+    case: str, running: Running
+) -> None:
+    supervisor, journal = running
+    bus = supervisor.bus
+    assert bus is not None and supervisor.access is not None
+    run = f"wire{list(WIRE).index(case)}"
+    assert (await run_episode(bus, run)).outcome == "success"
+    before = processes(supervisor)
+    operation, shown = WIRE[case](episode_of(run))
+    credential = supervisor.access.credential(worker_identity("main"))
+    if shown:
+        seq = await publish_stored(supervisor.url, operation, WIRE_INBOX, credential)
+    else:
+        await send(supervisor.url, operation, credential)
+    assert (await run_episode(bus, f"{run}-after")).outcome == "success"
+    await journal_everything(bus)
+    assert processes(supervisor) == before
+    if shown:
+        with JournalReader(journal) as reader:
+            letters = [
+                b for r in reader.rows() if isinstance(b := r.decoded_body(), DeadLetter) and b.stream_seq == seq
+            ]
+        # One from each process that refused it: the worker that would have handled it, the journal.
+        assert len(letters) == 2, letters
+        assert all((letter.subject, letter.data) == (shown, b"\xc1") for letter in letters), letters
 
 
 async def test_a_dead_letter_whose_id_was_taken_first_is_journaled_all_the_same(tmp_path: Path) -> None:

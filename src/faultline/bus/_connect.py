@@ -9,12 +9,12 @@ import hashlib
 from typing import Any
 
 import anyio
-import nats
 import nats.errors
 from nats.aio.client import Client as NatsClient
 
 from faultline._errors import AccessError, BusError
 from faultline.bus._access import Credential, Login, inbox
+from faultline.bus._client import Client
 from faultline.bus._refusals import Refusals, failed_tls, refused_login
 from faultline.bus._settings import BusSettings
 from faultline.bus._tls import client_context
@@ -32,24 +32,27 @@ async def open_client(
     credential, tls_ca = (login.credential, login.tls_ca) if login else (None, None)
     refusals = Refusals(f"{name} (user {credential.user!r})" if credential else name)
     servers = [part.strip() for part in url.split(",") if part.strip()]
-    options: dict[str, Any] = {}
+    # Seconds, which nats-py takes as any number though it annotates them as whole ones.
+    options: dict[str, Any] = {
+        "connect_timeout": settings.connect_timeout_s,
+        "reconnect_time_wait": 0.2,
+        "ping_interval": settings.ping_interval_s,
+    }
     if credential:
-        options = {"user": credential.user, "password": credential.password, "inbox_prefix": inbox(credential.user)}
+        options |= {"user": credential.user, "password": credential.password, "inbox_prefix": inbox(credential.user)}
     if tls_ca is not None:
         options["tls"] = client_context(tls_ca)
     try:
         # The client can keep retrying a TLS handshake it will never pass: bound the whole attempt.
         with anyio.fail_after(settings.connect_timeout_s * (len(servers) + 1)):
-            nc = await nats.connect(
+            nc = Client()
+            await nc.connect(
                 servers,
                 name=name,
-                connect_timeout=settings.connect_timeout_s,
                 max_reconnect_attempts=1,
-                reconnect_time_wait=0.2,
                 allow_reconnect=True,
                 error_cb=refusals.on_error,
                 reconnected_cb=refusals.on_reconnect,
-                ping_interval=settings.ping_interval_s,
                 max_outstanding_pings=MAX_OUTSTANDING_PINGS,
                 **options,
             )
