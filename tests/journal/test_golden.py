@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from faultline.cli import main
 from faultline.core import EpisodeStarted, encode
 from faultline.journal import JournalReader, export_jsonl, import_jsonl, verify
 from faultline.replay import Replayer
@@ -53,6 +54,23 @@ def test_the_golden_export_rebuilds_the_golden_journal(tmp_path: Path) -> None:
         assert import_jsonl(lines, rebuilt) == 18
     with JournalReader(rebuilt) as a, JournalReader(golden_copy(tmp_path)) as b:
         assert list(a.rows()) == list(b.rows())
+
+
+def test_fault_events_that_name_no_message_replay_and_are_refused_an_undo_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The golden journal's fault events, written by hand, name only an id where the runtime records the envelope
+    the fault replaced, like one any agent's credential may publish as its own: replay raised on them, and a fork
+    that undid one ended in a traceback."""
+    path = golden_copy(tmp_path)
+    assert Replayer(agent_lookup(Config())).replay(path).identical
+    with JournalReader(path) as reader:
+        fault = next(row for row in reader.rows() if row.kind == "fault_applied")
+    assert main(["fork", str(path), "--episode", fault.episode, "--at", str(fault.pos), "--undo-fault"]) == 1
+    assert capsys.readouterr().err == (
+        f"faultline: error: position {fault.pos} holds a fault event that names no message it replaced:"
+        " nothing to undo\n"
+    )
 
 
 @pytest.mark.parametrize("name", ["two_episodes.db", "two_episodes_v2.db"])

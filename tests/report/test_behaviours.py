@@ -12,6 +12,7 @@ from faultline.core import (
     ContextReply,
     ContextRequest,
     DefenseFired,
+    Envelope,
     FaultApplied,
     MessageBody,
     ToolCall,
@@ -434,3 +435,14 @@ def test_a_cycles_echo_passed_on_is_received_without_impact(tmp_path: Path) -> N
         assert [(b.name, b.repaired, b.failed_in) for b in seen] == expected, case
     [received] = cell.behaviours[("said again", 0)]
     assert [received.repaired_in(t) for t in ("rule", "reasoning")] == [False, True]
+
+
+@pytest.mark.parametrize("body", ["x", {"transcript": 5}])
+def test_a_fault_event_that_records_no_message_removed_no_text(body: object) -> None:
+    """As any agent's credential may publish one of its own: it is journaled, and read as changing no transcript."""
+    recorded = {"id": "m9", "body": body}
+    for model_call in (-1, 0):
+        fault = FaultApplied(
+            rule_id="r1", fault="memory_loss", original=recorded, results=[recorded], model_call=model_call
+        )
+        assert EpisodeTrace.of([(1, Envelope(id="f", episode="e", sender="tool", body=fault))]).removed == []

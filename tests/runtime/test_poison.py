@@ -11,22 +11,29 @@ import math
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
 import pytest_asyncio
 
 from faultline._errors import SubjectError
+from faultline.api import replay
 from faultline.core import (
+    OPERATOR,
     RUNNER,
     Control,
     DeadLetter,
     Envelope,
     EpisodeCompleted,
+    EpisodeStarted,
+    FaultApplied,
+    MessageBody,
     Recording,
     Subjects,
     ToolCall,
+    UserTurn,
+    body_kind,
     decode_envelope,
     digest,
     encode,
@@ -46,6 +53,9 @@ from tests.runtime.live import (
 from tests.wire import hpub, pub, publish_stored, send
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+MAIN = worker_identity("main")
+"""The credential of the worker group that runs the episodes' agents."""
 
 CALL = ToolCall(call_id="c1", name="get_user_details", arguments={"user_id": "mia_li_3668"})
 
@@ -141,6 +151,7 @@ async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run
     async with held(live_system(folder, journal)) as supervisor:
         yield Running(supervisor, journal)
     assert verify(journal).ok  # and the journal the stopped system leaves holds
+    assert replay(journal).identical  # and its episodes, all run between poison messages, replay as they ran
 
 
 @pytest.mark.parametrize("poison", POISON)
@@ -171,6 +182,73 @@ async def test_a_poison_message_is_dead_lettered_and_the_system_runs_on(poison: 
         assert (letter.subject, letter.size, letter.digest) == (subject, len(data), digest(data))
         assert letter.data == data[: len(letter.data)] and len(letter.data) <= 4096
     assert verify(journal).ok
+
+
+def _sent(episode: str, sender: str, body: MessageBody, **fields: Any) -> bytes:
+    return encode(Envelope(id=f"forged-{body_kind(body)}", episode=episode, sender=sender, body=body, **fields))
+
+
+DEEP = msgspec.Raw(b"\x91" * 900 + b"\x01")
+"""A list in a list ... 900 deep: inside what the decoder takes, past what Python's own recursion would."""
+
+FORGED: dict[str, Callable[[str], tuple[str, str, bytes]]] = {
+    "a-fault-event-that-names-no-message": lambda e: (
+        MAIN,
+        Subjects().event("fault", e, "tool"),
+        _sent(e, "tool", FaultApplied(rule_id="r", fault="message_storm", original={"id": "x"}, results=[{}])),
+    ),
+    "a-fault-on-a-model-call-of-a-garbled-request": lambda e: (
+        MAIN,
+        Subjects().event("fault", e, "tool"),
+        _sent(e, "tool", FaultApplied(rule_id="r", fault="memory_loss", original={"body": "x"}, model_call=0)),
+    ),
+    "a-call-of-arguments-nested-deep-and-not-numbers": lambda e: (
+        MAIN,
+        Subjects().direct(e, "env", "tool"),
+        _sent(
+            e,
+            "tool",
+            ToolCall(call_id="c", name="x\0", arguments={"a": DEEP, "b": [math.nan, -math.inf]}),
+            recipient="env",
+        ),
+    ),
+    "an-input-caused-by-another-episodes-message": lambda e: (
+        MAIN,
+        Subjects().direct(e, "tool", "user"),
+        _sent(e, "user", UserTurn(text="hi"), recipient="tool", causation=episode_of("before0"), hops=5),
+    ),
+    "a-second-start-of-an-episode-that-ran": lambda e: (
+        OPERATOR,
+        Subjects().event("started", e, RUNNER),
+        _sent(e, RUNNER, EpisodeStarted(domain="retail", task="0", settings={"x": math.nan})),
+    ),
+}
+"""Well-formed messages no process of the system would send, from credentials that may send them (episode -> the
+credential, the subject, the bytes): journaled as they came, and every episode replays as it ran."""
+
+
+@pytest.mark.parametrize("case", FORGED)
+async def test_a_well_formed_forgery_is_journaled_and_every_episode_replays_as_it_ran(
+    case: str, running: Running
+) -> None:
+    supervisor, journal = running
+    bus = supervisor.bus
+    assert bus is not None
+    run = f"forged{list(FORGED).index(case)}"
+    assert (await run_episode(bus, run)).outcome == "success"
+    before = processes(supervisor)
+    identity, subject, data = FORGED[case](episode_of(run))
+    raw = await raw_client(supervisor, identity)
+    try:
+        seq = (await raw.jetstream().publish(subject, data)).seq
+    finally:
+        await raw.close()
+    assert (await run_episode(bus, f"{run}-after")).outcome == "success"
+    await journal_everything(bus)
+    assert processes(supervisor) == before
+    with JournalReader(journal) as reader:
+        assert seq in {r.stream_seq for r in reader.rows()}
+    assert replay(journal).identical
 
 
 UNREADABLE = "\N{REPLACEMENT CHARACTER}"
@@ -213,7 +291,7 @@ async def test_a_message_the_nats_client_could_not_read_is_dead_lettered_and_the
     assert (await run_episode(bus, run)).outcome == "success"
     before = processes(supervisor)
     operation, shown = WIRE[case](episode_of(run))
-    credential = supervisor.access.credential(worker_identity("main"))
+    credential = supervisor.access.credential(MAIN)
     if shown:
         seq = await publish_stored(supervisor.url, operation, WIRE_INBOX, credential)
     else:

@@ -317,6 +317,17 @@ class FaultApplied(Body, frozen=True, tag="fault_applied"):
     `original["causation"]`; `original` and the one result then hold the request's
     `messages` before and after, not envelopes."""
 
+    def replaced(self) -> Envelope | None:
+        """The message the fault replaced, as its agent sent it; None for a fault on a model call, whose agent's
+        output was never in question, and where `original` holds no envelope (any agent's credential may send such
+        an event as its own, and the first hand-made journals hold some)."""
+        if self.model_call >= 0:
+            return None
+        try:
+            return msgspec.convert(self.original, Envelope)
+        except msgspec.ValidationError:
+            return None
+
 
 class FaultSkipped(Body, frozen=True, tag="fault_skipped"):
     """A rule drew a message but its fault could not be made (the injector model's answer was

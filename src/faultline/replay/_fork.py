@@ -363,7 +363,11 @@ def _delivered(row: JournalRow, change: Change, episode: str) -> Envelope | None
         raise FaultlineError(f"position {row.pos} holds {_a(row.kind)}, not a fault event: nothing to undo")
     if env.body.model_call >= 0:
         raise FaultlineError(f"position {row.pos} holds a fault on a model request: no message to deliver instead")
-    original = msgspec.convert(env.body.original, Envelope)
+    original = env.body.replaced()
+    if original is None:
+        raise FaultlineError(
+            f"position {row.pos} holds a fault event that names no message it replaced: nothing to undo"
+        )
     return msgspec.structs.replace(original, episode=episode)
 
 
@@ -590,8 +594,7 @@ def _interceptor(
         env = row.envelope()
         if isinstance(env.body, FaultApplied):
             rule_set.count(env.body)
-        if isinstance(env.body, FaultApplied) and env.body.model_call < 0:
-            original = msgspec.convert(env.body.original, Envelope)
+        if isinstance(env.body, FaultApplied) and (original := env.body.replaced()) is not None:
             originals[original.id] = original
             if row is seen[-1]:  # an undone fault: its original is what the agent sent
                 interceptor.observe(msgspec.structs.replace(original, episode=fork))

@@ -199,10 +199,8 @@ def agent_tracks(
         if row.kind == "fault_applied":
             applied = row.envelope().body
             assert isinstance(applied, FaultApplied)
-            if applied.model_call >= 0:  # a faulted model request: the agent's output was never in question
-                continue
-            original = msgspec.convert(applied.original, Envelope)
-            if original.causation and original.sender in tracks:
+            original = applied.replaced()
+            if original is not None and original.causation and original.sender in tracks:
                 tracks[original.sender].outputs[original.causation].append(original)
             continue
         if row.causation and row.sender in tracks and row.id not in made:

@@ -233,8 +233,13 @@ MIN_RESTORED_CHARS = 12
 
 
 def _contents(message: Mapping[str, Any]) -> list[str]:
-    body = message.get("body", {})
-    return [str(turn.get("content", "")) for turn in body.get("transcript", []) if isinstance(turn, dict)]
+    """The transcript turns of a message a fault event records: none where it records no such message (a model
+    request, or what an agent's credential sent as a fault event of its own)."""
+    body = message.get("body")
+    transcript = body.get("transcript") if isinstance(body, dict) else None
+    if not isinstance(transcript, list):
+        return []
+    return [str(turn.get("content", "")) for turn in transcript if isinstance(turn, dict)]
 
 
 def removed_texts(fault: FaultApplied) -> list[str]:
