@@ -5,19 +5,43 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from faultline.agents import EpisodeSpec
-from faultline.api import RunPlan, plan_episodes, start_envelopes
+from faultline.api import RunPlan, plan_episodes, roster_worker, start_envelopes, with_helpers, worker_specs
 from faultline.cli import main
-from faultline.core import RUNNER, ContextRequest, Envelope, EpisodeCompleted, EpisodeStarted, Notice, derive_id
+from faultline.core import (
+    HELPERS,
+    RUNNER,
+    ContextRequest,
+    Control,
+    Envelope,
+    EpisodeCompleted,
+    EpisodeStarted,
+    Notice,
+    derive_id,
+)
 from faultline.envs import load_domain
 from faultline.journal import JournalReader
-from faultline.runtime import Completions, start_episode
+from faultline.runtime import (
+    HELPERS_CONTROL,
+    Completions,
+    Supervisor,
+    check_system,
+    completing_agents,
+    load_config,
+    publish_roster,
+    read_rosters,
+    roster_control,
+    start_episode,
+    system_access,
+)
 from tests import jsonl
-from tests.runtime.live import EPISODE_TIMEOUT_S, journal_everything, live_system, retail
+from tests.runtime.live import EPISODE_TIMEOUT_S, journal_everything, live_system, processes, retail
 from tests.runtime.test_processes import faultline, finish, wait_until_up
 from tests.runtime.test_supervisor import supervisor_log
 
@@ -123,3 +147,38 @@ async def test_a_helper_killed_mid_episode_costs_one_wait_and_the_episode_comple
         notices = [r.envelope().body for r in reader.episode_rows(planned.episode) if r.kind == "notice"]
     assert any(isinstance(n, Notice) and n.data.get("missing") == ["dce"] for n in notices)
     assert main(["replay", str(journal)]) == 0
+
+
+MALFORMED_ROSTERS: list[dict[str, Any]] = [
+    {"action": "set", "domain": "retail", "helpers": 5},
+    {"action": "set", "domain": "retail", "helpers": ["bogus"]},
+    {"action": "set", "domain": "retail", "helpers": ["dce"], "counts": 7},
+    {"action": "set", "domain": ["retail"], "model": {"a": 1}, "helpers": [["dce"]]},
+]
+"""Roster controls no `faultline helpers set` writes: the helper pool failed on each, at every restart again."""
+
+
+async def test_malformed_roster_controls_are_passed_over_and_the_helper_pool_takes_the_next(tmp_path: Path) -> None:
+    config_path = tmp_path / "faultline.toml"
+    config_path.write_text("")
+    config = load_config(config_path)
+    groups = check_system(config, str(config_path))
+    supervisor = Supervisor(
+        journal_path=tmp_path / "journal.sqlite",
+        workers=[*worker_specs(config, groups, config_path), roster_worker(config_path)],
+        store_dir=tmp_path / "nats",
+        log_dir=tmp_path / "logs",
+        access=system_access(tmp_path / "credentials", config, with_helpers(groups, HELPERS)).prepare(),
+        completers=completing_agents(config, groups),
+    )
+    async with supervisor.running():
+        bus = supervisor.bus
+        assert bus is not None
+        before = processes(supervisor)
+        for i, data in enumerate(MALFORMED_ROSTERS):
+            control = roster_control("set", nonce=f"malformed{i}")
+            await bus.publish(msgspec.structs.replace(control, body=Control(name=HELPERS_CONTROL, data=data)))
+        taken, _ = await publish_roster(bus, roster_control("set", domain="retail", helpers=["dce"]), EPISODE_TIMEOUT_S)
+        assert taken is not None and taken.served == ["dce"]
+        assert processes(supervisor) == before
+        assert (await read_rosters(bus)).domains == {"retail": {"*": ["dce"]}}

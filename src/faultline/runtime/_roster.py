@@ -13,9 +13,9 @@ from typing import Any
 import anyio
 import msgspec
 
-from faultline._errors import NoResponderError, ReplyTimeoutError
+from faultline._errors import ConfigError, NoResponderError, ReplyTimeoutError
 from faultline.bus import Bus, Message, decode_notice, hear
-from faultline.core import CONTROL_EPISODE, OPERATOR, Control, Envelope, derive_id
+from faultline.core import CONTROL_EPISODE, OPERATOR, Control, Envelope, derive_id, parse_roster
 
 HELPERS_CONTROL = "helpers"
 """The control name of the roster: it travels on `fl.ctl.helpers`."""
@@ -41,17 +41,24 @@ class Rosters(msgspec.Struct, kw_only=True):
     reasons: dict[str, dict[str, dict[str, Any]]] = {}
 
     def take(self, control: Control) -> None:
-        """Fold one `fl.ctl.helpers` control in: `set` a (domain, model) roster, or `clear` one domain or all."""
-        data = control.data
-        domain, model = str(data.get("domain", "")), str(data.get("model") or ANY_MODEL)
-        if data.get("action") == "set" and domain:
-            self.domains.setdefault(domain, {})[model] = list(data.get("helpers", []))
+        """Fold one `fl.ctl.helpers` control in: `set` a (domain, model) roster, or `clear` one domain or all.
+
+        A malformed one, or one that names helpers there are not, is ignored: the helper pool that served its
+        roster failed on it, and again at every restart, since it reads every control from the stream's start."""
+        try:
+            command = msgspec.convert(control.data, _RosterCommand)
+            parse_roster(command.helpers)
+        except (msgspec.ValidationError, ConfigError):
+            return
+        domain, model = command.domain, command.model or ANY_MODEL
+        if command.action == "set" and domain:
+            self.domains.setdefault(domain, {})[model] = command.helpers
             reasons = self.reasons.setdefault(domain, {})
-            if "counts" in data:
-                reasons[model] = dict(data["counts"])
+            if command.counts is not None:
+                reasons[model] = command.counts
             else:
                 reasons.pop(model, None)
-        elif data.get("action") == "clear":
+        elif command.action == "clear":
             if not domain:
                 self.domains.clear()
                 self.reasons.clear()
@@ -67,6 +74,16 @@ class Rosters(msgspec.Struct, kw_only=True):
     def entries(self) -> set[str]:
         """Every entry some roster names."""
         return {entry for rosters in self.domains.values() for roster in rosters.values() for entry in roster}
+
+
+class _RosterCommand(msgspec.Struct):
+    """The data of a `fl.ctl.helpers` control, as `roster_control` writes it."""
+
+    action: str = ""
+    domain: str = ""
+    model: str | None = None
+    helpers: list[str] = []
+    counts: dict[str, Any] | None = None
 
 
 def roster_control(
