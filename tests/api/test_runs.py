@@ -353,7 +353,7 @@ async def test_a_run_cut_short_after_starting_an_episode_is_resumed_on_the_runni
     async with live_system(tmp_path, journal) as supervisor:
         bus = supervisor.bus
         assert bus is not None and supervisor.access is not None
-        assert await bus.publish_first(start_envelopes(plan, first)[0])
+        assert await bus.publish_first(start_envelopes(plan, first)[0], "cut-short")
         await wait_for_journal(bus)
         login = Login(supervisor.access.credential(OPERATOR))
         spec = RunSpec(tasks=2, run_id="r1", resume=True, journal=journal, nats=supervisor.url, login=login)
@@ -363,6 +363,41 @@ async def test_a_run_cut_short_after_starting_an_episode_is_resumed_on_the_runni
     assert {done.outcome for done in report.episodes.completed.values()} == {"success"}
     with JournalReader(journal) as reader:
         assert reader.of_run("r1") == ["r1-cancel-00-t0", "r1-cancel-01-t0", "r1-r1-cancel-00-t0"]
+
+
+async def test_a_run_held_up_after_its_claims_and_run_again_in_its_process_finds_its_episodes_its_own(
+    tmp_path: Path,
+) -> None:
+    """A run whose journal refused new episodes after it had claimed one runs its plan again once the journal
+    writes: the claim it made is its own (`RunResult.claimant`), and the episode runs under its id."""
+    plan = RunPlan(tasks=1, run_id="r1")
+    (first,) = plan_episodes(plan, load_domain("retail"))
+    result = RunResult([first])
+    async with live_system(tmp_path, tmp_path / "j.sqlite") as supervisor:
+        bus = supervisor.bus
+        assert bus is not None
+        assert await bus.publish_first(start_envelopes(plan, first)[0], result.claimant)
+        with anyio.fail_after(60):
+            await run_plan(bus, plan, result, lambda _episode, _done: None)
+    assert result.planned == [first] and list(result.completed) == [first.episode]
+
+
+async def test_a_resumed_runs_episode_whose_start_the_journal_had_not_copied_runs_again_under_a_retrys_id(
+    tmp_path: Path,
+) -> None:
+    """Resumed while the journal lagged, run r1 plans its episode under its own id (the journal held no start of
+    it); the stream holds that start, of r1's cut-short attempt, so the episode runs as a retry would."""
+    plan = RunPlan(tasks=1, run_id="r1")
+    (first,) = plan_episodes(plan, load_domain("retail"))
+    result = RunResult([first], resuming=True)
+    async with live_system(tmp_path, tmp_path / "j.sqlite") as supervisor:
+        bus = supervisor.bus
+        assert bus is not None
+        assert await bus.publish_first(start_envelopes(plan, first)[0], "cut-short")
+        with anyio.fail_after(60):
+            await run_plan(bus, plan, result, lambda _episode, _done: None)
+    assert [p.episode for p in result.planned] == ["r1-r1-cancel-00-t0"] == list(result.completed)
+    assert result.completed["r1-r1-cancel-00-t0"].outcome == "success"
 
 
 def test_a_run_whose_episode_another_run_started_first_is_refused_in_one_line_before_publishing_it(
@@ -377,7 +412,8 @@ def test_a_run_whose_episode_another_run_started_first_is_refused_in_one_line_be
         async with await Bus.connect(nats_server.url) as bus:
             await bus.ensure_stream()
             other = RunPlan(run_id="c1-cancel-and", task_ids=["return-00"])
-            assert await bus.publish_first(start_envelopes(other, plan_episodes(other, load_domain("retail"))[0])[0])
+            started = start_envelopes(other, plan_episodes(other, load_domain("retail"))[0])[0]
+            assert await bus.publish_first(started, "other")
 
     async def stored() -> list[Envelope]:
         async with await Bus.connect(nats_server.url) as bus:

@@ -79,7 +79,7 @@ async def test_of_two_connections_that_publish_one_envelope_first_at_once_the_st
     won: dict[str, bool] = {}
 
     async def publish_first(name: str, publisher: Bus) -> None:
-        won[name] = await publisher.publish_first(claim)
+        won[name] = await publisher.publish_first(claim, name)
 
     try:
         with anyio.fail_after(10):
@@ -87,7 +87,9 @@ async def test_of_two_connections_that_publish_one_envelope_first_at_once_the_st
                 tg.start_soon(publish_first, "this", bus)
                 tg.start_soon(publish_first, "other", other)
             assert sorted(won.values()) == [False, True]
-            assert not await bus.publish_first(claim)  # later too
+            assert not await bus.publish_first(claim, "late")  # later too
+            winner = next(name for name, won_it in won.items() if won_it)
+            assert await bus.publish_first(claim, winner)  # the winner's claim made again is its own
     finally:
         await other.close()
     stored = await bus.read_envelopes([bus.subjects.event("started", "e1")], 10)
@@ -114,10 +116,10 @@ async def test_a_first_publish_sent_again_after_its_answer_was_lost_is_found_to_
     claim = Envelope(id="s1", episode="e1", sender="runner", body=EpisodeStarted(run="r1"))
     try:
         with anyio.fail_after(10):
-            assert await bus.publish_first(claim)
+            assert await bus.publish_first(claim, "this")
         assert len(answers) == 2  # the copy sent again was answered, and not stored
         assert (await bus.stream_state()).messages == 1
-        assert not await bus.publish_first(claim)  # another call's publish is another's
+        assert not await bus.publish_first(claim, "another")  # another claimant's publish is another's
     finally:
         await bus.close()
 

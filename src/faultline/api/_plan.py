@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import itertools
 import re
+import secrets
 import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,6 +115,9 @@ class PlannedEpisode:
     record: InputRecord | None = None
     """The input record the episode begins from, on a system of one's own."""
 
+
+CLAIMANT_BYTES = 8
+"""The random bytes of a run's claimant token (`RunResult.claimant`)."""
 
 EPISODE_ID_CHARS = 64
 """The longest episode id: a subject token (`check_token`)."""
@@ -224,7 +228,7 @@ def resumed(result: RunResult, journal: Path, run_id: str) -> RunResult:
                 completed[attempt] = done
                 planned.append(dataclasses.replace(p, episode=attempt))
                 break
-    return RunResult(planned, completed)
+    return RunResult(planned, completed, resuming=True)
 
 
 def held_episodes(journal: Path, episodes: Collection[str] | None = None) -> dict[str, str]:
@@ -379,6 +383,12 @@ class RunResult:
     """The journal that holds the run, as its service names it (on the service's host): known once it was waited for."""
     refused: str = ""
     """Why the journal refused new episodes, which ended the run before its plan ("" when it did not)."""
+    resuming: bool = False
+    """A resumed run's (`resumed`): an episode of its own run that the stream holds started, its start not copied to
+    the journal when the run was planned, runs again under its next retry's id, as one the journal held would."""
+    claimant: str = field(default_factory=lambda: secrets.token_hex(CLAIMANT_BYTES))
+    """Whose claims on its episodes' starts these are (`Bus.publish_first`): run again in this process, after the
+    journal held it up, the run finds the episodes it started its own."""
 
     def outcomes(self) -> list[tuple[PlannedEpisode, EpisodeCompleted]]:
         return [(p, self.completed[p.episode]) for p in self.planned if p.episode in self.completed]
@@ -437,18 +447,27 @@ async def run_plan(
                         result.model_calls = await model_calls_in_flight(bus)
                         await anyio.sleep(MODEL_CALLS_POLL_S)
 
-            async def claim(p: PlannedEpisode) -> list[Envelope]:
-                """The episode's Starts, once its start event is stored as the first on its subject: of two runs
-                that would start one episode id, the stream lets one start it and this refuses the other."""
+            async def claim(p: PlannedEpisode) -> tuple[PlannedEpisode, list[Envelope]]:
+                """The episode (a resumed run's may have moved to a retry's id) and its Starts, once its start event
+                is stored as the first on its subject: of two runs that would start one episode id, the stream lets
+                one start it and this refuses the other."""
                 await gate.check()
-                started, *starts = start_envelopes(plan, p)
-                if not await bus.publish_first(started):
-                    raise started_first(plan.run_id, p, await recorded_run(bus, p.episode))
-                return starts
+                attempts = _attempts(p, plan.run_id)
+                while True:
+                    episode = next(attempts)
+                    attempt = p if episode == p.episode else dataclasses.replace(p, episode=episode)
+                    started, *starts = start_envelopes(plan, attempt)
+                    if await bus.publish_first(started, result.claimant):
+                        if attempt is not p:
+                            result.planned[result.planned.index(p)] = attempt
+                        return attempt, starts
+                    other = await recorded_run(bus, episode)
+                    if not (result.resuming and other == plan.run_id):
+                        raise started_first(plan.run_id, attempt, other)
 
-            async def one(p: PlannedEpisode, starts: list[Envelope] | None) -> None:
+            async def one(p: PlannedEpisode, claimed: tuple[PlannedEpisode, list[Envelope]] | None) -> None:
                 try:
-                    starts = await claim(p) if starts is None else starts
+                    p, starts = await claim(p) if claimed is None else claimed
                     result.running[p.episode] = anyio.current_time()
                     await bus.publish_all(starts)
                     with anyio.move_on_after(plan.episode_timeout_s) as scope:

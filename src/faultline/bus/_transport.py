@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 
@@ -43,9 +42,6 @@ from faultline.bus._stream import Stream, StreamState
 from faultline.core import DEFAULT_PREFIX, Envelope, InterceptorChain, Subjects, encode, validate_envelope
 
 log = logging.getLogger(__name__)
-
-CLAIM_BYTES = 8
-"""The random bytes that make the message id of a `publish_first` its call's own."""
 
 
 @dataclass
@@ -251,19 +247,20 @@ class Bus:
         """Publish bytes as they are (controls, dead letters, tests of malformed input); their stream sequence."""
         return await self._publisher.publish_raw(subject, data, msg_id)
 
-    async def publish_first(self, envelope: Envelope) -> bool:
+    async def publish_first(self, envelope: Envelope, claimant: str) -> bool:
         """Publish `envelope` only as the first message on its subject; False, storing nothing, where the stream
-        holds one there already.
+        holds one there already that `claimant` did not publish.
 
         Of two processes that publish on one subject at once, the stream stores one and refuses the other: a
         claim that no look at the stream before publishing can make. The envelope goes out as it is, past the
-        outbound interceptors (one that made copies of it would claim its subject twice). Its message id is this
-        call's own, so that a copy sent again, after no answer came in time, is found to be this publish and not
-        another's, even another's of this credential and this envelope id.
+        outbound interceptors (one that made copies of it would claim its subject twice). Its message id names
+        `claimant` (a token its caller makes, one per claim it may make again), so that the copy sent again after no
+        answer came in time, or the claim made again after a run was held up, is found to be the claimant's own
+        and not another's, even another's of this credential and this envelope id.
         """
         validate_envelope(envelope)
         subject = self.subjects.for_envelope(envelope)
-        msg_id = f"{self.dedup_id(envelope.id)}.{secrets.token_hex(CLAIM_BYTES)}"
+        msg_id = f"{self.dedup_id(envelope.id)}.{claimant}"
         if await self._publisher.publish_first(subject, encode(envelope), msg_id):
             return True
         return await self._stream.last_msg_id(subject) == msg_id  # an earlier copy of this one stored after all
