@@ -207,7 +207,7 @@ class MemoryConfig(_Section, frozen=True):
     `[memory.openai]` (an OpenAI-compatible `/embeddings` endpoint), with
     `embedding_dim` 0 meaning "ask the endpoint". Reflections on failed
     episodes come from the model role `extractor_role`; with a `sim` backend
-    they are written offline from the recorded mistakes. `extractor` "off"
+    they are written offline from the run's calls, tool answers and last reply. `extractor` "off"
     stores entries without any reflection and asks no extractor (the paper's
     "w/o memory extractor"); each episode records it, so the entry its run
     asked for is what the service and a rebuild write.

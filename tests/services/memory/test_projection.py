@@ -13,10 +13,11 @@ from faultline.services.memory import (
     entry_from_episode,
     entry_from_facts,
     episode_facts,
+    extractor_request,
     sim_preferences,
     sim_reflection,
 )
-from faultline.services.memory._projection import reflection_recording
+from faultline.services.memory._projection import extraction_input, reflection_recording
 from tests.services.memory.episodes import episode, mistake
 
 
@@ -31,12 +32,30 @@ def test_a_success_is_the_first_user_turn_its_calls_and_feedback_1() -> None:
     assert entry.reflection == ""
 
 
-def test_a_failure_gets_the_offline_critique_of_its_recorded_mistakes() -> None:
-    mistakes = [mistake(2, "wrong_arguments"), mistake(0, "missing_call")]
-    entry = entry_from_episode(episode("f", query="Cancel order #W1", reward=0.0, mistakes=mistakes))
-    assert entry is not None
+def test_a_failure_gets_the_offline_critique_of_what_it_shows() -> None:
+    calls = [("get_order_details", {"order_id": "#W1"}, {"ok": 1}), ("cancel_pending_order", {"order_id": "#W1"}, "ok")]
+    facts = episode_facts(episode("f", query="Cancel order #W1", reward=0.0, calls=calls))
+    assert facts is not None
+    entry = entry_from_facts(facts)
     assert entry.feedback == 0
-    assert entry.reflection == sim_reflection(mistakes)
+    assert entry.reflection == sim_reflection(facts.exchanges, "All done.")
+    assert entry.reflection.startswith("The run failed after 2 tool calls.")
+
+
+def test_a_simulators_own_mistake_labels_change_no_entry_and_no_extractor_request() -> None:
+    """The completed event of a sim episode carries the simulator's labels of its mistakes; with them removed
+    or scrambled the entry and what a model extractor would be asked are the same: neither reads them."""
+    calls = [("cancel_pending_order", {"order_id": "#W1"}, "ok"), ("refund", {"order_id": "#W1"}, None)]
+    runs = [
+        episode("f", query="Cancel order #W7", reward=0.0, calls=calls, mistakes=labels)
+        for labels in ([mistake(0)], [], [mistake(3, "early_stop", made="goodbye", intended="refund #W7")])
+    ]
+    facts = [episode_facts(run) for run in runs]
+    assert all(f is not None for f in facts)
+    entries = [entry_from_facts(f) for f in facts if f is not None]
+    assert entries[0].reflection and entries[1:] == [entries[0], entries[0]]
+    requests = [extractor_request(extraction_input(f, similar=[], tools=[])) for f in facts if f is not None]
+    assert requests[1:] == [requests[0], requests[0]]
 
 
 def test_with_the_extractor_off_no_entry_carries_a_reflection() -> None:

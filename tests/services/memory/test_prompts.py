@@ -53,7 +53,6 @@ def failed_run(**changes: object) -> ExtractionInput:
         "reply": "Your order is cancelled.",
         "similar": [PAST_FAILURE, PAST_SUCCESS],
         "domain": "retail",
-        "mistakes": [{"category": "argument_error", "step": 1, "intended": "4021", "made": "4012"}],
     }
     fields.update(changes)
     return ExtractionInput(**fields)  # type: ignore[arg-type]
@@ -81,7 +80,7 @@ def test_extractor_request_holds_every_input() -> None:
     ]:
         assert part in text, part
     assert text.index("## Request") < text.index("## Similar past requests") < text.index("## What the assistant did")
-    assert request.metadata["mistakes"][0]["intended"] == "4021"
+    assert request.metadata == {"purpose": "memory_extraction", "style": "critique", "domain": "retail"}
     assert request.tools == []
 
 
@@ -124,26 +123,20 @@ def test_examples_can_be_split_by_feedback() -> None:
     assert satisfied < block.index(PAST_SUCCESS.query) < unsatisfied < block.index(PAST_FAILURE.query)
 
 
-def test_sim_reflection_names_each_mistake_in_step_order() -> None:
-    mistakes = [
-        {"category": "missing_call", "step": 3, "intended": {"name": "refund", "arguments": {"order_id": "4021"}}},
-        {
-            "category": "argument_error",
-            "step": 1,
-            "intended": {"name": "cancel_order", "arguments": {"order_id": "4021"}},
-            "made": {"name": "cancel_order", "arguments": {"order_id": "4012"}},
-        },
-    ]
-    text = sim_reflection(mistakes)
-    assert text == sim_reflection(list(reversed(mistakes)))
-    assert text.index("At step 1") < text.index("At step 3")
-    assert 'cancel_order({"order_id":"4012"}) had wrong arguments' in text
-    assert 'never made refund({"order_id":"4021"})' in text
-    assert text.endswith(".") and "Next time," in text
-    assert len(text) < 600
+def test_sim_reflection_names_what_the_run_shows() -> None:
+    run = failed_run()
+    text = sim_reflection(run.exchanges, run.reply)
+    assert text == sim_reflection(list(run.exchanges), run.reply)
+    assert text.startswith("The run failed after 2 tool calls.")
+    assert 'The call {"arguments":{"order_id":"4012"},"name":"refund"} was refused: not allowed.' in text
+    assert "cancel_order" not in text  # a call the tool accepted is no refusal
+    assert 'The last reply to the user was: "Your order is cancelled."' in text
+    assert "read why a call was refused" in text and text.endswith(".")
+    assert "4021" not in text  # what the run should have done is not in the run: the critique cannot know it
 
 
-def test_sim_reflection_handles_unknown_categories_and_no_mistakes() -> None:
-    text = sim_reflection([{"category": "Role Ambiguity", "step": 2, "intended": "ask", "made": "guessed"}])
-    assert text == "At step 2 (role ambiguity) the agent did guessed; expected ask."
-    assert "no specific mistake" in sim_reflection([])
+def test_sim_reflection_of_a_run_without_calls_or_reply() -> None:
+    text = sim_reflection([], "")
+    assert text.startswith("The run failed without calling any tool.")
+    assert "carry out the request with the tools" in text and "last reply" not in text
+    assert "refused" not in sim_reflection(failed_run().exchanges[:1], "")

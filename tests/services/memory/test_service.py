@@ -25,6 +25,8 @@ from faultline.services.memory import (
     MemoryStore,
     RetrievalReply,
     RetrievalRequest,
+    ToolCallRecord,
+    ToolExchange,
     TopK,
     entry_from_episode,
     format_examples,
@@ -97,7 +99,10 @@ async def test_a_completed_episode_becomes_an_entry_that_retrieval_returns(bus: 
     assert failed is not None
     assert failed.feedback == 0
     assert failed.query == "Please cancel order #W7 because I ordered it by mistake"
-    assert failed.reflection == sim_reflection([mistake(0)])
+    shown = [
+        ToolExchange(call=ToolCallRecord(name="cancel_pending_order", arguments={"order_id": "#W1"}), response="ok")
+    ]
+    assert failed.reflection == sim_reflection(shown, "All done.")
     answer = msgspec.convert(reply, RetrievalReply)
     assert (answer.n, answer.reason) == (2, "top_k")
     assert answer.entries[0].entry == store.get("ep-1")

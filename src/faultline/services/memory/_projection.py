@@ -8,16 +8,19 @@ entries. What it takes:
 - the query: the text of the first user turn addressed to the tool agent;
 - the tool calls, in order, with the environment's answers (for the extractor);
 - the first `episode completed` event: feedback is 1 when its reward is at
-  least 1, else 0; `details` may carry `mistakes`, `user`, `preference` and `tool_ratings`;
+  least 1, else 0; `details` may carry `user`, `preference` and `tool_ratings`;
 - the reflection, for failures only: the memory extractor's reply as
   journaled in a `Recording` by the memory service on
   `fl.rec.<episode>.memory`, or, when none is journaled, the offline critique
-  `sim_reflection(details["mistakes"])`;
+  `sim_reflection` of the calls, the environment's answers and the last reply;
 - on preference tasks (`details["preference"]`), successes included, the
   reflection is the user's preference summary instead: the journaled reply of
   the extractor asked for preferences, else `sim_preferences` of the ratings;
 - no reflection at all when the `[memory]` table the episode's started event
   recorded has `extractor = "off"` (the paper's "w/o memory extractor").
+
+What an offline simulator recorded about its own mistakes (`details["mistakes"]`, its tallies and
+model answers) is never read: an entry is what a run with a real model would give too.
 
 Messages after the first completed event (late or duplicate ones) are not
 part of the episode; the memory's own recording is, wherever it lies. An
@@ -84,7 +87,6 @@ class EpisodeFacts(msgspec.Struct, frozen=True, kw_only=True):
     calls: list[ToolCallRecord] = []
     exchanges: list[ToolExchange] = []
     reply: str = ""
-    mistakes: list[dict[str, Any]] = []
     user: str = ""
     preference: bool = False
     tool_ratings: dict[str, Literal[0, 1]] = {}
@@ -159,7 +161,6 @@ def episode_facts(envelopes: Iterable[Envelope]) -> EpisodeFacts | None:
         calls=records,
         exchanges=[_exchange(record, results.get(call.call_id)) for record, call in zip(records, calls, strict=True)],
         reply=reply,
-        mistakes=[dict(m) for m in details.get("mistakes") or [] if isinstance(m, Mapping)],
         user=str(details.get("user") or ""),
         preference=bool(details.get("preference")),
         tool_ratings=_ratings(details.get("tool_ratings")),
@@ -186,7 +187,9 @@ def entry_from_facts(facts: EpisodeFacts) -> MemoryEntry:
         return entry
     reflection = recorded_reflection(facts.reflection) if facts.reflection is not None else None
     if reflection is None:
-        reflection = sim_preferences(tool_ratings(entry)) if facts.preference else sim_reflection(facts.mistakes)
+        reflection = (
+            sim_preferences(tool_ratings(entry)) if facts.preference else sim_reflection(facts.exchanges, facts.reply)
+        )
     return msgspec.structs.replace(entry, reflection=reflection)
 
 
@@ -224,7 +227,6 @@ def extraction_input(
         similar=similar,
         domain=facts.domain,
         style="preferences" if facts.preference else "critique",
-        mistakes=facts.mistakes,
     )
 
 

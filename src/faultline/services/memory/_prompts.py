@@ -26,8 +26,9 @@ class ExtractionInput(msgspec.Struct, frozen=True, kw_only=True):
     with the environment's responses, `reply` its last words to the user,
     `similar` the most similar stored entries. `style` picks a critique of the
     mistakes (general tool use) or a summary of the user's tool preferences
-    (personalised tool use). `mistakes` travel in the request metadata for the
-    offline `sim` backend (see `sim_reflection`); real models ignore them.
+    (personalised tool use). It holds what the run shows and nothing a
+    simulator recorded about its own mistakes: the offline critique
+    (`sim_reflection`) reads these fields too.
     """
 
     query: str
@@ -39,7 +40,6 @@ class ExtractionInput(msgspec.Struct, frozen=True, kw_only=True):
     domain: str = ""
     context: str = ""
     style: Literal["critique", "preferences"] = "critique"
-    mistakes: list[dict[str, Any]] = []
 
 
 class PromptSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,12 +101,7 @@ def extractor_request(data: ExtractionInput, settings: PromptSettings | None = N
         ],
         temperature=s.temperature,
         max_tokens=s.max_tokens,
-        metadata={
-            "purpose": "memory_extraction",
-            "style": data.style,
-            "domain": data.domain,
-            "mistakes": list(data.mistakes),
-        },
+        metadata={"purpose": "memory_extraction", "style": data.style, "domain": data.domain},
     )
 
 
@@ -143,90 +138,39 @@ def sim_preferences(ratings: Mapping[str, int]) -> str:
     )
 
 
-_CATEGORY_ALIASES = {
-    "argument_error": "arguments",
-    "parameter_error": "arguments",
-    "parameter_filling_error": "arguments",
-    "wrong_arguments": "arguments",
-    "missing_call": "missing",
-    "redundant_call": "redundant",
-    "call_order_swap": "order",
-    "order_swap": "order",
-    "wrong_order": "order",
-    "tool_selection_error": "tool",
-    "wrong_tool": "tool",
-    "hallucination": "hallucination",
-    "early_stop": "incomplete",
-    "incomplete_fulfilment": "incomplete",
-    "incomplete": "incomplete",
-}
-
-_LESSONS = {
-    "arguments": "take every argument value from the user's words or an earlier tool output, never guess it",
-    "missing": "check that every part of the request has a call that carries it out",
-    "redundant": "call a tool only when its result is needed, and not twice for the same thing",
-    "order": "read what each call needs first and make the calls that provide it before it",
-    "tool": "compare the request with each tool's description before choosing one",
-    "hallucination": "state only facts that a tool returned or the user said",
-    "incomplete": "finish every part of the request before the final reply",
-}
+REFUSALS_SHOWN = 3
+"""The offline critique quotes at most this many refused calls (the first ones)."""
+REPLY_CHARS = 200
+"""The offline critique quotes at most this much of the last reply."""
 
 
-def sim_reflection(mistakes: Sequence[Mapping[str, Any]]) -> str:
-    """A short critique written from recorded mistakes, with no model: the `sim` extractor.
+def sim_reflection(exchanges: Sequence[ToolExchange], reply: str) -> str:
+    """A short critique of a failed run with no model: the `sim` extractor.
 
-    Each mistake has `category`, `step`, `intended` and `made` (a call as
-    {name, arguments}, or text). The same mistakes always give the same text.
+    It reads only what a model extractor is shown of the run (its calls, the environment's
+    answers, the last reply), never what a simulator recorded about its own mistakes, and
+    names what that shows: the calls the tools refused, or no call at all, and how the run
+    ended. The same run always gives the same text.
     """
-    if not mistakes:
-        return (
-            "The run failed but no specific mistake was recorded. Re-read the request "
-            "and check every condition and argument before acting."
-        )
-    ordered = sorted(mistakes, key=lambda m: (int(m.get("step", 0)), str(m.get("category", ""))))
-    sentences = [_mistake_sentence(m) for m in ordered]
-    lessons = dict.fromkeys(_LESSONS.get(_category(m), "") for m in ordered)
-    lesson_text = "; ".join(lesson for lesson in lessons if lesson)
-    if lesson_text:
-        sentences.append(f"Next time, {lesson_text}.")
+    refused = [ex for ex in exchanges if ex.error]
+    sentences = [
+        f"The run failed after {len(exchanges)} tool call{'' if len(exchanges) == 1 else 's'}."
+        if exchanges
+        else "The run failed without calling any tool."
+    ]
+    sentences += [
+        f"The call {json_text(call_data(ex.call))} was refused: {ex.error.rstrip('.')}."
+        for ex in refused[:REFUSALS_SHOWN]
+    ]
+    if reply.strip():
+        said = reply.strip()
+        said = said if len(said) <= REPLY_CHARS else said[:REPLY_CHARS] + "..."
+        sentences.append(f'The last reply to the user was: "{said}"')
+    lessons = ["check every condition of the request and every argument against what the user or a tool said"]
+    if refused:
+        lessons.append("read why a call was refused and correct that call before going on")
+    if not exchanges:
+        lessons.append("carry out the request with the tools before answering")
+    lessons.append("finish every part of the request before the final reply")
+    sentences.append(f"Next time, {'; '.join(lessons)}.")
     return " ".join(sentences)
-
-
-def _category(mistake: Mapping[str, Any]) -> str:
-    raw = str(mistake.get("category", "")).strip().lower().replace("-", "_").replace(" ", "_")
-    return _CATEGORY_ALIASES.get(raw, raw)
-
-
-def _mistake_sentence(mistake: Mapping[str, Any]) -> str:
-    step = mistake.get("step", "?")
-    made = _describe(mistake.get("made"))
-    intended = _describe(mistake.get("intended"))
-    match _category(mistake):
-        case "arguments":
-            return f"At step {step} the call {made} had wrong arguments; it should have been {intended}."
-        case "missing":
-            return f"At step {step} a call was missing: the agent never made {intended}."
-        case "redundant":
-            return f"At step {step} the call {made} was not needed and should have been left out."
-        case "order":
-            return f"At step {step} the calls came in the wrong order: {made} was made where {intended} belonged."
-        case "tool":
-            return f"At step {step} the agent chose the wrong tool: {made} instead of {intended}."
-        case "hallucination":
-            return (
-                f"At step {step} the agent stated {made}, which no tool or user message supports;"
-                f" the facts were {intended}."
-            )
-        case "incomplete":
-            return f"At step {step} the agent stopped early; it still had to do {intended}."
-        case other:
-            label = other or "mistake"
-            return f"At step {step} ({label.replace('_', ' ')}) the agent did {made}; expected {intended}."
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Mapping) and "name" in value:
-        return f"{value['name']}({json_text(value.get('arguments', {}))})"
-    if value is None or value == "":
-        return "nothing"
-    return value if isinstance(value, str) else json_text(value)

@@ -16,7 +16,7 @@ Reflections are a projection of the journal too. A failed episode's
 reflection comes from the memory extractor; on a preference task, every
 episode's reflection is the extractor's summary of the user's preferences. The
 offline extractor (`sim_reflection`, `sim_preferences`) is a pure function of
-the journaled completed event, so nothing more is recorded. A model extractor is asked once, and the exchange
+the journaled episode, so nothing more is recorded. A model extractor is asked once, and the exchange
 is journaled before the entry is stored: a `Recording` (call "llm", index 0,
 request digest, request and response) from sender `memory` on
 `fl.rec.<episode>.memory`, whose id derives from the completed event's id.
