@@ -10,7 +10,16 @@ import pytest
 
 from faultline._errors import ConfigError
 from faultline.cli import main
-from faultline.core import AssistantTurn, DefenseFired, Envelope, FaultApplied, FaultSkipped, ToolResult, UserTurn
+from faultline.core import (
+    AssistantTurn,
+    DefenseFired,
+    Envelope,
+    FaultApplied,
+    FaultSkipped,
+    Tally,
+    ToolResult,
+    UserTurn,
+)
 from faultline.report import (
     DEFINITIONS,
     RS_VARIANTS,
@@ -213,6 +222,26 @@ def test_a_fault_that_changed_nothing_an_agent_acted_on_counts_as_no_effect(tmp_
     }
     (row,) = campaign_report(_write(tmp_path, settings, outcomes)).faults
     assert (row.injected, row.no_effect, row.rs) == (2, 1, 1.0)
+
+
+def test_the_simulators_own_mistake_labels_in_a_tally_change_no_count(tmp_path: Path) -> None:
+    """A tally carries the sim model's labels of its mistakes: a faulted run whose tally's labels differ from
+    the baseline's (and whose storm copied the tally) did what the baseline did, so the fault had no effect."""
+    reply = AssistantTurn(text="Your order A1 is cancelled.")
+    labelled = Tally(tokens=5, mistakes=[{"category": "wrong_entity", "step": 1, "intended": "A1", "made": "A2"}])
+    sent = msgspec.to_builtins(Envelope(id="m2", episode="x", sender="tool", recipient="env", body=labelled))
+    storm = FaultApplied(rule_id="r1", fault="storm", original=sent, results=[{"id": "m2"}, {"id": "m3"}])
+    scrambled = Tally(tokens=5, mistakes=[{"category": "early_stop", "step": 0, "intended": "x", "made": "y"}])
+    settings = CampaignSettings(
+        domain="retail", model="sim", tasks=["t1"], trials=1, seed=0, faults=["storm"], defenses=[]
+    )
+    outcomes: Outcomes = {
+        "baseline": [("t1", [("tool", "user", reply), ("tool", "env", Tally(tokens=5))], "success")],
+        "storm": [("t1", [("tool", "user", reply), ("tool", "env", labelled), ("tool", "env", scrambled),
+                          ("tool", "", storm)], "success")],
+    }  # fmt: skip
+    (row,) = campaign_report(_write(tmp_path, settings, outcomes)).faults
+    assert (row.injected, row.no_effect) == (1, 1)
 
 
 REFUSED = "the injector's answer holds no <rewrite> block (a refusal or a malformed answer)"

@@ -390,7 +390,8 @@ def episode_cases(folder: Path) -> list[EpisodeCase]:
 def trace_digest(rows: list[JournalRow]) -> str:
     """What an episode's agents did, comparable across runs: each message an agent sent (who, what kind, its body;
     for a faulted one, what the agent sent, not what the fault delivered) and each model request it made (its
-    digest), in journal order. Ids, times and the runtime's own rows (starts, completions) are left out."""
+    digest), in journal order. Ids, times, the runtime's own rows (starts, completions) and tallies (bookkeeping
+    for the scorer, where a simulator also keeps its own labels of its mistakes) are left out."""
     parts = hashlib.sha256()
     faults = {  # on messages; a fault on a model request changed no message
         row.pos: body
@@ -400,8 +401,8 @@ def trace_digest(rows: list[JournalRow]) -> str:
     made_by_faults = {str(result.get("id", "")) for f in faults.values() for result in f.results}
     for row in rows:
         if row.kind == "fault_applied":
-            if row.pos in faults:  # what the agent sent, not what the fault delivered
-                parts.update(_sent(faults[row.pos].original).encode())
+            if row.pos in faults and (sent := _sent(faults[row.pos].original)):  # what the agent sent, not what
+                parts.update(sent.encode())  # the fault delivered
             continue
         if row.sender in (RUNNER, OPERATOR) or row.kind in _NOT_ACTS or row.id in made_by_faults:
             continue
@@ -416,16 +417,17 @@ def trace_digest(rows: list[JournalRow]) -> str:
 
 
 def _sent(original: dict[str, Any]) -> str:
-    """A faulted message as its sender sent it, in a trace's terms (the whole record when it is not an envelope)."""
+    """A faulted message as its sender sent it, in a trace's terms (the whole record when it is not an envelope;
+    nothing for a message that is no act)."""
     try:
         sent = msgspec.convert(original, Envelope)
     except msgspec.ValidationError:
         return json.dumps(original, sort_keys=True, default=str) + "\n"
-    return message_act(sent) + "\n"
+    return "" if sent.kind in _NOT_ACTS else message_act(sent) + "\n"
 
 
-_NOT_ACTS = frozenset({"fault_skipped", "defense_fired", "episode_completed", "no_output"})
-"""Rows that record the runtime's doing, not an agent's."""
+_NOT_ACTS = frozenset({"fault_skipped", "defense_fired", "episode_completed", "no_output", "tally"})
+"""Rows that record the runtime's doing, not an agent's, and tallies (bookkeeping, not acts)."""
 
 
 def _tolerance(cell: CellResult, tier: Tier | None) -> dict[str, Any]:
