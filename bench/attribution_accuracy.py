@@ -12,21 +12,30 @@
    that read only the trace stand in, see the sim backend), the first tool error,
    and a random step. Forks draw the model's randomness afresh, so continuations
    differ as a sampling model's would.
-3. Only then does the scorer read the labels: the simulator's mistake records and
-   the injected faults' events. An episode's label is its earliest cause: the steps
-   carrying its first simulated mistake (a wrong write shows on its confirmation
-   question and on its call), or the step whose write call a fault changed and the
-   tool accepted, whichever came first. Decoys are never labels. A failure with
-   neither is counted as unexplained and scored by no method.
+3. Only then does the scorer label each failure, from what any run's journal holds
+   (messages, causation, tool results, fault events) lined up with the task's ground
+   truth: an oracle label by design, as `faultline fama`'s informed evidence is. The
+   label is the earliest departure from the ground truth the episode never recovered
+   from: a tool call the ground truth does not make there that went through (a wrong
+   write, a write before the lookups it needs, a final answer that misstates a fact),
+   else the agent ending the conversation with ground-truth actions or required
+   outputs left (an early stop). It carries the agent's decisions that led to it,
+   from its last successful tool result on (its question, its confirmation, its
+   call); where a fault changed the call the agent sent, only the step that sent it,
+   and the cause is that fault. Decoys never make a label (the tool rejects what
+   they deliver). A failure with no departure is counted as unexplained and scored
+   by no method. The simulator's own labels of its mistakes are never read.
 4. Fault-event repair is reported apart, as a confirmation rate on the failures
    that carry a causing fault: it reads the fault events, so beside the others it
    would be graded on its own input.
 
+Oracle-guided repair repairs with the same ground truth the label is drawn from, so
+its agreement with the label is in part by design; the other methods see no gold.
 With `sim` the numbers measure the runtime's mechanisms (forks, search, scoring),
 never a model. `--model local` (a llama.cpp server started for the run, `make real`)
-or `--config` with an openai model runs the same harness on a real model's own
-failures: they have no labels, so only what each method answered, and its cost, are
-reported. Such a model makes no simulated mistakes; the fault rules still run.
+or `--config` with an openai model runs the same harness, and the same labeller, on
+a real model's own failures. Such a model makes no simulated mistakes; the fault
+rules still run.
 
     python -m bench.attribution_accuracy [--seeds 11,12,13] [--tasks 65] [--trials 4] [--rate 0.05] [--json out.json]
     python -m bench.attribution_accuracy --model local --seeds 1 --tasks 2 --trials 1 --decoys 0 --causes 0 \
@@ -52,6 +61,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultline._errors import FaultlineError
+from faultline.api import SIM_NOTE, uses_sim
 from faultline.cli import main as cli
 from faultline.core import (
     Agent,
@@ -62,13 +72,13 @@ from faultline.core import (
     FaultApplied,
     LlmRequest,
     Notice,
-    Recording,
     ToolResult,
 )
-from faultline.envs import load_domain
+from faultline.envs import EARLY_STOP
 from faultline.journal import JournalReader, JournalRow
 from faultline.replay import FAULT_REPAIR, ORACLE_REPAIR, SAMPLED, Method, Step, attribute_episode, steps, wilson
 from faultline.runtime import MODEL_NAME, Config, agent_lookup, load_config, local_model_server, make_backend
+from faultline.services.fama import failure_case
 
 DECOY = "parameter_format_error"
 CAUSE = "parameter_filling_error"
@@ -86,6 +96,8 @@ STEP_PROMPT = (
     "`step N | agent | what it sent`. Is its last step the one that made the episode fail? "
     "Answer yes or no on the first line."
 )
+TOOL_AGENT = "tool"
+"""The agent whose messages a FAMA case's trajectory holds."""
 RANDOM_SEED = 0
 """The random baseline's seed: with the episode id, it picks that episode's step."""
 WHO_AND_WHEN = "Who&When (all-at-once, hand-crafted systems): agent 53.5%, step 14.2%"
@@ -264,44 +276,68 @@ async def answers(
     return found
 
 
-# -- the scorer: reads the labels, after every method has answered -------------------------------
+# -- the scorer: the ground truth lined up with the journal, after every method has answered ----
 
 
-def label(rows: list[JournalRow], made: list[Step], domain: str) -> Label | None:
-    """The earliest cause of the failure (see the module docstring), or None when there is none."""
-    causes: list[Label] = []
-    first: dict[str, Any] | None = None
-    carrying: list[int] = []
-    for row in rows:
-        body = row.envelope().body if row.kind == "recording" else None
-        if not isinstance(body, Recording) or body.call != "llm":
-            continue
-        mistake = (body.response or {}).get("metadata", {}).get("mistake")
-        if mistake and (first is None or mistake == first) and (step := step_of(made, row)) is not None:
-            first = first or mistake
-            carrying.append(step.index)
+def label(rows: list[JournalRow], made: list[Step]) -> Label | None:
+    """The earliest departure from the task's ground truth the episode never recovered from (see the module
+    docstring), or None when the ground truth shows none."""
+    case = failure_case([r.envelope() for r in rows], analysts="informed")
+    if case is None or not case.evidence.sources[1:]:  # no ground truth: the domain or the task is unknown here
+        return None
+    evidence = case.evidence
+    first = next((d for d in evidence.deviations if not d.recovered), None)
     if first is not None:
-        causes.append(Label(f"mistake: {first['category']}", "tool", carrying))
-    writes = {tool.name for tool in load_domain(domain).tools() if tool.writes} if domain else set()
-    results = {r.causation: r.envelope().body for r in rows if r.kind == "tool_result"}
-    for row in rows:
-        applied = row.envelope().body if row.kind == "fault_applied" else None
-        if not isinstance(applied, FaultApplied) or applied.fault != CAUSE:
-            continue
-        delivered = [str(result.get("id", "")) for result in applied.results]
-        went_through = any(isinstance(results.get(d), ToolResult) and not results[d].error for d in delivered)  # type: ignore[union-attr]
-        name = (applied.original.get("body") or {}).get("name")
-        sender, causation = str(applied.original.get("sender", "")), str(applied.original.get("causation", ""))
-        step = next((s for s in made if s.agent == sender and s.input_id == causation), None)
-        if went_through and name in writes and step is not None:
-            causes.append(Label(f"fault: {applied.fault}", sender, [step.index]))
-    return min(causes, key=lambda c: min(c.steps)) if causes else None
+        row, cause = turn_row(rows, case.trajectory, first.turn), first.category or "past the last gold action"
+    elif evidence.ended_by == "agent" and (evidence.unfinished or evidence.missing_outputs):
+        row, cause = turn_row(rows, case.trajectory, last_turn(case.trajectory, "agent")), EARLY_STOP
+    else:
+        return None
+    if row is None or (step := step_of(made, row)) is None:
+        return None
+    faults = [f.fault for f in applied(rows) if row.id in {str(r.get("id", "")) for r in f.results}]
+    if faults:  # the agent sent it right and a fault changed it: only that step carries the cause
+        return Label(f"fault: {faults[0]}", step.agent, [step.index])
+    return Label(f"ground truth: {cause}", step.agent, [s.index for s in decision(rows, made, step)])
+
+
+def turn_row(rows: list[JournalRow], trajectory: list[dict[str, Any]], turn: int) -> JournalRow | None:
+    """The tool agent's message that is turn `turn` of a FAMA case's trajectory: its calls and its turns to the
+    user are in the trajectory in journal order, so the n-th call turn is its n-th tool call."""
+    role = trajectory[turn]["role"]
+    kind = {"call": "tool_call", "agent": "assistant_turn"}.get(role)
+    nth = sum(1 for t in trajectory[:turn] if t["role"] == role)
+    sent = [r for r in rows if r.sender == TOOL_AGENT and r.kind == kind]
+    return sent[nth] if kind is not None and nth < len(sent) else None
+
+
+def last_turn(trajectory: list[dict[str, Any]], role: str) -> int:
+    return max(i for i, t in enumerate(trajectory) if t["role"] == role)
+
+
+def decision(rows: list[JournalRow], made: list[Step], step: Step) -> list[Step]:
+    """The agent's steps with a model call that led to `step`: from its last tool result that came back without an
+    error before it (else the first user turn it got) on. An agent that asks for facts, then for confirmation, then
+    calls, decided the call at the first of them."""
+    to_agent = [r for r in rows if r.recipient == step.agent and r.pos <= step.input_pos]
+    first_turn = min((r.pos for r in to_agent if r.kind == "user_turn"), default=0)
+    since = max((r.pos for r in to_agent if r.kind == "tool_result" and not tool_error(r)), default=first_turn)
+    return [
+        s for s in made if s.agent == step.agent and s.model_call is not None and since <= s.input_pos <= step.input_pos
+    ]
+
+
+def tool_error(row: JournalRow) -> str:
+    body = row.envelope().body
+    return body.error if isinstance(body, ToolResult) else ""
+
+
+def applied(rows: list[JournalRow]) -> list[FaultApplied]:
+    return [body for r in rows if r.kind == "fault_applied" and isinstance(body := r.envelope().body, FaultApplied)]
 
 
 def fault_events(rows: list[JournalRow]) -> set[str]:
-    return {
-        body.fault for r in rows if r.kind == "fault_applied" and isinstance(body := r.envelope().body, FaultApplied)
-    }
+    return {f.fault for f in applied(rows)}
 
 
 Score = dict[str, Any]
@@ -365,8 +401,7 @@ def benchmark(args: argparse.Namespace, config: Config, tmp: Path, progress: Cal
             said = anyio.run(answers, journal, scratch, episode, args, config)
             with JournalReader(journal) as reader:
                 rows = list(reader.episode_rows(episode))
-                found = reader.episode(episode)
-            truth = label(rows, steps(rows, lookup), found.domain if found else "")
+            truth = label(rows, steps(rows, lookup))
             if truth is None:
                 unexplained += 1
             else:
@@ -399,7 +434,7 @@ def _rate(cell: dict[str, Any]) -> str:
 
 def show(result: dict[str, Any], console: Console) -> None:
     model = result.get("model", "sim")
-    note = "sim: the runtime's mechanisms, not a model" if model == "sim" else f"model {model}: no labels"
+    note = "sim: the runtime's mechanisms, not a model" if "note" in result else f"model {model}"
     table = Table(title=f"attribution on {result['failures']} organic failures ({note})")
     columns = (
         "method",
@@ -426,9 +461,11 @@ def show(result: dict[str, Any], console: Console) -> None:
         )  # fmt: skip
     console.print(table)
     console.print(f"per failure; 95% Wilson intervals. Beside: {WHO_AND_WHEN} (real models, not simulator failures)")
+    if "note" in result:
+        console.print(f"note: {result['note']}")
     console.print(
         f"causes: {', '.join(f'{k} {v}' for k, v in sorted(result['causes'].items()))};"
-        f" unexplained (no label, scored by no method): {result['unexplained']}"
+        f" unexplained (no departure from the ground truth, scored by no method): {result['unexplained']}"
     )
     for name, s in result["fault_repair"].items():
         if s["n"]:
@@ -465,6 +502,8 @@ def main() -> None:
         config = load_config(args.config) if args.config else Config()
         result = benchmark(args, config, Path(tmp), status.update if console.is_terminal else console.log)
     result["model"] = args.model if args.config is None or args.model == "local" else str(args.config)
+    if uses_sim(config):
+        result["note"] = SIM_NOTE
     show(result, Console())
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

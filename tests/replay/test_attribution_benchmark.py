@@ -1,4 +1,4 @@
-"""How the attribution benchmark labels a failure and scores an answer, on a real sim campaign."""
+"""How the attribution benchmark labels a failure from the ground truth and scores an answer, on a real sim campaign."""
 
 from __future__ import annotations
 
@@ -8,32 +8,53 @@ from bench.attribution_accuracy import Label, Said, label, score, summary
 from faultline.journal import JournalReader
 from faultline.replay import steps
 from faultline.runtime import Config, agent_lookup
-from tests.replay.sim_labels import decisions
+from tests.replay.sim_labels import SCRAMBLED, decisions, relabelled
 
 LOOKUP = agent_lookup(Config())
 
 
-def test_a_failure_is_labelled_with_every_step_that_carries_its_first_mistake(sim_journal: Path) -> None:
+def test_a_failure_is_labelled_from_the_ground_truth_at_the_decision_the_simulator_made_it(sim_journal: Path) -> None:
+    """A check of the labeller against how the simulator built each failure: the label, drawn from the journal
+    and the task's ground truth alone, holds exactly the tool agent's decisions the simulator's first mistake
+    shaped (its question, confirmation and call)."""
     labelled = 0
     with JournalReader(sim_journal) as reader:
         for summary_ in reader.episodes():
-            rows = list(reader.episode_rows(summary_.episode))
-            made = steps(rows, LOOKUP)
-            truth = label(rows, made, summary_.domain)
-            mistakes = [d for d in decisions(rows, "tool") if d.mistake]
             if summary_.outcome == "success":
                 continue
-            assert truth is not None and mistakes, "every failure of a fault-free sim campaign is a mistake of its own"
+            rows = list(reader.episode_rows(summary_.episode))
+            made = steps(rows, LOOKUP)
+            truth = label(rows, made)
+            mistakes = [d for d in decisions(rows, "tool") if d.mistake]
+            assert truth is not None and mistakes, "every failure of a fault-free sim campaign departs from the gold"
             first = mistakes[0].mistake
-            assert truth.cause == f"mistake: {first['category']}" and truth.agent == "tool"  # type: ignore[index]
+            assert truth.cause.startswith("ground truth: ") and truth.agent == "tool"
             carrying = {d.input_pos for d in mistakes if d.mistake == first}
             assert {s.input_pos for s in made if s.index in truth.steps} == carrying
             labelled += 1
     assert labelled >= 5
 
 
+def test_the_label_never_reads_the_simulators_own_labels(sim_journal: Path) -> None:
+    """With the simulator's labels removed, or a made-up one on every decision, every failure's label is the same."""
+    checked = 0
+    with JournalReader(sim_journal) as reader:
+        for summary_ in reader.episodes():
+            if summary_.outcome == "success":
+                continue
+            rows = list(reader.episode_rows(summary_.episode))
+            made = steps(rows, LOOKUP)
+            truth = label(rows, made)
+            assert truth is not None
+            for changed in (relabelled(rows, None), relabelled(rows, SCRAMBLED)):
+                assert changed != rows
+                assert label(changed, steps(changed, LOOKUP)) == truth
+            checked += 1
+    assert checked >= 5
+
+
 def test_no_answer_is_never_right_and_an_unexplained_failure_is_not_scored() -> None:
-    truth = Label("mistake: early_stop", "tool", [7, 9])
+    truth = Label("ground truth: early_stop", "tool", [7, 9])
     assert score(Said("tool", 9, True), truth) | {"seconds": 0} == {
         "agent": True, "step": True, "near": True, "decided": True, "answered": True,
         "forks": 0, "model_calls": 0, "seconds": 0,
