@@ -1,18 +1,24 @@
-"""FAMA's categories on organic failures: trajectory analysts (the paper's mode) against informed ones.
+"""FAMA's categories on failures of a known cause: trajectory analysts (the paper's mode) against informed ones.
 
-Sim campaigns, one per seed, in which the simulator makes its own mistakes at `--rate` per
-category and decision; every failure becomes a case in each mode and goes through the controller
-(the four analysts, the orchestrator) with the sim judge. Only then does the scorer read the
-label, the category of the episode's first simulated mistake, and compare it with the
-orchestrator's main errors: "first" when the first main error is the label, "among" when the
-label is one of them. The confusion matrix pairs the label with the first main error.
+A sim campaign of the retail tasks with no simulated mistakes, so every episode succeeds. Then
+each wrong action of the held-out family (`bench/heldout_mistakes.py`: written apart from the
+simulator's mistake lists and from `faultline.replay.categorize`, each built as one FAMA category)
+is put into its task's first episode: a fork at the tool agent's first decision towards the
+ground-truth step the wrong action replaces, whose model call the runtime answers with the wrong
+action (as oracle-guided repair answers with the gold one); the rest runs live, still with no
+simulated mistakes. Every fork that fails becomes a case in each mode and goes through the
+controller (the four analysts, the orchestrator) with the sim judge. The label is the category
+the injected action was built as, known from what was injected: neither the simulator's own
+labels nor anything the analysts are shown. The scorer compares it with the orchestrator's main
+errors: "first" when the first main error is the label, "among" when the label is one of them.
+The confusion matrix pairs the label with the first main error.
 
 The sim model and the sim judge are simulations: these numbers measure the mechanism (what each
 mode shows the analysts, how the stages combine), never a model. The trajectory-mode stand-in
 reads only the turns, by fixed rules; the informed one also reads evidence lined up with the
 ground truth.
 
-    python -m bench.fama_categories [--seeds 11,12,13] [--tasks 65] [--trials 2] [--rate 0.05] [--json out.json]
+    python -m bench.fama_categories [--seed 11] [--tasks 65] [--json out.json]
 """
 
 from __future__ import annotations
@@ -28,37 +34,69 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from bench.attribution_accuracy import commit, label
+from bench.attribution_accuracy import commit
+from bench.heldout_mistakes import Mistake, mistakes
+from faultline.api import SIM_NOTE
 from faultline.cli import main as cli
-from faultline.envs import ERROR_CATEGORIES
+from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.journal import JournalReader
-from faultline.replay import steps, wilson
-from faultline.runtime import Config, FamaConfig, agent_lookup
+from faultline.replay import Answer, Keep, fork_episode, gold_action, steps, wilson
+from faultline.runtime import Config, FamaConfig, agent_lookup, make_backend
 from faultline.runtime.models import SimBackend
 from faultline.services.fama import analyze_cases, failure_cases
 
 MODES: tuple[Literal["trajectory", "informed"], ...] = ("trajectory", "informed")
 NONE = "none"
+TOOL_AGENT = "tool"
+INJECTED = "heldout"
+"""The model the injected answers name: the benchmark, not a model, chose them."""
 
 
-def labels(journal: Path) -> dict[str, str]:
-    """Each failure's label: its first simulated mistake's category (read after the analysis)."""
-    lookup = agent_lookup(Config())
-    found = {}
+async def inject(journal: Path, forks: Path, family: list[Mistake]) -> dict[str, str]:
+    """Each failed fork with a held-out wrong action put in (see the module docstring), and the category that
+    action was built as."""
+    config = Config()
+    lookup, domain = agent_lookup(config), load_domain("retail")
+    tools = [spec.name for spec in domain.tools()]
     with JournalReader(journal) as reader:
-        for summary in reader.episodes():
-            if summary.outcome in (None, "success"):
-                continue
-            rows = list(reader.episode_rows(summary.episode))
-            truth = label(rows, steps(rows, lookup), summary.domain)
-            if truth is not None and truth.cause.startswith("mistake: "):
-                found[summary.episode] = truth.cause.removeprefix("mistake: ")
-    return found
+        first = {s.task: s.episode for s in reader.episodes() if s.outcome == "success" and s.trial == 0}
+        rows = {task: list(reader.episode_rows(episode)) for task, episode in first.items()}
+    labels: dict[str, str] = {}
+    for n, wrong in enumerate(family):
+        if wrong.task not in rows:
+            continue
+        task, history = domain.task(wrong.task), rows[wrong.task]
+        at = next(
+            (
+                s
+                for s in steps(history, lookup)
+                if s.agent == TOOL_AGENT
+                and s.model_call is not None
+                and gold_action(history, s, task, tools, {TOOL_AGENT}) == wrong.right
+            ),
+            None,
+        )
+        if at is None:
+            continue
+        answer = Answer.acting(TOOL_AGENT, wrong.wrong, model=INJECTED, call_id=f"{INJECTED}-{n}")
+        result = await fork_episode(
+            journal,
+            first[wrong.task],
+            at.input_pos,
+            Keep(),
+            lookup=lookup,
+            backends=lambda role: make_backend(config, role),
+            out=forks,
+            answer=answer,
+        )
+        if result.outcome.outcome != "success":
+            labels[result.episode] = wrong.category
+    return labels
 
 
-def analysed(journal: Path, mode: Literal["trajectory", "informed"]) -> dict[str, list[str]]:
+def analysed(forks: Path, mode: Literal["trajectory", "informed"]) -> dict[str, list[str]]:
     """Each failure's main errors as the controller found them in `mode`."""
-    cases = failure_cases(journal, analysts=mode)
+    cases = failure_cases(forks, analysts=mode)
     result = anyio.run(analyze_cases, cases, SimBackend(), FamaConfig(analysts=mode))
     return {c.episode: list(c.analysis.main.main) if c.analysis else [] for c in result.cases}
 
@@ -70,26 +108,29 @@ def rate(k: int, n: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[11, 12, 13])
-    parser.add_argument("--tasks", type=int, default=65)
-    parser.add_argument("--trials", type=int, default=2)
-    parser.add_argument("--rate", type=float, default=0.05, help="simulated mistake rate per category")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--tasks", type=int, default=65, help="retail tasks (default 65: every one)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    pairs: dict[str, list[tuple[str, list[str]]]] = {mode: [] for mode in MODES}
+    domain = load_domain("retail")
+    family = mistakes(domain, domain.tasks()[: args.tasks])
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in args.seeds:
-            journal = Path(tmp) / f"campaign-{seed}.sqlite"
-            command = ["run", "--tasks", str(args.tasks), "--trials", str(args.trials), "--seed", str(seed)]
-            assert cli([*command, "--error-rates", str(args.rate), "--journal", str(journal), "--json"]) == 0
-            mains = {mode: analysed(journal, mode) for mode in MODES}
-            for episode, truth in labels(journal).items():
-                for mode in MODES:
-                    pairs[mode].append((truth, mains[mode].get(episode, [])))
-    result: dict[str, Any] = {"commit": commit(), "seeds": args.seeds, "campaign": vars(args) | {"json": None}}
+        journal, forks = Path(tmp) / "campaign.sqlite", Path(tmp) / "forks.sqlite"
+        command = ["run", "--tasks", str(args.tasks), "--seed", str(args.seed), "--error-rates", "0"]
+        assert cli([*command, "--journal", str(journal), "--json"]) == 0
+        labels = anyio.run(inject, journal, forks, family)
+        mains = {mode: analysed(forks, mode) for mode in MODES}
+    result: dict[str, Any] = {
+        "commit": commit(),
+        "seed": args.seed,
+        "tasks": args.tasks,
+        "injected": len(family),
+        "failed": len(labels),
+        "note": SIM_NOTE,
+    }
     console = Console()
     for mode in MODES:
-        got = pairs[mode]
+        got = [(truth, mains[mode].get(episode, [])) for episode, truth in labels.items()]
         first = sum(1 for truth, main in got if main[:1] == [truth])
         among = sum(1 for truth, main in got if truth in main)
         confusion = Counter((truth, (main or [NONE])[0]) for truth, main in got)
@@ -119,6 +160,7 @@ def main() -> None:
         for name in ("first", "among"):
             cell = result[mode][name]
             console.print(f"  {name}: {cell['rate']:.0%} [{cell['low']:.0%}, {cell['high']:.0%}] of {cell['n']}")
+    console.print(f"{len(labels)} of {len(family)} injected wrong actions failed their episode")
     console.print("sim model and sim judge: these numbers measure the mechanism, not a model")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -53,8 +53,6 @@ from faultline.core import (
     AssistantTurn,
     FaultApplied,
     Finished,
-    LlmResponse,
-    LlmToolCall,
     ModelBackend,
     Note,
     Recording,
@@ -79,6 +77,8 @@ Method = Literal["auto", "fault-event repair", "oracle-guided repair", "sampled 
 
 PILOT_SAMPLES: Final = 1
 """Continuations per probe while the sampled method searches; the two steps it names get `samples`."""
+ORACLE: Final = "oracle"
+"""The model an oracle's answer names: the runtime gave the step its gold action."""
 RECORDED: Final = "recorded"
 """The change of a control with nothing left to draw: the recorded failure itself."""
 NOTHING = "(nothing)"
@@ -272,20 +272,6 @@ def _offers(request: Any, tools: list[str]) -> bool:
 def _final_text(task: Task) -> str:
     said = "; ".join(task.outputs)
     return f"Here is the outcome of your request: {said}." if said else "Everything you asked for is done."
-
-
-def _gold_response(gold: dict[str, Any], step: Step) -> LlmResponse:
-    """The model output that carries out `gold` (what the oracle makes the step's model call return)."""
-    if gold["name"] == "reply":
-        return LlmResponse(content=gold["text"], model="oracle", finish_reason="stop", metadata={"done": True})
-    arguments = dict(gold.get("arguments") or {})
-    call = LlmToolCall(
-        id=f"oracle-{step.index}",
-        name=gold["name"],
-        arguments=arguments,
-        raw_arguments=msgspec.json.encode(arguments).decode(),
-    )
-    return LlmResponse(tool_calls=[call], model="oracle", finish_reason="tool_calls")
 
 
 class _Forks:
@@ -672,7 +658,7 @@ async def _oracle_repair(forks: _Forks, task: Task | None, domain: Domain | None
 
     async def weigh(candidate: tuple[Step, dict[str, Any]]) -> tuple[Probe, Probe | None]:
         step, gold = candidate
-        answer = Answer(agent=step.agent, response=_gold_response(gold, step))
+        answer = Answer.acting(step.agent, gold, model=ORACLE, call_id=f"oracle-{step.index}")
         return await _weigh(
             samples,
             partial(forks.draw, step.index, step.agent, step.input_pos, Keep(), answer=answer),

@@ -57,6 +57,7 @@ from faultline.core import (
     FaultApplied,
     Handling,
     LlmResponse,
+    LlmToolCall,
     MessageBody,
     ModelBackend,
     ModelCall,
@@ -142,6 +143,20 @@ class Answer(msgspec.Struct, frozen=True, kw_only=True):
 
     agent: str
     response: LlmResponse
+
+    @classmethod
+    def acting(cls, agent: str, action: dict[str, Any], *, model: str, call_id: str) -> Answer:
+        """The answer that carries `action` out: a tool call (`name`, `arguments`, as `call_id`), or a message
+        to the user (`name` "reply", its `text`, and `done` when it ends the conversation)."""
+        if action["name"] == "reply":
+            done = {"done": True} if action.get("done") else {}
+            response = LlmResponse(content=action["text"], model=model, finish_reason="stop", metadata=done)
+            return cls(agent=agent, response=response)
+        arguments = dict(action.get("arguments") or {})
+        call = LlmToolCall(
+            id=call_id, name=action["name"], arguments=arguments, raw_arguments=msgspec.json.encode(arguments).decode()
+        )
+        return cls(agent=agent, response=LlmResponse(tool_calls=[call], model=model, finish_reason="tool_calls"))
 
 
 class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
