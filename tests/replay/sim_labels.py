@@ -14,6 +14,7 @@ from faultline.core import (
     AssistantTurn,
     Body,
     EpisodeCompleted,
+    FaultApplied,
     Note,
     Recording,
     Tally,
@@ -100,6 +101,19 @@ def _relabelled(row: JournalRow, mistake: dict[str, Any] | None) -> JournalRow:
         new = msgspec.structs.replace(body, data={**body.data, "mistakes": labels})
     elif isinstance(body, EpisodeCompleted) and "mistakes" in body.details:
         new = msgspec.structs.replace(body, details={**body.details, "mistakes": labels})
+    elif isinstance(body, FaultApplied):  # a fault on a tally holds it, as sent and as delivered
+        original, results = (
+            _tally_relabelled(body.original, labels),
+            [_tally_relabelled(r, labels) for r in body.results],
+        )
+        new = msgspec.structs.replace(body, original=original, results=results)
     if new is None:
         return row
     return msgspec.structs.replace(row, body=encode(new), body_digest=body_digest(new))
+
+
+def _tally_relabelled(message: dict[str, Any], labels: list[dict[str, Any]]) -> dict[str, Any]:
+    body = message.get("body")
+    if not (isinstance(body, dict) and body.get("kind") == "tally"):
+        return message
+    return {**message, "body": {**body, "mistakes": labels}}
