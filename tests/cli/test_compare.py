@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from faultline.api import SIM_NOTE
 from faultline.cli import main
 from faultline.core import Envelope, EpisodeCompleted, EpisodeStarted, MessageBody, Recording, Subjects, derive_id
 from faultline.journal import Incoming, Journal
@@ -15,13 +16,13 @@ TURN_LIMIT = "turn limit reached (30 user turns)"
 
 
 def _episode(
-    name: str, task: str, trial: int, done: EpisodeCompleted, roster: list[str], run: str = ""
+    name: str, task: str, trial: int, done: EpisodeCompleted, roster: list[str], run: str = "", model: str = "m"
 ) -> list[Envelope]:
     """An episode with one model call per agent (the tool agent and each helper, 100 + 10 tokens each); its start
     records `run`."""
     usage = {"prompt_tokens": 100, "completion_tokens": 10}
     calls: list[tuple[str, MessageBody]] = [
-        (agent, Recording(call="llm", index=0, request_digest="d", response={"usage": usage, "model": "m"}))
+        (agent, Recording(call="llm", index=0, request_digest="d", response={"usage": usage, "model": model}))
         for agent in ("tool", *roster)
     ]
     started = EpisodeStarted(domain="retail", task=task, trial=trial, roster=roster, run=run)
@@ -36,14 +37,16 @@ Episodes = list[tuple[str, int, EpisodeCompleted]]
 """(task, trial, how it completed)."""
 
 
-def _run(episodes: Episodes, roster: list[str], run: str = "", *, recorded: bool = False) -> list[Envelope]:
+def _run(
+    episodes: Episodes, roster: list[str], run: str = "", *, recorded: bool = False, model: str = "m"
+) -> list[Envelope]:
     """The episodes of a run: ids `<run>-<task>-t<trial>`, as `faultline run` names them (no run: `<task>-t<trial>`);
     `recorded`: their starts record the run, as `faultline run`'s do (else as they did not before)."""
     prefix = f"{run}-" if run else ""
     return [
         e
         for task, trial, done in episodes
-        for e in _episode(f"{prefix}{task}-t{trial}", task, trial, done, roster, run if recorded else "")
+        for e in _episode(f"{prefix}{task}-t{trial}", task, trial, done, roster, run if recorded else "", model)
     ]
 
 
@@ -91,7 +94,21 @@ def test_compare_prints_pass_k_failures_and_costs_per_journal_over_common_tasks(
     assert summary["type"] == "summary" and summary["tasks"] == 2
     assert summary["left_out"] == {"a.sqlite": [], "b.sqlite": ["t3"]}
     assert summary["helper_overhead"]["b.sqlite"] == {"tokens": 1.0}
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert summary["note"] == "", "no side ran on sim"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"tEXtDescription" not in plot.read_bytes()
+
+
+def test_compare_of_sim_runs_says_what_their_numbers_measure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _write(tmp_path / "a.sqlite", _run([("t1", 0, OK)], [], model="sim"))
+    b = _write(tmp_path / "b.sqlite", _run([("t1", 0, OK)], [], model="m"))
+    plot = tmp_path / "compare.png"
+    assert main(["compare", str(a), str(b), "--json", "--plot", str(plot)]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["note"] == SIM_NOTE
+    assert b"tEXtDescription\x00note: " + SIM_NOTE.encode() in plot.read_bytes()
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "note: sim is an offline simulator" in " ".join(capsys.readouterr().out.split())
 
 
 def test_compare_refuses_journals_with_no_task_in_common(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

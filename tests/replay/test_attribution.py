@@ -11,7 +11,7 @@ import anyio
 import msgspec
 import pytest
 
-from faultline.api import attribute, failed_episodes
+from faultline.api import SIM_NOTE, attribute, failed_episodes
 from faultline.cli import _text as cli_text
 from faultline.cli import main
 from faultline.core import LlmRequest, LlmResponse
@@ -120,6 +120,7 @@ def test_fault_event_repair_finds_the_injected_fault_and_writes_only_forks(
         "cycle",
     )
     assert result["decided"] and result["flipped"] and summary["flip_rate"] == 1.0
+    assert summary["note"] == SIM_NOTE, "forks on sim say what their numbers measure"
     [probe, control] = result["evidence"]
     assert probe["change"] == "undo_fault" and [f["outcome"] for f in probe["forks"]] == ["success"] * 8
     # The control keeps the fault and draws the rest again: it fails as the episode did, so the undo decided.

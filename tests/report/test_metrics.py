@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -182,6 +183,8 @@ def test_report_command_prints_json_lines_and_writes_html_and_a_heatmap(
     text = page.read_text()
     assert "acted_on_copy" in text and "http" not in text.replace("http-equiv", "")  # nothing fetched from elsewhere
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"tEXtDescription\x00note: " + lines[-1]["note"].encode() in plot.read_bytes()
+    assert html.escape(lines[-1]["note"]) in " ".join(text.split())
 
 
 def test_report_of_a_folder_without_a_campaign_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

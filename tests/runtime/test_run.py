@@ -47,6 +47,7 @@ def test_with_no_mistakes_every_task_passes(domain: str, tmp_path: Path, capsys:
     assert summary["pass_k"] == {"1": 1.0}
     assert summary["outcomes"] == {"success": summary["episodes"]}
     assert summary["avg_tokens"] > 0 and summary["avg_turns"] > 0
+    assert summary["note"] == api_run.SIM_NOTE, "a sim run's numbers say what they measure"
     assert verify(journal).ok
     assert main(["replay", str(journal)]) == 0
 
@@ -62,7 +63,7 @@ def test_mistakes_lower_pass_k_and_failures_name_their_category(
     assert summary["pass_k"]["3"] <= summary["pass_k"]["2"] <= summary["pass_k"]["1"]
     failures = [c for c in completions(journal) if c.outcome != "success"]
     assert failures
-    for failure in failures:
+    for failure in failures:  # a check of the simulator itself: each failure carries its own label of a mistake
         categories = {m["category"] for m in failure.details["mistakes"]}
         assert categories and categories <= set(ERROR_CATEGORIES), failure
     assert main(["replay", str(journal)]) == 0

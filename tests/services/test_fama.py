@@ -10,7 +10,9 @@ import msgspec
 import pytest
 
 from faultline._errors import AnswerFormatError, ConfigError
+from faultline.api import SIM_NOTE
 from faultline.cli import main
+from faultline.cli._fama_counts import SIM_JUDGE_NOTE
 from faultline.core import AgentHarness, EpisodeStarted, Notice
 from faultline.envs import EARLY_STOP, ERROR_CATEGORIES, WRONG_ENTITY, WRONG_VALUE
 from faultline.journal import JournalReader
@@ -164,6 +166,7 @@ def test_through_the_cli_only_the_judge_asks_the_server_for_json(
         prompts = [r["messages"][-1]["content"] for r in server.chat_requests[others:]]
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert summary["analysed"] == 1 and summary["categories"][EARLY_STOP] == 1
+    assert summary["note"] == "", "a model's run judged by a model measures no simulator"
     assert others > 0 and formats[:others] == [None] * others
     assert [f["type"] for f in formats[others:]] == ["json_schema"] * 6
     assert all("# Trajectory" in p and "# Correct actions" not in p for p in prompts[:5])  # the paper's mode
@@ -347,10 +350,11 @@ def test_the_loop_reruns_with_the_helper_its_analysis_chose_and_every_round_repl
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     baseline, rerun = [line for line in lines if line["type"] == "round"]
     assert lines[-1]["analysts"] == "informed"
+    assert lines[-1]["note"] == f"{SIM_NOTE}; {SIM_JUDGE_NOTE}", "sim runs and the sim judge say what they measure"
     assert baseline["roster"] == [] and baseline["analysed"] == baseline["failures"] >= 3
     assert baseline["categories"][WRONG_VALUE] >= 0.9 * baseline["analysed"]
     assert set(MITIGATION[WRONG_VALUE]) <= set(baseline["chosen"]) and rerun["roster"] == baseline["chosen"]
-    assert (tmp_path / "loop.png").stat().st_size > 0
+    assert b"tEXtDescription\x00note: " + lines[-1]["note"].encode() in (tmp_path / "loop.png").read_bytes()
     for r in (baseline, rerun):
         assert main(["replay", r["journal"]]) == 0
         assert "identical" in capsys.readouterr().out

@@ -428,6 +428,8 @@ def _run_planned(
             summary = with_costs(summary, held, plan.run_id, plan.helpers, episodes)
         if plan.system:
             summary = with_model_tokens(summary, held, plan.run_id)
+    if uses_sim(config):
+        summary = msgspec.structs.replace(summary, note=SIM_SYSTEM_NOTE if plan.system else SIM_NOTE)
     return RunReport(
         summary,
         result,

@@ -79,6 +79,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     overhead: TokenOverhead | None = None
     """The FAMA paper's (Table 2): the helpers' share of the tokens the tool agent and the helpers
     generated per episode, with their spread over the run's completed episodes (runs with helpers)."""
+    note: str = ""
+    """Where a model role was the offline simulator, that these numbers exercise the runtime, not a model."""
 
 
 def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:

@@ -115,7 +115,7 @@ def _compare(args: argparse.Namespace) -> int:
     for side in sides:
         if side.left_out:
             console.print(f"{side.label}: left out {len(side.left_out)} tasks the others do not hold", highlight=False)
-    if any("sim" in side.models for side in sides):
+    if _sim(sides):
         console.print(f"[dim]note: {SIM_NOTE}[/dim]")
     return 0
 
@@ -231,7 +231,13 @@ def _summary(sides: Sequence[Side], common: set[str]) -> dict[str, Any]:
         "left_out": {side.label: side.left_out for side in sides},
         "helper_overhead": {side.label: side.summary.helper_overhead for side in sides},
         "models": {side.label: side.models for side in sides},
+        "note": SIM_NOTE if _sim(sides) else "",
     }
+
+
+def _sim(sides: Sequence[Side]) -> bool:
+    """Whether some side's models include the offline simulator, whose numbers exercise the runtime."""
+    return any("sim" in side.models for side in sides)
 
 
 _HEADINGS = {
@@ -281,8 +287,7 @@ def _plot(path: Path, sides: Sequence[Side]) -> None:
         ("model tokens per episode", [r for r in rows if r.type in ("tokens", "agent_tokens")]),
         ("latency per episode (s)", [msgspec.structs.replace(r, name="") for r in rows if r.type == "latency_s"]),
     ]
-    sim = any("sim" in side.models for side in sides)
-    with png(path, width=12.0, height=7.5) as figure:
+    with png(path, width=12.0, height=7.5, note=f"note: {SIM_NOTE}" if _sim(sides) else "") as figure:
         axes = figure.subplots(2, 2).flat
         width = 0.8 / len(sides)
         for ax, (title, group) in zip(axes, panels, strict=True):
@@ -300,8 +305,6 @@ def _plot(path: Path, sides: Sequence[Side]) -> None:
             ax.grid(axis="y", alpha=0.3)
         handles, names = next(iter(figure.axes)).get_legend_handles_labels()
         figure.legend(handles, names, loc="outside upper center", ncols=len(sides))
-        if sim:
-            figure.supxlabel("sim: these numbers exercise the runtime's mechanisms, not a model", fontsize=9)
 
 
 def _short(value: float) -> str:

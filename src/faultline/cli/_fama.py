@@ -21,7 +21,13 @@ from faultline._errors import FaultlineError, UsageError
 from faultline.cli import _fama_loop, _jsonl
 from faultline.cli._args import connection_flags
 from faultline.cli._connect import login, nats_url, subject_prefix
-from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
+from faultline.cli._fama_counts import (
+    SIM_JUDGE_NOTE,
+    add_analysts_flag,
+    category_counts,
+    fama_note,
+    with_fama_flags,
+)
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._plots import count_axis, png
@@ -109,14 +115,15 @@ def _analyze_with(args: argparse.Namespace) -> int:
     cases = anyio.run(attribute_cases, args.journal, cases, config)
     result = anyio.run(_run_analysis, config, cases)
     counts = category_counts(result.cases)
+    note = fama_note(config, sim_runs=any(case.model == "sim" for case in result.cases))
     if args.plot:
-        plot_categories(args.plot, {"failures": counts}, "Main errors of the analysed failures")
+        plot_categories(args.plot, {"failures": counts}, "Main errors of the analysed failures", note)
     summary = analysis_summary(result, counts)
     if args.json:
         _jsonl.rows("case", result.cases)
         _jsonl.rows("category", ({"category": c, "failures": n} for c, n in counts.items()))
         _jsonl.rows("decision", result.decisions)
-        _jsonl.summary(summary | {"analysts": config.fama.analysts})
+        _jsonl.summary(summary | {"analysts": config.fama.analysts, "note": note})
     else:
         console = table_console()
         console.print(_cases_table(result.cases, config.fama.analysts))
@@ -127,8 +134,8 @@ def _analyze_with(args: argparse.Namespace) -> int:
             count = decided[domain, model]
             after = f" (the last of {count} decisions, one per failure analysed)" if count > 1 else ""
             console.print(f"roster for {domain} / {model}: {','.join(roster) or 'none'}{after}")
-        if config.model(config.fama.role).backend == "sim":
-            console.print(f"[dim]{SIM_JUDGE_NOTE}[/dim]")
+        if note:
+            console.print(f"[dim]note: {note}[/dim]")
     if result.cases and not summary["analysed"]:
         raise FaultlineError(f"none of the {len(result.cases)} failures could be analysed: {_why_not(result.cases)}")
     return 0
@@ -167,9 +174,9 @@ def _why_not(cases: list[CaseReport]) -> str:
     return f"{said} ({count} of them)" if len(cases) > 1 else said
 
 
-def plot_categories(path: Path, series: dict[str, dict[str, int]], title: str) -> None:
-    """Grouped bars: one group per category, one bar per series (a round, or all failures)."""
-    with png(path) as figure:
+def plot_categories(path: Path, series: dict[str, dict[str, int]], title: str, note: str = "") -> None:
+    """Grouped bars: one group per category, one bar per series (a round, or all failures); `note` beneath."""
+    with png(path, note=f"note: {note}" if note else "") as figure:
         axes = figure.add_subplot()
         width = 0.8 / max(len(series), 1)
         for i, (label, counts) in enumerate(series.items()):

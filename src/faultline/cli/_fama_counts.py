@@ -10,10 +10,18 @@ from collections import Counter
 
 import msgspec
 
+from faultline.api import SIM_NOTE
 from faultline.runtime import Config
 from faultline.services.fama import CATEGORIES, CaseReport
 
 SIM_JUDGE_NOTE = "sim judge: a deterministic stand-in that measures the mechanism, not a model"
+
+
+def fama_note(config: Config, *, sim_runs: bool) -> str:
+    """What a FAMA command's numbers measure where its failures come from sim runs or its judge is the sim
+    stand-in: the runtime's mechanisms, not a model ("" where neither is)."""
+    judged_by_sim = config.model(config.fama.role).backend == "sim"
+    return "; ".join(note for note, on in ((SIM_NOTE, sim_runs), (SIM_JUDGE_NOTE, judged_by_sim)) if on)
 
 
 def add_analysts_flag(parser: argparse.ArgumentParser) -> None:

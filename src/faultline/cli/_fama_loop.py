@@ -31,10 +31,10 @@ from rich.table import Table
 
 from faultline._errors import RunError, UsageError
 from faultline._files import write_atomically
-from faultline.api import TokenOverhead, token_overhead
+from faultline.api import TokenOverhead, token_overhead, uses_sim
 from faultline.cli import _jsonl
 from faultline.cli._args import rate, whole_number
-from faultline.cli._fama_counts import SIM_JUDGE_NOTE, add_analysts_flag, category_counts, with_fama_flags
+from faultline.cli._fama_counts import add_analysts_flag, category_counts, fama_note, with_fama_flags
 from faultline.cli._models import add_model_flags, effective_config, model_label, serving_local_model
 from faultline.cli._plots import count_axis, png
 from faultline.cli._text import table_console
@@ -211,8 +211,9 @@ def _loop(args: argparse.Namespace) -> int:
         record = LoopRecord(settings=settings, rounds=rounds)
         write_atomically(args.out / LOOP, msgspec.json.format(msgspec.json.encode(record)))
         roster, rosters = chosen, chosen_rosters
+    note = fama_note(config, sim_runs=uses_sim(config))
     if args.plot:
-        _plot(args.plot, rounds)
+        _plot(args.plot, rounds, note)
     if args.json:
         _jsonl.rows("round", rounds)
         last = rounds[-1]
@@ -228,13 +229,14 @@ def _loop(args: argparse.Namespace) -> int:
             "helper_share": last.overhead.share if last.overhead else 0.0,
             "analysts": config.fama.analysts,
             "rosters": config.fama.rosters,
+            "note": note,
         }
         _jsonl.summary(summary_line)
         return 0
     console = table_console()
     console.print(_table(rounds, args.trials, config.fama.analysts, config.fama.rosters))
-    if config.model(config.fama.role).backend == "sim":
-        console.print(f"[dim]{SIM_JUDGE_NOTE}; sim runs exercise the runtime, they are no result about models[/dim]")
+    if note:
+        console.print(f"[dim]note: {note}[/dim]")
     return 0
 
 
@@ -424,8 +426,8 @@ def rosters_text(roster: list[str], per_task: dict[str, list[str]]) -> str:
     return ", ".join(f"{e} ({counts[e]} tasks)" for e in ordered) or "none"
 
 
-def _plot(path: Path, rounds: list[Round]) -> None:
-    with png(path, width=11.0) as figure:
+def _plot(path: Path, rounds: list[Round], note: str) -> None:
+    with png(path, width=11.0, note=f"note: {note}" if note else "") as figure:
         left, right = figure.subplots(1, 2)
         for r in rounds:
             ks = sorted(r.pass_k)

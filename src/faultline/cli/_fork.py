@@ -12,7 +12,7 @@ import msgspec
 from rich.table import Table
 
 from faultline._errors import UsageError
-from faultline.api import attribute, failed_episodes
+from faultline.api import SIM_NOTE, attribute, failed_episodes, uses_sim
 from faultline.cli import _jsonl
 from faultline.cli._args import whole_number
 from faultline.cli._filters import add_episode_filters, episode_filter, filtered_episodes, require_journal
@@ -235,18 +235,19 @@ def _attribute_with(args: argparse.Namespace) -> int:
         raise UsageError("name an episode with --episode E, pass --all-failed, or filter episodes (--status ...)")
     episodes = filtered_episodes(args.journal, args, episodes) or episodes
     scratch = _destination(args)
+    config = effective_config(args)
     with progress_shown("attributing", "episodes attributed", quiet=args.json) as progress:
         results = attribute(
             args.journal,
             episodes,
-            config=effective_config(args),
+            config=config,
             method=_METHODS[args.method],
             samples=args.samples,
             workers=args.workers,
             scratch=scratch,
             progress=progress,
         )
-    summary = attribution_summary(results)
+    summary = attribution_summary(results, SIM_NOTE if uses_sim(config) else "")
     if args.json:
         for result in results:
             print(msgspec.json.encode(result).decode())
@@ -260,6 +261,8 @@ def _attribute_with(args: argparse.Namespace) -> int:
         f" {summary['seconds']:.1f}s",
         soft_wrap=True,
     )
+    if summary["note"]:
+        console.print(f"[dim]note: {summary['note']}[/dim]", soft_wrap=True)
     return 0
 
 
@@ -345,8 +348,9 @@ def _action_text(action: dict[str, Any]) -> str:
     return f"{name} {clip(detail, 120)}"
 
 
-def attribution_summary(results: list[Attribution]) -> dict[str, Any]:
-    """The summary row of `faultline attribute --json`."""
+def attribution_summary(results: list[Attribution], note: str = "") -> dict[str, Any]:
+    """The summary row of `faultline attribute --json`; `note` says what the numbers measure where the forks ran
+    on the offline simulator."""
     n = len(results)
     return {
         "type": "summary",
@@ -358,4 +362,5 @@ def attribution_summary(results: list[Attribution]) -> dict[str, Any]:
         "model_calls": sum(r.model_calls for r in results),
         "seconds": sum(r.seconds for r in results),
         "methods": {m: sum(r.method == m for r in results) for m in sorted({r.method for r in results})},
+        "note": note,
     }

@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def png(path: str | Path, *, width: float = 8.0, height: float = 4.5) -> Iterator[Figure]:
-    """A figure that is saved to `path` as a PNG when the block ends without error."""
+def png(path: str | Path, *, width: float = 8.0, height: float = 4.5, note: str = "") -> Iterator[Figure]:
+    """A figure that is saved to `path` as a PNG when the block ends without error; `note` is written beneath it
+    and into the file's description (where the numbers are a simulator's, that they measure the runtime, not a
+    model), so it stays with the image wherever it is shown."""
     target = Path(path)
     if target.suffix.lower() != ".png":
         raise UsageError(f"--plot {target}: the file name must end in .png")
@@ -31,7 +33,9 @@ def png(path: str | Path, *, width: float = 8.0, height: float = 4.5) -> Iterato
 
     figure = Figure(figsize=(width, height), layout="constrained")
     yield figure
-    figure.savefig(target, dpi=120)
+    if note:
+        figure.supxlabel(note, fontsize=8, wrap=True)
+    figure.savefig(target, dpi=120, metadata={"Description": note} if note else None)
 
 
 def count_axis(axes: Axes, most: float) -> None:

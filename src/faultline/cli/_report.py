@@ -333,7 +333,8 @@ def _heatmap(report: CampaignReport, path: Path) -> None:
         raise UsageError(f"--plot {path}: the campaign has no finished fault cell to plot")
     import numpy as np
 
-    with png(path, width=10.0, height=1.5 + 0.4 * len(labels)) as figure:
+    note = f"note: {report.summary.note}" if report.summary.note else ""
+    with png(path, width=10.0, height=1.5 + 0.4 * len(labels), note=note) as figure:
         axes = figure.subplots()
         grid = np.ma.masked_invalid(np.array(values, dtype=float))
         image = axes.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
