@@ -24,6 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from faultline.api import SIM_NOTE
 from faultline.report import campaign_report, read_manifest
 
 REPORT_ROUNDS = 3
@@ -68,6 +69,7 @@ def main() -> None:
             "campaign_s": campaign_s,
             "report_s": min(report_s),
             "episodes": report.summary.episodes,
+            "note": SIM_NOTE,
         }
         args.json.write_text(json.dumps(numbers, indent=2))
 

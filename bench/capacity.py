@@ -333,7 +333,12 @@ def main() -> None:
     console.print(report_table(results, args))
     console.print(SIM_NOTE)
     if args.json:
-        payload = {"machine": machine(), "args": vars(args) | {"json": str(args.json)}, "results": results}
+        payload = {
+            "machine": machine(),
+            "args": vars(args) | {"json": str(args.json)},
+            "results": results,
+            "note": SIM_NOTE,
+        }
         args.json.write_text(json.dumps(payload, indent=2, default=str))
 
 

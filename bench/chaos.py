@@ -72,6 +72,7 @@ from bench._nemesis import (
 from bench._proxy import network
 from faultline._errors import FaultlineError, JournalError
 from faultline.api import (
+    SIM_NOTE,
     PlannedEpisode,
     RunPlan,
     RunResult,
@@ -434,7 +435,8 @@ async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> di
     the schedules it ran."""
     reports: list[ScheduleReport] = []
     broken: dict[int, str] = {}
-    result = _result(reports, broken)
+    note = "" if args.load.models else SIM_NOTE  # no models of its own: the schedules ran on sim
+    result = _result(reports, broken, note)
     # A stop signal unwinds the schedule as an error would: a paused process is resumed (a stopped one would
     # never act on the SIGTERM it gets when this process dies), every process stopped, the folder removed.
     async with stop_on_signal() as stop:
@@ -448,13 +450,15 @@ async def main_async(args: argparse.Namespace, say: Callable[[str], None]) -> di
             else:
                 print_report(report, say)
                 reports.append(report)
-            result = _result(reports, broken)
+            result = _result(reports, broken, note)
             _save(result, args.json)
     result["summary"]["stopped_by"] = stop.name
     if stop.name:
         say(f"stopped by {stop.name}: the schedule it cut short is left out")
         _save(result, args.json)
     say(json.dumps(result["summary"], indent=2))
+    if note:
+        say(f"note: {note}")
     return result
 
 
@@ -463,10 +467,11 @@ def _save(result: dict[str, Any], path: str) -> None:
         Path(path).write_text(json.dumps(result, indent=2))
 
 
-def _result(reports: list[ScheduleReport], broken: dict[int, str]) -> dict[str, Any]:
+def _result(reports: list[ScheduleReport], broken: dict[int, str], note: str) -> dict[str, Any]:
+    """What the run found so far; `note` says what its numbers measure where the model was the simulator."""
     summary = summarize(reports) | {"broken_schedules": broken}
     summary["failed_schedules"] += list(broken)
-    return {"machine": machine(), "summary": summary, "schedules": msgspec.to_builtins(reports)}
+    return {"machine": machine(), "summary": summary, "schedules": msgspec.to_builtins(reports), "note": note}
 
 
 async def _attempt(schedule: Schedule, keep: str, load: Load) -> ScheduleReport | str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from faultline.api import SIM_NOTE
 from faultline.journal import JournalReader
 
 TARGET_MS_PER_CALL = 5.0
@@ -94,8 +95,9 @@ def main() -> None:
             verdict,
         )
     Console().print(table)
+    Console().print(f"note: {SIM_NOTE}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({"note": SIM_NOTE, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

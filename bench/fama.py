@@ -31,6 +31,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from faultline.api import SIM_NOTE
 from faultline.core import LlmRequest, LlmResponse
 from faultline.journal import JournalReader
 from faultline.runtime import FamaConfig
@@ -171,6 +172,7 @@ def main() -> int:
     console.print("[dim]sim model and sim judge: these numbers measure the mechanism, not a model[/dim]")
     if args.json:
         report = {"analysts": args.analysts, "rounds": rounds, "all_helpers": all_row, "controller": cost}
+        report["note"] = f"{SIM_NOTE}; the sim judge is a stand-in that measures the mechanism, not a model"
         args.json.write_text(json.dumps(report, indent=2))
     return 0
 

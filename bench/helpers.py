@@ -47,7 +47,7 @@ from rich.table import Table
 from bench._common import cpu_seconds, machine
 from faultline.agents import EnvironmentHost, ToolAgent, UserSimulator
 from faultline.agents.helpers import HELPER_CLASSES
-from faultline.api import RunPlan, RunResult, plan_episodes, run_plan
+from faultline.api import SIM_NOTE, RunPlan, RunResult, plan_episodes, run_plan
 from faultline.bus import Bus, EmbeddedServer
 from faultline.core import Agent, LlmRequest, LlmResponse
 from faultline.envs import load_domain
@@ -187,7 +187,9 @@ def main() -> None:
         " sim numbers measure the runtime only"
     )
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "rounds": args.rounds, "rows": rows}, indent=2))
+        args.json.write_text(
+            json.dumps({"machine": machine(), "rounds": args.rounds, "rows": rows, "note": SIM_NOTE}, indent=2)
+        )
 
 
 if __name__ == "__main__":

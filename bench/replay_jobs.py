@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench._common import machine
+from faultline.api import SIM_NOTE
 
 TASKS = 50
 
@@ -119,8 +120,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="faultline-replay-jobs-") as tmp:
         result = measure(args.episodes, [int(j) for j in args.jobs.split(",")], args.reps, Path(tmp))
     Console().print(table(result))
+    Console().print(f"note: {SIM_NOTE}")
     if args.json:
-        args.json.write_text(json.dumps(result | {"machine": info}, indent=2) + "\n")
+        args.json.write_text(json.dumps(result | {"machine": info, "note": SIM_NOTE}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from faultline.api import SIM_NOTE
 from faultline.journal import JournalReader
 from faultline.journal._head import checkpoint_path
 from faultline.replay import Replayer
@@ -121,8 +122,9 @@ def main() -> None:
             results = measure(episodes, Path(tmp))
             console.print(table(results))
             everything.extend(results)
+    console.print(f"note: {SIM_NOTE}")
     if args.json:
-        args.json.write_text(json.dumps(everything, indent=2))
+        args.json.write_text(json.dumps({"note": SIM_NOTE, "results": everything}, indent=2))
 
 
 if __name__ == "__main__":

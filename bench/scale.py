@@ -45,6 +45,7 @@ from rich.table import Table
 
 from bench import _server_profile
 from bench._common import cpu_seconds, int_list, machine
+from faultline.api import SIM_NOTE
 from faultline.journal import JournalReader
 
 SETTLE_S = 10.0
@@ -290,7 +291,7 @@ def main() -> None:
                 )
     _tables(console, results)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(results | {"note": SIM_NOTE}, indent=2))
 
 
 def _steady(row: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from faultline.api import SIM_NOTE
 from faultline.journal import JournalReader, write_view
 
 TASKS = 50
@@ -125,7 +126,7 @@ def main() -> None:
             results.append(measure(journal, Path(tmp)))
     Console().print(table(results))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({"note": SIM_NOTE, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from bench._nemesis import (
     percentile,
 )
 from bench.chaos import processes, run_schedule
-from faultline.api import RunResult
+from faultline.api import SIM_NOTE, RunResult
 from faultline.bus import StreamState
 from faultline.core import EpisodeCompleted
 from faultline.journal import JournalReader
@@ -202,6 +202,7 @@ async def test_a_schedule_that_cannot_reach_the_checker_is_named_and_the_next_on
     assert summary["broken_schedules"] == broken and summary["failed_schedules"] == [5, 6]
     assert seen == [{"5": broken[5]}]
     assert json.loads(written.read_text())["summary"]["failed_schedules"] == [5, 6]
+    assert json.loads(written.read_text())["note"] == SIM_NOTE, "schedules on sim say what their numbers measure"
     assert sum("FAILED before the checker" in line for line in said) == 2
 
 
