@@ -4,7 +4,8 @@ A fork runs in this process. Every agent of the episode is rebuilt by replaying
 its journaled inputs before the fork position, with every recorded call served
 from the journal (no model is called again). Then the message at the position
 is changed (kept, dropped, replaced, restored from the fault that altered
-it, or put through a fault as a worker's fault interceptor would) and the
+it, or put through a fault as a worker's fault interceptor would), the
+runner's Starts journaled after it are delivered as they were, and the
 episode carries on live: agents handle messages in the order they
 are appended to the journal, models are called through the configured
 backends, and every row goes under a new episode id whose `episode started`
@@ -48,6 +49,7 @@ import msgspec
 from faultline._errors import BusError, FaultlineError, JournalError
 from faultline.core import (
     DEFAULT_HANDLER_TIMEOUT_S,
+    RUNNER,
     Agent,
     Control,
     Envelope,
@@ -346,6 +348,15 @@ def _copy(env: Envelope, episode: str, settings: Mapping[str, Any] | None) -> En
     return msgspec.structs.replace(env, episode=episode)
 
 
+def _later_starts(
+    rows: list[JournalRow], target: JournalRow, episode: str, settings: Mapping[str, Any] | None
+) -> list[Envelope]:
+    """The runner's Starts journaled after the position (the scorer's, after the entry's): no agent's output, so
+    nothing live sends them again, and the agents they start would wait for them forever."""
+    later = [r for r in rows if r.pos > target.pos and r.sender == RUNNER and r.kind == "start"]
+    return [msgspec.structs.replace(_copy(r.envelope(), episode, settings), ts=time.time()) for r in later]
+
+
 def _undone(row: JournalRow, change: Change) -> set[str]:
     """Ids of the messages a fault made, which an undone fault never sent."""
     if not isinstance(change, UndoFault) or row.kind != "fault_applied":
@@ -501,6 +512,7 @@ async def fork_episode(
         fork.write(results)
     elif delivered is not None:
         fork.write([delivered])
+    fork.write(_later_starts(rows, target, new, settings))
     await fork.run()
     if fork.completed is None:
         fork.write([runner_completion(new, "failure", "stalled: no message in flight after the fork")])
