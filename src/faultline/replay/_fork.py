@@ -472,7 +472,8 @@ async def fork_episode(
     prefix = [r for r in rows if r.pos < at and r.id not in _undone(target, change)]
     prefix += _late_recordings(prefix, [r for r in rows if r.pos >= at])
     tracks = agent_tracks(prefix, lookup, participants(rows))
-    classes = _agent_classes(rows, lookup)
+    ref = episode_system(rows, system)
+    classes = _agent_classes(rows, lookup, ref)
 
     marker = {
         "change": str(type(change).__struct_config__.tag),
@@ -491,7 +492,7 @@ async def fork_episode(
         _LiveServices(backends),
         stream=f"fork:{new}",
         handler_timeout_s=handler_timeout_s,
-        held=_held(rows, lookup, classes, episode_system(rows, system)),
+        held=_held(rows, lookup, classes, ref),
     )
     injector = context_injector(fork.services, fork.keep)
     fork.faults = _interceptor(rules, [*prefix, target], new, list(classes), injector)
@@ -669,13 +670,15 @@ def _held(
     return {name: held_to(system, name, tracks.get(name), injected) for name in classes}
 
 
-def _agent_classes(rows: list[JournalRow], lookup: AgentLookup) -> dict[str, type[Agent]]:
-    """The class of every agent that sends or receives in `rows`, by name, in order of appearance."""
+def _agent_classes(rows: list[JournalRow], lookup: AgentLookup, system: SystemRef | None) -> dict[str, type[Agent]]:
+    """The class of every agent that sends or receives in `rows`, by name, in order of appearance, then, on a system
+    of one's own, its other agents: the live part may reach one the source never did (a fault undone, another
+    route taken)."""
+    names = [name for row in rows for name in (row.sender, row.recipient) if name]
     classes: dict[str, type[Agent]] = {}
-    for row in rows:
-        for name in (row.sender, row.recipient):
-            if name and name not in classes and (cls := lookup(name)) is not None:
-                classes[name] = cls
+    for name in [*names, *(system.agent_names if system is not None else ())]:
+        if name not in classes and (cls := lookup(name)) is not None:
+            classes[name] = cls
     return classes
 
 
