@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
 from faultline.api import STOP_SIGNALS, RunSpec, episode_id
@@ -38,7 +39,7 @@ from faultline.cli._run import (
     selectable_ids,
     task_ids,
 )
-from faultline.cli._text import table_console
+from faultline.cli._text import stderr_console, table_console
 from faultline.core import System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
 from faultline.journal import journal_exists
@@ -131,7 +132,7 @@ def _faults(text: str, system: System | None = None) -> list[str]:
             return chosen
         left_out = [name for name in chosen if why_not_on(name, system)]
         if left_out:
-            Console(stderr=True).print(
+            stderr_console().print(
                 f"note: left out {len(left_out)} fault types that cannot apply to system {system.name!r}:"
                 f" {', '.join(left_out)} (`faultline run --fault TYPE` says why)",
                 soft_wrap=True,
@@ -191,7 +192,7 @@ def _journal(args: argparse.Namespace) -> str:
     up = {} if args.nats or args.defenses or args.journal else running_up()
     if up.get("journal"):
         args.nats, args.journal = up["url"], Path(up["journal"])
-        Console(stderr=True).print(
+        stderr_console().print(
             f"note: the cells run on the `faultline up` running here (pid {up['pid']}, {up['url']}), journal"
             f" {up['journal']}; pass --defenses none for a system of their own per cell",
             soft_wrap=True,
@@ -264,9 +265,9 @@ def _campaign(args: argparse.Namespace) -> int:
     folder: Path = args.out
     settings = _settings(args)
     manifest = _manifest(folder, settings, _journal(args))
-    console = Console(stderr=True)
+    console = stderr_console()
     if settings.model == "sim":
-        console.print(f"[dim]note: {REPORT_SIM_NOTE}[/dim]")
+        console.print(Text(f"note: {REPORT_SIM_NOTE}", style="dim"))
     lost = [
         cell.name
         for cell in manifest.cells

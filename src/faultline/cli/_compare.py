@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from rich.table import Table
+from rich.text import Text
 
 from faultline._errors import UsageError
 from faultline.api import SIM_NOTE, PlannedEpisode, RunResult, Summary, costed, summarize
@@ -116,7 +117,7 @@ def _compare(args: argparse.Namespace) -> int:
         if side.left_out:
             console.print(f"{side.label}: left out {len(side.left_out)} tasks the others do not hold", highlight=False)
     if _sim(sides):
-        console.print(f"[dim]note: {SIM_NOTE}[/dim]")
+        console.print(Text(f"note: {SIM_NOTE}", style="dim"))
     return 0
 
 
@@ -259,7 +260,7 @@ def _table(sides: Sequence[Side], rows: Sequence[Row], tasks: int) -> Table:
         if heading != section:
             table.add_section()
             if heading:
-                table.add_row(f"[bold]{heading}[/bold]")
+                table.add_row(Text(heading, style="bold"))
         section = heading
         indent = "  " if heading else ""
         table.add_row(indent + row.name, *(_cell(row, row.values[side.label]) for side in sides))

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 from rich.table import Table
+from rich.text import Text
 
 from faultline._errors import FaultlineError, UsageError
 from faultline.cli import _fama_loop, _jsonl
@@ -135,7 +136,7 @@ def _analyze_with(args: argparse.Namespace) -> int:
             after = f" (the last of {count} decisions, one per failure analysed)" if count > 1 else ""
             console.print(f"roster for {domain} / {model}: {','.join(roster) or 'none'}{after}")
         if note:
-            console.print(f"[dim]note: {note}[/dim]")
+            console.print(Text(f"note: {note}", style="dim"))
     if result.cases and not summary["analysed"]:
         raise FaultlineError(f"none of the {len(result.cases)} failures could be analysed: {_why_not(result.cases)}")
     return 0
@@ -214,7 +215,7 @@ def _cases_table(cases: list[CaseReport], analysts: str) -> Table:
         found = case.decisive
         decisive = [f"{found.agent} step {found.step}: {found.category or '-'}" if found else "-"] if attributed else []
         if case.analysis is None:
-            error = f"[red]not analysed: {case.error}[/red]"
+            error = Text(f"not analysed: {case.error}", style="red")
             table.add_row(case.episode, *["?"] * len(CATEGORIES), error, "", *decisive)
             continue
         main = ", ".join(case.analysis.main.main) or "none named"

@@ -26,8 +26,8 @@ from typing import Any
 
 import anyio
 import msgspec
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from faultline._errors import RunError, UsageError
 from faultline._files import write_atomically
@@ -37,7 +37,7 @@ from faultline.cli._args import rate, whole_number
 from faultline.cli._fama_counts import add_analysts_flag, category_counts, fama_note, with_fama_flags
 from faultline.cli._models import add_model_flags, effective_config, model_label, serving_local_model
 from faultline.cli._plots import count_axis, png
-from faultline.cli._text import table_console
+from faultline.cli._text import stderr_console, table_console
 from faultline.core import HELPERS, helper_agent, helper_name, memory_turns
 from faultline.journal import EpisodeFilter, JournalReader
 from faultline.runtime import Config, make_backend
@@ -165,7 +165,7 @@ def _loop(args: argparse.Namespace) -> int:
     taken = sorted(p.name for p in args.out.glob("round-*.sqlite"))
     if taken:
         raise UsageError(f"fama loop: {args.out} already holds {', '.join(taken)}; choose another --out")
-    console = Console(stderr=True)
+    console = stderr_console()
     settings = LoopSettings(
         domain=args.domain,
         model=model_label(config, config.role_of("tool")),
@@ -236,7 +236,7 @@ def _loop(args: argparse.Namespace) -> int:
     console = table_console()
     console.print(_table(rounds, args.trials, config.fama.analysts, config.fama.rosters))
     if note:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(Text(f"note: {note}", style="dim"))
     return 0
 
 

@@ -16,12 +16,11 @@ def progress_shown(label: str, unit: str, *, quiet: bool) -> Iterator[Callable[[
     if quiet and not sys.stderr.isatty():
         yield None
         return
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-    from faultline.cli._text import PROGRESS_LINE_S
+    from faultline.cli._text import PROGRESS_LINE_S, stderr_console
 
-    console = Console(stderr=True)
+    console = stderr_console()
     if not console.is_terminal:
         last = time.monotonic()
 

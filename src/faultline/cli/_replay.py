@@ -75,6 +75,7 @@ def _as_data(report: ReplayReport) -> dict[str, object]:
 
 def _print(report: ReplayReport) -> None:
     from rich.syntax import Syntax
+    from rich.text import Text
 
     console = table_console()
     rate = report.messages / report.seconds if report.seconds else 0.0
@@ -92,13 +93,18 @@ def _print(report: ReplayReport) -> None:
             " (their agent had not handled them when the run stopped, or a fork dropped all that handling one sent)"
         )
     if report.identical:
-        console.print(f"[green]identical[/green]: {summary}")
+        console.print(Text.assemble(("identical", "green"), f": {summary}"))
         return
-    console.print(f"[red]diverged[/red] in {len(report.divergences)} episode(s): {summary}")
+    console.print(Text.assemble(("diverged", "red"), f" in {len(report.divergences)} episode(s): {summary}"))
     for d in report.divergences:
         console.print(
-            f"\n[bold]episode {d.episode}[/bold] — agent [bold]{d.agent}[/bold] handling "
-            f"{d.input_kind} at position {d.input_pos} (id {d.input_id})\n  {d.what}"
+            Text.assemble(
+                "\n",
+                (f"episode {d.episode}", "bold"),
+                " — agent ",
+                (d.agent, "bold"),
+                f" handling {d.input_kind} at position {d.input_pos} (id {d.input_id})\n  {d.what}",
+            )
         )
         diff = d.diff()
         if diff:

@@ -21,6 +21,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from faultline._errors import ConfigError, DirectoryBusyError, JournalError, RunError, UsageError
 from faultline.api import (
@@ -43,7 +44,7 @@ from faultline.cli._args import rate, seconds, whole_number
 from faultline.cli._connect import login, running_up, running_url
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import add_defense_flag, add_insecure_flag, warn_insecure
-from faultline.cli._text import PROGRESS_LINE_S, counted, table_console
+from faultline.cli._text import PROGRESS_LINE_S, counted, stderr_console, table_console
 from faultline.core import BUILTIN_SYSTEM, parse_roster
 from faultline.envs import ERROR_CATEGORIES, load_domain
 from faultline.runtime import Config, tune_collector
@@ -279,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
         tables.print(_table(report, report.ran_on or chosen_domain(args)))
         if summary.costs:
             tables.print(_costs_table(summary, uses_sim=report.uses_sim))
-    console = Console(stderr=True)
+    console = stderr_console()
     if report.signal is not None:
         console.print(_stopped(report, args.nats), soft_wrap=True, highlight=False)
         return 128 + report.signal
@@ -323,7 +324,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
             args.nats = up["url"]
             if args.journal is None and up.get("journal"):
                 args.journal = Path(up["journal"])
-            Console(stderr=True).print(
+            stderr_console().print(
                 f"note: runs on the `faultline up` running here (pid {up['pid']}, {up['url']}); its journal"
                 f" is {up.get('journal', 'its own')}",
                 soft_wrap=True,
@@ -358,8 +359,8 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         tls=args.tls,
     )
     said = SIM_SYSTEM_NOTE if spec.system or config.system.class_ != BUILTIN_SYSTEM else SIM_NOTE
-    notes = [f"[dim]note: {said}[/dim]"] if sim_note and uses_sim(config) and not args.json else []
-    display = _Display(Console(stderr=True), quiet=args.json, label=label, notes=notes, insecure=args.insecure)
+    notes = [Text(f"note: {said}", style="dim")] if sim_note and uses_sim(config) and not args.json else []
+    display = _Display(stderr_console(), quiet=args.json, label=label, notes=notes, insecure=args.insecure)
     tune_collector()  # this process is the runner: it tracks every episode in flight
     try:
         return run(spec, progress=display)
@@ -398,7 +399,7 @@ def note_all_tasks(args: argparse.Namespace, ids: Sequence[str], source: str) ->
         return 0
     tasks, note = tasks_taken(args.tasks, len(ids), source, named="--tasks {}")
     if note:
-        Console(stderr=True).print(f"note: {note}", soft_wrap=True, highlight=False)
+        stderr_console().print(f"note: {note}", soft_wrap=True, highlight=False)
     return tasks
 
 
@@ -409,7 +410,7 @@ class _Display:
     once the run is checked and starts, and a warning with `insecure`."""
 
     def __init__(
-        self, console: Console, *, quiet: bool, label: str = "", notes: Sequence[str] = (), insecure: bool = False
+        self, console: Console, *, quiet: bool, label: str = "", notes: Sequence[Text] = (), insecure: bool = False
     ) -> None:
         self.console = console
         self.notes = notes
@@ -417,14 +418,14 @@ class _Display:
         self.lines = not console.is_terminal
         self.label = label
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[ok]} ok"),
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
-            *([TextColumn("[dim]{task.fields[waiting]}")] if console.is_terminal else []),
+            *([TextColumn("{task.fields[waiting]}", style="dim", markup=False)] if console.is_terminal else []),
             console=console,
             transient=False,
             disable=self.lines and quiet,

@@ -18,6 +18,7 @@ import anyio
 import msgspec
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from faultline._errors import ConfigError, JournalError, NoResponderError, ReplyTimeoutError, UsageError
 from faultline._files import write_atomically
@@ -36,7 +37,7 @@ from faultline.bus import OPERATOR, Bus, FollowSettings, Login, StreamState, TLS
 from faultline.cli import _jsonl
 from faultline.cli._args import add_config_flag, connection_flags, otel_flags, otel_headers
 from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix, up_workers
-from faultline.cli._text import counted, table_console
+from faultline.cli._text import counted, stderr_console, table_console
 from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
@@ -93,8 +94,11 @@ def server_tls(args: argparse.Namespace, config: Config, folder: Path) -> TLSFil
 
 def warn_insecure(console: Console, port_or_url: str) -> None:
     console.print(
-        f"[bold yellow]warning:[/bold yellow] --insecure: NATS {port_or_url} takes no credentials, so anyone who reaches"
-        " it may publish fault rules, completions and messages as any agent; use it for debugging only",
+        Text.assemble(
+            ("warning:", "bold yellow"),
+            f" --insecure: NATS {port_or_url} takes no credentials, so anyone who reaches it may publish fault rules,"
+            " completions and messages as any agent; use it for debugging only",
+        ),
         soft_wrap=True,
         highlight=False,
     )
@@ -300,7 +304,7 @@ def _up(args: argparse.Namespace) -> int:
         sync_interval=config.nats.sync_interval,
         server_cores=config.nats.server_cores,
     )
-    console = Console(stderr=True)
+    console = stderr_console()
     if args.insecure:
         warn_insecure(console, supervisor.nats_url or "on its local port")
     operator = str(supervisor.access.credential_file(OPERATOR).resolve()) if supervisor.access else ""

@@ -19,8 +19,17 @@ a progress bar."""
 
 
 def table_console() -> Console:
-    """A console as wide as the terminal, or `$COLUMNS`; piped without `$COLUMNS`, PIPE_WIDTH wide."""
-    return Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPE_WIDTH, highlight=False)
+    """A console as wide as the terminal, or `$COLUMNS`; piped without `$COLUMNS`, PIPE_WIDTH wide.
+
+    It reads no markup: what agents, models and scorers wrote is printed as written, square brackets and all
+    (a model's "[/INST]" is no closing tag); styles are given as `Text`."""
+    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPE_WIDTH
+    return Console(width=width, highlight=False, markup=False)
+
+
+def stderr_console() -> Console:
+    """The console of notes, warnings and progress on stderr; like `table_console`, it reads no markup."""
+    return Console(stderr=True, markup=False)
 
 
 def counted(n: int, noun: str) -> str:
