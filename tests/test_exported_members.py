@@ -462,6 +462,7 @@ PUBLIC = {
         "Replayer",
         "Step",
         "UndoFault",
+        "UndoRule",
         "attribute_episode",
         "categorize",
         "comparable",

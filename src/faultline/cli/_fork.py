@@ -34,6 +34,7 @@ from faultline.replay import (
     Probe,
     Replace,
     UndoFault,
+    UndoRule,
     fork_episode,
     forks_path,
 )
@@ -62,6 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--replace", type=Path, metavar="FILE.json", help='deliver this body instead (JSON with its "kind")'
     )
     how.add_argument("--undo-fault", action="store_true", help="POS is a fault event: deliver the original message")
+    how.add_argument(
+        "--undo-rule",
+        action="store_true",
+        help="as --undo-fault, and no fault of that event's rule applies from there on (a rule that altered several"
+        " messages, undone whole)",
+    )
     how.add_argument("--keep", action="store_true", help="deliver the message as it was (re-run the rest live)")
     _add_destination(p, "the fork")
     p.add_argument(
@@ -75,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "attribute",
         help="find the agent and step that made a failed episode fail (by forks)",
         description="Each answer is backed by forks of the failed episode, from its exact history: "
-        "fault-event repair undoes one journaled fault; oracle-guided repair gives one step's model call "
+        "fault-event repair undoes one journaled fault (or its rule, whole); oracle-guided repair gives one step's model call "
         "the task's gold action (the runtime injects it, any backend); sampled counterfactuals run "
         "--samples live continuations from before a step and estimate the chance of success with a "
         "Wilson interval. auto tries them in that order. Every agent's steps are candidates.",
@@ -131,6 +138,8 @@ def _change(args: argparse.Namespace) -> Change:
         return Drop()
     if args.undo_fault:
         return UndoFault()
+    if args.undo_rule:
+        return UndoRule()
     if args.keep:
         return Keep()
     try:
@@ -323,7 +332,9 @@ def _wrong(r: Attribution) -> str:
     if not r.decided and r.agent is None:
         return r.search
     lines = []
-    if r.fault:
+    if r.fault and any(p.change == "undo_rule" and p.position == r.position for p in r.evidence):
+        lines.append(f"the fault {r.fault} on its outputs; its rule undone whole, the episode succeeds")
+    elif r.fault:
         lines.append(f"the fault {r.fault} on its output; undone, the episode succeeds")
     if r.wrong is not None:
         lines.append(f"did: {_action_text(r.wrong)}")

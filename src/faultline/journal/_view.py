@@ -253,7 +253,11 @@ def _attribution(original: list[JournalRow], forks: list[tuple[str, list[Journal
     repairs = 0
     for fork_id, rows in forks:
         started = next((r.decoded_body() for r in rows if r.kind == "episode_started"), None)
-        if not isinstance(started, EpisodeStarted) or started.fork.get("change") not in ("keep", "undo_fault"):
+        if not isinstance(started, EpisodeStarted) or started.fork.get("change") not in (
+            "keep",
+            "undo_fault",
+            "undo_rule",
+        ):
             continue
         if started.fork.get("change") == "keep" and _starts(rows) == starts and not started.fork.get("answer"):
             continue

@@ -8,7 +8,9 @@ and the rest runs live. What each method can prove:
 
 - fault-event repair: the journal holds the faults injected into the episode;
   the fork at a fault event delivers the original message instead (`UndoFault`).
-  No ground truth is needed and any model backend works.
+  Where no event undone alone decides, a rule that applied more than once is
+  undone whole from its first event (`UndoRule`). No ground truth is needed and
+  any model backend works.
 - oracle-guided repair: where the domain has gold actions (the task's ground
   truth), the runtime gives the step's model call the gold action for that point
   as its recorded output (`Answer`); the backend is not asked, so it works for
@@ -61,7 +63,7 @@ from faultline.core import (
 from faultline.envs import Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay._categorize import categorize
-from faultline.replay._fork import Answer, Change, ForkResult, Keep, UndoFault, fork_episode, forks_path
+from faultline.replay._fork import Answer, Change, ForkResult, Keep, UndoFault, UndoRule, fork_episode, forks_path
 from faultline.replay._replay import AgentLookup, episode_lookup
 
 FAULT_REPAIR: Final = "fault-event repair"
@@ -530,8 +532,9 @@ def _undoable(row: JournalRow) -> bool:
 
 async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
     """Undo each fault event in turn, beside a control that keeps it; the first whose undoing rescues
-    the episode where the control does not decided it. A fault on a model request has no message to
-    deliver instead: the other methods cover it."""
+    the episode where the control does not decided it. Where none did, a rule that applied more than once
+    is undone whole (`UndoRule`, at its first event): a cycle on every message of an agent is undone only so.
+    A fault on a model request has no message to deliver instead: the other methods cover it."""
     faults = [r for r in forks.rows if r.kind == "fault_applied" and _undoable(r)]
     if not faults:
         return None
@@ -542,7 +545,7 @@ async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
         sender, causation = str(applied.original.get("sender", "")), str(applied.original.get("causation", ""))
         return applied, next((s for s in forks.made if s.agent == sender and s.input_id == causation), None)
 
-    async def weigh(row: JournalRow) -> tuple[Probe, Probe | None]:
+    async def weigh(change: UndoFault, row: JournalRow) -> tuple[Probe, Probe | None]:
         applied, step = undone(row)
         index, sender = (step.index if step else None), str(applied.original.get("sender", ""))
         # The control keeps what the fault delivered and draws the rest again, from its first message.
@@ -550,20 +553,42 @@ async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
         at = min((r.pos for r in forks.rows if r.id in delivered), default=row.pos)
         return await _weigh(
             samples,
-            partial(forks.draw, index, sender, row.pos, UndoFault()),
+            partial(forks.draw, index, sender, row.pos, change),
             partial(forks.draw, index, sender, at, Keep()),
         )
 
-    probes, named = await _first_decided(faults, weigh)
+    probes, named = await _first_decided(faults, partial(weigh, UndoFault()))
+    events: dict[str, list[JournalRow]] = {}
+    for row in faults:
+        events.setdefault(_rule_of(row), []).append(row)
+    firsts = [rows[0] for rows in events.values() if len(rows) > 1]
+    whole = False
+    if firsts and not (named is not None and named[1].low > named[2].high):
+        more, by_rule = await _first_decided(firsts, partial(weigh, UndoRule()))
+        probes += more
+        if by_rule is not None and (named is None or by_rule[1].low > by_rule[2].high):
+            named, whole = by_rule, True
     if named is None:
+        rules = ""
+        if firsts:
+            which = "the rule" if len(firsts) == 1 else f"any of the {len(firsts)} rules"
+            rules = f"; nor does undoing {which} that applied more than once, whole"
         return msgspec.structs.replace(
-            _blank(FAULT_REPAIR, f"undoing any one of the {len(faults)} fault events does not rescue the episode"),
+            _blank(
+                FAULT_REPAIR, f"undoing any one of the {len(faults)} fault events does not rescue the episode{rules}"
+            ),
             evidence=probes,
         )
     row, undo, control = named
     applied, step = undone(row)
-    tried = sum(1 for p in probes if p.change == "undo_fault")
-    search = f"undid {tried} of {len(faults)} fault events in journal order; {_controlled(undo, control)}"
+    if whole:
+        search = (
+            f"no fault event undone alone rescued the episode; rule {applied.rule_id} undone whole, its"
+            f" {len(events[applied.rule_id])} events: {_controlled(undo, control)}"
+        )
+    else:
+        tried = sum(1 for p in probes if p.change == "undo_fault")
+        search = f"undid {tried} of {len(faults)} fault events in journal order; {_controlled(undo, control)}"
     return msgspec.structs.replace(
         _blank(FAULT_REPAIR, search),
         agent=str(applied.original.get("sender", "")),
@@ -575,6 +600,12 @@ async def _fault_repair(forks: _Forks, samples: int) -> Attribution | None:
         evidence=probes,
         **_estimates(undo, control),
     )
+
+
+def _rule_of(row: JournalRow) -> str:
+    applied = row.envelope().body
+    assert isinstance(applied, FaultApplied)
+    return applied.rule_id
 
 
 async def _first_decided(

@@ -21,7 +21,7 @@ what its handlers send and their own model requests go through a fault intercept
 as on a worker, semantic faults asking the injector model through the sender's
 context, every fault journaled as its event. A fault is seeded by rule and message
 id, so a message the fork sends again under its old id meets the same fault; an
-`UndoFault` spares the one message it undid. The rules travel in the fork's
+`UndoFault` spares the one message it undid, an `UndoRule` leaves its rule out. The rules travel in the fork's
 `episode started` event, so a fork of a fork runs under them too.
 
 The fork's rows, its copied history and then what it ran, are written in one
@@ -125,6 +125,11 @@ class UndoFault(msgspec.Struct, frozen=True, tag="undo_fault"):
     """The position holds a fault event: deliver the original message it had replaced."""
 
 
+class UndoRule(UndoFault, frozen=True, tag="undo_rule"):
+    """As `UndoFault`, and no fault of that event's rule applies in the fork from there on: a rule that altered
+    several messages of the episode (a cycle on every message of an agent) is undone whole."""
+
+
 class Inject(msgspec.Struct, frozen=True, tag="inject"):
     """The message at the position goes through fault `fault` as a worker's fault interceptor
     would apply it: the fork journals the fault event and delivers what the fault made."""
@@ -134,7 +139,7 @@ class Inject(msgspec.Struct, frozen=True, tag="inject"):
     rule_id: str = "injected"
 
 
-Change = Keep | Drop | Replace | UndoFault | Inject
+Change = Keep | Drop | Replace | UndoFault | UndoRule | Inject
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True):
@@ -570,7 +575,7 @@ def _rules_in_force(
     rules the journal's fault controls had put in force before the fork position, when they
     match the source episode and had not expired at the position's time (they then do not
     expire in the fork), and the fault an `Inject` makes. A fault an `UndoFault` undoes is
-    spared its message. Seeding is by rule and message id, so a message the fork sends again
+    spared its message; the rule of one an `UndoRule` undoes is left out. Seeding is by rule and message id, so a message the fork sends again
     under its old id meets the same fault.
     """
     found: dict[str, FaultRule] = {}
@@ -592,7 +597,9 @@ def _rules_in_force(
             found[rule.id] = msgspec.structs.replace(rule, expires_at=0.0)
     if isinstance(change, Inject):
         found[change.rule_id] = _injected(change, fork, target.id)
-    if isinstance(change, UndoFault) and isinstance(undone := target.envelope().body, FaultApplied):
+    if isinstance(change, UndoRule) and isinstance(undone := target.envelope().body, FaultApplied):
+        found.pop(undone.rule_id, None)
+    elif isinstance(change, UndoFault) and isinstance(undone := target.envelope().body, FaultApplied):
         spared = found.get(undone.rule_id)
         if spared is not None:
             original = str(undone.original.get("id", ""))

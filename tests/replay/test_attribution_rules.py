@@ -1,0 +1,103 @@
+"""A fault rule that altered several messages of an episode is undone whole when no single event undone rescues it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Note, Start, System
+from faultline.cli import main
+from faultline.journal import JournalReader
+from faultline.replay import FAULT_REPAIR
+
+
+class Asker(Agent):
+    """Asks the clerk two things, and finishes with both answers."""
+
+    name = "asker"
+
+    def __init__(self) -> None:
+        self.answers: list[str] = []
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Start):
+            for word in msg.body.data["words"]:
+                ctx.send("clerk", Note(text=str(word)))
+        elif isinstance(msg.body, Note) and msg.sender == "clerk":
+            self.answers.append(msg.body.text)
+            if len(self.answers) == 2:
+                ctx.finish("".join(sorted(self.answers)))
+
+
+class Clerk(Agent):
+    name = "clerk"
+
+    async def on_message(self, msg: Envelope, ctx: Context) -> None:
+        if isinstance(msg.body, Note):
+            ctx.send(msg.sender, Note(text=msg.body.text.upper()))
+
+
+class Pair(System):
+    name = "pair"
+    agents = (Asker, Clerk)
+    entry = "asker"
+    finishers = ("asker",)
+    needs = ("words",)
+
+    def score(self, record: InputRecord, output: Any) -> Grade:
+        return Grade(1.0) if output == "AB" else Grade(0.0, f"answered {output!r}")
+
+
+@pytest.fixture(scope="module")
+def cycled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A journal whose one episode met a cycle on both of the asker's notes, and that episode."""
+    folder = tmp_path_factory.mktemp("cycled")
+    inputs = folder / "inputs.jsonl"
+    inputs.write_text('{"id": "ab", "words": ["a", "b"]}\n')
+    journal = folder / "journal.sqlite"
+    argv = ["run", "--system", "tests.replay.test_attribution_rules:Pair", "--inputs", str(inputs)]
+    argv += ["--fault", "cycle:from=asker,kind=note", "--episode-timeout", "3", "--journal", str(journal), "--json"]
+    assert main(argv) == 0
+    with JournalReader(journal) as reader:
+        (summary,) = reader.episodes()
+    assert summary.outcome == "timeout"
+    return journal, summary.episode
+
+
+def test_attribution_undoes_a_rule_whole_when_no_event_alone_rescues(
+    cycled: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Undoing either cycled note alone leaves the other cycled, so the asker still waits: attribution said
+    "undoing any one of the 2 fault events does not rescue the episode" of a fault that decided it."""
+    journal, episode = cycled
+    capsys.readouterr()
+    forks = tmp_path / "forks.sqlite"
+    argv = ["attribute", str(journal), "-e", episode, "--method", "fault", "--out", str(forks), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (result["method"], result["agent"], result["fault"], result["decided"]) == (
+        FAULT_REPAIR,
+        "asker",
+        "cycle",
+        True,
+    )
+    assert [p["change"] for p in result["evidence"]][-2:] == ["undo_rule", "keep"]
+    assert "undone whole, its 2 events" in result["search"]
+
+
+def test_a_fork_undoes_a_rule_whole(
+    cycled: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal, episode = cycled
+    with JournalReader(journal) as reader:
+        first = next(r.pos for r in reader.episode_rows(episode) if r.kind == "fault_applied")
+    capsys.readouterr()
+    outcomes = {}
+    for change in ("--undo-fault", "--undo-rule"):
+        argv = ["fork", str(journal), "-e", episode, "--at", str(first), change, "--out", str(tmp_path / "f.sqlite")]
+        assert main([*argv, "--json"]) == 0
+        outcomes[change] = json.loads(capsys.readouterr().out.splitlines()[0])["outcome"]["outcome"]
+    assert outcomes == {"--undo-fault": "failure", "--undo-rule": "success"}
