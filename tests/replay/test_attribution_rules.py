@@ -8,7 +8,18 @@ from typing import Any
 
 import pytest
 
-from faultline.agent import Agent, Context, Envelope, Grade, InputRecord, Note, Start, System
+from faultline.agent import (
+    Agent,
+    ChatMessage,
+    Context,
+    Envelope,
+    Grade,
+    InputRecord,
+    LlmRequest,
+    Note,
+    Start,
+    System,
+)
 from faultline.cli import main
 from faultline.journal import JournalReader
 from faultline.replay import FAULT_REPAIR
@@ -33,10 +44,13 @@ class Asker(Agent):
 
 
 class Clerk(Agent):
+    """Answers a word in capitals, once it asked its model (whose answer it does not need: a step to resample)."""
+
     name = "clerk"
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         if isinstance(msg.body, Note):
+            await ctx.llm(LlmRequest(role="clerk", messages=[ChatMessage(role="user", content=msg.body.text)]))
             ctx.send(msg.sender, Note(text=msg.body.text.upper()))
 
 
@@ -52,30 +66,31 @@ class Pair(System):
 
 
 @pytest.fixture(scope="module")
-def cycled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A journal whose one episode met a cycle on both of the asker's notes, and that episode."""
-    folder = tmp_path_factory.mktemp("cycled")
+def faulted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A journal of two episodes: `r1-ab-t0` met a cycle on both of the asker's notes, `r1-ac-t0` (which fails
+    whatever happens: the clerk cannot make "AB" of "a" and "c") a storm on one of the clerk's answers."""
+    folder = tmp_path_factory.mktemp("faulted")
     inputs = folder / "inputs.jsonl"
-    inputs.write_text('{"id": "ab", "words": ["a", "b"]}\n')
+    inputs.write_text('{"id": "ab", "words": ["a", "b"]}\n{"id": "ac", "words": ["a", "c"]}\n')
     journal = folder / "journal.sqlite"
-    argv = ["run", "--system", "tests.replay.test_attribution_rules:Pair", "--inputs", str(inputs)]
-    argv += ["--fault", "cycle:from=asker,kind=note", "--episode-timeout", "3", "--journal", str(journal), "--json"]
+    argv = ["run", "--system", "tests.replay.test_attribution_rules:Pair", "--inputs", str(inputs), "--run-id", "r1"]
+    argv += ["--fault", "cycle:from=asker,kind=note,episode=r1-ab-t0"]
+    argv += ["--fault", "storm:from=clerk,kind=note,budget=1,episode=r1-ac-t0"]
+    argv += ["--episode-timeout", "3", "--journal", str(journal), "--json"]
     assert main(argv) == 0
     with JournalReader(journal) as reader:
-        (summary,) = reader.episodes()
-    assert summary.outcome == "timeout"
-    return journal, summary.episode
+        assert {s.episode: s.outcome for s in reader.episodes()} == {"r1-ab-t0": "timeout", "r1-ac-t0": "failure"}
+    return journal
 
 
 def test_attribution_undoes_a_rule_whole_when_no_event_alone_rescues(
-    cycled: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    faulted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Undoing either cycled note alone leaves the other cycled, so the asker still waits: attribution said
     "undoing any one of the 2 fault events does not rescue the episode" of a fault that decided it."""
-    journal, episode = cycled
     capsys.readouterr()
     forks = tmp_path / "forks.sqlite"
-    argv = ["attribute", str(journal), "-e", episode, "--method", "fault", "--out", str(forks), "--json"]
+    argv = ["attribute", str(faulted), "-e", "r1-ab-t0", "--method", "fault", "--out", str(forks), "--json"]
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[0])
     assert (result["method"], result["agent"], result["fault"], result["decided"]) == (
@@ -88,10 +103,8 @@ def test_attribution_undoes_a_rule_whole_when_no_event_alone_rescues(
     assert "undone whole, its 2 events" in result["search"]
 
 
-def test_a_fork_undoes_a_rule_whole(
-    cycled: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    journal, episode = cycled
+def test_a_fork_undoes_a_rule_whole(faulted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal, episode = faulted, "r1-ab-t0"
     with JournalReader(journal) as reader:
         first = next(r.pos for r in reader.episode_rows(episode) if r.kind == "fault_applied")
     capsys.readouterr()
@@ -101,3 +114,20 @@ def test_a_fork_undoes_a_rule_whole(
         assert main([*argv, "--json"]) == 0
         outcomes[change] = json.loads(capsys.readouterr().out.splitlines()[0])["outcome"]["outcome"]
     assert outcomes == {"--undo-fault": "failure", "--undo-rule": "success"}
+
+
+def test_auto_says_what_each_method_found_where_none_decides(
+    faulted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where no method decided, the answer was the last method's alone: "scan: resampling from no model step
+    rescues the episode", with not a word of the fault event that was undone and did not rescue either."""
+    capsys.readouterr()
+    argv = ["attribute", str(faulted), "-e", "r1-ac-t0", "--out", str(tmp_path / "forks.sqlite"), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert not result["decided"]
+    assert result["search"] == (
+        "fault-event repair: undoing any one of the 1 fault events does not rescue the episode;"
+        " sampled counterfactuals: scan: resampling from no model step rescues the episode (2 probed)"
+    )
+    assert "undo_fault" in [p["change"] for p in result["evidence"]]

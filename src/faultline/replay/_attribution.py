@@ -444,17 +444,18 @@ async def attribute_episode(
         (SAMPLED, lambda: _sampled(forks, samples)),
     ]
     chosen = [(name, run) for name, run in order if method in ("auto", name)]
-    answer: Attribution | None = None
-    evidence: list[Probe] = []
+    tried: list[Attribution] = []
     for _, run in chosen:
         found = await run()
         if found is None:
             continue
-        evidence += found.evidence
-        answer = msgspec.structs.replace(found, evidence=list(evidence))
+        tried.append(found)
         if found.decided or method != "auto":
             break
-    if answer is None:
+    if tried:
+        answer = tried[-1] if tried[-1].decided else _undecided(tried)
+        answer = msgspec.structs.replace(answer, evidence=[p for t in tried for p in t.evidence])
+    else:
         answer = Attribution(
             episode=episode,
             method=chosen[-1][0],
@@ -465,7 +466,7 @@ async def attribute_episode(
             flipped=False,
             search=f"{chosen[-1][0]} does not apply: " + _why_not(chosen[-1][0], task),
         )
-    flipped = any(p.successes for p in evidence)
+    flipped = any(p.successes for p in answer.evidence)
     return msgspec.structs.replace(
         answer,
         episode=episode,
@@ -476,6 +477,15 @@ async def attribute_episode(
         seconds=time.perf_counter() - started,
         journal=str(forks.out),
     )
+
+
+def _undecided(tried: list[Attribution]) -> Attribution:
+    """Where no method decided: the first answer that names a step (a repair that rescued where its control did
+    too), else the last, saying what each method that ran found, so that one method's search hides no other's."""
+    named = next((t for t in tried if t.agent is not None), tried[-1])
+    if len(tried) == 1:
+        return named
+    return msgspec.structs.replace(named, search="; ".join(f"{t.method}: {t.search}" for t in tried))
 
 
 def _why_not(method: str, task: Task | None) -> str:
