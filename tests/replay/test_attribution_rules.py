@@ -26,7 +26,7 @@ from faultline.replay import FAULT_REPAIR
 
 
 class Asker(Agent):
-    """Asks the clerk two things, and finishes with both answers."""
+    """Asks its model about the record, then the clerk two things, and finishes with both answers."""
 
     name = "asker"
 
@@ -35,6 +35,8 @@ class Asker(Agent):
 
     async def on_message(self, msg: Envelope, ctx: Context) -> None:
         if isinstance(msg.body, Start):
+            record = json.dumps(msg.body.data, sort_keys=True)  # every field of the record, as a prompt may hold it
+            await ctx.llm(LlmRequest(role="asker", messages=[ChatMessage(role="user", content=record)]))
             for word in msg.body.data["words"]:
                 ctx.send("clerk", Note(text=str(word)))
         elif isinstance(msg.body, Note) and msg.sender == "clerk":
@@ -128,6 +130,27 @@ def test_auto_says_what_each_method_found_where_none_decides(
     assert not result["decided"]
     assert result["search"] == (
         "fault-event repair: undoing any one of the 1 fault events does not rescue the episode;"
-        " sampled counterfactuals: scan: resampling from no model step rescues the episode (2 probed)"
+        " sampled counterfactuals: scan: resampling from no model step rescues the episode (3 probed)"
     )
     assert "undo_fault" in [p["change"] for p in result["evidence"]]
+
+
+def test_sampled_forks_of_a_system_hand_its_agents_their_records_as_journaled(
+    faulted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attribution numbered its draws in every Start's data, so the asker's model request, which holds its record,
+    no longer matched the journal's and every fork failed with "the journal holds call #0 llm() that the code no
+    longer makes", which ended the command."""
+    capsys.readouterr()
+    forks = tmp_path / "forks.sqlite"
+    argv = ["attribute", str(faulted), "-e", "r1-ac-t0", "--method", "sampled", "--out", str(forks), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    causes = [f["cause"] for p in result["evidence"] for f in p["forks"]]
+    assert len(causes) == 3 and all(c.startswith("answered ") for c in causes), causes  # ran, none diverged
+    with JournalReader(forks) as reader:
+        starts = {r.body for r in reader.rows() if r.kind == "start" and r.recipient == "asker"}
+    with JournalReader(faulted) as reader:
+        assert starts == {
+            r.body for r in reader.episode_rows("r1-ac-t0") if r.kind == "start" and r.recipient == "asker"
+        }

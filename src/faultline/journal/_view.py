@@ -244,8 +244,8 @@ def _attribution(original: list[JournalRow], forks: list[tuple[str, list[Journal
     """The decisive step, read from the repair forks an attribution left: {} when there are none or none rescued.
 
     A repair fork undoes a fault, or keeps the message it forks at and either gives its
-    handler an answer (`fork["answer"]`) or changes the episode's settings (its `start`
-    messages differ); the decisive input is the latest one whose repair succeeded. For an
+    handler an answer (`fork["answer"]`), changes the episode's settings (its `start`
+    messages differ) or draws its continuation afresh (`fork["draw"]`); the decisive input is the latest one whose repair succeeded. For an
     undone fault it is the input whose handling sent the faulted message.
     """
     starts = _starts(original)
@@ -259,7 +259,8 @@ def _attribution(original: list[JournalRow], forks: list[tuple[str, list[Journal
             "undo_rule",
         ):
             continue
-        if started.fork.get("change") == "keep" and _starts(rows) == starts and not started.fork.get("answer"):
+        drawn = started.fork.get("answer") or started.fork.get("draw")
+        if started.fork.get("change") == "keep" and _starts(rows) == starts and not drawn:
             continue
         repairs += 1
         completed = next((r.decoded_body() for r in reversed(rows) if r.kind == "episode_completed"), None)

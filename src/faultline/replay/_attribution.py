@@ -64,7 +64,7 @@ from faultline.envs import Domain, Task, load_domain
 from faultline.journal import JournalReader, JournalRow, verify
 from faultline.replay._categorize import categorize
 from faultline.replay._fork import Answer, Change, ForkResult, Keep, UndoFault, UndoRule, fork_episode, forks_path
-from faultline.replay._replay import AgentLookup, episode_lookup
+from faultline.replay._replay import AgentLookup, episode_lookup, episode_system
 
 FAULT_REPAIR: Final = "fault-event repair"
 ORACLE_REPAIR: Final = "oracle-guided repair"
@@ -300,31 +300,40 @@ class _Forks:
         self.limiter = anyio.CapacityLimiter(max(1, workers))
         self.results: dict[str, ForkResult] = {}
         self.draws = 0
+        system = episode_system(rows)
+        self.own_system = system is not None and system.is_user_system
 
-    def fresh(self, position: int, count: int = 1) -> list[Mapping[str, Any] | None]:
-        """Settings for `count` forks that each draw the model's randomness afresh from `position` on.
+    def fresh(self, position: int, count: int = 1) -> list[dict[str, Any]]:
+        """`fork_episode`'s arguments for `count` forks that each draw the model's randomness afresh from
+        `position` on.
 
         A fork is a new draw of everything live after its change, as a sampling model's
         continuation is; each gets a number of its own in this attribution (in the order asked
         for, so an attribution run again reuses its forks). Models that sample by themselves
-        ignore the setting; the simulator draws its mistakes again (`sample`, `sample_from`).
+        ignore the setting; the simulator draws the built-in agents' mistakes again (`sample`,
+        `sample_from` in their Start data). A system of one's own gets its records as journaled
+        (its agents may read every field, and the history must replay), so there the number is
+        the fork's `draw` alone.
         """
+        self.draws += count
+        numbers = range(self.draws - count + 1, self.draws + 1)
+        if self.own_system:
+            return [{"draw": n} for n in numbers]
         before = {
             agent: 1
             + sum(1 for s in self.made if s.agent == agent and s.model_call is not None and s.input_pos < position)
             for agent in {s.agent for s in self.made}
         }
-        self.draws += count
-        return [{"sample": n, "sample_from": before} for n in range(self.draws - count + 1, self.draws + 1)]
+        return [{"settings": {"sample": n, "sample_from": before}} for n in numbers]
 
     async def run(
         self,
         at: int,
         change: Change,
-        settings: list[Mapping[str, Any] | None],
+        draws: list[dict[str, Any]],
         answer: Answer | None = None,
     ) -> list[ForkResult]:
-        done: list[ForkResult | None] = [None] * len(settings)
+        done: list[ForkResult | None] = [None] * len(draws)
 
         async def one(i: int) -> None:
             async with self.limiter:
@@ -336,15 +345,15 @@ class _Forks:
                     lookup=self.lookup,
                     backends=self.backends,
                     out=self.out,
-                    settings=settings[i],
                     verified=True,
                     answer=answer,
                     handler_timeout_s=self.handler_timeout_s,
                     system=self.system,
+                    **draws[i],
                 )
 
         async with anyio.create_task_group() as group:
-            for i in range(len(settings)):
+            for i in range(len(draws)):
                 group.start_soon(one, i)
         results = [r for r in done if r is not None]
         for r in results:
@@ -363,10 +372,10 @@ class _Forks:
         agent: str,
         at: int,
         change: Change,
-        settings: list[Mapping[str, Any] | None],
+        draws: list[dict[str, Any]],
         answer: Answer | None = None,
     ) -> Probe:
-        results = await self.run(at, change, settings, answer)
+        results = await self.run(at, change, draws, answer)
         wins = sum(r.outcome.outcome == "success" for r in results)
         low, high = wilson(wins, len(results))
         return Probe(

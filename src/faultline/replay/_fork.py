@@ -190,12 +190,19 @@ class ForkResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def fork_id(
-    episode: str, at: int, change: Change, settings: Mapping[str, Any] | None = None, answer: Answer | None = None
+    episode: str,
+    at: int,
+    change: Change,
+    settings: Mapping[str, Any] | None = None,
+    answer: Answer | None = None,
+    draw: int = 0,
 ) -> str:
     """A deterministic, subject-safe id for the fork of `episode` at `at` with `change`."""
     parts: list[Any] = [episode, at, msgspec.to_builtins(change), settings or {}]
     if answer is not None:
         parts.append(msgspec.to_builtins(answer))
+    if draw:
+        parts.append({"draw": draw})
     tag = zlib.crc32(msgspec.json.encode(parts))
     base = episode if len(episode) <= 48 else episode[:48]
     return f"{base}-f{at}-{tag:08x}"
@@ -416,13 +423,16 @@ async def fork_episode(
     answer: Answer | None = None,
     handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S,
     system: str = "",
+    draw: int = 0,
 ) -> ForkResult:
     """Fork `episode` at journal position `at`; see the module docstring.
 
     The fork is written to `out` (default `forks_path(journal_path)`; the source
     itself only when named). `settings` override keys of every agent's Start data
     in the fork (attribution passes `sample` and `sample_from`, so that the
-    simulator draws afresh from a decision on). `answer` gives one model call of the handler of the message at
+    simulator draws afresh from a decision on). `draw` numbers one of several continuations of the same
+    change without touching what any agent receives (attribution's, on a system of one's own, whose agents must
+    get their records as journaled for the history to replay); it is recorded in the fork's start. `answer` gives one model call of the handler of the message at
     the position its output. The journal's chain is checked first unless the caller
     `verified` it already. A handler that runs past `handler_timeout_s` (a configuration's
     `handler_timeout_s`, where there is one) fails, and the fork with it, as it would on a worker. `system` is
@@ -448,7 +458,7 @@ async def fork_episode(
             f"position {at} holds {_a(target.kind)}, which no agent receives: fork at a message "
             "(`faultline journal show` lists an episode's messages with their positions)"
         )
-    new = fork_id(episode, at, change, settings, answer)
+    new = fork_id(episode, at, change, settings, answer, draw)
     delivered = _delivered(target, change, new)
     destination = Path(out) if out is not None else forks_path(journal_path)
 
@@ -480,11 +490,15 @@ async def fork_episode(
     ref = episode_system(rows, system)
     classes = _agent_classes(rows, lookup, ref)
 
-    marker = {
-        "change": str(type(change).__struct_config__.tag),
-        "target": target.id,
-        "delivered": delivered.id if delivered else "",
-    } | ({"answer": answer.agent} if answer is not None else {})
+    marker = (
+        {
+            "change": str(type(change).__struct_config__.tag),
+            "target": target.id,
+            "delivered": delivered.id if delivered else "",
+        }
+        | ({"answer": answer.agent} if answer is not None else {})
+        | ({"draw": str(draw)} if draw else {})
+    )
     rules = _rules_in_force(rows, controls, target, change, new)
     started_body = EpisodeStarted(forked_from=episode, forked_at=at, fork=marker, fault_rules=_builtins(rules))
     history, bodies = _history(prefix, new, started_body, settings)
