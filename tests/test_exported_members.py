@@ -494,6 +494,7 @@ PUBLIC = {
         "NO_DEFENSE",
         "ReportSummary",
         "SIM_NOTE",
+        "SIM_SYSTEM_NOTE",
         "SkipReason",
         "TIERS",
         "Tier",

@@ -22,7 +22,7 @@ from faultline.cli import main
 from faultline.cli._models import effective_config
 from faultline.cli._run import selectable_ids
 from faultline.journal import Journal, JournalReader
-from faultline.report import read_manifest
+from faultline.report import SIM_SYSTEM_NOTE, read_manifest
 from tests.runtime.test_processes import faultline, finish, wait_until_up
 
 pytestmark = pytest.mark.slow
@@ -161,7 +161,7 @@ def test_a_cell_the_journal_cut_short_stays_unfinished(
 
 
 def test_a_campaign_on_a_system_of_ones_own_gives_its_runs_no_domain(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`run` refuses a --domain for a system of one's own, which runs its input records: the cells' runs have none."""
     inputs = tmp_path / "in.jsonl"
@@ -177,6 +177,8 @@ def test_a_campaign_on_a_system_of_ones_own_gives_its_runs_no_domain(
     system = ("--system", "tests.replay.test_fork_topics:Gossip", "--inputs", str(inputs))
     assert main([*CAMPAIGN, *system, "--out", str(tmp_path / "c")]) == 0
     assert selected == [(["a"], f"inputs {inputs}")] * 2
+    note = " ".join(capsys.readouterr().err.split())  # sim echoes the system's agents: it follows no ground truth
+    assert f"note: {SIM_SYSTEM_NOTE}" in note and "ground truth" not in note
 
 
 def test_a_finished_cell_whose_journal_is_gone_runs_again(

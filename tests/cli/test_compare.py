@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from faultline.api import SIM_NOTE
+from faultline.api import SIM_NOTE, SIM_SYSTEM_NOTE
 from faultline.cli import main
 from faultline.core import Envelope, EpisodeCompleted, EpisodeStarted, MessageBody, Recording, Subjects, derive_id
 from faultline.journal import Incoming, Journal
@@ -195,3 +195,20 @@ def test_compare_of_a_run_the_journal_does_not_hold_is_one_line(
     assert capsys.readouterr().err == (
         "faultline: usage error: compare: name two or more journals, or runs of one (--run RUN_ID, twice or more)\n"
     )
+
+
+def test_compare_of_systems_of_ones_own_on_sim_says_what_sim_does_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sim echoes the agents of a system of one's own; the note said it "follows each task's ground truth"."""
+    response = {"usage": {"prompt_tokens": 5, "completion_tokens": 5}, "model": "sim"}
+    bodies: list[tuple[str, MessageBody]] = [
+        ("runner", EpisodeStarted(task="a", system="desk:HelpDesk")),
+        ("triage", Recording(call="llm", index=0, request_digest="d", response=response)),
+        ("scorer", OK),
+    ]
+    episode = [Envelope(id=derive_id("a-t0", i), episode="a-t0", sender=s, body=b) for i, (s, b) in enumerate(bodies)]
+    journal = _write(tmp_path / "desk.sqlite", episode)
+    assert main(["compare", str(journal), str(journal)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"note: {SIM_SYSTEM_NOTE}" in out and "follows each task's ground truth" not in out

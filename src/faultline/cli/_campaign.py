@@ -54,6 +54,7 @@ from faultline.report import (
     write_manifest,
 )
 from faultline.report import SIM_NOTE as REPORT_SIM_NOTE
+from faultline.report import SIM_SYSTEM_NOTE as REPORT_SIM_SYSTEM_NOTE
 
 ALL = "all"
 """`--faults all`: every registered fault type, plugins' included."""
@@ -267,7 +268,8 @@ def _campaign(args: argparse.Namespace) -> int:
     manifest = _manifest(folder, settings, _journal(args))
     console = stderr_console()
     if settings.model == "sim":
-        console.print(Text(f"note: {REPORT_SIM_NOTE}", style="dim"))
+        said = REPORT_SIM_SYSTEM_NOTE if settings.system else REPORT_SIM_NOTE
+        console.print(Text(f"note: {said}", style="dim"))
     lost = [
         cell.name
         for cell in manifest.cells

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from faultline._errors import UsageError
-from faultline.api import SIM_NOTE, PlannedEpisode, RunResult, Summary, costed, summarize
+from faultline.api import SIM_NOTE, SIM_SYSTEM_NOTE, PlannedEpisode, RunResult, Summary, costed, summarize
 from faultline.cli._filters import add_episode_filters, episode_filter, require_journal
 from faultline.cli._text import table_console
 from faultline.core import EpisodeCompleted, EpisodeStarted
@@ -48,6 +48,8 @@ class Side(msgspec.Struct, frozen=True, kw_only=True):
     left_out: list[str]
     """Tasks of this journal that some other journal does not hold."""
     models: list[str]
+    own_system: bool = False
+    """Its episodes ran on a system of one's own (their starts name it), not the built-in tool-use agents."""
 
 
 def failure_category(done: EpisodeCompleted) -> str | None:
@@ -116,8 +118,8 @@ def _compare(args: argparse.Namespace) -> int:
     for side in sides:
         if side.left_out:
             console.print(f"{side.label}: left out {len(side.left_out)} tasks the others do not hold", highlight=False)
-    if _sim(sides):
-        console.print(Text(f"note: {SIM_NOTE}", style="dim"))
+    if note := _sim_note(sides):
+        console.print(Text(f"note: {note}", style="dim"))
     return 0
 
 
@@ -155,12 +157,15 @@ def _side(label: str, path: Path, run: str, found: list[EpisodeSummary], common:
     chosen = [e for e in found if e.task in common]
     completed: dict[str, EpisodeCompleted] = {}
     roster: set[str] = set()
+    systems: set[str] = set()
     with JournalReader(path) as reader:
         for e in chosen:
             assert e.completed_pos is not None
             completed[e.episode] = _body(reader, e.episode, e.completed_pos, EpisodeCompleted)
             if e.started_pos is not None:
-                roster.update(_body(reader, e.episode, e.started_pos, EpisodeStarted).roster)
+                started = _body(reader, e.episode, e.started_pos, EpisodeStarted)
+                roster.update(started.roster)
+                systems.add(started.system)
         costs = reader.agent_costs(episodes=completed)
     per_task = Counter(e.task for e in chosen)
     result = RunResult(
@@ -177,6 +182,7 @@ def _side(label: str, path: Path, run: str, found: list[EpisodeSummary], common:
         failures=dict(failures.most_common()),
         left_out=sorted({e.task for e in found} - common),
         models=sorted({m for cost in costs for m in cost.models.split(",") if m}),
+        own_system=bool(systems) and "" not in systems,
     )
 
 
@@ -232,13 +238,16 @@ def _summary(sides: Sequence[Side], common: set[str]) -> dict[str, Any]:
         "left_out": {side.label: side.left_out for side in sides},
         "helper_overhead": {side.label: side.summary.helper_overhead for side in sides},
         "models": {side.label: side.models for side in sides},
-        "note": SIM_NOTE if _sim(sides) else "",
+        "note": _sim_note(sides),
     }
 
 
-def _sim(sides: Sequence[Side]) -> bool:
-    """Whether some side's models include the offline simulator, whose numbers exercise the runtime."""
-    return any("sim" in side.models for side in sides)
+def _sim_note(sides: Sequence[Side]) -> str:
+    """What to say of the offline simulator where some side's models include it ("" where none does): its numbers
+    exercise the runtime, and on systems of one's own it follows no ground truth."""
+    if not any("sim" in side.models for side in sides):
+        return ""
+    return SIM_SYSTEM_NOTE if all(side.own_system for side in sides) else SIM_NOTE
 
 
 _HEADINGS = {
@@ -288,7 +297,7 @@ def _plot(path: Path, sides: Sequence[Side]) -> None:
         ("model tokens per episode", [r for r in rows if r.type in ("tokens", "agent_tokens")]),
         ("latency per episode (s)", [msgspec.structs.replace(r, name="") for r in rows if r.type == "latency_s"]),
     ]
-    with png(path, width=12.0, height=7.5, note=f"note: {SIM_NOTE}" if _sim(sides) else "") as figure:
+    with png(path, width=12.0, height=7.5, note=f"note: {note}" if (note := _sim_note(sides)) else "") as figure:
         axes = figure.subplots(2, 2).flat
         width = 0.8 / len(sides)
         for ax, (title, group) in zip(axes, panels, strict=True):

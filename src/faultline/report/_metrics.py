@@ -95,6 +95,10 @@ EVIDENCE_KINDS = (
 no other row."""
 
 SIM_NOTE = "sim follows each task's ground truth: its numbers measure the runtime's mechanisms, not a model"
+SIM_SYSTEM_NOTE = (
+    "sim answers the agents of a system of one's own with their own last message: its numbers measure the"
+    " runtime's mechanisms, not a model"
+)
 SIM_JUDGE_NOTE = (
     "the sim judge is a stand-in: it maps the rule detectors' evidence and visible trajectory patterns to"
     " behaviours, so its labels measure the annotator's mechanism, not a model's judgement"
@@ -585,7 +589,12 @@ def campaign_report(
         episodes=episodes,
         behaviours=sum(len(seen) for r in results.values() for seen in r.behaviours.values()),
         note="; ".join(
-            n for n, on in ((SIM_NOTE, settings.model == "sim"), (SIM_JUDGE_NOTE, judge.startswith("sim"))) if on
+            n
+            for n, on in (
+                (SIM_SYSTEM_NOTE if settings.system else SIM_NOTE, settings.model == "sim"),
+                (SIM_JUDGE_NOTE, judge.startswith("sim")),
+            )
+            if on
         ),
         rs=rs,
         behaviour_source="rules" if judged is None else "judged",
