@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from faultline.cli import main
-from faultline.core import episode_shard
+from faultline.core import ToolResult, episode_shard
 from faultline.journal.otel import export_otel
 
 from .conftest import episode_envelopes
@@ -88,6 +88,19 @@ def test_an_episode_becomes_one_trace_with_agent_chat_and_tool_spans(receiver: R
     assert {key: attributes(chat)[key] for key in expected} == expected
     assert attributes(tool)["gen_ai.tool.call.id"] == "c1"
     assert tool.end_time_unix_nano - tool.start_time_unix_nano == 1_000_000_000  # call at t0+1.5 s, result at t0+2.5 s
+
+
+def test_a_tool_call_that_got_no_result_is_an_error_span_to_the_episodes_end(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    """A tool whose handler raised answers nothing, and its call, the one the episode ended on, had no span."""
+    unanswered = [e for e in episode_envelopes("ep-a", outcome="failure") if not isinstance(e.body, ToolResult)]
+    path = journal_of(tmp_path / "j.db", unanswered)
+    export_otel(path, receiver.url)
+    (tool,) = [span for span in receiver.spans if span.name == "execute_tool get_order"]
+    assert attributes(tool)["error.type"] == "no_result"
+    assert tool.status.message == "no result before the episode ended"
+    assert tool.end_time_unix_nano == max(span.end_time_unix_nano for span in receiver.spans)
 
 
 def test_exporting_twice_sends_the_same_ids(receiver: Receiver, tmp_path: Path) -> None:

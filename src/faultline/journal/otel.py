@@ -3,7 +3,8 @@
 One trace per episode, its root span the episode. Under it one `invoke_agent {agent}`
 span per agent, from its first message to its last, and under those a `chat {model}`
 span per model call and an `execute_tool {tool}` span per tool call (from the call to
-its result). Names and `gen_ai.*` attributes follow the OpenTelemetry GenAI semantic
+its result; a call that got none, as where its tool raised, ends with the episode, as
+an error). Names and `gen_ai.*` attributes follow the OpenTelemetry GenAI semantic
 conventions; Faultline's own are under `faultline.*`, and injected faults are events
 of the root span. A fork's trace holds what it ran, its live part (`live_part`): the
 history it copied is its source's, in its source's trace, to which its root span links.
@@ -47,6 +48,9 @@ from faultline.journal._timing import live_part
 _SAID_CHARS = 300
 """How much of what the OTLP exporter logged an error line keeps."""
 _OS_ERROR = re.compile(r"\[Errno -?\d+\] [^'\")]+")
+
+_NO_RESULT = "no result before the episode ended"
+"""The status of a tool call's span that got no result (its tool's handler raised, the episode timed out)."""
 
 _SCOPE = InstrumentationScope("faultline.journal")
 _RESOURCE = Resource.create({"service.name": "faultline"})
@@ -134,20 +138,12 @@ def episode_spans(episode: str, rows: Sequence[JournalRow], journal: str = "") -
             calls[body.call_id] = (row, body)
         elif isinstance(body, ToolResult) and body.call_id in calls:
             call_row, call = calls.pop(body.call_id)
-            tool: Attributes = {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": call.name,
-                "gen_ai.tool.call.id": call.call_id,
-                "faultline.journal.pos": call_row.pos,
-                "faultline.agent": row.sender,
-            }
-            failed = Status(StatusCode.ERROR, body.error) if body.error else None
-            if body.error:
-                tool["error.type"] = "tool_error"
-            add(f"execute_tool {call.name}", _context(trace_id, call_row.id), agent_context(call_row.sender),
-                call_row.ts, row.ts, tool, status=failed)  # fmt: skip
+            add(*_tool(trace_id, call_row, call, agent_context(call_row.sender), row.sender, row.ts, body.error))
 
     first, last = ran[0].ts, ran[-1].ts
+    for call_row, call in calls.values():  # no result came: often the very call the episode ended on
+        parent = agent_context(call_row.sender)
+        add(*_tool(trace_id, call_row, call, parent, call_row.recipient, last, _NO_RESULT, error_type="no_result"))
     for agent, (begin, end) in agents.items():
         agent_attributes: Attributes = {
             "gen_ai.operation.name": "invoke_agent",
@@ -198,6 +194,31 @@ def _started(rows: Sequence[JournalRow]) -> EpisodeStarted | None:
     row = next((row for row in rows if row.kind == "episode_started"), None)
     body = row.decoded_body() if row is not None else None
     return body if isinstance(body, EpisodeStarted) else None
+
+
+def _tool(
+    trace_id: int,
+    call_row: JournalRow,
+    call: ToolCall,
+    parent: SpanContext,
+    agent: str,
+    end: float,
+    error: str,
+    error_type: str = "tool_error",
+) -> tuple[str, SpanContext, SpanContext, float, float, Attributes, SpanKind, Status | None]:
+    """The `execute_tool` span of a call, from the call to `end` (its result's time), an error when `error` says one."""
+    attributes: Attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.call_id,
+        "faultline.journal.pos": call_row.pos,
+        "faultline.agent": agent,
+    }
+    if error:
+        attributes["error.type"] = error_type
+    status = Status(StatusCode.ERROR, error) if error else None
+    context = _context(trace_id, call_row.id)
+    return f"execute_tool {call.name}", context, parent, call_row.ts, end, attributes, SpanKind.INTERNAL, status
 
 
 def _chat(
