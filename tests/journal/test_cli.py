@@ -12,7 +12,7 @@ import pytest
 
 from faultline.cli import _text as cli_text
 from faultline.cli import main
-from faultline.core import Envelope, Recording, UserTurn
+from faultline.core import Envelope, EpisodeStarted, Recording, UserTurn
 from faultline.faults import INJECTOR_ROLE
 from faultline.journal import Journal, JournalReader
 from tests import jsonl
@@ -133,6 +133,16 @@ def test_show_renders_an_episode_timeline(journal_file: Path, capsys: Capsys) ->
         assert expected in out
     assert "ep-a" not in out
     assert out.index("user_turn") < out.index("tool_call") < out.index("episode_completed")
+
+
+def test_show_names_the_system_of_ones_own_an_episode_ran_on(tmp_path: Path, capsys: Capsys) -> None:
+    """Its episodes have no domain: the header and the start's line read "-/sum"."""
+    started = EpisodeStarted(task="sum", system="desk:HelpDesk")
+    with Journal.open(tmp_path / "j.db") as journal:
+        journal.append(incoming([Envelope(id="s", episode="ep-s", sender="runner", body=started)]))
+    code, out, _ = run(capsys, "show", str(tmp_path / "j.db"), "--episode", "ep-s")
+    assert code == 0 and out.splitlines()[0].startswith("episode ep-s  desk:HelpDesk/sum trial 0"), out
+    assert "-/sum" not in out
 
 
 def test_show_tells_the_fault_injectors_model_calls_from_the_faulted_agents_own(tmp_path: Path, capsys: Capsys) -> None:

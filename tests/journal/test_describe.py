@@ -102,6 +102,7 @@ from faultline.journal import describe_body
             "airline/t1 trial 0 seed 0 forked from ep-a@12",
         ),
         (EpisodeStarted(domain="retail", task="t2", trial=1, run="c1-1"), "retail/t2 trial 1 seed 0 run c1-1"),
+        (EpisodeStarted(task="sum", system="desk:HelpDesk"), "desk:HelpDesk/sum trial 0 seed 0"),  # not "-/sum"
         (ErrorRaised(agent="env", input_id="i", error_type="KeyError", message="'x'"), "env raised KeyError: 'x'"),
         (
             FaultSkipped(rule_id="r1", fault="hallucination", reason="the injector returned the message unchanged"),

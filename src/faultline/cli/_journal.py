@@ -22,7 +22,7 @@ from faultline.cli._args import connection_flags, number, otel_flags, otel_heade
 from faultline.cli._filters import add_episode_filters, filtered_episodes, journal_filter
 from faultline.cli._progress import progress_shown
 from faultline.cli._text import Column, counted, fitted_table, table_console
-from faultline.core import EpisodeCompleted, ToolResult
+from faultline.core import EpisodeCompleted, EpisodeStarted, ToolResult
 from faultline.journal import (
     EpisodeSummary,
     JournalReader,
@@ -340,7 +340,9 @@ def _episode_header(summary: EpisodeSummary | None, episode: str, rows: list[Jou
     header = Text(f"episode {episode}", style="bold")
     if summary is None:
         return header.append(f"  ({len(rows)} rows, no lifecycle events)", style="dim")
-    header.append(f"  {summary.domain or '-'}/{summary.task or '-'} trial {summary.trial}")
+    started = next((r.decoded_body() for r in rows if r.kind == "episode_started"), None)
+    system = started.system if isinstance(started, EpisodeStarted) else ""
+    header.append(f"  {summary.domain or system or '-'}/{summary.task or '-'} trial {summary.trial}")
     if summary.outcome is None:
         header.append("  incomplete", style="yellow")
     else:

@@ -140,7 +140,7 @@ def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
         case Recording():
             line = _recording(body)
         case EpisodeStarted():
-            line = f"{body.domain or '-'}/{body.task or '-'} trial {body.trial} seed {body.seed}"
+            line = f"{body.domain or body.system or '-'}/{body.task or '-'} trial {body.trial} seed {body.seed}"
             if body.run:
                 line += f" run {body.run}"
             if body.roster:
