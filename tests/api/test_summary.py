@@ -112,3 +112,15 @@ def test_a_run_cut_short_says_what_did_not_complete_and_how_to_run_it(monkeypatc
     assert re.search(r"to run the rest[ │]+faultline run --tasks 3 --run-id r1 --resume ", table), table
     assert re.search(r"first start to the stop[ │]+2\.7 s ", table), table
     assert "episodes/s" not in table, table
+
+
+def test_episodes_that_count_no_turns_show_no_turns_row() -> None:
+    """A system of one's own has no conversation turns: its table read "avg turns (of 6 finished)  -", six finished
+    episodes and no average."""
+    result = RunResult([planned(task, 0) for task in "ab"])
+    result.completed = {
+        "a-t0": EpisodeCompleted(outcome="success", reward=1.0, latency_s=0.05),
+        "b-t0": EpisodeCompleted(outcome="failure", cause="expected 4.0, got None", latency_s=0.05),
+    }
+    table = shown(summarize(result, trials=1))
+    assert "avg turns" not in table and re.search(r"avg latency / episode[ │]+50 ms", table), table

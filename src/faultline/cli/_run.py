@@ -587,7 +587,8 @@ def _table(report: RunReport, domain: str) -> Table:
         table.add_row("to run the rest", resume_command(report))
     over = f" (of {summary.tallied} finished)" if summary.tallied < summary.episodes else ""
     averages = summary.tallied > 0
-    table.add_row(f"avg turns{over}", f"{summary.avg_turns:.1f}" if averages and summary.avg_turns else "-")
+    if not (averages and not summary.avg_turns):  # finished episodes that count no turns: a system of one's own
+        table.add_row(f"avg turns{over}", f"{summary.avg_turns:.1f}" if averages else "-")
     if summary.tokens_from_calls:
         table.add_row("avg tokens (all agents' model calls)", f"{summary.avg_tokens:.0f}" if summary.episodes else "-")
     else:
