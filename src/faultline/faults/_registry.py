@@ -156,6 +156,9 @@ class FaultType:
     agent_params: ClassVar[tuple[str, ...]] = ()
     """Its parameters that name agents (lists of names), which a rule is checked by against the agents of the
     system it is for (`check_agents`): a name none of them has would leave the rule without effect."""
+    needs_plan: ClassVar[bool] = False
+    """It takes what it sends from the task's gold actions (`FaultSite.plan`), which only a domain's tasks have:
+    on a system of one's own it would never apply."""
 
     def params(self, raw: Mapping[str, Any], named: str = "") -> Any:
         """`raw` as this type's `Params`; else FaultRuleError, naming the rule `named` (default: this type).
@@ -244,7 +247,7 @@ def why_not_on(name: str, system: System) -> str:
     """Why fault type `name` cannot apply to a run of a system of one's own ("" when it can).
 
     Prompt faults change what the built-in agents read from their Start (a system prompt, the
-    user's instruction); other types rewrite only their `kinds`, which the system may never send
+    user's instruction), and `call_order_swap` follows the task's gold actions; other types rewrite only their `kinds`, which the system may never send
     (`System.sends`). A fault on model requests applies to any agent that calls a model.
     """
     fault = fault_type(name)
@@ -252,6 +255,11 @@ def why_not_on(name: str, system: System) -> str:
         return (
             f"{name} changes the system prompt or instruction the built-in tool-use agents read from their Start;"
             f" the agents of system {system.name!r} build their own prompts"
+        )
+    if fault.needs_plan:
+        return (
+            f"{name} sends the task's next gold action, and only a domain's tasks have them; system"
+            f" {system.name!r} runs input records"
         )
     if not fault.kinds or REQUEST_KIND in fault.kinds or fault.kinds & system.sends:
         return ""

@@ -121,6 +121,7 @@ class FailingCall(FaultType):
 class CallOrderSwap(FailingCall):
     name = "call_order_swap"
     summary = "replace a tool call by the task's next call, which fails for coming too early (needs the plan)"
+    needs_plan = True
 
     def replacement(self, call: ToolCall, params: Any, site: FaultSite) -> tuple[str, dict[str, Any]] | None:
         plan = site.plan()
