@@ -65,6 +65,13 @@ def test_no_match_and_a_bad_time_are_one_line(three: Path, capsys: pytest.Captur
     assert "--since 'noon'" in capsys.readouterr().err
 
 
+def test_journal_episodes_lists_none_where_nothing_matches(three: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The listing answers "which episodes": none is an answer, as docs/observability.md says, not a mistake."""
+    assert main(["journal", "episodes", str(three), "--json", "--task", "t9"]) == 0
+    episodes, summary = jsonl.read(capsys.readouterr().out)
+    assert episodes == [] and summary["episodes"] == 0
+
+
 def test_export_and_memory_rebuild_take_only_the_episodes_that_match(
     three: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
