@@ -6,11 +6,13 @@ from faultline._errors import UsageError
 from faultline.cli._plots import count_axis, png
 
 
-def test_png_writes_a_png_file(tmp_path: Path) -> None:
+def test_png_writes_a_png_file_and_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`report --plot`, `compare --plot` and `fama --plot` wrote their file without a word."""
     target = tmp_path / "out.png"
     with png(target) as figure:
         figure.add_subplot().bar(["a", "b"], [1, 2])
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr() == ("", f"plot written to {target}\n")
 
 
 def test_png_refuses_another_suffix_and_a_missing_folder(tmp_path: Path) -> None:

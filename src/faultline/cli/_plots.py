@@ -7,6 +7,7 @@ matplotlib's import.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,9 +22,10 @@ if TYPE_CHECKING:
 
 @contextmanager
 def png(path: str | Path, *, width: float = 8.0, height: float = 4.5, note: str = "") -> Iterator[Figure]:
-    """A figure that is saved to `path` as a PNG when the block ends without error; `note` is written beneath it
-    and into the file's description (where the numbers are a simulator's, that they measure the runtime, not a
-    model), so it stays with the image wherever it is shown."""
+    """A figure that is saved to `path` as a PNG when the block ends without error, which stderr then says (the
+    tables and JSON lines on stdout say nothing of it); `note` is written beneath it and into the file's description
+    (where the numbers are a simulator's, that they measure the runtime, not a model), so it stays with the image
+    wherever it is shown."""
     target = Path(path)
     if target.suffix.lower() != ".png":
         raise UsageError(f"--plot {target}: the file name must end in .png")
@@ -36,6 +38,7 @@ def png(path: str | Path, *, width: float = 8.0, height: float = 4.5, note: str 
     if note:
         figure.supxlabel(note, fontsize=8, wrap=True)
     figure.savefig(target, dpi=120, metadata={"Description": note} if note else None)
+    print(f"plot written to {target}", file=sys.stderr)
 
 
 def count_axis(axes: Axes, most: float) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import html
 import math
+import sys
 from pathlib import Path
 
 import anyio
@@ -113,6 +114,7 @@ def _report(args: argparse.Namespace) -> int:
         _heatmap(report, args.plot)
     if args.html is not None:
         args.html.write_text(_html(report, str(folder)), encoding="utf-8")
+        print(f"report written to {args.html}", file=sys.stderr)
     if args.json:
         for line in report.lines():
             print(msgspec.json.encode(line).decode())
