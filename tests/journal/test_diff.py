@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from faultline.cli import main
-from faultline.core import Envelope, ToolResult
+from faultline.core import Envelope, EpisodeCompleted, ToolResult
 from faultline.journal import Journal, JournalReader, diff_episodes
 
 from .conftest import episode_envelopes, incoming
@@ -43,6 +43,19 @@ def test_the_same_messages_under_other_ids_and_times_are_identical(tmp_path: Pat
     result = diff_episodes("a", rows(path, "ep-a"), "b", rows(path, "ep-b"))
     assert result.identical and {step.status for step in result.steps} == {"same"}
     assert len(result.steps) == 8  # every message but the episode start
+
+
+def test_two_trials_that_did_the_same_in_other_times_are_identical(tmp_path: Path) -> None:
+    """Two trials of a deterministic system said the same, but their completions' latency differed: diff marked the
+    completion changed, with the same text on both sides, and exited 1."""
+    slower = [
+        msgspec.structs.replace(env, body=msgspec.structs.replace(env.body, latency_s=2.5))
+        if isinstance(env.body, EpisodeCompleted)
+        else env
+        for env in episode_envelopes("ep-b")
+    ]
+    path = journal_of(tmp_path / "j.db", episode_envelopes("ep-a"), slower)
+    assert diff_episodes("a", rows(path, "ep-a"), "b", rows(path, "ep-b")).identical
 
 
 def test_a_different_tool_output_is_the_first_difference_and_the_rest_aligns(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ An episode and its fork, two trials of one task, or one task under two configura
 the question is where they part ways and what each agent did differently afterwards.
 Messages are compared by what they say (who to whom, the kind, the body), never by
 id, time or journal position, which always differ. Model recordings are compared by
-their answer only (timing and token counts differ from run to run), and calls of
-`now` and `random` not at all.
+their answer only (timing and token counts differ from run to run), completions
+without their latency, and calls of `now` and `random` not at all.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from faultline.core import EpisodeStarted, ErrorRaised, MessageBody, Recording
+from faultline.core import EpisodeCompleted, EpisodeStarted, ErrorRaised, MessageBody, Recording
 from faultline.journal._describe import DESCRIBE_WIDTH, describe_body
 from faultline.journal._rows import JournalRow
 
@@ -66,6 +66,8 @@ def _essence(body: MessageBody) -> Any:
     data = msgspec.to_builtins(body)
     if isinstance(body, ErrorRaised):
         data.pop("traceback", None)
+    if isinstance(body, EpisodeCompleted):
+        data.pop("latency_s", None)
     return data
 
 
