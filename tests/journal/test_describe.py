@@ -13,6 +13,7 @@ from faultline.core import (
     EpisodeStarted,
     ErrorRaised,
     FaultSkipped,
+    Finished,
     LlmRequest,
     ModelAttempt,
     Recording,
@@ -103,6 +104,8 @@ from faultline.journal import describe_body
         ),
         (EpisodeStarted(domain="retail", task="t2", trial=1, run="c1-1"), "retail/t2 trial 1 seed 0 run c1-1"),
         (EpisodeStarted(task="sum", system="desk:HelpDesk"), "desk:HelpDesk/sum trial 0 seed 0"),  # not "-/sum"
+        (Finished(output=4.0), "output 4.0"),
+        (Finished(), "output null"),  # was {"kind":"finished"}, which hid that the finisher finished with nothing
         (ErrorRaised(agent="env", input_id="i", error_type="KeyError", message="'x'"), "env raised KeyError: 'x'"),
         (
             FaultSkipped(rule_id="r1", fault="hallucination", reason="the injector returned the message unchanged"),

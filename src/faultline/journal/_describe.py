@@ -19,6 +19,7 @@ from faultline.core import (
     ErrorRaised,
     FaultApplied,
     FaultSkipped,
+    Finished,
     Note,
     Notice,
     Recording,
@@ -139,6 +140,8 @@ def describe_body(body: Body, width: int = DESCRIBE_WIDTH) -> str:
             line = repr(body.text) + (f" {_compact(body.data)}" if body.data else "")
         case Recording():
             line = _recording(body)
+        case Finished():
+            line = f"output {_compact(body.output)}"
         case EpisodeStarted():
             line = f"{body.domain or body.system or '-'}/{body.task or '-'} trial {body.trial} seed {body.seed}"
             if body.run:
