@@ -13,9 +13,9 @@ from faultline._errors import AnswerFormatError, ConfigError
 from faultline.api import SIM_NOTE
 from faultline.cli import main
 from faultline.cli._fama_counts import SIM_JUDGE_NOTE
-from faultline.core import AgentHarness, EpisodeStarted, Notice
+from faultline.core import AgentHarness, Envelope, EpisodeCompleted, EpisodeStarted, MessageBody, Notice
 from faultline.envs import EARLY_STOP, ERROR_CATEGORIES, WRONG_ENTITY, WRONG_VALUE
-from faultline.journal import JournalReader
+from faultline.journal import Journal, JournalReader
 from faultline.runtime import Config, FamaConfig
 from faultline.runtime.models import OpenAIBackend, SimBackend
 from faultline.services.fama import (
@@ -31,6 +31,7 @@ from faultline.services.fama import (
     MainError,
     case_message,
     choose_roster,
+    failure_cases,
     joined,
     mitigation_request,
     parse_analyst,
@@ -40,6 +41,7 @@ from faultline.services.fama import (
     task_rosters,
 )
 from tests.cli.test_report_paper import check_fama_paper
+from tests.journal.conftest import incoming
 from tests.openai_server import OpenAIServer, Status, Text
 
 CASE = FailureCase(
@@ -381,3 +383,25 @@ def test_with_attribution_informed_analysts_have_the_decisive_step_and_the_forks
     plain = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"type":"case"' in line]
     assert [c["decisive"] for c in plain] == [None] * len(cases)
     assert all(v["evidence"] == ["trajectory"] for c in plain for v in c["analysis"]["verdicts"])
+
+
+def test_fama_analyze_says_the_episodes_of_a_system_of_ones_own_are_none_of_its_cases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FAMA reads the user's and the tool agent's conversation: a system's failed episode has none, and fama analyze
+    answered it with "none named" in every column, as if the analysts had found nothing wrong."""
+    journal = tmp_path / "desk.sqlite"
+    bodies: list[tuple[str, MessageBody]] = [
+        ("runner", EpisodeStarted(task="sum", system="desk:HelpDesk")),
+        ("scorer", EpisodeCompleted(outcome="failure", cause="expected '5', answered 'I do not know.'")),
+    ]
+    envelopes = [Envelope(id=f"m{i}", episode="r1-sum-t0", sender=s, body=b) for i, (s, b) in enumerate(bodies)]
+    with Journal.open(journal) as writer:
+        writer.append(incoming(envelopes))
+    assert failure_cases(journal) == []
+    assert main(["fama", "analyze", str(journal), "--model", "sim"]) == 2
+    assert capsys.readouterr().err == (
+        f"faultline: usage error: fama analyze: 1 failed episode of {journal} ran on desk:HelpDesk: FAMA's analysts"
+        " read the built-in tool-use agents' conversation and its helpers serve their tool agent; `faultline"
+        " attribute` finds what made such an episode fail\n"
+    )

@@ -9,6 +9,7 @@ mechanism, not a model.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,13 @@ from faultline.cli._fama_counts import (
 from faultline.cli._filters import add_episode_filters, filtered_episodes, require_journal
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._plots import count_axis, png
-from faultline.cli._text import table_console
+from faultline.cli._text import counted, table_console
+from faultline.core import EpisodeStarted
+from faultline.journal import JournalReader
 from faultline.runtime import Config, load_config, make_backend
 from faultline.services.fama import (
     CATEGORIES,
+    FAILED_OUTCOMES,
     SHORT,
     CaseReport,
     JournalAnalysis,
@@ -100,6 +104,33 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_systems_left_out(journal: Path, chosen: list[str] | None, *, analysed: bool) -> None:
+    """The failed episodes of systems of one's own are none of FAMA's cases: an error where they are all there is to
+    analyse, else a note on stderr, so that no one reads their absence from the tables as a verdict."""
+    with JournalReader(journal) as reader:
+        wanted = set(chosen) if chosen is not None else None
+        failed = [
+            e for e in reader.episodes() if e.outcome in FAILED_OUTCOMES and (wanted is None or e.episode in wanted)
+        ]
+        systems = {
+            e.episode: started.system
+            for e in failed
+            if e.started_pos is not None
+            and isinstance(started := reader.row(e.started_pos, episode=e.episode).envelope().body, EpisodeStarted)
+            and started.system
+        }
+    if not systems:
+        return
+    said = (
+        f"{counted(len(systems), 'failed episode')} of {journal} ran on {', '.join(sorted(set(systems.values())))}:"
+        " FAMA's analysts read the built-in tool-use agents' conversation and its helpers serve their tool agent;"
+        " `faultline attribute` finds what made such an episode fail"
+    )
+    if not analysed:
+        raise UsageError(f"fama analyze: {said}")
+    print(f"note: left out {said}", file=sys.stderr)
+
+
 def _analyze(args: argparse.Namespace) -> int:
     require_journal(args.journal)  # before --model local starts a server
     return _analyze_with(args)
@@ -110,6 +141,7 @@ def _analyze_with(args: argparse.Namespace) -> int:
     config = with_fama_flags(effective_config(args), attribution=args.attribution, analysts=args.analysts)
     chosen = filtered_episodes(args.journal, args, args.episode)
     cases = failure_cases(args.journal, chosen, config.fama.analysts)
+    _say_systems_left_out(args.journal, chosen, analysed=bool(cases))
     missing = sorted(set(args.episode).intersection(chosen or args.episode) - {c.episode for c in cases})
     if missing:
         raise UsageError(f"fama analyze: not a failed episode of {args.journal}: {', '.join(missing)}")

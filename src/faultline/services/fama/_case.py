@@ -123,7 +123,8 @@ class _Call(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def failure_case(envelopes: Iterable[Envelope], analysts: Analysts = "trajectory") -> FailureCase | None:
-    """The case of one episode from its envelopes in stream order; None unless it failed.
+    """The case of one episode from its envelopes in stream order; None unless it failed, and on a system of one's
+    own, whose agents are none of those FAMA's analysts read and its helpers serve (the user and the tool agent).
 
     A trajectory case (the default, the FAMA paper's) holds the trajectory, the outcome and who ended
     the conversation; an informed one also the ground truth and the evidence built from it.
@@ -165,7 +166,7 @@ def failure_case(envelopes: Iterable[Envelope], analysts: Analysts = "trajectory
                 )
             case _:
                 pass
-    if started is None or completed is None or completed.outcome not in FAILED_OUTCOMES:
+    if started is None or started.system or completed is None or completed.outcome not in FAILED_OUTCOMES:
         return None
     ended_by = "limit" if completed.outcome == "timeout" or not last_speaker else last_speaker
     alone = FailureCase(
