@@ -300,8 +300,8 @@ class _Forks:
         self.limiter = anyio.CapacityLimiter(max(1, workers))
         self.results: dict[str, ForkResult] = {}
         self.draws = 0
-        system = episode_system(rows)
-        self.own_system = system is not None and system.is_user_system
+        ref = episode_system(rows, system)
+        self.own_system = ref is not None and ref.is_user_system
 
     def fresh(self, position: int, count: int = 1) -> list[dict[str, Any]]:
         """`fork_episode`'s arguments for `count` forks that each draw the model's randomness afresh from
