@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import msgspec
 from rich.table import Table
+from rich.text import Text
 
 from faultline._errors import UsageError
 from faultline.api import SIM_NOTE, attribute, failed_episodes, uses_sim
@@ -271,7 +272,7 @@ def _attribute_with(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     if summary["note"]:
-        console.print(f"[dim]note: {summary['note']}[/dim]", soft_wrap=True)
+        console.print(Text(f"note: {summary['note']}", style="dim"), soft_wrap=True)
     return 0
 
 
