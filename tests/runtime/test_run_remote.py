@@ -66,3 +66,32 @@ async def test_a_fault_rule_naming_an_agent_the_running_system_lacks_is_refused_
     assert json.loads(done[2].stdout) == {"type": "summary", "rules": 0, "applied": 0}
     with JournalReader(journal) as reader:
         assert reader.episodes() == []
+
+
+async def test_a_run_takes_the_running_system_from_the_configurations_nats_url(tmp_path: Path) -> None:
+    """`[nats] url` names the system a run uses, as it does for `status` and `inject`; a run used to start a
+    system of its own beside it, journal and all, and the running system's fault rules never met its episodes."""
+    journal = tmp_path / "journal.sqlite"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    async with live_system(tmp_path, journal) as supervisor:
+        creds = live_access(tmp_path).credential_file(OPERATOR)
+        (elsewhere / "faultline.toml").write_text(f'[nats]\nurl = "{supervisor.url}"\ncredentials = "{creds}"\n')
+        argv = [sys.executable, "-m", "faultline.cli", "run", "--tasks", "1", "--run-id", "byconfig", "--json"]
+        done = await anyio.run_process(argv, cwd=elsewhere, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout.decode().splitlines()[-1])["outcomes"] == {"success": 1}
+    assert not (elsewhere / "runs").exists()
+    with JournalReader(journal) as reader:
+        assert [e.episode for e in reader.episodes()] == ["byconfig-cancel-00-t0"]
+
+
+async def test_a_credential_for_a_run_without_a_running_system_is_refused(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "faultline.cli", "run", "--tasks", "1", "--creds", "operator.json"]
+    done = await anyio.run_process(argv, cwd=tmp_path, check=False)
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        "faultline: usage error: --creds and --tls-ca go with a running system (--nats, [nats] url); without one,"
+        " `run` starts a system of its own"
+    ]
+    assert not (tmp_path / "runs").exists()

@@ -109,7 +109,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the campaign folder (made if missing)")
     p.add_argument(
-        "--nats", default="", metavar="URL", help="run every cell on the system already running at URL (see `run`)"
+        "--nats",
+        default="",
+        metavar="URL",
+        help="run every cell on the system already running at URL (default: nats.url; see `run`)",
     )
     p.add_argument(
         "--journal",
@@ -188,8 +191,10 @@ def _settings(args: argparse.Namespace) -> CampaignSettings:
 def _journal(args: argparse.Namespace) -> str:
     """The running system's journal with --nats (required there), else "" (a journal per cell).
 
-    Without --nats and --defenses, the `faultline up` running in this folder is the system, as for `inject`.
+    Without --nats, `[nats] url` is the system; without either and --defenses, the `faultline up` running in
+    this folder is, as for `inject`.
     """
+    args.nats = args.nats or effective_config(args).nats.url
     up = {} if args.nats or args.defenses or args.journal else running_up()
     if up.get("journal"):
         args.nats, args.journal = up["url"], Path(up["journal"])
@@ -206,9 +211,15 @@ def _journal(args: argparse.Namespace) -> str:
             )
         return ""
     if args.defenses:
-        raise UsageError("--defenses sets up the workers of each cell's own system; with --nats, there is none")
+        raise UsageError(
+            "--defenses sets up the workers of each cell's own system; on a running system (--nats, [nats] url),"
+            " there is none"
+        )
     if args.journal is None:
-        raise UsageError("--nats needs --journal: the running system's journal file, which the report reads")
+        raise UsageError(
+            "a campaign on a running system (--nats, [nats] url) needs --journal: that system's journal file,"
+            " which the report reads"
+        )
     return str(args.journal.resolve())
 
 

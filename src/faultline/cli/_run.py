@@ -172,7 +172,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="MemToolAgent memory: off, topk[:K] or dynamic (default from config: off); entries persist next to the journal",
     )
     p.add_argument(
-        "--nats", default="", metavar="URL", help="use the system already running at URL (its workers and journal)"
+        "--nats",
+        default="",
+        metavar="URL",
+        help="use the system already running at URL, its workers and journal (default: nats.url, else the"
+        " `faultline up` running here; with neither, `run` starts a system of its own)",
     )
     p.add_argument(
         "--creds",
@@ -307,18 +311,25 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
     `label` names the progress bar (default: the domain's episodes); `sim_note` prints what sim's
     numbers mean when a role uses it.
     """
-    if args.defense and args.nats:
-        raise UsageError("--defense sets up the workers `run` starts; with --nats, give it to `faultline up`")
-    if (args.insecure or args.tls) and args.nats:
-        flag = "--insecure" if args.insecure else "--tls"
-        raise UsageError(f"{flag} sets up the system `run` starts; with --nats, give it to `faultline up`")
     if args.memory is not None:
         try:
             memory_mode(args.memory)
         except ConfigError as exc:
             raise UsageError(f"--{exc}") from None  # the flag is the API's `memory`
     config = effective_config(args)
-    if not (args.nats or config.nats.url or args.defense or args.insecure or args.tls):
+    args.nats = args.nats or config.nats.url  # the system running there, as for `status` and `inject`
+    if args.defense and args.nats:
+        raise UsageError(
+            "--defense sets up the workers `run` starts; on a running system (--nats, [nats] url), give it to"
+            " `faultline up`"
+        )
+    if (args.insecure or args.tls) and args.nats:
+        flag = "--insecure" if args.insecure else "--tls"
+        raise UsageError(
+            f"{flag} sets up the system `run` starts; on a running system (--nats, [nats] url), give it to"
+            " `faultline up`"
+        )
+    if not (args.nats or args.defense or args.insecure or args.tls):
         up = running_up()
         if up:  # as `inject` and `status` do: the system running here
             args.nats = up["url"]
@@ -330,6 +341,9 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
                 soft_wrap=True,
                 highlight=False,
             )
+    if not args.nats and (args.creds or args.tls_ca):
+        raise UsageError("--creds and --tls-ca go with a running system (--nats, [nats] url); without one, `run`"
+                         " starts a system of its own")  # fmt: skip
     ids, source = selectable_ids(args, config)
     spec = RunSpec(
         domain=chosen_domain(args),
