@@ -432,3 +432,29 @@ async def test_a_run_on_a_system_whose_journal_does_not_answer_says_so_in_one_li
         "faultline: error: the run ended, but the journal did not catch up: no journal service answers on"
         " fl.svc.journal: start it (`faultline up`), or give it more time; the stream keeps the run's messages for it"
     )
+
+
+async def test_a_worker_started_by_hand_names_its_shard_once_it_serves(
+    nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Workers of one agent on several hosts differ only by their shard: the line each says when it serves names
+    it, as the journal service's does."""
+    config = tmp_path / "faultline.toml"
+    config.write_text("")
+    worker = faultline(
+        "worker", "--agents", "env", "--shard", "1/2", "--name", "w", "--nats", nats_server.url, "--config",
+        str(config), cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        bus = await Bus.connect(nats_server.url)
+        try:
+            with anyio.fail_after(60):
+                while await bus.unacknowledged("agent-env-1of2") is None:
+                    assert worker.poll() is None, "the worker exited"
+                    await anyio.sleep(0.05)
+        finally:
+            await bus.close()
+    finally:
+        worker.terminate()
+        said = await finish(worker)
+    assert f"worker w serves env (shard 1 of 2) on {nats_server.url}; Ctrl-C drains it and stops" in said

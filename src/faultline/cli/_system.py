@@ -195,8 +195,10 @@ def _worker(args: argparse.Namespace) -> int:
         raise UsageError("worker: give --agents, --follow-roster or both")
     name = args.name or f"worker-{os.getpid()}"
     url = nats_url(args, config)
+    shard = _shard(args.shard)
     serves = ", ".join(agents + (["the roster's helpers"] if args.follow_roster else []))
-    ready = _saying(f"worker {name} serves {serves} on {url}; Ctrl-C drains it and stops")
+    of = f" (shard {shard[0]} of {shard[1]})" if shard[1] > 1 else ""
+    ready = _saying(f"worker {name} serves {serves}{of} on {url}; Ctrl-C drains it and stops")
     run = functools.partial(run_worker, follow_roster=args.follow_roster, on_ready=ready)
     anyio.run(
         run,
@@ -205,7 +207,7 @@ def _worker(args: argparse.Namespace) -> int:
         subject_prefix(args, config, url),
         agents,
         name,
-        _shard(args.shard),
+        shard,
         login(args, config, url, operator=False),
     )
     return 0
