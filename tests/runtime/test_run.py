@@ -430,7 +430,8 @@ async def test_a_run_on_a_system_whose_journal_does_not_answer_says_so_in_one_li
     assert json.loads(out.splitlines()[-1])["outcomes"] == {"success": 1}
     assert err.splitlines()[-1] == (
         "faultline: error: the run ended, but the journal did not catch up: no journal service answers on"
-        " fl.svc.journal: start it (`faultline up`), or give it more time; the stream keeps the run's messages for it"
+        " fl.svc.journal: start it (`faultline up`, or `faultline journal serve` on its host), or give it more"
+        " time; the stream keeps the run's messages for it"
     )
 
 

@@ -110,7 +110,8 @@ async def _ask_journal_once(bus: Bus, timeout_s: float, until: int) -> JournalSt
     states = _states(answers)
     if not states:
         raise (ReplyTimeoutError if answers else NoResponderError)(
-            f"no journal service answers on {subject}: start it (`faultline up`), or give it more time"
+            f"no journal service answers on {subject}: start it (`faultline up`, or `faultline journal serve` on"
+            " its host), or give it more time"
         )
     shards = states[0].shards
     stuck = "; ".join(s.stuck if shards == 1 else f"shard {s.shard}: {s.stuck}" for s in states if s.stuck)
