@@ -502,6 +502,26 @@ async def test_a_reset_consumer_sends_again_from_its_acknowledgement_floor(bus: 
     await consumer.close(delete=True)
 
 
+async def test_a_consumer_reset_by_a_reader_gone_before_it_read_again_is_not_fresh(bus: Bus) -> None:
+    """A reset numbers deliveries from 0 again and clears what waited for acknowledgement: a reader killed between
+    its reset and its next delivery (or whose reset was answered too late) leaves the consumer looking like one
+    that never delivered, and the worker after it, taking it for fresh, recovered nothing and handled the next
+    inputs with empty instances."""
+    name, filters = "reset", [bus.subjects.direct("*", "b")]
+    consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
+    assert fresh
+    await bus.publish_all(note(i) for i in range(3))
+    first = await drain(consumer, 3)
+    await consumer.ack(first[0])
+    await bus.flush()
+    await consumer.close()
+    await bus.js.reset_consumer(bus.subjects.stream, name)  # the next reader's reset; it goes before reading
+    consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
+    assert not fresh
+    assert [d.envelope().id for d in await drain(consumer, 2)] == ["m1", "m2"]
+    await consumer.close(delete=True)
+
+
 async def test_a_consumer_another_process_reads_is_neither_opened_nor_reset_until_it_lets_go(
     bus: Bus, nats_server: EmbeddedServer
 ) -> None:

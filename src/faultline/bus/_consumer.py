@@ -121,6 +121,11 @@ class Consumer:
         self._handler: Callable[[Delivery], Awaitable[None]] | None = None
         self._failed: asyncio.Future[None] | None = None
 
+    @property
+    def pending_when_opened(self) -> int:
+        """How many messages on its filters the stream held for it to deliver when it was opened."""
+        return (self._opened.num_pending or 0) if self._opened is not None else 0
+
     async def _start(self) -> None:
         with nats_failure(f"subscribing to consumer {self.name}"):
             sub = await self._nc.subscribe(

@@ -140,11 +140,28 @@ class Consumers:
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
         last = info.delivered.stream_seq if info.delivered else 0
         fresh = not delivered and not info.num_ack_pending and floor == last
+        if fresh:
+            fresh = not await self._passed_any(filter_subjects, info.num_pending or 0)
         if not fresh:
             with self._refusals.asking_jetstream(f"resetting consumer {name} to its acknowledgement floor"):
                 info = (await self._js.reset_consumer(stream, name)).info
         assert info.config.deliver_subject is not None
         return await self._subscribe_to(name, info.config.deliver_subject, durable=True, info=info), fresh
+
+    async def _passed_any(self, filter_subjects: Sequence[str], pending: int) -> bool:
+        """Whether the stream holds more messages on `filter_subjects` than the `pending` a consumer has still to
+        deliver: some lie at or below its floor. A reset numbers a consumer's deliveries from 0 again and clears
+        what waited for acknowledgement, so one reset by a reader gone before its next delivery looks like one
+        that never delivered; only these tell it apart (one made where such messages were stored already, or
+        stored one while this looks, is taken for one that delivered: its reader recovers, which costs reads)."""
+        stored = 0
+        for subject in filter_subjects:
+            reader = await self.open(None, [subject], start="all")
+            try:
+                stored += reader.pending_when_opened
+            finally:
+                await reader.close()
+        return stored > pending
 
     async def _alone(self, name: str, rivals: Callable[[str], bool] | None) -> api.ConsumerInfo | None:
         """Consumer `name`'s state (None if there is none) once no other process reads it, nor, on an open server,
