@@ -470,6 +470,9 @@ async def run_plan(
                     p, starts = await claim(p) if claimed is None else claimed
                     result.running[p.episode] = anyio.current_time()
                     await bus.publish_all(starts)
+                    # stored now: not held while the episode runs, for minutes, beside thousands of others
+                    claimed = None
+                    del starts
                     with anyio.move_on_after(plan.episode_timeout_s) as scope:
                         done = await completions.wait([p.episode])
                     if scope.cancelled_caught:  # a completion the stream holds and core NATS never brought counts
