@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.attribution_accuracy import Label, Said, label, score, summary
-from faultline.journal import JournalReader
-from faultline.replay import steps
+from faultline.journal import JournalReader, JournalRow
+from faultline.replay import Step, steps
 from faultline.runtime import Config, agent_lookup
 from tests.replay.sim_labels import SCRAMBLED, decisions, relabelled
 
 LOOKUP = agent_lookup(Config())
+
+
+def labelled_failures(journal: Path) -> Iterator[tuple[list[JournalRow], list[Step], Label]]:
+    """Each failure of `journal`: its rows, its steps and the label the benchmark draws from them."""
+    with JournalReader(journal) as reader:
+        for summary_ in reader.episodes():
+            if summary_.outcome == "success":
+                continue
+            rows = list(reader.episode_rows(summary_.episode))
+            made = steps(rows, LOOKUP)
+            truth = label(rows, made)
+            assert truth is not None, "every failure of a fault-free sim campaign departs from the gold"
+            yield rows, made, truth
 
 
 def test_a_failure_is_labelled_from_the_ground_truth_at_the_decision_the_simulator_made_it(sim_journal: Path) -> None:
@@ -18,38 +32,25 @@ def test_a_failure_is_labelled_from_the_ground_truth_at_the_decision_the_simulat
     and the task's ground truth alone, holds exactly the tool agent's decisions the simulator's first mistake
     shaped (its question, confirmation and call)."""
     labelled = 0
-    with JournalReader(sim_journal) as reader:
-        for summary_ in reader.episodes():
-            if summary_.outcome == "success":
-                continue
-            rows = list(reader.episode_rows(summary_.episode))
-            made = steps(rows, LOOKUP)
-            truth = label(rows, made)
-            mistakes = [d for d in decisions(rows, "tool") if d.mistake]
-            assert truth is not None and mistakes, "every failure of a fault-free sim campaign departs from the gold"
-            first = mistakes[0].mistake
-            assert truth.cause.startswith("ground truth: ") and truth.agent == "tool"
-            carrying = {d.input_pos for d in mistakes if d.mistake == first}
-            assert {s.input_pos for s in made if s.index in truth.steps} == carrying
-            labelled += 1
+    for rows, made, truth in labelled_failures(sim_journal):
+        mistakes = [d for d in decisions(rows, "tool") if d.mistake]
+        assert mistakes
+        first = mistakes[0].mistake
+        assert truth.cause.startswith("ground truth: ") and truth.agent == "tool"
+        carrying = {d.input_pos for d in mistakes if d.mistake == first}
+        assert {s.input_pos for s in made if s.index in truth.steps} == carrying
+        labelled += 1
     assert labelled >= 5
 
 
 def test_the_label_never_reads_the_simulators_own_labels(sim_journal: Path) -> None:
     """With the simulator's labels removed, or a made-up one on every decision, every failure's label is the same."""
     checked = 0
-    with JournalReader(sim_journal) as reader:
-        for summary_ in reader.episodes():
-            if summary_.outcome == "success":
-                continue
-            rows = list(reader.episode_rows(summary_.episode))
-            made = steps(rows, LOOKUP)
-            truth = label(rows, made)
-            assert truth is not None
-            for changed in (relabelled(rows, None), relabelled(rows, SCRAMBLED)):
-                assert changed != rows
-                assert label(changed, steps(changed, LOOKUP)) == truth
-            checked += 1
+    for rows, _, truth in labelled_failures(sim_journal):
+        for changed in (relabelled(rows, None), relabelled(rows, SCRAMBLED)):
+            assert changed != rows
+            assert label(changed, steps(changed, LOOKUP)) == truth
+        checked += 1
     assert checked >= 5
 
 
