@@ -4,8 +4,10 @@ their ids begin with; a resumed run's retries record the run they resume."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,9 @@ from faultline.api import (
     wait_for_journal,
 )
 from faultline.api._plan import check_unheld, episode_id, held_episodes, resumed
-from faultline.bus import OPERATOR, Bus, EmbeddedServer, FollowSettings, Login
+from faultline.bus import OPERATOR, Bus, EmbeddedServer, FollowSettings, Login, WorkerId
 from faultline.cli import main
-from faultline.core import EpisodeStarted, check_token, in_run, record_of, system_path
+from faultline.core import Control, EpisodeStarted, check_token, in_run, record_of, system_path
 from faultline.envs import load_domain
 from faultline.journal import EpisodeFilter, Journal, JournalReader
 from faultline.replay import Replayer
@@ -299,20 +301,44 @@ REFUSALS = {
 }
 
 
+def rule_changes(envelopes: Iterable[Envelope]) -> list[tuple[str, str]]:
+    """Each fault-rule control of `envelopes`, in order: what it does ("add", "remove") and the id of its rule."""
+    changes = []
+    for env in envelopes:
+        if isinstance(env.body, Control) and env.body.name == "faults":
+            data = env.body.data
+            changes.append((data["op"], data["rule"]["id"] if data["op"] == "add" else data["id"]))
+    return changes
+
+
+async def fault_controls(bus: Bus) -> list[tuple[str, str]]:
+    """The fault-rule controls the stream holds (`rule_changes`)."""
+    return rule_changes(env for _, env in await bus.read_envelopes([bus.subjects.ctl("faults")], 10.0))
+
+
+def journaled_fault_controls(journal: Path) -> list[tuple[str, str]]:
+    """The fault-rule controls `journal` holds (`rule_changes`)."""
+    with JournalReader(journal) as reader:
+        return rule_changes(row.envelope() for row in reader.rows())
+
+
 @pytest.mark.parametrize("plans", RACES.values(), ids=RACES.keys())
 async def test_of_two_runs_that_would_start_one_episode_at_once_one_runs_it_and_the_other_is_refused_first(
     tmp_path: Path, plans: tuple[RunPlan, RunPlan]
 ) -> None:
-    """Two runners on one live system (access control on, each its own operator connection) plan their runs and
-    start them at the same moment, past every check of the journal: the stream stores the start of the episode they
-    share once, so one run starts it and the other is refused in one line, having published nothing."""
+    """Two runners on one live system (access control on, each its own operator connection), each under a fault
+    rule of its own as `run --fault` puts it in force, plan their runs and start them at the same moment, past every
+    check of the journal: the stream stores the start of the episode they share once, so one run starts it and the
+    other is refused in one line, having published nothing, not even its rule (whose run id may be the other's)."""
     journal = tmp_path / "j.sqlite"
     results = [RunResult(plan_episodes(plan, load_domain("retail"))) for plan in plans]
+    rules = [scoped_to_run(parse_fault_spec("storm:copies=2,kind=tool_call"), plan.run_id) for plan in plans]
     refused: dict[int, EpisodeHeldError] = {}
 
-    async def run(i: int, bus: Bus) -> None:
+    async def run(i: int, bus: Bus, workers: list[WorkerId]) -> None:
+        in_force = functools.partial(rules_in_force, bus, [rules[i]], workers=workers, settings=FollowSettings())
         try:
-            await run_plan(bus, plans[i], results[i], lambda _episode, _done: None)
+            await run_plan(bus, plans[i], results[i], lambda _episode, _done: None, in_force=in_force)
         except EpisodeHeldError as exc:
             refused[i] = exc
 
@@ -323,15 +349,18 @@ async def test_of_two_runs_that_would_start_one_episode_at_once_one_runs_it_and_
             with anyio.fail_after(60):
                 async with anyio.create_task_group() as tg:
                     for i, bus in enumerate((supervisor.bus, other)):
-                        tg.start_soon(run, i, bus)
+                        tg.start_soon(run, i, bus, supervisor.worker_ids)
         finally:
             await other.close()
         await wait_for_journal(supervisor.bus)
+        controls = await fault_controls(supervisor.bus)
     ((lost, held),) = refused.items()
     won, winner = 1 - lost, plans[1 - lost].run_id
     assert str(held) == REFUSALS[plans[lost].run_id, winner]
     assert (held.episode, held.run) == (results[lost].planned[0].episode, winner)
     assert not results[lost].completed and not results[lost].running
+    assert controls == [("add", rules[won].id), ("remove", rules[won].id)]
+    assert journaled_fault_controls(journal) == controls
     assert sorted(results[won].completed) == sorted(p.episode for p in results[won].planned)
     with JournalReader(journal) as reader:
         for p in results[won].planned:
@@ -428,3 +457,35 @@ def test_a_run_whose_episode_another_run_started_first_is_refused_in_one_line_be
     assert err.splitlines()[-1] == f"faultline: error: {REFUSALS['c1', 'c1-cancel-and']}"
     (started,) = anyio.run(stored)  # the other run's start alone
     assert isinstance(started.body, EpisodeStarted) and started.body.run == "c1-cancel-and"
+
+
+def test_a_run_refused_its_first_episode_never_puts_its_fault_rules_in_force(
+    nats_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process of run r1 started r1's first episode once this one had checked the running system (the moment
+    two processes pass that check together, which a check that finds nothing stands for): `faultline run --fault` is
+    refused in one line, and its rule, scoped to run r1 and so to the other process's episodes too, never reached
+    the stream."""
+    plan = RunPlan(tasks=1, run_id="r1")
+    (first,) = plan_episodes(plan, load_domain("retail"))
+
+    async def start_other() -> None:
+        async with await Bus.connect(nats_server.url) as bus:
+            await bus.ensure_stream()
+            assert await bus.publish_first(start_envelopes(plan, first)[0], "other")
+
+    async def unused(*_: object) -> None:
+        return None
+
+    async def controls() -> list[tuple[str, str]]:
+        async with await Bus.connect(nats_server.url) as bus:
+            return await fault_controls(bus)
+
+    anyio.run(start_other)
+    monkeypatch.setattr("faultline.api._run._check_unused", unused)
+    argv = ["run", "--nats", nats_server.url, "--run-id", "r1", "--tasks", "1", "--fault", "storm:copies=2"]
+    assert main([*argv, "--journal", str(tmp_path / "j.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == f"faultline: error: {REFUSALS['r1', 'r1']}"
+    assert anyio.run(controls) == []

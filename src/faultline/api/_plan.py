@@ -7,6 +7,7 @@ episode that runs past its time limit is completed by the runner as `timeout`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -14,6 +15,7 @@ import re
 import secrets
 import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -423,12 +425,19 @@ class RunResult:
 
 
 async def run_plan(
-    bus: Bus, plan: RunPlan, result: RunResult, on_done: Callable[[str, EpisodeCompleted], None]
+    bus: Bus,
+    plan: RunPlan,
+    result: RunResult,
+    on_done: Callable[[str, EpisodeCompleted], None],
+    *,
+    in_force: Callable[[], AbstractAsyncContextManager[object]] = contextlib.nullcontext,
 ) -> None:
     """Run every episode of `result.planned`, `plan.concurrency` at a time, recording them in `result`.
 
     JournalError, and no further episode starts, once the journal reports it cannot write. EpisodeHeldError, before
     anything of that episode is published, where another process started an episode of the plan first.
+    `in_force` (the run's fault rules, `rules_in_force`) is entered once the first episode is the run's own, before
+    its Starts, and left when the run ends: a run refused its first episode puts nothing in force.
     """
     # A place is taken before an episode's task is made: the run holds a task per episode running, not one
     # per planned episode (15,000 tasks at once for a run of 15,000 at 5,000 in flight).
@@ -437,8 +446,32 @@ async def run_plan(
     gate = JournalGate(bus)
     started = anyio.current_time()
     completers = (load_system(plan.system or BUILTIN_SYSTEM).system.completer,)
+
+    async def claim(p: PlannedEpisode) -> tuple[PlannedEpisode, list[Envelope]]:
+        """The episode (a resumed run's may have moved to a retry's id) and its Starts, once its start event is
+        stored as the first on its subject: of two runs that would start one episode id, the stream lets one
+        start it and this refuses the other."""
+        await gate.check()
+        attempts = _attempts(p, plan.run_id)
+        while True:
+            episode = next(attempts)
+            attempt = p if episode == p.episode else dataclasses.replace(p, episode=episode)
+            started, *starts = start_envelopes(plan, attempt)
+            if await bus.publish_first(started, result.claimant):
+                if attempt is not p:
+                    result.planned[result.planned.index(p)] = attempt
+                return attempt, starts
+            other = await recorded_run(bus, episode)
+            if not (result.resuming and other == plan.run_id):
+                raise started_first(plan.run_id, attempt, other)
+
+    todo = [p for p in result.planned if p.episode not in result.completed]  # a resumed run's rest
     try:
-        async with Completions(bus, completers) as completions, anyio.create_task_group() as tg:
+        # The first claim is settled before any other is made, and before anything of the run's own goes out (its
+        # fault rules): of two runs of one plan started at once, the one refused it has published nothing, where
+        # claims made together could each win some, and rules put in force first would fault the other's episodes.
+        first = await claim(todo[0]) if todo else None
+        async with in_force(), Completions(bus, completers) as completions, anyio.create_task_group() as tg:
             watching = anyio.CancelScope()
 
             async def watch_model_calls() -> None:
@@ -446,24 +479,6 @@ async def run_plan(
                     while True:
                         result.model_calls = await model_calls_in_flight(bus)
                         await anyio.sleep(MODEL_CALLS_POLL_S)
-
-            async def claim(p: PlannedEpisode) -> tuple[PlannedEpisode, list[Envelope]]:
-                """The episode (a resumed run's may have moved to a retry's id) and its Starts, once its start event
-                is stored as the first on its subject: of two runs that would start one episode id, the stream lets
-                one start it and this refuses the other."""
-                await gate.check()
-                attempts = _attempts(p, plan.run_id)
-                while True:
-                    episode = next(attempts)
-                    attempt = p if episode == p.episode else dataclasses.replace(p, episode=episode)
-                    started, *starts = start_envelopes(plan, attempt)
-                    if await bus.publish_first(started, result.claimant):
-                        if attempt is not p:
-                            result.planned[result.planned.index(p)] = attempt
-                        return attempt, starts
-                    other = await recorded_run(bus, episode)
-                    if not (result.resuming and other == plan.run_id):
-                        raise started_first(plan.run_id, attempt, other)
 
             async def one(p: PlannedEpisode, claimed: tuple[PlannedEpisode, list[Envelope]] | None) -> None:
                 try:
@@ -491,16 +506,14 @@ async def run_plan(
                 finally:
                     places.release()
 
-            todo = [p for p in result.planned if p.episode not in result.completed]  # a resumed run's rest
             if todo:
                 tg.start_soon(watch_model_calls)
             for starts, p in enumerate(todo):
                 await places.acquire()
                 if starts < plan.concurrency and plan.start_rate > 0:  # filling up: at `start_rate`
                     await sleep_until(started + starts / plan.start_rate)
-                # The first claim is settled before any other is made: of two runs of one plan started at once,
-                # the one refused it has started nothing, where claims made together could each win some.
-                tg.start_soon(one, p, await claim(p) if not starts else None)
+                tg.start_soon(one, p, first)
+                first = None  # the first episode's Starts are held by its task alone, which lets them go once stored
     except* (JournalError, EpisodeHeldError) as refused:
         raise refused.exceptions[0] from None
     finally:

@@ -9,11 +9,13 @@ running at `RunSpec.nats`. Every message goes to the journal file the report nam
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
 import tempfile
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -540,14 +542,16 @@ async def _run_local(
     async def work(supervisor: Supervisor) -> None:
         ticker.watcher.system_up()
         assert supervisor.bus is not None
-        async with rules_in_force(
-            supervisor.bus,
+        bus = supervisor.bus
+        in_force = functools.partial(
+            rules_in_force,
+            bus,
             rules,
             workers=supervisor.worker_ids,
             settings=follow_settings(config),
             models=_models(config),
-        ):
-            await _run_until_refused(supervisor.bus, plan, result, ticker.on_done)
+        )
+        await _run_until_refused(bus, plan, result, ticker.on_done, in_force)
         if config.memory.mode != "off":
             from faultline.services.memory import wait_for_memory
 
@@ -581,10 +585,10 @@ async def _run_remote(
             if agents:  # else no worker told what it runs: nothing to check the rules against
                 _check_agents(specs, rules, agents)
             await _check_unused(bus, plan, result)
-            async with rules_in_force(
-                bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
-            ):
-                await _run_until_refused(bus, plan, result, ticker.on_done)
+            in_force = functools.partial(
+                rules_in_force, bus, rules, workers=None, settings=follow_settings(config), models=_models(config)
+            )
+            await _run_until_refused(bus, plan, result, ticker.on_done, in_force)
             try:  # so that what reads the journal next finds the whole run in it
                 await _wait_for_journal(bus, result, ticker)
             except (NoResponderError, ReplyTimeoutError) as exc:
@@ -596,12 +600,17 @@ async def _run_remote(
 
 
 async def _run_until_refused(
-    bus: Bus, plan: RunPlan, result: RunResult, on_done: Callable[[str, EpisodeCompleted], None]
+    bus: Bus,
+    plan: RunPlan,
+    result: RunResult,
+    on_done: Callable[[str, EpisodeCompleted], None],
+    in_force: Callable[[], AbstractAsyncContextManager[object]],
 ) -> None:
-    """`run_plan`, with the journal's refusal of new episodes kept in `result.refused` rather than raised: the
-    episodes completed before it still count, and the report can say how to run the rest."""
+    """`run_plan` under `in_force` (the run's fault rules, put in force once its first episode is its own), with
+    the journal's refusal of new episodes kept in `result.refused` rather than raised: the episodes completed
+    before it still count, and the report can say how to run the rest."""
     try:
-        await run_plan(bus, plan, result, on_done)
+        await run_plan(bus, plan, result, on_done, in_force=in_force)
     except JournalError as refused:
         result.refused = str(refused)
 
