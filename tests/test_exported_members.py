@@ -463,6 +463,7 @@ PUBLIC = {
         "Step",
         "UndoFault",
         "UndoRule",
+        "Unreplayable",
         "attribute_episode",
         "categorize",
         "comparable",

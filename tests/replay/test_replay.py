@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -10,7 +11,7 @@ import msgspec
 import pytest
 
 from faultline._errors import ChainError, JournalError
-from faultline.agents import EnvironmentHost, ToolAgent
+from faultline.agents import EnvironmentHost, EpisodeSpec, ToolAgent
 from faultline.cli import _text as cli_text
 from faultline.cli import main
 from faultline.core import (
@@ -20,7 +21,9 @@ from faultline.core import (
     Context,
     Envelope,
     EpisodeCompleted,
+    EpisodeStarted,
     Note,
+    Subjects,
     ToolCall,
     ToolResult,
     UserTurn,
@@ -32,7 +35,7 @@ from faultline.core import (
 from faultline.envs import Task
 from faultline.envs import _loader as domain_loader
 from faultline.envs.retail import Retail
-from faultline.journal import JournalReader
+from faultline.journal import Incoming, Journal, JournalReader
 from faultline.journal import _verify as verify_module
 from faultline.replay import Replayer, ReplayReport
 from faultline.runtime import Config, agent_lookup
@@ -296,6 +299,63 @@ def test_replaying_an_unknown_episode_says_it_does_not_exist(
     assert "identical" in capsys.readouterr().out
     with pytest.raises(JournalError, match="no episode 'no-such-episode'"):
         Replayer(agent_lookup(Config())).replay(sim_journal, ["no-such-episode"])
+
+
+FORGED = "forged-1"
+FORGED_STARTS = {
+    "an unknown domain": (
+        EpisodeStarted(domain="nope", task="t1"),
+        "cannot load domain 'nope': not a registered name (registered: phone, retail) nor a package.module:Name path",
+    ),
+    "an unknown system": (
+        EpisodeStarted(system="nowhere.desk:Desk", task="t1"),
+        f"episode {FORGED!r} ran on a system of its own, and cannot load system 'nowhere.desk:Desk': no module named"
+        " 'nowhere' (is it installed, or in a --plugin-path folder?): install its package, or name the folder that"
+        " holds it with --plugin-path (plugins.path in the configuration)",
+    ),
+}
+
+
+def with_forged_start(journal: Path, started: EpisodeStarted) -> None:
+    """Append to `journal` an episode that the tool agent's worker forged: a start naming `started`'s domain or
+    system, and a Start for the environment, journaled as the stream held them after the run's."""
+    with JournalReader(journal) as reader:
+        (last,) = reader.tail(1)
+    start = EpisodeSpec(domain=started.domain, task=started.task).start()
+    forged = [
+        Envelope(id="forged", episode=FORGED, sender="tool", body=started, ts=last.ts),
+        Envelope(id="forged-env", episode=FORGED, sender="tool", recipient="env", body=start, ts=last.ts),
+    ]
+    subjects = Subjects()
+    with Journal.open(journal) as writer:
+        writer.append(
+            [Incoming(last.stream, last.stream_seq + i, subjects.for_envelope(e), e) for i, e in enumerate(forged, 1)]
+        )
+
+
+@pytest.mark.parametrize(("started", "reason"), FORGED_STARTS.values(), ids=FORGED_STARTS.keys())
+def test_an_episode_whose_forged_start_names_what_does_not_load_is_reported_and_the_others_replay(
+    journal_copy: Path, capsys: pytest.CaptureFixture[str], started: EpisodeStarted, reason: str
+) -> None:
+    """A start that names a domain or a system this installation cannot load stopped the replay of the whole
+    journal at that episode: it is reported as one replay cannot run, with why, after every other episode was
+    replayed, and the replay exits 1 as for a divergence. Replayed alone, the episode is that error, in one line."""
+    with_forged_start(journal_copy, started)
+    for jobs in (1, 2):
+        report = Replayer(builtin, jobs=jobs).replay(journal_copy)
+        assert (report.episodes, report.divergences) == (48, [])
+        assert [(u.episode, u.reason) for u in report.unreplayable] == [(FORGED, reason)]
+        assert not report.identical
+    assert main(["replay", str(journal_copy)]) == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith("could not replay 1 episode(s): 48 episodes, ")
+    assert f"episode {FORGED} — cannot be replayed here: {reason}" in printed
+    assert main(["replay", str(journal_copy), "--json"]) == 1
+    *rows, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [{"type": "unreplayable", "episode": FORGED, "reason": reason}]
+    assert (summary["type"], summary["episodes"], summary["identical"]) == ("summary", 48, False)
+    assert main(["replay", str(journal_copy), "-e", FORGED]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"faultline: error: {reason}"]
 
 
 class Crasher(Agent):

@@ -1,4 +1,5 @@
-"""`faultline replay`: re-run a journal against today's code and report the first divergence."""
+"""`faultline replay`: re-run a journal against today's code and report the first divergence of each episode, and
+the episodes it cannot replay here."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def _replay(args: argparse.Namespace) -> int:
         )
     if args.json:
         _jsonl.rows("divergence", report.divergences)
+        _jsonl.rows("unreplayable", report.unreplayable)
         _jsonl.summary(_as_data(report))
     else:
         _print(report)
@@ -66,9 +68,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _as_data(report: ReplayReport) -> dict[str, object]:
-    """The report's fields but its divergences, which are rows of their own."""
+    """The report's fields but its divergences and the episodes it could not replay, which are rows of their own."""
     data = msgspec.to_builtins(report)
-    del data["divergences"]
+    del data["divergences"], data["unreplayable"]
     data["identical"] = report.identical
     return data  # type: ignore[no-any-return]
 
@@ -95,7 +97,14 @@ def _print(report: ReplayReport) -> None:
     if report.identical:
         console.print(Text.assemble(("identical", "green"), f": {summary}"))
         return
-    console.print(Text.assemble(("diverged", "red"), f" in {len(report.divergences)} episode(s): {summary}"))
+    head: list[str | tuple[str, str]] = []
+    if report.divergences:
+        head += [("diverged", "red"), f" in {len(report.divergences)} episode(s)"]
+    if report.unreplayable:
+        head += ["; " if head else "", ("could not replay", "red"), f" {len(report.unreplayable)} episode(s)"]
+    console.print(Text.assemble(*head, f": {summary}"))
+    for u in report.unreplayable:
+        console.print(Text.assemble("\n", (f"episode {u.episode}", "bold"), " — cannot be replayed here: ", u.reason))
     for d in report.divergences:
         console.print(
             Text.assemble(

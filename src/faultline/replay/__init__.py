@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         Replayer,
         ReplayProgress,
         ReplayReport,
+        Unreplayable,
         comparable,
         replay_agent,
     )
@@ -72,6 +73,7 @@ __all__ = [
     "Step",
     "UndoFault",
     "UndoRule",
+    "Unreplayable",
     "attribute_episode",
     "categorize",
     "comparable",
@@ -128,6 +130,7 @@ __getattr__, __dir__ = lazy_exports(
             "Replayer",
             "ReplayProgress",
             "ReplayReport",
+            "Unreplayable",
             "comparable",
             "replay_agent",
         ),

@@ -22,6 +22,7 @@ Recipients. An agent of a system of one's own sends only to its system's agents
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -35,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from faultline._errors import ChainError, NonDeterminismError, PluginError
+from faultline._errors import ChainError, DomainError, NonDeterminismError, PluginError
 from faultline.core import (
     CONTROL_EPISODE,
     NON_AGENT_SENDERS,
@@ -90,9 +91,18 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
         return "\n".join(difflib.unified_diff(a, b, "journal", "code now", lineterm="", n=2))
 
 
+class Unreplayable(msgspec.Struct, frozen=True, kw_only=True):
+    """An episode replay cannot run here, and why: its start names a domain or a system that does not load (a
+    plugin this installation lacks, or a start forged to name one), so its agents cannot be rebuilt."""
+
+    episode: str
+    reason: str
+
+
 class ReplayReport(msgspec.Struct, kw_only=True):
     journal: str
     episodes: int = 0
+    """The episodes replayed: those in `unreplayable` are not among them."""
     agents: int = 0
     messages: int = 0
     seconds: float = 0.0
@@ -103,10 +113,14 @@ class ReplayReport(msgspec.Struct, kw_only=True):
     unhandled: int = 0
     """Journaled inputs the journal shows no handling of, so not compared: their agent had not handled them when the
     run stopped or the journal was copied, or a fork dropped every message that handling one sent."""
+    unreplayable: list[Unreplayable] = []
+    """Episodes not replayed because what their start names does not load here, by episode id: the others are
+    replayed all the same."""
 
     @property
     def identical(self) -> bool:
-        return not self.divergences
+        """Every episode replayed, and none diverged."""
+        return not self.divergences and not self.unreplayable
 
 
 @dataclass
@@ -430,13 +444,16 @@ class Replayer:
     ) -> ReplayReport:
         """Replay `episodes` (default: all); an episode the journal does not hold is a JournalError.
 
+        An episode whose domain or system does not load here is reported in `ReplayReport.unreplayable`, and the
+        others are replayed; where none of them could be (one episode asked for, or a journal of a plugin this
+        installation lacks), that is the error (a DomainError or a PluginError).
         `progress`, if given, is told how many episodes are done as they are (from this thread)."""
         started = time.perf_counter()
         wanted = list(episodes) if episodes else None
         if wanted:
             with JournalReader(path) as reader:
                 reader.check_episodes(wanted)  # not an empty replay reported as identical
-        names = _episodes_with_domains(path, wanted)
+        names, unloaded = _episodes_with_domains(path, wanted)
 
         def tell(done: int) -> None:
             if progress is not None:
@@ -444,9 +461,12 @@ class Replayer:
 
         if self.jobs == 1 or not _forks():
             verify(path, facts=False, resume=True).raise_if_broken()
-            report = self._replay_episodes(path, wanted, tell)
+            report = self._replay_episodes(path, wanted, tell, {u.episode for u in unloaded})
         else:
             report = self._replay_parallel(path, names, tell)
+        report.unreplayable = sorted([*unloaded, *report.unreplayable], key=lambda u: u.episode)
+        if report.unreplayable and not report.episodes:
+            raise PluginError(report.unreplayable[0].reason)
         report.divergences = [_with_requests(path, d) for d in report.divergences]
         report.seconds = time.perf_counter() - started
         return report
@@ -484,6 +504,7 @@ class Replayer:
             report.messages += part.messages
             report.unhandled += part.unhandled
             report.divergences.extend(part.divergences)
+            report.unreplayable.extend(part.unreplayable)
             report.skipped_agents = sorted({*report.skipped_agents, *part.skipped_agents})
             report.served_agents = sorted({*report.served_agents, *part.served_agents})
         order = {name: i for i, name in enumerate(names)}
@@ -493,14 +514,21 @@ class Replayer:
     def _look_up_agents(self, path: str | Path, episode: str) -> None:
         """Look up `episode`'s agents here, before the pool forks: its processes then inherit the system and
         the registered agents already loaded, where each would read the installed packages' entry points
-        and import the system's module again (about 40 ms a process)."""
+        and import the system's module again (about 40 ms a process). A system that does not load is left to the
+        process that replays the episode, which reports it."""
         with JournalReader(path, expand_requests=False) as reader:
             rows = list(reader.episode_rows(episode))
-        agent_tracks(rows, episode_lookup(rows, self.lookup))
+        with contextlib.suppress(PluginError):
+            agent_tracks(rows, episode_lookup(rows, self.lookup))
 
     def _replay_episodes(
-        self, path: str | Path, wanted: list[str] | None, tell: Callable[[int], None] | None = None
+        self,
+        path: str | Path,
+        wanted: list[str] | None,
+        tell: Callable[[int], None] | None = None,
+        unloaded: Collection[str] = (),
     ) -> ReplayReport:
+        """Replay `wanted` (None: every episode) but `unloaded`, whose domains do not load here."""
         report = ReplayReport(journal=str(path))
         skipped: set[str] = set()
         served: set[str] = set()
@@ -509,10 +537,18 @@ class Replayer:
             for episode, rows in reader.by_episode(wanted):
                 if episode == CONTROL_EPISODE:
                     continue  # fault rules and other commands: no agent handles them
+                if episode in unloaded:
+                    continue
+                try:
+                    classes = episode_lookup(rows, self.lookup)
+                    system = episode_system(rows, self.system)
+                except PluginError as exc:
+                    report.unreplayable.append(Unreplayable(episode=episode, reason=str(exc)))
+                    if tell is not None:
+                        tell(report.episodes + len(report.unreplayable))
+                    continue
                 report.episodes += 1
                 injected = fork_changes(rows)
-                classes = episode_lookup(rows, self.lookup)
-                system = episode_system(rows, self.system)
 
                 def lookup(name: str, classes: AgentLookup = classes) -> type[Agent] | None:
                     cls = classes(name)
@@ -544,7 +580,7 @@ class Replayer:
                         report.divergences.append(divergence)
                         break
                 if tell is not None:
-                    tell(report.episodes)
+                    tell(report.episodes + len(report.unreplayable))
         report.skipped_agents = sorted(skipped - NON_AGENT_SENDERS)
         report.served_agents = sorted(served)
         return report
@@ -581,16 +617,25 @@ def episode_system(rows: Sequence[JournalRow], configured: str = "") -> SystemRe
         ) from None
 
 
-def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> list[str]:
-    """The episodes to replay (`wanted`, or every one) from the journal's kind index, having loaded their
-    domains and listed their tasks: a domain that cannot load is one error now, not one per episode, and the
-    processes of a parallel replay inherit the task lists instead of each building them (about 40 ms for retail)."""
+def _episodes_with_domains(path: str | Path, wanted: list[str] | None) -> tuple[list[str], list[Unreplayable]]:
+    """The episodes to replay (`wanted`, or every one) from the journal's kind index, having loaded their domains
+    and listed their tasks, and apart from them those whose domain cannot load, with why: each domain is tried
+    once, not once per episode, and the processes of a parallel replay inherit the task lists instead of each
+    building them (about 40 ms for retail). Where no episode's domain loads, its error is raised now, in one line."""
     with JournalReader(path) as reader:
         domains = reader.domains()
     chosen = set(wanted) if wanted is not None else None
+    failed: dict[str, PluginError | DomainError] = {}
     for spec in sorted({d for e, d in domains.items() if d and (chosen is None or e in chosen)}):
-        load_domain(spec).checked_tasks()
-    return wanted if wanted is not None else list(domains)  # by id: the order of `by_episode`
+        try:
+            load_domain(spec).checked_tasks()
+        except (PluginError, DomainError) as exc:
+            failed[spec] = exc
+    names = wanted if wanted is not None else list(domains)  # by id: the order of `by_episode`
+    unloaded = [Unreplayable(episode=e, reason=str(failed[domains[e]])) for e in names if domains.get(e) in failed]
+    if unloaded and len(unloaded) == len(names):
+        raise failed[domains[names[0]]]
+    return [e for e in names if domains.get(e) not in failed], unloaded
 
 
 _active: Replayer | None = None
