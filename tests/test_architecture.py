@@ -117,6 +117,24 @@ print(code, sorted(m for m in ("faiss", "numpy", "sqlite_utils") if m in sys.mod
     assert out.strip().splitlines()[-1] == "0 []"
 
 
+def test_a_run_and_a_campaign_report_say_one_sim_caveat_and_the_run_loads_no_report() -> None:
+    """The caveat under numbers made with sim had a definition in the run API and another, worded otherwise, in the
+    campaign report (which the run path must not load): a run and a campaign of the same model said different
+    things. It is defined once, below both."""
+    script = """
+import sys
+import faultline.api._run
+from faultline import api
+loaded = sorted(m for m in sys.modules if m.startswith("faultline.report"))
+from faultline import core, report
+notes = [api.SIM_NOTE is report.SIM_NOTE is core.SIM_NOTE]
+notes.append(api.SIM_SYSTEM_NOTE is report.SIM_SYSTEM_NOTE is core.SIM_SYSTEM_NOTE)
+print(loaded, notes)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] [True, True]"
+
+
 def test_no_modules_import_each_other() -> None:
     """A circle of imports is one idea split in two, or a shared piece in the wrong module: the piece
     moves to a module both import (an import inside a function only hides the circle, and grimp sees it)."""

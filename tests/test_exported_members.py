@@ -189,6 +189,8 @@ PUBLIC = {
         "PluginKind",
         "RECHECK",
         "RUNNER",
+        "SIM_NOTE",
+        "SIM_SYSTEM_NOTE",
         "ALL_AGENTS",
         "OPERATOR",
         "CONTROL_EPISODE",

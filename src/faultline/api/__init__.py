@@ -35,8 +35,6 @@ if TYPE_CHECKING:
         wait_for_journal,
     )
     from faultline.api._run import (
-        SIM_NOTE,
-        SIM_SYSTEM_NOTE,
         RunProgress,
         RunReport,
         RunSpec,
@@ -61,6 +59,7 @@ if TYPE_CHECKING:
         with_helpers,
         worker_specs,
     )
+    from faultline.core import SIM_NOTE, SIM_SYSTEM_NOTE
     from faultline.runtime import HELPER_GROUP, load_config
 
 
@@ -134,8 +133,6 @@ __getattr__, __dir__ = lazy_exports(
         ),
         "faultline.api._summary": ("Summary", "costed", "pass_hat_k", "summarize", "with_costs"),
         "faultline.api._run": (
-            "SIM_NOTE",
-            "SIM_SYSTEM_NOTE",
             "RunProgress",
             "RunReport",
             "RunSpec",
@@ -145,6 +142,7 @@ __getattr__, __dir__ = lazy_exports(
             "uses_sim",
             "with_system",
         ),
+        "faultline.core": ("SIM_NOTE", "SIM_SYSTEM_NOTE"),
         "faultline.runtime": ("HELPER_GROUP", "load_config"),
         "faultline.api._system": (
             "STOP_SIGNALS",

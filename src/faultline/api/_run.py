@@ -57,6 +57,8 @@ from faultline.api._system import (
 )
 from faultline.bus import OPERATOR, Access, Bus, Login
 from faultline.core import (
+    SIM_NOTE,
+    SIM_SYSTEM_NOTE,
     EpisodeCompleted,
     InputRecord,
     ModelBackend,
@@ -98,14 +100,6 @@ from faultline.runtime import (
 
 log = logging.getLogger(__name__)
 
-SIM_NOTE = (
-    "sim is an offline simulator that follows each task's ground truth; its numbers exercise the runtime,"
-    " they say nothing about models"
-)
-SIM_SYSTEM_NOTE = (
-    "sim answers the agents of a system of one's own with their own last message (it has no ground truth to"
-    " follow there); its numbers exercise the runtime, they say nothing about models"
-)
 SIM_CONCURRENCY, SIM_EPISODE_TIMEOUT_S = 8, 120.0
 """The defaults when every role is simulated: sim answers at once."""
 OPENAI_CONCURRENCY, OPENAI_EPISODE_TIMEOUT_S = 2, 600.0

@@ -40,7 +40,7 @@ from faultline.cli._run import (
     task_ids,
 )
 from faultline.cli._text import stderr_console, table_console
-from faultline.core import System, load_system
+from faultline.core import SIM_NOTE, SIM_SYSTEM_NOTE, System, load_system
 from faultline.faults import MASFIRE_FAULTS, check_defenses, fault_types, why_not_on
 from faultline.journal import journal_exists
 from faultline.report import (
@@ -53,8 +53,6 @@ from faultline.report import (
     read_manifest,
     write_manifest,
 )
-from faultline.report import SIM_NOTE as REPORT_SIM_NOTE
-from faultline.report import SIM_SYSTEM_NOTE as REPORT_SIM_SYSTEM_NOTE
 
 ALL = "all"
 """`--faults all`: every registered fault type, plugins' included."""
@@ -279,7 +277,7 @@ def _campaign(args: argparse.Namespace) -> int:
     manifest = _manifest(folder, settings, _journal(args))
     console = stderr_console()
     if settings.model == "sim":
-        said = REPORT_SIM_SYSTEM_NOTE if settings.system else REPORT_SIM_NOTE
+        said = SIM_SYSTEM_NOTE if settings.system else SIM_NOTE
         console.print(Text(f"note: {said}", style="dim"))
     lost = [
         cell.name

@@ -100,6 +100,7 @@ from faultline.core._runner import (
     start_envelope,
     started_envelope,
 )
+from faultline.core._sim import SIM_NOTE, SIM_SYSTEM_NOTE
 from faultline.core._subjects import (
     DEFAULT_PREFIX,
     MAX_PARTITIONS,
@@ -183,6 +184,8 @@ __all__ = [
     "Notice",
     "Outbound",
     "RUNNER",
+    "SIM_NOTE",
+    "SIM_SYSTEM_NOTE",
     "ALL_AGENTS",
     "OPERATOR",
     "CONTROL_EPISODE",

@@ -12,6 +12,7 @@ sightings its evidence. `memory_ablation(journals)` measures runs by the memory 
 their episodes recorded (MemToolAgent's ablation).
 """
 
+from faultline.core import SIM_NOTE, SIM_SYSTEM_NOTE
 from faultline.report._annotator import (
     ANNOTATIONS,
     ANSWER_FORMAT,
@@ -42,8 +43,6 @@ from faultline.report._metrics import (
     DEFINITIONS,
     RS_VARIANTS,
     SIM_JUDGE_NOTE,
-    SIM_NOTE,
-    SIM_SYSTEM_NOTE,
     BehaviourRow,
     BehaviourSource,
     CampaignReport,

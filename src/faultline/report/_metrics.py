@@ -46,7 +46,7 @@ from typing import Any, Literal
 import msgspec
 
 from faultline._errors import ConfigError
-from faultline.core import OPERATOR, RUNNER, Envelope, FaultApplied, FaultSkipped, Recording
+from faultline.core import OPERATOR, RUNNER, SIM_NOTE, SIM_SYSTEM_NOTE, Envelope, FaultApplied, FaultSkipped, Recording
 from faultline.journal import EpisodeFilter, EpisodeSummary, JournalReader, JournalRow
 from faultline.report._annotator import SHOWN_KINDS, Annotation, EpisodeCase, episode_case, judged_behaviours
 from faultline.report._behaviours import (
@@ -94,11 +94,6 @@ EVIDENCE_KINDS = (
 """The body kinds a detector reads (calls and requests for the causal chains through them); the report decodes
 no other row."""
 
-SIM_NOTE = "sim follows each task's ground truth: its numbers measure the runtime's mechanisms, not a model"
-SIM_SYSTEM_NOTE = (
-    "sim answers the agents of a system of one's own with their own last message: its numbers measure the"
-    " runtime's mechanisms, not a model"
-)
 SIM_JUDGE_NOTE = (
     "the sim judge is a stand-in: it maps the rule detectors' evidence and visible trajectory patterns to"
     " behaviours, so its labels measure the annotator's mechanism, not a model's judgement"
