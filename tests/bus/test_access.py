@@ -148,6 +148,41 @@ def test_the_credentials_command_makes_them_once_for_the_configured_groups(
     assert f"{folder / 'nats-server.conf'}: every NATS node's users and permissions" in out
 
 
+def test_the_credentials_command_removes_those_of_workers_a_lowered_count_no_longer_has(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each shard of a partitioned group, and of the journal, has a credential of its own: after the counts were
+    lowered, the files of the shards that no longer exist were left beside the others, as if still in use. They are
+    removed, and said to be; files the command did not make stay, a credential put in the place of one it did too."""
+    config = tmp_path / "faultline.toml"
+    folder = tmp_path / "secrets"
+    layout = '[workers.main]\nagents = ["*"]\ncount = {}\n[journal]\nshards = {}\n'
+    config.write_text(layout.format(3, 2))
+    assert main(["credentials", "--config", str(config), "--dir", str(folder)]) == 0
+    kept = {
+        "node.conf": b"include ./nats-server.conf\n",
+        "other.json": msgspec.json.encode(Credential(user="other", password="p")),
+    }
+    kept["worker-main-2of3.json"] = msgspec.json.encode(Credential(user="someone-else", password="p"))
+    for name, data in kept.items():
+        (folder / name).write_bytes(data)
+    passwords = {p.name: p.read_bytes() for p in folder.glob("*.json")}
+    capsys.readouterr()
+
+    config.write_text(layout.format(2, 1))
+    assert main(["credentials", "--config", str(config), "--dir", str(folder)]) == 0
+    removed = ["journal-0.json", "journal-1.json", "worker-main-0of3.json", "worker-main-1of3.json"]
+    made = ["journal.json", "worker-main-0of2.json", "worker-main-1of2.json"]
+    same = ["operator.json", "memory.json", "worker-helpers.json"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*made, *same, *kept, "nats-server.conf"])
+    assert all((folder / name).read_bytes() == data for name, data in kept.items())
+    assert all((folder / name).read_bytes() == passwords[name] for name in same)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"removed {', '.join(str(folder / name) for name in removed)}: the configuration no longer has" in out
+    users = msgspec.json.decode((folder / "nats-server.conf").read_bytes().removeprefix(b"authorization: "))["users"]
+    assert sorted(u["user"] for u in users) == sorted(name.removesuffix(".json") for name in [*made, *same])
+
+
 @pytest.mark.parametrize("creds", ["none", "wrong", "missing-file"])
 def test_a_worker_without_its_credential_cannot_connect_and_says_so_in_one_line(
     secured: tuple[EmbeddedServer, Access], tmp_path: Path, creds: str

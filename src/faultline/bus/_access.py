@@ -31,10 +31,13 @@ deletes a consumer it did not make.
 
 A folder of credentials is made once and reused: a file per identity
 (`<name>.json`, readable by its owner only) and `nats-server.conf` for the server.
+The credential of a user the previous `nats-server.conf` let in and the new one
+does not (a worker shard of a count since lowered) is removed with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 from collections.abc import Collection, Iterable, Sequence
@@ -51,6 +54,8 @@ INBOX = "_INBOX"
 JOURNAL = "journal"
 SERVER_CONFIG = "nats-server.conf"
 PASSWORD_BYTES = 32
+_AUTHORIZATION = b"authorization: "
+"""How the server configuration begins (`Access.prepare`)."""
 
 
 class Credential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -298,6 +303,8 @@ class Access:
     identities: Sequence[Identity]
     consumers: Sequence[ConsumerSpec] = ()
     """The durable consumers the operator makes for the other identities (`Bus.ensure_consumers`)."""
+    removed: tuple[Path, ...] = ()
+    """The credential files `prepare` removed: of users its server configuration let in before and no longer does."""
 
     def credential_file(self, name: str) -> Path:
         return self.folder / f"{name}.json"
@@ -310,13 +317,15 @@ class Access:
         return self.folder / SERVER_CONFIG
 
     def prepare(self) -> Access:
-        """Create each missing credential (kept ones are reused), then write the server configuration.
+        """Create each missing credential (kept ones are reused), write the server configuration, and remove the
+        credentials of the users the configuration written before let in and this one does not (`removed`).
 
         The permissions are written afresh every time, so a changed worker layout
         takes effect at the next start without new passwords.
         """
         self.folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.folder, 0o700)
+        before = _users_of(self.server_config)
         users = []
         for identity in self.identities:
             path = self.credential_file(identity.name)
@@ -327,8 +336,45 @@ class Access:
             users.append(_user(credential, identity))
         # JSON is nats-server's format too: encoding it leaves no quoting to chance. No braces around
         # the whole, so that a node's own configuration can `include` the file.
-        _write_private(self.server_config, b"authorization: " + msgspec.json.encode({"users": users}) + b"\n")
-        return self
+        _write_private(self.server_config, _AUTHORIZATION + msgspec.json.encode({"users": users}) + b"\n")
+        gone = sorted(before - {identity.name for identity in self.identities})
+        return dataclasses.replace(self, removed=tuple(file for user in gone if (file := self._retire(user))))
+
+    def _retire(self, user: str) -> Path | None:
+        """Remove the credential file of `user`, and return it, when it is one this folder's `prepare` made: a file
+        of the folder holding that user's credential (one put there in its place is left alone)."""
+        path = self.credential_file(user)
+        if path.parent != self.folder:
+            return None
+        try:
+            if load_credential(path).user != user:
+                return None
+        except AccessError:
+            return None
+        path.unlink()
+        return path
+
+
+class _User(msgspec.Struct):
+    user: str
+
+
+class _Authorization(msgspec.Struct):
+    users: list[_User]
+
+
+def _users_of(server_config: Path) -> set[str]:
+    """The users a server configuration `prepare` wrote lets in, whose credentials in the same folder it made: none
+    where there is no such file or it is not one (`prepare` then leaves every file alone)."""
+    try:
+        text = server_config.read_bytes()
+    except FileNotFoundError:
+        return set()
+    try:
+        authorization = msgspec.json.decode(text.removeprefix(_AUTHORIZATION), type=_Authorization)
+    except msgspec.DecodeError:
+        return set()
+    return {user.user for user in authorization.users}
 
 
 def _user(credential: Credential, identity: Identity) -> dict[str, object]:

@@ -33,7 +33,7 @@ from faultline.api import (
     with_helpers,
     worker_specs,
 )
-from faultline.bus import OPERATOR, Bus, FollowSettings, Login, StreamState, TLSFiles, read_rules
+from faultline.bus import OPERATOR, Access, Bus, FollowSettings, Login, StreamState, TLSFiles, read_rules
 from faultline.cli import _jsonl
 from faultline.cli._args import add_config_flag, connection_flags, otel_flags, otel_headers
 from faultline.cli._connect import STATE_FILE, config_of, login, nats_url, run_on_system, subject_prefix, up_workers
@@ -175,7 +175,18 @@ def _credentials(args: argparse.Namespace) -> int:
     print(f"{access.server_config}: every NATS node's users and permissions (include it in each node's configuration)")
     for identity in access.identities:
         print(f"{access.credential_file(identity.name)}: {identity.name}")
+    if access.removed:
+        print(_removed(access))
     return 0
+
+
+def _removed(access: Access) -> str:
+    """What `credentials` and `up` say of the credentials they removed (`Access.removed`)."""
+    return (
+        f"removed {', '.join(map(str, access.removed))}: the configuration no longer has these users, and"
+        f" {access.server_config.name} no longer lets them in (a NATS node that still runs on the earlier one does"
+        " until it reloads it: nats-server --signal reload)"
+    )
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -309,6 +320,8 @@ def _up(args: argparse.Namespace) -> int:
     console = stderr_console()
     if args.insecure:
         warn_insecure(console, supervisor.nats_url or "on its local port")
+    elif supervisor.access is not None and supervisor.access.removed:
+        console.print(_removed(supervisor.access), soft_wrap=True, highlight=False)
     operator = str(supervisor.access.credential_file(OPERATOR).resolve()) if supervisor.access else ""
     ca = str(supervisor.tls_ca.resolve()) if supervisor.tls_ca else ""
 
