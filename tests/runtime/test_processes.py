@@ -318,7 +318,7 @@ async def test_status_names_a_worker_of_the_up_here_that_does_not_answer(first_u
         return done.returncode, summary
 
     [pong] = [pid for pid, command in children(first_up.process.pid).items() if "--name worker-pong-0" in command]
-    assert await status() == (0, {"type": "summary", "workers": 3, "silent": [], "url": first_up.up.url,
+    assert await status() == (0, {"type": "summary", "workers": 3, "silent": [], "absent": [], "url": first_up.up.url,
                                    "journal": "writing"})  # fmt: skip
     os.kill(pong, signal.SIGSTOP)
     try:

@@ -25,8 +25,8 @@ from faultline.runtime import (
     Config,
     ProcessSpec,
     Supervisor,
-    WorkerConfig,
     worker_identity,
+    worker_places,
 )
 
 T = TypeVar("T")
@@ -60,13 +60,14 @@ def config_flag(config_path: Path | None) -> tuple[str, ...]:
 def worker_specs(config: Config, groups: dict[str, tuple[str, ...]], config_path: Path | None) -> list[ProcessSpec]:
     """One process per worker instance of `groups` (what `check_system` accepted, and `with_helpers`);
     a group the config does not declare runs one process."""
-    specs = []
-    for group, names in groups.items():
-        count = config.workers.get(group, WorkerConfig()).count
-        for i in range(count if names else 0):
-            args = ("worker", "--agents", ",".join(names), "--shard", f"{i}/{count}", *config_flag(config_path))
-            specs.append(ProcessSpec(f"worker-{group}-{i}", args, worker_identity(group, i, count, config.partitions)))
-    return specs
+    return [
+        ProcessSpec(
+            place.name,
+            ("worker", "--agents", ",".join(place.agents), "--shard", place.shard_text, *config_flag(config_path)),
+            worker_identity(place.group, place.shard, place.shards, config.partitions),
+        )
+        for place in worker_places(config, groups)
+    ]
 
 
 def with_helpers(groups: dict[str, tuple[str, ...]], roster: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -42,6 +42,7 @@ from faultline.core import HELPERS, MAX_PARTITIONS
 from faultline.journal import MAX_SHARDS
 from faultline.runtime import (
     ANY_COMPLETER,
+    DEFAULT_CONFIG_FILE,
     STATUS_WAIT_S,
     STATUS_WINDOW_S,
     Config,
@@ -50,6 +51,7 @@ from faultline.runtime import (
     ProcessSpec,
     Rosters,
     Supervisor,
+    WorkerPlace,
     WorkerStatus,
     apply_defense_flags,
     ask_journal,
@@ -65,6 +67,7 @@ from faultline.runtime import (
     state_dir,
     system_access,
     system_of,
+    worker_places,
     worker_statuses,
 )
 
@@ -411,14 +414,14 @@ def _process_table(rows: list[dict[str, Any]], url: str, journal: Path) -> Table
 
 
 async def _system_status(
-    url: str, prefix: str, connect_as: Login, shards: int, expected: list[str]
+    url: str, prefix: str, connect_as: Login, shards: int, expected: list[str], places: list[WorkerPlace]
 ) -> tuple[list[WorkerStatus], Rosters, _Journal]:
-    """What `status` shows, asked over one connection: the workers (waiting for the `expected` ones), the rosters in
-    force, the journal."""
+    """What `status` shows, asked over one connection: the workers (waiting for the `expected` ones and those of the
+    `places`), the rosters in force, the journal."""
     bus = await Bus.connect(url, prefix=prefix, login=connect_as)
     try:
-        window = STATUS_WAIT_S if expected else STATUS_WINDOW_S
-        workers = await worker_statuses(bus, window, expected=expected)
+        window = STATUS_WAIT_S if expected or places else STATUS_WINDOW_S
+        workers = await worker_statuses(bus, window, expected=expected, places=places)
         return workers, await read_rosters(bus), await _journal_status(bus, shards)
     finally:
         await bus.close()
@@ -432,17 +435,27 @@ def _status(args: argparse.Namespace) -> int:
         user = connect_as.credential.user
         raise UsageError(f"status: the workers tell their answers to the operator alone; {user!r} may not hear them")
     expected, logs = up_workers(url)
+    places = [] if expected else _configured_places(args, config)
     replies, rosters, journal = anyio.run(
-        _system_status, url, subject_prefix(args, config, url), connect_as, config.journal.shards, expected
+        _system_status, url, subject_prefix(args, config, url), connect_as, config.journal.shards, expected, places
     )
     silent = sorted(set(expected) - {reply.worker for reply in replies})
+    absent = [(place, missing) for place in places if (missing := place.missing(replies))]
     if args.json:
         _jsonl.rows("worker", [msgspec.structs.asdict(reply) for reply in replies])  # every field, defaults too
         _jsonl.rows("roster", _roster_rows(rosters))
         _jsonl.rows("journal", [{"shard": k, "waiting": n} for k, n in enumerate(journal.waiting)])
         _jsonl.rows("stream", [dataclasses.asdict(journal.stream)])
-        _jsonl.summary({"workers": len(replies), "silent": silent, "url": url, "journal": journal.says()})
-        return 1 if silent else 0
+        _jsonl.summary(
+            {
+                "workers": len(replies),
+                "silent": silent,
+                "absent": [{"group": p.group, "shard": p.shard_text, "agents": list(m)} for p, m in absent],
+                "url": url,
+                "journal": journal.says(),
+            }
+        )
+        return 1 if silent or absent else 0
     table = Table(title=f"{len(replies)} worker(s)")
     for column in (
         "worker",
@@ -482,9 +495,28 @@ def _status(args: argparse.Namespace) -> int:
             f" stopped, stuck or restarting (logs: {logs})",
             highlight=False,
         )
+    for place, missing in absent:
+        console.print(
+            f"absent: no worker answered within {STATUS_WAIT_S:g}s for {', '.join(missing)} in shard"
+            f" {place.shard_text} of worker group {place.group}, which {config_source(args.config)} runs:"
+            " stopped, stuck or never started",
+            highlight=False,
+        )
     if rosters.domains:
         console.print(_rosters_table(rosters))
-    return 0 if replies and not silent else 1
+    return 0 if replies and not silent and not absent else 1
+
+
+def _configured_places(args: argparse.Namespace, config: Config) -> list[WorkerPlace]:
+    """The workers a configuration file (--config, else ./faultline.toml) runs, which `status` expects to answer
+    where no `faultline up` here says whom it runs; none without a file (the built-in defaults say nothing of a
+    running system) or where the file's system is not installed here (its agents are not known)."""
+    if args.config is None and not DEFAULT_CONFIG_FILE.is_file():
+        return []
+    try:
+        return worker_places(config, check_system(config, config_source(args.config)))
+    except ConfigError:
+        return []
 
 
 @dataclasses.dataclass

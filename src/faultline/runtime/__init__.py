@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Completions,
         JournalGate,
         JournalState,
+        WorkerPlace,
         WorkerStatus,
         ask_journal,
         check_journal,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
         completing_agents,
         system_access,
         worker_identity,
+        worker_places,
     )
     from faultline.runtime._local_model import LOCAL_SETTINGS, MODEL_NAME, local_model_server
     from faultline.runtime._lock import hold_directories, state_dir
@@ -140,6 +142,7 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "WorkerSettings",
+    "WorkerPlace",
     "WorkerStatus",
     "STATUS_SERVICE",
     "JOURNAL_SERVICE",
@@ -176,6 +179,7 @@ __all__ = [
     "system_agents",
     "tune_collector",
     "worker_identity",
+    "worker_places",
     "worker_statuses",
 ]
 
@@ -219,6 +223,7 @@ __getattr__, __dir__ = lazy_exports(
             "check_journal",
             "recorded_run",
             "last_words",
+            "WorkerPlace",
             "WorkerStatus",
             "model_calls_in_flight",
             "start_episode",
@@ -245,6 +250,7 @@ __getattr__, __dir__ = lazy_exports(
             "completing_agents",
             "system_access",
             "worker_identity",
+            "worker_places",
         ),
         "faultline.runtime._local_model": ("LOCAL_SETTINGS", "MODEL_NAME", "local_model_server"),
         "faultline.runtime._lock": ("hold_directories", "state_dir"),

@@ -217,12 +217,43 @@ class WorkerStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     model_calls: list[CallInFlight] = []
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerPlace:
+    """A worker that a system's configuration runs: shard `shard` of `shards` of worker group `group`, serving
+    `agents`, whatever its process calls itself (one started by hand names itself)."""
+
+    group: str
+    agents: tuple[str, ...]
+    shard: int = 0
+    shards: int = 1
+
+    @property
+    def name(self) -> str:
+        """What `faultline up` calls the process it starts for this place."""
+        return f"worker-{self.group}-{self.shard}"
+
+    @property
+    def shard_text(self) -> str:
+        """`k/N`, as a worker of this place tells its shard (`WorkerStatus.shard`)."""
+        return f"{self.shard}/{self.shards}"
+
+    def missing(self, statuses: Iterable[WorkerStatus]) -> tuple[str, ...]:
+        """The agents of this place that none of the workers that told `statuses` serves in its shard."""
+        served = {agent for status in statuses if status.shard == self.shard_text for agent in status.agents}
+        return tuple(agent for agent in self.agents if agent not in served)
+
+
 async def worker_statuses(
-    bus: Bus, window_s: float = STATUS_WINDOW_S, *, model_calls_only: bool = False, expected: Collection[str] = ()
+    bus: Bus,
+    window_s: float = STATUS_WINDOW_S,
+    *,
+    model_calls_only: bool = False,
+    expected: Collection[str] = (),
+    places: Sequence[WorkerPlace] = (),
 ) -> list[WorkerStatus]:
     """What every worker on `bus` tells within `window_s` when asked, each with the identity it told under; an
     answer that is not one is left out (any worker may send anything). Returns sooner once every worker named in
-    `expected` has answered."""
+    `expected` has answered and every agent of the `places` is served."""
     ask = StatusAsk(token=secrets.token_hex(8), model_calls_only=model_calls_only)
     statuses: list[WorkerStatus] = []
     waiting = set(expected)
@@ -233,7 +264,7 @@ async def worker_statuses(
         if status is not None:
             statuses.append(msgspec.structs.replace(status, identity=teller))
             waiting.discard(status.worker)
-            if expected and not waiting:
+            if (expected or places) and not waiting and not any(place.missing(statuses) for place in places):
                 everyone.set()
 
     sub = await hear(bus, STATUS_SERVICE, ask.token, on_told)

@@ -28,7 +28,7 @@ from faultline.core import ALL_AGENTS, Subjects, registered
 from faultline.faults import FAULTS_CONTROL
 from faultline.runtime._agents import CONTROLLER_AGENT, HELPER_AGENTS, agent_names, resolve_agents, system_of
 from faultline.runtime._config import Config, WorkerConfig
-from faultline.runtime._episodes import JOURNAL_SERVICE, PROCESS_SERVICE, STATUS_SERVICE
+from faultline.runtime._episodes import JOURNAL_SERVICE, PROCESS_SERVICE, STATUS_SERVICE, WorkerPlace
 from faultline.runtime._journal_service import consumer_name as journal_consumer
 from faultline.runtime._journal_service import journal_process
 from faultline.runtime._roster import HELPERS_CONTROL
@@ -136,6 +136,18 @@ def worker_identity(group: str, shard: int = 0, shards: int = 1, partitions: int
     """The NATS user a worker process of `[workers.<group>]` connects as: the group's, or, where the subjects are
     partitioned among the group's `shards`, shard `shard`'s own, which speaks and reads only in its partitions."""
     return f"worker-{group}-{shard}of{shards}" if shards > 1 and partitions > 1 else f"worker-{group}"
+
+
+def worker_places(config: Config, groups: Mapping[str, Sequence[str]]) -> list[WorkerPlace]:
+    """One place per worker instance of `groups` (what `check_system` accepted, and `with_helpers`): each shard of
+    its group's `count`, one for a group the configuration does not declare, none for a group of no agent."""
+    return [
+        WorkerPlace(group, tuple(agents), shard, count)
+        for group, agents in groups.items()
+        if agents
+        for count in (config.workers.get(group, WorkerConfig()).count,)
+        for shard in range(count)
+    ]
 
 
 def identity_shards(count: int, partitions: int) -> list[tuple[int, int]]:
