@@ -184,3 +184,29 @@ async def test_a_shard_trims_only_the_episodes_of_its_own_partitions(
         await bus.close()
     with JournalReader(tmp_path / "set") as reader:
         assert len(list(reader.rows())) == 3 * len(episodes)
+
+
+async def test_a_set_whose_subjects_are_not_partitioned_is_never_trimmed(
+    nats_server: EmbeddedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every shard's episodes then share the subjects a trim names: shard 0 would take shard 1's, journaled or not."""
+    bus = await Bus.connect(nats_server.url)
+    await bus.ensure_stream()
+    episodes = [f"e{i}" for i in range(8)]
+    assert {episode_shard(e, 2) for e in episodes} == {0, 1}
+    shards = [
+        JournalService(bus, tmp_path / "set", shard=k, shards=2, trim_after_s=0.01, trim_every_s=0.01) for k in (0, 1)
+    ]
+    assert "the stream is not trimmed (trim_after_s 0.01)" in caplog.text
+    try:
+        async with started(shards[0]), started(shards[1]):
+            await bus.publish_all(message(e, i) for e in episodes for i in range(3))
+            for shard in shards:
+                await shard.wait_for(3 * len(episodes))
+            shards[0].stop()
+            shards[1].stop()
+        for episode in episodes:
+            assert await held(bus, episode) == [f"{episode}-{i}" for i in range(3)]
+        assert [s.trimmed_below for s in shards] == [0, 0]
+    finally:
+        await bus.close()

@@ -160,11 +160,26 @@ class JournalService:
         self._reaching = False
         self._reach_asked = False
         """Whether a question came since the running look at the stream's end began (`_reach_soon`)."""
-        self._kept = EpisodesKept(trim_after_s) if trim_after_s > 0 else None
+        self._kept = EpisodesKept(trim_after_s) if trim_after_s > 0 and self._trims(trim_after_s) else None
         """The episodes the stream must keep; None where the stream is never trimmed."""
         self.trim_every_s = trim_every_s
         self.trimmed_below = 0
         """The stream sequence below which this service trimmed its episodes' messages from the stream."""
+
+    def _trims(self, trim_after_s: float) -> bool:
+        """Whether this service may trim the stream: not as a shard of a set whose subjects are not partitioned
+        (more partitions than a system may have), where every shard's episodes share its subjects and a trim of its
+        own would take the others' episodes, in flight or not journaled yet, with them."""
+        if self.shards == 1 or self._filtered:
+            return True
+        log.warning(
+            "%s: the stream is not trimmed (trim_after_s %g): the system's subjects are not partitioned among the %d"
+            " journal shards, so each shard's trim would take the others' episodes",
+            self.path,
+            trim_after_s,
+            self.shards,
+        )
+        return False
 
     async def wait_ready(self) -> None:
         await self._ready.wait()
