@@ -46,6 +46,11 @@ def journal(tmp_path: Path) -> Path:
             2,
             "--trim-after-s -1: give the seconds the stream keeps a settled episode, 0 for ever",
         ),
+        (
+            ["journal", "serve", "{tmp}/j.sqlite", "--trim-every-s", "0", "--nats", "nats://127.0.0.1:9"],
+            2,
+            "--trim-every-s 0: give the seconds between two trims of the stream, above 0",
+        ),
         (["run", "--tasks", "1", "--journal", "/dev/null"], 1, "/dev/null: is not a regular file, so not a journal"),
         (["run", "--tasks", "1", "--journal", "{tmp}/notes.txt"], 1, "notes.txt: not a Faultline journal"),
         (

@@ -211,6 +211,13 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         " [journal] trim_after_s, which `up` and `run` pass too)",
     )
     p.add_argument(
+        "--trim-every-s",
+        type=number(),
+        metavar="SECONDS",
+        help="how often to trim the stream of settled episodes and of the dead letters every journal shard holds"
+        " (default: [journal] trim_every_s)",
+    )
+    p.add_argument(
         "--completers",
         metavar="AGENTS",
         help="agents that may complete an episode besides the runner, comma-separated; any other's completion is"

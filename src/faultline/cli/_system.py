@@ -253,12 +253,16 @@ def journal_serve(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--trim-after-s {trim_after_s:g}: give the seconds the stream keeps a settled episode, 0 for ever"
         )
+    trim_every_s = config.journal.trim_every_s if args.trim_every_s is None else args.trim_every_s
+    if trim_every_s <= 0:
+        raise UsageError(f"--trim-every-s {trim_every_s:g}: give the seconds between two trims of the stream, above 0")
     serve = functools.partial(
         run_journal,
         completers=completers,
         shard=args.shard,
         shards=args.shards,
         trim_after_s=trim_after_s,
+        trim_every_s=trim_every_s,
         on_ready=ready,
     )
     connect_as = login(args, config, url, operator=False)

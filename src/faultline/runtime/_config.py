@@ -114,6 +114,9 @@ class JournalConfig(_Section, frozen=True):
     """How long after an episode's last message the stream keeps its messages, once journaled (the journal trims
     the rest, so a system that runs for days keeps a bounded store); 0 keeps every message for ever.
     docs/reliability.md says what a settled episode no longer has."""
+    trim_every_s: Seconds = 10.0
+    """How often the journal looks for what it may trim from the stream (settled episodes, dead letters it journaled):
+    a dead letter leaves the stream within about this long of its journaling."""
 
 
 class RuntimeConfig(_Section, frozen=True):

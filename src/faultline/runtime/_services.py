@@ -21,6 +21,7 @@ from faultline.runtime._agents import agent_names, resolve_agents
 from faultline.runtime._config import Config, connect, make_backend
 from faultline.runtime._faulting import faults_and_defenses, injector_for, request_faults
 from faultline.runtime._helper_pool import HelperPool
+from faultline.runtime._journal_service import TRIM_EVERY_S, JournalService
 from faultline.runtime._otel_stream import OtelStream
 from faultline.runtime._supervisor import announce_ready
 from faultline.runtime._worker import Worker, WorkerSettings
@@ -143,22 +144,28 @@ async def run_journal(
     shard: int = 0,
     shards: int = 1,
     trim_after_s: float = 0.0,
+    trim_every_s: float = TRIM_EVERY_S,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the journal (shard `shard` of `shards` of the set at `path`, with more than one); with `otel`, each episode goes to its endpoint once its completion is journaled. `on_ready` is told once it serves.
 
     A completion from a sender that is neither the runner nor one of `completers` is dead-lettered. With
-    `trim_after_s` it trims the stream of what it journaled of episodes silent that long (`JournalService`).
+    `trim_after_s` it trims the stream, every `trim_every_s`, of what it journaled of episodes silent that long and
+    of the dead letters every journal shard holds (`JournalService`).
     """
-    from faultline.runtime._journal_service import JournalService
-
     tune_collector()
     try:
         bus = await Bus.connect(url, prefix=prefix, settings=settings or BusSettings(), name=name, login=login)
         async with serving(bus):
             if otel is None:
                 service = JournalService(
-                    bus, path, completers=completers, shard=shard, shards=shards, trim_after_s=trim_after_s
+                    bus,
+                    path,
+                    completers=completers,
+                    shard=shard,
+                    shards=shards,
+                    trim_after_s=trim_after_s,
+                    trim_every_s=trim_every_s,
                 )
                 await serve_until_signal(bus, name, service, on_ready)
                 return
@@ -173,6 +180,7 @@ async def run_journal(
                         shard=shard,
                         shards=shards,
                         trim_after_s=trim_after_s,
+                        trim_every_s=trim_every_s,
                     )
                     await serve_until_signal(bus, name, service, on_ready)
                 finally:
