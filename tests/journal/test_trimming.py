@@ -12,9 +12,9 @@ import pytest
 
 from faultline._errors import JournalStorageError
 from faultline.bus import Bus, BusSettings, EmbeddedServer
-from faultline.core import CONTROL_EPISODE, Control, Envelope, Note, Subjects, episode_shard
-from faultline.journal import Incoming, Journal, JournalReader, verify
-from faultline.runtime._journal_service import JournalService
+from faultline.core import CONTROL_EPISODE, Control, DeadLetter, Envelope, Note, Subjects, episode_shard
+from faultline.journal import Incoming, Journal, JournalReader, shard_path, verify
+from faultline.runtime._journal_service import JournalService, consumer_name
 from faultline.runtime._trimming import EpisodesKept
 from tests.journal.test_service import started
 
@@ -184,6 +184,113 @@ async def test_a_shard_trims_only_the_episodes_of_its_own_partitions(
         await bus.close()
     with JournalReader(tmp_path / "set") as reader:
         assert len(list(reader.rows())) == 3 * len(episodes)
+
+
+def forged_letter(episode: str, i: int) -> Envelope:
+    """A well-formed dead letter as any credential may publish one: it names the episode it likes."""
+    body = DeadLetter(reason="forged", subject="fl.nowhere", data=b"x" * 200, stream_seq=i)
+    return Envelope(id=f"forged-{episode}-{i}", episode=episode, sender="dlq", body=body)
+
+
+async def letters_held(bus: Bus) -> int:
+    """How many dead letters the stream holds."""
+    info = await bus.js.stream_info(bus.subjects.stream, subjects_filter=bus.subjects.dlq)
+    return sum((info.state.subjects or {}).values())
+
+
+async def test_dead_letters_leave_the_stream_once_journaled_and_the_episodes_and_controls_stay(
+    bus: Bus, tmp_path: Path
+) -> None:
+    """Nothing reads a dead letter from the stream but the journal: a flood of them must not grow the store for the
+    whole keep. Garbage, the journal's letter of it, and forged letters all go; an episode within the keep and the
+    controls stay."""
+    path = tmp_path / "j.sqlite"
+    service = JournalService(bus, path, trim_after_s=3600.0, trim_every_s=0.05)
+    async with started(service):
+        await bus.publish_all([message("active", 0), control(0)])
+        garbage = [await bus.publish_raw(bus.subjects.dlq, b"\xc1garbage %d" % i) for i in range(50)]
+        await bus.publish_all(forged_letter("active", i) for i in range(10))
+
+        async def letters_gone() -> bool:
+            return await letters_held(bus) == 0 and service.letters_trimmed_below > garbage[-1]
+
+        await until(letters_gone)
+        service.stop()
+    assert await held(bus, "active") == ["active-0"]
+    assert [env.id for _, env in await bus.read_envelopes([bus.subjects.ctl("faults")], 10.0)] == ["ctl-0"]
+    with JournalReader(path) as reader:
+        rows = list(reader.rows())
+    letters = [body for row in rows if isinstance(body := row.decoded_body(), DeadLetter)]
+    assert sorted(letter.stream_seq for letter in letters if letter.reason != "forged") == garbage
+    assert [row.id for row in rows if row.id.startswith("forged-")] == [f"forged-active-{i}" for i in range(10)]
+    assert verify(path).ok
+
+
+async def test_a_dead_letter_leaves_the_stream_only_once_every_shard_has_journaled_it(
+    nats_server: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each dead letter goes to the shard of the episode it names (a forger names any; bytes no shard can read get
+    a letter that names `dlq`), but one trim of the subject takes every shard's: shard 0 trims only below what
+    every shard acknowledged. Shard 1 stopped holds the letters back; started again, it journals every one, and
+    then they go."""
+    bus = await Bus.connect(nats_server.url, settings=BusSettings(partitions=2))
+    await bus.ensure_stream()
+    theirs = next(f"e{i}" for i in range(20) if episode_shard(f"e{i}", 2) == 1)
+    assert episode_shard("dlq", 2) == 1  # the letters of what no shard can read are shard 1's too
+    looks = 0
+    ack_floor = bus.ack_floor
+
+    async def counted(name: str) -> int | None:
+        nonlocal looks
+        looks += 1
+        return await ack_floor(name)
+
+    monkeypatch.setattr(bus, "ack_floor", counted)
+    folder = tmp_path / "set"
+    trimming = JournalService(bus, folder, shard=0, shards=2, trim_after_s=3600.0, trim_every_s=0.05)
+    try:
+        async with started(trimming):
+            first = JournalService(bus, folder, shard=1, shards=2)
+            async with started(first):
+                await bus.publish_all(forged_letter(theirs, i) for i in range(5))
+                await first.wait_for(5)
+                first.stop()
+            floor = 5
+
+            async def first_letters_gone() -> bool:  # its acknowledgement is counted a moment after it is sent
+                return await ack_floor(consumer_name(1, 2)) == floor and await letters_held(bus) == 0
+
+            await until(first_letters_gone)
+            await bus.publish_all(forged_letter(theirs, i) for i in range(5, 10))
+            garbage = [await bus.publish_raw(bus.subjects.dlq, b"\xc1garbage %d" % i) for i in range(5)]
+            last = (await bus.stream_state()).last_seq
+            await trimming.wait_for(last)
+            looked = looks
+
+            async def looked_twice_since() -> bool:
+                return looks >= looked + 2
+
+            await until(looked_twice_since)
+            held_back = 5 + 2 * len(garbage)  # the forged letters, the garbage and shard 0's letters of it
+            assert await letters_held(bus) == held_back
+            assert trimming.letters_trimmed_below == floor + 1
+            again = JournalService(bus, folder, shard=1, shards=2)
+            async with started(again):
+
+                async def all_gone() -> bool:
+                    return await letters_held(bus) == 0
+
+                await until(all_gone)
+                again.stop()
+            trimming.stop()
+    finally:
+        await bus.close()
+    with JournalReader(shard_path(folder, 1)) as reader:
+        rows = list(reader.rows())
+    assert [row.id for row in rows if row.id.startswith("forged-")] == [f"forged-{theirs}-{i}" for i in range(10)]
+    letters = [body for row in rows if isinstance(body := row.decoded_body(), DeadLetter) and body.reason != "forged"]
+    assert sorted(letter.stream_seq for letter in letters) == garbage
+    assert verify(folder).ok
 
 
 async def test_a_set_whose_subjects_are_not_partitioned_is_never_trimmed(

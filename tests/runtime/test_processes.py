@@ -532,7 +532,9 @@ async def test_status_is_answered_by_the_workers_themselves(tmp_path: Path, caps
     assert "episodes in flight" in table and "…" not in table  # piped, whole: no column cut to 80 wide
     assert re.search(r"journal: writing; messages not journaled yet, by shard: \d+\n", table), table
     assert re.search(
-        r"stream: [\d,]+ messages, [\d.]+ MiB, up to sequence [\d,]+; trimmed of episodes silent for 3600 s", table
+        r"stream: [\d,]+ messages, [\d.]+ MiB, up to sequence [\d,]+;"
+        r" trimmed of episodes silent for 3600 s and of journaled dead letters\n",
+        table,
     ), table
     assert {r.identity for r in replies} == {OPEN_TELLER}  # a server without users vouches for nobody
     assert {r.worker for r in brief} == {"ping", "pong"}

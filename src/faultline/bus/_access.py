@@ -263,14 +263,19 @@ def journal_identity(
     name: str = JOURNAL,
     consumer: str = JOURNAL,
     filters: Sequence[str] = (),
+    peers: Iterable[str] = (),
 ) -> Identity:
     """A journal service (or one shard's) reads everything (a shard: its `filters`) through its durable `consumer`,
     answers the services it `serves` (the journal's), trims the stream of what it journaled and no episode needs
-    any more (asking it where its episodes' messages begin), and speaks as nobody."""
+    any more (asking it where its episodes' messages begin), and speaks as nobody.
+
+    The shard that trims the dead letters, which any shard may hold, asks how far the other shards' consumers
+    `peers` are (their state only: it may not read, acknowledge or change them)."""
     publish, subscribe = _js_api(subjects, name, serves)
     filtered = filters[0] if len(filters) == 1 else ""  # one filter goes in the create subject
     trim = (f"$JS.API.STREAM.PURGE.{subjects.stream}", f"$JS.API.STREAM.MSG.GET.{subjects.stream}")
-    return Identity(name, (*publish, *trim, *_owns(subjects, consumer, filtered)), subscribe)
+    floors = tuple(f"$JS.API.CONSUMER.INFO.{subjects.stream}.{peer}" for peer in peers)
+    return Identity(name, (*publish, *trim, *floors, *_owns(subjects, consumer, filtered)), subscribe)
 
 
 def load_credential(path: Path) -> Credential:

@@ -487,7 +487,11 @@ def _status(args: argparse.Namespace) -> int:
     waiting = ", ".join("-" if n is None else f"{n:,}" for n in journal.waiting)
     console.print(f"journal: {journal.says()}; messages not journaled yet, by shard: {waiting}", highlight=False)
     stream, keep_s = journal.stream, config.journal.trim_after_s
-    trims = f"trimmed of episodes silent for {keep_s:g} s" if keep_s else "never trimmed ([journal] trim_after_s = 0)"
+    trims = (
+        f"trimmed of episodes silent for {keep_s:g} s and of journaled dead letters"
+        if keep_s
+        else "never trimmed ([journal] trim_after_s = 0)"
+    )
     console.print(
         f"stream: {stream.messages:,} messages, {stream.bytes / 2**20:,.1f} MiB, up to sequence {stream.last_seq:,};"
         f" {trims}",

@@ -14,7 +14,8 @@ last sequence. When nothing comes after the lost ones, the consumer's idle
 heartbeat names the last delivery sent, and the stream is read again the same way. The service trims the
 stream only of what it wrote (`trim_after_s`, `runtime._trimming`), so only an operator deleting messages, or
 a journal file older than the stream's trims, leaves it a gap; a fresh consumer's first delivery proves one,
-and the service logs the sequences the journal will never hold.
+and the service logs the sequences the journal will never hold. It trims the dead letters too, which nothing
+but the journal reads: once every journal shard has journaled them, since any shard may hold one (`_trim`).
 
 Bytes that are not an envelope go to the dead-letter subject, and come back
 through the stream to be journaled there; so does a message SQLite refuses to
@@ -67,7 +68,8 @@ REACH_RETRY_S = 0.1
 """How soon a filtered shard asks again whether it reached the stream's end, while someone waits and its consumer
 was not settled when it asked: its last acknowledgement may not have been counted yet, and no batch may come."""
 TRIM_EVERY_S = 10.0
-"""How often a journal service that trims the stream (`trim_after_s`) looks for what it may trim."""
+"""How often a journal service that trims the stream (`trim_after_s`) looks for what it may trim: a dead letter
+leaves the stream within about this long of its journaling."""
 MAX_WAITING = 256
 """Questions (`until`) left waiting at most: a runner asks one at a time, so more are a flood, and the oldest is
 answered at once with what the journal holds (a question for a sequence the stream never reaches would wait for
@@ -165,6 +167,10 @@ class JournalService:
         self.trim_every_s = trim_every_s
         self.trimmed_below = 0
         """The stream sequence below which this service trimmed its episodes' messages from the stream."""
+        self.letters_trimmed_below = 0
+        """The stream sequence below which this service trimmed the dead letters from the stream (shard 0 only)."""
+        self._last_row = 0
+        """The stream sequence of the last row the file holds: where a journal started again reads from."""
 
     def _trims(self, trim_after_s: float) -> bool:
         """Whether this service may trim the stream: not as a shard of a set whose subjects are not partitioned
@@ -194,7 +200,7 @@ class JournalService:
         journal = Journal.open(self.path)
         try:
             stream = await self.bus.stream_incarnation()
-            self.last_seq = journal.last_seq(stream)
+            self.last_seq = self._last_row = journal.last_seq(stream)
             if self._kept is not None:
                 await self._keep_journaled(journal, stream, self._kept)
             sub = await self.bus.subscribe(self.bus.subjects.svc(JOURNAL_SERVICE), self._on_ask)
@@ -329,20 +335,59 @@ class JournalService:
 
     async def _trim(self, kept: EpisodesKept) -> None:
         """Every `trim_every_s`, remove from the stream the messages this service journaled of settled episodes
-        (`EpisodesKept`); a trim refused now (no leader, a lost connection) is tried again next time."""
+        (`EpisodesKept`), and, as shard 0, the dead letters every shard journaled; a trim refused now (no leader, a
+        lost connection) is tried again next time.
+
+        Nothing reads a dead letter from the stream but the journal, so none is kept once journaled: a flood of
+        them costs the stream only what the journal has not written yet. Their subject names no episode, and each
+        goes to the shard of the episode its envelope names (`dlq` for the runtime's letters, any for a forged
+        one; bytes no shard can read are shard 0's to dead-letter), so shard 0 trims them, below what every shard
+        has passed.
+        """
         subjects = self.bus.subjects.shard_episodes(self.shard, self.shards)
+        letters = [self.bus.subjects.dlq]
         while True:
             await anyio.sleep(self.trim_every_s)
-            below = kept.floor(anyio.current_time(), self.last_seq)
-            if below <= self.trimmed_below:
+            written = self._written()
+            below = kept.floor(anyio.current_time(), written)
+            if below > self.trimmed_below and await self._trimmed(subjects, below):
+                self.trimmed_below = below
+                log.debug("%s: trimmed the stream below sequence %d (%d episodes kept)", self.path, below, len(kept))
+            if self.shard != 0:
                 continue
             try:
-                await self.bus.trim_stream(subjects, below)
+                below = await self._passed_by_every_shard(written)
             except BusError as exc:
-                log.warning("%s: cannot trim the stream below sequence %d now: %s", self.path, below, exc)
+                log.warning("%s: cannot tell how far the journal shards are now: %s", self.path, exc)
                 continue
-            self.trimmed_below = below
-            log.debug("%s: trimmed the stream below sequence %d (%d episodes kept)", self.path, below, len(kept))
+            if below > self.letters_trimmed_below and await self._trimmed(letters, below):
+                self.letters_trimmed_below = below
+                log.debug("%s: trimmed the dead letters below sequence %d", self.path, below)
+
+    def _written(self) -> int:
+        """The last stream sequence the stream may let go of: for a consumer of the whole stream, the file's last
+        row, since a journal started again reads from there and takes a sequence missing after it for one deleted
+        unjournaled (a refused message's, whose letter comes later); a filtered shard tells losses by its
+        consumer's sequence, and has journaled its own up to `last_seq`."""
+        return self.last_seq if self._filtered else self._last_row
+
+    async def _passed_by_every_shard(self, written: int) -> int:
+        """The stream sequence below which every journal shard has journaled, or passed over as another's, every
+        dead letter: this one's `written`, and each other's acknowledgement floor (a shard acknowledges only what
+        its file holds, and is delivered every dead letter), none for a shard that never started."""
+        floors = [written]
+        for k in range(1, self.shards):
+            floors.append(await self.bus.ack_floor(consumer_name(k, self.shards)) or 0)
+        return min(floors) + 1
+
+    async def _trimmed(self, subjects: list[str], below: int) -> bool:
+        """Trim `subjects` below sequence `below`; False, with a warning, when the stream refuses it now."""
+        try:
+            await self.bus.trim_stream(subjects, below)
+        except BusError as exc:
+            log.warning("%s: cannot trim the stream below sequence %d now: %s", self.path, below, exc)
+            return False
+        return True
 
     def _mine(self, delivery: Delivery) -> bool:
         """Whether the message belongs to this shard: every row of a set lies in its episode's shard.
@@ -405,6 +450,7 @@ class JournalService:
         by a full disk too)."""
         try:
             self.rows_written += await anyio.to_thread.run_sync(journal.append, [row for _, row in rows])
+            self._last_row = rows[-1][1].stream_seq
         except JournalStorageError:
             raise
         except Exception:  # noqa: BLE001 - a row SQLite refuses must not stop the journal: find it below
@@ -412,6 +458,7 @@ class JournalService:
             for delivery, row in rows:
                 try:
                     self.rows_written += await anyio.to_thread.run_sync(journal.append, [row])
+                    self._last_row = row.stream_seq
                 except JournalStorageError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - any refusal of this row

@@ -189,7 +189,8 @@ def system_access(
     Only the agents that complete episodes (`completing_agents`) may complete one; a group reads the
     stream only through its agents' consumers and on its agents' subjects (`agent_reads`, `worker_reads`).
     No identity may make a consumer under the name of one of the system's durable consumers (the groups',
-    the journal's, memory's, and the FAMA service's).
+    the journal's, memory's, and the FAMA service's). Journal shard 0 of a partitioned set may ask how far the
+    other shards' consumers are: it trims the dead letters once every shard holds them.
     """
     subjects = Subjects(prefix or config.nats.prefix, config.partitions)
     completers = completing_agents(config, groups)
@@ -228,7 +229,12 @@ def system_access(
             operator_identity(),
             *(
                 journal_identity(
-                    subjects, (JOURNAL_SERVICE, PROCESS_SERVICE), name, consumer, subjects.shard_journaled(k, shards)
+                    subjects,
+                    (JOURNAL_SERVICE, PROCESS_SERVICE),
+                    name,
+                    consumer,
+                    subjects.shard_journaled(k, shards),
+                    peers=[c for _, c in journals[1:]] if k == 0 and subjects.partitions > 1 else [],
                 )
                 for k, (name, consumer) in enumerate(journals)
             ),

@@ -8,6 +8,9 @@ Past that an episode is settled, whether it completed or was given up, and its m
 
 Trimming removes a shard's episode subjects below one sequence (`Bus.trim_stream`): the first of the oldest
 episode not settled. One long episode therefore holds back every later one until it settles.
+
+Dead letters need no keep: nothing but the journal reads them, so they leave once every journal shard has
+written them (`JournalService._trim`). Controls stay for ever.
 """
 
 from __future__ import annotations
