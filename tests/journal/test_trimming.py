@@ -226,6 +226,64 @@ async def test_dead_letters_leave_the_stream_once_journaled_and_the_episodes_and
     assert verify(path).ok
 
 
+async def test_a_journal_killed_before_the_letter_of_what_it_refused_is_written_finds_no_gap_after(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal reading the whole stream starts again after its file's last row. Garbage it dead-lettered lies
+    before its letter; trimmed while the letter waited for the disk, it would read as deleted after a kill there."""
+    path = tmp_path / "j.sqlite"
+    append = Journal.append
+
+    def full_for_letters(journal: Journal, rows: Iterable[Incoming], **kwargs: Any) -> int:
+        rows = list(rows)
+        if any(isinstance(row.envelope.body, DeadLetter) for row in rows):
+            raise JournalStorageError("database or disk is full")
+        return append(journal, rows, **kwargs)
+
+    looks = 0
+    floor = EpisodesKept.floor
+
+    def counted(kept: EpisodesKept, now: float, written: int) -> int:
+        nonlocal looks
+        looks += 1
+        return floor(kept, now, written)
+
+    monkeypatch.setattr(Journal, "append", full_for_letters)
+    monkeypatch.setattr(EpisodesKept, "floor", counted)
+    service = JournalService(bus, path, trim_after_s=3600.0, trim_every_s=0.05)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_ready()
+        await bus.publish(message("e", 0))
+        refused = await bus.publish_raw(bus.subjects.dlq, b"\xc1garbage")
+
+        async def stuck() -> bool:
+            return bool(service.stuck)
+
+        await until(stuck)
+        held_at = looks
+
+        async def looked_twice_since() -> bool:
+            return looks >= held_at + 2
+
+        await until(looked_twice_since)
+        tg.cancel_scope.cancel()  # killed: the file never got the letter
+    assert await letters_held(bus) == 2  # the garbage and its letter
+    monkeypatch.setattr(Journal, "append", append)
+    again = JournalService(bus, path, trim_after_s=3600.0, trim_every_s=0.05)
+    async with started(again):
+
+        async def letters_gone() -> bool:
+            return await letters_held(bus) == 0
+
+        await until(letters_gone)
+        again.stop()
+    assert "no longer holds" not in caplog.text
+    with JournalReader(path) as reader:
+        letters = [body for row in reader.rows() if isinstance(body := row.decoded_body(), DeadLetter)]
+    assert [letter.stream_seq for letter in letters] == [refused]
+
+
 async def test_a_dead_letter_leaves_the_stream_only_once_every_shard_has_journaled_it(
     nats_server: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
