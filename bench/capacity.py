@@ -13,7 +13,7 @@ model calls and waits 2 x calls x latency on its model. `--waves` x N episodes r
 - memory per episode in flight: the resident memory (VmRSS) of every process of the run (this
   one, the runner, and all it started) at its highest during the second wave, less the same sum
   once the system was up and idle, divided by N. This counts caches of a fixed size that fill as
-  the run goes (the journal's SQLite pages, up to 64 MiB) as if episodes held them; with several
+  the run goes (the journal's SQLite pages, up to 16 MiB) as if episodes held them; with several
   levels, "KB per added episode" is the growth of that peak from one level to the next over the
   episodes added, which leaves them out.
 
