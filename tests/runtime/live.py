@@ -7,6 +7,7 @@ import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from faultline.api import RunPlan, plan_episodes, start_envelopes
 from faultline.bus import OPERATOR, Access, Bus
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
+from faultline.journal import JournalReader, JournalRow
 from faultline.runtime import (
     JOURNAL_SERVICE,
     Completions,
@@ -37,6 +39,27 @@ JOURNAL_TIMEOUT_S = 30.0
 RESUBSCRIBE_POLL_S = 0.05
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Running:
+    """A system up for a module's cases, and its journal."""
+
+    supervisor: Supervisor
+    journal: Path
+
+    @property
+    def bus(self) -> Bus:
+        assert self.supervisor.bus is not None
+        return self.supervisor.bus
+
+    async def since(self) -> int:
+        """Where the stream stands now: what a case journals comes after."""
+        return (await self.bus.js.stream_info(self.bus.subjects.stream)).state.last_seq
+
+    def rows_after(self, seq: int) -> list[JournalRow]:
+        with JournalReader(self.journal) as reader:
+            return [r for r in reader.rows() if r.stream_seq > seq]
 
 
 WORKER_AGENTS = ("env", "tool", "user")

@@ -41,13 +41,12 @@ from faultline.core import (
     encode,
 )
 from faultline.faults import FAULTS_CONTROL, add_rule_control, remove_rule_control
-from faultline.journal import JournalReader, JournalRow, verify
+from faultline.journal import verify
 from faultline.runtime import (
     HELPERS_CONTROL,
     JOURNAL_SERVICE,
     STATUS_SERVICE,
     Completions,
-    Supervisor,
     helpers_served,
     parse_fault_spec,
     worker_identity,
@@ -55,7 +54,7 @@ from faultline.runtime import (
 )
 from faultline.runtime._episodes import PROCESS_SERVICE, READY
 from faultline.runtime._supervisor import announce_ready
-from tests.runtime.live import EPISODE_TIMEOUT_S, held, journal_everything, live_system, raw_client, retail
+from tests.runtime.live import EPISODE_TIMEOUT_S, Running, held, journal_everything, live_system, raw_client, retail
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -66,21 +65,6 @@ MAIN = worker_identity("main")
 """The worker group that runs the episode's agents."""
 
 S = Subjects()
-
-
-@dataclass(frozen=True)
-class Running:
-    supervisor: Supervisor
-    journal: Path
-
-    async def since(self) -> int:
-        """Where the stream stands now: what a case journals comes after."""
-        assert self.supervisor.bus is not None
-        return (await self.supervisor.bus.js.stream_info(S.stream)).state.last_seq
-
-    def rows_after(self, seq: int) -> list[JournalRow]:
-        with JournalReader(self.journal) as reader:
-            return [r for r in reader.rows() if r.stream_seq > seq]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

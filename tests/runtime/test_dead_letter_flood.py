@@ -14,8 +14,6 @@ import os
 import random
 import signal
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 import msgspec
@@ -26,7 +24,7 @@ from faultline._errors import NoResponderError, ReplyTimeoutError
 from faultline.api import RunPlan, plan_episodes, start_envelopes, worker_specs
 from faultline.bus import Bus
 from faultline.core import DeadLetter, Envelope, EpisodeCompleted, EpisodeStarted, encode, episode_shard
-from faultline.journal import JournalReader, JournalRow, verify
+from faultline.journal import JournalRow, verify
 from faultline.runtime import (
     Completions,
     Supervisor,
@@ -38,7 +36,7 @@ from faultline.runtime import (
     system_access,
     worker_identity,
 )
-from tests.runtime.live import EPISODE_TIMEOUT_S, JOURNAL_TIMEOUT_S, held, raw_client, retail
+from tests.runtime.live import EPISODE_TIMEOUT_S, JOURNAL_TIMEOUT_S, Running, held, raw_client, retail
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -49,21 +47,6 @@ TRIM_EVERY_S = 0.2
 FLOOD = 1_000
 ASK_S = 1.0
 """How long one question to the journal shards waits: a shard started again subscribes on its own schedule."""
-
-
-@dataclass(frozen=True)
-class Running:
-    supervisor: Supervisor
-    journal: Path
-
-    @property
-    def bus(self) -> Bus:
-        assert self.supervisor.bus is not None
-        return self.supervisor.bus
-
-    def rows_after(self, seq: int) -> list[JournalRow]:
-        with JournalReader(self.journal) as reader:
-            return [r for r in reader.rows() if r.stream_seq > seq]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
