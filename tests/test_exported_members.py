@@ -312,6 +312,7 @@ PUBLIC = {
         "BusSettings",
         "Consumer",
         "ConsumerSpec",
+        "ConsumerState",
         "Credential",
         "Delivery",
         "EmbeddedServer",

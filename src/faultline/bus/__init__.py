@@ -18,6 +18,7 @@ from faultline.bus._access import (
     worker_reads,
 )
 from faultline.bus._consumer import Consumer, Delivery
+from faultline.bus._consumers import ConsumerState
 from faultline.bus._follow import FollowSettings, WorkerId, follow_rules, publish_controls, read_rules
 from faultline.bus._messaging import Message, Subscription, decode_notice
 from faultline.bus._retry import asked_again
@@ -38,6 +39,7 @@ __all__ = [
     "BusSettings",
     "Consumer",
     "ConsumerSpec",
+    "ConsumerState",
     "Credential",
     "Delivery",
     "EmbeddedServer",

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NatsClient
@@ -30,6 +32,47 @@ identities may not)."""
 
 
 StartAt = Literal["all", "new"] | int
+
+JS_API = "$JS.API"
+"""The JetStream API's subjects: the client library's default, which every connection of the bus uses."""
+JS_API_TIMEOUT_S = 5.0
+"""How long a request to the JetStream API made here waits for its answer: the client library's own default."""
+
+
+class _ConsumerPage(msgspec.Struct):
+    """One answer of the JetStream API's consumer list."""
+
+    total: int = 0
+    consumers: list[dict[str, Any]] = []
+    missing: list[str] = []
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerState:
+    """A consumer that acknowledges what it is sent, as the server held it when asked (`Bus.acknowledging`)."""
+
+    name: str
+    filters: tuple[str, ...]
+    """The subjects it is sent (NATS filters); none: every subject of the stream."""
+    ack_floor: int
+    """The stream sequence up to which everything it was sent is acknowledged: all of it handled, not only sent.
+    A consumer that no process reads now holds the rest for the next that will."""
+
+    def receives(self, subject: str) -> bool:
+        """Whether a message stored on `subject` is sent to it (NATS's matching: `*` one token, `>` the rest)."""
+        return not self.filters or any(_matches(f, subject) for f in self.filters)
+
+
+def _matches(filter_subject: str, subject: str) -> bool:
+    wanted, tokens = filter_subject.split("."), subject.split(".")
+    for i, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or token not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(wanted)
+
 
 log = logging.getLogger(__name__)
 
@@ -193,13 +236,43 @@ class Consumers:
     async def _check_rivals(self, name: str, rivals: Callable[[str], bool]) -> None:
         """ConsumerInUseError if another consumer of the same inputs (one `rivals` names: on an open server any
         process makes its own, so workers of two shard layouts would each make theirs) has a reader."""
-        with self._refusals.asking_jetstream(f"listing the consumers beside {name}"):
-            offset = 0
-            while page := await self._js.consumers_info(self._stream, offset):
-                for info in page:
-                    if info.push_bound and info.name != name and rivals(info.name):
-                        raise ConsumerInUseError(f"consumer {info.name} of the same inputs has a reader", info.name)
-                offset += len(page)
+        infos, _ = await self._listed(f"listing the consumers beside {name}")
+        for info in infos:
+            if info.push_bound and info.name != name and rivals(info.name):
+                raise ConsumerInUseError(f"consumer {info.name} of the same inputs has a reader", info.name)
+
+    async def acknowledging(self) -> list[ConsumerState]:
+        """Every consumer of the stream that acknowledges what it is sent, as the server holds it now; BusError
+        when a consumer's state is missing (its node of a cluster did not answer): a list without it is no list."""
+        infos, missing = await self._listed(f"listing the consumers of stream {self._stream}")
+        if missing:
+            raise BusError(
+                f"listing the consumers of stream {self._stream} failed: {', '.join(missing)} did not answer"
+            )
+        return [_state(info) for info in infos if info.config.ack_policy not in (None, api.AckPolicy.NONE)]
+
+    async def _listed(self, what: str) -> tuple[list[api.ConsumerInfo], list[str]]:
+        """The state of every consumer of the stream that answered, a page of the server's at a time, and the
+        names of those that did not (a cluster's server lists a consumer whose leader does not answer as missing,
+        which the client library's listing passes over)."""
+        infos: list[api.ConsumerInfo] = []
+        missing: list[str] = []
+        offset = 0
+        with self._refusals.asking_jetstream(what):
+            while True:
+                answer = await self._nc.request(
+                    f"{JS_API}.CONSUMER.LIST.{self._stream}",
+                    msgspec.json.encode({"offset": offset}),
+                    timeout=JS_API_TIMEOUT_S,
+                )
+                page = msgspec.json.decode(answer.data, type=_ConsumerPage)
+                if page.error is not None:
+                    raise BusError(f"{what} failed: {page.error.get('description', page.error)}")
+                infos.extend(api.ConsumerInfo.from_response(info) for info in page.consumers)
+                missing.extend(page.missing)
+                offset += len(page.consumers) + len(page.missing)
+                if offset >= page.total or not (page.consumers or page.missing):
+                    return infos, missing
 
     async def ensure(self, specs: Iterable[ConsumerSpec]) -> None:
         for spec in specs:
@@ -271,6 +344,13 @@ class Consumers:
         )
         await consumer._start()
         return consumer
+
+
+def _state(info: api.ConsumerInfo) -> ConsumerState:
+    config = info.config
+    filters = config.filter_subjects or ([config.filter_subject] if config.filter_subject else [])
+    floor = (info.ack_floor.stream_seq or 0) if info.ack_floor else 0
+    return ConsumerState(name=info.name, filters=tuple(filters), ack_floor=floor)
 
 
 def _filters(filter_subjects: Sequence[str]) -> dict[str, Any]:

@@ -115,6 +115,18 @@ class Stream:
                 return ""
         return str((last.headers or {}).get(MSG_ID, ""))
 
+    async def last_on(self, subjects: list[str]) -> int:
+        """The sequence of the last message the stream holds on any of `subjects` (filters); 0 when none."""
+        lasts = [0]
+        with self._refusals.asking_jetstream(f"asking stream {self._subjects.stream} for its last messages"):
+            for subject in subjects:
+                try:
+                    last = await self._js.get_last_msg(self._subjects.stream, subject)
+                except nats.js.errors.NotFoundError:
+                    continue
+                lasts.append(last.seq or 0)
+        return max(lasts)
+
     async def state(self) -> StreamState:
         info = await self._info()
         state = info.state

@@ -31,7 +31,7 @@ from faultline.bus._access import INBOX, ConsumerSpec, Login, inbox
 from faultline.bus._acks import Confirmations
 from faultline.bus._connect import id_key, open_client
 from faultline.bus._consumer import Consumer, Delivery, envelopes_of
-from faultline.bus._consumers import Consumers, StartAt
+from faultline.bus._consumers import Consumers, ConsumerState, StartAt
 from faultline.bus._messaging import Message, Subscription, nats_failure
 from faultline.bus._publishing import Outbox, Publisher, letter_for
 from faultline.bus._reading import Reader
@@ -210,6 +210,11 @@ class Bus:
         where a trimmed stream's episodes begin, which its first sequence (a control kept for ever) may not say."""
         return await self._stream.first_on(subjects)
 
+    async def last_stored(self, subjects: list[str]) -> int:
+        """The sequence of the last message the stream holds on any of `subjects` (filters, wildcards and all: one
+        look each, however many messages they hold); 0 when it holds none."""
+        return await self._stream.last_on(subjects)
+
     async def trim_stream(self, subjects: list[str], below: int) -> None:
         """Remove the stream's messages on `subjects` (filters, `Subjects.shard_episodes`) below sequence `below`:
         what the journal holds and no episode needs any more (`runtime.JournalService`)."""
@@ -347,6 +352,11 @@ class Bus:
         """The stream sequence up to which durable consumer `name` acknowledged everything (0 before its first
         acknowledgement); None when no consumer of that name exists. A consumer replacing it resumes after it."""
         return await self._consumers.ack_floor(name)
+
+    async def acknowledging(self) -> list[ConsumerState]:
+        """Every consumer of the stream that acknowledges what it is sent (not those made for reading), with the
+        subjects it is sent and how far it has acknowledged them: one request a page of 256 consumers."""
+        return await self._consumers.acknowledging()
 
     async def unacknowledged(self, name: str) -> int | None:
         """How many messages durable consumer `name` has not had acknowledged: those still to deliver and those

@@ -74,6 +74,12 @@ class Subjects:
     def event(self, event: str, episode: str, sender: str = "*") -> str:
         return f"{self._head(episode)}.ev.{event}.{episode}.{sender}"
 
+    def of_episode(self, episode: str) -> list[str]:
+        """Filters of every subject of `episode`'s messages: direct, topic and recordings in the first, its events in
+        the second."""
+        head = self._head(episode)
+        return [f"{head}.*.{episode}.>", f"{head}.ev.*.{episode}.*"]
+
     def event_episode(self, subject: str) -> str:
         """The episode an event subject (`event()`) is about."""
         return subject.split(".")[-2]
