@@ -10,6 +10,7 @@ import pytest
 from faultline.api import PlannedEpisode, RunResult, costed, pass_hat_k, summarize
 from faultline.core import EpisodeCompleted
 from faultline.journal import AgentCost
+from faultline.runtime import Stall
 from tests.api.tables import shown
 
 
@@ -124,3 +125,16 @@ def test_episodes_that_count_no_turns_show_no_turns_row() -> None:
     }
     table = shown(summarize(result, trials=1))
     assert "avg turns" not in table and re.search(r"avg latency / episode[ │]+50 ms", table), table
+
+
+def test_stalled_episodes_count_as_failures_and_their_causes_apart() -> None:
+    """The runner ends a stalled episode as a failure; its cause goes into `stalled`, where a user's grade that only
+    says `stalled` in its cause does not."""
+    stall = Stall(quiet_s=10, last="note from asker to silent", receivers=["silent"])
+    ended = stall.completion("a-t0").body
+    assert isinstance(ended, EpisodeCompleted)
+    graded = EpisodeCompleted(outcome="failure", cause="stalled: the grader's own word")
+    result = RunResult([planned("a", 0), planned("b", 0)], completed={"a-t0": ended, "b-t0": graded})
+    summary = summarize(result, trials=1)
+    assert summary.outcomes == {"failure": 2}
+    assert summary.stalled == {stall.cause(): 1}

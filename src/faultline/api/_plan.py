@@ -2,7 +2,9 @@
 
 The runner only talks to the bus: it journals each episode's start, hands the
 first messages to the agents, and waits for `episode completed` events. An
-episode that runs past its time limit is completed by the runner as `timeout`.
+episode that runs past its time limit is completed by the runner as `timeout`; one
+in which nothing is in flight any more for `stall_after_s`, as a `failure` whose
+cause begins `stalled:` (`runtime.StallWatch`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from faultline.runtime import (
     JournalGate,
     JournalState,
     RunDefaults,
+    Stall,
+    StallWatch,
     ask_journal,
     last_words,
     model_calls_in_flight,
@@ -87,6 +91,8 @@ class RunPlan(msgspec.Struct, frozen=True, kw_only=True):
     episode starts as one completes. Thousands started in one burst keep the workers from reading the
     stream's confirmations for many seconds."""
     episode_timeout_s: float = 120.0
+    stall_after_s: float = RunDefaults().stall_after_s
+    """How long nothing of an episode must be in flight before the run ends it as stalled (0: never)."""
     max_turns: int = _EPISODE.max_turns
     max_steps: int = _EPISODE.max_steps
     error_rates: dict[str, float] = {}
@@ -447,6 +453,11 @@ async def run_plan(
     started = anyio.current_time()
     completers = (load_system(plan.system or BUILTIN_SYSTEM).system.completer,)
 
+    async def end_stalled(episode: str, stall: Stall) -> None:
+        await bus.publish(stall.completion(episode))
+
+    stalls = StallWatch(bus, plan.stall_after_s, end_stalled)
+
     async def claim(p: PlannedEpisode) -> tuple[PlannedEpisode, list[Envelope]]:
         """The episode (a resumed run's may have moved to a retry's id) and its Starts, once its start event is
         stored as the first on its subject: of two runs that would start one episode id, the stream lets one
@@ -475,16 +486,24 @@ async def run_plan(
             watching = anyio.CancelScope()
 
             async def watch_model_calls() -> None:
+                while True:
+                    result.model_calls = await model_calls_in_flight(bus)
+                    await anyio.sleep(MODEL_CALLS_POLL_S)
+
+            async def watch() -> None:
+                """What the workers wait on, for the progress line; and the stalled episodes, to end them."""
                 with watching:
-                    while True:
-                        result.model_calls = await model_calls_in_flight(bus)
-                        await anyio.sleep(MODEL_CALLS_POLL_S)
+                    async with anyio.create_task_group() as watchers:
+                        watchers.start_soon(watch_model_calls)
+                        if plan.stall_after_s > 0:
+                            watchers.start_soon(stalls.run)
 
             async def one(p: PlannedEpisode, claimed: tuple[PlannedEpisode, list[Envelope]] | None) -> None:
                 try:
                     p, starts = await claim(p) if claimed is None else claimed
                     result.running[p.episode] = anyio.current_time()
                     await bus.publish_all(starts)
+                    stalls.watch(p.episode)  # its starts are stored: what it does from now on is its agents'
                     # stored now: not held while the episode runs, for minutes, beside thousands of others
                     claimed = None
                     del starts
@@ -504,10 +523,11 @@ async def run_plan(
                     if len(result.completed) == len(result.planned):
                         watching.cancel()
                 finally:
+                    stalls.forget(p.episode)
                     places.release()
 
             if todo:
-                tg.start_soon(watch_model_calls)
+                tg.start_soon(watch)
             for starts, p in enumerate(todo):
                 await places.acquire()
                 if starts < plan.concurrency and plan.start_rate > 0:  # filling up: at `start_rate`

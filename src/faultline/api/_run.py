@@ -151,6 +151,9 @@ class RunSpec:
     """Episodes started per second while the run fills up to `concurrency` (None: the config's `[run] start_rate`,
     0: all at once)."""
     episode_timeout_s: float = 0.0
+    stall_after_s: float | None = None
+    """How long nothing of an episode must be in flight before it ends as stalled (None: the config's `[run]
+    stall_after_s`, 0: never)."""
     max_turns: int = 0
     max_steps: int = 0
     run_id: str = ""
@@ -346,6 +349,7 @@ def _plan(spec: RunSpec, config: Config, **system: Any) -> RunPlan:
         concurrency=concurrency,
         start_rate=config.run.start_rate if spec.start_rate is None else spec.start_rate,
         episode_timeout_s=episode_timeout_s,
+        stall_after_s=config.run.stall_after_s if spec.stall_after_s is None else spec.stall_after_s,
         run_id=spec.run_id or f"r{os.urandom(3).hex()}",
         **system,
     )

@@ -13,6 +13,7 @@ import msgspec
 from faultline.api._overhead import TokenOverhead, token_overhead
 from faultline.api._plan import RunResult
 from faultline.core import helper_agent
+from faultline.runtime import stall_of
 
 if TYPE_CHECKING:
     from faultline.journal import AgentCost
@@ -71,6 +72,9 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     """Planned episodes that did not complete (a run cut short): left out of every number above."""
     errors: dict[str, int] = {}
     """Causes of the episodes that ended in error, with how many ended with each."""
+    stalled: dict[str, int] = {}
+    """Causes of the episodes the runner ended stalled (counted as failures in `outcomes`), with how many ended with
+    each."""
     costs: list[AgentCostRow] = []
     """Per agent, its model use per episode (from the journal; runs with helpers)."""
     helper_overhead: dict[str, float] = {}
@@ -88,6 +92,7 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
     per_task: dict[str, tuple[int, int]] = {}
     outcomes: dict[str, int] = defaultdict(int)
     errors: dict[str, int] = defaultdict(int)
+    stalled: dict[str, int] = defaultdict(int)
     rows = result.outcomes()
     for planned, done in rows:
         c, n = per_task.get(planned.task, (0, 0))
@@ -95,6 +100,8 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         outcomes[done.outcome] += 1
         if done.outcome == "error":
             errors[done.cause] += 1
+        elif stall_of(done) is not None:
+            stalled[done.cause] += 1
     tasks = sorted({p.task for p in result.planned})
     tallied = [done for _, done in rows if done.turns or done.tokens or done.latency_s]
     n = max(len(tallied), 1)
@@ -114,6 +121,7 @@ def summarize(result: RunResult, trials: int, journal: str = "") -> Summary:
         journal_wait_s=result.journal_wait_s,
         journal=journal,
         errors=dict(sorted(errors.items(), key=lambda item: -item[1])),
+        stalled=dict(sorted(stalled.items(), key=lambda item: -item[1])),
     )
 
 

@@ -40,7 +40,7 @@ from faultline.api import (
     with_system,
 )
 from faultline.cli import _jsonl
-from faultline.cli._args import rate, seconds, whole_number
+from faultline.cli._args import rate, seconds, seconds_or_zero, whole_number
 from faultline.cli._connect import login, running_up, running_url
 from faultline.cli._models import add_model_flags, effective_config, serving_local_model
 from faultline.cli._system import add_defense_flag, add_insecure_flag, warn_insecure
@@ -133,6 +133,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="S",
         help="complete an episode as timeout after S seconds (default from config's [run], else by backend: sim"
         " 120, openai at least 600 and twice the longest call a role's retries allow)",
+    )
+    p.add_argument(
+        "--stall-after",
+        type=seconds_or_zero,
+        default=None,
+        metavar="S",
+        help="end an episode as stalled (a failure whose cause says who sent what last) once nothing of it has been in"
+        " flight for S seconds: every message handled, no handler running, no timer set; 0: never (default from"
+        " config's [run], else 10)",
     )
     p.add_argument(
         "--max-turns",
@@ -302,6 +311,10 @@ def _run(args: argparse.Namespace) -> int:
     if errors:
         note = f"note: {errors} of {summary.episodes} episodes ended in error: {_causes(summary.errors)}"
         console.print(note, soft_wrap=True, highlight=False)
+    if stalled := sum(summary.stalled.values()):
+        causes = {cause.removeprefix("stalled: "): n for cause, n in summary.stalled.items()}
+        note = f"note: {stalled} of {summary.episodes} episodes stalled, counted as failures: {_causes(causes)}"
+        console.print(note, soft_wrap=True, highlight=False)
     return 0
 
 
@@ -359,6 +372,7 @@ def execute_run(args: argparse.Namespace, *, label: str = "", sim_note: bool = T
         error_rates=_error_rates(args, config),
         concurrency=args.concurrency or 0,
         episode_timeout_s=args.episode_timeout or 0.0,
+        stall_after_s=args.stall_after,
         max_turns=args.max_turns or 0,
         max_steps=args.max_steps or 0,
         run_id=args.run_id,

@@ -1,5 +1,5 @@
 """The messages the runtime writes into an episode as its runner: its start, the first message to each agent,
-and its completion when no agent completed it (a timeout, a handler that raised, a fork that stalled).
+and its completion when no agent completed it (a timeout, a handler that raised, an episode or a fork that stalled).
 
 Their ids follow from the episode's (or the error's), so two runners that write one of them publish one message,
 and a fork or a replay that writes it again writes the same.
@@ -8,7 +8,7 @@ and a fork or a replay that writes it again writes the same.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from faultline.core._messages import (
     RUNNER,
@@ -51,13 +51,17 @@ def start_envelope(episode: str, index: int, to: str, body: MessageBody) -> Enve
     )
 
 
-def runner_completion(episode: str, outcome: Literal["failure", "timeout"], cause: str) -> Envelope:
-    """The runner's completion of an episode no agent completed: past its timeout, or a fork that stalled."""
+def runner_completion(
+    episode: str, outcome: Literal["failure", "timeout"], cause: str, details: dict[str, Any] | None = None
+) -> Envelope:
+    """The runner's completion of an episode no agent completed: past its timeout, or one that stalled (a fork's,
+    a live one's, with what it found in `details`). One id for all of them: of a stall and a timeout found at once,
+    the stream keeps the first."""
     return Envelope(
         id=derive_id(episode, 0, "t"),
         episode=episode,
         sender=RUNNER,
-        body=EpisodeCompleted(outcome=outcome, cause=cause_text(cause)),
+        body=EpisodeCompleted(outcome=outcome, cause=cause_text(cause), details=details or {}),
         ts=time.time(),
     )
 

@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         tune_collector,
         worker_settings,
     )
+    from faultline.runtime._stalls import Stall, StallWatch, stall_of
     from faultline.runtime._supervisor import ProcessSpec, Supervisor
     from faultline.runtime._worker import Worker, WorkerSettings
 
@@ -138,6 +139,8 @@ __all__ = [
     "ProcessSpec",
     "RunDefaults",
     "RuntimeConfig",
+    "Stall",
+    "StallWatch",
     "Supervisor",
     "Worker",
     "WorkerConfig",
@@ -173,6 +176,7 @@ __all__ = [
     "serve_until_signal",
     "serving",
     "worker_settings",
+    "stall_of",
     "start_episode",
     "state_dir",
     "system_access",
@@ -273,6 +277,7 @@ __getattr__, __dir__ = lazy_exports(
             "tune_collector",
             "worker_settings",
         ),
+        "faultline.runtime._stalls": ("Stall", "StallWatch", "stall_of"),
         "faultline.runtime._supervisor": ("ProcessSpec", "Supervisor"),
         "faultline.runtime._worker": ("Worker", "WorkerSettings"),
     },

@@ -197,6 +197,9 @@ class RunDefaults(_Section, frozen=True):
     """Episodes started per second while a run fills up to its concurrency (0: all at once); then an episode
     starts as one completes. Thousands started in one burst keep the workers from reading their publishes'
     confirmations for seconds."""
+    stall_after_s: SecondsOrZero = 10.0
+    """How long nothing of an episode must be in flight before the run ends it as stalled (a `failure` whose cause
+    says who sent what last), rather than at its timeout; 0: never (`faultline.runtime.StallWatch`)."""
 
 
 class MemoryConfig(_Section, frozen=True):

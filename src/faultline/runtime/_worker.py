@@ -153,6 +153,12 @@ def consumer_shards(agent: str, name: str) -> int:
     return int(layout.group(1)) if layout else 0
 
 
+def consumer_agent(name: str) -> str:
+    """The agent whose inputs consumer `name` carries (`consumer_name`); "" for one of no agent's."""
+    layout = re.fullmatch(r"agent-(.+)-\d+of\d+", name)
+    return layout.group(1) if layout else ""
+
+
 def agent_filters(subjects: Subjects, cls: type[Agent], shard: int = 0, shards: int = 1) -> list[str]:
     """The subjects of `cls`'s inputs, messages to it and its topics, in the partitions of shard `shard` of
     `shards` (`Subjects.in_shard`)."""

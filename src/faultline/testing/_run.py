@@ -24,7 +24,7 @@ from faultline.core import (
 )
 from faultline.journal import JournalReader
 from faultline.replay import Replayer, ReplayReport
-from faultline.runtime import JournalService, Worker, WorkerSettings
+from faultline.runtime import JournalService, RunDefaults, Worker, WorkerSettings
 
 Models = ModelBackend | Callable[[str], ModelBackend]
 """One backend for every model role, or a function of the role."""
@@ -70,6 +70,7 @@ async def run_system(
     trials: int = 1,
     run_id: str = "test",
     episode_timeout_s: float = 30.0,
+    stall_after_s: float = RunDefaults().stall_after_s,
 ) -> SystemRun:
     """Run each input record `trials` times on `system`, its agents and the scorer in this process.
 
@@ -77,7 +78,8 @@ async def run_system(
     `package.module:Class` path; `inputs` are records (dicts, with an optional `id`, else their
     position from 1) or a JSON-lines file. Every message goes through the nats-server at `nats_url`
     and into the SQLite `journal`. An episode still running after `episode_timeout_s` completes as
-    `timeout`.
+    `timeout`; one in which nothing is in flight for `stall_after_s` (0: never), as a `failure` whose cause
+    begins `stalled:`.
     """
     path = system_path(system)
     ref = load_system(path)
@@ -87,7 +89,13 @@ async def run_system(
         else [record_of(item, i) for i, item in enumerate(inputs, start=1)]
     )
     plan = RunPlan(
-        domain="", system=path, tasks=len(records), trials=trials, run_id=run_id, episode_timeout_s=episode_timeout_s
+        domain="",
+        system=path,
+        tasks=len(records),
+        trials=trials,
+        run_id=run_id,
+        episode_timeout_s=episode_timeout_s,
+        stall_after_s=stall_after_s,
     )
     result = RunResult(plan_records(plan, records))
     backends = (lambda _role: models) if isinstance(models, ModelBackend) else models
