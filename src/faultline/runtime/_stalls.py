@@ -240,8 +240,9 @@ class StallWatch:
     """When the stream's last sequence was read, and what it was, every poll: what was stored by then."""
 
     def watch(self, episode: str) -> None:
-        """Look at `episode` from now on: its starts are stored."""
-        self._looks[episode] = _Look()
+        """Look at `episode` from now on: its starts are stored (so it is quiet `stall_after_s` from now at the
+        earliest, and is first looked at then)."""
+        self._looks[episode] = _Look(due=anyio.current_time() + self.stall_after_s)
 
     def forget(self, episode: str) -> None:
         self._looks.pop(episode, None)
