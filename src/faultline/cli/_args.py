@@ -48,9 +48,9 @@ def argument(read: Callable[[str], T]) -> Callable[[str], T]:
 
 
 rate = number(0.0, 1.0)
+"""An argparse type: a probability, from 0 to 1."""
 seconds_or_zero = number(0.0, MAX_SECONDS)
 """An argparse type: a number of seconds, 0 for "never" (`--stall-after`)."""
-"""An argparse type: a probability, from 0 to 1."""
 
 
 def seconds(text: str) -> float:
