@@ -109,7 +109,10 @@ class Consumers:
         replace: bool = False,
         heartbeat: bool = False,
     ) -> Consumer:
-        with self._refusals.asking_jetstream(f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"):
+        deliver_subject = self._nc.new_inbox()
+        consumer = name or deliver_subject.rsplit(".", 1)[-1]
+        what = f"opening consumer {name or 'of ' + ', '.join(filter_subjects)}"
+        with self._refusals.asking_jetstream(what, consumer):
             stream = self._stream
             if name is not None and not replace:
                 try:
@@ -123,10 +126,9 @@ class Consumers:
                     await self._js.delete_consumer(stream, name)
                 except nats.js.errors.NotFoundError:
                     pass
-            deliver_subject = self._nc.new_inbox()
             durable = name is not None
             config = api.ConsumerConfig(
-                name=name or deliver_subject.rsplit(".", 1)[-1],
+                name=consumer,
                 durable_name=name,
                 deliver_subject=deliver_subject,
                 ack_policy=(api.AckPolicy.ALL if ack_all else api.AckPolicy.EXPLICIT)
@@ -162,10 +164,12 @@ class Consumers:
                 config = _own_config(
                     name, deliver_subject, filter_subjects, ack_wait_s or self._settings.ack_wait_s, self._settings
                 )
-                with self._refusals.asking_jetstream(f"opening consumer {name}"):
+                with self._refusals.asking_jetstream(f"opening consumer {name}", name):
                     info = await self._js.add_consumer(stream, config)
             elif self._inbox == INBOX and info.config.max_ack_pending != self._settings.max_ack_pending:
-                with self._refusals.asking_jetstream(f"updating consumer {name}'s limit of unacknowledged deliveries"):
+                with self._refusals.asking_jetstream(
+                    f"updating consumer {name}'s limit of unacknowledged deliveries", name
+                ):
                     info = await self._js.add_consumer(
                         stream, info.config.evolve(max_ack_pending=self._settings.max_ack_pending)
                     )
@@ -186,7 +190,7 @@ class Consumers:
         if fresh:
             fresh = not await self._passed_any(filter_subjects, info.num_pending or 0)
         if not fresh:
-            with self._refusals.asking_jetstream(f"resetting consumer {name} to its acknowledgement floor"):
+            with self._refusals.asking_jetstream(f"resetting consumer {name} to its acknowledgement floor", name):
                 info = (await self._js.reset_consumer(stream, name)).info
         assert info.config.deliver_subject is not None
         return await self._subscribe_to(name, info.config.deliver_subject, durable=True, info=info), fresh
@@ -305,7 +309,7 @@ class Consumers:
                     idle_heartbeat=config.idle_heartbeat,
                     max_ack_pending=config.max_ack_pending,
                 )
-            with self._refusals.asking_jetstream(f"making consumer {spec.name}"):
+            with self._refusals.asking_jetstream(f"making consumer {spec.name}", spec.name):
                 await self._js.add_consumer(self._stream, config)
 
     async def ack_floor(self, name: str) -> int | None:
@@ -321,7 +325,7 @@ class Consumers:
         return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
     async def _info(self, name: str) -> api.ConsumerInfo | None:
-        with self._refusals.asking_jetstream(f"asking for the state of consumer {name}"):
+        with self._refusals.asking_jetstream(f"asking for the state of consumer {name}", name):
             try:
                 info: api.ConsumerInfo = await self._js.consumer_info(self._stream, name)
             except nats.js.errors.NotFoundError:

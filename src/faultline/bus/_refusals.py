@@ -50,6 +50,8 @@ class Refusals:
         self.login_refused = False
         self.api_refused = 0
         """How many requests to the JetStream API the server refused (`asking_jetstream`)."""
+        self.api_subjects: deque[str] = deque(maxlen=256)
+        """The subjects of the latest of them, lower case."""
         self.tls_failure = ""
         self.connected = False
         """Whether the first connect succeeded: until then, what fails is raised by the connect itself."""
@@ -81,6 +83,8 @@ class Refusals:
         # whoever handles that.
         asked = subject.startswith(_API_PREFIX)
         self.api_refused += asked
+        if asked:
+            self.api_subjects.append(subject)
         said = bool(self.rounds) or asked
         log.log(
             logging.DEBUG if said else logging.ERROR, "NATS refused %s permission to publish on %s", self.name, subject
@@ -90,9 +94,10 @@ class Refusals:
             round_.wake()
 
     @contextlib.contextmanager
-    def asking_jetstream(self, what: str) -> Iterator[None]:
+    def asking_jetstream(self, what: str, consumer: str = "") -> Iterator[None]:
         """`nats_failure` for requests to the JetStream API: one the server refused this credential is named so
-        (PublishRefusedError), where its asker would see only a timeout."""
+        (PublishRefusedError), where its asker would see only a timeout. A request about one `consumer` is
+        refused only by a refusal that names it (`check_asked`)."""
         refused = self.api_refused
         try:
             with nats_failure(what):
@@ -100,16 +105,27 @@ class Refusals:
         except PublishRefusedError:
             raise  # said already, and better, by whoever knew more
         except BusError:
-            self.check_asked(refused, what)
+            self.check_asked(refused, what, consumer)
             raise
 
-    def check_asked(self, refused_before: int, what: str) -> None:
+    def check_asked(self, refused_before: int, what: str, consumer: str = "") -> None:
         """PublishRefusedError if the server refused a JetStream API request since it had refused `refused_before`
-        (`api_refused`): `what` was such a request."""
-        if self.api_refused > refused_before:
-            raise PublishRefusedError(
-                f"NATS refused {self.name} {what}: the credential it connected with may not (the operator's may)"
-            )
+        (`api_refused`): `what` was such a request, and one about `consumer` where a refused subject names it.
+
+        A refusal says its subject, not which request it answers. Other requests fail at the same time while a
+        cluster chooses its leaders (timeouts, asked again), and some of this connection's are refused then: the
+        client library asks a server it is still reconnecting to for a consumer without its name, which only the
+        operator may. Taking any refusal for this request's made a worker stop for good on a passing fault.
+        """
+        count = self.api_refused - refused_before
+        if count <= 0:
+            return
+        token = consumer.lower()
+        if token and not any(token in subject.split(".") for subject in list(self.api_subjects)[-count:]):
+            return
+        raise PublishRefusedError(
+            f"NATS refused {self.name} {what}: the credential it connected with may not (the operator's may)"
+        )
 
     def check_consumer(self, stream: str, name: str, filter_subjects: Sequence[str]) -> None:
         """PublishRefusedError if the server refused the request that opens consumer `name` on `stream`: a
