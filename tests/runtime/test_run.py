@@ -303,7 +303,10 @@ def test_a_slow_run_says_what_it_is_waiting_for(
     assert json.loads(out)["outcomes"] == {"timeout": 2}
     waiting = [line for line in err.splitlines() if "running episodes" in line]
     assert len(waiting) >= 3, err
-    pattern = r"0 of 2 episodes done; waiting for 2 running episodes, the oldest for (\d+)s; each still running at 3s ends as timeout"
+    pattern = (
+        r"0 of 2 episodes done; waiting for 2 running episodes, the oldest for (\d+)s; each still running at 3s ends as"
+        r" timeout, or as stalled once nothing of it is in flight for 10s"
+    )
     ages = [int(re.fullmatch(pattern, line).group(1)) for line in waiting]  # type: ignore[union-attr]
     assert ages == sorted(ages) and ages[-1] >= 2
 

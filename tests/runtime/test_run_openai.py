@@ -195,5 +195,9 @@ def test_the_waiting_line_names_the_slowest_call_and_a_timeout_the_episodes_own(
         "waiting for 2 running episodes, the oldest for 30s; each still running at 600s ends as timeout;"
         " 2 model calls in flight, the slowest tool's model call (role agent, attempt 2 for 27s, 95s in all)"
     )
+    assert result.waiting_for(now=40.0, limit_s=600.0, stall_after_s=10.0).startswith(
+        "waiting for 2 running episodes, the oldest for 30s; each still running at 600s ends as timeout, or as stalled"
+        " once nothing of it is in flight for 10s; 2 model calls in flight"
+    )
     assert result.waiting_in("e1") == "still waiting for tool's model call (role agent, attempt 2 for 27s, 95s in all)"
     assert result.waiting_in("e3") == "no model call was in flight when last asked"

@@ -408,8 +408,9 @@ class RunResult:
             return "still waiting for " + ", ".join(calls)
         return "no model call was in flight when last asked"
 
-    def waiting_for(self, now: float, limit_s: float) -> str:
-        """What the run waits for, in words: how many episodes run, for how long the oldest has, and its limit.
+    def waiting_for(self, now: float, limit_s: float, stall_after_s: float = 0.0) -> str:
+        """What the run waits for, in words: how many episodes run, for how long the oldest has, and how they end
+        (at `limit_s` as timeout, or once stalled for `stall_after_s`, where it is above 0).
 
         Empty once every episode completed.
         """
@@ -421,6 +422,8 @@ class RunResult:
             f"waiting for {count} running episode{'s' if count > 1 else ''}, the oldest for {oldest:.0f}s;"
             f" each still running at {limit_s:g}s ends as timeout"
         )
+        if stall_after_s > 0:
+            text += f", or as stalled once nothing of it is in flight for {stall_after_s:g}s"
         if self.model_calls:
             calls = len(self.model_calls)
             text += (

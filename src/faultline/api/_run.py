@@ -385,7 +385,7 @@ def _run_planned(
         _check_agents(spec.faults, rules, {agent for agents in groups.values() for agent in agents})
     supervisor: Supervisor | None = None
     problem = ""
-    ticker = _Ticker(watcher, result, plan.episode_timeout_s)
+    ticker = _Ticker(watcher, result, plan.episode_timeout_s, plan.stall_after_s)
     try:
         with hold_directories([] if spec.nats else [run_dir], "run"), _throwaway_access(spec, config, groups) as access:
             watcher.started(plan, len(result.planned), starting_system=not spec.nats)
@@ -493,6 +493,7 @@ class _Ticker:
     watcher: RunProgress
     result: RunResult
     limit_s: float
+    stall_after_s: float
     after: str = ""
     """What the run waits for once no episode runs any more."""
     ok: int = -1
@@ -512,7 +513,7 @@ class _Ticker:
     def _tell(self) -> None:
         if self.ok < 0:  # the first time: those a resumed run had completed before
             self.ok = sum(c.outcome == "success" for c in self.result.completed.values())
-        waiting = self.result.waiting_for(anyio.current_time(), self.limit_s) or self.after
+        waiting = self.result.waiting_for(anyio.current_time(), self.limit_s, self.stall_after_s) or self.after
         self.watcher.update(len(self.result.completed), self.ok, waiting)
 
 
