@@ -34,7 +34,7 @@ from faultline.journal import JournalReader
 from faultline.runtime import JournalService, ModelConfig, Stall, Worker, WorkerSettings, stall_of
 from faultline.runtime._stalls import Busy, judge
 from faultline.runtime.models import SimBackend, SimLatency
-from faultline.testing import run_system
+from faultline.testing import SystemRun, run_system
 
 EPISODE_TIMEOUT_S = 60.0
 STALL_AFTER_S = 1.0
@@ -97,18 +97,25 @@ def slow_model() -> SimBackend:
     return SimBackend(ModelConfig(latency=SimLatency(distribution="fixed", seconds=SLOW_CALL_S)))
 
 
-async def test_an_agent_waiting_for_a_reply_nobody_sends_ends_stalled_long_before_its_timeout(
-    nats_server: EmbeddedServer, tmp_path: Path
-) -> None:
-    run = await run_system(
+async def run_waiting(
+    server: EmbeddedServer, tmp_path: Path, hows: dict[str, str], models: SimBackend | None = None
+) -> SystemRun:
+    """A run of `Waiting` with a record per id in `hows` (what its asker does), watched for stalls."""
+    return await run_system(
         Waiting,
-        [{"id": "w", "how": "wait"}],
-        nats_url=nats_server.url,
+        [{"id": id_, "how": how} for id_, how in hows.items()],
+        nats_url=server.url,
         journal=tmp_path / "j.sqlite",
-        models=SimBackend(),
+        models=models or SimBackend(),
         episode_timeout_s=EPISODE_TIMEOUT_S,
         stall_after_s=STALL_AFTER_S,
     )
+
+
+async def test_an_agent_waiting_for_a_reply_nobody_sends_ends_stalled_long_before_its_timeout(
+    nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    run = await run_waiting(nats_server, tmp_path, {"w": "wait"})
     done = run.outcome("w")
     assert done.outcome == "failure"
     assert stall_of(done) == Stall(
@@ -131,15 +138,7 @@ async def test_an_agent_waiting_for_a_reply_nobody_sends_ends_stalled_long_befor
 async def test_a_message_on_a_topic_nobody_listens_to_ends_stalled_saying_so(
     nats_server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    run = await run_system(
-        Waiting,
-        [{"id": "s", "how": "shout"}],
-        nats_url=nats_server.url,
-        journal=tmp_path / "j.sqlite",
-        models=SimBackend(),
-        episode_timeout_s=EPISODE_TIMEOUT_S,
-        stall_after_s=STALL_AFTER_S,
-    )
+    run = await run_waiting(nats_server, tmp_path, {"s": "shout"})
     stall = stall_of(run.outcome("s"))
     assert stall is not None
     assert (stall.last, stall.receivers, stall.unheard) == (
@@ -153,15 +152,7 @@ async def test_an_episode_whose_model_is_slower_than_the_stall_time_is_never_cal
     nats_server: EmbeddedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="faultline.runtime._stalls")
-    run = await run_system(
-        Waiting,
-        [{"id": "a", "how": "ask"}, {"id": "b", "how": "ask"}],
-        nats_url=nats_server.url,
-        journal=tmp_path / "j.sqlite",
-        models=slow_model(),
-        episode_timeout_s=EPISODE_TIMEOUT_S,
-        stall_after_s=STALL_AFTER_S,
-    )
+    run = await run_waiting(nats_server, tmp_path, {"a": "ask", "b": "ask"}, slow_model())
     assert {episode: done.outcome for episode, done in run.completed.items()} == dict.fromkeys(run.completed, "success")
     # the watch looked while a call was in flight, and found the call's input not acknowledged
     assert any("has not acknowledged" in record.getMessage() for record in caplog.records)
@@ -171,15 +162,7 @@ async def test_an_episode_waiting_on_a_timer_longer_than_the_stall_time_is_never
     nats_server: EmbeddedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="faultline.runtime._stalls")
-    run = await run_system(
-        Waiting,
-        [{"id": "t", "how": "timer"}],
-        nats_url=nats_server.url,
-        journal=tmp_path / "j.sqlite",
-        models=SimBackend(),
-        episode_timeout_s=EPISODE_TIMEOUT_S,
-        stall_after_s=STALL_AFTER_S,
-    )
+    run = await run_waiting(nats_server, tmp_path, {"t": "timer"})
     assert run.outcome("t").outcome == "success"
     assert any(f"asker's timer of {TIMER_S:g}s has not fired" in r.getMessage() for r in caplog.records)
 
