@@ -84,7 +84,7 @@ async def test_telling_the_progress_after_each_episode_does_not_walk_every_episo
     episodes = [f"e{i}" for i in range(2_000)]
     result = RunResult([], completed=_Counted(), running=_Counted())
     watcher = _Quiet()
-    ticker = _Ticker(watcher, result, 60.0)  # type: ignore[arg-type]
+    ticker = _Ticker(watcher, result, 60.0, 10.0)  # type: ignore[arg-type]
     for i, e in enumerate(episodes):
         result.running[e] = float(i)
     _Counted.walked = 0

@@ -55,21 +55,24 @@ def _tag(text: str, tag_id: str) -> str:
 
 @pytest.fixture(scope="module")
 def viewed(tmp_path_factory: pytest.TempPathFactory) -> Viewed:
-    """One sim episode that a message storm made fail, attributed, and its view with the repair forks.
+    """One sim episode that a message storm made fail, attributed to a step, and its view with the repair forks.
 
-    Whether the duplicated calls fail the episode depends on how their results interleave with the
-    tool agent's next decisions, which the two processes' timing decides: the first seed that fails is taken.
+    Whether the duplicated calls fail the episode, and whether one step decides the failure, depend on how
+    their results interleave with the tool agent's next decisions, which the two processes' timing decides:
+    the first seed whose failure is attributed to a step is taken.
     """
     for seed in range(3, 9):
         journal = tmp_path_factory.mktemp("view") / "run.sqlite"
         run = ["run", "--tasks", "1", "--error-rates", "0.1", "--seed", str(seed), "--journal", str(journal), "--json"]
         _run([*run, "--fault", "storm:copies=2,kind=tool_call"])
         with JournalReader(journal) as reader:
-            if any(e.outcome == "failure" for e in reader.episodes()):
-                break
+            if not any(e.outcome == "failure" for e in reader.episodes()):
+                continue
+        attribution = json.loads(_run(["attribute", str(journal), "--all-failed", "--json"]).splitlines()[0])
+        if attribution["position"] is not None:
+            break
     else:
-        pytest.fail("a storm of duplicated tool calls failed no episode of six seeds")
-    attribution = json.loads(_run(["attribute", str(journal), "--all-failed", "--json"]).splitlines()[0])
+        pytest.fail("a storm of duplicated tool calls failed no episode of six seeds at a step attribution found")
     html = journal.with_suffix(".html")
     assert _run(["view", str(journal)]).strip() == str(html)
     return Viewed(journal, html, attribution)
