@@ -484,17 +484,22 @@ async def test_an_idle_heartbeat_finds_a_delivery_lost_before_a_quiet_period(
         await bus.close()
 
 
+async def read_first_of(bus: Bus, name: str, filters: list[str], count: int) -> None:
+    """Open consumer `name`, fresh, have `count` notes sent through it, acknowledge the first alone and let go."""
+    consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
+    assert fresh
+    await bus.publish_all(note(i) for i in range(count))
+    first = await drain(consumer, count)
+    await consumer.ack(first[0])
+    await bus.flush()
+    await consumer.close()
+
+
 async def test_a_reset_consumer_sends_again_from_its_acknowledgement_floor(bus: Bus) -> None:
     """What a restarted or robbed reader relies on: reopening its own consumer resets it, and what was sent and
     not acknowledged comes again at once, numbered from 1; a consumer that never delivered is fresh."""
     name, filters = "own", [bus.subjects.direct("*", "b")]
-    consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
-    assert fresh
-    await bus.publish_all(note(i) for i in range(4))
-    first = await drain(consumer, 4)
-    await consumer.ack(first[0])
-    await bus.flush()
-    await consumer.close()
+    await read_first_of(bus, name, filters, 4)
     consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
     assert not fresh
     again = await drain(consumer, 3)
@@ -508,13 +513,7 @@ async def test_a_consumer_reset_by_a_reader_gone_before_it_read_again_is_not_fre
     that never delivered, and the worker after it, taking it for fresh, recovered nothing and handled the next
     inputs with empty instances."""
     name, filters = "reset", [bus.subjects.direct("*", "b")]
-    consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
-    assert fresh
-    await bus.publish_all(note(i) for i in range(3))
-    first = await drain(consumer, 3)
-    await consumer.ack(first[0])
-    await bus.flush()
-    await consumer.close()
+    await read_first_of(bus, name, filters, 3)
     await bus.js.reset_consumer(bus.subjects.stream, name)  # the next reader's reset; it goes before reading
     consumer, fresh = await bus.own_consumer(name, filters, ack_wait_s=ACK_WAIT_S)
     assert not fresh

@@ -16,7 +16,7 @@ import msgspec
 import nats
 from nats.aio.client import Client as NatsClient
 
-from faultline.api import RunPlan, plan_episodes, start_envelopes
+from faultline.api import RunPlan, plan_episodes, start_envelopes, worker_specs
 from faultline.bus import OPERATOR, Access, Bus
 from faultline.core import EpisodeCompleted
 from faultline.envs import Domain, load_domain
@@ -27,6 +27,8 @@ from faultline.runtime import (
     ProcessSpec,
     Supervisor,
     WorkerStatus,
+    bus_settings,
+    check_system,
     completing_agents,
     load_config,
     system_access,
@@ -60,6 +62,26 @@ class Running:
     def rows_after(self, seq: int) -> list[JournalRow]:
         with JournalReader(self.journal) as reader:
             return [r for r in reader.rows() if r.stream_seq > seq]
+
+
+def configured_system(folder: Path, toml: str, **overrides: Any) -> Supervisor:
+    """The system `faultline up` starts from a `faultline.toml` of `toml` written into `folder`: its configured
+    workers and journal, with access control; `overrides` are further `Supervisor` arguments."""
+    path = folder / "faultline.toml"
+    path.write_text(toml)
+    config = load_config(path)
+    groups = check_system(config, str(path))
+    arguments: dict[str, Any] = {
+        "journal_path": folder / "journal.sqlite",
+        "workers": worker_specs(config, groups, path),
+        "store_dir": folder / "nats",
+        "log_dir": folder / "logs",
+        "access": system_access(folder / "credentials", config, groups).prepare(),
+        "completers": completing_agents(config, groups),
+        "bus_settings": bus_settings(config),
+        "journal_args": ("--config", str(path)),
+    }
+    return Supervisor(**(arguments | overrides))
 
 
 WORKER_AGENTS = ("env", "tool", "user")

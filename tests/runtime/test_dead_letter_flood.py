@@ -21,22 +21,24 @@ import pytest
 import pytest_asyncio
 
 from faultline._errors import NoResponderError, ReplyTimeoutError
-from faultline.api import RunPlan, plan_episodes, start_envelopes, worker_specs
+from faultline.api import RunPlan, plan_episodes, start_envelopes
 from faultline.bus import Bus
 from faultline.core import DeadLetter, Envelope, EpisodeCompleted, EpisodeStarted, encode, episode_shard
 from faultline.journal import JournalRow, verify
 from faultline.runtime import (
     Completions,
-    Supervisor,
     ask_journal,
-    bus_settings,
-    check_system,
-    completing_agents,
-    load_config,
-    system_access,
     worker_identity,
 )
-from tests.runtime.live import EPISODE_TIMEOUT_S, JOURNAL_TIMEOUT_S, Running, held, raw_client, retail
+from tests.runtime.live import (
+    EPISODE_TIMEOUT_S,
+    JOURNAL_TIMEOUT_S,
+    Running,
+    configured_system,
+    held,
+    raw_client,
+    retail,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -53,22 +55,10 @@ ASK_S = 1.0
 async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
     """`faultline up` with two journal shards that trim the stream, and the worker group `main` on the sim model."""
     folder = tmp_path_factory.mktemp("flood")
-    path = folder / "faultline.toml"
-    path.write_text(f"[journal]\nshards = {SHARDS}\ntrim_after_s = {KEEP_S}\ntrim_every_s = {TRIM_EVERY_S}\n")
-    config = load_config(path)
-    groups = check_system(config, str(path))
+    toml = f"[journal]\nshards = {SHARDS}\ntrim_after_s = {KEEP_S}\ntrim_every_s = {TRIM_EVERY_S}\n"
     journal = folder / "journal"
-    supervisor = Supervisor(
-        journal_path=journal,
-        workers=worker_specs(config, groups, path),
-        store_dir=folder / "nats",
-        log_dir=folder / "logs",
-        journal_args=("--config", str(path)),
-        journal_shards=SHARDS,
-        journal_trim_after_s=KEEP_S,
-        access=system_access(folder / "credentials", config, groups).prepare(),
-        completers=completing_agents(config, groups),
-        bus_settings=bus_settings(config),
+    supervisor = configured_system(
+        folder, toml, journal_path=journal, journal_shards=SHARDS, journal_trim_after_s=KEEP_S
     )
     async with held(supervisor.running()) as up:
         yield Running(up, journal)

@@ -15,19 +15,13 @@ import anyio
 import msgspec
 from nats.aio.msg import Msg
 
-from faultline.api import RunPlan, plan_episodes, start_envelopes, worker_specs
+from faultline.api import RunPlan, plan_episodes, start_envelopes
 from faultline.core import Envelope, EpisodeCompleted, ToolCall, encode, episode_shard
 from faultline.runtime import (
     Completions,
-    Supervisor,
-    bus_settings,
-    check_system,
-    completing_agents,
-    load_config,
-    system_access,
     worker_identity,
 )
-from tests.runtime.live import EPISODE_TIMEOUT_S, raw_client, retail
+from tests.runtime.live import EPISODE_TIMEOUT_S, configured_system, raw_client, retail
 
 REFUSAL_TIMEOUT_S = 5.0
 
@@ -43,19 +37,7 @@ def _completion(episode: str) -> bytes:
 
 
 async def test_a_shards_credential_is_refused_the_other_shards_episodes(tmp_path: Path) -> None:
-    path = tmp_path / "faultline.toml"
-    path.write_text("[workers.main]\ncount = 2\n")
-    config = load_config(path)
-    groups = check_system(config, str(path))
-    supervisor = Supervisor(
-        journal_path=tmp_path / "journal.sqlite",
-        workers=worker_specs(config, groups, path),
-        store_dir=tmp_path / "nats",
-        log_dir=tmp_path / "logs",
-        access=system_access(tmp_path / "credentials", config, groups).prepare(),
-        completers=completing_agents(config, groups),
-        bus_settings=bus_settings(config),
-    )
+    supervisor = configured_system(tmp_path, "[workers.main]\ncount = 2\n")
     plan = RunPlan(tasks=4, run_id="shards")
     planned = plan_episodes(plan, retail())
     by_shard = {k: [p.episode for p in planned if episode_shard(p.episode, 2) == k] for k in range(2)}
