@@ -16,7 +16,7 @@ import itertools
 import re
 import secrets
 import zlib
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +55,7 @@ from faultline.runtime import (
     Stall,
     StallWatch,
     ask_journal,
+    cell_of,
     last_words,
     model_calls_in_flight,
     recorded_run,
@@ -433,8 +434,19 @@ class RunResult:
         return text
 
 
+@dataclass
+class _Cell:
+    """What a run holds of one cell's server (a system without cells has one): the connection, and the gate, stall
+    watch and completions of the episodes that run there."""
+
+    bus: Bus
+    gate: JournalGate
+    stalls: StallWatch
+    completions: Completions
+
+
 async def run_plan(
-    bus: Bus,
+    bus: Bus | Sequence[Bus],
     plan: RunPlan,
     result: RunResult,
     on_done: Callable[[str, EpisodeCompleted], None],
@@ -443,6 +455,7 @@ async def run_plan(
 ) -> None:
     """Run every episode of `result.planned`, `plan.concurrency` at a time, recording them in `result`.
 
+    `bus` is the system's server, or each cell's (`runtime.Cells`): an episode runs in the cell `cell_of` gives it.
     JournalError, and no further episode starts, once the journal reports it cannot write. EpisodeHeldError, before
     anything of that episode is published, where another process started an episode of the plan first.
     `in_force` (the run's fault rules, `rules_in_force`) is entered once the first episode is the run's own, before
@@ -452,30 +465,38 @@ async def run_plan(
     # per planned episode (15,000 tasks at once for a run of 15,000 at 5,000 in flight).
     places = anyio.Semaphore(plan.concurrency)
     reads = anyio.Semaphore(TIMEOUT_READS)
-    gate = JournalGate(bus)
+    buses = [bus] if isinstance(bus, Bus) else list(bus)
     started = anyio.current_time()
     completers = (load_system(plan.system or BUILTIN_SYSTEM).system.completer,)
 
-    async def end_stalled(episode: str, stall: Stall) -> None:
-        await bus.publish(stall.completion(episode))
+    def cell(bus: Bus) -> _Cell:
+        async def end_stalled(episode: str, stall: Stall) -> None:
+            await bus.publish(stall.completion(episode))
 
-    stalls = StallWatch(bus, plan.stall_after_s, end_stalled)
+        stalls = StallWatch(bus, plan.stall_after_s, end_stalled)
+        return _Cell(bus, JournalGate(bus), stalls, Completions(bus, completers))
+
+    cells = [cell(bus) for bus in buses]
+
+    def cell_of_episode(episode: str) -> _Cell:
+        return cells[cell_of(episode, len(cells))] if len(cells) > 1 else cells[0]
 
     async def claim(p: PlannedEpisode) -> tuple[PlannedEpisode, list[Envelope]]:
         """The episode (a resumed run's may have moved to a retry's id) and its Starts, once its start event is
         stored as the first on its subject: of two runs that would start one episode id, the stream lets one
         start it and this refuses the other."""
-        await gate.check()
         attempts = _attempts(p, plan.run_id)
         while True:
             episode = next(attempts)
             attempt = p if episode == p.episode else dataclasses.replace(p, episode=episode)
+            at = cell_of_episode(episode)
+            await at.gate.check()
             started, *starts = start_envelopes(plan, attempt)
-            if await bus.publish_first(started, result.claimant):
+            if await at.bus.publish_first(started, result.claimant):
                 if attempt is not p:
                     result.planned[result.planned.index(p)] = attempt
                 return attempt, starts
-            other = await recorded_run(bus, episode)
+            other = await recorded_run(at.bus, episode)
             if not (result.resuming and other == plan.run_id):
                 raise started_first(plan.run_id, attempt, other)
 
@@ -485,12 +506,12 @@ async def run_plan(
         # fault rules): of two runs of one plan started at once, the one refused it has published nothing, where
         # claims made together could each win some, and rules put in force first would fault the other's episodes.
         first = await claim(todo[0]) if todo else None
-        async with in_force(), Completions(bus, completers) as completions, anyio.create_task_group() as tg:
+        async with in_force(), _following(cells), anyio.create_task_group() as tg:
             watching = anyio.CancelScope()
 
             async def watch_model_calls() -> None:
                 while True:
-                    result.model_calls = await model_calls_in_flight(bus)
+                    result.model_calls = [call for each in cells for call in await model_calls_in_flight(each.bus)]
                     await anyio.sleep(MODEL_CALLS_POLL_S)
 
             async def watch() -> None:
@@ -499,34 +520,38 @@ async def run_plan(
                     async with anyio.create_task_group() as watchers:
                         watchers.start_soon(watch_model_calls)
                         if plan.stall_after_s > 0:
-                            watchers.start_soon(stalls.run)
+                            for each in cells:
+                                watchers.start_soon(each.stalls.run)
 
             async def one(p: PlannedEpisode, claimed: tuple[PlannedEpisode, list[Envelope]] | None) -> None:
+                at: _Cell | None = None
                 try:
                     p, starts = await claim(p) if claimed is None else claimed
+                    at = cell_of_episode(p.episode)
                     result.running[p.episode] = anyio.current_time()
-                    await bus.publish_all(starts)
-                    stalls.watch(p.episode)  # its starts are stored: what it does from now on is its agents'
+                    await at.bus.publish_all(starts)
+                    at.stalls.watch(p.episode)  # its starts are stored: what it does from now on is its agents'
                     # stored now: not held while the episode runs, for minutes, beside thousands of others
                     claimed = None
                     del starts
                     with anyio.move_on_after(plan.episode_timeout_s) as scope:
-                        done = await completions.wait([p.episode])
+                        done = await at.completions.wait([p.episode])
                     if scope.cancelled_caught:  # a completion the stream holds and core NATS never brought counts
-                        done = await completions.stored([p.episode])
+                        done = await at.completions.stored([p.episode])
                     if p.episode not in done:
                         cause = f"no completion within {plan.episode_timeout_s:g}s; {result.waiting_in(p.episode)}"
-                        if said := await _last_words(bus, p.episode, reads):
+                        if said := await _last_words(at.bus, p.episode, reads):
                             cause += f"; {said}"
-                        await bus.publish(runner_completion(p.episode, "timeout", cause))
-                        done = await completions.wait([p.episode])
+                        await at.bus.publish(runner_completion(p.episode, "timeout", cause))
+                        done = await at.completions.wait([p.episode])
                     del result.running[p.episode]
                     result.completed[p.episode] = done[p.episode]
                     on_done(p.episode, done[p.episode])
                     if len(result.completed) == len(result.planned):
                         watching.cancel()
                 finally:
-                    stalls.forget(p.episode)
+                    if at is not None:
+                        at.stalls.forget(p.episode)
                     places.release()
 
             if todo:
@@ -541,6 +566,15 @@ async def run_plan(
         raise refused.exceptions[0] from None
     finally:
         result.seconds = anyio.current_time() - started
+
+
+@contextlib.asynccontextmanager
+async def _following(cells: Sequence[_Cell]) -> AsyncIterator[None]:
+    """Every cell's completions followed for the length of the block."""
+    async with contextlib.AsyncExitStack() as stack:
+        for cell in cells:
+            await stack.enter_async_context(cell.completions)
+        yield
 
 
 async def _last_words(bus: Bus, episode: str, reads: anyio.Semaphore) -> str:

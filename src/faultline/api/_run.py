@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +55,7 @@ from faultline.api._system import (
     with_helpers,
     worker_specs,
 )
-from faultline.bus import OPERATOR, Access, Bus, Login
+from faultline.bus import OPERATOR, Access, Bus, Login, TLSFiles
 from faultline.core import (
     SIM_NOTE,
     SIM_SYSTEM_NOTE,
@@ -73,6 +73,7 @@ from faultline.envs import load_domain
 from faultline.faults import FaultRule, check_agents, why_not_on
 from faultline.runtime import (
     MEMORY_IDENTITY,
+    Cells,
     Config,
     MemoryConfig,
     ProcessSpec,
@@ -81,6 +82,8 @@ from faultline.runtime import (
     apply_defense_flags,
     ask_journal,
     bus_settings,
+    cell_config,
+    cells_problem,
     check_system,
     completing_agents,
     connect,
@@ -249,6 +252,8 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     watcher = progress or _Quiet()
     config = apply_defense_flags(spec.config, list(spec.defenses))
     journal = spec.journal or Path(config.journal.path)
+    if spec.nats and config.nats.cells > 1:
+        raise ConfigError(f"cells start a system of their own, so a run on the system at {spec.nats} has none")
     twice = repeated(spec.task_ids)
     if twice is not None:
         raise ConfigError(f"task_ids names {twice!r} twice: trials runs each task several times")
@@ -372,47 +377,46 @@ def _run_planned(
         result = resumed(result, journal, spec.run_id)
     rules = [scoped_to_run(parse_fault_spec(text), plan.run_id) for text in spec.faults]
     connect_as = spec.login or Login()
+    cells = config.nats.cells
+    if problem := cells_problem(config):
+        raise ConfigError(problem)
     if not spec.nats:
         from faultline.journal import check_journal_target  # SQLite tooling stays out of start-up
 
-        check_journal_target(journal, config.journal.shards)
+        check_journal_target(journal, config.journal_shards, cells=cells > 1)
         todo = [p for p in result.planned if p.episode not in result.completed]
         check_unheld(plan.run_id, todo, held_episodes(journal, [p.episode for p in todo]), str(journal))
     run_dir = state_dir(journal)
-    effective = run_dir / "effective-config.json"
     groups = {} if spec.nats else with_helpers(check_system(config, config_source(spec.config_path)), plan.helpers)
     if not spec.nats:
         _check_agents(spec.faults, rules, {agent for agents in groups.values() for agent in agents})
-    supervisor: Supervisor | None = None
+    per_cell = [cell_config(config, journal, k) for k in range(cells)] if cells > 1 else [config]
+    supervisor: Supervisor | Cells | None = None
     problem = ""
     ticker = _Ticker(watcher, result, plan.episode_timeout_s, plan.stall_after_s)
     try:
-        with hold_directories([] if spec.nats else [run_dir], "run"), _throwaway_access(spec, config, groups) as access:
+        with (
+            hold_directories([] if spec.nats else [run_dir], "run"),
+            _throwaway_access(spec, per_cell[0], groups) as access,
+        ):
             watcher.started(plan, len(result.planned), starting_system=not spec.nats)
             if spec.nats:
                 request, problem = anyio.run(
                     _run_remote, spec.nats, config, plan, result, ticker, rules, spec.faults, connect_as
                 )
             else:
-                effective.write_bytes(msgspec.json.encode(config))
                 tls = made_tls(config, run_dir / "tls") if spec.tls else None
-                supervisor = Supervisor(
-                    journal_path=journal,
-                    journal_shards=config.journal.shards,
-                    journal_trim_after_s=config.journal.trim_after_s,
-                    workers=worker_specs(config, groups, effective),
-                    services=_services(config, effective),
-                    prefix=config.nats.prefix,
-                    log_dir=run_dir / "logs",
-                    access=access,
-                    completers=completing_agents(config, groups),
-                    journal_args=("--config", str(effective)),  # the run's settings, not the folder's faultline.toml
-                    bus_settings=bus_settings(config),
-                    server_tls=tls,
-                    tls_ca=tls.ca if tls else None,
-                    sync_interval=config.nats.sync_interval,
-                    server_cores=config.nats.server_cores,
-                )
+                local = _LocalSystem(run_dir, groups, access, tls)
+                if cells > 1:
+                    from faultline.journal import create_set
+
+                    create_set(journal, cells, cells=True)
+                    cell_systems = [
+                        local.supervisor(c, Path(c.journal.path), f"cell-{k}") for k, c in enumerate(per_cell)
+                    ]
+                    supervisor = Cells(cell_systems, journal)
+                else:
+                    supervisor = local.supervisor(config, journal)
                 request = anyio.run(_run_local, supervisor, config, plan, result, ticker, rules)
     finally:
         watcher.finished()
@@ -527,6 +531,39 @@ def _throwaway_access(spec: RunSpec, config: Config, groups: dict[str, tuple[str
         yield system_access(Path(folder), config, groups, config.nats.prefix).prepare()
 
 
+@dataclass(frozen=True)
+class _LocalSystem:
+    """What every system a local run starts shares (its only one, or each of its cells)."""
+
+    run_dir: Path
+    groups: dict[str, tuple[str, ...]]
+    access: Access | None
+    tls: TLSFiles | None
+
+    def supervisor(self, config: Config, journal: Path, cell: str = "") -> Supervisor:
+        """The supervisor of the system `config` describes, writing `journal` (cell `cell`'s, named in its files'
+        names)."""
+        effective = self.run_dir / (f"effective-config-{cell}.json" if cell else "effective-config.json")
+        effective.write_bytes(msgspec.json.encode(config))
+        return Supervisor(
+            journal_path=journal,
+            journal_shards=config.journal.shards,
+            journal_trim_after_s=config.journal.trim_after_s,
+            workers=worker_specs(config, self.groups, effective),
+            services=_services(config, effective),
+            prefix=config.nats.prefix,
+            log_dir=self.run_dir / "logs" / cell if cell else self.run_dir / "logs",
+            access=self.access,
+            completers=completing_agents(config, self.groups),
+            journal_args=("--config", str(effective)),  # the run's settings, not the folder's faultline.toml
+            bus_settings=bus_settings(config),
+            server_tls=self.tls,
+            tls_ca=self.tls.ca if self.tls else None,
+            sync_interval=config.nats.sync_interval,
+            server_cores=config.nats.server_cores,
+        )
+
+
 def _services(config: Config, effective: Path) -> list[ProcessSpec]:
     if config.memory.mode == "off":
         return []
@@ -534,31 +571,48 @@ def _services(config: Config, effective: Path) -> list[ProcessSpec]:
 
 
 async def _run_local(
-    supervisor: Supervisor, config: Config, plan: RunPlan, result: RunResult, ticker: _Ticker, rules: list[FaultRule]
+    system: Supervisor | Cells,
+    config: Config,
+    plan: RunPlan,
+    result: RunResult,
+    ticker: _Ticker,
+    rules: list[FaultRule],
 ) -> StopRequest:
-    """Start the system, run the episodes, wait until the memory service and the journal have them all, stop."""
+    """Start the system (or each cell's), run the episodes, wait until the memory service and the journal have them
+    all, stop."""
 
-    async def work(supervisor: Supervisor) -> None:
+    @contextlib.asynccontextmanager
+    async def in_force() -> AsyncIterator[None]:
+        """The run's fault rules, in force in every cell, each confirmed by that cell's workers."""
+        async with contextlib.AsyncExitStack() as stack:
+            for supervisor in supervisors:
+                assert supervisor.bus is not None
+                rules_there = rules_in_force(
+                    supervisor.bus,
+                    rules,
+                    workers=supervisor.worker_ids,
+                    settings=follow_settings(config),
+                    models=_models(config),
+                )
+                await stack.enter_async_context(rules_there)
+            yield
+
+    supervisors = system.supervisors if isinstance(system, Cells) else [system]
+
+    async def work(system: Supervisor | Cells) -> None:
         ticker.watcher.system_up()
-        assert supervisor.bus is not None
-        bus = supervisor.bus
-        in_force = functools.partial(
-            rules_in_force,
-            bus,
-            rules,
-            workers=supervisor.worker_ids,
-            settings=follow_settings(config),
-            models=_models(config),
-        )
-        await _run_until_refused(bus, plan, result, ticker.on_done, in_force)
+        buses = system.buses if isinstance(system, Cells) else [system.bus] if system.bus else []
+        await _run_until_refused(buses, plan, result, ticker.on_done, in_force)
         if config.memory.mode != "off":
             from faultline.services.memory import wait_for_memory
 
             ticker.after = "waiting for the memory service to take in the episodes"
-            await wait_for_memory(supervisor.bus)
-        await _wait_for_journal(supervisor.bus, result, ticker)
+            await wait_for_memory(buses[0])
+        await _wait_for_journal(buses, result, ticker)
+        if isinstance(system, Cells):
+            result.journal = str(system.journal)
 
-    _, request = await run_supervised(supervisor, work, ticker.tick)
+    _, request = await run_supervised(system, work, ticker.tick)
     return request
 
 
@@ -599,7 +653,7 @@ async def _run_remote(
 
 
 async def _run_until_refused(
-    bus: Bus,
+    bus: Bus | Sequence[Bus],
     plan: RunPlan,
     result: RunResult,
     on_done: Callable[[str, EpisodeCompleted], None],
@@ -668,11 +722,13 @@ async def _check_unused(bus: Bus, plan: RunPlan, result: RunResult) -> None:
         check_unheld(plan.run_id, [first], {first.episode: run}, "this system")
 
 
-async def _wait_for_journal(bus: Bus, result: RunResult, ticker: _Ticker) -> None:
-    """Wait until the journal holds everything the stream holds now, and record how long that took."""
+async def _wait_for_journal(bus: Bus | Sequence[Bus], result: RunResult, ticker: _Ticker) -> None:
+    """Wait until the journal holds everything the stream holds now (each cell's, its own), and record how long that
+    took."""
     ticker.after = "waiting for the journal to copy the stream"
     waiting_since = anyio.current_time()
-    result.journal = (await caught_up_journal(bus)).journal
+    for each in [bus] if isinstance(bus, Bus) else bus:
+        result.journal = (await caught_up_journal(each)).journal
     result.journal_wait_s = anyio.current_time() - waiting_since
 
 

@@ -22,6 +22,7 @@ from faultline.core import helper_agent
 from faultline.runtime import (
     DEFAULT_CONFIG_FILE,
     HELPER_GROUP,
+    Cells,
     Config,
     ProcessSpec,
     Supervisor,
@@ -30,6 +31,7 @@ from faultline.runtime import (
 )
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Supervisor | Cells)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """Signals on which `up` and `run` stop their system in order: workers, services, journal, server."""
@@ -138,8 +140,8 @@ async def stop_on_signal(*alongside: Callable[[], Coroutine[Any, Any, None]]) ->
 
 
 async def run_supervised(
-    supervisor: Supervisor,
-    work: Callable[[Supervisor], Awaitable[T]],
+    supervisor: S,
+    work: Callable[[S], Awaitable[T]],
     *alongside: Callable[[], Coroutine[Any, Any, None]],
 ) -> tuple[T | None, StopRequest]:
     """Start the system, run `work` on it, then stop every process in order, also after an error or a signal.
@@ -164,9 +166,12 @@ async def run_supervised(
     return result, request
 
 
-def journal_problem(supervisor: Supervisor) -> str:
+def journal_problem(supervisor: Supervisor | Cells) -> str:
     """Empty when the journal service exited 0 once asked to stop, which it does only after copying the
-    whole stream; else what happened to it, in words."""
+    whole stream; else what happened to it, in words (of each cell's, naming the cell)."""
+    if isinstance(supervisor, Cells):
+        told = (journal_problem(cell) for cell in supervisor.supervisors)
+        return "; ".join(f"cell {k}: {problem}" for k, problem in enumerate(told) if problem)
     problems = []
     for name in supervisor.journal_names:
         code = supervisor.exit_code(name)

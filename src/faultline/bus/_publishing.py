@@ -23,6 +23,7 @@ from faultline.bus._settings import BusSettings
 from faultline.core import (
     DEAD_LETTER_KEPT_BYTES,
     DEAD_LETTER_NOTE_CHARS,
+    DLQ_EPISODE,
     DLQ_SENDER,
     DeadLetter,
     Envelope,
@@ -216,4 +217,4 @@ def letter_for(delivery: Delivery, reason: str) -> Envelope:
         size=len(delivery.data),
         digest=digest(delivery.data),
     )
-    return Envelope(id=f"dlq-{delivery.stream_seq}", episode="dlq", sender=DLQ_SENDER, body=body)
+    return Envelope(id=f"dlq-{delivery.stream_seq}", episode=DLQ_EPISODE, sender=DLQ_SENDER, body=body)

@@ -118,7 +118,8 @@ def effective_config(args: argparse.Namespace) -> Config:
 
 
 def _command_line(args: argparse.Namespace, config: Config) -> Config:
-    """`config` with `--model`, `--base-url`, `--model-name` and `--workers` applied, before it is checked."""
+    """`config` with `--model`, `--base-url`, `--model-name`, `--workers` and `--cells` applied, before it is
+    checked."""
     endpoint = bool(args.base_url or args.model_name)
     if args.model == "sim":
         if endpoint:
@@ -148,4 +149,6 @@ def _command_line(args: argparse.Namespace, config: Config) -> Config:
     if getattr(args, "workers", None):
         workers = {name: msgspec.structs.replace(w, count=args.workers) for name, w in config.workers.items()}
         config = msgspec.structs.replace(config, workers=workers)
+    if getattr(args, "cells", None):
+        config = msgspec.structs.replace(config, nats=msgspec.structs.replace(config.nats, cells=args.cells))
     return config

@@ -127,6 +127,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="worker processes per agent group (default from config: 1)",
     )
     p.add_argument(
+        "--cells",
+        type=whole_number(1),
+        default=None,
+        metavar="N",
+        help="run N independent systems side by side, each a nats-server with its own stream, journal shard and"
+        " workers, and divide the episodes among them; the journal is then a set of N shards (default from"
+        " config's [nats] cells: 1; docs/scale.md)",
+    )
+    p.add_argument(
         "--episode-timeout",
         type=seconds,
         default=None,

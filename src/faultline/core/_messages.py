@@ -29,6 +29,8 @@ OPERATOR = "operator"
 """The control plane's sender name and NATS identity: whoever adds fault rules or sets helper rosters."""
 CONTROL_EPISODE = "control"
 """The episode name the control plane's messages (fault rules, rosters) are journaled under."""
+DLQ_EPISODE = "dlq"
+"""The episode name dead letters are journaled under."""
 DLQ_SENDER = "bus"
 """The sender name of dead letters: the runtime's transport, which refused the message they hold."""
 NON_AGENT_SENDERS = frozenset({RUNNER, OPERATOR, DLQ_SENDER})

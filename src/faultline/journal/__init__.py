@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         is_journal_set,
         journal_exists,
         journal_files,
+        read_manifest,
         shard_path,
     )
     from faultline.journal._timing import elapsed
@@ -43,6 +44,7 @@ __all__ = [
     "is_journal_set",
     "journal_exists",
     "journal_files",
+    "read_manifest",
     "shard_path",
     "DESCRIBE_WIDTH",
     "GENESIS",
@@ -96,6 +98,7 @@ __getattr__, __dir__ = lazy_exports(
             "is_journal_set",
             "journal_exists",
             "journal_files",
+            "read_manifest",
             "shard_path",
         ),
         "faultline.journal._timing": ("elapsed",),

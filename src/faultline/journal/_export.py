@@ -36,7 +36,7 @@ from faultline.journal._head import head_path
 from faultline.journal._reader import JournalReader
 from faultline.journal._rows import Incoming, JournalRow
 from faultline.journal._schema import BODY_DIGEST, CHAIN, DIGEST, POS, SCHEMA_VERSION, STORED_DIGESTS, JournalSettings
-from faultline.journal._set import create_set, journal_files, shard_path
+from faultline.journal._set import create_set, journal_files, read_manifest, shard_path
 from faultline.journal._writer import Journal
 
 
@@ -107,6 +107,7 @@ def export_jsonl(
     """
     count = 0
     files = journal_files(Path(path))
+    cells = len(files) > 1 and read_manifest(Path(path)).cells
     for shard, file in enumerate(files):
         with JournalReader(file, settings) as reader:
             if episodes is not None:
@@ -115,7 +116,8 @@ def export_jsonl(
                 )
             else:
                 if len(files) > 1:
-                    out.write(_encoder.encode(ShardLine(shard=shard, shards=len(files))).decode() + "\n")
+                    header = ShardLine(shard=shard, shards=len(files), cells=cells)
+                    out.write(_encoder.encode(header).decode() + "\n")
                 rows = reader.rows()
             for row in rows:
                 schema = reader.version if row.pos == 1 and reader.version >= STORED_DIGESTS else 0
@@ -152,9 +154,9 @@ def import_jsonl(
     shutil.rmtree(partial, ignore_errors=True)
     count, seen = 0, []
     try:
-        create_set(partial, header.shards)
+        create_set(partial, header.shards, cells=header.cells)
         for shard, section in itertools.chain([(header, first)], sections):
-            if shard is None or shard.shards != header.shards or shard.shard in seen:
+            if shard is None or (shard.shards, shard.cells) != (header.shards, header.cells) or shard.shard in seen:
                 raise JournalError(f"{dest}: the export's shard lines do not describe one journal set")
             seen.append(shard.shard)
             count += _import_file(section, shard_path(partial, shard.shard), batch_rows, settings)
@@ -167,11 +169,13 @@ def import_jsonl(
     return count
 
 
-class ShardLine(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="shard"):
+class ShardLine(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="shard", omit_defaults=True):
     """The line before a journal set's shard in an export."""
 
     shard: int
     shards: int
+    cells: bool = False
+    """The set was written by cells (`SetManifest.cells`)."""
 
 
 _shard_decoder = msgspec.json.Decoder(ShardLine)

@@ -10,6 +10,7 @@ compares request digests only, and so reads neither the items nor their keys' co
 from __future__ import annotations
 
 import heapq
+import itertools
 import sqlite3
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -24,7 +25,7 @@ from faultline.core import EpisodeCompleted, digest, episode_shard, in_run
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
-from faultline.journal._set import is_journal_set, journal_files, set_of
+from faultline.journal._set import CELL_EPISODES, is_journal_set, journal_files, read_manifest, set_of
 from faultline.journal._timing import copied_rows
 
 
@@ -383,7 +384,9 @@ class JournalReader:
 
     A row's `pos` is its place in its own file: a set has no positions across files, so
     `row(pos)` and `rows(start)` past the first row are for single files. A set's rows come in
-    stream order, and an episode's rows always from the one shard that holds it.
+    stream order, and an episode's rows always from the one shard that holds it. In a set written
+    by cells, each shard's controls and dead letters (`CELL_EPISODES`) are its own: those two
+    episodes are read from every shard, a shard's rows after another's.
     """
 
     def __init__(
@@ -398,6 +401,7 @@ class JournalReader:
             self.close()
             raise
         self.version = min(file.version for file in self._files)
+        self._in_every_shard = CELL_EPISODES if self.shards > 1 and read_manifest(self.path).cells else frozenset()
 
     @property
     def shards(self) -> int:
@@ -418,6 +422,10 @@ class JournalReader:
 
     def _of(self, episode: str) -> _FileReader:
         return self._files[episode_shard(episode, len(self._files))]
+
+    def _holding(self, episode: str) -> list[_FileReader]:
+        """The files that hold `episode`'s rows: its shard's, or every shard's for a cell's controls and dead letters."""
+        return self._files if episode in self._in_every_shard else [self._of(episode)]
 
     # -- positions -----------------------------------------------------------------------------
 
@@ -453,7 +461,7 @@ class JournalReader:
 
     def has_episode(self, episode: str) -> bool:
         """Whether any row belongs to `episode` (one lookup in the episode index)."""
-        return self._of(episode).has_episode(episode)
+        return any(file.has_episode(episode) for file in self._holding(episode))
 
     def check_episodes(self, episodes: Iterable[str]) -> None:
         """JournalError, naming each, where the journal lacks some of `episodes`: a command asked for an episode
@@ -474,9 +482,15 @@ class JournalReader:
                 " lists them"
             )
 
-    def episode_rows(self, episode: str, start: int = 1) -> Iterator[JournalRow]:
-        """One episode's rows from position `start` (in its file) on, in position order."""
-        return self._of(episode).episode_rows(episode, start)
+    def episode_rows(self, episode: str, start: int = 1, *, beside: str = "") -> Iterator[JournalRow]:
+        """One episode's rows from position `start` (in its file) on, in position order; with `beside`, only those
+        in the file that holds episode `beside` (a cell's own controls, whose positions compare with its)."""
+        if beside and episode in self._in_every_shard:
+            return self._of(beside).episode_rows(episode, start)
+        holding = self._holding(episode)
+        if len(holding) > 1 and start > 1:
+            self._single("reading controls or dead letters from a position")
+        return itertools.chain.from_iterable(file.episode_rows(episode, start) for file in holding)
 
     def by_episode(self, episodes: Iterable[str] | None = None) -> Iterator[tuple[str, list[JournalRow]]]:
         """(episode, its rows in position order) for every episode (by id), or the ones named.
@@ -487,7 +501,13 @@ class JournalReader:
         if len(self._files) == 1:
             return self._files[0].by_episode(episodes)
         if episodes is None:
-            return heapq.merge(*(file.by_episode() for file in self._files), key=lambda item: item[0])
+            merged = heapq.merge(*(file.by_episode() for file in self._files), key=lambda item: item[0])
+            if not self._in_every_shard:
+                return merged
+            return (  # a cell's controls and dead letters come from every shard: one item each, as in a single file
+                (episode, [row for _, rows in items for row in rows])
+                for episode, items in itertools.groupby(merged, key=lambda item: item[0])
+            )
         return ((episode, list(self.episode_rows(episode))) for episode in episodes)
 
     # -- derived views -------------------------------------------------------------------------
@@ -606,11 +626,12 @@ def _summed(agent: str, costs: list[AgentCost]) -> AgentCost:
     )
 
 
-def check_journal_target(path: Path, shards: int = 1) -> None:
-    """JournalError, in one line, when a system could not write its journal (with `shards` above 1, a set's folder)
-    at `path`: said before any process starts, where the journal service's log alone would say it after."""
+def check_journal_target(path: Path, shards: int = 1, *, cells: bool = False) -> None:
+    """JournalError, in one line, when a system could not write its journal (with `shards` above 1, a set's folder,
+    written by `cells` or not) at `path`: said before any process starts, where the journal service's log alone
+    would say it after."""
     if is_journal_set(path):  # written with another count, its episodes would move to other shards
-        set_of(path, shards)
+        set_of(path, shards, cells=cells)
     if shards > 1:
         if path.exists() and not path.is_dir():
             raise JournalError(f"{path}: is not a folder, so not a journal set of {shards} shards")

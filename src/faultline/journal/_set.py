@@ -9,6 +9,10 @@ row keeps orders rows across files.
 
 The shard count is part of the set: a set is never written with another count (the episodes
 would move), so a changed `[journal] shards` is refused, not silently re-partitioned.
+
+A set written by cells (`[nats] cells`: independent nats-servers, one shard each) says so: each
+cell's shard holds its own stream's controls and dead letters beside its episodes, so those two
+episodes (`CELL_EPISODES`) are in every shard, and each shard's stream sequences are its own.
 """
 
 from __future__ import annotations
@@ -21,17 +25,22 @@ import msgspec
 
 from faultline._errors import JournalError
 from faultline._files import not_a_file
+from faultline.core import CONTROL_EPISODE, DLQ_EPISODE
 
 MANIFEST = "journal-set.json"
 MAX_SHARDS = 64
+CELL_EPISODES = frozenset({CONTROL_EPISODE, DLQ_EPISODE})
+"""The episodes every shard of a set written by cells holds its own part of: its stream's controls and dead letters."""
 
 
-class SetManifest(msgspec.Struct, frozen=True, kw_only=True):
+class SetManifest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What `journal-set.json` says: which partition the set uses and how many shards it has."""
 
     format: Literal["faultline-journal-set"] = "faultline-journal-set"
     partition: Literal["crc32-episode"] = "crc32-episode"
     shards: int
+    cells: bool = False
+    """Each shard was written from a stream of its own (a cell), with that stream's controls and dead letters."""
 
 
 def is_journal_set(path: Path) -> bool:
@@ -66,8 +75,8 @@ def read_manifest(folder: Path) -> SetManifest:
     return manifest
 
 
-def create_set(folder: Path, shards: int) -> SetManifest:
-    """Make the set at `folder` with `shards` shards, or check that the one there has that many.
+def create_set(folder: Path, shards: int, *, cells: bool = False) -> SetManifest:
+    """Make the set at `folder` with `shards` shards (written by `cells`), or check that the one there is that.
 
     Safe for several shards' services starting at once: the manifest appears whole or not at all.
     """
@@ -78,23 +87,30 @@ def create_set(folder: Path, shards: int) -> SetManifest:
     if not is_journal_set(folder):
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".{MANIFEST}.{os.getpid()}"
-        partial.write_bytes(msgspec.json.encode(SetManifest(shards=shards)))
+        partial.write_bytes(msgspec.json.encode(SetManifest(shards=shards, cells=cells)))
         try:
             os.link(partial, folder / MANIFEST)  # fails if another process made it first
         except FileExistsError:
             pass
         finally:
             partial.unlink()
-    return set_of(folder, shards)
+    return set_of(folder, shards, cells=cells)
 
 
-def set_of(folder: Path, shards: int) -> SetManifest:
-    """The manifest of the set at `folder`; JournalError when it has another count than `shards`."""
+def set_of(folder: Path, shards: int, *, cells: bool = False) -> SetManifest:
+    """The manifest of the set at `folder`; JournalError when it has another count than `shards`, or was (not)
+    written by `cells`."""
     manifest = read_manifest(folder)
     if manifest.shards != shards:
         raise JournalError(
             f"{folder}: a journal set of {manifest.shards} shards, asked to write {shards}: its episodes are"
             f" partitioned by the count; set `[journal] shards = {manifest.shards}` or use a new folder"
+        )
+    if manifest.cells != cells:
+        written, asked = ("cells", "one stream") if manifest.cells else ("one stream", "cells")
+        raise JournalError(
+            f"{folder}: a journal set written by {written}, asked to be written by {asked}: their controls and"
+            " dead letters lie differently; use a new folder"
         )
     return manifest
 

@@ -446,7 +446,9 @@ async def fork_episode(
         reader.check_episodes([episode])
         rows = list(reader.episode_rows(episode))
         summary = reader.episode(episode)
-        controls = [r for r in reader.episode_rows(CONTROL_EPISODE) if r.pos < at and r.kind == "control"]
+        controls = [
+            r for r in reader.episode_rows(CONTROL_EPISODE, beside=episode) if r.pos < at and r.kind == "control"
+        ]
     lookup = episode_lookup(rows, lookup)
     target = next((r for r in rows if r.pos == at), None)
     if target is None:

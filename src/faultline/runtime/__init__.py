@@ -7,6 +7,7 @@ from faultline._lazy import lazy_exports
 if TYPE_CHECKING:
     from faultline.core import ALL_AGENTS
     from faultline.runtime._agents import CONTROLLER_AGENT, agent_lookup, system_of
+    from faultline.runtime._cells import Cells, cell_config, cell_of
     from faultline.runtime._config import (
         ALL_ROLES,
         DEFAULT_CONFIG_FILE,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         RuntimeConfig,
         WorkerConfig,
         bus_settings,
+        cells_problem,
         connect,
         load_config,
         make_backend,
@@ -142,6 +144,10 @@ __all__ = [
     "Stall",
     "StallWatch",
     "Supervisor",
+    "Cells",
+    "cell_config",
+    "cell_of",
+    "cells_problem",
     "Worker",
     "WorkerConfig",
     "WorkerSettings",
@@ -208,6 +214,7 @@ __getattr__, __dir__ = lazy_exports(
             "RuntimeConfig",
             "WorkerConfig",
             "bus_settings",
+            "cells_problem",
             "connect",
             "load_config",
             "make_backend",
@@ -279,6 +286,7 @@ __getattr__, __dir__ = lazy_exports(
         ),
         "faultline.runtime._stalls": ("Stall", "StallWatch", "stall_of"),
         "faultline.runtime._supervisor": ("ProcessSpec", "Supervisor"),
+        "faultline.runtime._cells": ("Cells", "cell_config", "cell_of"),
         "faultline.runtime._worker": ("Worker", "WorkerSettings"),
     },
 )

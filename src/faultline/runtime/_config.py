@@ -103,6 +103,10 @@ class NatsConfig(_Section, frozen=True):
     tls_cert: str = ""
     """The embedded server's own certificate for `--tls` (with `tls_key` and `tls_ca`); empty: one is made."""
     tls_key: str = ""
+    cells: Annotated[int, msgspec.Meta(ge=1, le=MAX_SHARDS)] = 1
+    """Independent embedded nats-servers a local run starts, each with a stream, a journal shard and a worker process
+    per group of its own, among which it divides its episodes by the journal's partition: no server stores every
+    message. Above 1, `[journal] path` is the folder of a journal set of this many shards. docs/scale.md."""
 
 
 class JournalConfig(_Section, frozen=True):
@@ -370,6 +374,11 @@ class Config(_Section, frozen=True):
         partitions. Where that passes `MAX_PARTITIONS`, one: shards then pass over the others' messages themselves."""
         partitions = math.lcm(self.journal.shards, *(worker.count for worker in self.workers.values()))
         return partitions if partitions <= MAX_PARTITIONS else 1
+
+    @property
+    def journal_shards(self) -> int:
+        """The journal's shards: one per cell where a run has several (`[nats] cells`), else `[journal] shards`."""
+        return self.nats.cells if self.nats.cells > 1 else self.journal.shards
 
     @property
     def handler_timeout_s(self) -> float:
@@ -647,8 +656,32 @@ def _check(config: Config, source: str) -> None:
         parse_roster(config.helpers.roster)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc} - at $.helpers.roster") from None
+    if problem := cells_problem(config):
+        raise ConfigError(f"{source}: {problem} - at $.nats.cells")
     if config.memory.embedder == "openai" and not config.memory.openai.model:
         raise ConfigError(f'{source}: an embedding model is needed with embedder = "openai" - at $.memory.openai.model')
+
+
+def cells_problem(config: Config) -> str:
+    """Why `config`'s cells (`[nats] cells`) cannot run as it stands, in words; "" when they can (or there is one)."""
+    cells = config.nats.cells
+    if cells == 1:
+        return ""
+    counted = sorted(name for name, worker in config.workers.items() if worker.count > 1)
+    if config.nats.url:
+        return f"{cells} cells start a nats-server each, so nats.url ({config.nats.url}) cannot name one"
+    if config.journal.shards not in (1, cells):
+        return f"{cells} cells write a journal shard each: set [journal] shards to {cells} or leave it out"
+    if config.nats.replicas > 1:
+        return f"{cells} cells each keep their stream on one server: set [nats] replicas to 1"
+    if counted:
+        return (
+            f"{cells} cells run one worker process per group each, and group {counted[0]!r} asks for more: add"
+            " cells instead"
+        )
+    if config.memory.mode != "off":
+        return f"{cells} cells have a stream each, and the memory service reads one: set memory to off"
+    return ""
 
 
 def _check_token(value: str, path: str, source: str, what: str) -> None:

@@ -1,0 +1,68 @@
+"""Cells: independent systems on one host, each a nats-server with its own stream, journal shard and workers.
+
+One nats-server stores and delivers every message of a system, about 2.9 ms of its CPU per retail episode (sim),
+so a host's live throughput stops at what one server does, however many cores it has. Cells divide that work.
+Cell k is a whole system of its own (a `Supervisor`): its server holds only the episodes that
+`core.episode_shard(episode, cells)` gives k, its journal service writes shard k of the journal set, and its
+workers handle what its stream delivers. No message crosses cells, so no server routes to another; the runner
+sends each episode's start to its cell's server (`cell_of`), and every agent's answer stays there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from faultline.bus import Bus
+from faultline.core import episode_shard
+from faultline.journal import shard_path
+from faultline.runtime._config import Config
+from faultline.runtime._supervisor import Supervisor
+
+
+def cell_config(config: Config, journal: Path, cell: int) -> Config:
+    """Cell `cell`'s own configuration: a system of one stream whose journal is its shard's file in the set at
+    `journal`."""
+    return msgspec.structs.replace(
+        config,
+        nats=msgspec.structs.replace(config.nats, cells=1),
+        journal=msgspec.structs.replace(config.journal, shards=1, path=str(shard_path(journal, cell))),
+    )
+
+
+def cell_of(episode: str, cells: int) -> int:
+    """The cell that runs `episode`: the shard of the journal set that holds it."""
+    return episode_shard(episode, cells)
+
+
+@dataclass
+class Cells:
+    """Several cells' supervisors, started and stopped as one system: cell k's is `supervisors[k]`."""
+
+    supervisors: Sequence[Supervisor]
+    journal: Path
+    """The journal set the cells write, a shard each."""
+
+    @property
+    def buses(self) -> list[Bus]:
+        """The operator's connection to each cell's server, in cell order (once started)."""
+        buses = [supervisor.bus for supervisor in self.supervisors if supervisor.bus is not None]
+        assert len(buses) == len(self.supervisors), "the cells are not started"
+        return buses
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the cells one after another, and return once each has every process ready.
+
+        In this task, which also stops them: a connection to a server lives in the task that opened it.
+        """
+        for supervisor in self.supervisors:
+            await supervisor.start(tg)
+
+    async def stop(self) -> None:
+        """Stop every cell, in order within each (`Supervisor.stop`), the last started first."""
+        for supervisor in reversed(self.supervisors):
+            await supervisor.stop()

@@ -1,0 +1,124 @@
+"""Cells: a run on several independent nats-servers, each with its own stream, journal shard and workers, whose
+journal set reads as one journal."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from faultline._errors import ConfigError, JournalError
+from faultline.api import RunSpec, run
+from faultline.cli import main
+from faultline.core import CONTROL_EPISODE
+from faultline.journal import JournalReader, create_set, export_jsonl, import_jsonl, read_manifest, shard_path, verify
+from faultline.runtime import Config, cell_of, parse_config
+
+pytestmark = pytest.mark.slow
+
+
+def in_cells(cells: int, **settings: object) -> Config:
+    return parse_config({"nats": {"cells": cells}, **settings})
+
+
+def episodes_in(file: Path) -> set[str]:
+    with JournalReader(file) as reader:
+        return {summary.episode for summary in reader.episodes()}
+
+
+def test_a_run_in_cells_runs_each_episode_in_its_cell_and_its_journal_set_reads_as_one(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    report = run(RunSpec(tasks=8, journal=journal, config=in_cells(3), run_id="cells"))
+    assert report.summary.outcomes == {"success": 8}
+    assert report.summary.journal == str(journal)
+    manifest = read_manifest(journal)
+    assert (manifest.shards, manifest.cells) == (3, True)
+    everyone = {p.episode for p, _ in report.episodes.outcomes()}
+    for k in range(3):
+        # each cell's journal service copies its own server's stream alone: what it holds is what ran there
+        assert episodes_in(shard_path(journal, k)) == {e for e in everyone if cell_of(e, 3) == k}
+    assert all(episodes_in(shard_path(journal, k)) for k in range(3)), "this run's 8 episodes fall in every cell"
+    assert verify(journal).ok
+    assert main(["replay", str(journal)]) == 0
+    with JournalReader(journal) as reader:
+        assert {summary.episode for summary in reader.episodes()} == everyone
+
+
+def test_a_runs_fault_rules_are_in_force_in_every_cell(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    report = run(RunSpec(tasks=6, journal=journal, config=in_cells(2), faults=["storm:copies=2,kind=tool_call"]))
+    outcomes = report.episodes.outcomes()
+    assert len(outcomes) == 6
+    for k in range(2):
+        with JournalReader(shard_path(journal, k)) as reader:
+            controls = list(reader.episode_rows(CONTROL_EPISODE))
+            faulted = {row.episode for row in reader.rows() if row.kind == "fault_applied"}
+        assert [row.kind for row in controls] == ["control", "control"], "each cell's rule: added, then removed"
+        assert faulted == episodes_in(shard_path(journal, k)), f"every episode of cell {k} was faulted"
+    with JournalReader(journal) as reader:
+        assert len(list(reader.episode_rows(CONTROL_EPISODE))) == 4, "the set reads every cell's controls"
+        by_episode = [episode for episode, _ in reader.by_episode()]
+        assert by_episode.count(CONTROL_EPISODE) == 1, "the controls are one episode of the set"
+        assert dict(reader.by_episode())[CONTROL_EPISODE] == list(reader.episode_rows(CONTROL_EPISODE))
+    assert verify(journal).ok, "a cell's controls are in its own shard, where they belong"
+    assert main(["replay", str(journal)]) == 0
+
+
+def test_a_cells_set_exports_and_imports_as_cells(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    run(RunSpec(tasks=4, journal=journal, config=in_cells(2), faults=["storm:copies=2,kind=tool_call"]))
+    out = io.StringIO()
+    rows = export_jsonl(journal, out)
+    copy = tmp_path / "copy"
+    assert import_jsonl(out.getvalue().splitlines(), copy) == rows
+    assert read_manifest(copy).cells
+    assert verify(copy).ok
+
+
+def test_a_shard_holding_another_cells_episode_fails_verify(tmp_path: Path) -> None:
+    """Each cell's controls and dead letters belong in its shard; an episode of another cell does not."""
+    single = tmp_path / "single.sqlite"
+    run(RunSpec(tasks=4, journal=single, faults=["storm:copies=2,kind=tool_call"]))
+    journal = tmp_path / "j"
+    create_set(journal, 2, cells=True)
+    for k in range(2):
+        shutil.copy(single, shard_path(journal, k))
+        shutil.copy(single.with_name("single.sqlite.head"), shard_path(journal, k).with_name(f"shard-{k}.sqlite.head"))
+    problem = verify(journal).problem
+    assert re.search(r"holds episode 'r\w+-.*', which belongs in shard [01]", problem), problem
+
+
+def test_cells_refuse_what_they_cannot_run_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="one worker process per group"):
+        in_cells(2, workers={"main": {"count": 2}})
+    with pytest.raises(ConfigError, match="cannot name one"):
+        in_cells(2, nats={"cells": 2, "url": "nats://127.0.0.1:4222"})
+    with pytest.raises(ConfigError, match="set \\[journal\\] shards to 2"):
+        in_cells(2, journal={"shards": 3})
+    with pytest.raises(ConfigError, match="memory service reads one"):
+        run(RunSpec(tasks=1, journal=tmp_path / "m", config=in_cells(2), memory="topk"))
+    with pytest.raises(ConfigError, match="a run on the system at"):
+        run(RunSpec(tasks=1, config=in_cells(2), nats="nats://127.0.0.1:4222"))
+    assert in_cells(2, journal={"shards": 2}).journal_shards == 2
+    assert main(["run", "--cells", "2", "--workers", "2", "--journal", str(tmp_path / "w")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "add cells instead" in err, err
+    assert not (tmp_path / "w").exists(), "refused before anything started"
+
+
+def test_a_journal_set_is_written_by_cells_or_by_one_stream_never_both(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    create_set(plain, 2)
+    with pytest.raises(JournalError, match="written by one stream, asked to be written by cells"):
+        run(RunSpec(tasks=1, journal=plain, config=in_cells(2)))
+    celled = tmp_path / "celled"
+    create_set(celled, 2, cells=True)
+    sharded = msgspec.structs.replace(Config(), journal=msgspec.structs.replace(Config().journal, shards=2))
+    with pytest.raises(JournalError, match="written by cells, asked to be written by one stream"):
+        run(RunSpec(tasks=1, journal=celled, config=sharded))
+    assert json.loads((plain / "journal-set.json").read_text()) == {"shards": 2}, "an old set's manifest, unchanged"
