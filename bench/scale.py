@@ -1,4 +1,4 @@
-"""Scale: live throughput against worker processes and journal shards, CPU per process at saturation,
+"""Scale: live throughput against worker processes, journal shards and cells, CPU per process at saturation,
 and replay against jobs, on whatever machine runs it.
 
 Each configuration is one `faultline run` of `--tasks` retail tasks x `--trials` with the sim model
@@ -17,13 +17,17 @@ are given, their difference being the command's fixed cost. `--server-cores` run
 with each number of cores for the embedded nats-server (`[nats] server_cores`; 0: faultline's default,
 a quarter of the machine's), and the table says how many it ran on (its GOMAXPROCS).
 
+`--cells 2,4` adds a run per count of cells (`[nats] cells`: independent nats-servers, each with its own stream,
+journal shard and a worker process per group), whose rows name each process's cell and give the busiest server's
+share of a core beside the servers' CPU per episode in all.
+
 Every row also gives nats-server's CPU per episode over the whole run: the rate one server process can carry
 at a core is 1 / that. `--profile-server` samples the server with Linux `perf` and splits that CPU among the
 parts of its work (`bench/_server_profile.py`): storing, delivering, finding each consumer's next message,
 reading clients, writing consumers' state files, Go's runtime.
 
-    python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--server-cores 0,16] [--jobs 1,2,4,8,16] [--trim-after-s S]
-                          [--profile-server] [--json out.json]
+    python -m bench.scale [--workers 1,4,8] [--shards 1,4] [--cells 2,4] [--server-cores 0,16] [--jobs 1,2,4,8,16]
+                          [--trim-after-s S] [--profile-server] [--json out.json]
 
 Linux only (it reads /proc).
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -88,8 +93,13 @@ def _name(pid: int) -> str:
         return f"pid {pid}"
     words = [w.decode(errors="replace") for w in argv if w]
     if "--name" in words[:-1]:
-        return words[words.index("--name") + 1]
+        cell = next((m.group(1) for w in words if (m := _CELL_CONFIG.search(w))), "")
+        return f"{cell}/" * bool(cell) + words[words.index("--name") + 1]
     return Path(words[0]).name if words else f"pid {pid}"
+
+
+_CELL_CONFIG = re.compile(r"effective-config-(cell-\d+)\.json$")
+"""The configuration file a cell's processes are started with, which names their cell."""
 
 
 def _go_cores(pid: int) -> int | None:
@@ -147,15 +157,17 @@ def live(
     window_s: float,
     trim_after_s: float | None = None,
     profile_server: bool = False,
+    cells: int = 1,
 ) -> dict[str, Any]:
-    name = f"w{workers}-s{shards}-c{server_cores}"
-    journal = folder / (name + (".sqlite" if shards == 1 else ""))
+    name = f"w{workers}-s{shards}-c{server_cores}" + f"-cells{cells}" * (cells > 1)
+    journal = folder / (name + (".sqlite" if shards == 1 and cells == 1 else ""))
     config = folder / f"{name}.toml"
     # every episode starts at once: the default fill-up at `[run] start_rate` (250 episodes/s) would cap a run
     # short enough for a benchmark below what the workers sustain, and measure the ramp instead
     trim = "" if trim_after_s is None else f"trim_after_s = {trim_after_s}\n"
     config.write_text(
-        f'[nats]\nserver_cores = {server_cores}\n\n[journal]\npath = "{journal}"\nshards = {shards}\n{trim}\n'
+        f'[nats]\nserver_cores = {server_cores}\ncells = {cells}\n\n[journal]\npath = "{journal}"\nshards = {shards}\n'
+        f"{trim}\n"
         "[run]\nstart_rate = 0\n"
     )
     args = [sys.executable, "-m", "faultline.cli", "run", "--config", str(config), "--journal", str(journal)]
@@ -165,7 +177,7 @@ def live(
     samples: list[tuple[float, dict[int, float]]] = []
     names: dict[int, str] = {}
     go_cores: int | None = None
-    server: int | None = None
+    servers: list[int] = []
     profile = _server_profile.ServerProfile(folder / f"{name}.perf")
     while run.poll() is None:
         now = time.monotonic()
@@ -177,22 +189,28 @@ def live(
                 if pid not in names:
                     names[pid] = "runner" if pid == run.pid else _name(pid)
                     if names[pid] == "nats-server":
-                        server, go_cores = pid, _go_cores(pid)
-                        if profile_server:
+                        servers.append(pid)
+                        go_cores = _go_cores(pid)
+                        names[pid] += f" {len(servers) - 1}" * (cells > 1)
+                        if profile_server and len(servers) == 1:  # the first cell's, or the only one
                             profile.start(pid)
         samples.append((now, reading))
         time.sleep(1.0)  # a sampling period, not a wait for anything
     out, _ = run.communicate()
     if run.returncode != 0:
-        raise SystemExit(f"faultline run failed (exit {run.returncode}) for {workers} workers, {shards} shards")
+        raise SystemExit(
+            f"faultline run failed (exit {run.returncode}) for {workers} workers, {shards} shards, {cells} cell(s)"
+        )
     summary = json.loads(out.strip().splitlines()[-1])
     total, shares = _busiest_window(samples, window_s)
     steady, rates = completion_rates(journal)
     cpu = sorted(((names[pid], share) for pid, share in shares.items() if share > 0.01), key=lambda item: -item[1])
-    server_s = max((reading.get(server, 0.0) for _, reading in samples), default=0.0) if server else 0.0
+    server_s = sum(max((reading.get(pid, 0.0) for _, reading in samples), default=0.0) for pid in servers)
     return {
         "workers": workers,
         "shards": shards,
+        "cells": cells,
+        "busiest_server_share": max((shares.get(pid, 0.0) for pid in servers), default=0.0),
         "server_cores": go_cores,
         "episodes": summary["episodes"],
         "episodes_per_s": summary["episodes_per_s"],
@@ -203,7 +221,7 @@ def live(
         "cpu_total": total,
         "cpu": cpu,
         "server_cpu_ms_per_episode": 1000 * server_s / summary["episodes"],
-        "server_profile_s": profile.parts(),
+        "server_profile_s": profile.parts() if cells == 1 else {},
         "journal": str(journal),
     }
 
@@ -227,6 +245,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int_list, default=[1, 4, 8], help="worker processes per agent group")
     parser.add_argument("--shards", type=int_list, default=[1, 4], help="journal shards")
+    parser.add_argument(
+        "--cells", type=int_list, default=[], help="runs in cells, one per count (one worker process per group each)"
+    )
     parser.add_argument(
         "--server-cores", type=int_list, default=[0], help="cores of the embedded nats-server (0: faultline's default)"
     )
@@ -289,6 +310,28 @@ def main() -> None:
                     f"replay of {shards} shard(s), {jobs} jobs: {timing['handling_s']:.2f} s handling,"
                     f" {timing['wall_s']:.2f} s wall"
                 )
+        for cells in args.cells:
+            for cores in args.server_cores:
+                row = live(
+                    folder,
+                    1,
+                    cells,
+                    cores,
+                    args.tasks,
+                    args.trials,
+                    args.concurrency,
+                    args.window,
+                    args.trim_after_s,
+                    cells=cells,
+                )
+                results["live"].append(row)
+                top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
+                console.print(
+                    f"{cells} cell(s), nats-servers on {row['server_cores']} core(s) each:"
+                    f" {row['episodes_per_s']:.0f} episodes/s ({_steady(row)} once settled); busiest: {top};"
+                    f" busiest nats-server {row['busiest_server_share']:.0%} of a core, all of them"
+                    f" {row['server_cpu_ms_per_episode']:.2f} ms of CPU per episode"
+                )
     _tables(console, results)
     if args.json:
         args.json.write_text(json.dumps(results | {"note": SIM_NOTE}, indent=2))
@@ -302,6 +345,7 @@ def _steady(row: dict[str, Any]) -> str:
 def _tables(console: Console, results: dict[str, Any]) -> None:
     live_table = Table(title="live throughput (sim: the runtime's mechanisms, not a model)")
     columns = (
+        "cells",
         "shards",
         "workers/group",
         "nats-server cores",
@@ -311,15 +355,20 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
         "journal lag (s)",
         "journaled episodes/s",
         "busiest process (% of a core)",
+        "busiest nats-server (% of a core)",
         "nats-server CPU per episode (ms)",
     )
     for column in columns:
         live_table.add_column(column, justify="right")
-    base = next((r["episodes_per_s"] for r in results["live"] if r["workers"] == 1 and r["shards"] == 1), None)
+    base = next(
+        (r["episodes_per_s"] for r in results["live"] if (r["workers"], r["shards"], r.get("cells", 1)) == (1, 1, 1)),
+        None,
+    )
     for row in results["live"]:
         busiest = row["cpu"][0] if row["cpu"] else ("-", 0.0)
         ratio = f"{row['episodes_per_s'] / base:.2f}" if base else "-"
         live_table.add_row(
+            str(row.get("cells", 1)),
             str(row["shards"]),
             str(row["workers"]),
             str(row["server_cores"] or "-"),
@@ -329,6 +378,7 @@ def _tables(console: Console, results: dict[str, Any]) -> None:
             f"{row['journal_lag_s']:.1f}",
             f"{row['journaled_episodes_per_s']:.0f}",
             f"{busiest[0]} {busiest[1]:.0%}",
+            f"{row.get('busiest_server_share', 0.0):.0%}",
             f"{row['server_cpu_ms_per_episode']:.2f}",
         )
     console.print(live_table)

@@ -122,3 +122,12 @@ def test_a_journal_set_is_written_by_cells_or_by_one_stream_never_both(tmp_path:
     with pytest.raises(JournalError, match="written by cells, asked to be written by one stream"):
         run(RunSpec(tasks=1, journal=celled, config=sharded))
     assert json.loads((plain / "journal-set.json").read_text()) == {"shards": 2}, "an old set's manifest, unchanged"
+
+
+def test_up_refuses_cells_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "faultline.toml"
+    config.write_text("[nats]\ncells = 2\n")
+    assert main(["up", "--config", str(config), "--journal", str(tmp_path / "j")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cells are started by `faultline run`" in err, err
+    assert not (tmp_path / "j").exists()

@@ -288,6 +288,11 @@ def _completers(args: argparse.Namespace, config: Config) -> tuple[str, ...] | N
 
 def _up(args: argparse.Namespace) -> int:
     config = config_of(args)
+    if config.nats.cells > 1:
+        raise ConfigError(
+            f"[nats] cells = {config.nats.cells}: cells are started by `faultline run` (each run its own), not by"
+            " `up`, whose system has one nats-server; set cells to 1 for `up`"
+        )
     apply_defense_flags(config, args.defense)  # a wrong flag fails here, not in every worker
     defenses = tuple(arg for flag in args.defense for arg in ("--defense", flag))
     journal = args.journal or Path(config.journal.path)
