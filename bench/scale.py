@@ -192,7 +192,7 @@ def live(
                         servers.append(pid)
                         go_cores = _go_cores(pid)
                         names[pid] += f" {len(servers) - 1}" * (cells > 1)
-                        if profile_server and len(servers) == 1:  # the first cell's, or the only one
+                        if profile_server and cells == 1:
                             profile.start(pid)
         samples.append((now, reading))
         time.sleep(1.0)  # a sampling period, not a wait for anything
@@ -221,7 +221,7 @@ def live(
         "cpu_total": total,
         "cpu": cpu,
         "server_cpu_ms_per_episode": 1000 * server_s / summary["episodes"],
-        "server_profile_s": profile.parts() if cells == 1 else {},
+        "server_profile_s": profile.parts(),
         "journal": str(journal),
     }
 
@@ -279,29 +279,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+
+        def measure(workers: int, shards: int, cores: int, cells: int = 1) -> None:
+            row = live(
+                folder,
+                workers,
+                shards,
+                cores,
+                args.tasks,
+                args.trials,
+                args.concurrency,
+                args.window,
+                args.trim_after_s,
+                args.profile_server,
+                cells,
+            )
+            results["live"].append(row)
+            console.print(_described(row))
+
         for shards in args.shards:
             for workers in args.workers:
                 for cores in args.server_cores:
-                    row = live(
-                        folder,
-                        workers,
-                        shards,
-                        cores,
-                        args.tasks,
-                        args.trials,
-                        args.concurrency,
-                        args.window,
-                        args.trim_after_s,
-                        args.profile_server,
-                    )
-                    results["live"].append(row)
-                    top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
-                    console.print(
-                        f"{shards} shard(s), {workers} worker(s)/group, nats-server on {row['server_cores']} core(s):"
-                        f" {row['episodes_per_s']:.0f} episodes/s ({row['journaled_episodes_per_s']:.0f} journaled,"
-                        f" lag {row['journal_lag_s']:.1f} s; {_steady(row)} once settled); busiest: {top};"
-                        f" nats-server {row['server_cpu_ms_per_episode']:.2f} ms of CPU per episode"
-                    )
+                    measure(workers, shards, cores)
             largest = Path(results["live"][-1]["journal"])
             for jobs in args.jobs:
                 timing = replay(largest, jobs) | {"shards": shards}
@@ -312,29 +311,28 @@ def main() -> None:
                 )
         for cells in args.cells:
             for cores in args.server_cores:
-                row = live(
-                    folder,
-                    1,
-                    cells,
-                    cores,
-                    args.tasks,
-                    args.trials,
-                    args.concurrency,
-                    args.window,
-                    args.trim_after_s,
-                    cells=cells,
-                )
-                results["live"].append(row)
-                top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
-                console.print(
-                    f"{cells} cell(s), nats-servers on {row['server_cores']} core(s) each:"
-                    f" {row['episodes_per_s']:.0f} episodes/s ({_steady(row)} once settled); busiest: {top};"
-                    f" busiest nats-server {row['busiest_server_share']:.0%} of a core, all of them"
-                    f" {row['server_cpu_ms_per_episode']:.2f} ms of CPU per episode"
-                )
+                measure(1, cells, cores, cells)
     _tables(console, results)
     if args.json:
         args.json.write_text(json.dumps(results | {"note": SIM_NOTE}, indent=2))
+
+
+def _described(row: dict[str, Any]) -> str:
+    """A live row in one line, as it is measured."""
+    top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
+    if row["cells"] > 1:
+        layout = f"{row['cells']} cell(s), nats-servers on {row['server_cores']} core(s) each"
+        servers = f"busiest nats-server {row['busiest_server_share']:.0%} of a core, all of them"
+    else:
+        layout = (
+            f"{row['shards']} shard(s), {row['workers']} worker(s)/group, nats-server on {row['server_cores']} core(s)"
+        )
+        servers = "nats-server"
+    return (
+        f"{layout}: {row['episodes_per_s']:.0f} episodes/s ({row['journaled_episodes_per_s']:.0f} journaled, lag"
+        f" {row['journal_lag_s']:.1f} s; {_steady(row)} once settled); busiest: {top}; {servers}"
+        f" {row['server_cpu_ms_per_episode']:.2f} ms of CPU per episode"
+    )
 
 
 def _steady(row: dict[str, Any]) -> str:
