@@ -17,9 +17,9 @@ are given, their difference being the command's fixed cost. `--server-cores` run
 with each number of cores for the embedded nats-server (`[nats] server_cores`; 0: faultline's default,
 a quarter of the machine's), and the table says how many it ran on (its GOMAXPROCS).
 
-`--cells 2,4` adds a run per count of cells (`[nats] cells`: independent nats-servers, each with its own stream,
-journal shard and a worker process per group), whose rows name each process's cell and give the busiest server's
-share of a core beside the servers' CPU per episode in all.
+`--cells 2,4` adds a run per count of cells and of `--workers` (`[nats] cells`: independent nats-servers, each with
+its own stream, journal shard and that many worker processes per group), whose rows name each process's cell and
+give the busiest server's share of a core beside the servers' CPU per episode in all.
 
 Every row also gives nats-server's CPU per episode over the whole run: the rate one server process can carry
 at a core is 1 / that. `--profile-server` samples the server with Linux `perf` and splits that CPU among the
@@ -246,7 +246,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int_list, default=[1, 4, 8], help="worker processes per agent group")
     parser.add_argument("--shards", type=int_list, default=[1, 4], help="journal shards")
     parser.add_argument(
-        "--cells", type=int_list, default=[], help="runs in cells, one per count (one worker process per group each)"
+        "--cells", type=int_list, default=[], help="runs in cells, one per count and per --workers (workers per cell)"
     )
     parser.add_argument(
         "--server-cores", type=int_list, default=[0], help="cores of the embedded nats-server (0: faultline's default)"
@@ -310,8 +310,9 @@ def main() -> None:
                     f" {timing['wall_s']:.2f} s wall"
                 )
         for cells in args.cells:
-            for cores in args.server_cores:
-                measure(1, cells, cores, cells)
+            for workers in args.workers:
+                for cores in args.server_cores:
+                    measure(workers, cells, cores, cells)
     _tables(console, results)
     if args.json:
         args.json.write_text(json.dumps(results | {"note": SIM_NOTE}, indent=2))
@@ -321,7 +322,10 @@ def _described(row: dict[str, Any]) -> str:
     """A live row in one line, as it is measured."""
     top = ", ".join(f"{name} {share:.0%}" for name, share in row["cpu"][:4])
     if row["cells"] > 1:
-        layout = f"{row['cells']} cell(s), nats-servers on {row['server_cores']} core(s) each"
+        layout = (
+            f"{row['cells']} cell(s), {row['workers']} worker(s)/group each, nats-servers on {row['server_cores']}"
+            " core(s) each"
+        )
         servers = f"busiest nats-server {row['busiest_server_share']:.0%} of a core, all of them"
     else:
         layout = (

@@ -7,6 +7,7 @@ import io
 import json
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -15,9 +16,9 @@ import pytest
 from faultline._errors import ConfigError, JournalError
 from faultline.api import RunSpec, run
 from faultline.cli import main
-from faultline.core import CONTROL_EPISODE
+from faultline.core import CONTROL_EPISODE, episode_cell, episode_shard
 from faultline.journal import JournalReader, create_set, export_jsonl, import_jsonl, read_manifest, shard_path, verify
-from faultline.runtime import Config, cell_of, parse_config
+from faultline.runtime import Config, parse_config
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +42,35 @@ def test_a_run_in_cells_runs_each_episode_in_its_cell_and_its_journal_set_reads_
     everyone = {p.episode for p, _ in report.episodes.outcomes()}
     for k in range(3):
         # each cell's journal service copies its own server's stream alone: what it holds is what ran there
-        assert episodes_in(shard_path(journal, k)) == {e for e in everyone if cell_of(e, 3) == k}
+        assert episodes_in(shard_path(journal, k)) == {e for e in everyone if episode_cell(e, 3) == k}
     assert all(episodes_in(shard_path(journal, k)) for k in range(3)), "this run's 8 episodes fall in every cell"
     assert verify(journal).ok
     assert main(["replay", str(journal)]) == 0
     with JournalReader(journal) as reader:
         assert {summary.episode for summary in reader.episodes()} == everyone
+
+
+def test_worker_shards_within_a_cell_each_take_a_share_of_its_episodes() -> None:
+    """A cell is chosen by a hash of its own: chosen by the worker shards' hash, a cell of 2 of 4 would hold only
+    episodes of one of its 2 worker shards, and the other would idle."""
+    episodes = [f"r{i:05d}-task-{i % 97:02d}-t{i % 3}" for i in range(4000)]
+    buckets = Counter((episode_cell(e, 4), episode_shard(e, 2)) for e in episodes)
+    assert len(buckets) == 8
+    assert all(400 <= count <= 600 for count in buckets.values()), buckets
+
+
+def test_a_cell_runs_several_worker_processes_per_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "j"
+    code = main(["run", "--cells", "2", "--workers", "2", "--tasks", "12", "--run-id", "w2", "--journal", str(journal)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    with JournalReader(journal) as reader:
+        episodes = [summary.episode for summary in reader.episodes()]
+        assert {summary.outcome for summary in reader.episodes()} == {"success"}
+    assert len(episodes) == 12
+    # every worker shard of every cell had episodes: one whose consumer read nothing would have left them unfinished
+    assert len({(episode_cell(e, 2), episode_shard(e, 2)) for e in episodes}) == 4
+    assert main(["replay", str(journal)]) == 0
 
 
 def test_a_runs_fault_rules_are_in_force_in_every_cell(tmp_path: Path) -> None:
@@ -94,8 +118,6 @@ def test_a_shard_holding_another_cells_episode_fails_verify(tmp_path: Path) -> N
 
 
 def test_cells_refuse_what_they_cannot_run_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ConfigError, match="one worker process per group"):
-        in_cells(2, workers={"main": {"count": 2}})
     with pytest.raises(ConfigError, match="cannot name one"):
         in_cells(2, nats={"cells": 2, "url": "nats://127.0.0.1:4222"})
     with pytest.raises(ConfigError, match="set \\[journal\\] shards to 2"):
@@ -105,9 +127,9 @@ def test_cells_refuse_what_they_cannot_run_in_one_line(tmp_path: Path, capsys: p
     with pytest.raises(ConfigError, match="a run on the system at"):
         run(RunSpec(tasks=1, config=in_cells(2), nats="nats://127.0.0.1:4222"))
     assert in_cells(2, journal={"shards": 2}).journal_shards == 2
-    assert main(["run", "--cells", "2", "--workers", "2", "--journal", str(tmp_path / "w")]) == 1
+    assert main(["run", "--cells", "2", "--nats", "nats://127.0.0.1:4222", "--journal", str(tmp_path / "w")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "add cells instead" in err, err
+    assert err.count("\n") == 1 and "cells start a system of their own" in err, err
     assert not (tmp_path / "w").exists(), "refused before anything started"
 
 

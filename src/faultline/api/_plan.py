@@ -38,6 +38,7 @@ from faultline.core import (
     InputRecord,
     Start,
     check_token,
+    episode_cell,
     helper_agent,
     in_run,
     load_system,
@@ -55,7 +56,6 @@ from faultline.runtime import (
     Stall,
     StallWatch,
     ask_journal,
-    cell_of,
     last_words,
     model_calls_in_flight,
     recorded_run,
@@ -455,7 +455,7 @@ async def run_plan(
 ) -> None:
     """Run every episode of `result.planned`, `plan.concurrency` at a time, recording them in `result`.
 
-    `bus` is the system's server, or each cell's (`runtime.Cells`): an episode runs in the cell `cell_of` gives it.
+    `bus` is the system's server, or each cell's (`runtime.Cells`): an episode runs in the cell `episode_cell` gives it.
     JournalError, and no further episode starts, once the journal reports it cannot write. EpisodeHeldError, before
     anything of that episode is published, where another process started an episode of the plan first.
     `in_force` (the run's fault rules, `rules_in_force`) is entered once the first episode is the run's own, before
@@ -479,7 +479,7 @@ async def run_plan(
     cells = [cell(bus) for bus in buses]
 
     def cell_of_episode(episode: str) -> _Cell:
-        return cells[cell_of(episode, len(cells))] if len(cells) > 1 else cells[0]
+        return cells[episode_cell(episode, len(cells))] if len(cells) > 1 else cells[0]
 
     async def claim(p: PlannedEpisode) -> tuple[PlannedEpisode, list[Envelope]]:
         """The episode (a resumed run's may have moved to a retry's id) and its Starts, once its start event is

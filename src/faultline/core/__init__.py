@@ -108,6 +108,7 @@ from faultline.core._subjects import (
     Subjects,
     check_delivered,
     check_token,
+    episode_cell,
     episode_shard,
     validate_envelope,
 )
@@ -214,6 +215,7 @@ __all__ = [
     "body_kind",
     "check_delivered",
     "check_token",
+    "episode_cell",
     "episode_shard",
     "MAX_PARTITIONS",
     "decode_body",

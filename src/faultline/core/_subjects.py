@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import zlib
@@ -187,6 +188,17 @@ def episode_shard(episode: str, shards: int) -> int:
     journal set written before, so it never changes. An empty episode (a control) belongs to shard 0.
     """
     return zlib.crc32(episode.encode()) % shards if episode else 0
+
+
+def episode_cell(episode: str, cells: int) -> int:
+    """Which of `cells` cells (independent systems, `[nats] cells`) runs `episode`, and which shard of their journal
+    set holds it.
+
+    A hash of its own, independent of `episode_shard`: within a cell, worker shards divide the cell's episodes by
+    `episode_shard`, and a cell chosen by that same hash would give some of them none. Part of the format of a set
+    written by cells (its `partition`), so it never changes.
+    """
+    return int.from_bytes(hashlib.blake2b(episode.encode(), digest_size=8).digest(), "big") % cells
 
 
 def _route(env: Envelope) -> tuple[str, ...]:

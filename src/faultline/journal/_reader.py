@@ -21,11 +21,11 @@ import msgspec
 
 from faultline._errors import JournalError
 from faultline._files import not_a_file
-from faultline.core import EpisodeCompleted, digest, episode_shard, in_run
+from faultline.core import EpisodeCompleted, digest, in_run
 from faultline.journal._requests import BlobStore, is_compact
 from faultline.journal._rows import GENESIS, JournalRow
 from faultline.journal._schema import ROW_SELECT, JournalSettings, check, connect_readonly
-from faultline.journal._set import CELL_EPISODES, is_journal_set, journal_files, read_manifest, set_of
+from faultline.journal._set import CELL_EPISODES, SetManifest, is_journal_set, journal_files, read_manifest, set_of
 from faultline.journal._timing import copied_rows
 
 
@@ -401,7 +401,8 @@ class JournalReader:
             self.close()
             raise
         self.version = min(file.version for file in self._files)
-        self._in_every_shard = CELL_EPISODES if self.shards > 1 and read_manifest(self.path).cells else frozenset()
+        self._manifest = read_manifest(self.path) if self.shards > 1 else SetManifest(shards=1)
+        self._in_every_shard = CELL_EPISODES if self._manifest.cells else frozenset()
 
     @property
     def shards(self) -> int:
@@ -421,7 +422,7 @@ class JournalReader:
         )
 
     def _of(self, episode: str) -> _FileReader:
-        return self._files[episode_shard(episode, len(self._files))]
+        return self._files[self._manifest.shard_of(episode)]
 
     def _holding(self, episode: str) -> list[_FileReader]:
         """The files that hold `episode`'s rows: its shard's, or every shard's for a cell's controls and dead letters."""

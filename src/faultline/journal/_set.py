@@ -12,7 +12,9 @@ would move), so a changed `[journal] shards` is refused, not silently re-partiti
 
 A set written by cells (`[nats] cells`: independent nats-servers, one shard each) says so: each
 cell's shard holds its own stream's controls and dead letters beside its episodes, so those two
-episodes (`CELL_EPISODES`) are in every shard, and each shard's stream sequences are its own.
+episodes (`CELL_EPISODES`) are in every shard, and each shard's stream sequences are its own. Its
+episodes lie where `core.episode_cell` puts them (its `partition`), a hash independent of the
+worker shards' within each cell.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import msgspec
 
 from faultline._errors import JournalError
 from faultline._files import not_a_file
-from faultline.core import CONTROL_EPISODE, DLQ_EPISODE
+from faultline.core import CONTROL_EPISODE, DLQ_EPISODE, episode_cell, episode_shard
 
 MANIFEST = "journal-set.json"
 MAX_SHARDS = 64
@@ -37,10 +39,17 @@ class SetManifest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """What `journal-set.json` says: which partition the set uses and how many shards it has."""
 
     format: Literal["faultline-journal-set"] = "faultline-journal-set"
-    partition: Literal["crc32-episode"] = "crc32-episode"
+    partition: Literal["crc32-episode", "blake2b-episode"] = "crc32-episode"
+    """Which shard holds an episode: `core.episode_shard`, or `core.episode_cell` for a set written by cells."""
     shards: int
     cells: bool = False
     """Each shard was written from a stream of its own (a cell), with that stream's controls and dead letters."""
+
+    def shard_of(self, episode: str) -> int:
+        """The shard that holds `episode`'s rows (one of them, for a cell's controls and dead letters)."""
+        if self.partition == "blake2b-episode":
+            return episode_cell(episode, self.shards)
+        return episode_shard(episode, self.shards)
 
 
 def is_journal_set(path: Path) -> bool:
@@ -87,7 +96,10 @@ def create_set(folder: Path, shards: int, *, cells: bool = False) -> SetManifest
     if not is_journal_set(folder):
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".{MANIFEST}.{os.getpid()}"
-        partial.write_bytes(msgspec.json.encode(SetManifest(shards=shards, cells=cells)))
+        manifest = (
+            SetManifest(shards=shards, cells=True, partition="blake2b-episode") if cells else SetManifest(shards=shards)
+        )
+        partial.write_bytes(msgspec.json.encode(manifest))
         try:
             os.link(partial, folder / MANIFEST)  # fails if another process made it first
         except FileExistsError:

@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 
 from faultline._errors import ChainError, DecodeError, JournalError
-from faultline.core import decode_body, digest, episode_shard
+from faultline.core import decode_body, digest
 from faultline.journal._facts import FACT_KINDS, facts_of
 from faultline.journal._head import (
     cut_problem,
@@ -59,7 +59,7 @@ from faultline.journal._schema import (
     check,
     connect_readonly,
 )
-from faultline.journal._set import CELL_EPISODES, is_journal_set, journal_files, read_manifest
+from faultline.journal._set import CELL_EPISODES, SetManifest, is_journal_set, journal_files, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ def _verify_set(
     if anchor:
         raise JournalError(f"{folder}: a journal set has a chain per shard; check an anchor against a shard's file")
     files = journal_files(folder)
-    cells = read_manifest(folder).cells
+    manifest = read_manifest(folder)
     sizes = [_rows_in(file, settings or JournalSettings()) for file in files] if progress is not None else []
     rows = resumed = 0
     recorded: int | None = 0
@@ -251,7 +251,7 @@ def _verify_set(
                 progress(before + done, before + total + after)
 
         report = verify(file, settings=settings, facts=facts, jobs=jobs, resume=resume, progress=tell)
-        stray = "" if not report.ok else _stray_episode(file, shard, len(files), settings or JournalSettings(), cells)
+        stray = "" if not report.ok else _stray_episode(file, shard, manifest, settings or JournalSettings())
         if not report.ok or stray:
             return VerifyReport(
                 path=str(folder),
@@ -275,14 +275,15 @@ def _verify_set(
     )
 
 
-def _stray_episode(file: Path, shard: int, shards: int, settings: JournalSettings, cells: bool) -> str:
+def _stray_episode(file: Path, shard: int, manifest: SetManifest, settings: JournalSettings) -> str:
     """A problem if shard `shard`'s file holds an episode the partition puts in another shard, else "" (a set
-    written by `cells` holds a cell's controls and dead letters in each shard)."""
+    written by cells holds a cell's controls and dead letters in each shard)."""
     conn = connect_readonly(file, settings)
     try:
         for (episode,) in conn.execute("SELECT DISTINCT episode FROM messages"):
-            if episode_shard(episode, shards) != shard and not (cells and episode in CELL_EPISODES):
-                return f"holds episode {episode!r}, which belongs in shard {episode_shard(episode, shards)}"
+            belongs = manifest.shard_of(episode)
+            if belongs != shard and not (manifest.cells and episode in CELL_EPISODES):
+                return f"holds episode {episode!r}, which belongs in shard {belongs}"
     finally:
         conn.close()
     return ""

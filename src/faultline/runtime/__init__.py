@@ -7,7 +7,7 @@ from faultline._lazy import lazy_exports
 if TYPE_CHECKING:
     from faultline.core import ALL_AGENTS
     from faultline.runtime._agents import CONTROLLER_AGENT, agent_lookup, system_of
-    from faultline.runtime._cells import Cells, cell_config, cell_of
+    from faultline.runtime._cells import Cells, cell_config
     from faultline.runtime._config import (
         ALL_ROLES,
         DEFAULT_CONFIG_FILE,
@@ -146,7 +146,6 @@ __all__ = [
     "Supervisor",
     "Cells",
     "cell_config",
-    "cell_of",
     "cells_problem",
     "Worker",
     "WorkerConfig",
@@ -286,7 +285,7 @@ __getattr__, __dir__ = lazy_exports(
         ),
         "faultline.runtime._stalls": ("Stall", "StallWatch", "stall_of"),
         "faultline.runtime._supervisor": ("ProcessSpec", "Supervisor"),
-        "faultline.runtime._cells": ("Cells", "cell_config", "cell_of"),
+        "faultline.runtime._cells": ("Cells", "cell_config"),
         "faultline.runtime._worker": ("Worker", "WorkerSettings"),
     },
 )

@@ -3,9 +3,10 @@
 One nats-server stores and delivers every message of a system, about 2.9 ms of its CPU per retail episode (sim),
 so a host's live throughput stops at what one server does, however many cores it has. Cells divide that work.
 Cell k is a whole system of its own (a `Supervisor`): its server holds only the episodes that
-`core.episode_shard(episode, cells)` gives k, its journal service writes shard k of the journal set, and its
-workers handle what its stream delivers. No message crosses cells, so no server routes to another; the runner
-sends each episode's start to its cell's server (`cell_of`), and every agent's answer stays there.
+`core.episode_cell(episode, cells)` gives k, its journal service writes shard k of the journal set, and its
+workers (worker shards too, which divide the cell's episodes by another hash) handle what its stream delivers.
+No message crosses cells, so no server routes to another; the runner sends each episode's start to its cell's
+server, and every agent's answer stays there.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import anyio
 import msgspec
 
 from faultline.bus import Bus
-from faultline.core import episode_shard
 from faultline.journal import shard_path
 from faultline.runtime._config import Config
 from faultline.runtime._supervisor import Supervisor
@@ -32,11 +32,6 @@ def cell_config(config: Config, journal: Path, cell: int) -> Config:
         nats=msgspec.structs.replace(config.nats, cells=1),
         journal=msgspec.structs.replace(config.journal, shards=1, path=str(shard_path(journal, cell))),
     )
-
-
-def cell_of(episode: str, cells: int) -> int:
-    """The cell that runs `episode`: the shard of the journal set that holds it."""
-    return episode_shard(episode, cells)
 
 
 @dataclass

@@ -104,9 +104,10 @@ class NatsConfig(_Section, frozen=True):
     """The embedded server's own certificate for `--tls` (with `tls_key` and `tls_ca`); empty: one is made."""
     tls_key: str = ""
     cells: Annotated[int, msgspec.Meta(ge=1, le=MAX_SHARDS)] = 1
-    """Independent embedded nats-servers a local run starts, each with a stream, a journal shard and a worker process
-    per group of its own, among which it divides its episodes by the journal's partition: no server stores every
-    message. Above 1, `[journal] path` is the folder of a journal set of this many shards. docs/scale.md."""
+    """Independent embedded nats-servers a local run starts, each with a stream, a journal shard and the workers
+    (`[workers]`, each group's `count` in every cell) of its own, among which it divides its episodes: no server
+    stores every message. Above 1, `[journal] path` is the folder of a journal set of this many shards.
+    docs/scale.md."""
 
 
 class JournalConfig(_Section, frozen=True):
@@ -667,18 +668,12 @@ def cells_problem(config: Config) -> str:
     cells = config.nats.cells
     if cells == 1:
         return ""
-    counted = sorted(name for name, worker in config.workers.items() if worker.count > 1)
     if config.nats.url:
         return f"{cells} cells start a nats-server each, so nats.url ({config.nats.url}) cannot name one"
     if config.journal.shards not in (1, cells):
         return f"{cells} cells write a journal shard each: set [journal] shards to {cells} or leave it out"
     if config.nats.replicas > 1:
         return f"{cells} cells each keep their stream on one server: set [nats] replicas to 1"
-    if counted:
-        return (
-            f"{cells} cells run one worker process per group each, and group {counted[0]!r} asks for more: add"
-            " cells instead"
-        )
     if config.memory.mode != "off":
         return f"{cells} cells have a stream each, and the memory service reads one: set memory to off"
     return ""
