@@ -112,3 +112,12 @@ def test_a_campaign_refuses_a_selection_run_refuses_in_one_line_before_it_starts
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and said.format(inputs=inputs) in err, err
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("given, passed", [("0", 0.0), ("2.5", 2.5), (None, None)])
+def test_a_campaign_gives_each_cells_run_its_stall_after_zero_included(
+    given: str | None, passed: float | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag = ["--stall-after", given] if given is not None else []
+    runs = cells(["--tasks", "1", *flag, "--out", str(tmp_path / "c")], monkeypatch)
+    assert [args.stall_after for args in runs] == [passed, passed]

@@ -28,7 +28,7 @@ from rich.text import Text
 
 from faultline._errors import CampaignError, ConfigError, JournalError, UsageError
 from faultline.api import STOP_SIGNALS, RunSpec, episode_id
-from faultline.cli._args import seconds, whole_number
+from faultline.cli._args import seconds, seconds_or_zero, whole_number
 from faultline.cli._connect import running_up
 from faultline.cli._models import add_model_flags, effective_config, model_label
 from faultline.cli._run import (
@@ -104,6 +104,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--episode-timeout", type=seconds, default=None, metavar="S", help="an episode's time limit (see `run`)"
+    )
+    p.add_argument(
+        "--stall-after",
+        type=seconds_or_zero,
+        default=None,
+        metavar="S",
+        help="end an episode as stalled once nothing of it has been in flight for S seconds; 0: never (see `run`)",
     )
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the campaign folder (made if missing)")
     p.add_argument(
@@ -264,6 +271,8 @@ def _run_argv(args: argparse.Namespace, journal: Path, settings: CampaignSetting
     ):  # fmt: skip
         if value:
             argv += [flag, str(value)]
+    if args.stall_after is not None:  # 0 (never) is a value to pass on
+        argv += ["--stall-after", f"{args.stall_after:g}"]
     argv += [a for item in args.model_setting for a in ("--model-setting", item)]
     argv += [a for path in args.plugin_path for a in ("--plugin-path", str(path))]
     return argv
