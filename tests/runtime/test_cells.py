@@ -73,6 +73,17 @@ def test_a_cell_runs_several_worker_processes_per_group(tmp_path: Path, capsys: 
     assert main(["replay", str(journal)]) == 0
 
 
+def test_a_run_in_cells_resumes_in_its_cells(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    first = run(RunSpec(tasks=4, journal=journal, config=in_cells(2), run_id="rc"))
+    again = run(RunSpec(tasks=8, journal=journal, config=in_cells(2), run_id="rc", resume=True))
+    assert first.summary.outcomes == {"success": 4}
+    assert again.summary.outcomes == {"success": 8}, "the first run's 4 count as they ended; 4 more ran"
+    assert verify(journal).ok, "every episode, old and new, is in its cell's shard"
+    with JournalReader(journal) as reader:
+        assert len(reader.episodes()) == 8
+
+
 def test_a_runs_fault_rules_are_in_force_in_every_cell(tmp_path: Path) -> None:
     journal = tmp_path / "j"
     report = run(RunSpec(tasks=6, journal=journal, config=in_cells(2), faults=["storm:copies=2,kind=tool_call"]))
