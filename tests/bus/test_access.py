@@ -18,12 +18,14 @@ from faultline.bus import (
     OPERATOR,
     Access,
     Bus,
+    Consumer,
     Credential,
     Delivery,
     EmbeddedServer,
     Login,
     Message,
     agent_identity,
+    agent_reads,
     journal_identity,
     operator_identity,
 )
@@ -283,3 +285,40 @@ async def test_a_question_to_the_stream_that_the_credential_may_not_ask_says_so(
         " connected with may not (the operator's may)"
     )
     assert not [r for r in caplog.records if r.levelno == logging.ERROR]
+
+
+async def test_a_workers_read_of_what_was_trimmed_meanwhile_ends_without_asking_for_its_readers_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker may not ask for the state of a consumer (its configuration would show others' too): its reader's idle
+    heartbeats tell it that the reader has sent all it holds once the journal trimmed what it was opened on."""
+    reader = agent_identity(S, "worker-main", ("tool",), reads=agent_reads(S, "tool"))
+    granted = Access(tmp_path / "credentials", (operator_identity(), reader)).prepare()
+    with EmbeddedServer(store_dir=tmp_path / "nats", config_file=granted.server_config) as server:
+        operator_bus = await Bus.connect(server.url, login=Login(granted.credential(OPERATOR)))
+        await operator_bus.ensure_stream()
+        try:
+            await read_trimmed(operator_bus, server, granted, monkeypatch)
+        finally:
+            await operator_bus.close()
+
+
+async def read_trimmed(
+    operator_bus: Bus, server: EmbeddedServer, granted: Access, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs = [Envelope(id=f"m{i}", episode="e1", sender="user", recipient="tool", body=Note(text="x")) for i in (1, 2)]
+    await operator_bus.publish_all(inputs)
+    worker = await Bus.connect(server.url, name="worker-main", login=Login(granted.credential("worker-main")))
+    start = Consumer._start
+
+    async def trimmed_first(consumer: Consumer) -> None:
+        """Opened on the 2 inputs, which are trimmed before it can deliver them (it delivers once someone listens)."""
+        await operator_bus.trim_stream(["fl.ep.e1.>"], below=3)
+        await start(consumer)
+
+    monkeypatch.setattr(Consumer, "_start", trimmed_first)
+    try:
+        with anyio.fail_after(REFUSAL_TIMEOUT_S):
+            assert await worker.read_envelopes(["fl.ep.e1.tool.*"], timeout_s=REFUSAL_TIMEOUT_S) == []
+    finally:
+        await worker.close()

@@ -112,6 +112,9 @@ class Consumer:
         """The consumer sequence of the last delivery that arrived here (handed over or queued)."""
         self._lost: DeliveriesLostError | None = None
         """Deliveries an idle heartbeat proved lost, raised once those that arrived are handed over."""
+        self._idle_after: int | None = None
+        """The last delivery an idle heartbeat named, while nothing has arrived since: the server had nothing more
+        to send this consumer then, and had sent up to it."""
         self._queue: deque[Delivery] = deque()
         self._arrived = asyncio.Event()
         self._sub: Subscription | None = None
@@ -143,6 +146,7 @@ class Consumer:
             return
         seq, delivered, pending, consumer_seq = _parse_ack_subject(msg.reply)
         self._arrived_seq = max(self._arrived_seq, consumer_seq)
+        self._idle_after = None
         delivery = Delivery(msg.subject, msg.data, msg.reply, seq, delivered, pending, consumer_seq)
         handler = self._handler
         if handler is None:
@@ -157,6 +161,7 @@ class Consumer:
     def _on_status(self, msg: Msg) -> None:
         """An idle heartbeat saying the server sent more than arrived: those deliveries were lost on the way."""
         last = int((msg.headers or {}).get(LAST_CONSUMER_HEADER, 0) or 0)
+        self._idle_after = last
         if last <= self._arrived_seq or self._lost is not None:
             return
         lost = self._lost_between(self._arrived_seq + 1, last, "an idle heartbeat said so")
@@ -241,8 +246,10 @@ class Consumer:
 
         Each delivery says how many are still pending after it, so the read ends at the first one that says none,
         without waiting for a quiet period. Messages removed from the stream after the consumer was opened (the
-        journal trims the stream) are never delivered: while nothing arrives, the consumer is asked every
-        `BACKLOG_LOOK_S` whether it has sent everything it holds, and the read ends once it has.
+        journal trims the stream) are never delivered: while nothing arrives for `BACKLOG_LOOK_S`, the read ends
+        once the consumer has sent everything it holds. A consumer with idle heartbeats says so itself (a heartbeat
+        naming the last delivery that arrived), which any reader hears; one without is asked for its state, which
+        only an identity that may ask for it can (`_sent_all`).
         """
         info = self._opened or await self._info()
         if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
@@ -260,10 +267,17 @@ class Consumer:
         return got
 
     async def _sent_all(self, got: list[Delivery]) -> bool:
-        """Whether nothing is left to deliver and the last delivery sent is the last one taken (none is on its way)."""
+        """Whether nothing is left to deliver and the last delivery sent is the last one taken (none is on its way).
+
+        An idle heartbeat is sent only when the server finds nothing to deliver: one that names the last delivery
+        taken, with nothing arrived after it, says both. A consumer without heartbeats is asked for its state.
+        """
+        taken = got[-1].consumer_seq if got else 0
+        if self._opened is not None and self._opened.config.idle_heartbeat:
+            return self._idle_after == taken and not self._queue
         info = await self._info()
         sent = info.delivered.consumer_seq if info.delivered else 0
-        return not info.num_pending and sent == (got[-1].consumer_seq if got else 0)
+        return not info.num_pending and sent == taken
 
     async def ack(self, delivery: Delivery) -> None:
         """Acknowledge; with an ack-all consumer this also acknowledges everything before it."""

@@ -107,7 +107,7 @@ class Consumers:
         max_ack_pending: int | None = None,
         ack_wait_s: float | None = None,
         replace: bool = False,
-        heartbeat: bool = False,
+        heartbeat_s: float | None = None,
     ) -> Consumer:
         deliver_subject = self._nc.new_inbox()
         consumer = name or deliver_subject.rsplit(".", 1)[-1]
@@ -136,7 +136,7 @@ class Consumers:
                 else api.AckPolicy.NONE,
                 ack_wait=(ack_wait_s or self._settings.ack_wait_s) if durable else None,
                 max_ack_pending=(max_ack_pending or self._settings.max_ack_pending) if durable else None,
-                idle_heartbeat=self._settings.idle_heartbeat_s if heartbeat else None,
+                idle_heartbeat=heartbeat_s,
                 **_filters(filter_subjects),
                 inactive_threshold=None if durable else EPHEMERAL_INACTIVE_S,
                 **_start_policy(start),

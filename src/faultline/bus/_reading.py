@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from faultline._errors import DeliveriesLostError
-from faultline.bus._consumer import Consumer, Delivery
+from faultline.bus._consumer import BACKLOG_LOOK_S, Consumer, Delivery
 from faultline.bus._consumers import Consumers
 from faultline.bus._refusals import Refusals
 from faultline.bus._retry import RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S, asked_again
@@ -37,7 +37,10 @@ class Reader:
     async def read_stored(self, filter_subjects: Sequence[str], timeout_s: float, *, after: int) -> list[Delivery]:
         got: list[Delivery] = []
         for subject in filter_subjects:
-            consumer = await self._consumers.open(None, [subject], start=after + 1 if after else "all")
+            # its idle heartbeats tell when it has sent all it holds, which a worker may not ask it (`backlog`)
+            consumer = await self._consumers.open(
+                None, [subject], start=after + 1 if after else "all", heartbeat_s=BACKLOG_LOOK_S
+            )
             try:
                 got.extend(await consumer.backlog(timeout_s))
             finally:
@@ -71,7 +74,9 @@ class Reader:
         """A consumer of `subject` from stream sequence `last` + 1, asked for again while the stream cannot
         be reached (no leader yet); a credential that may not read it is refused at once."""
         return await asked_again(
-            functools.partial(self._consumers.open, None, [subject], start=last + 1, heartbeat=True),
+            functools.partial(
+                self._consumers.open, None, [subject], start=last + 1, heartbeat_s=self._settings.idle_heartbeat_s
+            ),
             first_s=RETRY_BACKOFF_S,
             max_s=RETRY_BACKOFF_MAX_S,
         )

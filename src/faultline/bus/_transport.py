@@ -319,7 +319,7 @@ class Bus:
             max_ack_pending=max_ack_pending,
             ack_wait_s=ack_wait_s,
             replace=replace,
-            heartbeat=heartbeat,
+            heartbeat_s=self.settings.idle_heartbeat_s if heartbeat else None,
         )
 
     async def own_consumer(
