@@ -33,6 +33,7 @@ def test_the_public_names_are_exactly_these() -> None:
             "is_journal_set",
             "journal_exists",
             "journal_files",
+            "read_manifest",
             "shard_path",
             "describe_body",
             "diff_episodes",
