@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
+from faultline._errors import FaultlineError
 from faultline.bus import Bus
 from faultline.journal import shard_path
 from faultline.runtime._config import Config
@@ -50,12 +51,19 @@ class Cells:
         return buses
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Start the cells one after another, and return once each has every process ready.
+        """Start every cell, and return once each has every process ready; the first failure if one does not.
 
-        In this task, which also stops them: a connection to a server lives in the task that opened it.
+        The servers and connections one after another in this task, which also stops them (a connection lives in
+        the task that opened it); the processes, which spend seconds importing, in every cell at once.
         """
         for supervisor in self.supervisors:
-            await supervisor.start(tg)
+            await supervisor.open(tg)
+        try:
+            async with anyio.create_task_group() as spawning:
+                for supervisor in self.supervisors:
+                    spawning.start_soon(supervisor.spawn, tg)
+        except* FaultlineError as failed:
+            raise failed.exceptions[0] from None
 
     async def stop(self) -> None:
         """Stop every cell, in order within each (`Supervisor.stop`), the last started first."""

@@ -144,6 +144,12 @@ class Supervisor:
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Start everything and return once every process announced it is ready."""
+        await self.open(tg)
+        await self.spawn(tg)
+
+    async def open(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the embedded nats-server (unless a URL is given), connect to it and make the stream: what `spawn`
+        needs. In the task that will `stop`, which closes the connection."""
         access = self.access
         if not self.nats_url:
             config_file = access.server_config if access else None
@@ -168,6 +174,10 @@ class Supervisor:
             await self.bus.ensure_consumers(access.consumers)  # the workers may only read them, not make them
         await hear(self.bus, PROCESS_SERVICE, READY, self._on_ready)
         await hear(self.bus, JOURNAL_SERVICE, JOURNAL_STATE, self._on_journal_state)
+
+    async def spawn(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the journal services, then the other services and the workers side by side (`open` first), and
+        return once every one announced it is ready; `tg` keeps them running."""
         completers = ("--completers", ANY_COMPLETER if self.completers is None else ",".join(self.completers))
         partitions = ("--partitions", str(self.bus_settings.partitions))
         trim = ("--trim-after-s", f"{self.journal_trim_after_s:g}")
