@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import os
 import re
 import shutil
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -14,11 +17,12 @@ import msgspec
 import pytest
 
 from faultline._errors import ConfigError, JournalError
-from faultline.api import RunSpec, run
+from faultline.api import RunPlan, RunSpec, run
 from faultline.cli import main
 from faultline.core import CONTROL_EPISODE, episode_cell, episode_shard
 from faultline.journal import JournalReader, create_set, export_jsonl, import_jsonl, read_manifest, shard_path, verify
 from faultline.runtime import Config, parse_config
+from tests.processes import children
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +86,44 @@ def test_a_run_in_cells_resumes_in_its_cells(tmp_path: Path) -> None:
     assert verify(journal).ok, "every episode, old and new, is in its cell's shard"
     with JournalReader(journal) as reader:
         assert len(reader.episodes()) == 8
+
+
+class KillsAServer:
+    """Watches a run in cells: kills one cell's nats-server (SIGKILL) once `after` episodes completed."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.killed = 0
+
+    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
+        return None
+
+    def system_up(self) -> None:
+        return None
+
+    def update(self, done: int, ok: int, waiting: str) -> None:
+        if done >= self.after and not self.killed:
+            servers = [pid for pid, command in children(os.getpid()).items() if "nats-server" in command]
+            self.killed = servers[0]
+            os.kill(self.killed, signal.SIGKILL)
+
+    def finished(self) -> None:
+        return None
+
+
+def test_a_cell_whose_server_is_killed_loses_nothing_and_the_others_run_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = tmp_path / "j"
+    watcher = KillsAServer(after=2)
+    with caplog.at_level(logging.WARNING, logger="faultline.runtime"):
+        report = run(RunSpec(tasks=16, concurrency=6, journal=journal, config=in_cells(2)), progress=watcher)
+    assert watcher.killed
+    assert "nats-server is down (exit code -9)" in caplog.text and "nats-server is running again" in caplog.text
+    assert report.summary.outcomes == {"success": 16}, "every episode completed, in both cells"
+    assert not report.journal_problem
+    assert verify(journal).ok
+    assert main(["replay", str(journal)]) == 0
 
 
 def test_a_runs_fault_rules_are_in_force_in_every_cell(tmp_path: Path) -> None:
