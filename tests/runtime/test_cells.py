@@ -126,6 +126,40 @@ def test_a_cell_whose_server_is_killed_loses_nothing_and_the_others_run_on(
     assert main(["replay", str(journal)]) == 0
 
 
+class CountsModelCalls:
+    """Watches a run: the most model calls its progress line said were in flight at once."""
+
+    def __init__(self) -> None:
+        self.most = 0
+
+    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
+        return None
+
+    def system_up(self) -> None:
+        return None
+
+    def update(self, done: int, ok: int, waiting: str) -> None:
+        if said := re.search(r"(\d+) model calls? in flight", waiting):
+            self.most = max(self.most, int(said.group(1)))
+
+    def finished(self) -> None:
+        return None
+
+
+def test_a_runs_progress_counts_the_model_calls_of_every_cell(tmp_path: Path) -> None:
+    """2 episodes in each cell, each nearly always waiting on a 1 s model call: more than 2 calls in flight at once
+    are only seen by asking both cells' workers."""
+    slow = {"nats": {"cells": 2}, "models": {"default": {"latency": {"distribution": "fixed", "seconds": 1.0}}}}
+    watcher = CountsModelCalls()
+    report = run(
+        RunSpec(tasks=4, concurrency=4, journal=tmp_path / "j", config=parse_config(slow), run_id="lat"),
+        progress=watcher,
+    )
+    assert sorted(episode_cell(p.episode, 2) for p, _ in report.episodes.outcomes()) == [0, 0, 1, 1]
+    assert report.summary.outcomes == {"success": 4}
+    assert watcher.most >= 3, watcher.most
+
+
 def test_a_runs_fault_rules_are_in_force_in_every_cell(tmp_path: Path) -> None:
     journal = tmp_path / "j"
     report = run(RunSpec(tasks=6, journal=journal, config=in_cells(2), faults=["storm:copies=2,kind=tool_call"]))

@@ -511,7 +511,7 @@ async def run_plan(
 
             async def watch_model_calls() -> None:
                 while True:
-                    result.model_calls = [call for each in cells for call in await model_calls_in_flight(each.bus)]
+                    result.model_calls = await _model_calls_in_flight(cells)
                     await anyio.sleep(MODEL_CALLS_POLL_S)
 
             async def watch() -> None:
@@ -566,6 +566,19 @@ async def run_plan(
         raise refused.exceptions[0] from None
     finally:
         result.seconds = anyio.current_time() - started
+
+
+async def _model_calls_in_flight(cells: Sequence[_Cell]) -> list[CallInFlight]:
+    """`model_calls_in_flight` of every cell, asked of all at once, the oldest first."""
+    found: list[CallInFlight] = []
+
+    async def ask(bus: Bus) -> None:
+        found.extend(await model_calls_in_flight(bus))
+
+    async with anyio.create_task_group() as asking:
+        for cell in cells:
+            asking.start_soon(ask, cell.bus)
+    return sorted(found, key=lambda call: -call.age_s)
 
 
 @contextlib.asynccontextmanager
