@@ -253,7 +253,10 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     config = apply_defense_flags(spec.config, list(spec.defenses))
     journal = spec.journal or Path(config.journal.path)
     if spec.nats and config.nats.cells > 1:
-        raise ConfigError(f"cells start a system of their own, so a run on the system at {spec.nats} has none")
+        raise ConfigError(
+            f"cells are systems a run starts for itself, so a run on the system at {spec.nats} cannot have them:"
+            " leave out cells (--cells, [nats] cells) or the running system's URL"
+        )
     twice = repeated(spec.task_ids)
     if twice is not None:
         raise ConfigError(f"task_ids names {twice!r} twice: trials runs each task several times")
