@@ -16,7 +16,7 @@ import pytest
 
 from faultline._errors import JournalError, ReplyTimeoutError
 from faultline.bus import Bus, BusSettings, EmbeddedServer
-from faultline.core import Control, Envelope, Note, episode_shard
+from faultline.core import Control, Envelope, Note, episode_cell, episode_shard
 from faultline.faults import CONTROL_EPISODE
 from faultline.journal import (
     Journal,
@@ -332,3 +332,23 @@ def test_a_set_exports_shard_by_shard_and_imports_back_as_the_same_set(tmp_path:
     with pytest.raises(JournalError, match=r"holds shards \[0\] of 2"):
         import_jsonl(lines[: lines.index('{"type":"shard","shard":1,"shards":2}')], tmp_path / "half")
     assert not (tmp_path / "half").exists() and not (tmp_path / "half.importing").exists()
+
+
+def test_a_set_written_by_cells_reads_its_shards_rows_in_time_order(tmp_path: Path) -> None:
+    """Each cell's stream numbers its messages from 1: a cells set interleaves its shards by time, where stream
+    sequences would put one cell's first minutes beside another's last."""
+    folder = tmp_path / "cells"
+    create_set(folder, 2, cells=True)
+    early, late = "ep-b", "ep-a"
+    assert (episode_cell(early, 2), episode_cell(late, 2)) == (0, 1), "each in the shard its cell writes"
+    for shard, episode, t0 in ((0, early, 1000.0), (1, late, 1002.0)):
+        with Journal.open(shard_path(folder, shard)) as journal:
+            journal.append(incoming(episode_envelopes(episode, t0=t0)))  # both streams from sequence 1
+    with JournalReader(folder) as reader:
+        rows = list(reader.rows())
+        times = [row.ts for row in rows]
+        assert times == sorted(times)
+        assert [row.pos for row in rows if row.episode == early] == list(range(1, 10))
+        assert [row.pos for row in rows if row.episode == late] == list(range(1, 10))
+        assert [(row.episode, row.ts) for row in reader.tail(3)] == [(late, 1005.0), (late, 1005.5), (late, 1006.0)]
+    assert verify(folder).ok

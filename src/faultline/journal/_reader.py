@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -449,16 +449,23 @@ class JournalReader:
     # -- scans ---------------------------------------------------------------------------------
 
     def rows(self, start: int = 1, stop: int | None = None) -> Iterator[JournalRow]:
-        """Rows with start <= pos (< stop), in position order, streamed from one scan; a set's, all in stream order."""
+        """Rows with start <= pos (< stop), in position order, streamed from one scan; a set's all in stream order
+        (of cells, whose streams are each their own, each shard's in its order, the shards' by their times)."""
         if len(self._files) > 1 and start == 1 and stop is None:
-            return heapq.merge(*(file.rows() for file in self._files), key=_stream_order)
+            return heapq.merge(*(file.rows() for file in self._files), key=self._order)
         return self._single("reading from a position").rows(start, stop)
 
     def tail(self, n: int) -> list[JournalRow]:
-        """The last `n` rows, oldest first."""
+        """The last `n` rows, oldest first (in `rows`' order)."""
         if len(self._files) == 1:
             return self._files[0].tail(n)
-        return sorted((row for file in self._files for row in file.tail(n)), key=_stream_order)[-n:] if n > 0 else []
+        return list(heapq.merge(*(file.tail(n) for file in self._files), key=self._order))[-n:] if n > 0 else []
+
+    @property
+    def _order(self) -> Callable[[JournalRow], tuple[float, int]]:
+        """How a set's shards' rows interleave: by stream sequence, or for cells' by time (their sequences are each
+        their own stream's)."""
+        return _time_order if self._manifest.cells else _stream_order
 
     def has_episode(self, episode: str) -> bool:
         """Whether any row belongs to `episode` (one lookup in the episode index)."""
@@ -609,8 +616,12 @@ def _run_of(body: bytes) -> str:
         return ""
 
 
-def _stream_order(row: JournalRow) -> int:
-    return row.stream_seq
+def _stream_order(row: JournalRow) -> tuple[float, int]:
+    return 0.0, row.stream_seq
+
+
+def _time_order(row: JournalRow) -> tuple[float, int]:
+    return row.ts, row.stream_seq
 
 
 def _summed(agent: str, costs: list[AgentCost]) -> AgentCost:
