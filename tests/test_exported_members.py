@@ -318,6 +318,7 @@ PUBLIC = {
         "Credential",
         "Delivery",
         "EmbeddedServer",
+        "default_server_cores",
         "FollowSettings",
         "Identity",
         "Login",

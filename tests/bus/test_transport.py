@@ -406,6 +406,8 @@ def test_the_server_runs_on_the_cores_it_is_given_else_a_quarter_else_what_the_e
     assert _server.default_server_cores() == 3
     assert _gomaxprocs(tmp_path, "given", cores=5) == 5
     assert _gomaxprocs(tmp_path, "default") == 3
+    monkeypatch.setattr(_server.os, "sched_getaffinity", lambda _pid: set(range(32)))
+    assert [_server.default_server_cores(servers) for servers in (1, 4, 16)] == [8, 2, 1], "cells share a quarter"
     monkeypatch.setattr(_server.os, "sched_getaffinity", lambda _pid: {0, 1})
     assert _server.default_server_cores() == 1
     monkeypatch.setenv("GOMAXPROCS", "2")

@@ -21,7 +21,7 @@ from faultline.api import RunPlan, RunSpec, run
 from faultline.cli import main
 from faultline.core import CONTROL_EPISODE, episode_cell, episode_shard
 from faultline.journal import JournalReader, create_set, export_jsonl, import_jsonl, read_manifest, shard_path, verify
-from faultline.runtime import Config, parse_config
+from faultline.runtime import Config, cell_config, parse_config
 from tests.processes import children
 
 pytestmark = pytest.mark.slow
@@ -52,6 +52,17 @@ def test_a_run_in_cells_runs_each_episode_in_its_cell_and_its_journal_set_reads_
     assert main(["replay", str(journal)]) == 0
     with JournalReader(journal) as reader:
         assert {summary.episode for summary in reader.episodes()} == everyone
+
+
+def test_the_cells_servers_share_the_cores_one_server_would_run_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(32)))
+    journal = Path("runs/j")
+    assert cell_config(in_cells(4), journal, 3).nats.server_cores == 2, "a quarter of 32 cores, among 4 servers"
+    assert cell_config(in_cells(4, nats={"cells": 4, "server_cores": 3}), journal, 0).nats.server_cores == 3
+    assert cell_config(in_cells(4), journal, 3).journal.path == str(shard_path(journal, 3))
+    monkeypatch.setenv("GOMAXPROCS", "6")
+    assert cell_config(in_cells(4), journal, 0).nats.server_cores == 0, "the environment's, which each inherits"
 
 
 def test_worker_shards_within_a_cell_each_take_a_share_of_its_episodes() -> None:

@@ -22,7 +22,7 @@ from faultline.bus._consumers import ConsumerState
 from faultline.bus._follow import FollowSettings, WorkerId, follow_rules, publish_controls, read_rules
 from faultline.bus._messaging import Message, Subscription, decode_notice
 from faultline.bus._retry import asked_again
-from faultline.bus._server import EmbeddedServer, find_nats_server, free_port
+from faultline.bus._server import EmbeddedServer, default_server_cores, find_nats_server, free_port
 from faultline.bus._settings import BusSettings
 from faultline.bus._stream import StreamState
 from faultline.bus._tells import OPEN_TELLER, hear, tell, teller
@@ -43,6 +43,7 @@ __all__ = [
     "Credential",
     "Delivery",
     "EmbeddedServer",
+    "default_server_cores",
     "FollowSettings",
     "Identity",
     "Login",

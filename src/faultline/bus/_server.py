@@ -49,9 +49,9 @@ def find_nats_server() -> Path:
     )
 
 
-def default_server_cores() -> int:
+def default_server_cores(servers: int = 1) -> int:
     """The cores an embedded nats-server runs Go code on at once when nothing else says: a quarter of those this
-    process may use, at least one.
+    process may use, at least one; shared among `servers` started side by side (cells), at least one each.
 
     Go's own default is every core. A server that shares its host with the workers and the journal services then
     keeps idle threads spinning for work on cores those processes need: on 2 cores, one instead of two gave a
@@ -59,7 +59,7 @@ def default_server_cores() -> int:
     (bench/README.md, scale.py; docs/scale.md).
     """
     available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, available // 4)
+    return max(1, available // 4 // servers)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

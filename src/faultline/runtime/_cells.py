@@ -11,6 +11,7 @@ server, and every agent's answer stays there.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import anyio
 import msgspec
 
 from faultline._errors import FaultlineError
-from faultline.bus import Bus
+from faultline.bus import Bus, default_server_cores
 from faultline.journal import shard_path
 from faultline.runtime._config import Config
 from faultline.runtime._supervisor import Supervisor
@@ -27,10 +28,14 @@ from faultline.runtime._supervisor import Supervisor
 
 def cell_config(config: Config, journal: Path, cell: int) -> Config:
     """Cell `cell`'s own configuration: a system of one stream whose journal is its shard's file in the set at
-    `journal`."""
+    `journal`, and whose server runs on its share of the cores one server would have (`default_server_cores`),
+    unless the configuration or the environment (GOMAXPROCS) says how many."""
+    cores = config.nats.server_cores
+    if not cores and "GOMAXPROCS" not in os.environ:
+        cores = default_server_cores(config.nats.cells)
     return msgspec.structs.replace(
         config,
-        nats=msgspec.structs.replace(config.nats, cells=1),
+        nats=msgspec.structs.replace(config.nats, cells=1, server_cores=cores),
         journal=msgspec.structs.replace(config.journal, shards=1, path=str(shard_path(journal, cell))),
     )
 

@@ -94,7 +94,8 @@ class NatsConfig(_Section, frozen=True):
     two minutes (a confirmed message survives the server's crash, not the host's). docs/multi-host.md."""
     server_cores: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
     """How many cores the embedded nats-server runs Go code on at once (its GOMAXPROCS); 0: a quarter of this
-    host's cores, at least one, unless GOMAXPROCS is set in the environment. docs/scale.md."""
+    host's cores, at least one (shared among cells, at least one each), unless GOMAXPROCS is set in the environment.
+    docs/scale.md."""
     credentials: str = ""
     """The NATS credential file this host's processes connect with (`--creds` overrides it); empty for none."""
     tls_ca: str = ""
