@@ -19,10 +19,11 @@ import pytest
 from faultline._errors import ConfigError, JournalError
 from faultline.api import RunPlan, RunSpec, run
 from faultline.cli import main
-from faultline.core import CONTROL_EPISODE, episode_cell, episode_shard
+from faultline.core import CONTROL_EPISODE, episode_cell, episode_shard, system_path
 from faultline.journal import JournalReader, create_set, export_jsonl, import_jsonl, read_manifest, shard_path, verify
 from faultline.runtime import Config, cell_config, parse_config
 from tests.processes import children
+from tests.runtime.test_stalls import Waiting
 
 pytestmark = pytest.mark.slow
 
@@ -251,3 +252,23 @@ def test_up_refuses_cells_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cells are started by `faultline run`" in err, err
     assert not (tmp_path / "j").exists()
+
+
+def test_a_system_of_ones_own_runs_in_cells_and_each_cell_ends_its_stalled_episode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run x2's episodes fall one waiting and one asking in each cell: each cell's stall watch ends its own."""
+    inputs = tmp_path / "inputs.jsonl"
+    records = {"w1": "wait", "a1": "ask", "w2": "wait", "a2": "ask"}
+    inputs.write_text("".join(json.dumps({"id": task, "how": how}) + "\n" for task, how in records.items()))
+    journal = tmp_path / "j"
+    argv = ["run", "--json", "--system", system_path(Waiting), "--inputs", str(inputs), "--journal", str(journal)]
+    assert main([*argv, "--cells", "2", "--run-id", "x2", "--stall-after", "1", "--episode-timeout", "60"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["outcomes"] == {"failure": 2, "success": 2}
+    assert sum(summary["stalled"].values()) == 2
+    with JournalReader(journal) as reader:
+        stalled = [e.episode for e in reader.episodes() if (e.cause or "").startswith("stalled: ")]
+    assert sorted(episode_cell(episode, 2) for episode in stalled) == [0, 1]
+    assert sorted(episode.split("-")[1] for episode in stalled) == ["w1", "w2"]
+    assert verify(journal).ok
