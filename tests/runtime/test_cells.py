@@ -272,3 +272,37 @@ def test_a_system_of_ones_own_runs_in_cells_and_each_cell_ends_its_stalled_episo
     assert sorted(episode_cell(episode, 2) for episode in stalled) == [0, 1]
     assert sorted(episode.split("-")[1] for episode in stalled) == ["w1", "w2"]
     assert verify(journal).ok
+
+
+class SeesServers:
+    """Watches a run: the command lines of its nats-servers, once its system is up."""
+
+    def __init__(self) -> None:
+        self.servers: list[str] = []
+
+    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
+        return None
+
+    def system_up(self) -> None:
+        self.servers = [command for command in children(os.getpid()).values() if "nats-server" in command]
+
+    def update(self, done: int, ok: int, waiting: str) -> None:
+        return None
+
+    def finished(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("security", ["tls", "insecure"])
+def test_cells_run_over_tls_and_without_credentials_as_one_system_does(security: str, tmp_path: Path) -> None:
+    """Every cell's server speaks TLS with the certificate the run made, or lets anyone in, as asked."""
+    journal = tmp_path / "j"
+    spec = RunSpec(tasks=4, journal=journal, config=in_cells(2), run_id="lat", **{security: True})  # type: ignore[arg-type]
+    watcher = SeesServers()
+    assert run(spec, progress=watcher).summary.outcomes == {"success": 4}
+    assert len(watcher.servers) == 2
+    assert all(("--tlscert" in command) == (security == "tls") for command in watcher.servers), watcher.servers
+    assert all((" -c " in command) == (security != "insecure") for command in watcher.servers), watcher.servers
+    with JournalReader(journal) as reader:
+        assert {episode_cell(e.episode, 2) for e in reader.episodes()} == {0, 1}
+    assert verify(journal).ok
