@@ -49,6 +49,7 @@ def test_a_run_in_cells_runs_each_episode_in_its_cell_and_its_journal_set_reads_
         # each cell's journal service copies its own server's stream alone: what it holds is what ran there
         assert episodes_in(shard_path(journal, k)) == {e for e in everyone if episode_cell(e, 3) == k}
     assert all(episodes_in(shard_path(journal, k)) for k in range(3)), "this run's 8 episodes fall in every cell"
+    assert report.summary.cells == [len(episodes_in(shard_path(journal, k))) for k in range(3)]
     assert verify(journal).ok
     assert main(["replay", str(journal)]) == 0
     with JournalReader(journal) as reader:
@@ -80,6 +81,7 @@ def test_a_cell_runs_several_worker_processes_per_group(tmp_path: Path, capsys: 
     code = main(["run", "--cells", "2", "--workers", "2", "--tasks", "12", "--run-id", "w2", "--journal", str(journal)])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert re.search(r"cells\s+│\s+2, episodes in each: 6, 6", out), out
     with JournalReader(journal) as reader:
         episodes = [summary.episode for summary in reader.episodes()]
         assert {summary.outcome for summary in reader.episodes()} == {"success"}

@@ -63,6 +63,7 @@ from faultline.core import (
     InputRecord,
     ModelBackend,
     System,
+    episode_cell,
     load_system,
     parse_roster,
     read_inputs,
@@ -435,6 +436,9 @@ def _run_planned(
             summary = with_costs(summary, held, plan.run_id, plan.helpers, episodes)
         if plan.system:
             summary = with_model_tokens(summary, held, plan.run_id)
+    if cells > 1:
+        ran = [episode_cell(p.episode, cells) for p, _ in result.outcomes()]
+        summary = msgspec.structs.replace(summary, cells=[ran.count(cell) for cell in range(cells)])
     if uses_sim(config):
         summary = msgspec.structs.replace(summary, note=SIM_SYSTEM_NOTE if plan.system else SIM_NOTE)
     return RunReport(

@@ -70,6 +70,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     journal: str = ""
     not_run: int = 0
     """Planned episodes that did not complete (a run cut short): left out of every number above."""
+    cells: list[int] = []
+    """A run in cells: the episodes completed in each cell, in cell order (empty for a run without cells)."""
     errors: dict[str, int] = {}
     """Causes of the episodes that ended in error, with how many ended with each."""
     stalled: dict[str, int] = {}

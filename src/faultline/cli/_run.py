@@ -638,6 +638,9 @@ def _table(report: RunReport, domain: str) -> Table:
         table.add_row("first start to last completion", f"{seconds} s ({summary.episodes_per_s:.1f} episodes/s)")
     if summary.journal_wait_s >= JOURNAL_LAG_SHOWN_S:
         table.add_row("journal lag", f"{summary.journal_wait_s:.1f} s after the last episode: it did not keep up")
+    if summary.cells:
+        each = ", ".join(map(str, summary.cells))
+        table.add_row("cells", f"{len(summary.cells)}, episodes in each: {each}")
     if summary.journal:
         table.add_row("journal", summary.journal)
     return table
