@@ -107,6 +107,7 @@ PUBLIC = {
         "PlannedEpisode",
         "RunPlan",
         "RunProgress",
+        "SilentProgress",
         "RunReport",
         "RunResult",
         "RunSpec",

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from faultline._errors import ConfigError, JournalError
-from faultline.api import RunPlan, RunSpec, run
+from faultline.api import RunSpec, SilentProgress, run
 from faultline.cli import main
 from faultline.core import CONTROL_EPISODE, episode_cell, episode_shard, system_path
 from faultline.journal import JournalReader, create_set, export_jsonl, import_jsonl, read_manifest, shard_path, verify
@@ -102,27 +102,18 @@ def test_a_run_in_cells_resumes_in_its_cells(tmp_path: Path) -> None:
         assert len(reader.episodes()) == 8
 
 
-class KillsAServer:
+class KillsAServer(SilentProgress):
     """Watches a run in cells: kills one cell's nats-server (SIGKILL) once `after` episodes completed."""
 
     def __init__(self, after: int) -> None:
         self.after = after
         self.killed = 0
 
-    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
-        return None
-
-    def system_up(self) -> None:
-        return None
-
     def update(self, done: int, ok: int, waiting: str) -> None:
         if done >= self.after and not self.killed:
             servers = [pid for pid, command in children(os.getpid()).items() if "nats-server" in command]
             self.killed = servers[0]
             os.kill(self.killed, signal.SIGKILL)
-
-    def finished(self) -> None:
-        return None
 
 
 def test_a_cell_whose_server_is_killed_loses_nothing_and_the_others_run_on(
@@ -140,24 +131,15 @@ def test_a_cell_whose_server_is_killed_loses_nothing_and_the_others_run_on(
     assert main(["replay", str(journal)]) == 0
 
 
-class CountsModelCalls:
+class CountsModelCalls(SilentProgress):
     """Watches a run: the most model calls its progress line said were in flight at once."""
 
     def __init__(self) -> None:
         self.most = 0
 
-    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
-        return None
-
-    def system_up(self) -> None:
-        return None
-
     def update(self, done: int, ok: int, waiting: str) -> None:
         if said := re.search(r"(\d+) model calls? in flight", waiting):
             self.most = max(self.most, int(said.group(1)))
-
-    def finished(self) -> None:
-        return None
 
 
 def test_a_runs_progress_counts_the_model_calls_of_every_cell(tmp_path: Path) -> None:
@@ -276,23 +258,14 @@ def test_a_system_of_ones_own_runs_in_cells_and_each_cell_ends_its_stalled_episo
     assert verify(journal).ok
 
 
-class SeesServers:
+class SeesServers(SilentProgress):
     """Watches a run: the command lines of its nats-servers, once its system is up."""
 
     def __init__(self) -> None:
         self.servers: list[str] = []
 
-    def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
-        return None
-
     def system_up(self) -> None:
         self.servers = [command for command in children(os.getpid()).values() if "nats-server" in command]
-
-    def update(self, done: int, ok: int, waiting: str) -> None:
-        return None
-
-    def finished(self) -> None:
-        return None
 
 
 @pytest.mark.parametrize("security", ["tls", "insecure"])

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         RunProgress,
         RunReport,
         RunSpec,
+        SilentProgress,
         memory_mode,
         run,
         run_limits,
@@ -71,6 +72,7 @@ __all__ = [
     "PlannedEpisode",
     "RunPlan",
     "RunProgress",
+    "SilentProgress",
     "RunReport",
     "RunResult",
     "RunSpec",
@@ -134,6 +136,7 @@ __getattr__, __dir__ = lazy_exports(
         "faultline.api._summary": ("Summary", "costed", "pass_hat_k", "summarize", "with_costs"),
         "faultline.api._run": (
             "RunProgress",
+            "SilentProgress",
             "RunReport",
             "RunSpec",
             "memory_mode",

@@ -228,7 +228,9 @@ class RunProgress(Protocol):
         """The run is over (also after an error or a signal)."""
 
 
-class _Quiet:
+class SilentProgress:
+    """A `RunProgress` that watches nothing: what `run` takes without one, and a base for a watcher of some of it."""
+
     def started(self, plan: RunPlan, episodes: int, *, starting_system: bool) -> None:
         return None
 
@@ -250,7 +252,7 @@ def run(spec: RunSpec | None = None, *, progress: RunProgress | None = None) -> 
     episode it would start is taken: journaled already, or started first by another run on the system.
     """
     spec = spec or RunSpec()
-    watcher = progress or _Quiet()
+    watcher = progress or SilentProgress()
     config = apply_defense_flags(spec.config, list(spec.defenses))
     journal = spec.journal or Path(config.journal.path)
     if spec.nats and config.nats.cells > 1:
