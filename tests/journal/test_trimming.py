@@ -39,6 +39,16 @@ async def until(condition: Callable[[], object], timeout_s: float = 20.0) -> Non
             await anyio.sleep(0.02)
 
 
+async def looked_twice_more(looks: Callable[[], int]) -> None:
+    """Wait until the trim has looked twice more than `looks()` says now: once to decide, once after it did."""
+    since = looks()
+
+    async def looked_twice_since() -> bool:
+        return looks() >= since + 2
+
+    await until(looked_twice_since)
+
+
 def test_an_episode_is_kept_from_its_first_message_until_it_has_been_silent_for_the_keep() -> None:
     kept = EpisodesKept(keep_s=10.0)
     kept.seen([("a", 1), ("b", 2), ("a", 3)], now=0.0)
@@ -261,12 +271,7 @@ async def test_a_journal_killed_before_the_letter_of_what_it_refused_is_written_
             return bool(service.stuck)
 
         await until(stuck)
-        held_at = looks
-
-        async def looked_twice_since() -> bool:
-            return looks >= held_at + 2
-
-        await until(looked_twice_since)
+        await looked_twice_more(lambda: looks)
         tg.cancel_scope.cancel()  # killed: the file never got the letter
     assert await letters_held(bus) == 2  # the garbage and its letter
     monkeypatch.setattr(Journal, "append", append)
@@ -323,12 +328,7 @@ async def test_a_dead_letter_leaves_the_stream_only_once_every_shard_has_journal
             garbage = [await bus.publish_raw(bus.subjects.dlq, b"\xc1garbage %d" % i) for i in range(5)]
             last = (await bus.stream_state()).last_seq
             await trimming.wait_for(last)
-            looked = looks
-
-            async def looked_twice_since() -> bool:
-                return looks >= looked + 2
-
-            await until(looked_twice_since)
+            await looked_twice_more(lambda: looks)
             held_back = 5 + 2 * len(garbage)  # the forged letters, the garbage and shard 0's letters of it
             assert await letters_held(bus) == held_back
             assert trimming.letters_trimmed_below == floor + 1
