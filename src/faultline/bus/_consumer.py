@@ -159,7 +159,8 @@ class Consumer:
             self._fail(exc)
 
     def _on_status(self, msg: Msg) -> None:
-        """An idle heartbeat saying the server sent more than arrived: those deliveries were lost on the way."""
+        """An idle heartbeat: the server had nothing to deliver, and names the last delivery it sent. Later than the
+        last that arrived, it proves those after lost on the way."""
         last = int((msg.headers or {}).get(LAST_CONSUMER_HEADER, 0) or 0)
         self._idle_after = last
         if last <= self._arrived_seq or self._lost is not None:
